@@ -1,0 +1,42 @@
+# nodeagent: `make demo` runs it, `make test` tests it; both set everything up first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup demo sample test lint typecheck system-deps bench proto clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job, until the fleet demo lands: live snapshots of this machine.
+demo: setup
+	$(BIN)/nodeagent sample --count 3 --interval 1
+
+# Debian tools the live tests use (fio, iperf3, iproute2, node_exporter); root only.
+system-deps:
+	@.ci/system-deps
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+test: setup system-deps lint typecheck
+	$(BIN)/pytest
+
+bench: setup system-deps
+	$(BIN)/python bench/agent_overhead.py
+
+proto: setup
+	$(BIN)/python proto/generate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

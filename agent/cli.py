@@ -1,0 +1,165 @@
+"""``nodeagent``: the agent's command line.
+
+Errors are one line on stderr naming the bad value, exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from agent import __version__
+from agent.collectors import Roots, UnknownCollectorError, available, enabled_names
+from agent.config import AgentConfig, ConfigError, load_config, parse_link_speed_flag
+from agent.derive import snapshot
+from agent.kernel_files import raise_open_file_limit
+from agent.log import configure_logging
+from agent.plain import to_plain
+from agent.render import render
+from agent.sampler import Sampler
+
+EXIT_USAGE = 2
+
+
+def _collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--collector.NAME / --no-collector.NAME`` for every registered collector."""
+    for name, cls in reversed(list(available().items())):
+        default = "on" if cls.default_enabled else "off"
+        func = click.option(
+            f"--collector.{name}/--no-collector.{name}",
+            f"collector_{name}",
+            default=None,
+            help=f"{cls.help} (default {default})",
+        )(func)
+    return func
+
+
+def _root(option: str) -> Callable[[click.Context, click.Parameter, str], str]:
+    def check(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+        if not os.path.isdir(value) or not os.access(value, os.R_OK | os.X_OK):
+            raise click.BadParameter(f"{value}: not a readable directory", param_hint=option)
+        return value
+
+    return check
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nodeagent")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+)
+def cli(log_level: str) -> None:
+    """Node health and telemetry for GPU servers."""
+    configure_logging(log_level)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per snapshot (JSON Lines).")
+@click.option("--count", type=click.IntRange(min=1), default=2, show_default=True, help="Snapshots to take.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Seconds between snapshots (fractions allowed).",
+)
+@click.option("--procfs", default="/proc", show_default=True, callback=_root("--procfs"), help="procfs root.")
+@click.option("--sysfs", default="/sys", show_default=True, callback=_root("--sysfs"), help="sysfs root.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Agent configuration (TOML).")
+@click.option(
+    "--link-speed",
+    multiple=True,
+    metavar="IFACE=RATE",
+    help="Link speed of an interface, e.g. eth0=50G (virtual NICs, capped cloud links). Repeatable.",
+)
+@click.option("--all", "show_all", is_flag=True, help="Show virtual interfaces too (table output).")
+@_collector_flags
+def sample(
+    as_json: bool,
+    count: int,
+    interval: float,
+    procfs: str,
+    sysfs: str,
+    config_path: Path | None,
+    link_speed: tuple[str, ...],
+    show_all: bool,
+    **collector_flags: bool | None,
+) -> None:
+    """Snapshots of this node: counters and topology first, then rates."""
+    config = _config(config_path, link_speed)
+    overrides = {k.removeprefix("collector_"): v for k, v in collector_flags.items() if v is not None}
+    try:
+        names = enabled_names(overrides)
+    except UnknownCollectorError as err:
+        raise click.UsageError(str(err)) from err
+    raise_open_file_limit()
+    sampler = Sampler(names, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
+    previous = None
+    deadline = time.monotonic()
+    try:
+        for index in range(count):
+            if index:
+                deadline += interval
+                time.sleep(max(0.0, deadline - time.monotonic()))
+            report = sampler.tick()
+            snap = snapshot(previous, report, sampler.info)
+            if as_json:
+                if index == 0:
+                    snap["info"] = to_plain(sampler.info)
+                sys.stdout.write(json.dumps(snap, separators=(",", ":")) + "\n")
+            else:
+                sys.stdout.write(("\n" if index else "") + render(snap, show_virtual=show_all))
+            sys.stdout.flush()
+            previous = report
+    finally:
+        sampler.close()
+
+
+@cli.command("collectors")
+def list_collectors() -> None:
+    """The collectors and whether they run by default."""
+    for name, cls in available().items():
+        click.echo(f"{name:<12} {'on ' if cls.default_enabled else 'off'}  {cls.help}")
+
+
+def _config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
+    try:
+        config = load_config(path) if path is not None else AgentConfig()
+        speeds = dict(config.link_speeds)
+        speeds.update(parse_link_speed_flag(flag) for flag in link_speed)
+    except ConfigError as err:
+        raise click.UsageError(str(err)) from err
+    return AgentConfig(link_speeds=speeds, rescan_seconds=config.rescan_seconds)
+
+
+def main() -> NoReturn:
+    sys.exit(run_cli(cli, "nodeagent"))
+
+
+def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
+    """Run a click group with one-line errors: ``prog: error: ...`` and status 2."""
+    try:
+        group.main(args=args, prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.exceptions.Abort:
+        return 130
+    except click.ClickException as err:
+        message = " ".join(err.format_message().split())
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return 0

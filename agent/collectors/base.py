@@ -1,0 +1,58 @@
+"""What a collector is, and what it is given."""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+from agent.config import AgentConfig
+from agent.kernel_files import KernelFiles
+
+
+@dataclass(frozen=True, slots=True)
+class Roots:
+    """Where procfs and sysfs are mounted; tests and containers point these elsewhere."""
+
+    procfs: str = "/proc"
+    sysfs: str = "/sys"
+
+    def proc(self, *parts: str) -> str:
+        return os.path.join(self.procfs, *parts)
+
+    def sys(self, *parts: str) -> str:
+        return os.path.join(self.sysfs, *parts)
+
+
+@dataclass(slots=True)
+class SourceContext:
+    roots: Roots
+    files: KernelFiles
+    config: AgentConfig
+
+
+class Collector(abc.ABC):
+    """One source of a node. ``collect`` runs every tick and must not raise for a missing
+    device class or an unreadable attribute: that is "no data" for that value."""
+
+    name: ClassVar[str]
+    default_enabled: ClassVar[bool] = True
+    help: ClassVar[str] = ""
+
+    def __init__(self, ctx: SourceContext) -> None:
+        self.ctx = ctx
+        # Set by collect() when it meets a device the last scan did not know.
+        self.needs_rescan = False
+
+    def scan(self, info: pb.NodeInfo) -> None:  # noqa: B027 - optional hook
+        """Describe the topology this source sees; called on the first tick and on rescans."""
+
+    @abc.abstractmethod
+    def collect(self, report: pb.NodeReport) -> None:
+        """Add this source's sample of the current tick to ``report``."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the collector holds (NVML handles, threads)."""

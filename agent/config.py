@@ -1,0 +1,73 @@
+"""The agent's configuration: what the kernel cannot tell and the operator can.
+
+Issue-sized for now: link speeds. Loaded from TOML; an unknown key, a wrong type or an
+impossible value is a ``ConfigError`` whose message names the file, the key and what was
+expected, in one line.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.units import RateError, parse_link_rate
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    # Interface name -> link speed in bytes per second; overrides the kernel's `speed`
+    # (virtual NICs report none, capped cloud links report the physical port's speed).
+    link_speeds: Mapping[str, float] = field(default_factory=dict)
+    # Seconds between topology rescans (new NICs, disks, ports); reads stay every tick.
+    rescan_seconds: float = 30.0
+
+
+def load_config(path: Path) -> AgentConfig:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    return config_from_mapping(raw, source=str(path))
+
+
+def config_from_mapping(raw: Mapping[str, Any], source: str = "<config>") -> AgentConfig:
+    known = {"link_speeds", "rescan_seconds"}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+    speeds: dict[str, float] = {}
+    table = raw.get("link_speeds", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f'{source}: link_speeds must be a table of interface = "rate"')
+    for name, value in table.items():
+        speeds[name] = _rate(value, f"{source}: link_speeds.{name}")
+    rescan = raw.get("rescan_seconds", 30.0)
+    if isinstance(rescan, bool) or not isinstance(rescan, int | float) or rescan <= 0:
+        raise ConfigError(f"{source}: rescan_seconds must be a positive number of seconds, got {rescan!r}")
+    return AgentConfig(link_speeds=speeds, rescan_seconds=float(rescan))
+
+
+def parse_link_speed_flag(text: str) -> tuple[str, float]:
+    """``IFACE=RATE`` from the command line."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ConfigError(f"--link-speed {text!r}: expected IFACE=RATE, e.g. eth0=50G")
+    return name, _rate(value, f"--link-speed {name}")
+
+
+def _rate(value: object, where: str) -> float:
+    if not isinstance(value, str):
+        raise ConfigError(f'{where}: expected a rate string such as "50G", got {value!r}')
+    try:
+        return parse_link_rate(value)
+    except RateError as err:
+        raise ConfigError(f"{where}: {err}") from err

@@ -1,0 +1,57 @@
+"""Counters to rates: the one place that knows about resets and saturation.
+
+A cumulative counter that goes down between two samples was reset (driver reload, device
+replaced, 32-bit wrap): that interval has no rate. Never a negative rate, never one of
+2^64 bytes. A fixed-width counter pinned at its maximum is saturated (InfiniBand PMA
+counters stop instead of wrapping); its deltas mean nothing until it is cleared.
+"""
+
+from __future__ import annotations
+
+MAX_U32 = (1 << 32) - 1
+
+# Widths of the InfiniBand PortCounters attributes that do not have 64-bit forms
+# (IBA spec, PortCounters). Everything else under counters/ is 32 or 64 bits.
+IB_COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
+
+
+def delta(previous: int | None, current: int | None) -> int | None:
+    """Increase of a cumulative counter; None when either is unknown or it was reset."""
+    if previous is None or current is None or current < previous:
+        return None
+    return current - previous
+
+
+def rate(previous: int | float | None, current: int | float | None, seconds: float) -> float | None:
+    """Per-second increase; None over a reset, an unknown value or an empty interval."""
+    if previous is None or current is None or seconds <= 0 or current < previous:
+        return None
+    return (current - previous) / seconds
+
+
+def ratio(part: float | None, whole: float | None) -> float | None:
+    """part / whole, None when either is unknown or whole is not positive."""
+    if part is None or whole is None or whole <= 0:
+        return None
+    return part / whole
+
+
+def is_saturated(name: str, value: int) -> bool:
+    """True for a fixed-width counter stuck at its maximum value."""
+    bits = IB_COUNTER_BITS.get(name)
+    if bits is not None and value == (1 << bits) - 1:
+        return True
+    return value == MAX_U32

@@ -1,0 +1,1 @@
+"""The collector: receives agents' reports, flags data-starved GPUs, raises alerts."""

@@ -1,0 +1,524 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class NodeReport(_message.Message):
+    __slots__ = ("node_id", "epoch", "seq", "time_unix_seconds", "info", "collectors", "nics", "rdma_ports", "disks", "host", "gpus", "events")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    COLLECTORS_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    RDMA_PORTS_FIELD_NUMBER: _ClassVar[int]
+    DISKS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    epoch: int
+    seq: int
+    time_unix_seconds: float
+    info: NodeInfo
+    collectors: _containers.RepeatedCompositeFieldContainer[CollectorStatus]
+    nics: _containers.RepeatedCompositeFieldContainer[NicSample]
+    rdma_ports: _containers.RepeatedCompositeFieldContainer[RdmaPortSample]
+    disks: _containers.RepeatedCompositeFieldContainer[DiskSample]
+    host: HostSample
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., seq: _Optional[int] = ..., time_unix_seconds: _Optional[float] = ..., info: _Optional[_Union[NodeInfo, _Mapping]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., nics: _Optional[_Iterable[_Union[NicSample, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortSample, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskSample, _Mapping]]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("node_id", "hostname", "agent_version", "kernel_release", "cpu_count", "memory_total_bytes", "nics", "rdma_ports", "disks", "gpu")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    RDMA_PORTS_FIELD_NUMBER: _ClassVar[int]
+    DISKS_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    hostname: str
+    agent_version: str
+    kernel_release: str
+    cpu_count: int
+    memory_total_bytes: int
+    nics: _containers.RepeatedCompositeFieldContainer[NicInfo]
+    rdma_ports: _containers.RepeatedCompositeFieldContainer[RdmaPortInfo]
+    disks: _containers.RepeatedCompositeFieldContainer[DiskInfo]
+    gpu: GpuTopology
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., kernel_release: _Optional[str] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[NicInfo, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortInfo, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskInfo, _Mapping]]] = ..., gpu: _Optional[_Union[GpuTopology, _Mapping]] = ...) -> None: ...
+
+class NicInfo(_message.Message):
+    __slots__ = ("name", "speed_bytes_per_second", "speed_source", "virtual", "kind", "bond_master", "bond_members", "mtu", "address")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEED_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    SPEED_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BOND_MASTER_FIELD_NUMBER: _ClassVar[int]
+    BOND_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MTU_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    speed_bytes_per_second: float
+    speed_source: str
+    virtual: bool
+    kind: str
+    bond_master: str
+    bond_members: _containers.RepeatedScalarFieldContainer[str]
+    mtu: int
+    address: str
+    def __init__(self, name: _Optional[str] = ..., speed_bytes_per_second: _Optional[float] = ..., speed_source: _Optional[str] = ..., virtual: _Optional[bool] = ..., kind: _Optional[str] = ..., bond_master: _Optional[str] = ..., bond_members: _Optional[_Iterable[str]] = ..., mtu: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class RdmaPortInfo(_message.Message):
+    __slots__ = ("device", "port", "rate_bytes_per_second", "rate_text", "link_layer", "hca_type", "firmware_version", "board_id")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    RATE_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    RATE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    LINK_LAYER_FIELD_NUMBER: _ClassVar[int]
+    HCA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    FIRMWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BOARD_ID_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    port: int
+    rate_bytes_per_second: float
+    rate_text: str
+    link_layer: str
+    hca_type: str
+    firmware_version: str
+    board_id: str
+    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., rate_bytes_per_second: _Optional[float] = ..., rate_text: _Optional[str] = ..., link_layer: _Optional[str] = ..., hca_type: _Optional[str] = ..., firmware_version: _Optional[str] = ..., board_id: _Optional[str] = ...) -> None: ...
+
+class DiskInfo(_message.Message):
+    __slots__ = ("name", "rotational", "size_bytes", "transport", "nvme_controller", "model", "mountpoints")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROTATIONAL_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    NVME_CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MOUNTPOINTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rotational: bool
+    size_bytes: int
+    transport: str
+    nvme_controller: str
+    model: str
+    mountpoints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., rotational: _Optional[bool] = ..., size_bytes: _Optional[int] = ..., transport: _Optional[str] = ..., nvme_controller: _Optional[str] = ..., model: _Optional[str] = ..., mountpoints: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CollectorStatus(_message.Message):
+    __slots__ = ("name", "success", "duration_seconds", "error")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    success: bool
+    duration_seconds: float
+    error: str
+    def __init__(self, name: _Optional[str] = ..., success: _Optional[bool] = ..., duration_seconds: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+
+class NicSample(_message.Message):
+    __slots__ = ("name", "rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total", "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total", "operstate", "carrier", "carrier_changes_total", "speed_bytes_per_second", "mtu")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    OPERSTATE_FIELD_NUMBER: _ClassVar[int]
+    CARRIER_FIELD_NUMBER: _ClassVar[int]
+    CARRIER_CHANGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SPEED_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MTU_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rx_bytes_total: int
+    tx_bytes_total: int
+    rx_packets_total: int
+    tx_packets_total: int
+    rx_errors_total: int
+    tx_errors_total: int
+    rx_dropped_total: int
+    tx_dropped_total: int
+    operstate: str
+    carrier: bool
+    carrier_changes_total: int
+    speed_bytes_per_second: float
+    mtu: int
+    def __init__(self, name: _Optional[str] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_packets_total: _Optional[int] = ..., tx_packets_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_dropped_total: _Optional[int] = ..., tx_dropped_total: _Optional[int] = ..., operstate: _Optional[str] = ..., carrier: _Optional[bool] = ..., carrier_changes_total: _Optional[int] = ..., speed_bytes_per_second: _Optional[float] = ..., mtu: _Optional[int] = ...) -> None: ...
+
+class RdmaPortSample(_message.Message):
+    __slots__ = ("device", "port", "state", "state_id", "phys_state", "phys_state_id", "rate_bytes_per_second", "rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total", "counters", "hw_counters", "saturated_counters")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class HwCountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_ID_FIELD_NUMBER: _ClassVar[int]
+    PHYS_STATE_FIELD_NUMBER: _ClassVar[int]
+    PHYS_STATE_ID_FIELD_NUMBER: _ClassVar[int]
+    RATE_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    HW_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    SATURATED_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    port: int
+    state: str
+    state_id: int
+    phys_state: str
+    phys_state_id: int
+    rate_bytes_per_second: float
+    rx_bytes_total: int
+    tx_bytes_total: int
+    rx_packets_total: int
+    tx_packets_total: int
+    counters: _containers.ScalarMap[str, int]
+    hw_counters: _containers.ScalarMap[str, int]
+    saturated_counters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., state: _Optional[str] = ..., state_id: _Optional[int] = ..., phys_state: _Optional[str] = ..., phys_state_id: _Optional[int] = ..., rate_bytes_per_second: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_packets_total: _Optional[int] = ..., tx_packets_total: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., hw_counters: _Optional[_Mapping[str, int]] = ..., saturated_counters: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DiskSample(_message.Message):
+    __slots__ = ("name", "reads_completed_total", "reads_merged_total", "read_bytes_total", "read_time_milliseconds_total", "writes_completed_total", "writes_merged_total", "written_bytes_total", "write_time_milliseconds_total", "io_in_progress", "io_time_milliseconds_total", "io_weighted_time_milliseconds_total", "discards_completed_total", "discards_merged_total", "discarded_bytes_total", "discard_time_milliseconds_total", "flushes_completed_total", "flush_time_milliseconds_total")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READS_COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    READS_MERGED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    READ_TIME_MILLISECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WRITES_COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WRITES_MERGED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WRITE_TIME_MILLISECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IO_IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    IO_TIME_MILLISECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IO_WEIGHTED_TIME_MILLISECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DISCARDS_COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DISCARDS_MERGED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_TIME_MILLISECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FLUSHES_COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_TIME_MILLISECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reads_completed_total: int
+    reads_merged_total: int
+    read_bytes_total: int
+    read_time_milliseconds_total: int
+    writes_completed_total: int
+    writes_merged_total: int
+    written_bytes_total: int
+    write_time_milliseconds_total: int
+    io_in_progress: int
+    io_time_milliseconds_total: int
+    io_weighted_time_milliseconds_total: int
+    discards_completed_total: int
+    discards_merged_total: int
+    discarded_bytes_total: int
+    discard_time_milliseconds_total: int
+    flushes_completed_total: int
+    flush_time_milliseconds_total: int
+    def __init__(self, name: _Optional[str] = ..., reads_completed_total: _Optional[int] = ..., reads_merged_total: _Optional[int] = ..., read_bytes_total: _Optional[int] = ..., read_time_milliseconds_total: _Optional[int] = ..., writes_completed_total: _Optional[int] = ..., writes_merged_total: _Optional[int] = ..., written_bytes_total: _Optional[int] = ..., write_time_milliseconds_total: _Optional[int] = ..., io_in_progress: _Optional[int] = ..., io_time_milliseconds_total: _Optional[int] = ..., io_weighted_time_milliseconds_total: _Optional[int] = ..., discards_completed_total: _Optional[int] = ..., discards_merged_total: _Optional[int] = ..., discarded_bytes_total: _Optional[int] = ..., discard_time_milliseconds_total: _Optional[int] = ..., flushes_completed_total: _Optional[int] = ..., flush_time_milliseconds_total: _Optional[int] = ...) -> None: ...
+
+class CpuTimes(_message.Message):
+    __slots__ = ("cpu", "user_seconds_total", "nice_seconds_total", "system_seconds_total", "idle_seconds_total", "iowait_seconds_total", "irq_seconds_total", "softirq_seconds_total", "steal_seconds_total")
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    USER_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NICE_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IOWAIT_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    IRQ_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SOFTIRQ_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEAL_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    cpu: str
+    user_seconds_total: float
+    nice_seconds_total: float
+    system_seconds_total: float
+    idle_seconds_total: float
+    iowait_seconds_total: float
+    irq_seconds_total: float
+    softirq_seconds_total: float
+    steal_seconds_total: float
+    def __init__(self, cpu: _Optional[str] = ..., user_seconds_total: _Optional[float] = ..., nice_seconds_total: _Optional[float] = ..., system_seconds_total: _Optional[float] = ..., idle_seconds_total: _Optional[float] = ..., iowait_seconds_total: _Optional[float] = ..., irq_seconds_total: _Optional[float] = ..., softirq_seconds_total: _Optional[float] = ..., steal_seconds_total: _Optional[float] = ...) -> None: ...
+
+class Pressure(_message.Message):
+    __slots__ = ("some_avg10_ratio", "some_avg60_ratio", "some_avg300_ratio", "some_total_microseconds", "full_avg10_ratio", "full_avg60_ratio", "full_avg300_ratio", "full_total_microseconds")
+    SOME_AVG10_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SOME_AVG60_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SOME_AVG300_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SOME_TOTAL_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
+    FULL_AVG10_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FULL_AVG60_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FULL_AVG300_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FULL_TOTAL_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
+    some_avg10_ratio: float
+    some_avg60_ratio: float
+    some_avg300_ratio: float
+    some_total_microseconds: int
+    full_avg10_ratio: float
+    full_avg60_ratio: float
+    full_avg300_ratio: float
+    full_total_microseconds: int
+    def __init__(self, some_avg10_ratio: _Optional[float] = ..., some_avg60_ratio: _Optional[float] = ..., some_avg300_ratio: _Optional[float] = ..., some_total_microseconds: _Optional[int] = ..., full_avg10_ratio: _Optional[float] = ..., full_avg60_ratio: _Optional[float] = ..., full_avg300_ratio: _Optional[float] = ..., full_total_microseconds: _Optional[int] = ...) -> None: ...
+
+class HostSample(_message.Message):
+    __slots__ = ("cpu_total", "cpus", "context_switches_total", "procs_running", "procs_blocked", "load1", "load5", "load15", "memory_total_bytes", "memory_free_bytes", "memory_available_bytes", "memory_buffers_bytes", "memory_cached_bytes", "memory_dirty_bytes", "memory_writeback_bytes", "pressure_cpu", "pressure_io", "pressure_memory")
+    CPU_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_SWITCHES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PROCS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PROCS_BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    LOAD1_FIELD_NUMBER: _ClassVar[int]
+    LOAD5_FIELD_NUMBER: _ClassVar[int]
+    LOAD15_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUFFERS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CACHED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_DIRTY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_WRITEBACK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_CPU_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_IO_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    cpu_total: CpuTimes
+    cpus: _containers.RepeatedCompositeFieldContainer[CpuTimes]
+    context_switches_total: int
+    procs_running: int
+    procs_blocked: int
+    load1: float
+    load5: float
+    load15: float
+    memory_total_bytes: int
+    memory_free_bytes: int
+    memory_available_bytes: int
+    memory_buffers_bytes: int
+    memory_cached_bytes: int
+    memory_dirty_bytes: int
+    memory_writeback_bytes: int
+    pressure_cpu: Pressure
+    pressure_io: Pressure
+    pressure_memory: Pressure
+    def __init__(self, cpu_total: _Optional[_Union[CpuTimes, _Mapping]] = ..., cpus: _Optional[_Iterable[_Union[CpuTimes, _Mapping]]] = ..., context_switches_total: _Optional[int] = ..., procs_running: _Optional[int] = ..., procs_blocked: _Optional[int] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., load15: _Optional[float] = ..., memory_total_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., memory_buffers_bytes: _Optional[int] = ..., memory_cached_bytes: _Optional[int] = ..., memory_dirty_bytes: _Optional[int] = ..., memory_writeback_bytes: _Optional[int] = ..., pressure_cpu: _Optional[_Union[Pressure, _Mapping]] = ..., pressure_io: _Optional[_Union[Pressure, _Mapping]] = ..., pressure_memory: _Optional[_Union[Pressure, _Mapping]] = ...) -> None: ...
+
+class GpuTopology(_message.Message):
+    __slots__ = ("unavailable_reason", "driver_version", "nvml_version", "cuda_driver_version", "gpus")
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NVML_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    unavailable_reason: str
+    driver_version: str
+    nvml_version: str
+    cuda_driver_version: int
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
+    def __init__(self, unavailable_reason: _Optional[str] = ..., driver_version: _Optional[str] = ..., nvml_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ...) -> None: ...
+
+class GpuInfo(_message.Message):
+    __slots__ = ("index", "uuid", "name", "pci_bus_id", "memory_total_bytes", "nvlink_count", "nvlink_speed_bytes_per_second", "pcie_max_generation", "pcie_max_width", "gpm_supported", "serial", "architecture")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_SPEED_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PCIE_MAX_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PCIE_MAX_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    GPM_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    memory_total_bytes: int
+    nvlink_count: int
+    nvlink_speed_bytes_per_second: float
+    pcie_max_generation: int
+    pcie_max_width: int
+    gpm_supported: bool
+    serial: str
+    architecture: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., nvlink_count: _Optional[int] = ..., nvlink_speed_bytes_per_second: _Optional[float] = ..., pcie_max_generation: _Optional[int] = ..., pcie_max_width: _Optional[int] = ..., gpm_supported: _Optional[bool] = ..., serial: _Optional[str] = ..., architecture: _Optional[str] = ...) -> None: ...
+
+class JobRef(_message.Message):
+    __slots__ = ("slurm_job_id", "k8s_pod_uid", "container_id", "cgroup")
+    SLURM_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    K8S_POD_UID_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_FIELD_NUMBER: _ClassVar[int]
+    slurm_job_id: str
+    k8s_pod_uid: str
+    container_id: str
+    cgroup: str
+    def __init__(self, slurm_job_id: _Optional[str] = ..., k8s_pod_uid: _Optional[str] = ..., container_id: _Optional[str] = ..., cgroup: _Optional[str] = ...) -> None: ...
+
+class GpuProcess(_message.Message):
+    __slots__ = ("pid", "used_memory_bytes", "name", "user", "job")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    used_memory_bytes: int
+    name: str
+    user: str
+    job: JobRef
+    def __init__(self, pid: _Optional[int] = ..., used_memory_bytes: _Optional[int] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+
+class NvLinkSample(_message.Message):
+    __slots__ = ("link", "active", "rx_bytes_total", "tx_bytes_total", "replay_errors_total", "recovery_errors_total", "crc_flit_errors_total", "crc_data_errors_total")
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CRC_FLIT_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CRC_DATA_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    link: int
+    active: bool
+    rx_bytes_total: int
+    tx_bytes_total: int
+    replay_errors_total: int
+    recovery_errors_total: int
+    crc_flit_errors_total: int
+    crc_data_errors_total: int
+    def __init__(self, link: _Optional[int] = ..., active: _Optional[bool] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., replay_errors_total: _Optional[int] = ..., recovery_errors_total: _Optional[int] = ..., crc_flit_errors_total: _Optional[int] = ..., crc_data_errors_total: _Optional[int] = ...) -> None: ...
+
+class GpuSample(_message.Message):
+    __slots__ = ("index", "uuid", "lost", "utilization_gpu_ratio", "utilization_memory_ratio", "memory_used_bytes", "memory_total_bytes", "processes", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "gpm_pcie_rx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", "gpm_nvlink_rx_bytes_per_second", "gpm_nvlink_tx_bytes_per_second", "pcie_rx_bytes_total", "pcie_tx_bytes_total", "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "pcie_link_generation", "pcie_link_width", "pcie_max_link_generation", "pcie_max_link_width", "pcie_replay_total", "nvlinks", "clock_event_reasons", "clock_event_reason_names", "temperature_celsius", "power_watts", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_pending", "remapped_rows_failure", "sm_clock_mhz")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_GPU_RATIO_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_MEMORY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    SM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SM_OCCUPANCY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    GPM_PCIE_RX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    GPM_PCIE_TX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    GPM_NVLINK_RX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    GPM_NVLINK_TX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PCIE_RX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PCIE_TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PCIE_RX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PCIE_TX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PCIE_LINK_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PCIE_LINK_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    PCIE_MAX_LINK_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PCIE_MAX_LINK_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    PCIE_REPLAY_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NVLINKS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASON_NAMES_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
+    ECC_UNCORRECTED_VOLATILE_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ECC_UNCORRECTED_AGGREGATE_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    lost: bool
+    utilization_gpu_ratio: float
+    utilization_memory_ratio: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    processes: _containers.RepeatedCompositeFieldContainer[GpuProcess]
+    sm_active_ratio: float
+    sm_occupancy_ratio: float
+    tensor_active_ratio: float
+    gpm_pcie_rx_bytes_per_second: float
+    gpm_pcie_tx_bytes_per_second: float
+    gpm_nvlink_rx_bytes_per_second: float
+    gpm_nvlink_tx_bytes_per_second: float
+    pcie_rx_bytes_total: int
+    pcie_tx_bytes_total: int
+    pcie_rx_bytes_per_second: float
+    pcie_tx_bytes_per_second: float
+    pcie_link_generation: int
+    pcie_link_width: int
+    pcie_max_link_generation: int
+    pcie_max_link_width: int
+    pcie_replay_total: int
+    nvlinks: _containers.RepeatedCompositeFieldContainer[NvLinkSample]
+    clock_event_reasons: int
+    clock_event_reason_names: _containers.RepeatedScalarFieldContainer[str]
+    temperature_celsius: float
+    power_watts: float
+    ecc_uncorrected_volatile_total: int
+    ecc_uncorrected_aggregate_total: int
+    remapped_rows_pending: bool
+    remapped_rows_failure: bool
+    sm_clock_mhz: int
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., lost: _Optional[bool] = ..., utilization_gpu_ratio: _Optional[float] = ..., utilization_memory_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., sm_active_ratio: _Optional[float] = ..., sm_occupancy_ratio: _Optional[float] = ..., tensor_active_ratio: _Optional[float] = ..., gpm_pcie_rx_bytes_per_second: _Optional[float] = ..., gpm_pcie_tx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_second: _Optional[float] = ..., pcie_rx_bytes_total: _Optional[int] = ..., pcie_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_second: _Optional[float] = ..., pcie_tx_bytes_per_second: _Optional[float] = ..., pcie_link_generation: _Optional[int] = ..., pcie_link_width: _Optional[int] = ..., pcie_max_link_generation: _Optional[int] = ..., pcie_max_link_width: _Optional[int] = ..., pcie_replay_total: _Optional[int] = ..., nvlinks: _Optional[_Iterable[_Union[NvLinkSample, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., clock_event_reason_names: _Optional[_Iterable[str]] = ..., temperature_celsius: _Optional[float] = ..., power_watts: _Optional[float] = ..., ecc_uncorrected_volatile_total: _Optional[int] = ..., ecc_uncorrected_aggregate_total: _Optional[int] = ..., remapped_rows_pending: _Optional[bool] = ..., remapped_rows_failure: _Optional[bool] = ..., sm_clock_mhz: _Optional[int] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("time_unix_seconds", "kind", "severity", "subject", "message", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    time_unix_seconds: float
+    kind: str
+    severity: str
+    subject: str
+    message: str
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, time_unix_seconds: _Optional[float] = ..., kind: _Optional[str] = ..., severity: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("node_id", "epoch", "acked_seq")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    epoch: int
+    acked_seq: int
+    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked_seq: _Optional[int] = ...) -> None: ...
