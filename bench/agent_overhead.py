@@ -1,0 +1,205 @@
+"""Agent overhead against node_exporter, in one run, on the same roots.
+
+For each tree (this machine's /proc and /sys, and node_exporter's own fixture tree when
+../shared is present) it measures:
+
+- the agent: CPU time per sampling cycle of the host collectors (tick + serialisation of
+  the report, as the sender would) and peak RSS, in a fresh child process;
+- prometheus-node-exporter (Debian) with only the matching collectors (netdev, netclass,
+  diskstats, infiniband, pressure, cpu, meminfo): CPU time per scrape of its process, read
+  from /proc/PID/stat, and its peak RSS;
+
+and prints the ratio. Targets: ratio <= 1.0, agent peak RSS <= 45 MB.
+
+    python bench/agent_overhead.py [--cycles N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+NODE_EXPORTER_COLLECTORS = ("netdev", "netclass", "diskstats", "infiniband", "pressure", "cpu", "meminfo")
+AGENT_COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def agent_worker(procfs: str, sysfs: str, cycles: int) -> dict[str, float]:
+    """Runs in the child: the agent's sampling cycles, measured from inside."""
+    from agent.collectors import Roots
+    from agent.sampler import Sampler
+
+    sampler = Sampler(list(AGENT_COLLECTORS), roots=Roots(procfs, sysfs))
+    for _ in range(5):  # warm-up: discovery, descriptor cache, first allocations
+        sampler.tick().SerializeToString()
+    start_cpu, start_wall = time.process_time(), time.perf_counter()
+    size = 0
+    for _ in range(cycles):
+        size = len(sampler.tick().SerializeToString())
+    cpu = time.process_time() - start_cpu
+    wall = time.perf_counter() - start_wall
+    sampler.close()
+    return {
+        "cpu_seconds_per_cycle": cpu / cycles,
+        "wall_seconds_per_cycle": wall / cycles,
+        "peak_rss_bytes": _status_kib(os.getpid(), "VmHWM") * 1024,
+        "report_bytes": size,
+        "open_descriptors": len(os.listdir("/proc/self/fd")),
+    }
+
+
+def measure_agent(procfs: str, sysfs: str, cycles: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--agent-worker", procfs, sysfs, "--cycles", str(cycles)],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
+def measure_node_exporter(procfs: str, sysfs: str, scrapes: int) -> dict[str, float]:
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if binary is None:
+        raise SystemExit("prometheus-node-exporter not installed (`make system-deps`)")
+    port = _free_port()
+    args = [
+        binary, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
+        f"--path.procfs={procfs}", f"--path.sysfs={sysfs}",
+        *(f"--collector.{name}" for name in NODE_EXPORTER_COLLECTORS),
+    ]  # fmt: skip
+    with _process(args) as proc:
+        url = f"http://127.0.0.1:{port}/metrics"
+        _wait_http(url)
+        for _ in range(5):
+            _scrape(url)
+        start = _cpu_ticks(proc.pid)
+        started = time.perf_counter()
+        for _ in range(scrapes):
+            _scrape(url)
+        wall = time.perf_counter() - started
+        cpu = (_cpu_ticks(proc.pid) - start) / CLK_TCK
+        rss = _status_kib(proc.pid, "VmHWM") * 1024
+    return {"cpu_seconds_per_scrape": cpu / scrapes, "wall_seconds_per_scrape": wall / scrapes, "peak_rss_bytes": rss}
+
+
+def trees() -> Iterator[tuple[str, str, str]]:
+    yield "this machine", "/proc", "/sys"
+    fixtures = REPO.parent / "shared" / "fixtures" / "node_exporter"
+    if fixtures.is_dir():
+        from tests.fakes.trees import materialize
+
+        tmp = Path(tempfile.mkdtemp(prefix="nodeagent-bench-"))
+        try:
+            tree = materialize(fixtures, tmp / "tree")
+            yield "node_exporter fixture tree", str(tree / "proc"), str(tree / "sys")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--agent-worker", nargs=2, metavar=("PROCFS", "SYSFS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.agent_worker:
+        print(json.dumps(agent_worker(*args.agent_worker, args.cycles)))
+        return 0
+    results = []
+    for label, procfs, sysfs in trees():
+        agent = measure_agent(procfs, sysfs, args.cycles)
+        exporter = measure_node_exporter(procfs, sysfs, args.cycles)
+        # Too few scrapes can fall inside one clock tick of node_exporter's CPU time.
+        ne_cpu = exporter["cpu_seconds_per_scrape"]
+        ratio = agent["cpu_seconds_per_cycle"] / ne_cpu if ne_cpu > 0 else float("inf")
+        results.append({"tree": label, "agent": agent, "node_exporter": exporter, "cpu_ratio": ratio})
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"{args.cycles} cycles each; CPU per cycle (agent) vs per scrape (node_exporter {_ne_version()})")
+    print(f"{'tree':<28} {'agent CPU':>10} {'n_e CPU':>10} {'ratio':>6} {'agent RSS':>10} {'n_e RSS':>9}")
+    for r in results:
+        a, n = r["agent"], r["node_exporter"]
+        print(
+            f"{r['tree']:<28} {a['cpu_seconds_per_cycle'] * 1e3:>8.3f}ms {n['cpu_seconds_per_scrape'] * 1e3:>8.3f}ms"
+            f" {r['cpu_ratio']:>6.2f} {a['peak_rss_bytes'] / 1e6:>8.1f}MB {n['peak_rss_bytes'] / 1e6:>7.1f}MB"
+        )
+    worst = max(r["cpu_ratio"] for r in results)
+    rss = max(r["agent"]["peak_rss_bytes"] for r in results) / 1e6
+    print(f"targets: CPU ratio <= 1.0 (worst {worst:.2f}), agent peak RSS <= 45 MB (worst {rss:.1f} MB)")
+    return 0
+
+
+def _ne_version() -> str:
+    binary = shutil.which("prometheus-node-exporter") or "node_exporter"
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    text = (out.stdout or out.stderr).split()
+    return text[2] if len(text) > 2 else "?"
+
+
+@contextlib.contextmanager
+def _process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_http(url: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _scrape(url)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _scrape(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        response.read()
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
