@@ -45,7 +45,8 @@ def test_random_read_iops_match_fio(tmp_path: Path) -> None:
         fio = subprocess.run(
             [
                 "fio", "--name=randread", f"--filename={device}", "--rw=randread", "--bs=4k", "--direct=1",
-                "--ioengine=psync", f"--rate_iops={FIO_RATE_IOPS}", "--time_based", f"--runtime={FIO_SECONDS}", "--output-format=json",
+                "--ioengine=psync", f"--rate_iops={FIO_RATE_IOPS}", "--time_based", f"--runtime={FIO_SECONDS}",
+                "--output-format=json",
             ],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip

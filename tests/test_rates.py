@@ -7,12 +7,13 @@ from pathlib import Path
 from agent.collectors import Roots
 from agent.derive import snapshot
 from agent.rates import MAX_U32, delta, is_saturated, rate
-from tests.fakes.trees import rewrite, write_tree
+from tests.fakes.trees import NET_DEV_HEADER, rewrite, write_tree
 
-NET_DEV = """Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-  eth0: {rx} 100 0 0 0 0 0 0 {tx} 50 0 0 0 0 0 0
+NET_DEV = (
+    NET_DEV_HEADER
+    + """  eth0: {rx} 100 0 0 0 0 0 0 {tx} 50 0 0 0 0 0 0
 """
+)
 DISKSTATS = "   8       0 sda {reads} 0 {sectors} 100 10 0 80 5 0 {ticks} 105\n"
 
 

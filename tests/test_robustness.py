@@ -7,14 +7,15 @@ from pathlib import Path
 from agent.collectors import Roots
 from agent.config import AgentConfig
 from agent.derive import snapshot
-from tests.fakes.trees import write_tree
+from tests.fakes.trees import NET_DEV_HEADER, write_tree
 
-GOOD_NET_DEV = """Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-  eth0: 100 1 0 0 0 0 0 0 200 2 0 0 0 0 0 0
+GOOD_NET_DEV = (
+    NET_DEV_HEADER
+    + """  eth0: 100 1 0 0 0 0 0 0 200 2 0 0 0 0 0 0
   eth1: garbage here
   eth2: 300 3 0 0 0 0 0 0 400 4 0 0 0 0 0 0
 """
+)
 
 
 def test_empty_roots_give_an_empty_report_without_errors(tmp_path: Path, make_sampler) -> None:

@@ -10,6 +10,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 
+NET_DEV_HEADER = (
+    "Inter-|   Receive                                                |  Transmit\n"
+    " face |bytes    packets errs drop fifo frame compressed multicast"
+    "|bytes    packets errs drop fifo colls carrier compressed\n"
+)
+
 
 def materialize(src: Path, dst: Path) -> Path:
     """Copy a reference tree, turning the files that stand for symlinks back into links.
