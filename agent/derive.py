@@ -11,6 +11,7 @@ from typing import Any
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
+from agent.gpu_view import gpu_rows
 from agent.plain import to_plain
 from agent.rates import delta, rate, ratio
 
@@ -57,9 +58,9 @@ def snapshot(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo) 
         "host": _host(prev, cur, info, seconds),
         "events": [to_plain(e) for e in cur.events],
     }
-    gpus = _gpus(prev, cur, info)
-    if gpus is not None:
-        out["gpus"] = gpus
+    if "gpu" in {c.name for c in cur.collectors}:
+        out["gpus"] = gpu_rows(prev, cur, info)
+        out["gpu_unavailable_reason"] = info.gpu.unavailable_reason or None
     return out
 
 
@@ -177,15 +178,6 @@ def _host(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo, sec
         pressure[resource] = entry
     out["pressure"] = pressure
     return out
-
-
-def _gpus(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo) -> list[Snapshot] | None:
-    try:
-        from agent import gpu_view  # type: ignore[attr-defined,unused-ignore]  # noqa: PLC0415
-    except ImportError:
-        return None
-    rows: list[Snapshot] = gpu_view.gpu_rows(prev, cur, info)
-    return rows
 
 
 def _cpu_shares(old: pb.CpuTimes | None, new: pb.CpuTimes) -> dict[str, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent.gpu_view import render_gpu_table
 from agent.units import format_bits
 
 Row = Sequence[str]
@@ -159,15 +160,9 @@ def _host(host: dict[str, Any], rates: bool) -> str:
 
 
 def _gpus(snap: dict[str, Any]) -> str:
-    rows = snap.get("gpus")
-    if rows is None:
+    if "gpus" not in snap:
         return ""
-    try:
-        from agent import gpu_view  # type: ignore[attr-defined,unused-ignore]  # noqa: PLC0415
-    except ImportError:
-        return ""
-    text: str = gpu_view.render_gpu_table(rows, snap.get("gpu_unavailable_reason", ""))
-    return text
+    return render_gpu_table(snap["gpus"], snap.get("gpu_unavailable_reason") or "")
 
 
 def table(header: Row, rows: Sequence[Row]) -> str:

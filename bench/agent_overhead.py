@@ -5,11 +5,16 @@ For each tree (this machine's /proc and /sys, and node_exporter's own fixture tr
 
 - the agent: CPU time per sampling cycle of the host collectors (tick + serialisation of
   the report, as the sender would) and peak RSS, in a fresh child process;
+- the agent again with the GPU collector over 8 GPUs of the fake NVML library the test suite
+  builds (an 8xH100-SXM5 profile with GPM, and 8xA100-SXM4), with the NVML calls per GPU
+  per tick;
 - prometheus-node-exporter (Debian) with only the matching collectors (netdev, netclass,
   diskstats, infiniband, pressure, cpu, meminfo): CPU time per scrape of its process, read
   from /proc/PID/stat, and its peak RSS;
 
-and prints the ratio. Targets: ratio <= 1.0, agent peak RSS <= 45 MB.
+and prints the ratio. Targets: ratio <= 1.0, agent peak RSS <= 45 MB; with GPUs, <= 2 NVML counter calls per GPU
+per tick (one batched field-value call) and the cycle still within the ratio plus what the
+GPU calls cost.
 
     python bench/agent_overhead.py [--cycles N] [--json]
 """
@@ -29,6 +34,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -38,22 +44,35 @@ AGENT_COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pres
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def agent_worker(procfs: str, sysfs: str, cycles: int) -> dict[str, float]:
+def agent_worker(procfs: str, sysfs: str, cycles: int, gpus: bool) -> dict[str, float]:
     """Runs in the child: the agent's sampling cycles, measured from inside."""
+    from agent import nvml
     from agent.collectors import Roots
     from agent.sampler import Sampler
 
-    sampler = Sampler(list(AGENT_COLLECTORS), roots=Roots(procfs, sysfs))
+    sampler = Sampler([*AGENT_COLLECTORS, *(["gpu"] if gpus else [])], roots=Roots(procfs, sysfs))
     for _ in range(5):  # warm-up: discovery, descriptor cache, first allocations
         sampler.tick().SerializeToString()
+    nvml.reset_call_counts()
     start_cpu, start_wall = time.process_time(), time.perf_counter()
     size = 0
+    gpu_count = 0
     for _ in range(cycles):
-        size = len(sampler.tick().SerializeToString())
+        report = sampler.tick()
+        gpu_count = len(report.gpus)
+        size = len(report.SerializeToString())
     cpu = time.process_time() - start_cpu
     wall = time.perf_counter() - start_wall
+    calls = nvml.call_counts()
+    calls.pop("nvmlEventSetWait_v2", None)  # the event thread, not the sampling cycle
     sampler.close()
+    per_gpu_tick = cycles * gpu_count if gpu_count else 0
     return {
+        "gpus": gpu_count,
+        "nvml_calls_per_gpu_per_tick": sum(calls.values()) / per_gpu_tick if per_gpu_tick else 0.0,
+        "nvml_field_value_calls_per_gpu_per_tick": (
+            calls.get("nvmlDeviceGetFieldValues", 0) / per_gpu_tick if per_gpu_tick else 0.0
+        ),
         "cpu_seconds_per_cycle": cpu / cycles,
         "wall_seconds_per_cycle": wall / cycles,
         "peak_rss_bytes": _status_kib(os.getpid(), "VmHWM") * 1024,
@@ -62,11 +81,13 @@ def agent_worker(procfs: str, sysfs: str, cycles: int) -> dict[str, float]:
     }
 
 
-def measure_agent(procfs: str, sysfs: str, cycles: int) -> dict[str, float]:
+def measure_agent(procfs: str, sysfs: str, cycles: int, env: dict[str, str] | None = None) -> dict[str, float]:
+    command = [sys.executable, __file__, "--agent-worker", procfs, sysfs, "--cycles", str(cycles)]
+    if env is not None:
+        command.append("--gpus")
     out = subprocess.run(
-        [sys.executable, __file__, "--agent-worker", procfs, sysfs, "--cycles", str(cycles)],
-        capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
+        command, capture_output=True, text=True, check=True, timeout=600, env={**os.environ, **(env or {})}
+    )
     result: dict[str, float] = json.loads(out.stdout)
     return result
 
@@ -96,6 +117,22 @@ def measure_node_exporter(procfs: str, sysfs: str, scrapes: int) -> dict[str, fl
     return {"cpu_seconds_per_scrape": cpu / scrapes, "wall_seconds_per_scrape": wall / scrapes, "peak_rss_bytes": rss}
 
 
+def fake_gpu_envs(workdir: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """Environments that make the worker's NVML the fake library with 8 GPUs of a profile."""
+    from tests.fakes.nvml.build import FakeNvmlUnavailable, build_fake_nvml
+    from tests.fakes.nvml.state import a100_sxm4, h100_sxm5
+
+    try:
+        lib_dir = build_fake_nvml(workdir / "fake-nvml")
+    except FakeNvmlUnavailable as err:
+        print(f"skipping the GPU runs: {err}", file=sys.stderr)
+        return
+    for label, profile in (("8xH100-SXM5 (GPM)", h100_sxm5()), ("8xA100-SXM4", a100_sxm4())):
+        state = workdir / f"{label[:11]}.state"
+        profile.write(state)
+        yield label, {"LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_STATE": str(state)}
+
+
 def trees() -> Iterator[tuple[str, str, str]]:
     yield "this machine", "/proc", "/sys"
     fixtures = REPO.parent / "shared" / "fixtures" / "node_exporter"
@@ -115,33 +152,51 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--agent-worker", nargs=2, metavar=("PROCFS", "SYSFS"), help=argparse.SUPPRESS)
+    parser.add_argument("--gpus", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.agent_worker:
-        print(json.dumps(agent_worker(*args.agent_worker, args.cycles)))
+        print(json.dumps(agent_worker(*args.agent_worker, args.cycles, args.gpus)))
         return 0
     results = []
     for label, procfs, sysfs in trees():
         agent = measure_agent(procfs, sysfs, args.cycles)
         exporter = measure_node_exporter(procfs, sysfs, args.cycles)
-        # Too few scrapes can fall inside one clock tick of node_exporter's CPU time.
-        ne_cpu = exporter["cpu_seconds_per_scrape"]
-        ratio = agent["cpu_seconds_per_cycle"] / ne_cpu if ne_cpu > 0 else float("inf")
-        results.append({"tree": label, "agent": agent, "node_exporter": exporter, "cpu_ratio": ratio})
+        results.append(_result(label, agent, exporter))
+    # The GPU runs use this machine's host roots, compared with node_exporter on the same roots.
+    host_exporter = results[0]["node_exporter"]
+    with tempfile.TemporaryDirectory(prefix="nodeagent-bench-gpu-") as workdir:
+        for label, env in fake_gpu_envs(Path(workdir)):
+            agent = measure_agent("/proc", "/sys", args.cycles, env)
+            results.append(_result(f"this machine + {label}", agent, host_exporter))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
     print(f"{args.cycles} cycles each; CPU per cycle (agent) vs per scrape (node_exporter {_ne_version()})")
-    print(f"{'tree':<28} {'agent CPU':>10} {'n_e CPU':>10} {'ratio':>6} {'agent RSS':>10} {'n_e RSS':>9}")
+    print(f"{'tree':<40} {'agent CPU':>10} {'n_e CPU':>10} {'ratio':>6} {'agent RSS':>10} {'n_e RSS':>9}")
     for r in results:
         a, n = r["agent"], r["node_exporter"]
         print(
-            f"{r['tree']:<28} {a['cpu_seconds_per_cycle'] * 1e3:>8.3f}ms {n['cpu_seconds_per_scrape'] * 1e3:>8.3f}ms"
+            f"{r['tree']:<40} {a['cpu_seconds_per_cycle'] * 1e3:>8.3f}ms {n['cpu_seconds_per_scrape'] * 1e3:>8.3f}ms"
             f" {r['cpu_ratio']:>6.2f} {a['peak_rss_bytes'] / 1e6:>8.1f}MB {n['peak_rss_bytes'] / 1e6:>7.1f}MB"
         )
+    for r in results:
+        if r["agent"].get("gpus"):
+            a = r["agent"]
+            print(
+                f"{r['tree']}: {a['gpus']} GPUs, NVML calls per GPU per tick {a['nvml_calls_per_gpu_per_tick']:.1f}"
+                f" (field-value calls {a['nvml_field_value_calls_per_gpu_per_tick']:.1f})"
+            )
     worst = max(r["cpu_ratio"] for r in results)
     rss = max(r["agent"]["peak_rss_bytes"] for r in results) / 1e6
     print(f"targets: CPU ratio <= 1.0 (worst {worst:.2f}), agent peak RSS <= 45 MB (worst {rss:.1f} MB)")
     return 0
+
+
+def _result(label: str, agent: dict[str, float], exporter: dict[str, float]) -> dict[str, Any]:
+    # Too few scrapes can fall inside one clock tick of node_exporter's CPU time.
+    ne_cpu = exporter["cpu_seconds_per_scrape"]
+    ratio = agent["cpu_seconds_per_cycle"] / ne_cpu if ne_cpu > 0 else float("inf")
+    return {"tree": label, "agent": agent, "node_exporter": exporter, "cpu_ratio": ratio}
 
 
 def _ne_version() -> str:
