@@ -1,0 +1,137 @@
+"""Real-GPU check: what the agent sees on an NVIDIA GPU in three phases.
+
+Needs a machine with an NVIDIA driver and PyTorch with CUDA. For each phase it runs
+``nodeagent sample --json`` (GPU collector only) alongside the workload and prints, per
+phase and GPU, the mean utilization, SM activity (GPM, Hopper and newer), memory used and
+PCIe receive/transmit:
+
+  idle        nothing running on the GPU
+  matmul      a tight bf16 matmul loop: utilization and SM activity near 100%
+  starved     a training step fed by a DataLoader that is deliberately too slow
+              (each batch sleeps): the GPU waits for data, utilization drops
+
+Finishes in well under 5 minutes (3 phases x PHASE_SECONDS plus start-up).
+
+    python bench/gpu_real.py [--phase-seconds 40] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+METRICS = (
+    ("utilization_gpu_ratio", "util", 100, "%"),
+    ("sm_active_ratio", "SM active", 100, "%"),
+    ("memory_used_bytes", "mem used", 1e-9, " GB"),
+    ("pcie_rx_bytes_per_second", "PCIe rx", 1e-9, " GB/s"),
+    ("pcie_tx_bytes_per_second", "PCIe tx", 1e-9, " GB/s"),
+)
+
+
+def sample_during(seconds: float, workload: Any) -> list[dict[str, Any]]:
+    """Run the agent for ``seconds`` while ``workload(stop_event)`` runs in a thread."""
+    stop = threading.Event()
+    worker = threading.Thread(target=workload, args=(stop,), daemon=True)
+    worker.start()
+    time.sleep(3.0)  # let the workload reach its steady state
+    agent = subprocess.run(
+        [
+            sys.executable, "-m", "agent", "sample", "--json", "--count", str(int(seconds)), "--interval", "1",
+            "--no-collector.netdev", "--no-collector.diskstats", "--no-collector.infiniband",
+            "--no-collector.cpu", "--no-collector.meminfo", "--no-collector.pressure", "--collector.gpu",
+        ],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=seconds + 60,
+    )  # fmt: skip
+    stop.set()
+    worker.join(timeout=30)
+    return [json.loads(line) for line in agent.stdout.splitlines()[1:]]
+
+
+def idle(stop: threading.Event) -> None:
+    stop.wait()
+
+
+def matmul(stop: threading.Event) -> None:
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    while not stop.is_set():
+        for _ in range(20):
+            a = (a @ b).clamp_(-1, 1)
+        torch.cuda.synchronize()
+
+
+def starved(stop: threading.Event) -> None:
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class SlowImages(Dataset[Any]):
+        def __len__(self) -> int:
+            return 1_000_000
+
+        def __getitem__(self, index: int) -> Any:
+            time.sleep(0.004)  # a slow decode / slow remote read per sample
+            return torch.randn(3, 224, 224), index % 1000
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 7, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(64, 1000),
+    ).cuda()  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(SlowImages(), batch_size=64, num_workers=2, pin_memory=True)
+    for images, labels in loader:
+        if stop.is_set():
+            break
+        loss = torch.nn.functional.cross_entropy(model(images.cuda(non_blocking=True)), labels.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def summarise(phase: str, snaps: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    by_gpu: dict[int, list[dict[str, Any]]] = {}
+    for snap in snaps:
+        for row in snap.get("gpus", []):
+            by_gpu.setdefault(row["index"], []).append(row)
+    for index, rows in sorted(by_gpu.items()):
+        cells = [phase, f"GPU {index}", str(len(rows))]
+        for key, _, scale, unit in METRICS:
+            values = [r[key] for r in rows if r.get(key) is not None]
+            cells.append(f"{statistics.fmean(values) * scale:.1f}{unit}" if values else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phase-seconds", type=int, default=40)
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("gpu_real: needs PyTorch with CUDA (pip install torch)") from None
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_real: no CUDA GPU visible to PyTorch")
+    header = "| phase | GPU | samples | " + " | ".join(label for _, label, _, _ in METRICS) + " |"
+    lines = [header, "|" + "---|" * (3 + len(METRICS))]
+    for phase, workload in (("idle", idle), ("matmul", matmul), ("starved loader", starved)):
+        started = time.monotonic()
+        lines += summarise(phase, sample_during(args.phase_seconds, workload))
+        print(f"{phase}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
