@@ -102,8 +102,10 @@ class KernelFiles:
 
 
 def _pread_all(fd: int) -> bytes:
+    """The whole content. A short read is not the end: procfs files such as net/dev,
+    diskstats and mountinfo hand out about one page per read, so read until empty."""
     data = os.pread(fd, _CHUNK, 0)
-    if len(data) < _CHUNK:
+    if not data:
         return data
     parts = [data]
     offset = len(data)
@@ -113,7 +115,7 @@ def _pread_all(fd: int) -> bytes:
             break
         parts.append(more)
         offset += len(more)
-    return b"".join(parts)
+    return b"".join(parts) if len(parts) > 1 else data
 
 
 def list_dir(path: str) -> list[str]:

@@ -144,3 +144,19 @@ def test_kernel_files_reopen_after_enodev(tmp_path: Path, monkeypatch) -> None:
     assert files.read_int(str(path)) is None  # link down: `speed` has no value now
     files.close()
     assert len(files) == 0
+
+
+def test_procfs_files_longer_than_one_read_are_read_whole() -> None:
+    from agent.kernel_files import KernelFiles
+
+    # /proc/self/maps of a Python process spans several pages, and procfs hands out about
+    # one page per read: a reader that stops at the first short read loses the rest.
+    whole = Path("/proc/self/maps").read_bytes()
+    assert len(whole) > 8192, "precondition: maps spans several pages"
+    files = KernelFiles()
+    try:
+        data = files.read_bytes("/proc/self/maps")
+    finally:
+        files.close()
+    assert data is not None
+    assert abs(len(data.splitlines()) - len(whole.splitlines())) <= 3
