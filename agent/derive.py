@@ -108,9 +108,12 @@ def _rdma(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo, sec
         row.update(to_plain(port))
         old = before.get(key)
         saturated = set(port.saturated_counters)
-        for counter, out_key, sources in _RDMA_RATES:
+        for counter, out_key, (legacy, wide) in _RDMA_RATES:
             value = rate(_opt(old, counter), _opt(port, counter), seconds) if old is not None else None
-            row[out_key] = None if saturated.intersection(sources) else value
+            # Only the counter the value came from matters: the 64-bit one where it exists
+            # (the legacy 32-bit one beside it saturates within seconds on a busy link).
+            source = wide if wide in port.counters else legacy
+            row[out_key] = None if source in saturated else value
         link = port.rate_bytes_per_second if port.HasField("rate_bytes_per_second") else None
         row["rx_link_ratio"] = ratio(row["rx_bytes_per_second"], link)
         row["tx_link_ratio"] = ratio(row["tx_bytes_per_second"], link)
@@ -185,8 +188,13 @@ def _cpu_shares(old: pb.CpuTimes | None, new: pb.CpuTimes) -> dict[str, float]:
         return {}
     fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     deltas = {f: getattr(new, f"{f}_seconds_total") - getattr(old, f"{f}_seconds_total") for f in fields}
-    if any(d < 0 for d in deltas.values()):
-        return {}  # counters reset (CPU hot-unplugged and back): no figure for this interval
+    # idle and iowait may go backwards a little (the kernel documents iowait as unreliable,
+    # NO_HZ idle accounting too): that is no reset. Busy time going backwards is one
+    # (a CPU hot-unplugged and back): no figure for this interval.
+    if any(deltas[f] < 0 for f in fields if f not in ("idle", "iowait")):
+        return {}
+    deltas["idle"] = max(0.0, deltas["idle"])
+    deltas["iowait"] = max(0.0, deltas["iowait"])
     total = sum(deltas.values())
     if total <= 0:
         return {}

@@ -95,3 +95,42 @@ def test_saturated_rdma_data_counter_gives_no_rate(tmp_path: Path, make_sampler)
     assert row["rx_bytes_per_second"] is None
     assert row["tx_bytes_per_second"] == 1000  # 250 words x 4 bytes in 1 s
     assert row["tx_link_ratio"] == 1000 / 5e9
+
+
+def test_legacy_counter_saturating_beside_a_64_bit_one_keeps_the_rate(tmp_path: Path, make_sampler) -> None:
+    port = "sys/class/infiniband/mlx5_0/ports/1"
+    root = write_tree(
+        tmp_path,
+        {
+            f"{port}/state": "4: ACTIVE\n",
+            f"{port}/rate": "400 Gb/sec (4X NDR)\n",
+            f"{port}/counters/port_rcv_data": f"{MAX_U32}\n",  # pinned, as on a busy link
+            f"{port}/counters_ext/port_rcv_data_64": "1000000\n",
+        },
+    )
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["infiniband"])
+    first = sampler.tick()
+    rewrite(root / port / "counters_ext/port_rcv_data_64", "1250000\n")
+    second = sampler.tick()
+    row = snapshot(first, second, sampler.info)["rdma_ports"][0]
+    assert "port_rcv_data" in row["saturated_counters"]
+    assert row["rx_bytes_total"] == 1250000 * 4
+    assert row["rx_bytes_per_second"] == 250000 * 4
+    assert row["rx_link_ratio"] == 1e6 / 50e9
+
+
+def test_iowait_going_backwards_is_not_a_reset(tmp_path: Path, make_sampler) -> None:
+    stat = "cpu  {user} 0 100 {idle} {iowait} 0 0 0 0 0\ncpu0 {user} 0 100 {idle} {iowait} 0 0 0 0 0\n"
+    root = write_tree(tmp_path, {"proc/stat": stat.format(user=1000, idle=5000, iowait=500)})
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["cpu"])
+    first = sampler.tick()
+    # iowait dips by a tick (the kernel says it can); user time moves on.
+    rewrite(root / "proc/stat", stat.format(user=1100, idle=5100, iowait=499))
+    second = sampler.tick()
+    host = snapshot(first, second, sampler.info)["host"]
+    assert host["cpu_busy_ratio"] == 0.5
+    assert host["cpu_iowait_ratio"] == 0.0
+    assert host["cpus"][0]["busy_ratio"] == 0.5
+    # Busy time going backwards is a reset: no figure.
+    rewrite(root / "proc/stat", stat.format(user=10, idle=5200, iowait=499))
+    assert snapshot(second, sampler.tick(), sampler.info)["host"]["cpu_busy_ratio"] is None
