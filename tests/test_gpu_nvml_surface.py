@@ -16,6 +16,7 @@ import pytest
 
 from agent import gpu_fields, nvml
 from agent.collectors.gpu import GpuCollector
+from tests.conftest import require
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, exported_symbols, nvml_include_dir
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4, a800_sxm4, h100_sxm5
@@ -122,7 +123,8 @@ def test_field_metric_and_reason_ids_are_nvml_h_ones() -> None:
     try:
         header = (nvml_include_dir() / "nvml.h").read_text()
     except FakeNvmlUnavailable as err:
-        pytest.skip(str(err))
+        require(False, str(err))  # a failure in CI, where nvidia-nvml-dev is installed
+        return
     defines = {m[0]: int(m[1], 0) for m in re.findall(r"#define\s+(\w+)\s+(0x[0-9A-Fa-f]+|\d+)\b", header)}
     enums = {m[0]: int(m[1]) for m in re.findall(r"\b(NVML_GPM_METRIC_\w+)\s*=\s*(\d+)", header)}
     checked = 0
