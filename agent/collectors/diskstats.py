@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-from agent.collectors.base import Collector
+from agent.collectors.base import Collector, SourceContext
 from agent.collectors.registry import register
 from agent.kernel_files import list_dir
 
@@ -92,8 +92,8 @@ class DiskstatsCollector(Collector):
     name = "diskstats"
     help = "Disk I/O counters (diskstats), transport, size and mounts of whole disks"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
         self._disks: set[str] = set()
         self._seen: set[str] = set()
 

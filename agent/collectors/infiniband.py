@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-from agent.collectors.base import Collector
+from agent.collectors.base import Collector, SourceContext
 from agent.collectors.registry import register
 from agent.kernel_files import list_dir
 from agent.rates import is_saturated
@@ -65,8 +65,8 @@ class InfinibandCollector(Collector):
     name = "infiniband"
     help = "RDMA ports: state, rate, data and error counters (class/infiniband)"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
         self._ports: list[_Port] = []
 
     def scan(self, info: pb.NodeInfo) -> None:

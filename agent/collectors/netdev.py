@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-from agent.collectors.base import Collector
+from agent.collectors.base import Collector, SourceContext
 from agent.collectors.registry import register
 from agent.kernel_files import list_dir
 from agent.units import nic_speed_bytes
@@ -75,8 +75,8 @@ class NetDevCollector(Collector):
     name = "netdev"
     help = "NIC counters (net/dev) and link state, speed, MTU (class/net)"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
         self._known: set[str] = set()
         # Interfaces whose sysfs attributes are read every tick: physical NICs, bonds and
         # interfaces with a configured speed. A Kubernetes node can have hundreds of veths.
