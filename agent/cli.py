@@ -6,48 +6,25 @@ Errors are one line on stderr naming the bad value, exit status 2.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
 from agent import __version__
-from agent.collectors import Roots, UnknownCollectorError, available, enabled_names
-from agent.config import AgentConfig, ConfigError, load_config, parse_link_speed_flag
+from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
+from agent.collectors import Roots, available
 from agent.derive import snapshot
 from agent.kernel_files import raise_open_file_limit
 from agent.log import configure_logging
 from agent.plain import to_plain
 from agent.render import render
+from agent.run_command import run as run_command
 from agent.sampler import Sampler
 
 EXIT_USAGE = 2
-
-
-def _collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--collector.NAME / --no-collector.NAME`` for every registered collector."""
-    for name, cls in reversed(list(available().items())):
-        default = "on" if cls.default_enabled else "off"
-        func = click.option(
-            f"--collector.{name}/--no-collector.{name}",
-            f"collector_{name}",
-            default=None,
-            help=f"{cls.help} (default {default})",
-        )(func)
-    return func
-
-
-def _root(option: str) -> Callable[[click.Context, click.Parameter, str], str]:
-    def check(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-        if not os.path.isdir(value) or not os.access(value, os.R_OK | os.X_OK):
-            raise click.BadParameter(f"{value}: not a readable directory", param_hint=option)
-        return value
-
-    return check
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,8 +50,8 @@ def cli(log_level: str) -> None:
     show_default=True,
     help="Seconds between snapshots (fractions allowed).",
 )
-@click.option("--procfs", default="/proc", show_default=True, callback=_root("--procfs"), help="procfs root.")
-@click.option("--sysfs", default="/sys", show_default=True, callback=_root("--sysfs"), help="sysfs root.")
+@click.option("--procfs", default="/proc", show_default=True, callback=root_dir("--procfs"), help="procfs root.")
+@click.option("--sysfs", default="/sys", show_default=True, callback=root_dir("--sysfs"), help="sysfs root.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Agent configuration (TOML).")
 @click.option(
     "--link-speed",
@@ -83,7 +60,7 @@ def cli(log_level: str) -> None:
     help="Link speed of an interface, e.g. eth0=50G (virtual NICs, capped cloud links). Repeatable.",
 )
 @click.option("--all", "show_all", is_flag=True, help="Show virtual interfaces too (table output).")
-@_collector_flags
+@collector_flags
 def sample(
     as_json: bool,
     count: int,
@@ -96,12 +73,8 @@ def sample(
     **collector_flags: bool | None,
 ) -> None:
     """Snapshots of this node: counters and topology first, then rates."""
-    config = _config(config_path, link_speed)
-    overrides = {k.removeprefix("collector_"): v for k, v in collector_flags.items() if v is not None}
-    try:
-        names = enabled_names(overrides)
-    except UnknownCollectorError as err:
-        raise click.UsageError(str(err)) from err
+    config = agent_config(config_path, link_speed)
+    names = enabled_collectors(collector_flags)
     raise_open_file_limit()
     sampler = Sampler(names, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
     previous = None
@@ -125,21 +98,14 @@ def sample(
         sampler.close()
 
 
+cli.add_command(run_command)
+
+
 @cli.command("collectors")
 def list_collectors() -> None:
     """The collectors and whether they run by default."""
     for name, cls in available().items():
         click.echo(f"{name:<12} {'on ' if cls.default_enabled else 'off'}  {cls.help}")
-
-
-def _config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
-    try:
-        config = load_config(path) if path is not None else AgentConfig()
-        speeds = dict(config.link_speeds)
-        speeds.update(parse_link_speed_flag(flag) for flag in link_speed)
-    except ConfigError as err:
-        raise click.UsageError(str(err)) from err
-    return AgentConfig(link_speeds=speeds, rescan_seconds=config.rescan_seconds)
 
 
 def main() -> NoReturn:

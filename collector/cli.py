@@ -1,21 +1,175 @@
-"""``nodeagent-collector``: the collector's command line (ingest and detection land with
-their issues; this entry point exists so packaging and tooling can rely on it)."""
+"""``nodeagent-collector``: the collector's command line.
+
+Errors are one line on stderr naming the bad value, exit status 2.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import click
+import structlog
 
 from agent import __version__
+from agent.channel import parse_target
 from agent.cli import run_cli
+from agent.log import configure_logging
+from collector.client import client_options, query
+from collector.security import SecurityConfigError, ServerSecurity
+from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, ServerConfig
+
+log = structlog.get_logger("nodeagent.collector")
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent-collector")
-def cli() -> None:
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
+def cli(log_level: str) -> None:
     """Fleet collector for nodeagent reports."""
+    configure_logging(log_level)
+
+
+def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        parse_target(value, any_port=True)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+    return value
+
+
+@cli.command()
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, callback=_listen, help="gRPC address (HOST:PORT).")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="SQLite file (default: $STATE_DIRECTORY/collector.db, else ./nodeagent-collector.db).",
+)
+@click.option("--insecure", is_flag=True, help="Allow plaintext on a non-loopback address.")
+@click.option("--tls-cert", type=click.Path(path_type=Path), help="Server certificate (PEM).")
+@click.option("--tls-key", type=click.Path(path_type=Path), help="Server private key (PEM).")
+@click.option("--tls-client-ca", type=click.Path(path_type=Path), help="CA for client certificates: mutual TLS.")
+@click.option("--token-file", type=click.Path(path_type=Path), help="File holding the bearer token agents must send.")
+@click.option(
+    "--max-message-bytes",
+    type=click.IntRange(min=4096, max=64 * 1024 * 1024),
+    default=DEFAULT_MAX_MESSAGE_BYTES,
+    show_default=True,
+)
+@click.option("--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True)
+def serve(
+    listen: str,
+    db_path: Path | None,
+    insecure: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    token_file: Path | None,
+    max_message_bytes: int,
+    flush_seconds: float,
+) -> None:
+    """Receive agent streams, store what they say, answer queries."""
+    security = ServerSecurity(
+        cert_file=tls_cert, key_file=tls_key, client_ca_file=tls_client_ca, token_file=token_file, insecure=insecure
+    )
+    host, _port = parse_target(listen, any_port=True)
+    try:
+        warnings = security.check(host)
+    except (SecurityConfigError, ValueError) as err:
+        raise click.UsageError(str(err)) from err
+    for warning in warnings:
+        log.warning(warning)
+    if db_path is None:
+        state = os.environ.get("STATE_DIRECTORY")
+        db_path = Path(state.split(":")[0]) / "collector.db" if state else Path("nodeagent-collector.db")
+    if db_path.parent and not db_path.parent.is_dir():
+        raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
+    config = ServerConfig(
+        listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
+        flush_seconds=flush_seconds,
+    )  # fmt: skip
+    asyncio.run(_serve(config))
+
+
+async def _serve(config: ServerConfig) -> None:
+    server = CollectorServer(config)
+    try:
+        port = await server.start()
+    except RuntimeError as err:
+        raise click.ClickException(f"cannot listen on {config.listen}: {err}") from err
+    host, _ = parse_target(config.listen, any_port=True)
+    # One plain line on stdout, so scripts and tests learn the port when --listen asked for :0.
+    click.echo(f"listening on {host}:{port}", err=False)
+    sys.stdout.flush()
+    log.info("collector serving", listen=f"{host}:{port}", db=str(config.db_path), tls=config.security.tls)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(server.wait())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    log.info("collector stopping")
+    await server.stop()
+    for task in (waiter, stopper):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@cli.command()
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+def nodes(as_json: bool, **options: object) -> None:
+    """The nodes a running collector knows."""
+    response = query(options, "ListNodes")
+    rows = [
+        {
+            "node_id": n.node_id,
+            "hostname": n.hostname,
+            "agent_version": n.agent_version,
+            "connected": n.connected,
+            "gpu_count": n.gpu_count,
+            "reports_total": n.reports_total,
+            "duplicates_total": n.duplicates_total,
+            "gap_reports_total": n.gap_reports_total,
+            "spool_dropped_reports_total": n.spool_dropped_reports_total,
+            "epoch": n.epoch,
+            "last_seq": n.last_seq,
+            "first_seen": n.first_seen_unix_seconds,
+            "last_seen": n.last_seen_unix_seconds,
+        }
+        for n in response.nodes
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'NODE':<24} {'CONN':<5} {'GPUS':>4} {'REPORTS':>9} {'DUPS':>6} {'GAPS':>6} {'LAST SEEN':>20}")
+    for row in rows:
+        seen = _iso(float(str(row["last_seen"])))
+        click.echo(
+            f"{row['node_id']!s:<24} {'yes' if row['connected'] else 'no':<5} {row['gpu_count']:>4} "
+            f"{row['reports_total']:>9} {row['duplicates_total']:>6} {row['gap_reports_total']:>6} {seen:>20}"
+        )
+
+
+def _iso(seconds: float) -> str:
+    if not seconds:
+        return "-"
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def main() -> NoReturn:

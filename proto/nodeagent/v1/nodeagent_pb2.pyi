@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeReport(_message.Message):
-    __slots__ = ("node_id", "epoch", "seq", "time_unix_seconds", "info", "collectors", "nics", "rdma_ports", "disks", "host", "gpus", "events")
+    __slots__ = ("node_id", "epoch", "seq", "time_unix_seconds", "info", "collectors", "nics", "rdma_ports", "disks", "host", "gpus", "events", "agent")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class NodeReport(_message.Message):
     HOST_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     epoch: int
     seq: int
@@ -32,7 +33,18 @@ class NodeReport(_message.Message):
     host: HostSample
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     events: _containers.RepeatedCompositeFieldContainer[Event]
-    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., seq: _Optional[int] = ..., time_unix_seconds: _Optional[float] = ..., info: _Optional[_Union[NodeInfo, _Mapping]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., nics: _Optional[_Iterable[_Union[NicSample, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortSample, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskSample, _Mapping]]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+    agent: AgentStatus
+    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., seq: _Optional[int] = ..., time_unix_seconds: _Optional[float] = ..., info: _Optional[_Union[NodeInfo, _Mapping]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., nics: _Optional[_Iterable[_Union[NicSample, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortSample, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskSample, _Mapping]]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., agent: _Optional[_Union[AgentStatus, _Mapping]] = ...) -> None: ...
+
+class AgentStatus(_message.Message):
+    __slots__ = ("spool_dropped_reports_total", "spool_reports", "spool_bytes")
+    SPOOL_DROPPED_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    spool_dropped_reports_total: int
+    spool_reports: int
+    spool_bytes: int
+    def __init__(self, spool_dropped_reports_total: _Optional[int] = ..., spool_reports: _Optional[int] = ..., spool_bytes: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("node_id", "hostname", "agent_version", "kernel_release", "cpu_count", "memory_total_bytes", "nics", "rdma_ports", "disks", "gpu")
@@ -513,6 +525,14 @@ class Event(_message.Message):
     attributes: _containers.ScalarMap[str, str]
     def __init__(self, time_unix_seconds: _Optional[float] = ..., kind: _Optional[str] = ..., severity: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class AgentMessage(_message.Message):
+    __slots__ = ("hello", "report")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    hello: NodeInfo
+    report: NodeReport
+    def __init__(self, hello: _Optional[_Union[NodeInfo, _Mapping]] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ...) -> None: ...
+
 class Ack(_message.Message):
     __slots__ = ("node_id", "epoch", "acked_seq")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -522,3 +542,95 @@ class Ack(_message.Message):
     epoch: int
     acked_seq: int
     def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked_seq: _Optional[int] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeSummary(_message.Message):
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_DROPPED_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GAP_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    hostname: str
+    agent_version: str
+    reports_total: int
+    duplicates_total: int
+    first_seen_unix_seconds: float
+    last_seen_unix_seconds: float
+    epoch: int
+    last_seq: int
+    connected: bool
+    gpu_count: int
+    spool_dropped_reports_total: int
+    gap_reports_total: int
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ...) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeSummary]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeSummary, _Mapping]]] = ...) -> None: ...
+
+class ListAlertsRequest(_message.Message):
+    __slots__ = ("include_resolved",)
+    INCLUDE_RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    include_resolved: bool
+    def __init__(self, include_resolved: _Optional[bool] = ...) -> None: ...
+
+class AlertRecord(_message.Message):
+    __slots__ = ("name", "node_id", "key", "severity", "labels", "annotations", "starts_at_unix_seconds", "ends_at_unix_seconds")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    STARTS_AT_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ENDS_AT_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    node_id: str
+    key: str
+    severity: str
+    labels: _containers.ScalarMap[str, str]
+    annotations: _containers.ScalarMap[str, str]
+    starts_at_unix_seconds: float
+    ends_at_unix_seconds: float
+    def __init__(self, name: _Optional[str] = ..., node_id: _Optional[str] = ..., key: _Optional[str] = ..., severity: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., starts_at_unix_seconds: _Optional[float] = ..., ends_at_unix_seconds: _Optional[float] = ...) -> None: ...
+
+class ListAlertsResponse(_message.Message):
+    __slots__ = ("alerts",)
+    ALERTS_FIELD_NUMBER: _ClassVar[int]
+    alerts: _containers.RepeatedCompositeFieldContainer[AlertRecord]
+    def __init__(self, alerts: _Optional[_Iterable[_Union[AlertRecord, _Mapping]]] = ...) -> None: ...
+
+class LatestReportRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...

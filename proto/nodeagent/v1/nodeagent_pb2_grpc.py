@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from nodeagent.v1 import nodeagent_pb2 as nodeagent_dot_v1_dot_nodeagent__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -22,3 +23,242 @@ if _version_not_supported:
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
+
+
+class IngestStub:
+    """Agents stream reports; the collector answers with cumulative acks. A second stream for the
+    same node replaces the first. Bad input closes the stream with INVALID_ARGUMENT.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Stream = channel.stream_stream(
+                '/nodeagent.v1.Ingest/Stream',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.AgentMessage.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.Ack.FromString,
+                _registered_method=True)
+
+
+class IngestServicer:
+    """Agents stream reports; the collector answers with cumulative acks. A second stream for the
+    same node replaces the first. Bad input closes the stream with INVALID_ARGUMENT.
+    """
+
+    def Stream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_IngestServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Stream': grpc.stream_stream_rpc_method_handler(
+                    servicer.Stream,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.AgentMessage.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.Ack.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'nodeagent.v1.Ingest', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('nodeagent.v1.Ingest', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Ingest:
+    """Agents stream reports; the collector answers with cumulative acks. A second stream for the
+    same node replaces the first. Bad input closes the stream with INVALID_ARGUMENT.
+    """
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/nodeagent.v1.Ingest/Stream',
+            nodeagent_dot_v1_dot_nodeagent__pb2.AgentMessage.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class QueryStub:
+    """What a collector knows, for `nodeagent-collector nodes|alerts` and dashboards.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListNodes = channel.unary_unary(
+                '/nodeagent.v1.Query/ListNodes',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.FromString,
+                _registered_method=True)
+        self.ListAlerts = channel.unary_unary(
+                '/nodeagent.v1.Query/ListAlerts',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.FromString,
+                _registered_method=True)
+        self.LatestReport = channel.unary_unary(
+                '/nodeagent.v1.Query/LatestReport',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.FromString,
+                _registered_method=True)
+
+
+class QueryServicer:
+    """What a collector knows, for `nodeagent-collector nodes|alerts` and dashboards.
+    """
+
+    def ListNodes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAlerts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LatestReport(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_QueryServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNodes,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'ListAlerts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAlerts,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.SerializeToString,
+            ),
+            'LatestReport': grpc.unary_unary_rpc_method_handler(
+                    servicer.LatestReport,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'nodeagent.v1.Query', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('nodeagent.v1.Query', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Query:
+    """What a collector knows, for `nodeagent-collector nodes|alerts` and dashboards.
+    """
+
+    @staticmethod
+    def ListNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/ListNodes',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAlerts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/ListAlerts',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LatestReport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/LatestReport',
+            nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,191 @@
+"""``nodeagent run``: the daemon. Sample every interval, spool, and let the sender deliver.
+
+The sampling loop runs on the main thread and never waits on the network: each report goes into
+the spool, and the sender thread drains it to the collector. ``--max-reports`` and
+``--deadline`` make a run finite, for tests and for checks of a delivery path: the agent stops
+sampling after N reports and exits 0 once all are acknowledged, 1 if the deadline passes first.
+"""
+
+from __future__ import annotations
+
+import platform
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+import structlog
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+from agent.channel import ClientSecurity, parse_target
+from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
+from agent.collectors import Roots
+from agent.identity import check_node_id
+from agent.kernel_files import raise_open_file_limit
+from agent.sampler import Sampler
+from agent.sender import Sender
+from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
+
+log = structlog.get_logger("nodeagent.run")
+
+EXIT_UNDELIVERED = 1
+# On a plain stop (SIGTERM, --deadline without --max-reports), how long to wait for last acks;
+# whatever is still unacknowledged stays in the on-disk spool for the next start.
+DRAIN_SECONDS = 2.0
+
+
+def _targets(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    for target in value:
+        try:
+            parse_target(target)
+        except ValueError as err:
+            raise click.BadParameter(str(err)) from err
+    return value
+
+
+def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    try:
+        return check_node_id(value if value is not None else platform.node())
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+
+
+@click.command()
+@click.option(
+    "--collector", "collectors", multiple=True, required=True, callback=_targets, metavar="HOST:PORT",
+    help="Collector to stream to; repeat for failover (picked by rendezvous hashing of the node id).",
+)  # fmt: skip
+@click.option("--node-id", callback=_node_id, help="Node identity (default: the host name).")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds per report.")
+@click.option("--spool-dir", type=click.Path(path_type=Path, file_okay=False), help="Keep unsent reports on disk here.")
+@click.option("--spool-max-bytes", type=click.IntRange(min=64 * 1024), default=DEFAULT_MAX_BYTES, show_default=True)
+@click.option(
+    "--spool-max-age", type=click.FloatRange(min=1.0), default=DEFAULT_MAX_AGE_SECONDS, show_default=True,
+    help="Seconds a report may wait before it is dropped.",
+)  # fmt: skip
+@click.option("--simulate", "scenario", metavar="SCENARIO", help="Simulated node instead of this machine's sources.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
+@click.option("--max-reports", type=click.IntRange(min=1), help="Stop after N reports; exit 0 once all are acked.")
+@click.option(
+    "--deadline", type=click.FloatRange(min=0.1), help="Seconds to run at most (exit 1 if reports are unacked)."
+)
+@click.option("--procfs", default="/proc", show_default=True, callback=root_dir("--procfs"), help="procfs root.")
+@click.option("--sysfs", default="/sys", show_default=True, callback=root_dir("--sysfs"), help="sysfs root.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Agent configuration (TOML).")
+@click.option("--link-speed", multiple=True, metavar="IFACE=RATE", help="Link speed of an interface, e.g. eth0=50G.")
+@click.option("--tls-ca", type=click.Path(path_type=Path), help="CA of the collector's certificate: use TLS.")
+@click.option("--tls-cert", type=click.Path(path_type=Path), help="Client certificate naming this node (mutual TLS).")
+@click.option("--tls-key", type=click.Path(path_type=Path), help="Client private key (mutual TLS).")
+@click.option("--tls-server-name", help="Name to check the collector's certificate against.")
+@click.option("--token-file", type=click.Path(path_type=Path), help="File holding the collector's bearer token.")
+@collector_flags
+def run(
+    collectors: tuple[str, ...],
+    node_id: str,
+    interval: float,
+    spool_dir: Path | None,
+    spool_max_bytes: int,
+    spool_max_age: float,
+    scenario: str | None,
+    seed: int,
+    max_reports: int | None,
+    deadline: float | None,
+    procfs: str,
+    sysfs: str,
+    config_path: Path | None,
+    link_speed: tuple[str, ...],
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_server_name: str | None,
+    token_file: Path | None,
+    **flags: bool | None,
+) -> None:
+    """Sample this node (or a simulated one) and stream reports to a collector."""
+    started = time.monotonic()
+    security = ClientSecurity(
+        ca_file=tls_ca, cert_file=tls_cert, key_file=tls_key, token_file=token_file, server_name=tls_server_name
+    )
+    try:
+        security.check()
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    config = agent_config(config_path, link_speed)
+    names = enabled_collectors(flags)
+    raise_open_file_limit()
+    try:
+        spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
+    except OSError as err:
+        raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
+    if scenario is not None:
+        raise click.BadParameter(f"unknown scenario {scenario!r}", param_hint="--simulate")
+    source = Sampler(names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
+    source.epoch = spool.epoch
+    source.seq = spool.next_seq - 1
+    sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
+    stop = threading.Event()
+    _on_signals(stop)
+    sender.start()
+    log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=list(collectors))
+    end = started + deadline if deadline is not None else None
+    try:
+        produced = _sample_loop(source, spool, interval, stop, max_reports, end)
+        delivered = _finish(sender, max_reports, end, stop)
+    finally:
+        sender.stop()
+        spool.close()
+        source.close()
+    if max_reports is not None and not delivered:
+        stats = spool.stats()
+        click.echo(
+            f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
+        )
+        raise click.exceptions.Exit(EXIT_UNDELIVERED)
+
+
+def _sample_loop(
+    source: Sampler, spool: Spool, interval: float, stop: threading.Event, max_reports: int | None, end: float | None
+) -> int:
+    produced = 0
+    next_tick = time.monotonic()
+    while not stop.is_set():
+        if end is not None and time.monotonic() >= end:
+            break
+        report = source.tick()
+        stats = spool.stats()
+        report.agent.spool_dropped_reports_total = stats.dropped_total
+        report.agent.spool_reports = stats.reports
+        report.agent.spool_bytes = stats.bytes
+        spool.append(report.seq, report.SerializeToString(), report.time_unix_seconds)
+        produced += 1
+        if max_reports is not None and produced >= max_reports:
+            break
+        next_tick += interval
+        now = time.monotonic()
+        if next_tick < now - interval:  # fell behind (a slow source): skip, do not burst
+            next_tick = now
+        stop.wait(max(0.0, next_tick - now))
+    return produced
+
+
+def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: threading.Event) -> bool:
+    if max_reports is not None and not stop.is_set():
+        return sender.wait_all_acked(end if end is not None else float("inf"), stop)
+    return sender.wait_all_acked(time.monotonic() + DRAIN_SECONDS)
+
+
+def _hello(source: Sampler, node_id: str) -> pb.NodeInfo:
+    hello = pb.NodeInfo()
+    hello.CopyFrom(source.info)
+    hello.node_id = node_id
+    return hello
+
+
+def _on_signals(stop: threading.Event) -> None:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

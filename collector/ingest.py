@@ -1,0 +1,189 @@
+"""The per-report path: validate, deduplicate, update the node, and acknowledge once durable.
+
+Every node's state lives in memory. A report is new when its seq is above the node's watermark
+for its epoch (reports arrive in order on a stream, so one number per epoch is the whole dedup
+state); anything at or below it is a duplicate, counted and acknowledged again, never stored
+twice. The flusher writes the changed nodes in one SQLite transaction every ``flush_seconds``;
+after the commit it tells each stream how far its node is durable, and only then do acks go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+from collector.store import NodeRow, StoreWriter
+
+log = structlog.get_logger("nodeagent.collector")
+
+# The latest report of each node is rewritten at most this often (it serves queries after a
+# restart); counters and watermarks go out with every flush.
+LATEST_EVERY_SECONDS = 10.0
+
+
+class StreamHandle:
+    """One agent stream, as the flusher sees it: where to send acks and how far they went."""
+
+    __slots__ = ("ack_wanted", "acked_sent", "epoch", "node_id", "peer", "replaced", "task", "wake")
+
+    def __init__(self, node_id: str, peer: str) -> None:
+        self.node_id = node_id
+        self.peer = peer
+        self.epoch = 0
+        self.acked_sent = 0
+        self.ack_wanted = 0
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[object] | None = None
+        self.replaced = False
+
+
+@dataclass(slots=True)
+class NodeState:
+    row: NodeRow
+    # epoch -> highest stored seq (in memory) and highest durable seq (committed).
+    seen: dict[int, int] = field(default_factory=dict)
+    durable: dict[int, int] = field(default_factory=dict)
+    stream: StreamHandle | None = None
+    latest_written_at: float = 0.0
+    latest: bytes | None = None
+    dirty_epochs: set[int] = field(default_factory=set)
+
+
+class Ingest:
+    def __init__(self, writer: StoreWriter, *, flush_seconds: float = 0.05, clock: Callable[[], float] = time.time):
+        self.writer = writer
+        self.flush_seconds = flush_seconds
+        self.clock = clock
+        self.nodes: dict[str, NodeState] = {}
+        self._dirty: set[str] = set()
+        self._touched: set[StreamHandle] = set()
+        self._flushed = asyncio.Event()
+        self.reports_total = 0
+        self.duplicates_total = 0
+        for row in writer.call_sync(writer.store.load):
+            marks = dict(row.watermarks)
+            row.watermarks = {}
+            self.nodes[row.node_id] = NodeState(row=row, seen=dict(marks), durable=marks, latest=row.latest)
+
+    # ---- streams ----
+
+    def attach(self, stream: StreamHandle, hello: pb.NodeInfo) -> StreamHandle | None:
+        """Make ``stream`` the node's stream; returns the stream it replaces, if any."""
+        node = self._node(stream.node_id)
+        previous = node.stream
+        node.stream = stream
+        if hello.hostname:
+            node.row.hostname = hello.hostname
+            node.row.agent_version = hello.agent_version
+        if hello.gpu.gpus:
+            node.row.gpu_count = len(hello.gpu.gpus)
+        return previous
+
+    def detach(self, stream: StreamHandle) -> None:
+        node = self.nodes.get(stream.node_id)
+        if node is not None and node.stream is stream:
+            node.stream = None
+        self._touched.discard(stream)
+
+    def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:
+        """Take one validated report; False when it was a duplicate."""
+        node = self.nodes[stream.node_id]
+        epoch, seq = report.epoch, report.seq
+        stream.epoch = epoch
+        stream.ack_wanted = max(stream.ack_wanted, seq)
+        self._touched.add(stream)
+        mark = node.seen.get(epoch, 0)
+        row = node.row
+        if seq <= mark:
+            row.duplicates_total += 1
+            self.duplicates_total += 1
+            self._dirty.add(row.node_id)
+            return False
+        if mark and seq > mark + 1:
+            row.gap_reports_total += seq - mark - 1
+        node.seen[epoch] = seq
+        node.dirty_epochs.add(epoch)
+        now = self.clock()
+        if not row.first_seen:
+            row.first_seen = now
+        row.last_seen = now
+        row.reports_total += 1
+        row.epoch, row.last_seq = epoch, seq
+        row.spool_dropped_total = report.agent.spool_dropped_reports_total
+        if report.HasField("info"):
+            row.info = report.info.SerializeToString()
+            row.hostname = report.info.hostname or row.hostname
+            row.agent_version = report.info.agent_version or row.agent_version
+            row.gpu_count = len(report.info.gpu.gpus)
+        node.latest = raw
+        self.reports_total += 1
+        self._dirty.add(row.node_id)
+        return True
+
+    # ---- flushing ----
+
+    async def run_flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_seconds)
+            await self.flush()
+
+    async def flush(self) -> None:
+        batch, marks = self._take_batch()
+        if batch:
+            await self.writer.call(self.writer.store.write, batch)
+            for node_id, epoch, seq in marks:
+                durable = self.nodes[node_id].durable
+                durable[epoch] = max(durable.get(epoch, 0), seq)
+        self._send_acks()
+
+    def _take_batch(self) -> tuple[list[NodeRow], list[tuple[str, int, int]]]:
+        now = self.clock()
+        batch: list[NodeRow] = []
+        marks: list[tuple[str, int, int]] = []
+        for node_id in self._dirty:
+            node = self.nodes[node_id]
+            row = node.row
+            snapshot = dataclasses.replace(row, watermarks={})
+            row.info = None  # written once; the table keeps it
+            if node.latest is not None and now - node.latest_written_at >= LATEST_EVERY_SECONDS:
+                snapshot.latest = node.latest
+                node.latest_written_at = now
+            else:
+                snapshot.latest = None
+            for epoch in node.dirty_epochs:
+                snapshot.watermarks[epoch] = node.seen[epoch]
+                marks.append((node_id, epoch, node.seen[epoch]))
+            node.dirty_epochs.clear()
+            batch.append(snapshot)
+        self._dirty.clear()
+        return batch, marks
+
+    def _send_acks(self) -> None:
+        still_waiting: set[StreamHandle] = set()
+        for stream in self._touched:
+            node = self.nodes.get(stream.node_id)
+            if node is None or node.stream is not stream:
+                continue
+            durable = node.durable.get(stream.epoch, 0)
+            if durable > stream.acked_sent:
+                stream.wake.set()
+            if durable < stream.ack_wanted:
+                still_waiting.add(stream)
+        self._touched = still_waiting
+
+    def durable_seq(self, stream: StreamHandle) -> int:
+        node = self.nodes.get(stream.node_id)
+        return node.durable.get(stream.epoch, 0) if node is not None else 0
+
+    def _node(self, node_id: str) -> NodeState:
+        node = self.nodes.get(node_id)
+        if node is None:
+            node = NodeState(row=NodeRow(node_id=node_id))
+            self.nodes[node_id] = node
+        return node

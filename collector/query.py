@@ -1,0 +1,59 @@
+"""``nodeagent.v1.Query``: what the collector knows, served from memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+
+from collector.ingest import Ingest
+from collector.security import token_ok
+
+
+class QueryService(pb_grpc.QueryServicer):
+    def __init__(self, ingest: Ingest, token: str | None) -> None:
+        self.ingest = ingest
+        self.token = token
+
+    async def ListNodes(
+        self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
+    ) -> pb.ListNodesResponse:
+        await self._authorize(context)
+        response = pb.ListNodesResponse()
+        for node_id in sorted(self.ingest.nodes):
+            node = self.ingest.nodes[node_id]
+            row = node.row
+            response.nodes.add(
+                node_id=row.node_id, hostname=row.hostname, agent_version=row.agent_version,
+                reports_total=row.reports_total, duplicates_total=row.duplicates_total,
+                first_seen_unix_seconds=row.first_seen, last_seen_unix_seconds=row.last_seen,
+                epoch=row.epoch, last_seq=row.last_seq, connected=node.stream is not None,
+                gpu_count=row.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
+                gap_reports_total=row.gap_reports_total,
+            )  # fmt: skip
+        return response
+
+    async def ListAlerts(
+        self,
+        request: pb.ListAlertsRequest,
+        context: grpc.aio.ServicerContext[pb.ListAlertsRequest, pb.ListAlertsResponse],
+    ) -> pb.ListAlertsResponse:
+        await self._authorize(context)
+        return pb.ListAlertsResponse()
+
+    async def LatestReport(
+        self, request: pb.LatestReportRequest, context: grpc.aio.ServicerContext[pb.LatestReportRequest, pb.NodeReport]
+    ) -> pb.NodeReport:
+        await self._authorize(context)
+        node = self.ingest.nodes.get(request.node_id)
+        if node is None or node.latest is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no report from node {request.node_id[:64]!r}")
+        assert node is not None
+        assert node.latest is not None
+        return pb.NodeReport.FromString(node.latest)
+
+    async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not token_ok(self.token, context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")

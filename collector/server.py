@@ -1,0 +1,200 @@
+"""The collector's gRPC server: ingest streams, the query service, health and reflection.
+
+Each agent stream is handled by one task. Its messages arrive as raw bytes and are parsed here,
+so a message that is not a valid ``AgentMessage`` is refused with ``INVALID_ARGUMENT`` like any
+other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal closes only that
+stream; every other stream and the flusher go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+
+from agent.channel import KEEPALIVE_OPTIONS
+from collector.ingest import Ingest, StreamHandle
+from collector.query import QueryService
+from collector.security import ServerSecurity, certificate_names, token_ok
+from collector.store import StoreWriter
+from collector.validate import InvalidMessageError, check_hello, check_report
+
+log = structlog.get_logger("nodeagent.collector")
+
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+INGEST_SERVICE = "nodeagent.v1.Ingest"
+QUERY_SERVICE = "nodeagent.v1.Query"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    listen: str = "127.0.0.1:50051"
+    db_path: Path = Path("nodeagent-collector.db")
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    flush_seconds: float = 0.05
+
+
+class CollectorServer:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.writer = StoreWriter(config.db_path)
+        self.ingest = Ingest(self.writer, flush_seconds=config.flush_seconds)
+        self.rejected: dict[str, int] = {}
+        self._token = config.security.token()
+        self._server: grpc.aio.Server | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", self.config.max_message_bytes),
+            ("grpc.max_send_message_length", self.config.max_message_bytes),
+            # Agents ping every 10 s to notice dead links; allow it, and ping them back.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.max_ping_strikes", 0),
+            *KEEPALIVE_OPTIONS,
+        ]
+        server = grpc.aio.server(options=options)
+        server.add_generic_rpc_handlers([self._ingest_handler()])
+        pb_grpc.add_QueryServicer_to_server(QueryService(self.ingest, self._token), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        for name in ("", INGEST_SERVICE, QUERY_SERVICE):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        reflection.enable_server_reflection(
+            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        security = self.config.security
+        if security.tls:
+            self.port = server.add_secure_port(self.config.listen, security.credentials())
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
+        await server.start()
+        self._server = server
+        self._flusher = asyncio.create_task(self.ingest.run_flusher())
+        return self.port
+
+    async def wait(self) -> None:
+        assert self._server is not None
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace: float = 2.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self.ingest.flush()
+        self.writer.close()
+
+    # ---- ingest ----
+
+    def _ingest_handler(self) -> grpc.GenericRpcHandler:
+        handler: grpc.RpcMethodHandler[bytes, pb.Ack] = grpc.stream_stream_rpc_method_handler(
+            self._stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
+        )
+        return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
+
+    async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        if not token_ok(self._token, context.invocation_metadata()):
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        first = await context.read()
+        if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
+            return
+        hello = self._parse(first)
+        if hello is None or hello.WhichOneof("body") != "hello":
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "the first message must be hello")
+            return
+        node_id = hello.hello.node_id
+        try:
+            check_hello(hello.hello)
+        except InvalidMessageError as err:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if self.config.security.mutual:
+            names = certificate_names(context.auth_context())
+            if node_id not in names:
+                await self._refuse(
+                    context, grpc.StatusCode.PERMISSION_DENIED,
+                    f"client certificate names {sorted(names)}, not node {node_id!r}",
+                )  # fmt: skip
+        stream = StreamHandle(node_id, context.peer())
+        stream.task = asyncio.current_task()
+        previous = self.ingest.attach(stream, hello.hello)
+        if previous is not None and previous.task is not None:
+            previous.replaced = True
+            previous.task.cancel()
+            log.info("stream replaced by a newer one", node=node_id, old=previous.peer, new=stream.peer)
+        acks = asyncio.create_task(self._write_acks(stream, context))
+        try:
+            await self._read_reports(stream, context)
+        finally:
+            acks.cancel()
+            self.ingest.detach(stream)
+
+    async def _read_reports(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        last: dict[int, int] = {}
+        while True:
+            raw = await context.read()
+            if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
+                return
+            message = self._parse(raw)
+            if message is None or message.WhichOneof("body") != "report":
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "expected a report")
+                return
+            report = message.report
+            try:
+                check_report(report, stream.node_id)
+            except InvalidMessageError as err:
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"seq {report.seq}: {err}")
+            if report.seq <= last.get(report.epoch, 0):
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT,
+                    f"seq {report.seq} after {last[report.epoch]} in epoch {report.epoch}: sequence went backwards",
+                )  # fmt: skip
+            last[report.epoch] = report.seq
+            self.ingest.accept(stream, report, _payload(raw) or report.SerializeToString())
+
+    async def _write_acks(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        while True:
+            await stream.wake.wait()
+            stream.wake.clear()
+            seq = self.ingest.durable_seq(stream)
+            if seq > stream.acked_sent:
+                await context.write(pb.Ack(node_id=stream.node_id, epoch=stream.epoch, acked_seq=seq))
+                stream.acked_sent = seq
+
+    def _parse(self, raw: bytes) -> pb.AgentMessage | None:
+        try:
+            return pb.AgentMessage.FromString(raw)
+        except DecodeError:
+            return None
+
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, detail: str
+    ) -> None:
+        self.rejected[code.name] = self.rejected.get(code.name, 0) + 1
+        log.warning("stream refused", peer=context.peer(), code=code.name, detail=detail)
+        await context.abort(code, detail[:512])
+
+
+def _payload(raw: bytes) -> bytes | None:
+    """The serialized NodeReport inside ``AgentMessage(report=...)``, when it is all the message is."""
+    length, shift, index = 0, 0, 1
+    while index < len(raw) and index < 11:
+        byte = raw[index]
+        length |= (byte & 0x7F) << shift
+        index += 1
+        if not byte & 0x80:
+            return raw[index:] if raw[0] == 0x12 and index + length == len(raw) else None
+        shift += 7
+    return None
