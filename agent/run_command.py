@@ -8,6 +8,7 @@ sampling after N reports and exits 0 once all are acknowledged, 1 if the deadlin
 
 from __future__ import annotations
 
+import json
 import platform
 import signal
 import threading
@@ -31,6 +32,8 @@ from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 log = structlog.get_logger("nodeagent.run")
 
 EXIT_UNDELIVERED = 1
+# Upper bound of what the AgentStatus section adds to a report (three varints and tags).
+_AGENT_STATUS_BYTES = 40
 # On a plain stop (SIGTERM, --deadline without --max-reports), how long to wait for last acks;
 # whatever is still unacknowledged stays in the on-disk spool for the next start.
 DRAIN_SECONDS = 2.0
@@ -137,8 +140,15 @@ def run(
         sender.stop()
         spool.close()
         source.close()
+    stats = spool.stats()
+    if max_reports is not None or deadline is not None:
+        # A finite run ends with one JSON line saying what became of every report.
+        summary = {
+            "node_id": node_id, "epoch": spool.epoch, "produced": produced, "last_seq": stats.last_seq,
+            "acked_seq": stats.acked_seq, "unacked": stats.reports, "dropped_total": stats.dropped_total,
+        }  # fmt: skip
+        click.echo(json.dumps(summary))
     if max_reports is not None and not delivered:
-        stats = spool.stats()
         click.echo(
             f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
         )
@@ -154,6 +164,7 @@ def _sample_loop(
         if end is not None and time.monotonic() >= end:
             break
         report = source.tick()
+        spool.make_room(report.ByteSize() + _AGENT_STATUS_BYTES, report.time_unix_seconds)
         stats = spool.stats()
         report.agent.spool_dropped_reports_total = stats.dropped_total
         report.agent.spool_reports = stats.reports

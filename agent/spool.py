@@ -81,6 +81,17 @@ class Spool:
         with self._lock:
             return self._last_seq + 1
 
+    def make_room(self, size: int, now: float | None = None) -> None:
+        """Drop the oldest reports (and expired ones) until ``size`` more bytes fit.
+
+        The sampler calls this before it fills in the spool figures of a report, so the drop
+        count a report carries includes the drops its own arrival causes."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            self._expire_locked(now)
+            while self._live_count() and self._bytes + size > self.max_bytes:
+                self._drop_oldest_locked()
+
     def append(self, seq: int, data: bytes, produced_at: float | None = None) -> None:
         """Spool one serialized report; the oldest go when it does not fit."""
         produced_at = self._clock() if produced_at is None else produced_at

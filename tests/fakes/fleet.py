@@ -1,0 +1,130 @@
+"""Real collector and agent processes for delivery tests, on loopback or inside namespaces.
+
+Every process a test starts here is killed when the test ends, pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.trees import REPO
+
+_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Collector:
+    db: Path
+    port: int
+    host: str = "127.0.0.1"
+    args: Sequence[str] = ()
+    prefix: Sequence[str] = ()
+    proc: subprocess.Popen[str] | None = None
+    log: Path | None = None
+    starts: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> Collector:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.log = self.db.with_suffix(f".log{self.starts}")
+        self.starts += 1
+        command = [*self.prefix, sys.executable, "-m", "collector", "--log-level", "info", "serve",
+                   "--listen", self.address, "--db", str(self.db), *self.args]  # fmt: skip
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(command, cwd=REPO, env=_ENV, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # "listening on HOST:PORT" once serving
+        assert line.startswith("listening on"), f"collector did not start: {line!r} {self.log.read_text()[-2000:]}"
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def nodes(self, *extra: str) -> list[dict[str, Any]]:
+        out = cli("collector", "nodes", "--json", "--collector", self.address, *extra, prefix=self.prefix)
+        return list(json.loads(out))
+
+    def node(self, node_id: str) -> dict[str, Any]:
+        return next(n for n in self.nodes() if n["node_id"] == node_id)
+
+
+@dataclass
+class Agent:
+    args: list[str]
+    prefix: Sequence[str] = ()
+    proc: subprocess.Popen[str] | None = None
+    log: Path | None = None
+    out: list[str] = field(default_factory=list)
+
+    def start(self, log: Path) -> Agent:
+        self.log = log
+        command = [*self.prefix, sys.executable, "-m", "agent", "--log-level", "info", "run", *self.args]
+        with log.open("w") as handle:
+            self.proc = subprocess.Popen(command, cwd=REPO, env=_ENV, stdout=subprocess.PIPE, stderr=handle, text=True)
+        return self
+
+    def wait(self, timeout: float) -> tuple[int, dict[str, Any]]:
+        """Exit status and the run's summary line."""
+        assert self.proc is not None
+        stdout, _ = self.proc.communicate(timeout=timeout)
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        return self.proc.returncode, (json.loads(lines[-1]) if lines else {})
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log is not None else ""
+
+
+def cli(program: str, *args: str, prefix: Sequence[str] = (), timeout: float = 30) -> str:
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", program, *args], cwd=REPO, env=_ENV, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{program} {' '.join(args)}: {done.returncode} {done.stderr[-2000:]}"
+    return done.stdout
+
+
+@contextmanager
+def processes() -> Iterator[list[Collector | Agent]]:
+    """Collect started processes; all are killed on exit."""
+    started: list[Collector | Agent] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
