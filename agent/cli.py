@@ -115,7 +115,8 @@ def main() -> NoReturn:
 def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
     """Run a click group with one-line errors: ``prog: error: ...`` and status 2."""
     try:
-        group.main(args=args, prog_name=prog, standalone_mode=False)
+        # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
+        status = group.main(args=args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.exceptions.Abort:
@@ -128,4 +129,4 @@ def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int
         return 0
     except KeyboardInterrupt:
         return 130
-    return 0
+    return status if isinstance(status, int) else 0

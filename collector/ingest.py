@@ -30,15 +30,17 @@ LATEST_EVERY_SECONDS = 10.0
 class StreamHandle:
     """One agent stream, as the flusher sees it: where to send acks and how far they went."""
 
-    __slots__ = ("ack_wanted", "acked_sent", "epoch", "node_id", "peer", "replaced", "task", "wake")
+    __slots__ = ("ack_wanted", "acked_sent", "context", "epoch", "node_id", "peer", "replaced", "task", "wake")
 
-    def __init__(self, node_id: str, peer: str) -> None:
+    def __init__(self, node_id: str, peer: str, context: object = None) -> None:
         self.node_id = node_id
         self.peer = peer
         self.epoch = 0
         self.acked_sent = 0
         self.ack_wanted = 0
         self.wake = asyncio.Event()
+        # The stream's grpc context, so a newer stream of the same node can end this one.
+        self.context = context
         self.task: asyncio.Task[object] | None = None
         self.replaced = False
 

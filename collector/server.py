@@ -9,6 +9,7 @@ stream; every other stream and the flusher go on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,13 +128,11 @@ class CollectorServer:
                     context, grpc.StatusCode.PERMISSION_DENIED,
                     f"client certificate names {sorted(names)}, not node {node_id!r}",
                 )  # fmt: skip
-        stream = StreamHandle(node_id, context.peer())
+        stream = StreamHandle(node_id, context.peer(), context)
         stream.task = asyncio.current_task()
         previous = self.ingest.attach(stream, hello.hello)
-        if previous is not None and previous.task is not None:
-            previous.replaced = True
-            previous.task.cancel()
-            log.info("stream replaced by a newer one", node=node_id, old=previous.peer, new=stream.peer)
+        if previous is not None:
+            await self._end_replaced(previous, stream)
         acks = asyncio.create_task(self._write_acks(stream, context))
         try:
             await self._read_reports(stream, context)
@@ -172,6 +171,19 @@ class CollectorServer:
             if seq > stream.acked_sent:
                 await context.write(pb.Ack(node_id=stream.node_id, epoch=stream.epoch, acked_seq=seq))
                 stream.acked_sent = seq
+
+    async def _end_replaced(self, previous: StreamHandle, stream: StreamHandle) -> None:
+        # A node has one stream: the newer wins (the old one is usually a half-dead connection
+        # the agent already gave up on). Ending it from here finishes that RPC with ABORTED.
+        previous.replaced = True
+        log.info("stream replaced by a newer one", node=stream.node_id, old=previous.peer, new=stream.peer)
+        context: Any = previous.context
+        # abort() raises AbortError in its caller (this stream's task), not in the stream it ends.
+        with contextlib.suppress(grpc.aio.AbortError, grpc.aio.UsageError):
+            await context.abort(grpc.StatusCode.ABORTED, "replaced by a newer stream of the same node")
+        # The old handler is parked in read(); cancelling it lets the RPC finish with that status.
+        if previous.task is not None:
+            previous.task.cancel()
 
     def _parse(self, raw: bytes) -> pb.AgentMessage | None:
         try:
