@@ -146,7 +146,10 @@ class Transition:
 
 class AlertBook:
     """Alert state of the collector. Not thread-safe: one thread (the ingest store's) calls
-    everything except ``acknowledge``, which sinks may call from theirs."""
+    everything except ``acknowledge``, which sinks may call from theirs.
+
+    Make it before the store opens its first batch: its tables are created then, outside any
+    transaction (SQLite applies DDL at once there), so no rollback can take them away."""
 
     def __init__(
         self,
@@ -168,7 +171,10 @@ class AlertBook:
         self._outstanding: dict[str, int] = {}
         self._deferred = sum(1 for sink in self._sinks if isinstance(sink, DeferredSink))
         self._next_prune = 0.0
-        conn.executescript(_SCHEMA)
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                # One by one: executescript would commit the store's open transaction first.
+                conn.execute(statement)
         for sink in self._sinks:
             if isinstance(sink, DeferredSink):
                 sink.add_done_listener(self.acknowledge)

@@ -222,3 +222,17 @@ def test_resolved_alerts_are_pruned_after_retention(db: Path, conns: list[sqlite
     book.observe([AlertSignal("NodeDown", "node-b", "", True, "critical")], T0 + 20)
     book.observe([], T0 + 86400 + 3600 * 2)
     assert [a.name for a in book.recent(10)] == ["NodeDown"], "firing alerts are never pruned"
+
+
+def test_the_book_never_commits_the_stores_transaction(db: Path, conns: list[sqlite3.Connection]) -> None:
+    conn = sqlite3.connect(db)
+    conns.append(conn)
+    conn.execute("CREATE TABLE reports (seq INTEGER)")
+    conn.commit()
+    conn.execute("INSERT INTO reports VALUES (1)")  # the store's batch, open
+    book = AlertBook(conn)
+    book.observe([starved()], T0)
+    book.record_deliveries()
+    conn.rollback()
+    assert conn.execute("SELECT COUNT(*) FROM reports").fetchone() == (0,)
+    assert AlertBook(conn).active() == []
