@@ -169,6 +169,8 @@ class AlertBook:
         self._acked: deque[str] = deque()
         # Transition id -> deferred sinks still to report it done.
         self._outstanding: dict[str, int] = {}
+        # Deliveries recorded in the open transaction: recorded again if it is rolled back.
+        self._recorded: list[str] = []
         self._deferred = sum(1 for sink in self._sinks if isinstance(sink, DeferredSink))
         self._next_prune = 0.0
         for statement in _SCHEMA.split(";"):
@@ -220,6 +222,7 @@ class AlertBook:
 
     def committed(self) -> None:
         """The store committed: hand the transitions of that transaction to the sinks."""
+        self._recorded = []
         batch, self._pending = self._pending, []
         if not batch:
             return
@@ -237,6 +240,8 @@ class AlertBook:
     def rolled_back(self) -> None:
         """The store rolled back: forget the transitions of that transaction and reload the state."""
         self._pending = []
+        self._acked.extend(self._recorded)
+        self._recorded = []
         self._firing.clear()
         self._load()
 
@@ -258,6 +263,7 @@ class AlertBook:
             done.append((transition_id,))
         if done:
             self._conn.executemany("DELETE FROM alert_outbox WHERE id = ?", done)
+            self._recorded.extend(transition_id for (transition_id,) in done)
 
     # -- queries --
 

@@ -174,12 +174,18 @@ def test_rollback_forgets_the_transaction(db: Path, conns: list[sqlite3.Connecti
     book = open_book(db, conns, sink)
     book.observe([starved()], T0)
     commit(book, conns[0])
+    # This batch also records the delivery above; the rollback takes that away too.
     book.observe([starved(firing=False), AlertSignal("NodeDown", "node-b", "", True, "critical")], T0 + 1)
     conns[0].rollback()
     book.rolled_back()
     book.committed()
     assert sink.kinds == [(FIRING, "GPUDataStarved", "")]
     assert [a.name for a in book.active()] == ["GPUDataStarved"]
+    outbox = "SELECT COUNT(*) FROM alert_outbox"
+    assert conns[0].execute(outbox).fetchone() == (1,)
+    book.observe([], T0 + 2)
+    conns[0].commit()
+    assert conns[0].execute(outbox).fetchone() == (0,), "the delivery is recorded again in the next batch"
 
 
 def test_a_failing_sink_does_not_break_ingest(db: Path, conns: list[sqlite3.Connection]) -> None:
