@@ -20,6 +20,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 from collector.alert_config import AlertConfig
 from collector.alert_types import AlertSignal
+from collector.rule_state import NOT_FIRING, Burst, Counter, Instance, Sustained
 
 GPU_LOST = "GPULost"
 NVLINK_DOWN = "NVLinkDown"
@@ -82,7 +83,7 @@ class NodeRules:
                 state = self._gpus[index] = _GpuState(index, now)
             state.seen_at = now
             events = xids.get(index) if xids else None
-            if events or state.xid.sent is not _NOT_FIRING:
+            if events or state.xid.sent is not NOT_FIRING:
                 self._xid(index, state, events, now)  # a lost GPU's last Xid (79: off the bus) counts too
             if gpu.lost:
                 self._lost(gpu, state)
@@ -129,12 +130,12 @@ class NodeRules:
 
     def _gpu(self, gpu: pb.GpuSample, state: _GpuState, now: float, dbe: int) -> None:
         config = self.config
-        if state.lost.sent is not _NOT_FIRING and state.lost.changed(False):
+        if state.lost.sent is not NOT_FIRING and state.lost.changed(False):
             self._emit(state.lost, False)
 
         ecc = gpu.ecc_uncorrected_volatile_total if gpu.HasField("ecc_uncorrected_volatile_total") else None
         grew = state.ecc_counter.increase(ecc) + dbe
-        if grew or state.ecc.sent is not _NOT_FIRING:
+        if grew or state.ecc.sent is not NOT_FIRING:
             state.ecc_burst.add(grew, now, config.ecc_quiet_seconds)
             verdict = state.ecc_burst.verdict(now, 1, config.ecc_quiet_seconds)
             if state.ecc.changed(verdict):
@@ -144,8 +145,10 @@ class NodeRules:
 
         if gpu.HasField("clock_event_reasons"):
             throttled = bool(gpu.clock_event_reasons & self._thermal_mask)
-            if throttled or state.thermal.sent is not _NOT_FIRING:
-                verdict = state.heat.verdict(throttled, now, config)
+            if throttled or state.thermal.sent is not NOT_FIRING:
+                verdict = state.heat.verdict(
+                    throttled, now, config.thermal_sustain_seconds, config.thermal_clear_seconds
+                )
                 if state.thermal.changed(verdict):
                     self._emit(state.thermal, verdict is True, WARNING, _thermal_notes(gpu))
 
@@ -161,7 +164,7 @@ class NodeRules:
             if link.HasField("active"):
                 if link.active:
                     ls.expected = True
-                    if ls.down.sent is not _NOT_FIRING and ls.down.changed(False):
+                    if ls.down.sent is not NOT_FIRING and ls.down.changed(False):
                         self._emit(ls.down, False)
                 elif (ls.expected or number < expected_by_config) and ls.down.changed(True):
                     self._emit(
@@ -170,7 +173,7 @@ class NodeRules:
             errors = link.replay_errors_total + link.crc_flit_errors_total + link.crc_data_errors_total
             grew = ls.error_counter.increase(errors)
             regrew = ls.recovery_counter.increase(link.recovery_errors_total)
-            if grew or regrew or ls.errors.sent is not _NOT_FIRING:
+            if grew or regrew or ls.errors.sent is not NOT_FIRING:
                 self._link_errors(ls, grew, regrew, now)
 
     def _link_errors(self, ls: _LinkState, grew: int, regrew: int, now: float) -> None:
@@ -207,13 +210,13 @@ class NodeRules:
             state = self._nics[name] = _NicState(name, now)
         up = nic.operstate == "up" and (not nic.HasField("carrier") or nic.carrier)
         speed = nic.speed_bytes_per_second if nic.HasField("speed_bytes_per_second") else None
-        if not (up and speed == state.last_speed and state.speed.sent is _NOT_FIRING):
+        if not (up and speed == state.last_speed and state.speed.sent is NOT_FIRING):
             state.last_speed = speed if up else None
             self._nic_speed(state, name, up, speed)
         if nic.HasField("carrier_changes_total"):
             quiet = config.nic_flap_quiet_seconds
             grew = state.carrier_counter.increase(nic.carrier_changes_total)
-            if grew or state.flaps.sent is not _NOT_FIRING:
+            if grew or state.flaps.sent is not NOT_FIRING:
                 state.flap_burst.add(grew, now, quiet)
                 verdict = state.flap_burst.verdict(now, config.nic_carrier_changes_min, quiet)
                 if state.flaps.changed(verdict):
@@ -242,7 +245,7 @@ class NodeRules:
             self._emit(state.speed, verdict is True, WARNING, notes)
 
     def _emit(
-        self, alert: _Instance, firing: bool, severity: str = WARNING, annotations: Mapping[str, str] | None = None
+        self, alert: Instance, firing: bool, severity: str = WARNING, annotations: Mapping[str, str] | None = None
     ) -> None:
         if not firing:  # a resolve carries only the identity
             self._out.append(AlertSignal(alert.name, self.node_id, alert.key, False))
@@ -279,86 +282,6 @@ class NodeDownWatch:
 
 # -- per-instance state --
 
-_NOT_FIRING = (False, "")
-
-
-class _Instance:
-    """One alert instance of a node and what was last sent for it: (firing, variant), where the
-    variant (severity, reason) of a firing alert is sent again when it changes."""
-
-    __slots__ = ("key", "labels", "name", "sent")
-
-    def __init__(self, name: str, key: str, labels: Mapping[str, str]) -> None:
-        self.name, self.key, self.labels = name, key, labels
-        self.sent: tuple[bool, str] | None = None
-
-    def changed(self, firing: bool | None, variant: str = "") -> bool:
-        """Whether to send: the verdict is known and differs from the last one sent. Records it."""
-        if firing is None:
-            return False
-        sent = (firing, variant) if firing else _NOT_FIRING
-        if self.sent == sent:
-            return False
-        self.sent = sent
-        return True
-
-
-class _Counter:
-    """Increase of a cumulative counter between reports; a counter going down is a reset: no increase."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last: int | None = None
-
-    def increase(self, value: int | None) -> int:
-        if value is None:
-            return 0
-        last, self.last = self.last, value
-        return value - last if last is not None and value > last else 0
-
-
-class _Burst:
-    """Growth without a quiet gap: fires once it reaches a minimum, resolves after a quiet period.
-    Until one quiet period has passed since first sight, "not firing" is unknown."""
-
-    __slots__ = ("accumulated", "last_increase_at")
-
-    def __init__(self, now: float) -> None:
-        self.accumulated = 0
-        self.last_increase_at = now
-
-    def add(self, increase: int, now: float, quiet_seconds: float) -> None:
-        if increase <= 0:
-            return
-        if now - self.last_increase_at >= quiet_seconds:
-            self.accumulated = 0  # a new burst
-        self.accumulated += increase
-        self.last_increase_at = now
-
-    def verdict(self, now: float, minimum: int, quiet_seconds: float) -> bool | None:
-        if now - self.last_increase_at >= quiet_seconds:
-            return False
-        return True if self.accumulated >= minimum else None
-
-
-class _Sustained:
-    """A condition that must hold for a while to fire and stay clear for a while to resolve."""
-
-    __slots__ = ("condition", "since")
-
-    def __init__(self) -> None:
-        self.condition = False
-        self.since: float | None = None
-
-    def verdict(self, condition: bool, now: float, config: AlertConfig) -> bool | None:
-        if self.since is None or condition != self.condition or now < self.since:
-            self.condition, self.since = condition, now
-        held = now - self.since
-        if condition:
-            return True if held >= config.thermal_sustain_seconds else None
-        return False if held >= config.thermal_clear_seconds else None
-
 
 class _GpuState:
     __slots__ = (
@@ -369,16 +292,16 @@ class _GpuState:
     def __init__(self, index: int, now: float) -> None:
         key, labels = f"gpu:{index}", {"gpu": str(index)}
         self.seen_at = now
-        self.lost = _Instance(GPU_LOST, key, labels)
-        self.xid = _Instance(XID_ERROR, key, labels)
-        self.xid_burst = _Burst(now)
+        self.lost = Instance(GPU_LOST, key, labels)
+        self.xid = Instance(XID_ERROR, key, labels)
+        self.xid_burst = Burst(now)
         self.xid_codes: list[str] = []
         self.xid_critical = False
-        self.ecc = _Instance(ECC_UNCORRECTABLE, key, labels)
-        self.ecc_burst = _Burst(now)
-        self.ecc_counter = _Counter()
-        self.thermal = _Instance(THERMAL_THROTTLING, key, labels)
-        self.heat = _Sustained()
+        self.ecc = Instance(ECC_UNCORRECTABLE, key, labels)
+        self.ecc_burst = Burst(now)
+        self.ecc_counter = Counter()
+        self.thermal = Instance(THERMAL_THROTTLING, key, labels)
+        self.heat = Sustained()
         self.links: dict[int, _LinkState] = {}
 
 
@@ -392,25 +315,25 @@ class _LinkState:
         self.labels = {"gpu": str(gpu), "link": str(link)}
         # Seen active once: from then on it must stay active.
         self.expected = False
-        self.down = _Instance(NVLINK_DOWN, key, self.labels)
-        self.errors = _Instance(NVLINK_ERRORS, key, self.labels)
-        self.error_counter = _Counter()
-        self.recovery_counter = _Counter()
-        self.error_burst = _Burst(now)
-        self.recovery_burst = _Burst(now)
+        self.down = Instance(NVLINK_DOWN, key, self.labels)
+        self.errors = Instance(NVLINK_ERRORS, key, self.labels)
+        self.error_counter = Counter()
+        self.recovery_counter = Counter()
+        self.error_burst = Burst(now)
+        self.recovery_burst = Burst(now)
 
 
 class _NicState:
     __slots__ = ("carrier_counter", "flap_burst", "flaps", "last_speed", "reference", "speed")
 
     def __init__(self, name: str, now: float) -> None:
-        self.speed = _Instance(NIC_DEGRADED, f"nic:{name}:speed", {"nic": name, "reason": "speed"})
-        self.flaps = _Instance(NIC_DEGRADED, f"nic:{name}:carrier", {"nic": name, "reason": "flapping"})
+        self.speed = Instance(NIC_DEGRADED, f"nic:{name}:speed", {"nic": name, "reason": "speed"})
+        self.flaps = Instance(NIC_DEGRADED, f"nic:{name}:carrier", {"nic": name, "reason": "flapping"})
         # The fastest speed seen while up: what the node was rented with, unless configured.
         self.reference: float | None = None
         self.last_speed: float | None = None
-        self.carrier_counter = _Counter()
-        self.flap_burst = _Burst(now)
+        self.carrier_counter = Counter()
+        self.flap_burst = Burst(now)
 
 
 def _gpu_events(events: Sequence[pb.Event]) -> tuple[dict[int, list[pb.Event]] | None, dict[int, int] | None]:
