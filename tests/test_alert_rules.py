@@ -316,3 +316,49 @@ def test_rules_benchmark_runs() -> None:
     result = json.loads(out.stdout)
     assert result["observe_steady_seconds"] > 0
     assert result["parse_seconds"] > 0
+
+
+def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_collector: Any) -> None:
+    """The fields and events as the agent fills them (through the fake NVML), not as this file
+    crafts them: each hardware fault of an 8xA100 node raises its alert."""
+    import time as wall
+
+    from agent.collectors.gpu import GpuCollector
+    from tests.fakes.nvml.state import a100_sxm4
+
+    state = fake_nvml.load(a100_sxm4())
+    collector: GpuCollector = make_gpu_collector()
+    collector.scan(pb.NodeInfo())
+    config = AlertConfig(check_seconds=1, nvlink_check_seconds=1, thermal_sustain_seconds=1)
+    rules = NodeRules("node-a", config)
+    t = 0.0
+
+    def tick() -> list[AlertSignal]:
+        nonlocal t
+        t += 1
+        r = pb.NodeReport(node_id="node-a", time_unix_seconds=T0 + t)
+        collector.collect(r)
+        return rules.observe(r)
+
+    assert firing(tick()) == []
+    state.gpus[2].links[5].state = 0
+    state.gpus[0].links[1].replay += 50
+    state.gpus[6].clock_reasons = HW_THERMAL
+    state.inject_xid(4, 79)
+    state.inject_double_bit_ecc(1)
+    fake_nvml.write()
+    raised: set[tuple[str, str, bool, str]] = set()
+    deadline = wall.monotonic() + 5
+    while len(raised) < 5 and wall.monotonic() < deadline:  # events come from NVML's event thread
+        wall.sleep(0.05)
+        raised.update(firing(tick()))
+    assert raised == {
+        ("NVLinkDown", "nvlink:gpu2:link5", True, "critical"),
+        ("NVLinkErrors", "nvlink:gpu0:link1", True, "warning"),
+        ("ThermalThrottling", "gpu:6", True, "warning"),
+        ("XIDError", "gpu:4", True, "critical"),
+        ("ECCUncorrectable", "gpu:1", True, "critical"),
+    }
+    state.gpus[3].lost = 1
+    fake_nvml.write()
+    assert firing(tick()) == [("GPULost", "gpu:3", True, "critical")]
