@@ -23,6 +23,7 @@ from agent.channel import parse_target
 from agent.cli import run_cli
 from agent.log import configure_logging
 from collector.client import client_options, query
+from collector.config import CollectorConfigError, load_collector_config
 from collector.security import SecurityConfigError, ServerSecurity
 from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, ServerConfig
 
@@ -70,6 +71,9 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     show_default=True,
 )
 @click.option("--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
+@click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
+@click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
 def serve(
     listen: str,
     db_path: Path | None,
@@ -80,6 +84,9 @@ def serve(
     token_file: Path | None,
     max_message_bytes: int,
     flush_seconds: float,
+    config_path: Path | None,
+    alertmanager_url: str | None,
+    webhook_url: str | None,
 ) -> None:
     """Receive agent streams, store what they say, answer queries."""
     security = ServerSecurity(
@@ -90,6 +97,11 @@ def serve(
         warnings = security.check(host)
     except (SecurityConfigError, ValueError) as err:
         raise click.UsageError(str(err)) from err
+    overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}
+    try:
+        settings = load_collector_config(config_path, sink_overrides=overrides)
+    except CollectorConfigError as err:
+        raise click.UsageError(str(err)) from err
     for warning in warnings:
         log.warning(warning)
     if db_path is None:
@@ -99,7 +111,7 @@ def serve(
         raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
     config = ServerConfig(
         listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
-        flush_seconds=flush_seconds,
+        flush_seconds=flush_seconds, settings=settings,
     )  # fmt: skip
     asyncio.run(_serve(config))
 
@@ -163,6 +175,39 @@ def nodes(as_json: bool, **options: object) -> None:
         click.echo(
             f"{row['node_id']!s:<24} {'yes' if row['connected'] else 'no':<5} {row['gpu_count']:>4} "
             f"{row['reports_total']:>9} {row['duplicates_total']:>6} {row['gap_reports_total']:>6} {seen:>20}"
+        )
+
+
+@cli.command()
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option("--all", "include_resolved", is_flag=True, help="Recently resolved alerts too.")
+def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
+    """The alerts of a running collector: firing ones (and, with --all, recently resolved)."""
+    response = query(options, "ListAlerts", include_resolved=include_resolved)
+    rows = [
+        {
+            "name": a.name, "node_id": a.node_id, "key": a.key, "severity": a.severity,
+            "state": "resolved" if a.HasField("ends_at_unix_seconds") else "firing",
+            "labels": dict(a.labels), "annotations": dict(a.annotations),
+            "starts_at": a.starts_at_unix_seconds,
+            "ends_at": a.ends_at_unix_seconds if a.HasField("ends_at_unix_seconds") else None,
+        }
+        for a in response.alerts
+    ]  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no alerts" if include_resolved else "no firing alerts")
+        return
+    click.echo(f"{'ALERT':<20} {'NODE':<20} {'SEVERITY':<9} {'STATE':<9} {'SINCE':<20} SUMMARY")
+    for row in rows:
+        annotations: dict[str, str] = row["annotations"]
+        summary = annotations.get("summary", "")
+        click.echo(
+            f"{row['name']!s:<20} {row['node_id']!s:<20} {row['severity']!s:<9} {row['state']!s:<9} "
+            f"{_iso(float(str(row['starts_at']))):<20} {summary}"
         )
 
 

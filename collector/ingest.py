@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import structlog
 from nodeagent.v1 import nodeagent_pb2 as pb
 
+from collector.alert_types import AlertSignal
+from collector.alerting import Alerting
 from collector.store import NodeRow, StoreWriter
 
 log = structlog.get_logger("nodeagent.collector")
@@ -58,8 +60,17 @@ class NodeState:
 
 
 class Ingest:
-    def __init__(self, writer: StoreWriter, *, flush_seconds: float = 0.05, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        writer: StoreWriter,
+        alerting: Alerting,
+        *,
+        flush_seconds: float = 0.05,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.writer = writer
+        self.alerting = alerting
+        writer.call_sync(alerting.open, writer.store.conn)
         self.flush_seconds = flush_seconds
         self.clock = clock
         self.nodes: dict[str, NodeState] = {}
@@ -85,6 +96,7 @@ class Ingest:
             node.row.agent_version = hello.agent_version
         if hello.gpu.gpus:
             node.row.gpu_count = len(hello.gpu.gpus)
+        self.alerting.observe_info(stream.node_id, hello)
         return previous
 
     def detach(self, stream: StreamHandle) -> None:
@@ -123,6 +135,8 @@ class Ingest:
             row.hostname = report.info.hostname or row.hostname
             row.agent_version = report.info.agent_version or row.agent_version
             row.gpu_count = len(report.info.gpu.gpus)
+            self.alerting.observe_info(row.node_id, report.info)
+        self.alerting.observe(row.node_id, report)
         node.latest = raw
         self.reports_total += 1
         self._dirty.add(row.node_id)
@@ -136,13 +150,28 @@ class Ingest:
             await self.flush()
 
     async def flush(self) -> None:
+        now = self.clock()
         batch, marks = self._take_batch()
+        signals = self.alerting.take(now, self._last_seen)
+        await self.writer.call(self._write, batch, signals, now)
         if batch:
-            await self.writer.call(self.writer.store.write, batch)
             for node_id, epoch, seq in marks:
                 durable = self.nodes[node_id].durable
                 durable[epoch] = max(durable.get(epoch, 0), seq)
         self._send_acks()
+
+    def _write(self, batch: list[NodeRow], signals: list[AlertSignal], now: float) -> None:
+        """On the store's thread: one transaction for reports and alerts, then the sinks."""
+        if batch or signals:
+            try:
+                self.writer.store.write(batch, lambda: self.alerting.write(signals, now))
+            except BaseException:
+                self.alerting.rolled_back()
+                raise
+        self.alerting.committed(now)
+
+    def _last_seen(self) -> dict[str, float]:
+        return {node_id: node.row.last_seen for node_id, node in self.nodes.items() if node.row.last_seen}
 
     def _take_batch(self) -> tuple[list[NodeRow], list[tuple[str, int, int]]]:
         now = self.clock()

@@ -41,7 +41,19 @@ class QueryService(pb_grpc.QueryServicer):
         context: grpc.aio.ServicerContext[pb.ListAlertsRequest, pb.ListAlertsResponse],
     ) -> pb.ListAlertsResponse:
         await self._authorize(context)
-        return pb.ListAlertsResponse()
+        writer = self.ingest.writer
+        alerts = await writer.call(self.ingest.alerting.recent, request.include_resolved)
+        response = pb.ListAlertsResponse()
+        for alert in alerts:
+            record = response.alerts.add(
+                name=alert.name, node_id=alert.node_id, key=alert.key, severity=alert.severity,
+                starts_at_unix_seconds=alert.starts_at,
+            )  # fmt: skip
+            record.labels.update(alert.labels)
+            record.annotations.update(alert.annotations)
+            if alert.ends_at is not None:
+                record.ends_at_unix_seconds = alert.ends_at
+        return response
 
     async def LatestReport(
         self, request: pb.LatestReportRequest, context: grpc.aio.ServicerContext[pb.LatestReportRequest, pb.NodeReport]

@@ -23,6 +23,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.channel import KEEPALIVE_OPTIONS
+from collector.alerting import Alerting
+from collector.config import CollectorConfig
 from collector.ingest import Ingest, StreamHandle
 from collector.query import QueryService
 from collector.security import ServerSecurity, certificate_names, token_ok
@@ -43,13 +45,15 @@ class ServerConfig:
     security: ServerSecurity = field(default_factory=ServerSecurity)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     flush_seconds: float = 0.05
+    settings: CollectorConfig = field(default_factory=CollectorConfig)
 
 
 class CollectorServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.writer = StoreWriter(config.db_path)
-        self.ingest = Ingest(self.writer, flush_seconds=config.flush_seconds)
+        self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
+        self.ingest = Ingest(self.writer, self.alerting, flush_seconds=config.flush_seconds)
         self.rejected: dict[str, int] = {}
         self._token = config.security.token()
         self._server: grpc.aio.Server | None = None
@@ -96,6 +100,7 @@ class CollectorServer:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.ingest.flush()
+        self.writer.call_sync(self.alerting.close)
         self.writer.close()
 
     # ---- ingest ----

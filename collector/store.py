@@ -95,7 +95,6 @@ class Store:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(SCHEMA)
-        self.extra_writers: list[Callable[[sqlite3.Connection], None]] = []
 
     def load(self) -> list[NodeRow]:
         rows: dict[str, NodeRow] = {}
@@ -107,8 +106,8 @@ class Store:
                 rows[node_id].watermarks[epoch] = seq
         return list(rows.values())
 
-    def write(self, batch: Sequence[NodeRow]) -> None:
-        """One transaction: the rows, their watermarks, and whatever else registered to write."""
+    def write(self, batch: Sequence[NodeRow], before_commit: Callable[[], None] | None = None) -> None:
+        """One transaction: the rows, their watermarks, and what ``before_commit`` writes (alerts)."""
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -117,8 +116,8 @@ class Store:
                 _UPSERT_MARK,
                 [(row.node_id, epoch, seq) for row in batch for epoch, seq in row.watermarks.items()],
             )
-            for writer in self.extra_writers:
-                writer(conn)
+            if before_commit is not None:
+                before_commit()
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
