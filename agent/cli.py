@@ -22,6 +22,7 @@ from agent.derive import snapshot
 from agent.kernel_files import raise_open_file_limit
 from agent.log import configure_logging
 from agent.plain import to_plain
+from agent.record_cli import record
 from agent.render import render
 from agent.sampler import Sampler
 
@@ -61,6 +62,9 @@ def _root(option: str) -> Callable[[click.Context, click.Parameter, str], str]:
 def cli(log_level: str) -> None:
     """Node health and telemetry for GPU servers."""
     configure_logging(log_level)
+
+
+cli.add_command(record)
 
 
 @cli.command()

@@ -10,12 +10,16 @@ import click
 
 from agent import __version__
 from agent.cli import run_cli
+from collector.replay_cli import replay
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent-collector")
 def cli() -> None:
     """Fleet collector for nodeagent reports."""
+
+
+cli.add_command(replay)
 
 
 def main() -> NoReturn:
