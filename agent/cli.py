@@ -20,6 +20,7 @@ from agent.derive import snapshot
 from agent.kernel_files import raise_open_file_limit
 from agent.log import configure_logging
 from agent.plain import to_plain
+from agent.record_cli import record
 from agent.render import render
 from agent.run_command import run as run_command
 from agent.sampler import Sampler
@@ -38,6 +39,9 @@ EXIT_USAGE = 2
 def cli(log_level: str) -> None:
     """Node health and telemetry for GPU servers."""
     configure_logging(log_level)
+
+
+cli.add_command(record)
 
 
 @cli.command()

@@ -58,3 +58,16 @@ def format_bits(bytes_per_second: float | None) -> str:
         if bits >= scale:
             return f"{bits / scale:.2f} {unit}"
     return f"{bits:.0f} b/s"
+
+
+# PCIe bandwidth per lane and direction after line encoding (8b/10b for gen 1-2, 128b/130b from
+# gen 3, gen 6 counted as gen 5 doubled), in bytes per second.
+PCIE_LANE_BYTES_PER_SECOND = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.877e9}
+
+
+def pcie_bytes_per_second(generation: int, width: int) -> float | None:
+    """One direction of a PCIe link; None for a generation or width nobody makes."""
+    lane = PCIE_LANE_BYTES_PER_SECOND.get(generation)
+    if lane is None or width <= 0:
+        return None
+    return lane * width

@@ -24,6 +24,7 @@ from agent.cli import run_cli
 from agent.log import configure_logging
 from collector.client import client_options, query
 from collector.config import CollectorConfigError, load_collector_config
+from collector.replay_cli import replay
 from collector.security import SecurityConfigError, ServerSecurity
 from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, ServerConfig
 
@@ -215,6 +216,9 @@ def _iso(seconds: float) -> str:
     if not seconds:
         return "-"
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+cli.add_command(replay)
 
 
 def main() -> NoReturn:

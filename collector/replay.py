@@ -1,0 +1,182 @@
+"""The detector over a recorded trace, offline: verdict timeline, alerts, time shares.
+
+Deterministic: the output depends only on the reports and the configuration (trace time, never
+the wall clock). One detector per node in the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+from collector.alert_types import AlertSignal
+from collector.detector import NodeDetector
+from collector.detector_config import DetectorConfig
+from collector.verdict import CAUSES, STATES, NodeVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    time_unix_seconds: float
+    gpu: int
+    state: str
+    cause: str | None
+    tier: str | None
+    starvation_ratio: float | None
+    interconnect_ratio: float | None
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "time_unix_seconds": self.time_unix_seconds, "gpu": self.gpu, "state": self.state, "cause": self.cause,
+            "tier": self.tier, "starvation_ratio": self.starvation_ratio, "interconnect_ratio": self.interconnect_ratio,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AlertTransition:
+    time_unix_seconds: float
+    # "firing", "resolved", or "changed" (still firing with other labels or severity).
+    status: str
+    name: str
+    node_id: str
+    key: str
+    severity: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "time_unix_seconds": self.time_unix_seconds, "status": self.status, "name": self.name,
+            "node_id": self.node_id, "key": self.key, "severity": self.severity, "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+        }  # fmt: skip
+
+
+def replay_alerts(evaluations: Iterable[tuple[float, Sequence[AlertSignal]]]) -> list[AlertTransition]:
+    """Alert lifecycles from the signals of successive evaluations: firing when an instance starts
+    firing, resolved when it stops, changed when its labels or severity change while firing.
+
+    A stand-in for the collector's alert book (which also persists and sends), so that replay
+    shows alerts without one; it keys instances the same way, by (name, node, key)."""
+    firing: dict[tuple[str, str, str], AlertSignal] = {}
+    out: list[AlertTransition] = []
+    for time, signals in evaluations:
+        for signal in signals:
+            ident = (signal.name, signal.node_id, signal.key)
+            before = firing.get(ident)
+            if signal.firing:
+                if before is None:
+                    out.append(_transition(time, "firing", signal))
+                elif (before.severity, dict(before.labels)) != (signal.severity, dict(signal.labels)):
+                    out.append(_transition(time, "changed", signal))
+                firing[ident] = signal
+            elif before is not None:
+                out.append(_transition(time, "resolved", before))
+                del firing[ident]
+    return out
+
+
+def _transition(time: float, status: str, s: AlertSignal) -> AlertTransition:
+    return AlertTransition(time, status, s.name, s.node_id, s.key, s.severity, s.labels, s.annotations)
+
+
+@dataclass(slots=True)
+class Shares:
+    """Seconds per state and, while starved, per cause; as ratios of the time covered."""
+
+    states: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STATES, 0.0))
+    causes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
+
+    def add(self, state: str, cause: str | None, seconds: float) -> None:
+        self.states[state] = self.states.get(state, 0.0) + seconds
+        if state == "starved" and cause is not None:
+            self.causes[cause] = self.causes.get(cause, 0.0) + seconds
+
+    def to_plain(self) -> dict[str, Any]:
+        total = sum(self.states.values())
+        return {
+            "seconds": total,
+            "state_ratios": {k: (v / total if total else 0.0) for k, v in self.states.items()},
+            "cause_ratios": {k: (v / total if total else 0.0) for k, v in self.causes.items()},
+        }
+
+
+@dataclass(slots=True)
+class NodeReplay:
+    node_id: str
+    detector: NodeDetector
+    first_time: float
+    last_time: float
+    reports: int = 0
+    timeline: list[StateChange] = field(default_factory=list)
+    evaluations: list[tuple[float, list[AlertSignal]]] = field(default_factory=list)
+    node_shares: Shares = field(default_factory=Shares)
+    gpu_shares: dict[int, Shares] = field(default_factory=dict)
+    _shown: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
+
+    def observe(self, report: pb.NodeReport) -> None:
+        before = self.detector.verdict
+        verdict = self.detector.observe(report)
+        t = report.time_unix_seconds
+        if self.reports:
+            seconds = min(t - self.last_time, self.detector.config.max_interval_seconds)
+            self.node_shares.add(verdict.state, verdict.cause, seconds)
+            for g in verdict.gpus:
+                self.gpu_shares.setdefault(g.index, Shares()).add(g.state, g.cause, seconds)
+        self.reports += 1
+        self.last_time = t
+        if verdict is not before:
+            self._changes(verdict)
+            self.evaluations.append((verdict.time_unix_seconds, self.detector.signals()))
+
+    def _changes(self, verdict: NodeVerdict) -> None:
+        for g in verdict.gpus:
+            shown = (g.state, g.cause, g.tier)
+            if self._shown.get(g.index) != shown:
+                self._shown[g.index] = shown
+                self.timeline.append(
+                    StateChange(verdict.time_unix_seconds, g.index, g.state, g.cause, g.tier,
+                                g.starvation_ratio, g.interconnect_ratio)
+                )  # fmt: skip
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "first_time_unix_seconds": self.first_time,
+            "last_time_unix_seconds": self.last_time,
+            "reports": self.reports,
+            "timeline": [c.to_plain() for c in self.timeline],
+            "alerts": [a.to_plain() for a in replay_alerts(self.evaluations)],
+            "shares": {
+                "node": self.node_shares.to_plain(),
+                "gpus": [{"index": i, **self.gpu_shares[i].to_plain()} for i in sorted(self.gpu_shares)],
+            },
+            "final_verdict": self.detector.verdict.to_plain(),
+        }
+
+
+class Replay:
+    def __init__(self, config: DetectorConfig) -> None:
+        self.config = config
+        self.nodes: dict[str, NodeReplay] = {}
+
+    def observe(self, report: pb.NodeReport) -> None:
+        node = self.nodes.get(report.node_id)
+        if node is None:
+            detector = NodeDetector(report.node_id, self.config)
+            t = report.time_unix_seconds
+            node = self.nodes[report.node_id] = NodeReplay(report.node_id, detector, t, t)
+        node.observe(report)
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"nodes": [self.nodes[n].to_plain() for n in sorted(self.nodes)]}
+
+
+def replay(reports: Iterable[pb.NodeReport], config: DetectorConfig) -> Replay:
+    result = Replay(config)
+    for report in reports:
+        result.observe(report)
+    return result
