@@ -190,6 +190,57 @@ def test_packaged_files_run_at_their_installed_path(extracted: Path) -> None:
     assert [line for line in done.stderr.splitlines() if ".service" in line] == []
 
 
+@pytest.mark.root
+def test_dpkg_installs_upgrades_and_purges_it(deb: Path, tmp_path: Path) -> None:
+    """The maintainer scripts for real: dpkg -i, a reinstall (the upgrade path), remove and
+    purge, in a chroot whose root is an overlay of this machine's (a private mount namespace,
+    changes on a tmpfs): nothing of it reaches the host."""
+    require_root_tools("unshare", "mount", "chroot", "dpkg")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    inside = tmp_path / "inside.sh"
+    inside.write_text("""
+        set -e
+        dpkg -i /tmp/nodeagent.deb >/dev/null
+        echo "user=$(getent passwd nodeagent | cut -d: -f6,7)"
+        echo "version=$(nodeagent --version)"
+        echo "bytecode=$(find /opt/nodeagent -name '*.pyc' | wc -l)"
+        echo "enabled=$(ls /etc/systemd/system/multi-user.target.wants 2>/dev/null | grep -c nodeagent || true)"
+        dpkg -i /tmp/nodeagent.deb >/dev/null
+        echo "reinstalled=$(nodeagent-collector --version)"
+        dpkg --remove nodeagent >/dev/null
+        echo "after-remove=$(ls -d /opt/nodeagent /etc/nodeagent/agent.toml 2>/dev/null | tr '\n' ' ')"
+        mkdir -p /var/lib/nodeagent/spool
+        dpkg --purge nodeagent >/dev/null
+        echo "after-purge=$(ls -d /etc/nodeagent /var/lib/nodeagent 2>/dev/null | tr '\n' ' ')"
+    """)
+    script = f"""
+        set -e
+        mount -t tmpfs tmpfs {overlay}
+        mkdir {overlay}/upper {overlay}/work {overlay}/root
+        mount -t overlay overlay -o lowerdir=/,upperdir={overlay}/upper,workdir={overlay}/work {overlay}/root
+        for fs in proc sys dev; do mount --rbind /$fs {overlay}/root/$fs; done
+        mount -t tmpfs tmpfs {overlay}/root/run
+        cp {deb} {overlay}/root/tmp/nodeagent.deb
+        cp {inside} {overlay}/root/tmp/inside.sh
+        chroot {overlay}/root sh /tmp/inside.sh
+    """
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        cwd="/", capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    facts = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert facts["user"] == "/var/lib/nodeagent:/usr/sbin/nologin"  # a system user, no login
+    assert facts["version"] == f"nodeagent, version {VERSION}"
+    assert int(facts["bytecode"]) > 100  # postinst compiled the environment
+    assert facts["enabled"] == "0"  # not enabled before it is configured
+    assert facts["reinstalled"] == f"nodeagent-collector, version {VERSION}"
+    # Remove keeps the configuration and leaves no compiled files behind in /opt.
+    assert facts["after-remove"].split() == ["/etc/nodeagent/agent.toml"]
+    assert facts["after-purge"].strip() == ""
+
+
 def test_lock_pins_what_pyproject_asks() -> None:
     """Every runtime dependency is pinned at a version its specifier accepts (the build's
     `pip check` then proves the pins are complete and consistent)."""
@@ -224,3 +275,11 @@ def _mentions_build(path: Path) -> bool:
     """The file names this checkout or the test's scratch space (where the package was built)."""
     data = path.read_bytes()
     return str(REPO).encode() in data or b"/pytest-of-" in data
+
+
+def test_example_agent_configuration_loads() -> None:
+    """The conffile the package installs is accepted as it stands (its settings are commented
+    examples), so an upgrade never ships a configuration the agent refuses."""
+    from agent.config import load_config
+
+    load_config(REPO / "packaging" / "etc" / "agent.toml")
