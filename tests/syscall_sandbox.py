@@ -26,6 +26,7 @@ import mmap
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_CMP_MASKED_EQ = 7
@@ -138,6 +139,38 @@ def install_memory_deny_write_execute(lib: ctypes.CDLL) -> None:
 def _check(result: int, what: str) -> None:
     if result < 0:
         raise OSError(-result, f"seccomp: {what}: {os.strerror(-result)}")
+
+
+def unit_directives(unit: Path) -> dict[str, list[str]]:
+    """``Key=value`` lines of a unit file, every value of repeated keys in order."""
+    values: dict[str, list[str]] = {}
+    for line in unit.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[", " ")):
+            key, _, value = line.partition("=")
+            values.setdefault(key, []).append(value)
+    return values
+
+
+def unit_filter_args(unit: Path) -> list[str]:
+    """This module's options for a unit's SystemCallFilter= and MemoryDenyWriteExecute= lines."""
+    directives = unit_directives(unit)
+    args: list[str] = []
+    for line in directives.get("SystemCallFilter", []):
+        deny = line.startswith("~")
+        for name in line.removeprefix("~").split():
+            args += ["--deny" if deny else "--allow", name]
+    if directives.get("MemoryDenyWriteExecute") == ["yes"]:
+        args.append("--memory-deny-write-execute")
+    return args
+
+
+def run_under_unit_filters(unit: Path, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` under ``unit``'s system call filters; its output is captured."""
+    sandbox = [sys.executable, "-m", "tests.syscall_sandbox", *unit_filter_args(unit), "--"]
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [*sandbox, *command], cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -3,6 +3,7 @@ installs run — from a scratch root, and (as root) at their real path /opt/node
 
 from __future__ import annotations
 
+import ctypes.util
 import gzip
 import importlib.util
 import json
@@ -20,7 +21,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.conftest import require, require_root_tools
+from tests.fakes.nvml.state import h100_sxm5
 from tests.fakes.trees import REPO
+from tests.syscall_sandbox import run_under_unit_filters
 
 
 def _load_script(path: Path) -> ModuleType:
@@ -158,6 +161,26 @@ def test_packaged_commands_run_from_a_scratch_root(extracted: Path) -> None:
     assert sample.returncode == 0, sample.stderr
     last = json.loads(sample.stdout.splitlines()[-1])
     assert last["host"]["cpu_count"] >= 1
+
+
+def test_packaged_agent_samples_gpus_under_the_units_system_call_filters(
+    extracted: Path, fake_nvml_dir: Path, tmp_path: Path
+) -> None:
+    """The package's own interpreter, libffi and compiled wheels, as the unit runs them: under
+    its SystemCallFilter= and MemoryDenyWriteExecute=, NVML (the fake, through pynvml's ctypes
+    path) still answers for eight GPUs."""
+    require(shutil.which("systemd-analyze") is not None, "needs systemd-analyze (Debian package systemd)")
+    require(ctypes.util.find_library("seccomp") is not None, "needs libseccomp (Debian package libseccomp2)")
+    state_path = tmp_path / "nvml.state"
+    h100_sxm5().write(state_path)
+    venv = extracted / "opt" / "nodeagent"
+    command = [str(venv / "bin" / "python3.11"), "-I", str(venv / "bin" / "nodeagent"), "sample", "--json"]
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_path)}
+    done = run_under_unit_filters(extracted / "lib" / "systemd" / "system" / "nodeagent.service", command, env)
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.splitlines()[-1])
+    assert last["gpu_unavailable_reason"] is None
+    assert len(last["gpus"]) == 8
 
 
 @pytest.mark.root

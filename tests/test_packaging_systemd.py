@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import require
 from tests.fakes.nvml.state import h100_sxm5
 from tests.fakes.trees import REPO
+from tests.syscall_sandbox import run_under_unit_filters, unit_directives
 
 UNITS = REPO / "packaging" / "systemd"
 AGENT_UNIT = UNITS / "nodeagent.service"
@@ -48,15 +49,6 @@ def _unit_for_checking(unit: Path, tmp_path: Path) -> Path:
 def _analyze(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     # Relative unit paths would be looked up in the current directory: give absolute ones.
     return subprocess.run([tool, *args], capture_output=True, text=True, timeout=60, check=False)
-
-
-def _directives(unit: Path) -> dict[str, list[str]]:
-    values: dict[str, list[str]] = {}
-    for line in unit.read_text().splitlines():
-        if "=" in line and not line.startswith(("#", "[", " ")):
-            key, _, value = line.partition("=")
-            values.setdefault(key, []).append(value)
-    return values
 
 
 @pytest.mark.parametrize("unit", [AGENT_UNIT, COLLECTOR_UNIT], ids=lambda p: p.name)
@@ -92,7 +84,7 @@ def test_hardening_exposure_stays_as_reviewed(unit: Path, tmp_path: Path) -> Non
 
 def test_agent_unit_contract() -> None:
     """What the agent's run loop and the package rely on."""
-    unit = _directives(AGENT_UNIT)
+    unit = unit_directives(AGENT_UNIT)
     assert unit["Type"] == ["notify"]
     assert unit["NotifyAccess"] == ["main"]
     assert float(unit["WatchdogSec"][0]) >= 30  # well above the default 1 s sampling interval
@@ -110,7 +102,7 @@ def test_agent_unit_contract() -> None:
 
 
 def test_collector_unit_contract() -> None:
-    unit = _directives(COLLECTOR_UNIT)
+    unit = unit_directives(COLLECTOR_UNIT)
     assert unit["DynamicUser"] == ["yes"]
     exec_start = unit["ExecStart"][0].split()
     assert exec_start[:2] == ["/opt/nodeagent/bin/nodeagent-collector", "serve"]
@@ -118,27 +110,10 @@ def test_collector_unit_contract() -> None:
     assert str(db.parent).removeprefix("/var/lib/") == unit["StateDirectory"][0]
 
 
-def _sandbox_args(unit: Path) -> list[str]:
-    """``tests.syscall_sandbox`` options for the unit's SystemCallFilter= and
-    MemoryDenyWriteExecute= lines."""
-    unit_values = _directives(unit)
-    args: list[str] = []
-    for line in unit_values["SystemCallFilter"]:
-        deny = line.startswith("~")
-        for name in line.removeprefix("~").split():
-            args += ["--deny" if deny else "--allow", name]
-    if unit_values.get("MemoryDenyWriteExecute") == ["yes"]:
-        args.append("--memory-deny-write-execute")
-    return args
-
-
 def _run_sandboxed(unit: Path, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     _require_systemd_analyze()
     require(ctypes.util.find_library("seccomp") is not None, "needs libseccomp (Debian package libseccomp2)")
-    sandbox = [sys.executable, "-m", "tests.syscall_sandbox", *_sandbox_args(unit), "--"]
-    return subprocess.run(
-        [*sandbox, *command], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_under_unit_filters(unit, command, env)
 
 
 def test_sandbox_refuses_what_the_unit_forbids() -> None:

@@ -227,7 +227,7 @@ def install_system_files(root: Path, venv: Path) -> None:
     doc.mkdir(parents=True)
     shutil.copy(HERE / "copyright", doc / "copyright")
     write_gzip(doc / "changelog.gz", (HERE / "changelog").read_bytes())
-    write_gzip(doc / "README.md.gz", (REPO / "packaging" / "README.md").read_bytes())
+    shutil.copy(REPO / "packaging" / "README.md", doc / "README.md")
 
     overrides = root / "usr" / "share" / "lintian" / "overrides"
     overrides.mkdir(parents=True)
