@@ -262,7 +262,8 @@ def normalise_permissions(root: Path) -> None:
         if path.is_dir():
             path.chmod(0o755)
             continue
-        head = path.read_bytes()[:20]
+        with path.open("rb") as file:
+            head = file.read(20)
         executable = head.startswith(b"#!") or (head.startswith(b"\x7fELF") and head[16] == 2)  # ET_EXEC
         path.chmod(0o755 if executable else 0o644)
 
