@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo sample test lint typecheck system-deps bench proto clean
+.PHONY: setup demo sample test lint typecheck system-deps bench proto deb deb-lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
+	$(BIN)/mypy packaging/deb/build.py packaging/deb/lock.py
 
 test: setup system-deps lint typecheck
 	$(BIN)/pytest
@@ -37,6 +38,14 @@ bench: setup system-deps
 
 proto: setup
 	$(BIN)/python proto/generate.py
+
+# dist/nodeagent_<version>_<arch>.deb (packaging/README.md); needs dpkg-dev and python3.11-venv.
+deb: setup
+	$(BIN)/python packaging/deb/build.py --out dist
+
+# Re-pin the .deb's dependencies from this environment (after changing pyproject.toml).
+deb-lock: setup
+	$(BIN)/python packaging/deb/lock.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
