@@ -20,6 +20,7 @@ import click
 import structlog
 from nodeagent.v1 import nodeagent_pb2 as pb
 
+from agent import sd_notify
 from agent.channel import ClientSecurity, parse_target
 from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
 from agent.collectors import Roots
@@ -27,6 +28,8 @@ from agent.identity import check_node_id
 from agent.kernel_files import raise_open_file_limit
 from agent.sampler import Sampler
 from agent.sender import Sender
+from agent.simulator import UnknownScenarioError
+from agent.simulator.source import SimulatedSampler
 from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 
 log = structlog.get_logger("nodeagent.run")
@@ -122,21 +125,28 @@ def run(
         spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
     except OSError as err:
         raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
+    source: Sampler | SimulatedSampler
     if scenario is not None:
-        raise click.BadParameter(f"unknown scenario {scenario!r}", param_hint="--simulate")
-    source = Sampler(names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
+        try:
+            source = SimulatedSampler(scenario, node_id=node_id, seed=seed)
+        except UnknownScenarioError as err:
+            raise click.BadParameter(str(err), param_hint="--simulate") from err
+    else:
+        source = Sampler(names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
     source.epoch = spool.epoch
     source.seq = spool.next_seq - 1
     sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
     stop = threading.Event()
     _on_signals(stop)
     sender.start()
+    sd_notify.ready()
     log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=list(collectors))
     end = started + deadline if deadline is not None else None
     try:
         produced = _sample_loop(source, spool, interval, stop, max_reports, end)
         delivered = _finish(sender, max_reports, end, stop)
     finally:
+        sd_notify.stopping()
         sender.stop()
         spool.close()
         source.close()
@@ -156,7 +166,12 @@ def run(
 
 
 def _sample_loop(
-    source: Sampler, spool: Spool, interval: float, stop: threading.Event, max_reports: int | None, end: float | None
+    source: Sampler | SimulatedSampler,
+    spool: Spool,
+    interval: float,
+    stop: threading.Event,
+    max_reports: int | None,
+    end: float | None,
 ) -> int:
     produced = 0
     next_tick = time.monotonic()
@@ -170,6 +185,8 @@ def _sample_loop(
         report.agent.spool_reports = stats.reports
         report.agent.spool_bytes = stats.bytes
         spool.append(report.seq, report.SerializeToString(), report.time_unix_seconds)
+        # Only a completed tick feeds the watchdog: a source hung in NVML gets the agent restarted.
+        sd_notify.watchdog()
         produced += 1
         if max_reports is not None and produced >= max_reports:
             break
@@ -187,7 +204,7 @@ def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: th
     return sender.wait_all_acked(time.monotonic() + DRAIN_SECONDS)
 
 
-def _hello(source: Sampler, node_id: str) -> pb.NodeInfo:
+def _hello(source: Sampler | SimulatedSampler, node_id: str) -> pb.NodeInfo:
     hello = pb.NodeInfo()
     hello.CopyFrom(source.info)
     hello.node_id = node_id

@@ -32,6 +32,9 @@ def notify(state: str) -> bool:
     payload = state.encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            # Never wait: a receiver whose queue is full (net.unix.max_dgram_qlen, 10 by default)
+            # would otherwise block the sampling loop that calls this.
+            sock.setblocking(False)
             sock.connect(address)
             sent = sock.send(payload)
     except OSError:

@@ -98,3 +98,10 @@ def test_a_child_process_reaches_the_socket(path_socket: socket.socket) -> None:
     code = "from agent import sd_notify; raise SystemExit(0 if sd_notify.ready() else 1)"
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy(), timeout=60)
     assert path_socket.recv(4096) == b"READY=1"
+
+
+def test_a_receiver_that_does_not_read_never_blocks_the_caller(path_socket: socket.socket) -> None:
+    # The kernel queues only net.unix.max_dgram_qlen datagrams (10 by default) for a reader.
+    results = [sd_notify.watchdog() for _ in range(200)]
+    assert results[0] is True
+    assert results[-1] is False  # the queue is full: dropped, not waited for
