@@ -13,6 +13,7 @@ import platform
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -73,6 +74,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 )  # fmt: skip
 @click.option("--simulate", "scenario", metavar="SCENARIO", help="Simulated node instead of this machine's sources.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
+@click.option(
+    "--time-scale", type=click.FloatRange(min=0.01, max=10_000), default=1.0, show_default=True,
+    help="With --simulate: simulated seconds per wall-clock second (a demo can show an hour in a minute).",
+)  # fmt: skip
 @click.option("--max-reports", type=click.IntRange(min=1), help="Stop after N reports; exit 0 once all are acked.")
 @click.option(
     "--deadline", type=click.FloatRange(min=0.1), help="Seconds to run at most (exit 1 if reports are unacked)."
@@ -96,6 +101,7 @@ def run(
     spool_max_age: float,
     scenario: str | None,
     seed: int,
+    time_scale: float,
     max_reports: int | None,
     deadline: float | None,
     procfs: str,
@@ -128,7 +134,7 @@ def run(
     source: Sampler | SimulatedSampler
     if scenario is not None:
         try:
-            source = SimulatedSampler(scenario, node_id=node_id, seed=seed)
+            source = SimulatedSampler(scenario, node_id=node_id, seed=seed, clock=_scaled_clock(time_scale))
         except UnknownScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err
     else:
@@ -209,6 +215,14 @@ def _hello(source: Sampler | SimulatedSampler, node_id: str) -> pb.NodeInfo:
     hello.CopyFrom(source.info)
     hello.node_id = node_id
     return hello
+
+
+def _scaled_clock(scale: float) -> Callable[[], float]:
+    """Wall-clock time sped up ``scale`` times from now on (1.0: the wall clock itself)."""
+    if scale == 1.0:
+        return time.time
+    origin = time.time()
+    return lambda: origin + (time.time() - origin) * scale
 
 
 def _on_signals(stop: threading.Event) -> None:

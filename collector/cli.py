@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 import structlog
@@ -22,8 +22,11 @@ from agent import __version__
 from agent.channel import parse_target
 from agent.cli import run_cli
 from agent.log import configure_logging
+from agent.simulator import SCENARIOS
+from agent.units import format_bits
 from collector.client import client_options, query
 from collector.config import CollectorConfigError, load_collector_config
+from collector.loadgen import LoadSpec, run_load
 from collector.replay_cli import replay
 from collector.security import SecurityConfigError, ServerSecurity
 from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, ServerConfig
@@ -164,19 +167,24 @@ def nodes(as_json: bool, **options: object) -> None:
             "last_seq": n.last_seq,
             "first_seen": n.first_seen_unix_seconds,
             "last_seen": n.last_seen_unix_seconds,
+            "state": n.state,
+            "cause": n.cause or None,
+            "tier": n.tier or None,
+            "starvation_ratio": n.starvation_ratio if n.HasField("starvation_ratio") else None,
+            "interconnect_ratio": n.interconnect_ratio if n.HasField("interconnect_ratio") else None,
+            "gpu_hours_lost": n.gpu_seconds_lost / 3600,
+            "needed_ingest_bytes_per_second": (
+                n.needed_ingest_bytes_per_second if n.HasField("needed_ingest_bytes_per_second") else None
+            ),
+            "starved_gpus": [int(i) for i in n.starved_gpus.split(",") if i],
+            "jobs": list(n.jobs),
         }
         for n in response.nodes
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{'NODE':<24} {'CONN':<5} {'GPUS':>4} {'REPORTS':>9} {'DUPS':>6} {'GAPS':>6} {'LAST SEEN':>20}")
-    for row in rows:
-        seen = _iso(float(str(row["last_seen"])))
-        click.echo(
-            f"{row['node_id']!s:<24} {'yes' if row['connected'] else 'no':<5} {row['gpu_count']:>4} "
-            f"{row['reports_total']:>9} {row['duplicates_total']:>6} {row['gap_reports_total']:>6} {seen:>20}"
-        )
+    click.echo(render_fleet(rows))
 
 
 @cli.command()
@@ -210,6 +218,61 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
             f"{row['name']!s:<20} {row['node_id']!s:<20} {row['severity']!s:<9} {row['state']!s:<9} "
             f"{_iso(float(str(row['starts_at']))):<20} {summary}"
         )
+
+
+@cli.command()
+@click.option("--collector", default=DEFAULT_LISTEN, show_default=True, help="Collector HOST:PORT.")
+@click.option("--nodes", type=click.IntRange(min=1, max=100_000), required=True, help="Simulated 8-GPU nodes.")
+@click.option(
+    "--rate", type=click.FloatRange(min=0.01, max=100.0), default=1.0, show_default=True, help="Reports/s/node."
+)
+@click.option("--duration", type=click.FloatRange(min=1.0), default=10.0, show_default=True, help="Seconds of load.")
+@click.option("--processes", type=click.IntRange(min=1, max=64), default=2, show_default=True)
+@click.option("--scenario", default="healthy", show_default=True, help="Simulator scenario of every node.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a summary line.")
+def loadgen(
+    collector: str, nodes: int, rate: float, duration: float, processes: int, scenario: str, as_json: bool
+) -> None:
+    """Stream simulated nodes to a collector over real gRPC and say what it took."""
+    try:
+        parse_target(collector)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--collector") from err
+    if scenario not in SCENARIOS:
+        raise click.BadParameter(
+            f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})", param_hint="--scenario"
+        )
+    spec = LoadSpec(
+        target=collector, nodes=nodes, rate_hz=rate, duration_seconds=duration, processes=processes, scenario=scenario
+    )
+    result = run_load(spec).to_plain()
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(
+        f"{result['nodes']} nodes, {result['seconds']:.0f} s: "
+        f"sent {result['sent']} ({result['sent_per_second']:.0f}/s), "
+        f"acked {result['acked']} ({result['acked_per_second']:.0f}/s), {result['bytes_per_report']:.0f} B/report, "
+        f"{result['streams_failed']} streams failed"
+    )
+
+
+def render_fleet(rows: list[dict[str, Any]]) -> str:
+    """The fleet at a glance: per node its verdict, why, and what it costs."""
+    lines = [
+        f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
+        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20}"
+    ]
+    for row in rows:
+        ratio = row["starvation_ratio"]
+        needs = row["needed_ingest_bytes_per_second"]
+        lines.append(
+            f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
+            f"{row['state'] or '-':<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
+            f"{row['gpu_hours_lost']:>10.2f} {format_bits(needs) if needs else '-':>10} "
+            f"{row['reports_total']:>8} {_iso(float(row['last_seen'])):>20}"
+        )
+    return "\n".join(lines)
 
 
 def _iso(seconds: float) -> str:

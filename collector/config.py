@@ -1,4 +1,4 @@
-"""The collector's configuration file (TOML): ``[alerts]``, ``[sinks]``.
+"""The collector's configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``.
 
 Every table is checked strictly by its owner; an unknown table, key, a wrong type or an
 impossible value stops start-up with one line naming the file and the key.
@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from collector.alert_config import AlertConfig, AlertConfigError
+from collector.detector_config import DetectorConfig, DetectorConfigError
 from collector.sinks.base import Sink
 from collector.sinks.config import SinkConfigError, build_sinks
 
-TABLES = ("alerts", "sinks")
+TABLES = ("alerts", "detector", "sinks")
 
 
 class CollectorConfigError(ValueError):
@@ -26,6 +27,7 @@ class CollectorConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class CollectorConfig:
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
     sinks: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<defaults>"
 
@@ -54,9 +56,12 @@ def load_collector_config(path: Path | None, *, sink_overrides: Mapping[str, Any
         sinks.update(sink_overrides)
     try:
         config = CollectorConfig(
-            alerts=AlertConfig.from_mapping(raw.get("alerts", {}), source=source), sinks=sinks, source=source
+            alerts=AlertConfig.from_mapping(raw.get("alerts", {}), source=source),
+            detector=DetectorConfig.from_mapping(raw.get("detector", {}), source=f"{source}: detector"),
+            sinks=sinks,
+            source=source,
         )
         config.build_sinks()  # check now, so a bad URL stops start-up
-    except (AlertConfigError, SinkConfigError) as err:
+    except (AlertConfigError, DetectorConfigError, SinkConfigError) as err:
         raise CollectorConfigError(str(err)) from err
     return config

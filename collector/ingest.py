@@ -20,6 +20,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 from collector.alert_types import AlertSignal
 from collector.alerting import Alerting
+from collector.detector import NodeDetector
+from collector.detector_config import DetectorConfig
 from collector.store import NodeRow, StoreWriter
 
 log = structlog.get_logger("nodeagent.collector")
@@ -57,6 +59,8 @@ class NodeState:
     latest_written_at: float = 0.0
     latest: bytes | None = None
     dirty_epochs: set[int] = field(default_factory=set)
+    detector: NodeDetector | None = None
+    detector_epoch: int = 0
 
 
 class Ingest:
@@ -65,11 +69,13 @@ class Ingest:
         writer: StoreWriter,
         alerting: Alerting,
         *,
+        detector_config: DetectorConfig | None = None,
         flush_seconds: float = 0.05,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.writer = writer
         self.alerting = alerting
+        self.detector_config = detector_config or DetectorConfig()
         writer.call_sync(alerting.open, writer.store.conn)
         self.flush_seconds = flush_seconds
         self.clock = clock
@@ -137,6 +143,15 @@ class Ingest:
             row.gpu_count = len(report.info.gpu.gpus)
             self.alerting.observe_info(row.node_id, report.info)
         self.alerting.observe(row.node_id, report)
+        detector = node.detector
+        if detector is None or node.detector_epoch != epoch:
+            # A new epoch is a restarted agent: its clock (or a simulation's) starts afresh, and
+            # the old windows say nothing about it.
+            detector = node.detector = NodeDetector(row.node_id, self.detector_config)
+            node.detector_epoch = epoch
+        before = detector.verdict
+        if detector.observe(report) is not before:  # a new verdict (the window advanced)
+            self.alerting.add(detector.signals())
         node.latest = raw
         self.reports_total += 1
         self._dirty.add(row.node_id)

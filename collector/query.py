@@ -10,6 +10,7 @@ from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from collector.ingest import Ingest
 from collector.security import token_ok
+from collector.verdict import NodeVerdict
 
 
 class QueryService(pb_grpc.QueryServicer):
@@ -33,6 +34,8 @@ class QueryService(pb_grpc.QueryServicer):
                 gpu_count=row.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
                 gap_reports_total=row.gap_reports_total,
             )  # fmt: skip
+            if node.detector is not None:
+                _verdict_into(response.nodes[-1], node.detector.verdict)
         return response
 
     async def ListAlerts(
@@ -69,3 +72,18 @@ class QueryService(pb_grpc.QueryServicer):
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not token_ok(self.token, context.invocation_metadata()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+
+def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:
+    summary.state = verdict.state
+    summary.cause = verdict.cause or ""
+    summary.tier = verdict.tier or ""
+    summary.gpu_seconds_lost = verdict.gpu_seconds_lost
+    summary.starved_gpus = ",".join(str(g.index) for g in verdict.starved_gpus)
+    summary.jobs.extend(verdict.jobs)
+    if verdict.starvation_ratio is not None:
+        summary.starvation_ratio = verdict.starvation_ratio
+    if verdict.interconnect_ratio is not None:
+        summary.interconnect_ratio = verdict.interconnect_ratio
+    if verdict.needed_ingest_bytes_per_second is not None:
+        summary.needed_ingest_bytes_per_second = verdict.needed_ingest_bytes_per_second

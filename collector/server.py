@@ -53,7 +53,9 @@ class CollectorServer:
         self.config = config
         self.writer = StoreWriter(config.db_path)
         self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
-        self.ingest = Ingest(self.writer, self.alerting, flush_seconds=config.flush_seconds)
+        self.ingest = Ingest(
+            self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds
+        )
         self.rejected: dict[str, int] = {}
         self._token = config.security.token()
         self._server: grpc.aio.Server | None = None

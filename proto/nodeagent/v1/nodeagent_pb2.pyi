@@ -552,7 +552,7 @@ class ListNodesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeSummary(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total")
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -566,6 +566,15 @@ class NodeSummary(_message.Message):
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     SPOOL_DROPPED_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     GAP_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    STARVATION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    INTERCONNECT_RATIO_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_LOST_FIELD_NUMBER: _ClassVar[int]
+    NEEDED_INGEST_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    STARVED_GPUS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -579,7 +588,16 @@ class NodeSummary(_message.Message):
     gpu_count: int
     spool_dropped_reports_total: int
     gap_reports_total: int
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ...) -> None: ...
+    state: str
+    cause: str
+    tier: str
+    starvation_ratio: float
+    interconnect_ratio: float
+    gpu_seconds_lost: float
+    needed_ingest_bytes_per_second: float
+    starved_gpus: str
+    jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)
