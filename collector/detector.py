@@ -46,7 +46,6 @@ class NodeDetector:
         self._recent: list[NodeEvidence] = []
         self._last_time: float | None = None
         self._step_end: float | None = None
-        self._node_tier: str | None = None
         self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
 
     @property
@@ -136,7 +135,6 @@ class NodeDetector:
         self._verdict = self._roll_up(t, tuple(gpus))
 
     def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
-        config = self.config
         state = node_state(gpus)
         cause = majority_cause(gpus)
         weights = [(g, w) for g in gpus if (w := self._tracks[g.index].window_seconds()) > 0]
@@ -146,13 +144,8 @@ class NodeDetector:
         starved = [g for g in gpus if g.state == "starved"]
         ratios = [g.cause_ratio for g in starved if g.cause_ratio is not None]
         ratio = sum(ratios) / len(ratios) if ratios else 0.0
-        tier: str | None = None
-        if starved:
-            high = ratio >= config.high_ratio or (
-                self._node_tier == "high" and ratio >= config.high_ratio - config.tier_margin_ratio
-            )
-            tier = "high" if high else "moderate"
-        self._node_tier = tier
+        # The worst GPU's tier: each GPU's tier already has hysteresis, so this one is stable too.
+        tier = ("high" if any(g.tier == "high" for g in starved) else "moderate") if starved else None
         needed = None
         evidence: dict[str, float | str] = {}
         if cause is not None and self._recent:

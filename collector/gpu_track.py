@@ -83,10 +83,12 @@ class GpuTrack:
         return self._window_seconds if self.state not in ("idle", "lost", "warmup") else 0.0
 
     def forget(self) -> None:
+        """Drop the window and the verdict built on it (after a long silence both are stale)."""
         for step in self._steps:
             step.reset()
         self._counters = None
         self._gap_run, self._gap_committed = 0.0, False
+        self.state, self.cause, self.tier, self._calm_seconds = "busy", None, None, 0.0
 
     # ---- per report: cheap and allocation-free -----------------------------------------------
 
@@ -98,7 +100,8 @@ class GpuTrack:
             return
         self._lost = False
         config = self.config
-        if not g.processes and g.memory_used_bytes <= config.idle_memory_bytes:
+        # Memory first: it is a plain field, and a GPU with a job is above the baseline anyway.
+        if g.memory_used_bytes <= config.idle_memory_bytes and not g.processes:
             if self.assigned:
                 self._end_gap()
             self.assigned, self._seen_unassigned = False, True
@@ -118,11 +121,10 @@ class GpuTrack:
             if 0.0 <= sm < busy * full:
                 busy = sm / full
         step = self._steps[self._pos]
-        reasons = g.clock_event_reasons
-        if reasons & throttle_mask or (not reasons and g.clock_event_reason_names and self._throttled_by_name(g)):
+        if g.clock_event_reasons & throttle_mask:
             step.throttled += dt
         idle = 1.0 - busy
-        if busy < config.gap_busy_ratio:
+        if busy < (config.gap_end_busy_ratio if self._gap_run else config.gap_busy_ratio):
             self._gap_run += dt
             if not self._gap_committed:
                 if self._gap_run <= config.gap_seconds:
@@ -138,9 +140,6 @@ class GpuTrack:
         step.idle += idle * dt
         step.idle_sq += idle * idle * dt
         step.ticks += 1
-
-    def _throttled_by_name(self, g: pb.GpuSample) -> bool:
-        return any(name in self.config.throttle_reasons for name in g.clock_event_reason_names)
 
     def _commit_gap(self) -> None:
         """The gap lasted too long to be a pause: count it where it happened."""
@@ -272,7 +271,12 @@ class GpuTrack:
             self.tier = None
             return
         config = self.config
-        ratio = w.sync_ratio if cause == "interconnect" else w.data_ratio
+        # The tier is the severity where starvation shows: a window half past a recovery (or an
+        # onset) must not flip it, nor the alert's labels with it.
+        ratio = w.synced_ratio if cause == "interconnect" else w.starved_ratio
+        if ratio is None:
+            self.tier = self.tier or "moderate"
+            return
         high = ratio >= config.high_ratio or (
             self.tier == "high" and ratio >= config.high_ratio - config.tier_margin_ratio
         )
@@ -305,13 +309,15 @@ class _Window:
 
     __slots__ = (
         "causes", "config", "current_data_seconds", "data_seconds", "idle", "idle_sq", "latest_cause", "seconds",
-        "starved", "sync_seconds", "synced", "throttled", "ticks",
+        "starved", "starved_data", "starved_seconds", "sync_seconds", "synced", "synced_seconds", "synced_sync",
+        "throttled", "ticks",
     )  # fmt: skip
 
     def __init__(self, steps: list[_Step], pos: int, config: DetectorConfig) -> None:
         self.config = config
         self.seconds = self.idle = self.idle_sq = self.data_seconds = self.sync_seconds = 0.0
         self.current_data_seconds = 0.0
+        self.starved_seconds = self.starved_data = self.synced_seconds = self.synced_sync = 0.0
         self.ticks = self.starved = self.synced = self.throttled = 0
         self.causes: dict[str, int] = {}
         self.latest_cause: str | None = None
@@ -321,9 +327,9 @@ class _Window:
             extent = max(s.span, s.seconds + s.pend_seconds)
             if extent > 0 and s.throttled >= config.throttled_share_ratio * extent:
                 self.throttled += 1
-            if s.seconds <= 0:
-                continue
-            sync = min(s.idle, s.link_seconds * s.seconds / s.span) if s.span > 0 else 0.0
+            if s.seconds <= 0 or s.span <= 0:
+                continue  # nothing counted, or the first step (no counters to split idle time by)
+            sync = min(s.idle, s.link_seconds * s.seconds / s.span)
             data = s.idle - sync
             self.seconds += s.seconds
             self.idle += s.idle
@@ -335,8 +341,13 @@ class _Window:
                 self.current_data_seconds = data
             if s.seconds < full:
                 continue  # too little counted time in this step to vote
+            if sync >= moderate * s.seconds:
+                self.synced_seconds += s.seconds
+                self.synced_sync += sync
             if data >= moderate * s.seconds:
                 self.starved += 1
+                self.starved_seconds += s.seconds
+                self.starved_data += data
                 cause = self._cause(s)
                 self.causes[cause] = self.causes.get(cause, 0) + 1
                 if self.latest_cause is None:
@@ -363,6 +374,16 @@ class _Window:
     @property
     def sync_ratio(self) -> float:
         return self.sync_seconds / self.seconds if self.seconds else 0.0
+
+    @property
+    def starved_ratio(self) -> float | None:
+        """Data waiting over the steps that show starvation; None when none does."""
+        return self.starved_data / self.starved_seconds if self.starved_seconds else None
+
+    @property
+    def synced_ratio(self) -> float | None:
+        """Interconnect waiting over the steps that show it; None when none does."""
+        return self.synced_sync / self.synced_seconds if self.synced_seconds else None
 
     @property
     def idle_ratio(self) -> float:

@@ -23,6 +23,8 @@ _MIB = 1 << 20
 _IDLE_MEMORY_BYTES = 512 * _MIB
 _THERMAL_SLOWDOWN = 0x020 | 0x040  # sw_thermal_slowdown | hw_thermal_slowdown
 _GPU_IDLE = 0x001
+# The agent's collectors the simulation stands in for (the report says which sources ran).
+_COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure", "gpu")
 
 
 @dataclass(slots=True)
@@ -155,6 +157,8 @@ class NodeHardware:
 
     def fill(self, report: pb.NodeReport, a: Activity, *, with_cores: bool) -> None:
         """Add every source's sample of this tick to ``report``."""
+        for name in _COLLECTORS:
+            report.collectors.add(name=name, success=True)
         nic = report.nics.add(name="eth0", operstate="up", carrier=True)
         nic.rx_bytes_total, nic.tx_bytes_total = int(self.nic[0]), int(self.nic[1])
         nic.rx_packets_total, nic.tx_packets_total = int(self.nic[2]), int(self.nic[3])
