@@ -187,8 +187,17 @@ class GpuTrack:
             return
         span = t - before[0]
         step.span = span
-        d_rx, d_tx = delta(before[1], rx), delta(before[2], tx)
-        d_nv_rx, d_nv_tx = delta(before[3], nv_rx), delta(before[4], nv_tx)
+        d_rx: float | None = delta(before[1], rx)
+        d_tx: float | None = delta(before[2], tx)
+        d_nv_rx: float | None = delta(before[3], nv_rx)
+        d_nv_tx: float | None = delta(before[4], nv_tx)
+        if d_rx is None or d_tx is None:
+            # No byte counters (older drivers): the driver's sampled throughput, or GPM's, now.
+            d_rx = _sampled(g, "pcie_rx_bytes_per_second", "gpm_pcie_rx_bytes_per_second", span)
+            d_tx = _sampled(g, "pcie_tx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", span)
+        if d_nv_rx is None or d_nv_tx is None:
+            d_nv_rx = _sampled(g, "gpm_nvlink_rx_bytes_per_second", "", span)
+            d_nv_tx = _sampled(g, "gpm_nvlink_tx_bytes_per_second", "", span)
         efficiency = self.config.collective_efficiency_ratio
         if d_nv_rx and d_nv_tx and self.nvlink_bytes_per_second:
             step.link_seconds = min(d_nv_rx, d_nv_tx) / (self.nvlink_bytes_per_second * efficiency)
@@ -414,6 +423,15 @@ def _nvlink_totals(g: pb.GpuSample) -> tuple[int | None, int | None]:
     rx_total = g.nvlink_rx_bytes_total if g.HasField("nvlink_rx_bytes_total") else None
     tx_total = g.nvlink_tx_bytes_total if g.HasField("nvlink_tx_bytes_total") else None
     return rx_total, tx_total
+
+
+def _sampled(g: pb.GpuSample, field: str, fallback: str, seconds: float) -> float | None:
+    """Bytes over ``seconds`` at the rate a gauge field shows (the first of two that is set)."""
+    for name in (field, fallback):
+        if name and g.HasField(name):
+            value = getattr(g, name)
+            return value * seconds if 0.0 <= value < math.inf else None
+    return None
 
 
 def _job_id(job: pb.JobRef) -> str:

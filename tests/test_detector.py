@@ -3,6 +3,7 @@ alert signal, configuration errors, and reports that are broken in the ways real
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -193,3 +194,20 @@ def test_every_threshold_is_documented_with_a_default() -> None:
         comment = source.splitlines()[line - 1].strip()
         assert comment.startswith("#") or source.splitlines()[line - 2].strip().startswith("#"), f.name
         assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def test_sampled_throughput_stands_in_for_missing_pcie_counters() -> None:
+    """Drivers without PCIe byte counters report the sampled throughput: h2d is found all the same."""
+    stream = list(reports("h2d-bound", 200))
+    for before, report in itertools.pairwise(stream):
+        for g, old in zip(report.gpus, before.gpus, strict=True):
+            g.pcie_rx_bytes_per_second = float(g.pcie_rx_bytes_total - old.pcie_rx_bytes_total)
+            g.pcie_tx_bytes_per_second = float(g.pcie_tx_bytes_total - old.pcie_tx_bytes_total)
+    detector = NodeDetector("node-a", DetectorConfig())
+    for report in stream:
+        for g in report.gpus:
+            g.ClearField("pcie_rx_bytes_total")
+            g.ClearField("pcie_tx_bytes_total")
+        detector.observe(report)
+    assert detector.verdict.cause == "h2d"
+    assert float(detector.verdict.gpus[0].evidence["h2d_link_ratio"]) > 0.7

@@ -57,3 +57,21 @@ def test_no_false_alarm_on_pauses_and_the_fast_cloud(results: list[TraceResult])
     for r in results:
         if r.name in quiet:
             assert not any(verdict for _, verdict, _, _ in r.samples), r.name
+
+
+def test_the_benchmark_runs_and_reports_the_figures() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.fakes.trees import REPO
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "detector_accuracy.py"), "--fast", "--json", "--cost-reports", "200"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert all(figures["targets_met"].values())
+    assert figures["cost"]["observe_microseconds_per_report"] > 0
+    assert {t["name"] for t in figures["traces"]} == {t.name for t in suite(fast=True)}

@@ -147,6 +147,16 @@ SUITE: Final[tuple[LabelledTrace, ...]] = (
         remote_store_bytes_per_second=1.2e9,
         config={"link_capacity_bytes_per_second": {"eth0": 1.25e9}},
     ),
+    # the same link on a cloud VM whose virtio NIC reports no speed: without configuration the
+    # detector cannot tell a full link (it says unknown); with it, it can
+    _t("network-speed-unknown", "ordinary-cloud", 42, nic_speed_reported=False),
+    _t(
+        "network-speed-configured",
+        "ordinary-cloud",
+        43,
+        nic_speed_reported=False,
+        config={"link_capacity_bytes_per_second": {"eth0": "10G"}},
+    ),
     # a bottleneck appears mid-job and goes away: latency onset -> alert
     _t("onset-network", "healthy", 34, source="network", nic_speed_bytes_per_second=10e9 / 8, fast=True, **_ONSET),
     _t("onset-storage", "storage-bound", 35, **_ONSET),
