@@ -152,6 +152,10 @@ class DetectorConfig:
             raise DetectorConfigError(f"{source}: window_seconds must be at least evaluate_seconds (> 0)")
         if config.high_ratio < config.moderate_ratio:
             raise DetectorConfigError(f"{source}: high_ratio must not be below moderate_ratio")
+        if config.gap_seconds > config.window_seconds or config.gap_busy_ratio > config.gap_end_busy_ratio:
+            raise DetectorConfigError(
+                f"{source}: gap_seconds must not exceed window_seconds, nor gap_busy_ratio gap_end_busy_ratio"
+            )
         return config
 
 
