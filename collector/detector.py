@@ -151,7 +151,7 @@ class NodeDetector:
         evidence: dict[str, float | str] = {}
         if cause is not None and self._recent:
             latest = self._recent[-1]
-            evidence = latest.for_cause(cause) if cause in DATA_CAUSES and cause != "h2d" else {}
+            evidence = dict(latest.for_cause(cause)) if cause in DATA_CAUSES and cause != "h2d" else {}
             if cause == "interconnect" and sync is not None:
                 evidence["interconnect_wait_ratio"] = sync
             if cause == "h2d":

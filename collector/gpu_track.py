@@ -323,46 +323,57 @@ class _Window:
     )  # fmt: skip
 
     def __init__(self, steps: list[_Step], pos: int, config: DetectorConfig) -> None:
+        # Sums in locals, stored once at the end: this runs for every GPU at every step.
         self.config = config
-        self.seconds = self.idle = self.idle_sq = self.data_seconds = self.sync_seconds = 0.0
-        self.current_data_seconds = 0.0
-        self.starved_seconds = self.starved_data = self.synced_seconds = self.synced_sync = 0.0
-        self.ticks = self.starved = self.synced = self.throttled = 0
-        self.causes: dict[str, int] = {}
-        self.latest_cause: str | None = None
-        moderate, full = config.moderate_ratio, 0.5 * config.evaluate_seconds
+        seconds = idle = idle_sq = data_sum = sync_sum = current = 0.0
+        starved_seconds = starved_data = synced_seconds = synced_sync = 0.0
+        ticks = starved = synced = throttled = 0
+        causes: dict[str, int] = {}
+        latest: str | None = None
+        moderate, full, share = config.moderate_ratio, 0.5 * config.evaluate_seconds, config.throttled_share_ratio
+        size = len(steps)
         for k in range(config.window_steps):
-            s = steps[(pos - k) % len(steps)]
-            extent = max(s.span, s.seconds + s.pend_seconds)
-            if extent > 0 and s.throttled >= config.throttled_share_ratio * extent:
-                self.throttled += 1
-            if s.seconds <= 0 or s.span <= 0:
+            s = steps[(pos - k) % size]
+            counted, span = s.seconds, s.span
+            extent = counted + s.pend_seconds
+            extent = max(extent, span)
+            if extent > 0 and s.throttled >= share * extent:
+                throttled += 1
+            if counted <= 0 or span <= 0:
                 continue  # nothing counted, or the first step (no counters to split idle time by)
-            sync = min(s.idle, s.link_seconds * s.seconds / s.span)
-            data = s.idle - sync
-            self.seconds += s.seconds
-            self.idle += s.idle
-            self.idle_sq += s.idle_sq
-            self.ticks += s.ticks
-            self.sync_seconds += sync
-            self.data_seconds += data
+            step_idle = s.idle
+            sync = s.link_seconds * counted / span
+            sync = min(sync, step_idle)
+            data = step_idle - sync
+            seconds += counted
+            idle += step_idle
+            idle_sq += s.idle_sq
+            ticks += s.ticks
+            sync_sum += sync
+            data_sum += data
             if k == 0:
-                self.current_data_seconds = data
-            if s.seconds < full:
+                current = data
+            if counted < full:
                 continue  # too little counted time in this step to vote
-            if sync >= moderate * s.seconds:
-                self.synced_seconds += s.seconds
-                self.synced_sync += sync
-            if data >= moderate * s.seconds:
-                self.starved += 1
-                self.starved_seconds += s.seconds
-                self.starved_data += data
+            if sync >= moderate * counted:
+                synced_seconds += counted
+                synced_sync += sync
+            if data >= moderate * counted:
+                starved += 1
+                starved_seconds += counted
+                starved_data += data
                 cause = self._cause(s)
-                self.causes[cause] = self.causes.get(cause, 0) + 1
-                if self.latest_cause is None:
-                    self.latest_cause = cause
-            elif sync >= moderate * s.seconds:
-                self.synced += 1
+                causes[cause] = causes.get(cause, 0) + 1
+                if latest is None:
+                    latest = cause
+            elif sync >= moderate * counted:
+                synced += 1
+        self.seconds, self.idle, self.idle_sq, self.ticks = seconds, idle, idle_sq, ticks
+        self.data_seconds, self.sync_seconds, self.current_data_seconds = data_sum, sync_sum, current
+        self.starved_seconds, self.starved_data = starved_seconds, starved_data
+        self.synced_seconds, self.synced_sync = synced_seconds, synced_sync
+        self.starved, self.synced, self.throttled = starved, synced, throttled
+        self.causes, self.latest_cause = causes, latest
 
     def _cause(self, s: _Step) -> str:
         e = s.evidence
