@@ -233,7 +233,7 @@ SCENARIOS: Final[Mapping[str, Scenario]] = MappingProxyType(
 )
 
 
-def scenario(name: str) -> Scenario:
+def find_scenario(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:
