@@ -35,6 +35,7 @@ test: setup system-deps lint typecheck
 
 bench: setup system-deps
 	$(BIN)/python bench/agent_overhead.py
+	$(BIN)/python bench/detector_accuracy.py
 
 proto: setup
 	$(BIN)/python proto/generate.py

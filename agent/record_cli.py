@@ -26,6 +26,8 @@ from agent.sampler import Sampler
 from agent.simulator import SCENARIOS, ScenarioError, Simulation
 from agent.trace import TraceWriter
 
+_ROOT = click.Path(exists=True, file_okay=False, readable=True)
+
 
 @click.command()
 @click.option(
@@ -40,8 +42,8 @@ from agent.trace import TraceWriter
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Simulation parameter. Repeatable.")
 @click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True, help="GPUs of the simulated node.")
 @click.option("--node-id", help="Node id (default: the host name; sim-SCENARIO when simulating).")
-@click.option("--procfs", default="/proc", show_default=True, help="procfs root (live).")
-@click.option("--sysfs", default="/sys", show_default=True, help="sysfs root (live).")
+@click.option("--procfs", default="/proc", show_default=True, type=_ROOT, help="procfs root (live).")
+@click.option("--sysfs", default="/sys", show_default=True, type=_ROOT, help="sysfs root (live).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Agent configuration (TOML, live).")
 def record(
     out: str,
@@ -56,7 +58,9 @@ def record(
     sysfs: str,
     config_path: Path | None,
 ) -> None:
-    """Write a trace: one NodeReport per line (JSON Lines, protobuf's JSON mapping)."""
+    """Record a trace of this node, or of a simulated one (--simulate).
+
+    One NodeReport per line: JSON Lines in protobuf's JSON mapping with the .proto field names."""
     if scenario is None and (seed is not None or overrides):
         raise click.UsageError("--seed and --set need --simulate")
     if scenario is not None and scenario not in SCENARIOS:

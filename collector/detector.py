@@ -11,8 +11,9 @@ and each GPU's verdict is re-evaluated over the last ``window_seconds``:
 - data waiting gets a cause, first match wins: network, storage, h2d (per GPU), cpu, unknown;
 - hysteresis: a GPU enters a state when most window steps show it (and, for `starved`, when the
   window's ratio clears the tier by ``confidence_sigmas`` standard errors); it leaves `starved`
-  only after both ratios stay under ``exit_ratio`` for ``exit_seconds``; idle gaps shorter than
-  ``gap_seconds`` are left out; a newly assigned GPU is `warmup` for ``warmup_seconds``.
+  only after the ratio of its cause stays under ``exit_ratio`` for ``exit_seconds``; idle gaps
+  shorter than ``gap_seconds`` are left out; a newly assigned GPU is `warmup` for
+  ``warmup_seconds``.
 
 Between steps ``observe`` returns the same verdict object.
 """
@@ -46,7 +47,6 @@ class NodeDetector:
         self._recent: list[NodeEvidence] = []
         self._last_time: float | None = None
         self._step_end: float | None = None
-        self._node_tier: str | None = None
         self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
 
     @property
@@ -136,30 +136,28 @@ class NodeDetector:
         self._verdict = self._roll_up(t, tuple(gpus))
 
     def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
-        config = self.config
         state = node_state(gpus)
         cause = majority_cause(gpus)
         weights = [(g, w) for g in gpus if (w := self._tracks[g.index].window_seconds()) > 0]
         total = sum(w for _, w in weights)
-        data = sum((g.starvation_ratio or 0.0) * w for g, w in weights) / total if total else None
-        sync = sum((g.interconnect_ratio or 0.0) * w for g, w in weights) / total if total else None
+        data = round(sum((g.starvation_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
+        sync = round(sum((g.interconnect_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
         starved = [g for g in gpus if g.state == "starved"]
         ratios = [g.cause_ratio for g in starved if g.cause_ratio is not None]
         ratio = sum(ratios) / len(ratios) if ratios else 0.0
-        tier: str | None = None
-        if starved:
-            high = ratio >= config.high_ratio or (
-                self._node_tier == "high" and ratio >= config.high_ratio - config.tier_margin_ratio
-            )
-            tier = "high" if high else "moderate"
-        self._node_tier = tier
+        # The worst GPU's tier: each GPU's tier already has hysteresis, so this one is stable too.
+        tier = ("high" if any(g.tier == "high" for g in starved) else "moderate") if starved else None
         needed = None
         evidence: dict[str, float | str] = {}
         if cause is not None and self._recent:
             latest = self._recent[-1]
-            evidence = latest.for_cause(cause) if cause in DATA_CAUSES and cause != "h2d" else {}
+            evidence = dict(latest.for_cause(cause)) if cause in DATA_CAUSES and cause != "h2d" else {}
             if cause == "interconnect" and sync is not None:
-                evidence["interconnect_wait_ratio"] = round(sync, 4)
+                evidence["interconnect_wait_ratio"] = sync
+            if cause == "h2d":
+                shares = [float(g.evidence["h2d_link_ratio"]) for g in starved if "h2d_link_ratio" in g.evidence]
+                if shares:
+                    evidence["h2d_link_ratio"] = round(sum(shares) / len(shares), 4)
             if cause in ("network", "storage"):
                 needed = self._needed_ingest(cause, ratio)
         jobs = tuple(sorted({job for g in gpus for job in g.jobs}))

@@ -57,8 +57,11 @@ class DetectorConfig:
     exit_seconds: float = 30.0
     # Idle gaps (epoch boundaries, evaluation, checkpoints) shorter than this are ignored.
     gap_seconds: float = 30.0
-    # A report in which the GPU was busy less than this share of the time is part of a gap.
-    gap_busy_ratio: float = 0.1
+    # A report in which the GPU was busy less than this share of the time starts or continues a gap ...
+    gap_busy_ratio: float = 0.05
+    # ... which ends only at a report busier than this (noise around one threshold must not cut a
+    # long gap into short ones that are each ignored).
+    gap_end_busy_ratio: float = 0.15
     # A newly assigned GPU (a new job) is `warmup` for this long.
     warmup_seconds: float = 120.0
     # Interval a report stands for at most (after a silence the window does not fill with one report).
@@ -149,6 +152,10 @@ class DetectorConfig:
             raise DetectorConfigError(f"{source}: window_seconds must be at least evaluate_seconds (> 0)")
         if config.high_ratio < config.moderate_ratio:
             raise DetectorConfigError(f"{source}: high_ratio must not be below moderate_ratio")
+        if config.gap_seconds > config.window_seconds or config.gap_busy_ratio > config.gap_end_busy_ratio:
+            raise DetectorConfigError(
+                f"{source}: gap_seconds must not exceed window_seconds, nor gap_busy_ratio gap_end_busy_ratio"
+            )
         return config
 
 

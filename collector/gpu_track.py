@@ -16,26 +16,9 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from agent.rates import delta
 from agent.units import pcie_bytes_per_second
 from collector.detector_config import DetectorConfig
-from collector.node_evidence import EMPTY, NodeEvidence
-from collector.verdict import CAUSES, DATA_CAUSES, GpuVerdict
-
-
-class _Step:
-    __slots__ = (
-        "evidence", "h2d_ratio", "idle", "idle_sq", "link_seconds", "pend_idle", "pend_seconds", "pend_sq",
-        "pend_ticks", "seconds", "span", "throttled", "ticks",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.seconds = self.idle = self.idle_sq = 0.0
-        self.ticks = self.pend_ticks = 0
-        self.pend_seconds = self.pend_idle = self.pend_sq = 0.0
-        self.throttled = self.span = self.link_seconds = 0.0
-        self.h2d_ratio: float | None = None
-        self.evidence: NodeEvidence = EMPTY
+from collector.gpu_window import Step, Window
+from collector.node_evidence import NodeEvidence
+from collector.verdict import DATA_CAUSES, GpuVerdict
 
 
 class GpuTrack:
@@ -47,7 +30,7 @@ class GpuTrack:
         self.pcie_max_bytes_per_second: float | None = None
         self.gpm = False
         self.learn(info)
-        self._steps = [_Step() for _ in range(config.window_steps + 1)]
+        self._steps = [Step() for _ in range(config.window_steps + 1)]
         self._pos = 0
         self.assigned = False
         self._seen_unassigned = False
@@ -83,10 +66,12 @@ class GpuTrack:
         return self._window_seconds if self.state not in ("idle", "lost", "warmup") else 0.0
 
     def forget(self) -> None:
+        """Drop the window and the verdict built on it (after a long silence both are stale)."""
         for step in self._steps:
             step.reset()
         self._counters = None
         self._gap_run, self._gap_committed = 0.0, False
+        self.state, self.cause, self.tier, self._calm_seconds = "busy", None, None, 0.0
 
     # ---- per report: cheap and allocation-free -----------------------------------------------
 
@@ -98,7 +83,8 @@ class GpuTrack:
             return
         self._lost = False
         config = self.config
-        if not g.processes and g.memory_used_bytes <= config.idle_memory_bytes:
+        # Memory first: it is a plain field, and a GPU with a job is above the baseline anyway.
+        if g.memory_used_bytes <= config.idle_memory_bytes and not g.processes:
             if self.assigned:
                 self._end_gap()
             self.assigned, self._seen_unassigned = False, True
@@ -118,11 +104,10 @@ class GpuTrack:
             if 0.0 <= sm < busy * full:
                 busy = sm / full
         step = self._steps[self._pos]
-        reasons = g.clock_event_reasons
-        if reasons & throttle_mask or (not reasons and g.clock_event_reason_names and self._throttled_by_name(g)):
+        if g.clock_event_reasons & throttle_mask:
             step.throttled += dt
         idle = 1.0 - busy
-        if busy < config.gap_busy_ratio:
+        if busy < (config.gap_end_busy_ratio if self._gap_run else config.gap_busy_ratio):
             self._gap_run += dt
             if not self._gap_committed:
                 if self._gap_run <= config.gap_seconds:
@@ -138,9 +123,6 @@ class GpuTrack:
         step.idle += idle * dt
         step.idle_sq += idle * idle * dt
         step.ticks += 1
-
-    def _throttled_by_name(self, g: pb.GpuSample) -> bool:
-        return any(name in self.config.throttle_reasons for name in g.clock_event_reason_names)
 
     def _commit_gap(self) -> None:
         """The gap lasted too long to be a pause: count it where it happened."""
@@ -174,7 +156,7 @@ class GpuTrack:
         self._steps[self._pos].reset()
         return verdict
 
-    def _counters_step(self, g: pb.GpuSample, t: float, step: _Step, *, first: bool) -> None:
+    def _counters_step(self, g: pb.GpuSample, t: float, step: Step, *, first: bool) -> None:
         if not self.uuid:
             self.uuid = g.uuid
         if g.HasField("pcie_link_generation") and g.HasField("pcie_link_width"):
@@ -188,8 +170,17 @@ class GpuTrack:
             return
         span = t - before[0]
         step.span = span
-        d_rx, d_tx = delta(before[1], rx), delta(before[2], tx)
-        d_nv_rx, d_nv_tx = delta(before[3], nv_rx), delta(before[4], nv_tx)
+        d_rx: float | None = delta(before[1], rx)
+        d_tx: float | None = delta(before[2], tx)
+        d_nv_rx: float | None = delta(before[3], nv_rx)
+        d_nv_tx: float | None = delta(before[4], nv_tx)
+        if d_rx is None or d_tx is None:
+            # No byte counters (older drivers): the driver's sampled throughput, or GPM's, now.
+            d_rx = _sampled(g, "pcie_rx_bytes_per_second", "gpm_pcie_rx_bytes_per_second", span)
+            d_tx = _sampled(g, "pcie_tx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", span)
+        if d_nv_rx is None or d_nv_tx is None:
+            d_nv_rx = _sampled(g, "gpm_nvlink_rx_bytes_per_second", "", span)
+            d_nv_tx = _sampled(g, "gpm_nvlink_tx_bytes_per_second", "", span)
         efficiency = self.config.collective_efficiency_ratio
         if d_nv_rx and d_nv_tx and self.nvlink_bytes_per_second:
             step.link_seconds = min(d_nv_rx, d_nv_tx) / (self.nvlink_bytes_per_second * efficiency)
@@ -215,7 +206,7 @@ class GpuTrack:
             self._set(state, None, None)
             self._window_seconds = 0.0
             return self._verdict(state, None, None, None, {})
-        w = _Window(self._steps, self._pos, config)
+        w = Window(self._steps, self._pos, config)
         self._window_seconds = w.seconds
         need, steps = config.enter_steps, config.window_steps
         previous, previous_cause = self.state, self.cause
@@ -241,7 +232,7 @@ class GpuTrack:
             self.gpu_seconds_lost += w.data_seconds if entered else w.current_data_seconds
         return self._verdict(self.state, w.data_ratio, w.sync_ratio, w.idle_ratio, self._evidence(w))
 
-    def _enters(self, w: _Window) -> str | None:
+    def _enters(self, w: Window) -> str | None:
         """The cause a GPU that is not starved enters `starved` with, if the window shows one."""
         config, need = self.config, self.config.enter_steps
         margin = config.confidence_sigmas * w.standard_error
@@ -251,7 +242,7 @@ class GpuTrack:
             return "interconnect"
         return None
 
-    def _next_cause(self, w: _Window) -> str:
+    def _next_cause(self, w: Window) -> str:
         config, need = self.config, self.config.enter_steps
         if self.cause == "interconnect":
             if w.starved >= need and w.data_ratio >= config.moderate_ratio:
@@ -264,7 +255,7 @@ class GpuTrack:
             return "interconnect"
         return self.cause
 
-    def _set(self, state: str, cause: str | None, w: _Window | None) -> None:
+    def _set(self, state: str, cause: str | None, w: Window | None) -> None:
         if state != "starved":
             self._calm_seconds = 0.0
         self.state, self.cause = state, cause
@@ -272,13 +263,18 @@ class GpuTrack:
             self.tier = None
             return
         config = self.config
-        ratio = w.sync_ratio if cause == "interconnect" else w.data_ratio
+        # The tier is the severity where starvation shows: a window half past a recovery (or an
+        # onset) must not flip it, nor the alert's labels with it.
+        ratio = w.synced_ratio if cause == "interconnect" else w.starved_ratio
+        if ratio is None:
+            self.tier = self.tier or "moderate"
+            return
         high = ratio >= config.high_ratio or (
             self.tier == "high" and ratio >= config.high_ratio - config.tier_margin_ratio
         )
         self.tier = "high" if high else "moderate"
 
-    def _evidence(self, w: _Window) -> dict[str, float | str]:
+    def _evidence(self, w: Window) -> dict[str, float | str]:
         out: dict[str, float | str] = {
             "idle_ratio": round(w.idle_ratio, 4),
             "data_wait_ratio": round(w.data_ratio, 4),
@@ -300,91 +296,6 @@ class GpuTrack:
         )  # fmt: skip
 
 
-class _Window:
-    """Sums over the last ``window_steps`` closed steps (the open one included: it is closing)."""
-
-    __slots__ = (
-        "causes", "config", "current_data_seconds", "data_seconds", "idle", "idle_sq", "latest_cause", "seconds",
-        "starved", "sync_seconds", "synced", "throttled", "ticks",
-    )  # fmt: skip
-
-    def __init__(self, steps: list[_Step], pos: int, config: DetectorConfig) -> None:
-        self.config = config
-        self.seconds = self.idle = self.idle_sq = self.data_seconds = self.sync_seconds = 0.0
-        self.current_data_seconds = 0.0
-        self.ticks = self.starved = self.synced = self.throttled = 0
-        self.causes: dict[str, int] = {}
-        self.latest_cause: str | None = None
-        moderate, full = config.moderate_ratio, 0.5 * config.evaluate_seconds
-        for k in range(config.window_steps):
-            s = steps[(pos - k) % len(steps)]
-            extent = max(s.span, s.seconds + s.pend_seconds)
-            if extent > 0 and s.throttled >= config.throttled_share_ratio * extent:
-                self.throttled += 1
-            if s.seconds <= 0:
-                continue
-            sync = min(s.idle, s.link_seconds * s.seconds / s.span) if s.span > 0 else 0.0
-            data = s.idle - sync
-            self.seconds += s.seconds
-            self.idle += s.idle
-            self.idle_sq += s.idle_sq
-            self.ticks += s.ticks
-            self.sync_seconds += sync
-            self.data_seconds += data
-            if k == 0:
-                self.current_data_seconds = data
-            if s.seconds < full:
-                continue  # too little counted time in this step to vote
-            if data >= moderate * s.seconds:
-                self.starved += 1
-                cause = self._cause(s)
-                self.causes[cause] = self.causes.get(cause, 0) + 1
-                if self.latest_cause is None:
-                    self.latest_cause = cause
-            elif sync >= moderate * s.seconds:
-                self.synced += 1
-
-    def _cause(self, s: _Step) -> str:
-        e = s.evidence
-        if e.network:
-            return "network"
-        if e.storage:
-            return "storage"
-        if s.h2d_ratio is not None and s.h2d_ratio >= self.config.h2d_link_ratio:
-            return "h2d"
-        if e.cpu:
-            return "cpu"
-        return "unknown"
-
-    @property
-    def data_ratio(self) -> float:
-        return self.data_seconds / self.seconds if self.seconds else 0.0
-
-    @property
-    def sync_ratio(self) -> float:
-        return self.sync_seconds / self.seconds if self.seconds else 0.0
-
-    @property
-    def idle_ratio(self) -> float:
-        return self.idle / self.seconds if self.seconds else 0.0
-
-    @property
-    def standard_error(self) -> float:
-        """Of the window's idle share, from the spread of its per-report values."""
-        if not self.seconds or not self.ticks:
-            return 0.0
-        mean = self.idle / self.seconds
-        return math.sqrt(max(0.0, self.idle_sq / self.seconds - mean * mean) / self.ticks)
-
-    def majority_cause(self) -> str:
-        """The cause most starved steps show; ties go to the latest step's, then to CAUSES order."""
-        if not self.causes:
-            return "unknown"
-        top = max(self.causes.values())
-        tied = [c for c in CAUSES if self.causes.get(c, 0) == top]
-        return self.latest_cause if self.latest_cause in tied else tied[0]
-
-
 def _nvlink_totals(g: pb.GpuSample) -> tuple[int | None, int | None]:
     if g.nvlinks:
         rx = [link.rx_bytes_total for link in g.nvlinks if link.HasField("rx_bytes_total")]
@@ -393,6 +304,15 @@ def _nvlink_totals(g: pb.GpuSample) -> tuple[int | None, int | None]:
     rx_total = g.nvlink_rx_bytes_total if g.HasField("nvlink_rx_bytes_total") else None
     tx_total = g.nvlink_tx_bytes_total if g.HasField("nvlink_tx_bytes_total") else None
     return rx_total, tx_total
+
+
+def _sampled(g: pb.GpuSample, field: str, fallback: str, seconds: float) -> float | None:
+    """Bytes over ``seconds`` at the rate a gauge field shows (the first of two that is set)."""
+    for name in (field, fallback):
+        if name and g.HasField(name):
+            value = getattr(g, name)
+            return value * seconds if 0.0 <= value < math.inf else None
+    return None
 
 
 def _job_id(job: pb.JobRef) -> str:

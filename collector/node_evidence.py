@@ -30,11 +30,21 @@ class NodeEvidence:
     # The values behind the flags, by name (``network_*``, ``storage_*``, ``cpu_*``).
     values: dict[str, float | str] = field(default_factory=dict)
 
+    # cause -> its values, made once per step and shared by the GPUs' verdicts (read-only there).
+    _by_cause: dict[str, dict[str, float | str]] = field(default_factory=dict, compare=False, repr=False)
+
     def for_cause(self, cause: str) -> dict[str, float | str]:
         """The values that name ``cause`` (all of them for ``unknown``: nothing saturated)."""
-        if cause == "unknown":
-            return dict(self.values)
-        return {k: v for k, v in self.values.items() if k.startswith(cause + "_")}
+        found = self._by_cause.get(cause)
+        if found is None:
+            prefix = cause + "_"
+            found = (
+                dict(self.values)
+                if cause == "unknown"
+                else {k: v for k, v in self.values.items() if k.startswith(prefix)}
+            )
+            self._by_cause[cause] = found
+        return found
 
 
 EMPTY = NodeEvidence()

@@ -29,7 +29,10 @@ _SHOWN_PROBLEMS = 20
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration ([detector]).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad line (exit 2) instead of skipping it.")
 def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -> None:
-    """Run the detector over a trace: verdicts per GPU over time, alerts, time shares."""
+    """Run the detector over a recorded trace.
+
+    Prints the verdicts per GPU over time, the alerts raised and resolved, and the time share of
+    each state and cause per GPU and per node (--json: all of it, with the final verdicts)."""
     try:
         config = load_detector_config(config_path) if config_path is not None else DetectorConfig()
     except DetectorConfigError as err:

@@ -23,6 +23,8 @@ _MIB = 1 << 20
 _IDLE_MEMORY_BYTES = 512 * _MIB
 _THERMAL_SLOWDOWN = 0x020 | 0x040  # sw_thermal_slowdown | hw_thermal_slowdown
 _GPU_IDLE = 0x001
+# The agent's collectors the simulation stands in for (the report says which sources ran).
+_COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure", "gpu")
 
 
 @dataclass(slots=True)
@@ -155,10 +157,13 @@ class NodeHardware:
 
     def fill(self, report: pb.NodeReport, a: Activity, *, with_cores: bool) -> None:
         """Add every source's sample of this tick to ``report``."""
+        for name in _COLLECTORS:
+            report.collectors.add(name=name, success=True)
         nic = report.nics.add(name="eth0", operstate="up", carrier=True)
         nic.rx_bytes_total, nic.tx_bytes_total = int(self.nic[0]), int(self.nic[1])
         nic.rx_packets_total, nic.tx_packets_total = int(self.nic[2]), int(self.nic[3])
-        nic.speed_bytes_per_second = self.p.nic_speed_bytes_per_second
+        if self.p.nic_speed_reported:
+            nic.speed_bytes_per_second = self.p.nic_speed_bytes_per_second
         if self._has_rdma():
             port = report.rdma_ports.add(device="mlx5_0", port=1, state="ACTIVE", state_id=4)
             port.rx_bytes_total, port.tx_bytes_total = int(self.rdma[0]), int(self.rdma[1])
@@ -242,8 +247,9 @@ class NodeHardware:
         info.kernel_release = "6.1.0-sim"
         info.cpu_count = p.cpu_count
         info.memory_total_bytes = p.memory_total_bytes
-        info.nics.add(name="eth0", speed_bytes_per_second=p.nic_speed_bytes_per_second, speed_source="kernel",
-                      kind="physical", mtu=9000)  # fmt: skip
+        nic = info.nics.add(name="eth0", kind="physical", mtu=9000)
+        if p.nic_speed_reported:
+            nic.speed_bytes_per_second, nic.speed_source = p.nic_speed_bytes_per_second, "kernel"
         if self._has_rdma():
             info.rdma_ports.add(device="mlx5_0", port=1, rate_bytes_per_second=p.rdma_rate_bytes_per_second,
                                 rate_text=f"{p.rdma_rate_bytes_per_second * 8 / 1e9:.0f} Gb/sec (4X HDR)",

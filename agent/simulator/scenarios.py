@@ -36,6 +36,8 @@ class Params:
     cpu_count: int = 64
     memory_total_bytes: int = 1 << 40
     nic_speed_bytes_per_second: float = 50e9 / 8
+    # False: the NIC reports no link speed (virtio in a cloud VM); only configuration can tell.
+    nic_speed_reported: bool = True
     # Share of the link a bulk download achieves.
     nic_efficiency_ratio: float = 0.95
     # Where the training data lives: "network" (object store over the NIC), "storage" (the data
@@ -231,7 +233,7 @@ SCENARIOS: Final[Mapping[str, Scenario]] = MappingProxyType(
 )
 
 
-def scenario(name: str) -> Scenario:
+def find_scenario(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:

@@ -16,7 +16,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 from agent.simulator import model
 from agent.simulator.emit import Activity, NodeHardware
-from agent.simulator.scenarios import Params, scenario
+from agent.simulator.scenarios import Params, Scenario, find_scenario
 
 # 2026-01-01T00:00:00Z: traces recorded from the simulator start here unless told otherwise.
 DEFAULT_START_TIME: Final = 1_767_225_600.0
@@ -53,7 +53,7 @@ class Truth:
 class Simulation:
     def __init__(
         self,
-        scenario_name: str,
+        scenario: str,
         *,
         node_id: str,
         seed: int = 0,
@@ -61,7 +61,7 @@ class Simulation:
         gpus: int = 8,
         **overrides: Any,
     ) -> None:
-        self.scenario = scenario(scenario_name)
+        self.scenario: Scenario = find_scenario(scenario)
         self.params: Params = self.scenario.params.replace(overrides)
         if gpus < 1:
             raise ValueError(f"gpus must be at least 1, got {gpus}")
