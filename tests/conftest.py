@@ -15,7 +15,7 @@ from agent.config import AgentConfig
 from agent.sampler import Sampler
 from tests.fakes.trees import SHARED_FIXTURES, materialize
 
-pytest_plugins = ["tests.fakes.nvml.plugin"]
+pytest_plugins = ["tests.fakes.nvml.plugin", "tests.fakes.alertmanager"]
 
 REQUIRE_LIVE = os.environ.get("NODEAGENT_REQUIRE_LIVE_TESTS") == "1"
 

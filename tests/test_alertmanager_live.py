@@ -3,62 +3,15 @@ alerts through the book, the dispatcher and the Alertmanager sink, and sees them
 
 from __future__ import annotations
 
-import json
-import shutil
-import socket
 import sqlite3
-import subprocess
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from collector.alert_types import AlertSignal
 from collector.alerts import AlertBook
 from collector.sinks import AlertmanagerSink, SinkDispatcher
-from tests.conftest import require
-
-BINARY = "prometheus-alertmanager"
-CONFIG = """\
-route:
-  receiver: blackhole
-receivers:
-  - name: blackhole
-"""
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[str]:
-    require(shutil.which(BINARY) is not None, f"needs {BINARY} (Debian package; `make system-deps`)")
-    (tmp_path / "am.yml").write_text(CONFIG)
-    port = _free_port()
-    log = (tmp_path / "am.log").open("w")
-    process = subprocess.Popen(
-        [
-            BINARY,
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",  # no gossip: a single, private instance
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: _ready(url), 20, f"{BINARY} did not become ready; log: {tmp_path / 'am.log'}")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        log.close()
+from tests.fakes.alertmanager import alerts as _alerts
+from tests.fakes.alertmanager import wait as _wait
 
 
 def starved(firing: bool = True) -> AlertSignal:
@@ -139,35 +92,3 @@ def test_a_restarted_collector_refreshes_and_later_resolves(tmp_path: Path, aler
         _wait(lambda: not _alerts(alertmanager), 10, "the alert did not resolve after the restart")
     finally:
         second.stop()
-
-
-def _alerts(url: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5) as response:
-        alerts: list[dict[str, Any]] = json.load(response)
-    return alerts
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, message: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(message)
-        time.sleep(0.05)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
