@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The main job, until the fleet demo lands: live snapshots of this machine.
+# The main job: a collector, this machine's agent and two simulated 8-GPU rentals; what nodeagent finds.
 demo: setup
-	$(BIN)/nodeagent sample --count 3 --interval 1
+	$(BIN)/nodeagent-collector demo
 
 # Debian tools the live tests use (fio, iperf3, iproute2, node_exporter); root only.
 system-deps:

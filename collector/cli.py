@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 import structlog
@@ -23,9 +22,10 @@ from agent.channel import parse_target
 from agent.cli import run_cli
 from agent.log import configure_logging
 from agent.simulator import SCENARIOS
-from agent.units import format_bits
 from collector.client import client_options, query
 from collector.config import CollectorConfigError, load_collector_config
+from collector.demo import DemoPlan, run_demo
+from collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
 from collector.loadgen import LoadSpec, run_load
 from collector.replay_cli import replay
 from collector.security import SecurityConfigError, ServerSecurity
@@ -152,35 +152,7 @@ async def _serve(config: ServerConfig) -> None:
 def nodes(as_json: bool, **options: object) -> None:
     """The nodes a running collector knows."""
     response = query(options, "ListNodes")
-    rows = [
-        {
-            "node_id": n.node_id,
-            "hostname": n.hostname,
-            "agent_version": n.agent_version,
-            "connected": n.connected,
-            "gpu_count": n.gpu_count,
-            "reports_total": n.reports_total,
-            "duplicates_total": n.duplicates_total,
-            "gap_reports_total": n.gap_reports_total,
-            "spool_dropped_reports_total": n.spool_dropped_reports_total,
-            "epoch": n.epoch,
-            "last_seq": n.last_seq,
-            "first_seen": n.first_seen_unix_seconds,
-            "last_seen": n.last_seen_unix_seconds,
-            "state": n.state,
-            "cause": n.cause or None,
-            "tier": n.tier or None,
-            "starvation_ratio": n.starvation_ratio if n.HasField("starvation_ratio") else None,
-            "interconnect_ratio": n.interconnect_ratio if n.HasField("interconnect_ratio") else None,
-            "gpu_hours_lost": n.gpu_seconds_lost / 3600,
-            "needed_ingest_bytes_per_second": (
-                n.needed_ingest_bytes_per_second if n.HasField("needed_ingest_bytes_per_second") else None
-            ),
-            "starved_gpus": [int(i) for i in n.starved_gpus.split(",") if i],
-            "jobs": list(n.jobs),
-        }
-        for n in response.nodes
-    ]
+    rows = node_rows(response)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -194,16 +166,7 @@ def nodes(as_json: bool, **options: object) -> None:
 def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
     """The alerts of a running collector: firing ones (and, with --all, recently resolved)."""
     response = query(options, "ListAlerts", include_resolved=include_resolved)
-    rows = [
-        {
-            "name": a.name, "node_id": a.node_id, "key": a.key, "severity": a.severity,
-            "state": "resolved" if a.HasField("ends_at_unix_seconds") else "firing",
-            "labels": dict(a.labels), "annotations": dict(a.annotations),
-            "starts_at": a.starts_at_unix_seconds,
-            "ends_at": a.ends_at_unix_seconds if a.HasField("ends_at_unix_seconds") else None,
-        }
-        for a in response.alerts
-    ]  # fmt: skip
+    rows = alert_rows(response)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -216,7 +179,7 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
         summary = annotations.get("summary", "")
         click.echo(
             f"{row['name']!s:<20} {row['node_id']!s:<20} {row['severity']!s:<9} {row['state']!s:<9} "
-            f"{_iso(float(str(row['starts_at']))):<20} {summary}"
+            f"{iso_time(float(str(row['starts_at']))):<20} {summary}"
         )
 
 
@@ -257,31 +220,27 @@ def loadgen(
     )
 
 
-def render_fleet(rows: list[dict[str, Any]]) -> str:
-    """The fleet at a glance: per node its verdict, why, and what it costs."""
-    lines = [
-        f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
-        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20}"
-    ]
-    for row in rows:
-        ratio = row["starvation_ratio"]
-        needs = row["needed_ingest_bytes_per_second"]
-        lines.append(
-            f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
-            f"{row['state'] or '-':<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
-            f"{row['gpu_hours_lost']:>10.2f} {format_bits(needs) if needs else '-':>10} "
-            f"{row['reports_total']:>8} {_iso(float(row['last_seen'])):>20}"
-        )
-    return "\n".join(lines)
-
-
-def _iso(seconds: float) -> str:
-    if not seconds:
-        return "-"
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
 cli.add_command(replay)
+
+
+@cli.command()
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=5.0, max=600.0),
+    default=25.0,
+    show_default=True,
+    help="How long to watch the fleet.",
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=1.0, max=1000.0),
+    default=30.0,
+    show_default=True,
+    help="Simulated seconds per wall-clock second on the simulated rentals.",
+)
+def demo(seconds: float, time_scale: float) -> None:
+    """A collector, this machine's agent and two simulated 8-GPU rentals: what nodeagent finds."""
+    run_demo(DemoPlan(seconds=seconds, time_scale=time_scale))
 
 
 def main() -> NoReturn:

@@ -51,9 +51,14 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
         security.check()
     except ValueError as err:
         raise click.UsageError(str(err)) from err
+    return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+
+
+def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float = 5.0, **fields: Any) -> Any:
+    """One Query call; ``ClickException`` (one line) when the collector cannot answer."""
     request = _REQUESTS[method](**fields)
     try:
-        return asyncio.run(_call(target, security, method, request, float(options["timeout"])))
+        return asyncio.run(_call(target, security, method, request, timeout))
     except grpc.aio.AioRpcError as err:
         raise click.ClickException(f"collector {target}: {err.code().name}: {err.details()}") from err
 

@@ -81,6 +81,8 @@ def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:
     summary.gpu_seconds_lost = verdict.gpu_seconds_lost
     summary.starved_gpus = ",".join(str(g.index) for g in verdict.starved_gpus)
     summary.jobs.extend(verdict.jobs)
+    for key, value in verdict.evidence.items():
+        summary.evidence[key] = value if isinstance(value, str) else f"{value:.6g}"
     if verdict.starvation_ratio is not None:
         summary.starvation_ratio = verdict.starvation_ratio
     if verdict.interconnect_ratio is not None:
