@@ -48,6 +48,7 @@ class LoadResult:
     sent: int = 0
     acked: int = 0
     streams_failed: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
     payload_bytes: int = 0
     # Sent and acked counts at the middle of the run, to tell a steady backlog from a growing one.
     sent_at_half: int = 0
@@ -57,6 +58,8 @@ class LoadResult:
         for name in ("nodes", "sent", "acked", "streams_failed", "payload_bytes", "sent_at_half", "acked_at_half"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.seconds = max(self.seconds, other.seconds)
+        for code, count in other.failures.items():
+            self.failures[code] = self.failures.get(code, 0) + count
 
     def to_plain(self) -> dict[str, Any]:
         plain = asdict(self)
@@ -137,8 +140,10 @@ async def _node(
             acked[index] = ack.acked_seq
 
     reader = asyncio.create_task(read_acks())
+    phase = "hello"
     try:
         await call.write(hello.SerializeToString())
+        phase = "reports"
         next_at = start + random.uniform(0, period)  # spread the nodes over the period
         seq = 0
         while True:
@@ -152,13 +157,17 @@ async def _node(
             result.sent += 1
             result.payload_bytes += len(frame) + GRPC_PREFIX_BYTES
             next_at += period
+        phase = "end"
         # Give the collector a moment to acknowledge the last reports, then hang up.
         deadline = time.monotonic() + 3.0
         while acked.get(index, 0) < seq and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await call.done_writing()
-    except grpc.aio.AioRpcError:
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        # The stream ended under us; its status says why.
         result.streams_failed += 1
+        key = f"{phase}: {(await call.code()).name}: {await call.details()}"[:120]
+        result.failures[key] = result.failures.get(key, 0) + 1
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
