@@ -6,7 +6,6 @@ Errors are one line on stderr naming the bad value, exit status 2.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,9 +15,11 @@ from typing import Any, NoReturn
 import click
 
 from agent import __version__
+from agent.cli_options import readable_dir as _root
 from agent.collectors import Roots, UnknownCollectorError, available, enabled_names
 from agent.config import AgentConfig, ConfigError, load_config, parse_link_speed_flag
 from agent.derive import snapshot
+from agent.diag.command import diag_command
 from agent.kernel_files import raise_open_file_limit
 from agent.log import configure_logging
 from agent.plain import to_plain
@@ -39,15 +40,6 @@ def _collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:
             help=f"{cls.help} (default {default})",
         )(func)
     return func
-
-
-def _root(option: str) -> Callable[[click.Context, click.Parameter, str], str]:
-    def check(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-        if not os.path.isdir(value) or not os.access(value, os.R_OK | os.X_OK):
-            raise click.BadParameter(f"{value}: not a readable directory", param_hint=option)
-        return value
-
-    return check
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -132,6 +124,9 @@ def list_collectors() -> None:
         click.echo(f"{name:<12} {'on ' if cls.default_enabled else 'off'}  {cls.help}")
 
 
+cli.add_command(diag_command)
+
+
 def _config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
     try:
         config = load_config(path) if path is not None else AgentConfig()
@@ -149,7 +144,8 @@ def main() -> NoReturn:
 def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
     """Run a click group with one-line errors: ``prog: error: ...`` and status 2."""
     try:
-        group.main(args=args, prog_name=prog, standalone_mode=False)
+        # Without standalone mode click returns ctx.exit()'s status instead of raising it.
+        status = group.main(args=args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.exceptions.Abort:
@@ -162,4 +158,4 @@ def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int
         return 0
     except KeyboardInterrupt:
         return 130
-    return 0
+    return status if isinstance(status, int) else 0
