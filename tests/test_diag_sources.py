@@ -101,3 +101,5 @@ def test_this_machines_kernel_log_is_read_whole_without_blocking() -> None:
     log = read_kernel_log()
     assert log.source == KMSG, log.unreadable_reason
     assert log.lines and all("\n" not in line for line in log.lines)
+    named = read_kernel_log(KMSG)  # as --kernel-log /dev/kmsg: read the records, do not wait for more
+    assert named.source == KMSG and len(named.lines) >= len(log.lines) - 5

@@ -44,6 +44,8 @@ class XidRecord:
 
 def read_kernel_log(path: str | None = None) -> KernelLog:
     """The kernel log's lines from ``path``, or from this machine's log."""
+    if path is not None and os.path.realpath(path) == KMSG:
+        path = None  # read as a stream of records, not as a file (which would wait for more)
     if path is not None:
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
