@@ -43,12 +43,12 @@ def run(ctx: DiagContext) -> list[CheckResult]:
         return _without_nvml(topology.unavailable_reason, expected)
     gpus = _Gpus(ctx)
     results = [_driver(topology), *_count(gpus, expected), *_model(gpus, ctx.profile.gpu.model), *_lost(gpus)]
+    results += xid.check(ctx, gpus.info)  # the kernel log also speaks of GPUs lost since
     if not gpus.alive:
         return results
     results += _ecc(gpus)
     results += _remapped_rows(gpus)
     results += _retired_pages(gpus)
-    results += xid.check(ctx, gpus.alive, gpus.info)
     results += _temperature(gpus, ctx.profile.gpu.max_temperature_celsius)
     results += _throttle(gpus)
     results += gpu_pcie.link(gpus.alive, ctx.observation.gpu_extras)
@@ -69,7 +69,7 @@ class _Gpus:
         self.alive = [samples[i] for i in self.info if i not in self.lost]
 
     @property
-    def group(self) -> str:
+    def label(self) -> str:
         return group([f"gpu:{g.index}" for g in self.alive], "GPU")
 
 
@@ -155,8 +155,8 @@ def _ecc(gpus: _Gpus) -> list[CheckResult]:
             hint = "past uncorrectable errors (handled by row remapping or page retirement): watch for new ones"
             problems.append(warned("gpu.ecc", f"gpu:{g.index}", value, "0", hint))
     if unknown == len(gpus.alive):
-        return [skipped("gpu.ecc", gpus.group, "ECC counters not available (ECC off or not supported)")]
-    return summarize("gpu.ecc", gpus.group, problems, "no uncorrectable errors", "0")
+        return [skipped("gpu.ecc", gpus.label, "ECC counters not available (ECC off or not supported)")]
+    return summarize("gpu.ecc", gpus.label, problems, "no uncorrectable errors", "0")
 
 
 def _remapped_rows(gpus: _Gpus) -> list[CheckResult]:
@@ -174,8 +174,8 @@ def _remapped_rows(gpus: _Gpus) -> list[CheckResult]:
             hint = "a row waits to be remapped: reset the GPU (`nvidia-smi -r`) or reboot to apply it"
             problems.append(warned("gpu.remapped_rows", subject, "remapping pending", "none pending", hint))
     if not known:
-        return [skipped("gpu.remapped_rows", gpus.group, "not supported (GPUs before Ampere retire pages instead)")]
-    return summarize("gpu.remapped_rows", gpus.group, problems, "none pending or failed")
+        return [skipped("gpu.remapped_rows", gpus.label, "not supported (GPUs before Ampere retire pages instead)")]
+    return summarize("gpu.remapped_rows", gpus.label, problems, "none pending or failed")
 
 
 def _retired_pages(gpus: _Gpus) -> list[CheckResult]:
@@ -195,14 +195,14 @@ def _retired_pages(gpus: _Gpus) -> list[CheckResult]:
             hint = "pages wait to be retired: reboot (or reset the GPU) to retire them"
             problems.append(warned("gpu.retired_pages", f"gpu:{g.index}", value + ", pending", "none pending", hint))
     if not known:
-        return [skipped("gpu.retired_pages", gpus.group, "not supported (Ampere and newer remap rows instead)")]
-    return summarize("gpu.retired_pages", gpus.group, problems, "none pending", f"< {RETIRED_PAGES_RMA}")
+        return [skipped("gpu.retired_pages", gpus.label, "not supported (Ampere and newer remap rows instead)")]
+    return summarize("gpu.retired_pages", gpus.label, problems, "none pending", f"< {RETIRED_PAGES_RMA}")
 
 
 def _temperature(gpus: _Gpus, limit: float) -> list[CheckResult]:
     readings = [(g.index, g.temperature_celsius) for g in gpus.alive if g.HasField("temperature_celsius")]
     if not readings:
-        return [skipped("gpu.temperature", gpus.group, "temperature not available")]
+        return [skipped("gpu.temperature", gpus.label, "temperature not available")]
     hint = "the GPU runs hot and will slow down: check airflow, fans and the room"
     problems = [
         warned("gpu.temperature", f"gpu:{i}", f"{t:.0f} °C", f"≤ {limit:.0f} °C", hint)
@@ -211,7 +211,7 @@ def _temperature(gpus: _Gpus, limit: float) -> list[CheckResult]:
     ]
     hottest = max(readings, key=lambda r: r[1])
     return summarize(
-        "gpu.temperature", gpus.group, problems, f"hottest {hottest[1]:.0f} °C (gpu:{hottest[0]})", f"≤ {limit:.0f} °C"
+        "gpu.temperature", gpus.label, problems, f"hottest {hottest[1]:.0f} °C (gpu:{hottest[0]})", f"≤ {limit:.0f} °C"
     )
 
 
@@ -222,4 +222,4 @@ def _throttle(gpus: _Gpus) -> list[CheckResult]:
         active = [r for r in g.clock_event_reason_names if r in SLOWDOWN_REASONS]
         if active:
             problems.append(warned("gpu.throttle", f"gpu:{g.index}", ", ".join(active), "none", hint))
-    return summarize("gpu.throttle", gpus.group, problems, "no thermal or power slowdown", "none")
+    return summarize("gpu.throttle", gpus.label, problems, "no thermal or power slowdown", "none")

@@ -21,35 +21,12 @@ DROP_RATIO_LIMIT = 0.01  # dropped packets per packet since boot above which to 
 _WIRE_HINT = "check the cable, transceiver and switch port (`ethtool IFACE`, `ethtool -S IFACE`)"
 
 
-@dataclass(frozen=True, slots=True)
-class _Nic:
-    info: pb.NicInfo
-    last: pb.NicSample
-    first: pb.NicSample | None
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def up(self) -> bool:
-        return self.last.operstate == "up" and not (self.last.HasField("carrier") and not self.last.carrier)
-
-    @property
-    def speed(self) -> float | None:
-        if self.last.HasField("speed_bytes_per_second"):
-            return self.last.speed_bytes_per_second
-        return self.info.speed_bytes_per_second if self.info.HasField("speed_bytes_per_second") else None
-
-
 def run(ctx: DiagContext) -> list[CheckResult]:
     expect = ctx.profile.nic
     observation = ctx.observation
     firsts = {n.name: n for n in observation.first.nics}
     lasts = {n.name: n for n in observation.last.nics}
-    nics = {
-        i.name: _Nic(i, lasts[i.name], firsts.get(i.name)) for i in observation.info.nics if i.name in lasts
-    }  # fmt: skip
+    nics = {i.name: _Nic(i, lasts[i.name], firsts.get(i.name)) for i in observation.info.nics if i.name in lasts}
     results: list[CheckResult] = []
     if expect.names:
         checked = [nics[name] for name in expect.names if name in nics]
@@ -70,6 +47,27 @@ def run(ctx: DiagContext) -> list[CheckResult]:
         results += _flaps(checked, expect.max_carrier_changes, observation.window_seconds)
         results += _errors(checked)
     return results
+
+
+@dataclass(frozen=True, slots=True)
+class _Nic:
+    info: pb.NicInfo
+    last: pb.NicSample
+    first: pb.NicSample | None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def up(self) -> bool:
+        return self.last.operstate == "up" and not (self.last.HasField("carrier") and not self.last.carrier)
+
+    @property
+    def speed(self) -> float | None:
+        if self.last.HasField("speed_bytes_per_second"):
+            return self.last.speed_bytes_per_second
+        return self.info.speed_bytes_per_second if self.info.HasField("speed_bytes_per_second") else None
 
 
 def _present(names: Sequence[str], nics: dict[str, _Nic]) -> list[CheckResult]:

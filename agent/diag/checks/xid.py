@@ -5,7 +5,7 @@ others (most are raised by applications: 13, 31, 43) warn."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -35,7 +35,7 @@ MEANINGS = {
 }
 
 
-def check(ctx: DiagContext, gpus: Sequence[pb.GpuSample], info: Mapping[int, pb.GpuInfo]) -> list[CheckResult]:
+def check(ctx: DiagContext, info: Mapping[int, pb.GpuInfo]) -> list[CheckResult]:
     group = plural(len(info), "GPU")
     log = ctx.kernel_log
     by_subject: dict[str, Counter[int]] = {}
