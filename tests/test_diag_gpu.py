@@ -3,6 +3,7 @@ naming the GPU (and link), with the right exit status; the healthy nodes pass.""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,13 +50,30 @@ def test_healthy_node_passes(fake_nvml: FakeNvml, diag: Callable[..., DiagRun], 
     assert run.checks("nvml.driver", "PASS")[0]["value"] == "driver 570.133.20, CUDA 12.8"
 
 
-def test_builtin_profile_matches_its_fake_node(fake_nvml: FakeNvml, diag: Callable[..., DiagRun]) -> None:
-    load(fake_nvml, "a800_sxm4")
-    run = diag("--profile", "8xA800-nvlink-50g")
+@pytest.mark.parametrize(
+    ("profile", "builtin", "host"),
+    [
+        ("a800_sxm4", "8xA800-nvlink-50g", {"nic_mbit": 50_000}),
+        ("h100_sxm5", "8xH100-sxm-ib", {"ib_ports": 8}),
+        ("a100_sxm4", "8xA100-sxm-nvlink", {}),
+    ],
+)
+def test_healthy_node_passes_its_builtin_profile(
+    fake_nvml: FakeNvml, tmp_path: Path, profile: str, builtin: str, host: dict[str, int]
+) -> None:
+    load(fake_nvml, profile)
+    fake_nvml.write()
+    roots = host_tree(tmp_path / "rented", **host)
+    flags = ["--window", WINDOW, "--kernel-log", os.devnull, "--json", "--profile", builtin]
+    run = run_diag(*roots_args(roots), *flags)
+    assert run.exit_code == 0, run.out + run.err
+    assert run.problems() == {}
     assert run.checks("gpu.model", "PASS") and run.checks("nvlink.links", "PASS")
-    # The host tree has no NIC: the profile's 50G data NIC is missing, and that alone fails.
-    assert run.problems() == {("nic.speed", "node"): "FAIL"}
-    assert run.exit_code == 1
+    assert len(run.statuses()) - len(run.problems()) >= 20
+    if "nic_mbit" in host:  # the same node with its data NIC at half the speed rented
+        slow = run_diag(*roots_args(host_tree(tmp_path / "slow", nic_mbit=25_000)), *flags)
+        assert slow.exit_code == 1
+        assert slow.problems() == {("nic.speed", "nic:eth0"): "FAIL"}
 
 
 def test_one_nvlink_link_down_fails_naming_gpu_and_link(fake_nvml: FakeNvml, diag: Callable[..., DiagRun]) -> None:
