@@ -174,7 +174,13 @@ def _remapped_rows(gpus: _Gpus) -> list[CheckResult]:
             hint = "a row waits to be remapped: reset the GPU (`nvidia-smi -r`) or reboot to apply it"
             problems.append(warned("gpu.remapped_rows", subject, "remapping pending", "none pending", hint))
     if not known:
-        return [skipped("gpu.remapped_rows", gpus.label, "not supported (GPUs before Ampere retire pages instead)")]
+        return [
+            skipped(
+                "gpu.remapped_rows",
+                gpus.label,
+                "not supported on these GPUs (row remapping: data-center GPUs since Ampere)",
+            )
+        ]
     return summarize("gpu.remapped_rows", gpus.label, problems, "none pending or failed")
 
 
@@ -195,7 +201,13 @@ def _retired_pages(gpus: _Gpus) -> list[CheckResult]:
             hint = "pages wait to be retired: reboot (or reset the GPU) to retire them"
             problems.append(warned("gpu.retired_pages", f"gpu:{g.index}", value + ", pending", "none pending", hint))
     if not known:
-        return [skipped("gpu.retired_pages", gpus.label, "not supported (Ampere and newer remap rows instead)")]
+        return [
+            skipped(
+                "gpu.retired_pages",
+                gpus.label,
+                "not supported on these GPUs (page retirement: data-center GPUs before Ampere)",
+            )
+        ]
     return summarize("gpu.retired_pages", gpus.label, problems, "none pending", f"< {RETIRED_PAGES_RMA}")
 
 
