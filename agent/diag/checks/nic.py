@@ -111,7 +111,7 @@ def _speed(nics: Sequence[_Nic], expected: float | None, named: bool) -> list[Ch
     if not rated:
         if not known:
             return [failed("nic.speed", NODE, "no NIC up", want, "no physical NIC is up: check `ip link`")]
-        return [warned("nic.speed", NODE, "unknown", want, unknown_hint)]
+        return [warned("nic.speed", _group([n.name for n, _ in known]), "unknown", want, unknown_hint)]
     fastest, speed = max(rated, key=lambda r: r[1])
     value = f"{fastest.name} {format_bits(speed)}"
     if speed < expected:
