@@ -29,6 +29,7 @@ SEQUENTIAL_STREAMS: Final = 4
 MIN_FILE_BYTES: Final = 16 * 1024 * 1024
 _BATCH: Final = 64  # reads between two looks at the clock
 _OFFSET_BATCHES: Final = 512  # 32768 random offsets, reused round-robin
+RAMP_SECONDS: Final = 0.25  # at the start of each phase, not counted
 
 
 class ProbeError(RuntimeError):
@@ -167,22 +168,22 @@ def _sequential(fd: int, size: int, seconds: float) -> float:
     """Bytes per second of 1 MiB reads, SEQUENTIAL_STREAMS streams each walking its share."""
     blocks = max(1, size // SEQUENTIAL_BLOCK_BYTES)
 
-    def stream(index: int, deadline: float) -> int:
+    def stream(index: int, meter: _Meter) -> None:
         buffer = mmap.mmap(-1, SEQUENTIAL_BLOCK_BYTES)
         buffers = [buffer]
-        done = 0
         block = index
         try:
-            while time.perf_counter() < deadline:
+            while True:
+                done = 0
                 for _ in range(8):
                     done += os.preadv(fd, buffers, (block % blocks) * SEQUENTIAL_BLOCK_BYTES)
                     block += SEQUENTIAL_STREAMS
+                if not meter.add(done):
+                    return
         finally:
             buffer.close()
-        return done
 
-    total, elapsed = _in_threads(SEQUENTIAL_STREAMS, stream, seconds)
-    return total / elapsed
+    return _in_threads(SEQUENTIAL_STREAMS, stream, seconds)
 
 
 def _random(fd: int, size: int, seconds: float, queue_depth: int) -> float:
@@ -193,36 +194,67 @@ def _random(fd: int, size: int, seconds: float, queue_depth: int) -> float:
     rng = random.Random(0)
     offsets = [[rng.randrange(blocks) * RANDOM_BLOCK_BYTES for _ in range(_BATCH)] for _ in range(_OFFSET_BATCHES)]
 
-    def reader(index: int, deadline: float) -> int:
+    def reader(index: int, meter: _Meter) -> None:
         buffer = mmap.mmap(-1, RANDOM_BLOCK_BYTES)
         buffers = [buffer]
-        preadv, now = os.preadv, time.perf_counter
-        reads = 0
+        preadv = os.preadv
+        batch = index
         try:
             while True:
-                for offset in offsets[(index + reads // _BATCH) % _OFFSET_BATCHES]:
+                for offset in offsets[batch % _OFFSET_BATCHES]:
                     preadv(fd, buffers, offset)
-                reads += _BATCH
-                if now() >= deadline:
-                    return reads
+                batch += 1
+                if not meter.add(_BATCH):
+                    return
         finally:
             buffer.close()
 
-    reads, elapsed = _in_threads(queue_depth, reader, seconds)
-    return reads / elapsed
+    return _in_threads(queue_depth, reader, seconds)
 
 
-def _in_threads(count: int, work: Callable[[int, float], int], seconds: float) -> tuple[int, float]:
-    """Run ``work(index, deadline)`` in ``count`` threads (os.preadv releases the GIL while the
-    read is in flight); the sum of their results and the seconds they took."""
-    results = [0] * count
+class _Meter:
+    """One worker's progress. What it does in the phase's first moments is not counted (fio's
+    ramp_time): a volume's burst allowance, or its cache warming, would inflate a short phase."""
+
+    __slots__ = ("counted", "deadline", "first", "last", "ramp_end", "started", "total")
+
+    def __init__(self, started: float, seconds: float) -> None:
+        self.started = started
+        self.ramp_end = started + min(RAMP_SECONDS, seconds * 0.2)
+        self.deadline = started + seconds
+        self.first: float | None = None  # when counting began
+        self.last = started
+        self.counted = 0
+        self.total = 0
+
+    def add(self, amount: int) -> bool:
+        """Record ``amount`` done since the last call; False once the phase is over."""
+        now = time.perf_counter()
+        self.total += amount
+        if self.first is None:
+            if now >= self.ramp_end:
+                self.first = now  # counting starts after this batch
+        else:
+            self.counted += amount
+        self.last = now
+        return now < self.deadline
+
+    def rate(self) -> float:
+        if self.first is not None and self.counted and self.last > self.first:
+            return self.counted / (self.last - self.first)
+        return self.total / max(self.last - self.started, 1e-9)  # too short to leave out a ramp
+
+
+def _in_threads(count: int, work: Callable[[int, _Meter], None], seconds: float) -> float:
+    """Run ``work(index, meter)`` in ``count`` threads (os.preadv releases the GIL while a read is
+    in flight) for ``seconds``; the sum of their rates."""
     errors: list[OSError] = []
     started = time.perf_counter()
-    deadline = started + seconds
+    meters = [_Meter(started, seconds) for _ in range(count)]
 
     def run(index: int) -> None:
         try:
-            results[index] = work(index, deadline)
+            work(index, meters[index])
         except OSError as err:
             errors.append(err)
 
@@ -234,7 +266,6 @@ def _in_threads(count: int, work: Callable[[int, float], int], seconds: float) -
             thread.start()
         for thread in threads:
             thread.join()
-    elapsed = time.perf_counter() - started
     if errors:
         raise ProbeError(f"direct read failed: {errors[0].strerror}")
-    return sum(results), elapsed
+    return sum(meter.rate() for meter in meters)
