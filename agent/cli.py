@@ -17,6 +17,7 @@ from agent import __version__
 from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
 from agent.collectors import Roots, available
 from agent.derive import snapshot
+from agent.diag.command import diag_command
 from agent.kernel_files import raise_open_file_limit
 from agent.log import configure_logging
 from agent.plain import to_plain
@@ -110,6 +111,9 @@ def list_collectors() -> None:
     """The collectors and whether they run by default."""
     for name, cls in available().items():
         click.echo(f"{name:<12} {'on ' if cls.default_enabled else 'off'}  {cls.help}")
+
+
+cli.add_command(diag_command)
 
 
 def main() -> NoReturn:

@@ -20,12 +20,17 @@ FieldValues = Mapping[FieldKey, int | float]
 # ---- Field ids (nvml.h) --------------------------------------------------------------------------
 FI_ECC_DBE_VOL_TOTAL: Final = 4  # ecc.errors.uncorrected.volatile.total
 FI_ECC_DBE_AGG_TOTAL: Final = 6  # ecc.errors.uncorrected.aggregate.total
+FI_RETIRED_SBE: Final = 29  # retired_pages.single_bit_ecc.count (GPUs before Ampere)
+FI_RETIRED_DBE: Final = 30  # retired_pages.double_bit.count
+FI_RETIRED_PENDING: Final = 31  # retired_pages.pending
 FI_NVLINK_CRC_DATA_ERROR_COUNT_L0: Final = 39  # ..44: data CRC errors of links 0-5 (link in the id, not the scope)
 FI_NVLINK_LINK_COUNT: Final = 91
 FI_PCIE_REPLAY_COUNTER: Final = 94  # pcie.replay_counter (nvidia-smi -q)
 FI_NVLINK_CRC_DATA_ERROR_COUNT_L6: Final = 102  # ..107: links 6-11; later links have no data-CRC field
 FI_NVLINK_THROUGHPUT_DATA_TX: Final = 138  # KiB of payload, per link (scopeId)
 FI_NVLINK_THROUGHPUT_DATA_RX: Final = 139
+FI_REMAPPED_COR: Final = 142  # remapped_rows.correctable
+FI_REMAPPED_UNC: Final = 143  # remapped_rows.uncorrectable
 FI_REMAPPED_PENDING: Final = 144  # remapped_rows.pending
 FI_REMAPPED_FAILURE: Final = 145  # remapped_rows.failure
 FI_NVLINK_ERROR_DL_REPLAY: Final = 161  # per link

@@ -40,6 +40,7 @@ NVML_SYMBOLS: Final[tuple[str, ...]] = (
     "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
     "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo_v3",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration",
     "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetPcieThroughput",
     "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetFieldValues",
@@ -312,6 +313,11 @@ class Gpu:
         gen = self._query("nvmlDeviceGetCurrPcieLinkGeneration", pynvml.nvmlDeviceGetCurrPcieLinkGeneration)
         width = self._query("nvmlDeviceGetCurrPcieLinkWidth", pynvml.nvmlDeviceGetCurrPcieLinkWidth)
         return gen, width
+
+    def gpu_max_pcie_generation(self) -> int | None:
+        """pcie.link.gen.gpumax: what the GPU itself supports (``pcie.link.gen.max`` is what this slot
+        allows it)."""
+        return self._query("nvmlDeviceGetGpuMaxPcieLinkGeneration", pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration)
 
     def pcie_throughput(self) -> tuple[float | None, float | None]:
         """PCIe (rx, tx) bytes per second over the driver's last 20 ms window, for drivers without

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import require
 from tests.fakes.trees import REPO
@@ -24,3 +25,14 @@ def test_overhead_benchmark_runs_and_reports_both_sides() -> None:
         assert result["agent"]["cpu_seconds_per_cycle"] > 0
         assert result["node_exporter"]["cpu_seconds_per_scrape"] >= 0
         assert result["agent"]["peak_rss_bytes"] > 10e6
+
+
+def test_diag_speed_benchmark_runs_on_the_fake_8_gpu_nodes(fake_nvml_dir: Path) -> None:
+    """``fake_nvml_dir``: the benchmark builds the same fake library; skip (or fail in CI) without it."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "diag_speed.py"), "--runs", "1", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    results = json.loads(out.stdout)
+    assert {r["node"] for r in results} == {"8xH100-SXM5", "8xA100-SXM4"}
+    assert all(r["checks"] > 15 and r["max_seconds"] > 0 for r in results)

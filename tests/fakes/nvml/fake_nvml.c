@@ -42,6 +42,8 @@
 typedef struct {
     unsigned int state, speed_mbps;
     unsigned long long tx_kib, rx_kib, replay, recovery, crc_flit, crc_data;
+    /* Added to replay / recovery on every read: errors that grow while someone watches. */
+    unsigned long long replay_step, recovery_step;
 } fake_link;
 
 struct nvmlDevice_st {
@@ -51,10 +53,12 @@ struct nvmlDevice_st {
     unsigned int util_gpu, util_mem, power_mw, sm_clock;
     int temp;
     unsigned long long mem_total, mem_used, mem_reserved;
-    unsigned int pcie_gen_max, pcie_width_max, pcie_gen, pcie_width, pcie_rx_kbs, pcie_tx_kbs;
+    unsigned int pcie_gen_max, pcie_width_max, pcie_gen, pcie_width, pcie_rx_kbs, pcie_tx_kbs, pcie_gen_gpu_max;
     unsigned long long pcie_rx_bytes, pcie_tx_bytes, pcie_replay;
     unsigned long long clock_reasons, ecc_dbe_vol, ecc_dbe_agg, supported_events;
-    unsigned int remap_pending, remap_failure, gpm, link_count;
+    unsigned int remap_pending, remap_failure, remap_cor, remap_unc, gpm, link_count;
+    unsigned long long retired_sbe, retired_dbe;
+    unsigned int retired_pending;
     double gpm_sm_active, gpm_sm_occupancy, gpm_tensor;
     fake_link links[MAX_LINKS];
     unsigned int nprocs;
@@ -186,7 +190,8 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
     U32(pcie_gen_max), U32(pcie_width_max), U32(pcie_gen), U32(pcie_width),
     U32(pcie_rx_kbs), U32(pcie_tx_kbs), U64(pcie_rx_bytes), U64(pcie_tx_bytes), U64(pcie_replay),
     U64(clock_reasons), U64(ecc_dbe_vol), U64(ecc_dbe_agg), U64(supported_events),
-    U32(remap_pending), U32(remap_failure), U32(gpm), U32(link_count),
+    U32(remap_pending), U32(remap_failure), U32(remap_cor), U32(remap_unc), U32(gpm), U32(link_count),
+    U32(pcie_gen_gpu_max), U64(retired_sbe), U64(retired_dbe), U32(retired_pending),
     DBL(gpm_sm_active), DBL(gpm_sm_occupancy), DBL(gpm_tensor),
 };
 
@@ -194,7 +199,7 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
 #define LINK_U64(f) {#f, offsetof(fake_link, f), 8}
 static const struct { const char *key; size_t offset; unsigned int kind; } link_keys[] = {
     LINK_U32(state), LINK_U32(speed_mbps), LINK_U64(tx_kib), LINK_U64(rx_kib), LINK_U64(replay),
-    LINK_U64(recovery), LINK_U64(crc_flit), LINK_U64(crc_data),
+    LINK_U64(recovery), LINK_U64(crc_flit), LINK_U64(crc_data), LINK_U64(replay_step), LINK_U64(recovery_step),
 };
 
 static void store(void *base, size_t offset, unsigned int kind, const char *value) {
@@ -512,6 +517,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
 DEVICE_GETTER(nvmlDeviceGetArchitecture, nvmlDeviceArchitecture_t, device->arch)
 DEVICE_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, unsigned int, device->pcie_gen_max)
 DEVICE_GETTER(nvmlDeviceGetMaxPcieLinkWidth, unsigned int, device->pcie_width_max)
+DEVICE_GETTER(nvmlDeviceGetGpuMaxPcieLinkGeneration, unsigned int, device->pcie_gen_gpu_max)
 DEVICE_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, unsigned int, device->pcie_gen)
 DEVICE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, unsigned int, device->pcie_width)
 DEVICE_GETTER(nvmlDeviceGetSupportedEventTypes, unsigned long long, device->supported_events)
@@ -667,6 +673,11 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     case NVML_FI_DEV_ECC_DBE_AGG_TOTAL: set_ull(v, d->ecc_dbe_agg); return;
     case NVML_FI_DEV_REMAPPED_PENDING: set_ui(v, d->remap_pending); return;
     case NVML_FI_DEV_REMAPPED_FAILURE: set_ui(v, d->remap_failure); return;
+    case NVML_FI_DEV_REMAPPED_COR: set_ui(v, d->remap_cor); return;
+    case NVML_FI_DEV_REMAPPED_UNC: set_ui(v, d->remap_unc); return;
+    case NVML_FI_DEV_RETIRED_SBE: set_ull(v, d->retired_sbe); return;
+    case NVML_FI_DEV_RETIRED_DBE: set_ull(v, d->retired_dbe); return;
+    case NVML_FI_DEV_RETIRED_PENDING: set_ui(v, d->retired_pending); return;
     case NVML_FI_DEV_POWER_INSTANT: set_ui(v, d->power_mw); return;
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: {
@@ -699,10 +710,14 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
             set_ui(v, link->speed_mbps);
         } else if (f == NVML_FI_DEV_NVLINK_GET_STATE) {
             set_ui(v, link->state);
+        } else if (f == NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY) {
+            set_ull(v, link->replay);
+            link->replay += link->replay_step;
+        } else if (f == NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY) {
+            set_ull(v, link->recovery);
+            link->recovery += link->recovery_step;
         } else {
-            set_ull(v, f == NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY     ? link->replay
-                       : f == NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY ? link->recovery
-                                                                   : link->crc_flit);
+            set_ull(v, link->crc_flit);
         }
         return;
     default:

@@ -8,6 +8,7 @@ The file is plain lines, one setting each, that the C side parses with ``strtok`
     gpu 0 name NVIDIA A100-SXM4-80GB            (strings run to the end of the line)
     gpu 0 util_gpu 75              gpu 0 mem_used 1073741824       gpu 0 lost 1
     gpu 0 nvlink 3 tx_kib 1000     gpu 0 nvlink 3 state 0          gpu 0 proc 4242 2147483648
+    gpu 0 nvlink 3 replay_step 5   (the replay counter grows by 5 on every read: errors happening now)
     gpu 0 unsupported nvmlDeviceGetUtilizationRates                gpu 0 unsupported_field 198
     event 7 3 xid 79               (sequence, GPU, xid|dbe, data; each sequence delivered once)
 
@@ -27,6 +28,9 @@ XID_EVENT = "xid"
 DOUBLE_BIT_ECC_EVENT = "dbe"
 
 # NVML field ids (nvml.h) the profiles mark unsupported.
+FI_RETIRED_SBE = 29
+FI_RETIRED_DBE = 30
+FI_RETIRED_PENDING = 31
 FI_PCIE_COUNT_TX_BYTES = 197
 FI_PCIE_COUNT_RX_BYTES = 198
 FI_NVLINK_COUNT_XMIT_BYTES = 202
@@ -47,6 +51,9 @@ class LinkState:
     recovery: int = 0
     crc_flit: int = 0
     crc_data: int = 0
+    # Added to replay / recovery on every read of them: errors that grow while someone watches.
+    replay_step: int = 0
+    recovery_step: int = 0
 
 
 @dataclass
@@ -66,8 +73,9 @@ class GpuState:
     power_mw: int = 65_000
     sm_clock: int = 1410
     temp: int = 34
-    pcie_gen_max: int = 4
+    pcie_gen_max: int = 4  # what the link can reach in this slot (nvmlDeviceGetMaxPcieLinkGeneration)
     pcie_width_max: int = 16
+    pcie_gen_gpu_max: int = 4  # what the GPU itself supports (nvmlDeviceGetGpuMaxPcieLinkGeneration)
     pcie_gen: int = 4
     pcie_width: int = 16
     pcie_rx_bytes: int = 0
@@ -80,6 +88,11 @@ class GpuState:
     ecc_dbe_agg: int = 0
     remap_pending: int = 0
     remap_failure: int = 0
+    remap_cor: int = 0  # rows remapped after correctable errors
+    remap_unc: int = 0  # rows remapped after uncorrectable errors
+    retired_sbe: int = 0  # pages retired (GPUs before Ampere; the profiles' GPUs remap rows instead)
+    retired_dbe: int = 0
+    retired_pending: int = 0
     gpm: int = 0
     gpm_sm_active: float = 0.0
     gpm_sm_occupancy: float = 0.0
@@ -196,10 +209,12 @@ def _hgx(
                 pci_device_id=pci_device_id,
                 mem_total=mem_total,
                 pcie_gen_max=pcie_gen,
+                pcie_gen_gpu_max=pcie_gen,
                 pcie_gen=pcie_gen,
                 gpm=int(gpm),
                 links=[LinkState() for _ in range(links)],
-                unsupported_fields=set(unsupported_fields),
+                # Ampere and newer remap rows instead of retiring pages: NVML has no page counts there.
+                unsupported_fields={*unsupported_fields, FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING},
             )
         )
     return FakeNvmlState(gpus=gpus)

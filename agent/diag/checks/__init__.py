@@ -1,0 +1,23 @@
+"""The checks, one module per area, run in this order. Each area is a function from the
+``DiagContext`` to its results; an area that raises loses only its own results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agent.diag.checks import gpu, host, nic, nvlink, rdma, storage
+from agent.diag.checks.context import DiagContext
+from agent.diag.model import CheckResult
+
+Area = Callable[[DiagContext], list[CheckResult]]
+
+AREAS: tuple[tuple[str, Area], ...] = (
+    ("gpu", gpu.run),
+    ("nvlink", nvlink.run),
+    ("nic", nic.run),
+    ("rdma", rdma.run),
+    ("storage", storage.run),
+    ("host", host.run),
+)
+
+__all__ = ["AREAS", "Area", "DiagContext"]
