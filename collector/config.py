@@ -57,7 +57,7 @@ def load_collector_config(path: Path | None, *, sink_overrides: Mapping[str, Any
     try:
         config = CollectorConfig(
             alerts=AlertConfig.from_mapping(raw.get("alerts", {}), source=source),
-            detector=DetectorConfig.from_mapping(raw.get("detector", {}), source=f"{source}: detector"),
+            detector=DetectorConfig.from_mapping(raw.get("detector", {}), source=f"{source} [detector]"),
             sinks=sinks,
             source=source,
         )

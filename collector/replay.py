@@ -12,6 +12,8 @@ from typing import Any
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
+from collector.alert_config import AlertConfig
+from collector.alert_rules import NodeRules
 from collector.alert_types import AlertSignal
 from collector.detector import NodeDetector
 from collector.detector_config import DetectorConfig
@@ -108,6 +110,7 @@ class Shares:
 class NodeReplay:
     node_id: str
     detector: NodeDetector
+    rules: NodeRules
     first_time: float
     last_time: float
     reports: int = 0
@@ -118,6 +121,10 @@ class NodeReplay:
     _shown: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
 
     def observe(self, report: pb.NodeReport) -> None:
+        # The hardware rules (GPULost, NVLinkDown, XIDError, ...) see every report, as in the collector.
+        hardware = self.rules.observe(report)
+        if hardware:
+            self.evaluations.append((report.time_unix_seconds, hardware))
         before = self.detector.verdict
         verdict = self.detector.observe(report)
         t = report.time_unix_seconds
@@ -159,8 +166,9 @@ class NodeReplay:
 
 
 class Replay:
-    def __init__(self, config: DetectorConfig) -> None:
+    def __init__(self, config: DetectorConfig, alert_config: AlertConfig | None = None) -> None:
         self.config = config
+        self.alert_config = alert_config or AlertConfig()
         self.nodes: dict[str, NodeReplay] = {}
 
     def observe(self, report: pb.NodeReport) -> None:
@@ -168,15 +176,16 @@ class Replay:
         if node is None:
             detector = NodeDetector(report.node_id, self.config)
             t = report.time_unix_seconds
-            node = self.nodes[report.node_id] = NodeReplay(report.node_id, detector, t, t)
+            rules = NodeRules(report.node_id, self.alert_config)
+            node = self.nodes[report.node_id] = NodeReplay(report.node_id, detector, rules, t, t)
         node.observe(report)
 
     def to_plain(self) -> dict[str, Any]:
         return {"nodes": [self.nodes[n].to_plain() for n in sorted(self.nodes)]}
 
 
-def replay(reports: Iterable[pb.NodeReport], config: DetectorConfig) -> Replay:
-    result = Replay(config)
+def replay(reports: Iterable[pb.NodeReport], config: DetectorConfig, alert_config: AlertConfig | None = None) -> Replay:
+    result = Replay(config, alert_config)
     for report in reports:
         result.observe(report)
     return result

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from agent.trace import TraceError, TraceProblem, read_trace
-from collector.detector_config import DetectorConfig, DetectorConfigError, load_detector_config
+from collector.config import CollectorConfigError, load_collector_config
 from collector.replay import Replay
 
 # Problems named one by one before the rest are only counted.
@@ -26,7 +26,9 @@ _SHOWN_PROBLEMS = 20
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON document.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration ([detector]).")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration ([detector], [alerts])."
+)
 @click.option("--strict", is_flag=True, help="Stop at the first bad line (exit 2) instead of skipping it.")
 def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -> None:
     """Run the detector over a recorded trace.
@@ -34,8 +36,8 @@ def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -
     Prints the verdicts per GPU over time, the alerts raised and resolved, and the time share of
     each state and cause per GPU and per node (--json: all of it, with the final verdicts)."""
     try:
-        config = load_detector_config(config_path) if config_path is not None else DetectorConfig()
-    except DetectorConfigError as err:
+        settings = load_collector_config(config_path)
+    except CollectorConfigError as err:
         raise click.UsageError(str(err)) from err
     problems: list[TraceProblem] = []
 
@@ -44,7 +46,7 @@ def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -
         if len(problems) <= _SHOWN_PROBLEMS:
             click.echo(f"nodeagent-collector: {trace}:{problem.line}: skipped: {problem.message}", err=True)
 
-    result = Replay(config)
+    result = Replay(settings.detector, settings.alerts)
     lines = 0
     try:
         with trace.open("rb") as stream:
