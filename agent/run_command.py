@@ -32,6 +32,7 @@ from agent.sender import Sender
 from agent.simulator import UnknownScenarioError
 from agent.simulator.source import SimulatedSampler
 from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
+from collector.validate import repair
 
 log = structlog.get_logger("nodeagent.run")
 
@@ -185,6 +186,7 @@ def _sample_loop(
         if end is not None and time.monotonic() >= end:
             break
         report = source.tick()
+        _sanitize(report)
         spool.make_room(report.ByteSize() + _AGENT_STATUS_BYTES, report.time_unix_seconds)
         stats = spool.stats()
         report.agent.spool_dropped_reports_total = stats.dropped_total
@@ -202,6 +204,16 @@ def _sample_loop(
             next_tick = now
         stop.wait(max(0.0, next_tick - now))
     return produced
+
+
+def _sanitize(report: pb.NodeReport) -> None:
+    """Drop, with an event saying so, any value the collector would refuse (see ``repair``)."""
+    for problem in repair(report):
+        log.warning("value dropped from report", seq=report.seq, problem=problem)
+        report.events.add(
+            time_unix_seconds=report.time_unix_seconds, kind="invalid_value_dropped", severity="warning",
+            subject="agent", message=problem[:512],
+        )  # fmt: skip
 
 
 def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: threading.Event) -> bool:

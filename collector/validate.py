@@ -11,7 +11,9 @@ this runs for every report, and a function call per field would double its cost.
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -54,6 +56,48 @@ def check_report(report: pb.NodeReport, node_id: str) -> None:
     if not (report.time_unix_seconds > 0):
         raise InvalidMessageError(f"report time {report.time_unix_seconds!r} is not a positive time")
     _check(report, "report")
+
+
+def repair(message: Message, limit: int = 64) -> list[str]:
+    """Clear what the collector would refuse, in place; returns what was dropped (one line each).
+
+    The agent runs this on its own reports before spooling them: a report the collector refuses
+    would otherwise be resent forever and block every report behind it. A bad value (a GPU
+    counter gone NaN, a ratio a hair above 1) loses that value only, a bad map entry its map; a
+    list that is too long is cut to its bound, a string to its length limit."""
+    dropped: list[str] = []
+    for _ in range(limit):
+        try:
+            _walk(message)
+            return dropped
+        except _BadValueError as bad:
+            dropped.append(f"{bad.where}: {bad.problem}")
+            _drop(message, bad.where)
+    return dropped
+
+
+def _drop(message: Message, where: str) -> None:
+    parts = _SEGMENT.findall(where)
+    parent: Any = message
+    for name, index, _key in parts[:-1]:
+        parent = getattr(parent, name)
+        if index:
+            parent = parent[int(index)]
+    name, index, key = parts[-1]
+    field = parent.DESCRIPTOR.fields_by_name[name]
+    kind, bound = _KINDS.get(field) or _learn(field)
+    value = getattr(parent, name)
+    if key:
+        value.pop(ast.literal_eval(key), None)
+    elif kind in (_REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_NUMBER) and len(value) > bound:
+        del value[bound:]
+    elif kind == _STRING and len(value) > bound:
+        setattr(parent, name, value[:bound])
+    else:
+        parent.ClearField(name)
+
+
+_SEGMENT = re.compile(r"(\w+)(?:\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\])?")
 
 
 def check_hello(info: pb.NodeInfo) -> None:
