@@ -86,9 +86,14 @@ class MetricsHttpServer:
     # ---- requests (one thread each) ----
 
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/")
+        method = environ.get("REQUEST_METHOD", "GET")
         if method not in ("GET", "HEAD"):
             return _reply(start_response, "405 Method Not Allowed", b"use GET\n", [("Allow", "GET, HEAD")])
+        body = self._route(environ, start_response)
+        return [b""] if method == "HEAD" else body  # the headers (Content-Length too) without the body
+
+    def _route(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
             return self._metrics(environ, start_response)
         if path == "/healthz" and self.health is not None:
@@ -103,7 +108,7 @@ class MetricsHttpServer:
             return _reply(start_response, "200 OK", f"{self.name}\n{links}".encode())
         return _reply(start_response, "404 Not Found", b"not found\n")
 
-    def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         try:
             body = self.metrics()
         except Exception as err:

@@ -105,6 +105,16 @@ def test_dashboard_and_rules_query_only_metrics_that_exist(fleet: Fleet) -> None
     assert recorded - used == set()
 
 
+def test_every_metric_the_readme_lists_is_served(fleet: Fleet) -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Prometheus") :]
+    section = section[: section.index("\n## ", 1)]
+    listed = set(re.findall(r"`(nodeagent_[a-z0-9_]+)`", section))
+    served = _help_names(fleet.collector.metrics()) | _help_names(_get(f"http://{fleet.agent_metrics}/metrics"))
+    assert len(listed) > 40
+    assert listed - served == set()
+
+
 def test_prometheus_scrapes_the_collector_and_a_rule_finds_the_starved_node(fleet: Fleet, tmp_path: Path) -> None:
     port = free_port()
     shutil.copy(SHIPPED / "rules.yml", tmp_path / "rules.yml")
@@ -170,6 +180,11 @@ def _samples(text: str, name: str) -> list[Any]:
 
 def _sample_names(text: str) -> set[str]:
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _help_names(text: str) -> set[str]:
+    """Every family on the page, by the name its HELP line gives (counters with ``_total``)."""
+    return set(re.findall(r"^# HELP (\S+) ", text, re.MULTILINE))
 
 
 def _dashboard_exprs(node: object) -> Iterator[str]:
