@@ -27,6 +27,8 @@ from agent.cli_options import agent_config, collector_flags, enabled_collectors,
 from agent.collectors import Roots
 from agent.identity import check_node_id
 from agent.kernel_files import raise_open_file_limit
+from agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from agent.metrics_http import MetricsHttpServer
 from agent.sampler import Sampler
 from agent.sender import Sender
 from agent.simulator import UnknownScenarioError
@@ -48,6 +50,15 @@ def _targets(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...
     for target in value:
         try:
             parse_target(target)
+        except ValueError as err:
+            raise click.BadParameter(str(err)) from err
+    return value
+
+
+def _metrics_listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_target(value, any_port=True)
         except ValueError as err:
             raise click.BadParameter(str(err)) from err
     return value
@@ -92,6 +103,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--tls-key", type=click.Path(path_type=Path), help="Client private key (mutual TLS).")
 @click.option("--tls-server-name", help="Name to check the collector's certificate against.")
 @click.option("--token-file", type=click.Path(path_type=Path), help="File holding the collector's bearer token.")
+@click.option(
+    "--metrics-listen", callback=_metrics_listen, metavar="HOST:PORT",
+    help="Serve the agent's own /metrics and /healthz here (default: off).",
+)  # fmt: skip
 @collector_flags
 def run(
     collectors: tuple[str, ...],
@@ -114,6 +129,7 @@ def run(
     tls_key: Path | None,
     tls_server_name: str | None,
     token_file: Path | None,
+    metrics_listen: str | None,
     **flags: bool | None,
 ) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
@@ -145,15 +161,24 @@ def run(
     sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
     stop = threading.Event()
     _on_signals(stop)
+    telemetry = AgentTelemetry(node_id, interval)
+    try:
+        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors)
+    except click.BadParameter:
+        spool.close()
+        source.close()
+        raise
     sender.start()
     sd_notify.ready()
     log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=list(collectors))
     end = started + deadline if deadline is not None else None
     try:
-        produced = _sample_loop(source, spool, interval, stop, max_reports, end)
+        produced = _sample_loop(source, spool, interval, stop, max_reports, end, telemetry)
         delivered = _finish(sender, max_reports, end, stop)
     finally:
         sd_notify.stopping()
+        if http is not None:
+            http.stop()
         sender.stop()
         spool.close()
         source.close()
@@ -179,6 +204,7 @@ def _sample_loop(
     stop: threading.Event,
     max_reports: int | None,
     end: float | None,
+    telemetry: AgentTelemetry | None = None,
 ) -> int:
     produced = 0
     next_tick = time.monotonic()
@@ -193,6 +219,8 @@ def _sample_loop(
         report.agent.spool_reports = stats.reports
         report.agent.spool_bytes = stats.bytes
         spool.append(report.seq, report.SerializeToString(), report.time_unix_seconds)
+        if telemetry is not None:
+            telemetry.publish(report)
         # Only a completed tick feeds the watchdog: a source hung in NVML gets the agent restarted.
         sd_notify.watchdog()
         produced += 1
@@ -214,6 +242,22 @@ def _sanitize(report: pb.NodeReport) -> None:
             time_unix_seconds=report.time_unix_seconds, kind="invalid_value_dropped", severity="warning",
             subject="agent", message=problem[:512],
         )  # fmt: skip
+
+
+def _metrics_server(
+    listen: str | None, telemetry: AgentTelemetry, spool: Spool, sender: Sender, targets: tuple[str, ...]
+) -> MetricsHttpServer | None:
+    if listen is None:
+        return None
+    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets))
+    http = MetricsHttpServer(listen, exposition.render, health=exposition.health, name="nodeagent")
+    try:
+        http.start()
+    except OSError as err:
+        message = f"cannot listen on {listen}: {err.strerror or err}"
+        raise click.BadParameter(message, param_hint="--metrics-listen") from err
+    log.info("serving metrics", listen=http.address)
+    return http
 
 
 def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: threading.Event) -> bool:

@@ -57,7 +57,7 @@ def main() -> None:
 def _step(db: Path, load: int, seconds: float, processes: int) -> dict[str, float]:
     collector = subprocess.Popen(
         [sys.executable, "-m", "collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
-         "--db", str(db)],
+         "--http-listen", "127.0.0.1:0", "--db", str(db)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

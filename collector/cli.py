@@ -29,11 +29,12 @@ from collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
 from collector.loadgen import LoadSpec, run_load
 from collector.replay_cli import replay
 from collector.security import SecurityConfigError, ServerSecurity
-from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, ServerConfig
+from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, HttpListenError, ServerConfig
 
 log = structlog.get_logger("nodeagent.collector")
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:9477"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,6 +57,10 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 
 @cli.command()
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, callback=_listen, help="gRPC address (HOST:PORT).")
+@click.option(
+    "--http-listen", default=DEFAULT_HTTP_LISTEN, show_default=True, callback=_listen,
+    help="HTTP address of /metrics and /healthz (HOST:PORT; HTTPS with --tls-cert).",
+)  # fmt: skip
 @click.option(
     "--db",
     "db_path",
@@ -80,6 +85,7 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
 def serve(
     listen: str,
+    http_listen: str,
     db_path: Path | None,
     insecure: bool,
     tls_cert: Path | None,
@@ -97,10 +103,15 @@ def serve(
         cert_file=tls_cert, key_file=tls_key, client_ca_file=tls_client_ca, token_file=token_file, insecure=insecure
     )
     host, _port = parse_target(listen, any_port=True)
+    http_host, _port = parse_target(http_listen, any_port=True)
     try:
         warnings = security.check(host)
     except (SecurityConfigError, ValueError) as err:
         raise click.UsageError(str(err)) from err
+    try:
+        warnings += [w.replace("plaintext", "plain HTTP", 1) for w in security.check(http_host)]
+    except SecurityConfigError as err:
+        raise click.BadParameter(str(err), param_hint="--http-listen") from err
     overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}
     try:
         settings = load_collector_config(config_path, sink_overrides=overrides)
@@ -115,7 +126,7 @@ def serve(
         raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
     config = ServerConfig(
         listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
-        flush_seconds=flush_seconds, settings=settings,
+        flush_seconds=flush_seconds, settings=settings, http_listen=http_listen,
     )  # fmt: skip
     asyncio.run(_serve(config))
 
@@ -124,13 +135,18 @@ async def _serve(config: ServerConfig) -> None:
     server = CollectorServer(config)
     try:
         port = await server.start()
+    except HttpListenError as err:
+        raise click.ClickException(str(err)) from err
     except RuntimeError as err:
         raise click.ClickException(f"cannot listen on {config.listen}: {err}") from err
     host, _ = parse_target(config.listen, any_port=True)
     # One plain line on stdout, so scripts and tests learn the port when --listen asked for :0.
     click.echo(f"listening on {host}:{port}", err=False)
+    http = server.http.address if server.http is not None else None
+    if http is not None:
+        click.echo(f"http on {http}", err=False)
     sys.stdout.flush()
-    log.info("collector serving", listen=f"{host}:{port}", db=str(config.db_path), tls=config.security.tls)
+    log.info("collector serving", listen=f"{host}:{port}", http=http, db=str(config.db_path), tls=config.security.tls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

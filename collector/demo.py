@@ -49,11 +49,13 @@ def run_demo(plan: DemoPlan) -> None:
         db = Path(tmp) / "collector.db"
         collector = _spawn(
             ["nodeagent-collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
-             "--db", str(db)],
+             "--http-listen", "127.0.0.1:0", "--db", str(db)],
             Path(tmp) / "collector.log", started, pipe=True,
         )  # fmt: skip
         address = _listening(collector, Path(tmp) / "collector.log")
-        click.echo(f"collector  {address}, SQLite at {db}")
+        assert collector.stdout is not None
+        http = collector.stdout.readline().split()[-1]
+        click.echo(f"collector  {address}, SQLite at {db}, metrics at http://{http}/metrics")
         this_node = _this_node()
         _spawn(
             ["nodeagent", "run", "--collector", address, "--node-id", this_node, "--interval", "1"],

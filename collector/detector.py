@@ -28,7 +28,7 @@ from agent.gpu_fields import CLOCK_EVENT_REASONS
 from collector.alert_types import AlertSignal
 from collector.detector_config import DetectorConfig, DetectorConfigError
 from collector.gpu_track import GpuTrack
-from collector.node_evidence import NodeEvidence, NodeEvidenceTracker
+from collector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
 from collector.verdict import DATA_CAUSES, GpuVerdict, NodeVerdict, majority_cause, node_state
 
 ALERT_NAME = "GPUDataStarved"
@@ -48,6 +48,9 @@ class NodeDetector:
         self._last_time: float | None = None
         self._step_end: float | None = None
         self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
+        # The node-wide inputs of the last window step (rates and shares, whatever the verdict):
+        # what /metrics shows beside the verdict. Replaced whole, so other threads may read it.
+        self.evidence: NodeEvidence = EMPTY
 
     @property
     def verdict(self) -> NodeVerdict:
@@ -124,6 +127,7 @@ class NodeDetector:
         samples = {g.index: g for g in report.gpus}
         assigned = sum(1 for track in self._tracks.values() if track.assigned)
         evidence = self._evidence.step(report, assigned)
+        self.evidence = evidence
         self._recent.append(evidence)
         del self._recent[: -config.window_steps]
         gpus = []
@@ -190,6 +194,7 @@ class NodeDetector:
         for track in self._tracks.values():
             track.forget()
         self._recent.clear()
+        self.evidence = EMPTY
         self._evidence = NodeEvidenceTracker(self.config)
         self._evidence.learn(self._info)
         self._step_end = None

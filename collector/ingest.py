@@ -22,6 +22,7 @@ from collector.alert_types import AlertSignal
 from collector.alerting import Alerting
 from collector.detector import NodeDetector
 from collector.detector_config import DetectorConfig
+from collector.flush_stats import FlushStats
 from collector.store import NodeRow, StoreWriter
 
 log = structlog.get_logger("nodeagent.collector")
@@ -85,6 +86,7 @@ class Ingest:
         self._flushed = asyncio.Event()
         self.reports_total = 0
         self.duplicates_total = 0
+        self.flush_stats = FlushStats()
         for row in writer.call_sync(writer.store.load):
             marks = dict(row.watermarks)
             row.watermarks = {}
@@ -168,7 +170,13 @@ class Ingest:
         now = self.clock()
         batch, marks = self._take_batch()
         signals = self.alerting.take(now, self._last_seen)
-        await self.writer.call(self._write, batch, signals, now)
+        started = time.perf_counter()
+        try:
+            await self.writer.call(self._write, batch, signals, now)
+        except Exception:
+            self.flush_stats.failures_total += 1
+            raise
+        self.flush_stats.observe(time.perf_counter() - started, len(batch))
         if batch:
             for node_id, epoch, seq in marks:
                 durable = self.nodes[node_id].durable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,18 @@ class ServerSecurity:
             root_certificates=self.client_ca_file.read_bytes() if self.client_ca_file else None,
             require_client_auth=self.mutual,
         )
+
+    def http_ssl_context(self) -> ssl.SSLContext | None:
+        """HTTPS for /metrics and /healthz with the server's certificate, when TLS is configured.
+
+        No client certificate is asked for, even with mutual TLS on gRPC: kubelet probes and most
+        scrapers present none, and the endpoint only reads (it takes no reports).
+        """
+        if self.cert_file is None or self.key_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
 
     def token(self) -> str | None:
         return read_token(self.token_file) if self.token_file is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,11 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.channel import KEEPALIVE_OPTIONS
+from agent.metrics_http import MetricsHttpServer
 from collector.alerting import Alerting
 from collector.config import CollectorConfig
 from collector.ingest import Ingest, StreamHandle
+from collector.metrics import MetricsExposition
 from collector.query import QueryService
 from collector.security import ServerSecurity, certificate_names, token_ok
 from collector.store import StoreWriter
@@ -38,6 +41,10 @@ INGEST_SERVICE = "nodeagent.v1.Ingest"
 QUERY_SERVICE = "nodeagent.v1.Query"
 
 
+class HttpListenError(RuntimeError):
+    pass
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     listen: str = "127.0.0.1:50051"
@@ -46,6 +53,8 @@ class ServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     flush_seconds: float = 0.05
     settings: CollectorConfig = field(default_factory=CollectorConfig)
+    # HOST:PORT of /metrics and /healthz; None: no HTTP listener.
+    http_listen: str | None = None
 
 
 class CollectorServer:
@@ -56,7 +65,12 @@ class CollectorServer:
         self.ingest = Ingest(
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds
         )
-        self.rejected: dict[str, int] = {}
+        # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
+        self.rejected: dict[tuple[str, str], int] = {}
+        self.replaced_total = 0
+        self.serving = False
+        self.started_monotonic = 0.0
+        self.http: MetricsHttpServer | None = None
         self._token = config.security.token()
         self._server: grpc.aio.Server | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -88,14 +102,41 @@ class CollectorServer:
             self.port = server.add_insecure_port(self.config.listen)
         await server.start()
         self._server = server
+        self.started_monotonic = time.monotonic()
         self._flusher = asyncio.create_task(self.ingest.run_flusher())
+        self.serving = True
+        if self.config.http_listen is not None:
+            await self._start_http(self.config.http_listen)
         return self.port
+
+    async def _start_http(self, listen: str) -> None:
+        exposition = MetricsExposition(self)
+        security = self.config.security
+        self.http = MetricsHttpServer(
+            listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
+            name="nodeagent-collector",
+        )  # fmt: skip
+        try:
+            await asyncio.to_thread(self.http.start)
+        except OSError as err:
+            self.http = None
+            await self.stop(0.0)
+            raise HttpListenError(f"cannot listen on {listen} (--http-listen): {err.strerror or err}") from err
+
+    @property
+    def flusher(self) -> asyncio.Task[None] | None:
+        return self._flusher
 
     async def wait(self) -> None:
         assert self._server is not None
         await self._server.wait_for_termination()
 
     async def stop(self, grace: float = 2.0) -> None:
+        self.serving = False
+        if self.http is not None:
+            # First, so no scrape reads the store while it closes.
+            await asyncio.to_thread(self.http.stop)
+            self.http = None
         if self._server is not None:
             await self._server.stop(grace)
         if self._flusher is not None:
@@ -115,24 +156,24 @@ class CollectorServer:
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
         first = await context.read()
         if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
             return
         hello = self._parse(first)
         if hello is None or hello.WhichOneof("body") != "hello":
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "the first message must be hello")
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "no_hello", "the first message must be hello")
             return
         node_id = hello.hello.node_id
         try:
             check_hello(hello.hello)
         except InvalidMessageError as err:
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_hello", str(err))
         if self.config.security.mutual:
             names = certificate_names(context.auth_context())
             if node_id not in names:
                 await self._refuse(
-                    context, grpc.StatusCode.PERMISSION_DENIED,
+                    context, grpc.StatusCode.PERMISSION_DENIED, "certificate_node_mismatch",
                     f"client certificate names {sorted(names)}, not node {node_id!r}",
                 )  # fmt: skip
         stream = StreamHandle(node_id, context.peer(), context)
@@ -155,16 +196,18 @@ class CollectorServer:
                 return
             message = self._parse(raw)
             if message is None or message.WhichOneof("body") != "report":
-                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "expected a report")
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
                 return
             report = message.report
             try:
                 check_report(report, stream.node_id)
             except InvalidMessageError as err:
-                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"seq {report.seq}: {err}")
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_report", f"seq {report.seq}: {err}"
+                )
             if report.seq <= last.get(report.epoch, 0):
                 await self._refuse(
-                    context, grpc.StatusCode.INVALID_ARGUMENT,
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "seq_backwards",
                     f"seq {report.seq} after {last[report.epoch]} in epoch {report.epoch}: sequence went backwards",
                 )  # fmt: skip
             last[report.epoch] = report.seq
@@ -183,6 +226,7 @@ class CollectorServer:
         # A node has one stream: the newer wins (the old one is usually a half-dead connection
         # the agent already gave up on). Ending it from here finishes that RPC with ABORTED.
         previous.replaced = True
+        self.replaced_total += 1
         log.info("stream replaced by a newer one", node=stream.node_id, old=previous.peer, new=stream.peer)
         context: Any = previous.context
         # abort() raises AbortError in its caller (this stream's task), not in the stream it ends.
@@ -199,10 +243,11 @@ class CollectorServer:
             return None
 
     async def _refuse(
-        self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, detail: str
+        self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
     ) -> None:
-        self.rejected[code.name] = self.rejected.get(code.name, 0) + 1
-        log.warning("stream refused", peer=context.peer(), code=code.name, detail=detail)
+        key = (code.name, reason)
+        self.rejected[key] = self.rejected.get(key, 0) + 1
+        log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
         await context.abort(code, detail[:512])
 
 

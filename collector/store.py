@@ -137,8 +137,9 @@ class StoreWriter:
     async def call(self, func: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, func, *args)
 
-    def call_sync(self, func: Callable[..., T], *args: object) -> T:
-        return self._pool.submit(func, *args).result()
+    def call_sync(self, func: Callable[..., T], *args: object, timeout: float | None = None) -> T:
+        """From a thread other than the event loop's; ``TimeoutError`` after ``timeout`` seconds."""
+        return self._pool.submit(func, *args).result(timeout)
 
     def close(self) -> None:
         self._pool.submit(self.store.close).result()

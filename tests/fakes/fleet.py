@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class Collector:
     proc: subprocess.Popen[str] | None = None
     log: Path | None = None
     starts: int = 0
+    # HOST:PORT of /metrics and /healthz, learned from the collector's second line.
+    http_address: str = ""
 
     @property
     def address(self) -> str:
@@ -48,14 +51,24 @@ class Collector:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.log = self.db.with_suffix(f".log{self.starts}")
         self.starts += 1
+        # A port of its own for HTTP, unless the test chose one: collectors run side by side.
+        http = [] if "--http-listen" in self.args else ["--http-listen", "127.0.0.1:0"]
         command = [*self.prefix, sys.executable, "-m", "collector", "--log-level", "info", "serve",
-                   "--listen", self.address, "--db", str(self.db), *self.args]  # fmt: skip
+                   "--listen", self.address, "--db", str(self.db), *http, *self.args]  # fmt: skip
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, cwd=REPO, env=_ENV, stdout=subprocess.PIPE, stderr=log, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # "listening on HOST:PORT" once serving
         assert line.startswith("listening on"), f"collector did not start: {line!r} {self.log.read_text()[-2000:]}"
+        line = self.proc.stdout.readline()
+        assert line.startswith("http on"), f"collector did not serve HTTP: {line!r} {self.log.read_text()[-2000:]}"
+        self.http_address = line.split()[-1]
         return self
+
+    def metrics(self) -> str:
+        """The text of the collector's /metrics."""
+        with urllib.request.urlopen(f"http://{self.http_address}/metrics", timeout=10) as response:
+            return str(response.read().decode())
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -1,0 +1,57 @@
+"""Prometheus text exposition (format 0.0.4) written directly, for families with many samples.
+
+prometheus_client's encoder builds a ``Sample`` with a dict of labels per value, then sorts and
+escapes every label on every scrape: about 7 µs a sample on the development machine, 4 s for
+10,000 8-GPU nodes. The fleet's per-node and per-GPU families are written here instead, one
+f-string per sample with each node's label text made once per scrape. The output is the same
+format (a test parses it with prometheus_client's parser and ``promtool check metrics``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+
+class TextFamily:
+    """One metric family: its HELP and TYPE lines, then its samples in the order added."""
+
+    __slots__ = ("help", "kind", "lines", "name")
+
+    def __init__(self, name: str, kind: str, help_text: str) -> None:
+        self.name = name
+        self.kind = kind
+        self.help = help_text
+        self.lines: list[str] = []
+
+    def add(self, labels: str, value: float) -> None:
+        """``labels``: already rendered (``label()`` joined by commas)."""
+        self.lines.append(f"{self.name}{{{labels}}} {format_value(value)}\n")
+
+    def render(self) -> str:
+        help_text = self.help.replace("\\", r"\\").replace("\n", r"\n")
+        return f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n" + "".join(self.lines)
+
+
+def render(families: Iterable[TextFamily]) -> str:
+    return "".join(family.render() for family in families)
+
+
+def label(name: str, value: str) -> str:
+    return f'{name}="{escape(value)}"'
+
+
+def escape(value: str) -> str:
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+    return value
+
+
+def format_value(value: float) -> str:
+    """As Go's strconv (and prometheus_client) write it: ``+Inf``, ``-Inf``, ``NaN``, else repr."""
+    value = float(value)
+    if math.isfinite(value):
+        return repr(value)
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
