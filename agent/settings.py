@@ -116,7 +116,7 @@ def resolve(root: ConfiguredGroup, ctx: click.Context, args: list[str], fallback
             origins.setdefault(names, {})[name] = origin
         config = _config_option(cmd)
         if config is not None and file is not None and config.name is not None:
-            values.setdefault(names, {})[config.name] = file
+            values.setdefault(names, {})[config.name] = str(file)
     default_map: dict[str, Any] = {}
     for names, settings in sorted(values.items()):
         table = default_map
@@ -311,7 +311,9 @@ def _check_file(
         # A key may set an option of the program and of its service command alike: both take it.
         elif not any([take(names, cmd, key, value, key) for names, cmd in top]):  # noqa: C419 (no short cut)
             if isinstance(value, Mapping):
-                raise SettingsError(f"{source}: [{key}]: unknown table{_suggest(key, [*layout.sections, COMMAND_TABLE])}")
+                raise SettingsError(
+                    f"{source}: [{key}]: unknown table{_suggest(key, [*layout.sections, COMMAND_TABLE])}"
+                )
             known = [*layout.sections, COMMAND_TABLE, *settable(root), *settable(service)]
             raise SettingsError(f"{source}: {key}: unknown key{_suggest(key, known)}")
     try:
