@@ -445,3 +445,17 @@ def test_kubernetes_agent_configuration_loads(tmp_path: Path, capsys: pytest.Cap
     config = tmp_path / "agent.toml"
     config.write_text(config_map["data"]["agent.toml"])
     show(AGENT, "--config", str(config), capsys=capsys)
+
+
+def test_readme_configuration_examples_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("\n## Configuration\n") :]
+    section = section[: section.index("\n## ", 1)]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        name = block.splitlines()[0].removeprefix("# /etc/nodeagent/")
+        config = tmp_path / name
+        config.write_text(block)
+        settings = show(AGENT if name == "agent.toml" else COLLECTOR, "--config", str(config), capsys=capsys)
+        assert sum(item["source"] == "file" for item in settings.values()) >= 4
