@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,17 +31,13 @@ from typing import Any
 
 import click
 
+from agent.settings_values import SettingsError, from_env, from_file, shown
+
 ENV_PREFIX = "NODEAGENT_"
 CONFIG_ENV = "NODEAGENT_CONFIG"
 COMMAND_TABLE = "command"
 CONFIG_FLAG = "--config"
-# A list in a variable: items separated by commas or white space (NODEAGENT_COLLECTOR="a:50051,b:50051").
-_LIST_SEPARATORS = re.compile(r"[,\s]+")
 _HELP_ARGS = frozenset({"-h", "--help", "--version"})
-
-
-class SettingsError(click.UsageError):
-    """A setting that cannot be used; the message is one line naming where it came from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +106,7 @@ def resolve(root: ConfiguredGroup, ctx: click.Context, args: list[str], fallback
     raw = _read(file) if file is not None else {}
     values, origins, sections = _check_file(root, ctx, raw, str(file))
     for names, cmd, _raw in path:
-        for name, (value, origin) in _env_values(cmd, _context(ctx, names, cmd), layout).items():
+        for name, (value, origin) in _env_values(cmd, _context(ctx, names, cmd)).items():
             values.setdefault(names, {})[name] = value
             origins.setdefault(names, {})[name] = origin
         config = _config_option(cmd)
@@ -164,25 +159,6 @@ def subcommands(group: click.Group, ctx: click.Context) -> Iterator[tuple[str, c
         cmd = group.get_command(ctx, name)
         if cmd is not None:
             yield name, cmd
-
-
-def toml_literal(value: object) -> str:
-    """A value as TOML writes it (strings quoted, true/false, arrays, inline tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, Mapping):
-        inner = ", ".join(f"{toml_key(str(k))} = {toml_literal(v)}" for k, v in value.items())
-        return "{ " + inner + " }" if inner else "{}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
-    text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_literal(key)
 
 
 # ---- the command line ---------------------------------------------------------------------------
@@ -275,14 +251,14 @@ def _check_file(
             return False
         if key in layout.file_forms:
             raise SettingsError(f"{source}: {where}: written as the [{layout.file_forms[key]}] table in a file")
-        value = _from_file(param, value, f"{source}: {where}", _context(ctx, names, cmd))
+        value = from_file(param, value, f"{source}: {where}", _context(ctx, names, cmd))
         values.setdefault(names, {})[param.name] = value
         origins.setdefault(names, {})[param.name] = Origin("file", f"{source}: {where}")
         return True
 
     def commands(group: click.Group, names: tuple[str, ...], table: object, where: str) -> None:
         if not isinstance(table, Mapping):
-            raise SettingsError(f"{source}: {where}: expected a table of [{where}.NAME] tables, got {_shown(table)}")
+            raise SettingsError(f"{source}: {where}: expected a table of [{where}.NAME] tables, got {shown(table)}")
         known = dict(subcommands(group, _context(ctx, names, group)))
         for name, body in table.items():
             here = f"{where}.{name}"
@@ -292,7 +268,7 @@ def _check_file(
             if not names and name == layout.service:
                 raise SettingsError(f"{source}: {here}: the settings of {name} are the file's top-level keys")
             if not isinstance(body, Mapping):
-                raise SettingsError(f"{source}: {here}: expected a table, got {_shown(body)}")
+                raise SettingsError(f"{source}: {here}: expected a table, got {shown(body)}")
             for key, value in body.items():
                 if isinstance(cmd, click.Group) and isinstance(value, Mapping) and key in cmd.commands:
                     commands(cmd, (*names, name), {key: value}, here)
@@ -323,124 +299,17 @@ def _check_file(
     return values, origins, sections
 
 
-def _from_file(param: click.Option, value: object, where: str, ctx: click.Context) -> object:
-    if param.multiple or param.nargs != 1:
-        if not isinstance(value, list):
-            raise SettingsError(f"{where}: expected {describe(param)}, got {_shown(value)}")
-        converted: object = tuple(_one_from_file(param, item, where, ctx) for item in value)
-    else:
-        converted = _one_from_file(param, value, where, ctx)
-    _run_check(param, converted, where, ctx)
-    return converted
-
-
-def _one_from_file(param: click.Option, value: object, where: str, ctx: click.Context) -> object:
-    kind = _kind(param)
-    # TOML booleans are ints to Python; they are never numbers here, and numbers never strings.
-    fits = {
-        "bool": isinstance(value, bool),
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, int | float) and not isinstance(value, bool),
-        "str": isinstance(value, str),
-    }[kind]
-    if not fits:
-        raise SettingsError(f"{where}: expected {describe(param, item=True)}, got {_shown(value)}")
-    return _convert(param, value, where, ctx)
-
-
 # ---- the environment ----------------------------------------------------------------------------
 
 
-def _env_values(cmd: click.Command, ctx: click.Context, layout: Layout) -> dict[str, tuple[object, Origin]]:
+def _env_values(cmd: click.Command, ctx: click.Context) -> dict[str, tuple[object, Origin]]:
     found: dict[str, tuple[object, Origin]] = {}
     for key, param in settable(cmd).items():
         var = env_name(key)
         text = os.environ.get(var, "")
-        if not text or param.name is None:
-            continue  # an empty variable is unset, as in click and systemd
-        where = f"${var}"
-        value: object
-        if param.multiple or param.nargs != 1:
-            value = tuple(_convert(param, item, where, ctx) for item in _LIST_SEPARATORS.split(text.strip()) if item)
-        else:
-            value = _convert(param, text, where, ctx)
-        _run_check(param, value, where, ctx)
-        found[param.name] = (value, Origin("env", var))
+        if text and param.name is not None:  # an empty variable is unset, as in click and systemd
+            found[param.name] = (from_env(param, text, f"${var}", ctx), Origin("env", var))
     return found
-
-
-# ---- values -------------------------------------------------------------------------------------
-
-
-def _convert(param: click.Option, value: object, where: str, ctx: click.Context) -> object:
-    try:
-        return param.type.convert(value, param, ctx)
-    except click.BadParameter as err:
-        # Paths and custom types say why in their own words; numbers and choices are said by `describe`.
-        why = "" if isinstance(param.type, _SAID_BY_DESCRIBE) else f" ({err.message.rstrip('.')})"
-        raise SettingsError(f"{where}: expected {describe(param, item=True)}, got {_shown(value)}{why}") from err
-
-
-def _run_check(param: click.Option, value: object, where: str, ctx: click.Context) -> None:
-    """The option's own check (a callback), so a file cannot hold what the command line refuses."""
-    if param.callback is None:
-        return
-    try:
-        param.callback(ctx, param, value)
-    except click.UsageError as err:
-        raise SettingsError(f"{where}: {err.message}") from err
-
-
-_SAID_BY_DESCRIBE = (click.types.IntParamType, click.types.FloatParamType, click.types.BoolParamType, click.Choice)
-
-
-def describe(param: click.Option, *, item: bool = False) -> str:
-    """What a value of the option must be, in words: "a number at least 0.01", "a list of strings (HOST:PORT)"."""
-    many = (param.multiple or param.nargs != 1) and not item
-    kind = param.type
-    if _kind(param) == "bool":
-        return "true or false"
-    if isinstance(kind, click.Choice):
-        words = "one of " + ", ".join(str(c) for c in kind.choices)
-        return f"a list of values, each {words}" if many else words
-    noun = {"int": ("an integer", "integers"), "float": ("a number", "numbers")}.get(_kind(param))
-    if noun is None:
-        noun = ("a path", "paths") if isinstance(kind, click.Path) else ("a string", "strings")
-    text = f"a list of {noun[1]}" if many else noun[0]
-    if isinstance(kind, click.IntRange | click.FloatRange):
-        text += " " + _range(kind)
-    if param.metavar and param.metavar.upper() == param.metavar:
-        text += f" ({param.metavar})"
-    return text
-
-
-def _range(kind: click.IntRange | click.FloatRange) -> str:
-    low, high = kind.min, kind.max
-    if low is not None and high is not None and not kind.min_open and not kind.max_open:
-        return f"from {low} to {high}"
-    parts = []
-    if low is not None:
-        parts.append(f"above {low}" if kind.min_open else f"at least {low}")
-    if high is not None:
-        parts.append(f"below {high}" if kind.max_open else f"at most {high}")
-    return " and ".join(parts)
-
-
-def _kind(param: click.Option) -> str:
-    kind = param.type
-    if (param.is_flag and param.is_bool_flag) or isinstance(kind, click.types.BoolParamType):
-        return "bool"
-    if isinstance(kind, click.types.IntParamType):
-        return "int"
-    if isinstance(kind, click.types.FloatParamType):
-        return "float"
-    return "str"
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, Mapping):
-        return "a table"
-    return toml_literal(value) if isinstance(value, bool | int | float | list | str) else repr(value)
 
 
 def _suggest(key: str, known: Any) -> str:

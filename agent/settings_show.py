@@ -32,9 +32,8 @@ from agent.settings import (
     resolve,
     settable,
     subcommands,
-    toml_key,
-    toml_literal,
 )
+from agent.settings_values import toml_key, toml_literal
 
 PRECEDENCE = ("flag", "env", "file", "default")
 _SECRET_NAME = re.compile(r"token|password|passwd|secret|credential|api_key", re.IGNORECASE)
