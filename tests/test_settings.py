@@ -10,10 +10,12 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
+import structlog
 import yaml
 
 from agent import cli as agent_cli
@@ -32,8 +34,9 @@ EXAMPLE_LINE = re.compile(r'^# ?([A-Za-z0-9_"./-]+ = .*)$', re.MULTILINE)
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No NODEAGENT_* variable of the caller, and no file at the default locations."""
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No NODEAGENT_* variable of the caller, and no file at the default locations; afterwards the
+    logging the programs configured (onto this test's captured stderr) is put back."""
     for var in list(os.environ):
         if var.startswith("NODEAGENT_") and var != "NODEAGENT_REQUIRE_LIVE_TESTS":
             monkeypatch.delenv(var)
@@ -41,6 +44,9 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         assert isinstance(group, ConfiguredGroup)
         default = tmp_path / "etc-absent" / group.layout.default_file.name
         monkeypatch.setattr(group, "layout", dataclasses.replace(group.layout, default_file=default))
+    logging_config = structlog.get_config()
+    yield
+    structlog.configure(**logging_config)
 
 
 def call(group: click.Group, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
