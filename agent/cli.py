@@ -16,6 +16,7 @@ import click
 from agent import __version__
 from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
 from agent.collectors import Roots, available
+from agent.config import SECTIONS, effective_sections
 from agent.derive import snapshot
 from agent.diag.command import diag_command
 from agent.kernel_files import raise_open_file_limit
@@ -25,11 +26,22 @@ from agent.record_cli import record
 from agent.render import render
 from agent.run_command import run as run_command
 from agent.sampler import Sampler
+from agent.settings import ConfiguredGroup, Layout
+from agent.settings_show import config_command
 
 EXIT_USAGE = 2
 
+# agent.toml: `run`'s flags at the top level, other commands in [command.NAME], and the sections.
+AGENT_LAYOUT = Layout(
+    default_file=Path("/etc/nodeagent/agent.toml"),
+    service="run",
+    sections=SECTIONS,
+    check_sections=effective_sections,
+    file_forms={"link_speed": "link_speeds"},
+)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=ConfiguredGroup, layout=AGENT_LAYOUT, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent")
 @click.option(
     "--log-level",
@@ -43,6 +55,7 @@ def cli(log_level: str) -> None:
 
 
 cli.add_command(record)
+cli.add_command(config_command)
 
 
 @cli.command()

@@ -1,8 +1,8 @@
-"""The agent's configuration: what the kernel cannot tell and the operator can.
+"""The agent's own sections of its configuration file: what the kernel cannot tell and the operator can.
 
-Issue-sized for now: link speeds. Loaded from TOML; an unknown key, a wrong type or an
-impossible value is a ``ConfigError`` whose message names the file, the key and what was
-expected, in one line.
+``[link_speeds]`` and ``rescan_seconds``. The file's other keys are command settings (flags),
+checked by ``agent.settings``. An unknown key, a wrong type or an impossible value is a
+``ConfigError`` whose message names the file, the key and what was expected, in one line.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.units import RateError, parse_link_rate
+
+# Top-level keys of agent.toml that belong here rather than to a command's flags.
+SECTIONS = frozenset({"link_speeds", "rescan_seconds"})
 
 
 class ConfigError(ValueError):
@@ -30,30 +33,36 @@ class AgentConfig:
 
 
 def load_config(path: Path) -> AgentConfig:
+    """The sections of an agent configuration file (its other keys are the commands')."""
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from err
-    return config_from_mapping(raw, source=str(path))
+    return config_from_mapping({k: v for k, v in raw.items() if k in SECTIONS}, source=str(path))
 
 
 def config_from_mapping(raw: Mapping[str, Any], source: str = "<config>") -> AgentConfig:
-    known = {"link_speeds", "rescan_seconds"}
     for key in raw:
-        if key not in known:
-            raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+        if key not in SECTIONS:
+            raise ConfigError(f"{source}: {key}: unknown key (known: {', '.join(sorted(SECTIONS))})")
     speeds: dict[str, float] = {}
     table = raw.get("link_speeds", {})
     if not isinstance(table, Mapping):
-        raise ConfigError(f'{source}: link_speeds must be a table of interface = "rate"')
+        raise ConfigError(f'{source}: link_speeds: expected a table of interface = "rate", got {table!r}')
     for name, value in table.items():
         speeds[name] = _rate(value, f"{source}: link_speeds.{name}")
     rescan = raw.get("rescan_seconds", 30.0)
     if isinstance(rescan, bool) or not isinstance(rescan, int | float) or rescan <= 0:
-        raise ConfigError(f"{source}: rescan_seconds must be a positive number of seconds, got {rescan!r}")
+        raise ConfigError(f"{source}: rescan_seconds: expected a number of seconds above 0, got {rescan!r}")
     return AgentConfig(link_speeds=speeds, rescan_seconds=float(rescan))
+
+
+def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The sections checked, with their defaults: ``agent.settings.Layout.check_sections``."""
+    config = config_from_mapping(raw, source=source)
+    return {"link_speeds": dict(config.link_speeds), "rescan_seconds": config.rescan_seconds}
 
 
 def parse_link_speed_flag(text: str) -> tuple[str, float]:

@@ -21,9 +21,11 @@ from agent import __version__
 from agent.channel import parse_target
 from agent.cli import run_cli
 from agent.log import configure_logging
+from agent.settings import ConfiguredGroup, Layout
+from agent.settings_show import config_command
 from agent.simulator import SCENARIOS
 from collector.client import client_options, query
-from collector.config import CollectorConfigError, load_collector_config
+from collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from collector.demo import DemoPlan, run_demo
 from collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
 from collector.loadgen import LoadSpec, run_load
@@ -36,8 +38,18 @@ log = structlog.get_logger("nodeagent.collector")
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:9477"
 
+# collector.toml: `serve`'s flags at the top level, other commands in [command.NAME], and the
+# [alerts], [detector] and [sinks] tables (the flags that override [sinks] are written there).
+COLLECTOR_LAYOUT = Layout(
+    default_file=Path("/etc/nodeagent/collector.toml"),
+    service="serve",
+    sections=frozenset(TABLES),
+    check_sections=effective_sections,
+    file_forms={"alertmanager_url": "sinks", "webhook_url": "sinks"},
+)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=ConfiguredGroup, layout=COLLECTOR_LAYOUT, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent-collector")
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
@@ -237,6 +249,7 @@ def loadgen(
 
 
 cli.add_command(replay)
+cli.add_command(config_command)
 
 
 @cli.command()

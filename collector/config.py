@@ -1,21 +1,23 @@
-"""The collector's configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``.
+"""The collector's own sections of its configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``.
 
-Every table is checked strictly by its owner; an unknown table, key, a wrong type or an
-impossible value stops start-up with one line naming the file and the key.
+Every table is checked strictly by its owner; an unknown key, a wrong type or an impossible value
+stops start-up with one line naming the file and the key. The file's other keys are command
+settings (``serve``'s flags at the top level), checked by ``agent.settings``.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from collector.alert_config import AlertConfig, AlertConfigError
 from collector.detector_config import DetectorConfig, DetectorConfigError
 from collector.sinks.base import Sink
-from collector.sinks.config import SinkConfigError, build_sinks
+from collector.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
+from collector.table_check import check_table
 
 TABLES = ("alerts", "detector", "sinks")
 
@@ -36,18 +38,25 @@ class CollectorConfig:
 
 
 def load_collector_config(path: Path | None, *, sink_overrides: Mapping[str, Any] | None = None) -> CollectorConfig:
+    """The sections of a collector configuration file (defaults without one)."""
     raw: dict[str, Any] = {}
     source = "<defaults>"
     if path is not None:
         source = str(path)
         try:
-            raw = tomllib.loads(path.read_text())
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError as err:
             raise CollectorConfigError(f"{path}: no such file") from err
         except (OSError, UnicodeDecodeError) as err:
             raise CollectorConfigError(f"{path}: cannot read: {err}") from err
         except tomllib.TOMLDecodeError as err:
             raise CollectorConfigError(f"{path}: not valid TOML: {err}") from err
+    return config_from_mapping({k: v for k, v in raw.items() if k in TABLES}, source, sink_overrides=sink_overrides)
+
+
+def config_from_mapping(
+    raw: Mapping[str, Any], source: str, *, sink_overrides: Mapping[str, Any] | None = None
+) -> CollectorConfig:
     for key in raw:
         if key not in TABLES:
             raise CollectorConfigError(f"{source}: {key}: unknown table (known: {', '.join(TABLES)})")
@@ -65,3 +74,27 @@ def load_collector_config(path: Path | None, *, sink_overrides: Mapping[str, Any
     except (AlertConfigError, DetectorConfigError, SinkConfigError) as err:
         raise CollectorConfigError(str(err)) from err
     return config
+
+
+def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The tables checked, each with every key and its default: ``agent.settings.Layout.check_sections``."""
+    config = config_from_mapping(raw, source)
+    return {
+        "alerts": _fields(config.alerts),
+        "detector": _fields(config.detector),
+        "sinks": check_table(config.sinks, SINK_KEYS, source=source, table="sinks", error=CollectorConfigError),
+    }
+
+
+def _fields(config: AlertConfig | DetectorConfig) -> dict[str, Any]:
+    return {f.name: _plain(getattr(config, f.name)) for f in fields(config)}
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return list(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value) if getattr(value, f.name) is not None}
+    return value
