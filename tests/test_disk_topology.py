@@ -72,3 +72,15 @@ def test_new_disk_appears_after_rescan(tmp_path: Path, make_sampler) -> None:
     report = sampler.tick()
     assert [d.name for d in report.disks] == ["sda", "sdb"]
     assert [d.name for d in report.info.disks] == ["sda", "sdb"]
+
+
+def test_under_another_procfs_root_the_mounts_are_init_s(tmp_path: Path) -> None:
+    # A container with the host's /proc at /host/proc: "self" would be the container itself.
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "mountinfo").write_text("container mounts\n")
+    roots = Roots(procfs=str(tmp_path))
+    assert roots.mountinfo() == str(tmp_path / "self" / "mountinfo")  # no init entry: fall back
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "mountinfo").write_text("host mounts\n")
+    assert roots.mountinfo() == str(tmp_path / "1" / "mountinfo")
+    assert Roots().mountinfo() == "/proc/self/mountinfo"  # on the node itself, its own view

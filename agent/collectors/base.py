@@ -26,6 +26,18 @@ class Roots:
     def sys(self, *parts: str) -> str:
         return os.path.join(self.sysfs, *parts)
 
+    def mountinfo(self) -> str:
+        """The mount table of the node being watched.
+
+        ``self`` is whoever reads, so under another root (a container given the host's /proc with
+        hostPID) ``<procfs>/self/mountinfo`` would be the container's own mounts; the host's are
+        those of its init, ``<procfs>/1/mountinfo``, when that is readable."""
+        if os.path.normpath(self.procfs) != "/proc":
+            init = self.proc("1", "mountinfo")
+            if os.access(init, os.R_OK):
+                return init
+        return self.proc("self", "mountinfo")
+
 
 @dataclass(slots=True)
 class SourceContext:

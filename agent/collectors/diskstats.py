@@ -1,6 +1,6 @@
 """Disks: ``<procfs>/diskstats`` (14, 18 or 20 fields), whole disks only, with their
 rotational flag, size, NVMe transport (an RDMA- or TCP-attached volume is recognised as
-such) and mount points from ``<procfs>/self/mountinfo``."""
+such) and mount points from the node's mount table (``Roots.mountinfo``)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class DiskstatsCollector(Collector):
         by_devno = {f"{s.major}:{s.minor}": s.name for s in stats}
         disks = [s.name for s in stats if self._is_disk(s.name)]
         mounts: dict[str, list[str]] = {d: [] for d in disks}
-        mount_text = files.read_text(roots.proc("self", "mountinfo"))
+        mount_text = files.read_text(roots.mountinfo())
         for devno, point in parse_mountinfo(mount_text) if mount_text else []:
             dev = by_devno.get(devno)
             if dev is None:

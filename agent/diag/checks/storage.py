@@ -1,7 +1,7 @@
 """Storage: the expected mounts present, on the expected transport (an RDMA-attached volume must
 not have come back over TCP), with free space for checkpoints.
 
-Mounts come from ``<procfs>/self/mountinfo``; the transport from the disk behind the mount (the
+Mounts come from the node's mount table (``Roots.mountinfo``); the transport from the disk behind the mount (the
 NVMe controller's transport: pcie, rdma, tcp, fc) or, for network filesystems, from the mount
 itself (NFS ``proto=rdma``, Lustre ``@o2ib``).
 """
@@ -58,7 +58,7 @@ def run(ctx: DiagContext) -> list[CheckResult]:
     expect = ctx.profile.storage
     if not expect.mounts:
         return [skipped("storage.mounts", NODE, "no expected mounts (--expect-mount or a profile's [storage] mounts)")]
-    path = ctx.roots.proc("self", "mountinfo")
+    path = ctx.roots.mountinfo()
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             mounts = parse_mountinfo(handle.read())
