@@ -48,6 +48,7 @@ class LoadResult:
     sent: int = 0
     acked: int = 0
     streams_failed: int = 0
+    streams_reopened: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     payload_bytes: int = 0
     # Sent and acked counts at the middle of the run, to tell a steady backlog from a growing one.
@@ -55,7 +56,10 @@ class LoadResult:
     acked_at_half: int = 0
 
     def merge(self, other: LoadResult) -> None:
-        for name in ("nodes", "sent", "acked", "streams_failed", "payload_bytes", "sent_at_half", "acked_at_half"):
+        for name in (
+            "nodes", "sent", "acked", "streams_failed", "streams_reopened", "payload_bytes", "sent_at_half",
+            "acked_at_half",
+        ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.seconds = max(self.seconds, other.seconds)
         for code, count in other.failures.items():
@@ -90,6 +94,9 @@ async def _work(spec: LoadSpec, indices: list[int]) -> LoadResult:
     info, pool = _report_pool(spec.scenario)
     result = LoadResult(nodes=len(indices))
     channels = [open_channel(spec.target, spec.security) for _ in range(0, len(indices), NODES_PER_CHANNEL)]
+    # Connected before any stream starts, as an agent's sender is: hundreds of streams opened on a
+    # channel still connecting fail at their first write ("Internal error from Core").
+    await asyncio.gather(*(asyncio.wait_for(channel.channel_ready(), 10) for channel in channels))
     start = time.monotonic() + 1.0  # let every stream open before the clock starts
     end = start + spec.duration_seconds
     half = start + spec.duration_seconds / 2
@@ -129,21 +136,14 @@ async def _node(
     node_id = f"{spec.node_prefix}-{index:06d}"
     epoch = time.time_ns() // 1000 + index
     period = 1.0 / spec.rate_hz
-    call = channel.stream_stream(STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString)(
-        metadata=spec.security.metadata()
-    )
     hello = pb.AgentMessage(hello=info)
     hello.hello.node_id = hello.hello.hostname = node_id
-
-    async def read_acks() -> None:
-        async for ack in call:
-            acked[index] = ack.acked_seq
-
-    reader = asyncio.create_task(read_acks())
-    phase = "hello"
+    opened = await _open(spec, channel, hello.SerializeToString(), index, acked, result)
+    if opened is None:
+        return
+    call, reader = opened
+    phase = "reports"
     try:
-        await call.write(hello.SerializeToString())
-        phase = "reports"
         next_at = start + random.uniform(0, period)  # spread the nodes over the period
         seq = 0
         while True:
@@ -164,13 +164,52 @@ async def _node(
             await asyncio.sleep(0.05)
         await call.done_writing()
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        # The stream ended under us; its status says why.
-        result.streams_failed += 1
-        key = f"{phase}: {(await call.code()).name}: {await call.details()}"[:120]
-        result.failures[key] = result.failures.get(key, 0) + 1
+        await _failed(call, phase, result)
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
+
+
+_Call = grpc.aio.StreamStreamCall[bytes, pb.Ack]
+
+
+async def _open(
+    spec: LoadSpec, channel: grpc.aio.Channel, hello: bytes, index: int, acked: dict[int, int], result: LoadResult
+) -> tuple[_Call, asyncio.Task[None]] | None:
+    """Start a node's stream as an agent does: on failure, try again after a pause (a few times).
+
+    Hundreds of streams opened at once on one connection occasionally fail at their first write
+    ("Internal error from Core", the same with a server that does nothing); an agent's sender
+    reconnects in that case, and so does the load generator, counting it."""
+    for attempt in range(5):
+        call: _Call = channel.stream_stream(
+            STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString
+        )(metadata=spec.security.metadata())
+
+        async def read_acks(call: _Call = call) -> None:
+            async for ack in call:
+                acked[index] = ack.acked_seq
+
+        reader = asyncio.create_task(read_acks())
+        try:
+            await call.write(hello)
+            return call, reader
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            if attempt == 4:
+                await _failed(call, "hello", result)
+                return None
+            result.streams_reopened += 1
+            await asyncio.sleep(0.1 * (attempt + 1))
+    return None
+
+
+async def _failed(call: _Call, phase: str, result: LoadResult) -> None:
+    """The stream ended under us; its status says why."""
+    result.streams_failed += 1
+    key = f"{phase}: {(await call.code()).name}: {await call.details()}"[:120]
+    result.failures[key] = result.failures.get(key, 0) + 1
 
 
 def _report_pool(scenario: str) -> tuple[pb.NodeInfo, list[bytes]]:
