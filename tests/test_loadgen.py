@@ -1,0 +1,38 @@
+"""loadgen drives a real collector with simulated 8-GPU nodes; the ingest benchmark runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fakes.fleet import Collector, cli, free_port, processes
+from tests.fakes.trees import REPO
+
+
+def test_loadgen_streams_simulated_nodes_and_every_report_is_stored(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        out = cli("collector", "loadgen", "--collector", collector.address, "--nodes", "30", "--rate", "4",
+                  "--duration", "2", "--processes", "2", "--json", timeout=60)  # fmt: skip
+        nodes = collector.nodes()
+    result = json.loads(out)
+    assert (result["nodes"], result["streams_failed"]) == (30, 0)
+    assert result["acked"] == result["sent"] == sum(n["reports_total"] for n in nodes)
+    assert result["sent"] >= 30 * 4 * 2 * 0.9
+    assert {n["gpu_count"] for n in nodes} == {8}
+    assert result["bytes_per_report"] <= 1500  # the wire budget of an 8-GPU report
+
+
+def test_ingest_benchmark_runs_against_the_reference() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "ingest_throughput.py"), "--loads", "40", "--seconds", "2",
+         "--processes", "1"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    row = next(line.split() for line in done.stdout.splitlines() if line.strip().startswith("40 "))
+    assert row[1] == row[2]  # sent == acked
+    assert float(row[6]) > 0 and float(row[7]) > 0  # main thread and reference CPU per report
+    assert "sustained: 40 reports/s" in done.stdout
