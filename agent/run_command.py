@@ -34,6 +34,7 @@ from agent.sender import Sender
 from agent.simulator import UnknownScenarioError
 from agent.simulator.source import SimulatedSampler
 from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
+from collector.security import is_loopback
 from collector.validate import repair
 
 log = structlog.get_logger("nodeagent.run")
@@ -62,6 +63,18 @@ def _metrics_listen(_ctx: click.Context, _param: click.Parameter, value: str | N
         except ValueError as err:
             raise click.BadParameter(str(err)) from err
     return value
+
+
+def _check_metrics_listen(listen: str | None, *, insecure: bool) -> None:
+    # The same stance as the collector's listeners: loopback, unless the operator says otherwise.
+    if listen is None:
+        return
+    host, _port = parse_target(listen, any_port=True)
+    if is_loopback(host):
+        return
+    if not insecure:
+        raise ValueError(f"refusing /metrics on non-loopback address {host} without --metrics-insecure")
+    log.warning("serving /metrics on a non-loopback address (--metrics-insecure)", listen=listen)
 
 
 def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
@@ -105,7 +118,11 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--token-file", type=click.Path(path_type=Path), help="File holding the collector's bearer token.")
 @click.option(
     "--metrics-listen", callback=_metrics_listen, metavar="HOST:PORT",
-    help="Serve the agent's own /metrics and /healthz here (default: off).",
+    help="Serve the agent's own /metrics and /healthz here (default: off; loopback unless --metrics-insecure).",
+)  # fmt: skip
+@click.option(
+    "--metrics-insecure", is_flag=True,
+    help="Allow --metrics-listen on a non-loopback address (plain HTTP: anyone who reaches it reads the node's load).",
 )  # fmt: skip
 @collector_flags
 def run(
@@ -130,6 +147,7 @@ def run(
     tls_server_name: str | None,
     token_file: Path | None,
     metrics_listen: str | None,
+    metrics_insecure: bool,
     **flags: bool | None,
 ) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
@@ -139,6 +157,7 @@ def run(
     )
     try:
         security.check()
+        _check_metrics_listen(metrics_listen, insecure=metrics_insecure)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     config = agent_config(config_path, link_speed)

@@ -166,6 +166,7 @@ def test_agent_fails_over_to_the_next_collector(tmp_path: Path) -> None:
         (["--collector", "127.0.0.1:1", "--tls-cert", "/x.pem"], "--tls-cert and --tls-key go together"),
         (["--collector", "127.0.0.1:1", "--token-file", "/nonexistent"], "/nonexistent: no such file"),
         ([], "Missing option '--collector'"),
+        (["--collector", "127.0.0.1:1", "--metrics-listen", "0.0.0.0:9478"], "without --metrics-insecure"),
     ],
 )
 def test_run_refuses_bad_flags_in_one_line(args: list[str], needle: str) -> None:
