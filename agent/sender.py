@@ -145,7 +145,8 @@ class Sender:
         channel = open_channel(target, self.security)
         acked_any = False
         try:
-            await asyncio.wait_for(channel.channel_ready(), self.config.connect_timeout_seconds)
+            if not await self._connected(channel):
+                return False
             call = channel.stream_stream(
                 STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString
             )(metadata=self.security.metadata())
@@ -172,6 +173,24 @@ class Sender:
             self.reconnects_total += 1
             await channel.close(grace=None)
         return acked_any
+
+    async def _connected(self, channel: grpc.aio.Channel) -> bool:
+        """Wait for the connection, but not past a stop: an agent told to stop does not wait out
+        a connect timeout to a collector that is away. TimeoutError when it does not come up."""
+        assert self._stop is not None
+        ready = asyncio.create_task(channel.channel_ready())
+        stopping = asyncio.create_task(self._stop.wait())
+        done, pending = await asyncio.wait(
+            {ready, stopping}, timeout=self.config.connect_timeout_seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if ready in done:
+            return True
+        if stopping in done:
+            return False
+        raise TimeoutError
 
     async def _write_reports(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> None:
         assert self._wake is not None
