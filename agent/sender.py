@@ -130,7 +130,10 @@ class Sender:
             for target in self.order:
                 if self._stop.is_set():
                     return
-                delivered = await self._session(target) or delivered
+                try:
+                    delivered = await self._session(target) or delivered
+                except Exception as err:  # the sender must outlive any one session's surprise
+                    log.error("collector session failed", collector=target, error=_describe(err))
                 if delivered:
                     break
             failures = 0 if delivered else failures + 1
@@ -142,7 +145,11 @@ class Sender:
     async def _session(self, target: str) -> bool:
         """One stream to one collector; True when it got at least one ack (the collector works)."""
         assert self._stop is not None
-        channel = open_channel(target, self.security)
+        try:
+            channel = open_channel(target, self.security)  # rereads TLS files: they may be rotating
+        except (OSError, ValueError) as err:
+            log.warning("cannot open a channel to the collector", collector=target, error=_describe(err))
+            return False
         acked_any = False
         try:
             if not await self._connected(channel):
@@ -153,7 +160,7 @@ class Sender:
             await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
             self.connected_to = target
             log.info("streaming to collector", collector=target)
-            progress = _Progress(time.monotonic())
+            progress = _Progress()
             writer = asyncio.create_task(self._write_reports(call, progress))
             reader = asyncio.create_task(self._read_acks(call, progress))
             watchdog = asyncio.create_task(self._ack_watchdog(progress))
@@ -163,10 +170,16 @@ class Sender:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             acked_any = progress.acked
-            for task in done:
-                if task is not stopper and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-        except (TimeoutError, grpc.aio.AioRpcError, ConnectionError, _StreamStalledError) as err:
+            # The reader's error says why the stream ended; a writer that hit the finished call
+            # (InvalidStateError) only says that it did.
+            errors = [task.exception() for task in sorted(done, key=lambda t: t is not reader) if task is not stopper]
+            raised = [error for error in errors if error is not None]  # every one retrieved, the first raised
+            if raised:
+                raise raised[0]
+        except (
+            TimeoutError, grpc.aio.AioRpcError, ConnectionError, _StreamStalledError, asyncio.InvalidStateError,
+            ValueError, OSError,
+        ) as err:  # fmt: skip
             log.warning("collector stream ended", collector=target, error=_describe(err))
         finally:
             self.connected_to = None
@@ -204,6 +217,8 @@ class Sender:
                 continue
             cursor = max(cursor, records[0].seq)  # the spool dropped what we had not sent yet
             for record in records:
+                if progress.waiting_since is None:
+                    progress.waiting_since = time.monotonic()
                 await call.write(frame_report(record.data))
                 progress.sent_seq = record.seq
                 cursor = record.seq + 1
@@ -214,14 +229,15 @@ class Sender:
                 self.spool.ack(ack.epoch, ack.acked_seq)
                 progress.acked_seq = max(progress.acked_seq, ack.acked_seq)
             progress.acked = True
-            progress.last = time.monotonic()
+            # Still waiting for later reports: their wait starts now (the oldest was just answered).
+            progress.waiting_since = time.monotonic() if progress.sent_seq > progress.acked_seq else None
         raise ConnectionError("collector closed the stream")
 
     async def _ack_watchdog(self, progress: _Progress) -> None:
         while True:
             await asyncio.sleep(1.0)
-            waiting = progress.sent_seq > progress.acked_seq
-            if waiting and time.monotonic() - progress.last > self.config.ack_timeout_seconds:
+            since = progress.waiting_since
+            if since is not None and time.monotonic() - since > self.config.ack_timeout_seconds:
                 raise _StreamStalledError(f"no ack for {self.config.ack_timeout_seconds:g} s")
 
     async def _sleep(self, seconds: float) -> None:
@@ -232,7 +248,8 @@ class Sender:
 
 @dataclass(slots=True)
 class _Progress:
-    last: float
+    # When the oldest report still waiting for its ack was sent (None: nothing is waiting).
+    waiting_since: float | None = None
     sent_seq: int = 0
     acked_seq: int = 0
     acked: bool = False

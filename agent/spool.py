@@ -89,6 +89,8 @@ class Spool:
         now = self._clock() if now is None else now
         with self._lock:
             self._expire_locked(now)
+            if size > self.max_bytes:
+                return  # it cannot fit whatever goes: append drops it alone
             while self._live_count() and self._bytes + size > self.max_bytes:
                 self._drop_oldest_locked()
 
@@ -100,14 +102,16 @@ class Spool:
             if seq != self._last_seq + 1:
                 raise ValueError(f"report seq {seq} does not follow {self._last_seq}")
             self._expire_locked(produced_at)
-            while self._live_count() and self._bytes + len(data) > self.max_bytes:
-                self._drop_oldest_locked()
-            if len(data) > self.max_bytes:
+            if len(data) <= self.max_bytes:
+                while self._live_count() and self._bytes + len(data) > self.max_bytes:
+                    self._drop_oldest_locked()
+            else:
                 # A report larger than the whole spool cannot be kept: it is the one dropped.
                 self._last_seq = seq
                 self._dropped_total += 1
                 if self._store is not None:
-                    self._store.note_skipped(seq, self._dropped_total)
+                    # Counted, but not "skipped through": older reports are still waiting.
+                    self._store.note_dropped(self._dropped_total)
                 return
             if self._store is not None:
                 self._store.append(record)  # on disk before the sender can see it
@@ -162,8 +166,9 @@ class Spool:
             )
 
     def all_acked(self) -> bool:
+        """Nothing left to deliver: every report was acknowledged or dropped (and counted)."""
         with self._lock:
-            return self._acked_seq >= self._last_seq
+            return not self._live_count()
 
     def close(self) -> None:
         with self._lock:

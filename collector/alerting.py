@@ -47,6 +47,10 @@ class Alerting:
     def add(self, signals: Iterable[AlertSignal]) -> None:
         self._pending.extend(signals)
 
+    def put_back(self, signals: list[AlertSignal]) -> None:
+        """Signals of a batch that did not commit: they go with the next one, in order."""
+        self._pending[:0] = signals
+
     def take(self, now: float, last_seen: Callable[[], Mapping[str, float]]) -> list[AlertSignal]:
         """The signals gathered since the last flush (plus NodeDown's, when due)."""
         signals, self._pending = self._pending, []

@@ -27,6 +27,10 @@ from collector.store import NodeRow, StoreWriter
 
 log = structlog.get_logger("nodeagent.collector")
 
+# Watermarks kept per node: an agent restarted without its spool starts a new epoch, and only the
+# latest ones can still have reports in flight.
+MAX_EPOCHS = 8
+
 # The latest report of each node is rewritten at most this often (it serves queries after a
 # restart); counters and watermarks go out with every flush.
 LATEST_EVERY_SECONDS = 10.0
@@ -77,6 +81,9 @@ class Ingest:
         self.writer = writer
         self.alerting = alerting
         self.detector_config = detector_config or DetectorConfig()
+        # Since when flushes fail (None while they commit): new streams are turned away after a
+        # while, so agents fail over to a collector that can make their reports durable.
+        self.failing_since: float | None = None
         writer.call_sync(alerting.open, writer.store.conn)
         self.flush_seconds = flush_seconds
         self.clock = clock
@@ -88,7 +95,7 @@ class Ingest:
         self.duplicates_total = 0
         self.flush_stats = FlushStats()
         for row in writer.call_sync(writer.store.load):
-            marks = dict(row.watermarks)
+            marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
             row.watermarks = {}
             self.nodes[row.node_id] = NodeState(row=row, seen=dict(marks), durable=marks, latest=row.latest)
 
@@ -117,7 +124,8 @@ class Ingest:
         """Take one validated report; False when it was a duplicate."""
         node = self.nodes[stream.node_id]
         epoch, seq = report.epoch, report.seq
-        stream.epoch = epoch
+        if stream.epoch != epoch:  # acks count per epoch
+            stream.epoch, stream.acked_sent, stream.ack_wanted = epoch, 0, 0
         stream.ack_wanted = max(stream.ack_wanted, seq)
         self._touched.add(stream)
         mark = node.seen.get(epoch, 0)
@@ -129,6 +137,8 @@ class Ingest:
             return False
         if mark and seq > mark + 1:
             row.gap_reports_total += seq - mark - 1
+        if not mark and len(node.seen) >= MAX_EPOCHS:
+            _forget_oldest_epoch(node)
         node.seen[epoch] = seq
         node.dirty_epochs.add(epoch)
         now = self.clock()
@@ -162,9 +172,20 @@ class Ingest:
     # ---- flushing ----
 
     async def run_flusher(self) -> None:
+        """Flush forever. A failed flush (a lock held too long, a full disk) is retried with the
+        same rows and signals: nothing is acknowledged meanwhile, and nothing is lost."""
+        delay = self.flush_seconds
         while True:
-            await asyncio.sleep(self.flush_seconds)
-            await self.flush()
+            await asyncio.sleep(delay)
+            try:
+                await self.flush()
+                delay = self.flush_seconds
+                self.failing_since = None
+            except Exception as err:
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                delay = min(5.0, max(delay * 2, 0.5))
+                log.error("store flush failed; retrying", error=f"{type(err).__name__}: {err}", retry_seconds=delay)
 
     async def flush(self) -> None:
         now = self.clock()
@@ -175,6 +196,7 @@ class Ingest:
             await self.writer.call(self._write, batch, signals, now)
         except Exception:
             self.flush_stats.failures_total += 1
+            self._put_back(batch, marks, signals)
             raise
         self.flush_stats.observe(time.perf_counter() - started, len(batch))
         if batch:
@@ -192,6 +214,19 @@ class Ingest:
                 self.alerting.rolled_back()
                 raise
         self.alerting.committed(now)
+
+    def _put_back(self, batch: list[NodeRow], marks: list[tuple[str, int, int]], signals: list[AlertSignal]) -> None:
+        """A batch that did not commit goes back to be written by the next flush."""
+        for row in batch:
+            node = self.nodes[row.node_id]
+            self._dirty.add(row.node_id)
+            if row.info is not None and node.row.info is None:
+                node.row.info = row.info
+            if row.latest is not None:
+                node.latest_written_at = 0.0
+        for node_id, epoch, _seq in marks:
+            self.nodes[node_id].dirty_epochs.add(epoch)
+        self.alerting.put_back(signals)
 
     def _last_seen(self) -> dict[str, float]:
         return {node_id: node.row.last_seen for node_id, node in self.nodes.items() if node.row.last_seen}
@@ -231,6 +266,10 @@ class Ingest:
                 still_waiting.add(stream)
         self._touched = still_waiting
 
+    def store_failing_for(self) -> float:
+        """Seconds the store has been failing to commit (0 when it commits)."""
+        return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
+
     def durable_seq(self, stream: StreamHandle) -> int:
         node = self.nodes.get(stream.node_id)
         return node.durable.get(stream.epoch, 0) if node is not None else 0
@@ -241,3 +280,10 @@ class Ingest:
             node = NodeState(row=NodeRow(node_id=node_id))
             self.nodes[node_id] = node
         return node
+
+
+def _forget_oldest_epoch(node: NodeState) -> None:
+    oldest = min((e for e in node.seen if e not in node.dirty_epochs), default=None)
+    if oldest is not None:
+        node.seen.pop(oldest, None)
+        node.durable.pop(oldest, None)

@@ -38,6 +38,10 @@ log = structlog.get_logger("nodeagent.collector")
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 INGEST_SERVICE = "nodeagent.v1.Ingest"
+# How long a half-closed stream is kept open for the acks of its last reports.
+FINAL_ACK_WAIT_SECONDS = 2.0
+# After this long without a successful commit, new streams are refused (agents fail over).
+STORE_FAILING_REFUSE_SECONDS = 10.0
 QUERY_SERVICE = "nodeagent.v1.Query"
 
 
@@ -157,6 +161,10 @@ class CollectorServer:
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):
             await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
+        if self.ingest.store_failing_for() > STORE_FAILING_REFUSE_SECONDS:
+            await self._refuse(
+                context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
+            )
         first = await context.read()
         if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
             return
@@ -184,6 +192,7 @@ class CollectorServer:
         acks = asyncio.create_task(self._write_acks(stream, context))
         try:
             await self._read_reports(stream, context)
+            await self._final_acks(stream)
         finally:
             acks.cancel()
             self.ingest.detach(stream)
@@ -212,6 +221,12 @@ class CollectorServer:
                 )  # fmt: skip
             last[report.epoch] = report.seq
             self.ingest.accept(stream, report, _payload(raw) or report.SerializeToString())
+
+    async def _final_acks(self, stream: StreamHandle) -> None:
+        """A client that half-closed still gets the acks of what it sent, once they are durable."""
+        deadline = time.monotonic() + FINAL_ACK_WAIT_SECONDS
+        while stream.acked_sent < stream.ack_wanted and time.monotonic() < deadline:
+            await asyncio.sleep(self.config.flush_seconds)
 
     async def _write_acks(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         while True:

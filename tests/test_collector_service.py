@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -199,3 +200,39 @@ def _last_durable(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         row = conn.execute("SELECT MAX(seq) FROM watermarks").fetchone()
     return int(row[0] or 0)
+
+
+def test_a_half_closed_stream_still_gets_its_final_ack(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        call = channel.stream_stream(
+            STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString
+        )
+        messages = [_hello("closer"), *(_report("closer", seq) for seq in (1, 2, 3))]
+        acks = [ack.acked_seq for ack in call(iter(messages), timeout=10)]  # the iterator ends: half-close
+    assert acks[-1] == 3
+
+
+def test_a_locked_database_delays_acks_but_loses_nothing(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        stream = _Stream(channel)
+        stream.send(_hello("patient"))
+        stream.send(_report("patient", 1))
+        assert wait_for(lambda: stream.acks == [1], timeout=10)
+        # An operator's sqlite3 shell holds a write lock longer than the collector's busy timeout.
+        holder = sqlite3.connect(tmp_path / "c.db", timeout=1)
+        holder.execute("BEGIN IMMEDIATE")
+        stream.send(_report("patient", 2))
+        stream.send(_report("patient", 3))
+        time.sleep(6.5)
+        acks_while_locked = list(stream.acks)
+        holder.rollback()
+        holder.close()
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == 3, timeout=15)
+        stream.send(None)
+        node = collector.node("patient")
+    assert acks_while_locked == [1]  # nothing acknowledged that was not committed
+    assert (node["reports_total"], node["last_seq"]) == (3, 3)

@@ -117,3 +117,34 @@ def test_acked_segments_are_deleted(tmp_path: Path) -> None:
     after = len(list(tmp_path.glob("seg-*.log")))
     assert before > after >= 1
     assert json.loads((tmp_path / "state.json").read_text())["acked_seq"] == 25
+
+
+def test_a_report_larger_than_the_spool_is_dropped_alone(tmp_path: Path) -> None:
+    spool = Spool(max_bytes=1000, directory=tmp_path)
+    _fill(spool, 5)
+    spool.make_room(5000, now=2000.0)
+    spool.append(6, b"x" * 5000, produced_at=2000.0)
+    assert [r.seq for r in spool.records_from(0, 100)] == [1, 2, 3, 4, 5]
+    assert spool.stats().dropped_total == 1
+    spool.ack(spool.epoch, 5)
+    assert spool.all_acked()  # nothing left: report 6 is counted as dropped, never waited for
+    spool.close()
+    again = Spool(max_bytes=1000, directory=tmp_path)
+    assert again.stats().dropped_total == 1
+
+
+def test_a_kill_right_after_a_drop_still_accounts_for_every_report(tmp_path: Path) -> None:
+    from agent.spool_segments import SegmentStore
+
+    store = SegmentStore(tmp_path, segment_bytes=300)
+    store.recover()
+    store.begin(epoch=9, acked_seq=0, dropped_total=0)
+    for seq in range(1, 9):
+        store.append(Record(seq=seq, produced_at=1.0, data=b"d" * 100))
+    store.note_skipped(4, dropped_total=4)  # deletes the finished segment: the state goes first
+    # No close(): the process is killed here.
+    again = Spool(directory=tmp_path)
+    seqs = [r.seq for r in again.records_from(0, 100)]
+    stats = again.stats()
+    assert seqs[0] == 5
+    assert stats.dropped_total + len(seqs) == 8
