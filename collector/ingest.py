@@ -39,7 +39,7 @@ LATEST_EVERY_SECONDS = 10.0
 class StreamHandle:
     """One agent stream, as the flusher sees it: where to send acks and how far they went."""
 
-    __slots__ = ("ack_wanted", "acked_sent", "context", "epoch", "node_id", "peer", "replaced", "task", "wake")
+    __slots__ = ("ack_wanted", "acked_sent", "context", "epoch", "node_id", "peer", "task", "wake")
 
     def __init__(self, node_id: str, peer: str, context: object = None) -> None:
         self.node_id = node_id
@@ -51,7 +51,6 @@ class StreamHandle:
         # The stream's grpc context, so a newer stream of the same node can end this one.
         self.context = context
         self.task: asyncio.Task[object] | None = None
-        self.replaced = False
 
 
 @dataclass(slots=True)

@@ -240,7 +240,6 @@ class CollectorServer:
     async def _end_replaced(self, previous: StreamHandle, stream: StreamHandle) -> None:
         # A node has one stream: the newer wins (the old one is usually a half-dead connection
         # the agent already gave up on). Ending it from here finishes that RPC with ABORTED.
-        previous.replaced = True
         self.replaced_total += 1
         log.info("stream replaced by a newer one", node=stream.node_id, old=previous.peer, new=stream.peer)
         context: Any = previous.context

@@ -65,7 +65,7 @@ def test_agent_killed_with_disk_spool_delivers_after_restart(tmp_path: Path) -> 
         started.append(collector.start())
         first = _agent(collector, "node-s", "--spool-dir", str(spool)).start(tmp_path / "a1.log")
         started.append(first)
-        assert wait_for(lambda: _node_reports(collector, "node-s") >= 20, timeout=30), first.tail()
+        assert wait_for(lambda: collector.reports("node-s") >= 20, timeout=30), first.tail()
         # Freeze the collector: reports keep going into the spool but nothing more is acked.
         assert collector.proc is not None
         collector.proc.send_signal(signal.SIGSTOP)
@@ -106,13 +106,6 @@ def test_full_spool_drops_exactly_the_oldest_and_counts_them(tmp_path: Path) -> 
     # The collector got a contiguous run ending at the last report: exactly the oldest went.
     assert (node["reports_total"], node["last_seq"], node["gap_reports_total"]) == (120 - dropped, 120, 0)
     assert node["spool_dropped_reports_total"] == dropped
-
-
-def _node_reports(collector: Collector, node_id: str) -> int:
-    try:
-        return int(collector.node(node_id)["reports_total"])
-    except (StopIteration, AssertionError):
-        return 0
 
 
 def _spooled_seqs(spool: Path) -> list[int]:

@@ -51,12 +51,12 @@ def test_delivery_resumes_after_the_link_comes_back(tmp_path: Path, how: str) ->
             prefix=pair.exec_a(),
         ).start(tmp_path / "agent.log")  # fmt: skip
         started.append(agent)
-        assert wait_for(lambda: _reports(collector) >= 20, timeout=30), agent.tail()
+        assert wait_for(lambda: collector.reports("node-ns") >= 20, timeout=30), agent.tail()
         _cut(pair, how)
         time.sleep(0.5)  # what was already in the collector's socket buffer lands
-        before = _reports(collector)
+        before = collector.reports("node-ns")
         time.sleep(CUT_SECONDS)
-        during = _reports(collector)
+        during = collector.reports("node-ns")
         _restore(pair, how)
         code, summary = agent.wait(timeout=120)
         assert code == 0, agent.tail()
@@ -65,10 +65,3 @@ def test_delivery_resumes_after_the_link_comes_back(tmp_path: Path, how: str) ->
     assert during < REPORTS
     assert (node["reports_total"], node["last_seq"], node["gap_reports_total"]) == (REPORTS, REPORTS, 0)
     assert summary["dropped_total"] == 0
-
-
-def _reports(collector: Collector) -> int:
-    try:
-        return int(collector.node("node-ns")["reports_total"])
-    except (StopIteration, AssertionError):
-        return 0

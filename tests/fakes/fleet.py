@@ -82,6 +82,13 @@ class Collector:
     def node(self, node_id: str) -> dict[str, Any]:
         return next(n for n in self.nodes() if n["node_id"] == node_id)
 
+    def reports(self, node_id: str) -> int:
+        """Distinct reports stored for a node; 0 while the collector does not know it or is down."""
+        try:
+            return int(self.node(node_id)["reports_total"])
+        except (StopIteration, AssertionError):
+            return 0
+
 
 @dataclass
 class Agent:
