@@ -10,14 +10,20 @@ PCIe receive/transmit:
   starved     a training step fed by a DataLoader that is deliberately too slow
               (each batch sleeps): the GPU waits for data, utilization drops
 
+Beside each phase it reads ``nvidia-smi --query-gpu`` once a second, so the agent's
+utilization and memory can be set against the driver's own tool in the same window. Last it
+measures the GPU collector's sampling tick on the real library: CPU per tick and NVML calls
+per GPU per tick (bench/agent_overhead.py's worker, without the fake library).
+
 Finishes in well under 5 minutes (3 phases x PHASE_SECONDS plus start-up).
 
-    python bench/gpu_real.py [--phase-seconds 40] [--markdown]
+    python bench/gpu_real.py [--phase-seconds 40] [--raw FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -37,12 +43,22 @@ METRICS = (
 )
 
 
-def sample_during(seconds: float, workload: Any) -> list[dict[str, Any]]:
-    """Run the agent for ``seconds`` while ``workload(stop_event)`` runs in a thread."""
+SMI_FIELDS = ("index", "utilization.gpu", "memory.used")
+
+
+def sample_during(seconds: float, workload: Any) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Run the agent for ``seconds`` while ``workload(stop_event)`` runs in a thread.
+
+    Returns the agent's rate snapshots and nvidia-smi's rows of the same window.
+    """
     stop = threading.Event()
     worker = threading.Thread(target=workload, args=(stop,), daemon=True)
     worker.start()
     time.sleep(3.0)  # let the workload reach its steady state
+    smi = subprocess.Popen(
+        ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits", "-l", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
     agent = subprocess.run(
         [
             sys.executable, "-m", "agent", "sample", "--json", "--count", str(int(seconds)), "--interval", "1",
@@ -51,9 +67,12 @@ def sample_during(seconds: float, workload: Any) -> list[dict[str, Any]]:
         ],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=seconds + 60,
     )  # fmt: skip
+    smi.terminate()
+    smi_out, _ = smi.communicate(timeout=10)
     stop.set()
     worker.join(timeout=30)
-    return [json.loads(line) for line in agent.stdout.splitlines()[1:]]
+    smi_rows = [[cell.strip() for cell in line.split(",")] for line in smi_out.splitlines() if line.strip()]
+    return [json.loads(line) for line in agent.stdout.splitlines()[1:]], smi_rows
 
 
 def idle(stop: threading.Event) -> None:
@@ -98,8 +117,29 @@ def starved(stop: threading.Event) -> None:
         optimizer.step()
 
 
-def summarise(phase: str, snaps: list[dict[str, Any]]) -> list[str]:
+def _smi_means(rows: list[list[str]]) -> dict[int, tuple[float | None, float | None]]:
+    """Per GPU index: nvidia-smi's mean utilization (%) and memory used (GB)."""
+    util: dict[int, list[float]] = {}
+    mem: dict[int, list[float]] = {}
+    for row in rows:
+        if len(row) != len(SMI_FIELDS) or not row[0].isdigit():
+            continue
+        index = int(row[0])
+        for cell, into, scale in ((row[1], util, 1.0), (row[2], mem, 1.048576e-3)):  # MiB -> GB
+            with contextlib.suppress(ValueError):  # "[N/A]"
+                into.setdefault(index, []).append(float(cell) * scale)
+    return {
+        index: (
+            statistics.fmean(util[index]) if util.get(index) else None,
+            statistics.fmean(mem[index]) if mem.get(index) else None,
+        )
+        for index in util.keys() | mem.keys()
+    }
+
+
+def summarise(phase: str, snaps: list[dict[str, Any]], smi_rows: list[list[str]]) -> list[str]:
     lines = []
+    smi = _smi_means(smi_rows)
     by_gpu: dict[int, list[dict[str, Any]]] = {}
     for snap in snaps:
         for row in snap.get("gpus", []):
@@ -109,13 +149,28 @@ def summarise(phase: str, snaps: list[dict[str, Any]]) -> list[str]:
         for key, _, scale, unit in METRICS:
             values = [r[key] for r in rows if r.get(key) is not None]
             cells.append(f"{statistics.fmean(values) * scale:.1f}{unit}" if values else "n/a")
+        smi_util, smi_mem = smi.get(index, (None, None))
+        cells.append(f"{smi_util:.1f}%" if smi_util is not None else "n/a")
+        cells.append(f"{smi_mem:.1f} GB" if smi_mem is not None else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def tick_cost(cycles: int) -> dict[str, Any]:
+    """The GPU collector's sampling tick on the real library, in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "agent_overhead.py"), "--agent-worker", "/proc", "/sys",
+         "--cycles", str(cycles), "--gpus"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--phase-seconds", type=int, default=40)
+    parser.add_argument("--raw", type=Path, help="Also write every phase's snapshots to this file (JSON Lines).")
     args = parser.parse_args()
     try:
         import torch
@@ -123,13 +178,26 @@ def main() -> int:
         raise SystemExit("gpu_real: needs PyTorch with CUDA (pip install torch)") from None
     if not torch.cuda.is_available():
         raise SystemExit("gpu_real: no CUDA GPU visible to PyTorch")
-    header = "| phase | GPU | samples | " + " | ".join(label for _, label, _, _ in METRICS) + " |"
-    lines = [header, "|" + "---|" * (3 + len(METRICS))]
+    header = "| phase | GPU | samples | " + " | ".join(label for _, label, _, _ in METRICS)
+    header += " | nvidia-smi util | nvidia-smi mem |"
+    lines = [header, "|" + "---|" * (5 + len(METRICS))]
     for phase, workload in (("idle", idle), ("matmul", matmul), ("starved loader", starved)):
         started = time.monotonic()
-        lines += summarise(phase, sample_during(args.phase_seconds, workload))
+        snaps, smi_rows = sample_during(args.phase_seconds, workload)
+        lines += summarise(phase, snaps, smi_rows)
+        if args.raw is not None:
+            with args.raw.open("a") as raw:
+                raw.writelines(json.dumps({"phase": phase, **snap}) + "\n" for snap in snaps)
         print(f"{phase}: {time.monotonic() - started:.0f} s", file=sys.stderr)
     print("\n".join(lines))
+    cost = tick_cost(50)
+    print(
+        f"\nGPU collector tick on the real library ({cost['gpus']} GPUs, with the host collectors): "
+        f"{cost['cpu_seconds_per_cycle'] * 1e3:.2f} ms CPU per tick, "
+        f"{cost['nvml_calls_per_gpu_per_tick']:.1f} NVML calls per GPU per tick "
+        f"({cost['nvml_field_value_calls_per_gpu_per_tick']:.1f} field-value calls), "
+        f"report {cost['report_bytes']} B, peak RSS {cost['peak_rss_bytes'] / 2**20:.0f} MiB"
+    )
     return 0
 
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The real-GPU check, as one command on a machine with an NVIDIA driver (and PyTorch for the
+# workload phases). Every step has its own time limit, so one that hangs cannot take the rest.
+#
+#   1. what the driver says: nvidia-smi -L, -q and nvlink status (saved to $OUT)
+#   2. `nodeagent sample` with every collector: the first JSON snapshots and the table
+#   3. `nodeagent diag` against the 8xH200-sxm-ib profile, and against what one GPU should show
+#   4. end to end: a collector on loopback, `nodeagent run` sampling this machine for real with
+#      --max-reports, then the collector's view of the node and its /metrics for the GPU
+#   5. bench/gpu_real.py: idle, matmul and starved-loader phases beside nvidia-smi, then the
+#      GPU collector's tick cost on the real library
+#   6. bench/gpu_verdict.py: the collector's verdict on a matmul loop and two starved loaders
+#
+# Packages missing on the GPU machine travel as wheels in .whl/ (installed to /tmp/site).
+#
+#     OUT=/tmp/out bash bench/device_check.sh [PHASE_SECONDS]
+set -u
+OUT=${OUT:-/tmp/nodeagent-device-check}
+PHASE_SECONDS=${1:-25}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    { echo "device_check: could not install the carried wheels" >&2; exit 2; }
+  export PYTHONPATH=/tmp/site:$PWD:$PWD/proto
+else
+  export PYTHONPATH=$PWD:$PWD/proto
+fi
+PY=${PYTHON:-python3}
+step() { echo; echo "== $* ($(date +%T))"; }
+
+step "driver"
+nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max,power.limit --format=csv
+nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1
+nvidia-smi nvlink -s 2>&1 | head -20
+$PY -c 'import sys, grpc, google.protobuf, pynvml; print(sys.version.split()[0], "grpc", grpc.__version__, "protobuf", google.protobuf.__version__)'
+
+step "nodeagent sample (every collector)"
+timeout 60 $PY -m agent sample --json --count 3 --interval 1 >"$OUT/sample.jsonl" 2>/tmp/sample.err
+echo "rc=$? snapshots=$(wc -l <"$OUT/sample.jsonl")"
+tail -5 /tmp/sample.err
+timeout 60 $PY -m agent sample --count 2 --interval 1 2>&1 | tail -40
+
+step "nodeagent diag --profile 8xH200-sxm-ib"
+timeout 90 $PY -m agent diag --profile 8xH200-sxm-ib --json >"$OUT/diag.json" 2>/tmp/diag.err
+echo "rc=$?"
+tail -5 /tmp/diag.err
+timeout 90 $PY -m agent diag --profile 8xH200-sxm-ib --expect-gpus 1 --expect-nvlinks 0 2>&1 | tail -40
+
+step "end to end: collector + live agent"
+rm -f /tmp/nodeagent-device.db*
+$PY -m collector serve --listen 127.0.0.1:50551 --http-listen 127.0.0.1:9577 --db /tmp/nodeagent-device.db \
+  >"$OUT/collector.log" 2>&1 &
+collector=$!
+sleep 2
+timeout 90 $PY -m agent run --collector 127.0.0.1:50551 --node-id h200-device --interval 0.5 \
+  --max-reports 20 --deadline 60 2>/tmp/agent-run.err | tail -3
+echo "agent rc=${PIPESTATUS[0]}"
+tail -5 /tmp/agent-run.err
+timeout 30 $PY -m collector nodes --collector 127.0.0.1:50551 --json | tee "$OUT/nodes.json" | head -c 3000
+echo
+$PY - <<'EOF' | head -40
+import urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:9577/metrics", timeout=10).read().decode()
+wanted = ("nodeagent_gpu_", "nodeagent_node_reports_total", "nodeagent_node_state", "nodeagent_node_gpus")
+for line in text.splitlines():
+    if line.startswith(wanted):
+        print(line)
+EOF
+kill "$collector"
+wait "$collector"
+echo "collector rc=$?"
+
+step "bench/gpu_real.py --phase-seconds $PHASE_SECONDS"
+timeout $((PHASE_SECONDS * 3 + 240)) $PY bench/gpu_real.py --phase-seconds "$PHASE_SECONDS" --raw "$OUT/gpu-real-snapshots.jsonl"
+echo "rc=$?"
+step "bench/gpu_verdict.py --seconds 45"
+timeout 400 $PY bench/gpu_verdict.py --seconds 45 --raw "$OUT/gpu-verdict-nodes.jsonl"
+echo "rc=$?"
+step "done"

@@ -1,0 +1,188 @@
+"""Real-GPU check of the verdict: what the collector says of real training loops.
+
+Starts a collector on loopback with short detector windows, then for each workload runs it on
+the GPU while ``nodeagent run`` samples this machine for real and streams to the collector
+(one node id per workload, so each gets a fresh detector). After each it prints the node's
+state, cause and starvation ratio as ``nodeagent-collector nodes --json`` gives them:
+
+  matmul         a tight bf16 matmul loop: busy, not starved
+  sleep-loader   a DataLoader whose samples each wait 4 ms (a slow remote read that uses no
+                 CPU, disk or NIC of this node): starved, cause unknown
+  decode-loader  a DataLoader whose 4 workers each decode in pure Python (CPU-bound):
+                 starved, cause cpu
+
+Needs a machine with an NVIDIA driver and PyTorch with CUDA; ``--phases idle`` runs the
+harness alone (any machine, with or without a GPU).
+
+    python bench/gpu_verdict.py [--seconds 50] [--phases matmul,sleep-loader,decode-loader]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from gpu_real import idle, matmul, starved  # noqa: E402
+
+# Short windows so each workload gets a verdict within a minute; the rest is the default.
+DETECTOR_TOML = """
+[detector]
+window_seconds = 30.0
+evaluate_seconds = 5.0
+warmup_seconds = 10.0
+gap_seconds = 10.0
+exit_seconds = 10.0
+"""
+
+
+def decode_loader(stop: threading.Event) -> None:
+    """Training fed by CPU-bound decoding in 4 loader workers."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class DecodedImages(Dataset[Any]):
+        def __len__(self) -> int:
+            return 1_000_000
+
+        def __getitem__(self, index: int) -> Any:
+            deadline = time.perf_counter() + 0.02  # a slow JPEG decode, in Python
+            x = 0
+            while time.perf_counter() < deadline:
+                x += 1
+            return torch.randn(3, 224, 224), index % 1000
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 7, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(64, 1000),
+    ).cuda()  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(DecodedImages(), batch_size=64, num_workers=4, pin_memory=True)
+    for images, labels in loader:
+        if stop.is_set():
+            break
+        loss = torch.nn.functional.cross_entropy(model(images.cuda(non_blocking=True)), labels.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+WORKLOADS: dict[str, Callable[[threading.Event], None]] = {
+    "idle": idle,
+    "matmul": matmul,
+    "sleep-loader": starved,
+    "decode-loader": decode_loader,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"gpu_verdict: the collector did not listen on port {port}")
+
+
+def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
+    stop = threading.Event()
+    worker = threading.Thread(target=WORKLOADS[name], args=(stop,), daemon=True)
+    worker.start()
+    time.sleep(3.0)  # let the workload reach its steady state
+    try:
+        agent = subprocess.run(
+            [sys.executable, "-m", "agent", "run", "--collector", target, "--node-id", f"verdict-{name}",
+             "--interval", "1", "--max-reports", str(seconds), "--deadline", str(seconds + 60)],
+            cwd=REPO, capture_output=True, text=True, check=False, timeout=seconds + 90,
+        )  # fmt: skip
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    if agent.returncode != 0:
+        raise SystemExit(f"gpu_verdict: the agent failed in {name}: {agent.stderr.strip()[-500:]}")
+    nodes = subprocess.run(
+        [sys.executable, "-m", "collector", "nodes", "--collector", target, "--json"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    for node in json.loads(nodes.stdout):
+        if node["node_id"] == f"verdict-{name}":
+            node_view: dict[str, Any] = node
+            return node_view
+    raise SystemExit(f"gpu_verdict: the collector does not know verdict-{name}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=50, help="Reports (one a second) per workload.")
+    parser.add_argument("--phases", default="matmul,sleep-loader,decode-loader")
+    parser.add_argument("--raw", type=Path, help="Also write each node's full view to this file (JSON Lines).")
+    args = parser.parse_args()
+    phases = [p for p in args.phases.split(",") if p]
+    unknown = [p for p in phases if p not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"gpu_verdict: unknown phase {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
+    if any(p != "idle" for p in phases):
+        try:
+            import torch
+        except ImportError:
+            raise SystemExit("gpu_verdict: needs PyTorch with CUDA (pip install torch)") from None
+        if not torch.cuda.is_available():
+            raise SystemExit("gpu_verdict: no CUDA GPU visible to PyTorch")
+    with tempfile.TemporaryDirectory(prefix="nodeagent-verdict-") as tmp:
+        config = Path(tmp) / "collector.toml"
+        config.write_text(DETECTOR_TOML)
+        port, http_port = _free_port(), _free_port()
+        collector = subprocess.Popen(
+            [sys.executable, "-m", "collector", "serve", "--listen", f"127.0.0.1:{port}",
+             "--http-listen", f"127.0.0.1:{http_port}", "--db", str(Path(tmp) / "c.db"), "--config", str(config)],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        )  # fmt: skip
+        try:
+            _wait_port(port, 30)
+            print("| workload | reports | state | cause | tier | starvation ratio | GPU hours lost |")
+            print("|---|---|---|---|---|---|---|")
+            for name in phases:
+                started = time.monotonic()
+                node = run_phase(name, args.seconds, f"127.0.0.1:{port}")
+                ratio = node.get("starvation_ratio")
+                print(
+                    f"| {name} | {node['reports_total']} | {node['state']} | {node['cause'] or '-'} "
+                    f"| {node['tier'] or '-'} | {'-' if ratio is None else f'{ratio:.3f}'} "
+                    f"| {node['gpu_hours_lost']:.4f} |",
+                    flush=True,
+                )
+                if args.raw is not None:
+                    with args.raw.open("a") as raw:
+                        raw.write(json.dumps(node) + "\n")
+                print(f"{name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+        finally:
+            collector.terminate()
+            try:
+                collector.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                collector.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
