@@ -9,7 +9,10 @@ acknowledged, the backlog left, bytes on the wire per report (gRPC message with 
 prefix) next to the Prometheus text exposition of the same report, and CPU per report: the
 whole collector process, its main thread (the event loop, which holds the interpreter lock and
 so bounds what one process takes), and the same for a reference server that only reads and
-acknowledges each message (bench/grpc_floor_server.py), with the ratio of the two.
+acknowledges each message (bench/grpc_floor_server.py), with the ratio of the two. It also
+prints the load generator's CPU per message and, from the reference's figures, the ceilings of
+this machine: what one process's event-loop thread takes when it does nothing but read and
+acknowledge, and what the machine's cores take when both ends of the stream are Python gRPC.
 
     python bench/ingest_throughput.py [--loads 2000,4000,...] [--seconds 15] [--processes 2]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,8 +46,8 @@ def main() -> None:
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
     print(f"{'offered/s':>9} {'sent/s':>7} {'acked/s':>7} {'backlog':>7} {'B/report':>8} {'CPU us/report':>13} "
-          f"{'main thread':>11} {'reference':>9} {'ratio':>5}  sustained")  # fmt: skip
-    best, capacity = 0, []
+          f"{'main thread':>11} {'reference':>9} {'ratio':>5} {'loadgen':>7}  sustained")  # fmt: skip
+    best, capacity, floors = 0, [], []
     with tempfile.TemporaryDirectory() as tmp:
         for load in (int(x) for x in args.loads.split(",")):
             row = _step(_collector(Path(tmp) / f"c{load}.db"), load, args.seconds, args.processes)
@@ -54,16 +58,28 @@ def main() -> None:
             best = max(best, load) if ok else best
             ratio = row["main_us_per_report"] / floor["main_us_per_report"]
             capacity.append(1e6 / row["main_us_per_report"])
+            floors.append(floor)
             print(f"{load:>9} {row['sent_per_second']:>7.0f} {row['acked_per_second']:>7.0f} "
                   f"{row['backlog_end']:>7} "
                   f"{row['bytes_per_report']:>8.0f} {row['cpu_us_per_report']:>13.0f} "
                   f"{row['main_us_per_report']:>11.0f} "
-                  f"{floor['main_us_per_report']:>9.0f} {ratio:>5.2f}  "
+                  f"{floor['main_us_per_report']:>9.0f} {ratio:>5.2f} {row['loadgen_us_per_report']:>7.0f}  "
                   f"{'yes' if ok else 'no' if offered else 'loadgen could not offer it'}")  # fmt: skip
             if not ok:
                 break
     print(f"sustained: {best} reports/s (= nodes at 1 Hz) in one collector process; its event-loop thread "
           f"would saturate near {max(capacity):.0f} reports/s")  # fmt: skip
+    main_floor = min(f["main_us_per_report"] for f in floors)
+    process_floor = min(f["cpu_us_per_report"] for f in floors)
+    exchange = min(f["cpu_us_per_report"] + f["loadgen_us_per_report"] for f in floors)
+    cores = os.cpu_count() or 1
+    print(f"reference (read + ack, nothing else): {main_floor:.0f} us of its event-loop thread and "
+          f"{process_floor:.0f} us of its process (all threads) per message; its loop would saturate near "
+          f"{1e6 / main_floor:.0f} messages/s, and 10,000 messages/s would take {process_floor / 100:.1f} of "
+          f"this machine's {cores} cores before any work is done")  # fmt: skip
+    print(f"with a Python load generator on the same cores, a do-nothing exchange costs {exchange:.0f} us of "
+          f"CPU per message: this machine offers and takes at most about {cores * 1e6 / exchange:.0f} "
+          f"messages/s")  # fmt: skip
 
 
 def _collector(db: Path) -> list[str]:
@@ -92,6 +108,8 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
     reports = max(1, result["sent"])
     result["cpu_us_per_report"] = (after - before) / reports * 1e6
     result["main_us_per_report"] = (main_after - main_before) / reports * 1e6
+    # The load generator's workers, over the timed window only (start-up left out).
+    result["loadgen_us_per_report"] = result["cpu_seconds"] / reports * 1e6
     result["backlog_half"] = result["sent_at_half"] - result["acked_at_half"]
     result["backlog_end"] = result["sent"] - result["acked"]
     return dict(result)

@@ -51,6 +51,9 @@ class LoadResult:
     streams_reopened: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     payload_bytes: int = 0
+    # CPU the generating processes spent (all their threads) between the start and the end of the
+    # load, start-up left out: what generating costs next to what ingesting costs.
+    cpu_seconds: float = 0.0
     # Sent and acked counts at the middle of the run, to tell a steady backlog from a growing one.
     sent_at_half: int = 0
     acked_at_half: int = 0
@@ -58,7 +61,7 @@ class LoadResult:
     def merge(self, other: LoadResult) -> None:
         for name in (
             "nodes", "sent", "acked", "streams_failed", "streams_reopened", "payload_bytes", "sent_at_half",
-            "acked_at_half",
+            "acked_at_half", "cpu_seconds",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.seconds = max(self.seconds, other.seconds)
@@ -103,9 +106,15 @@ async def _work(spec: LoadSpec, indices: list[int]) -> LoadResult:
     acked: dict[int, int] = {}
     halves: list[tuple[int, int]] = []
 
+    cpu: list[float] = []
+
     async def snapshot_half() -> None:
+        await asyncio.sleep(max(0.0, start - time.monotonic()))
+        cpu.append(time.process_time())
         await asyncio.sleep(max(0.0, half - time.monotonic()))
         halves.append((result.sent, sum(acked.values())))
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        cpu.append(time.process_time())
 
     tasks = [
         asyncio.create_task(_node(spec, index, channels[n // NODES_PER_CHANNEL], info, pool, start, end, result, acked))
@@ -117,6 +126,8 @@ async def _work(spec: LoadSpec, indices: list[int]) -> LoadResult:
     result.acked = sum(acked.values())
     if halves:
         result.sent_at_half, result.acked_at_half = halves[0]
+    if len(cpu) == 2:
+        result.cpu_seconds = cpu[1] - cpu[0]
     for channel in channels:
         await channel.close()
     return result

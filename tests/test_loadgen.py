@@ -24,6 +24,8 @@ def test_loadgen_streams_simulated_nodes_and_every_report_is_stored(tmp_path: Pa
     assert result["sent"] >= 30 * 4 * 2 * 0.9
     assert {n["gpu_count"] for n in nodes} == {8}
     assert result["bytes_per_report"] <= 1500  # the wire budget of an 8-GPU report
+    # Generating has a cost of its own, measured over the load's window only.
+    assert 0 < result["cpu_seconds"] < 2 * 2 * 1.5  # two processes, two seconds, some slack
 
 
 def test_ingest_benchmark_runs_against_the_reference() -> None:
@@ -35,4 +37,6 @@ def test_ingest_benchmark_runs_against_the_reference() -> None:
     row = next(line.split() for line in done.stdout.splitlines() if line.strip().startswith("40 "))
     assert row[1] == row[2]  # sent == acked
     assert float(row[6]) > 0 and float(row[7]) > 0  # main thread and reference CPU per report
+    assert float(row[9]) > 0  # the load generator's CPU per report
     assert "sustained: 40 reports/s" in done.stdout
+    assert "reference (read + ack, nothing else):" in done.stdout and "its loop would saturate near" in done.stdout
