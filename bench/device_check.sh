@@ -2,7 +2,7 @@
 # The real-GPU check, as one command on a machine with an NVIDIA driver (and PyTorch for the
 # workload phases). Every step has its own time limit, so one that hangs cannot take the rest.
 #
-#   1. what the driver says: nvidia-smi -L, -q and nvlink status (saved to $OUT)
+#   1. what the driver says: nvidia-smi -L, nvlink status, and -q (saved to $OUT)
 #   2. `nodeagent sample` with every collector: the first JSON snapshots and the table
 #   3. `nodeagent diag` against the 8xH200-sxm-ib profile, and against what one GPU should show
 #   4. end to end: a collector on loopback, `nodeagent run` sampling this machine for real with
@@ -11,7 +11,11 @@
 #      GPU collector's tick cost on the real library
 #   6. bench/gpu_verdict.py: the collector's verdict on a matmul loop and two starved loaders
 #
-# Packages missing on the GPU machine travel as wheels in .whl/ (installed to /tmp/site).
+# Packages missing on the GPU machine travel as wheels in .whl/ (installed to /tmp/site), e.g.
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     -d .whl grpcio grpcio-health-checking grpcio-reflection protobuf structlog click psutil \
+#     nvidia-ml-py prometheus-client
+# at the versions of the development environment.
 #
 #     OUT=/tmp/out bash bench/device_check.sh [PHASE_SECONDS]
 set -u
