@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,16 +91,18 @@ def matmul(stop: threading.Event) -> None:
         torch.cuda.synchronize()
 
 
-def starved(stop: threading.Event) -> None:
+def train_on(load: Callable[[int], None], workers: int, stop: threading.Event) -> None:
+    """Train a small image model from a DataLoader with ``workers`` processes, each sample of
+    which first runs ``load(index)`` (a slow read, a slow decode), until ``stop`` is set."""
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    class SlowImages(Dataset[Any]):
+    class Images(Dataset[Any]):
         def __len__(self) -> int:
             return 1_000_000
 
         def __getitem__(self, index: int) -> Any:
-            time.sleep(0.004)  # a slow decode / slow remote read per sample
+            load(index)
             return torch.randn(3, 224, 224), index % 1000
 
     model = torch.nn.Sequential(
@@ -107,7 +110,7 @@ def starved(stop: threading.Event) -> None:
         torch.nn.Flatten(), torch.nn.Linear(64, 1000),
     ).cuda()  # fmt: skip
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(SlowImages(), batch_size=64, num_workers=2, pin_memory=True)
+    loader = DataLoader(Images(), batch_size=64, num_workers=workers, pin_memory=True)
     for images, labels in loader:
         if stop.is_set():
             break
@@ -115,6 +118,14 @@ def starved(stop: threading.Event) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+
+
+def _slow_read(_index: int) -> None:
+    time.sleep(0.004)  # a slow remote read per sample: the worker waits, using no CPU
+
+
+def starved(stop: threading.Event) -> None:
+    train_on(_slow_read, 2, stop)
 
 
 def _smi_means(rows: list[list[str]]) -> dict[int, tuple[float | None, float | None]]:

@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from gpu_real import idle, matmul, starved  # noqa: E402
+from gpu_real import idle, matmul, starved, train_on  # noqa: E402
 
 # Short windows so each workload gets a verdict within a minute; the rest is the default.
 DETECTOR_TOML = """
@@ -48,35 +48,16 @@ exit_seconds = 10.0
 """
 
 
+def _python_decode(_index: int) -> None:
+    deadline = time.perf_counter() + 0.02  # a slow JPEG decode, in Python: the worker's core is busy
+    spins = 0
+    while time.perf_counter() < deadline:
+        spins += 1
+
+
 def decode_loader(stop: threading.Event) -> None:
     """Training fed by CPU-bound decoding in 4 loader workers."""
-    import torch
-    from torch.utils.data import DataLoader, Dataset
-
-    class DecodedImages(Dataset[Any]):
-        def __len__(self) -> int:
-            return 1_000_000
-
-        def __getitem__(self, index: int) -> Any:
-            deadline = time.perf_counter() + 0.02  # a slow JPEG decode, in Python
-            x = 0
-            while time.perf_counter() < deadline:
-                x += 1
-            return torch.randn(3, 224, 224), index % 1000
-
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 64, 7, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(), torch.nn.Linear(64, 1000),
-    ).cuda()  # fmt: skip
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(DecodedImages(), batch_size=64, num_workers=4, pin_memory=True)
-    for images, labels in loader:
-        if stop.is_set():
-            break
-        loss = torch.nn.functional.cross_entropy(model(images.cuda(non_blocking=True)), labels.cuda())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    train_on(_python_decode, 4, stop)
 
 
 WORKLOADS: dict[str, Callable[[threading.Event], None]] = {
