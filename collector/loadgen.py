@@ -105,10 +105,10 @@ async def _work(spec: LoadSpec, indices: list[int]) -> LoadResult:
     half = start + spec.duration_seconds / 2
     acked: dict[int, int] = {}
     halves: list[tuple[int, int]] = []
-
     cpu: list[float] = []
 
-    async def snapshot_half() -> None:
+    async def milestones() -> None:
+        """CPU time at the start and the end, counts at the middle."""
         await asyncio.sleep(max(0.0, start - time.monotonic()))
         cpu.append(time.process_time())
         await asyncio.sleep(max(0.0, half - time.monotonic()))
@@ -120,7 +120,7 @@ async def _work(spec: LoadSpec, indices: list[int]) -> LoadResult:
         asyncio.create_task(_node(spec, index, channels[n // NODES_PER_CHANNEL], info, pool, start, end, result, acked))
         for n, index in enumerate(indices)
     ]
-    tasks.append(asyncio.create_task(snapshot_half()))
+    tasks.append(asyncio.create_task(milestones()))
     await asyncio.gather(*tasks)
     result.seconds = spec.duration_seconds
     result.acked = sum(acked.values())
