@@ -60,18 +60,20 @@ def sample_during(seconds: float, workload: Any) -> tuple[list[dict[str, Any]], 
         ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits", "-l", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
-    agent = subprocess.run(
-        [
-            sys.executable, "-m", "agent", "sample", "--json", "--count", str(int(seconds)), "--interval", "1",
-            "--no-collector.netdev", "--no-collector.diskstats", "--no-collector.infiniband",
-            "--no-collector.cpu", "--no-collector.meminfo", "--no-collector.pressure", "--collector.gpu",
-        ],
-        cwd=REPO, capture_output=True, text=True, check=True, timeout=seconds + 60,
-    )  # fmt: skip
-    smi.terminate()
-    smi_out, _ = smi.communicate(timeout=10)
-    stop.set()
-    worker.join(timeout=30)
+    try:
+        agent = subprocess.run(
+            [
+                sys.executable, "-m", "agent", "sample", "--json", "--count", str(int(seconds)), "--interval", "1",
+                "--no-collector.netdev", "--no-collector.diskstats", "--no-collector.infiniband",
+                "--no-collector.cpu", "--no-collector.meminfo", "--no-collector.pressure", "--collector.gpu",
+            ],
+            cwd=REPO, capture_output=True, text=True, check=True, timeout=seconds + 60,
+        )  # fmt: skip
+    finally:  # a failed phase leaves neither nvidia-smi nor the workload running
+        smi.terminate()
+        smi_out, _ = smi.communicate(timeout=10)
+        stop.set()
+        worker.join(timeout=30)
     smi_rows = [[cell.strip() for cell in line.split(",")] for line in smi_out.splitlines() if line.strip()]
     return [json.loads(line) for line in agent.stdout.splitlines()[1:]], smi_rows
 
