@@ -473,11 +473,9 @@ def test_kubernetes_agent_configuration_loads(tmp_path: Path, capsys: pytest.Cap
     show(AGENT, "--config", str(config), capsys=capsys)
 
 
-def test_readme_configuration_examples_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("\n## Configuration\n") :]
-    section = section[: section.index("\n## ", 1)]
-    blocks = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
+def test_documented_configuration_examples_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (REPO / "docs" / "configuration.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
     assert len(blocks) == 2
     for block in blocks:
         name = block.splitlines()[0].removeprefix("# /etc/nodeagent/")
@@ -485,3 +483,18 @@ def test_readme_configuration_examples_load(tmp_path: Path, capsys: pytest.Captu
         config.write_text(block)
         settings = show(AGENT if name == "agent.toml" else COLLECTOR, "--config", str(config), capsys=capsys)
         assert sum(item["source"] == "file" for item in settings.values()) >= 4
+
+
+# The tables other pages show, each as its program's configuration file would hold it.
+DOCUMENTED_TABLES = {"agent.md": AGENT, "alerts.md": COLLECTOR, "detector.md": COLLECTOR}
+
+
+@pytest.mark.parametrize("page", sorted(DOCUMENTED_TABLES))
+def test_documented_configuration_tables_load(page: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (REPO / "docs" / page).read_text()
+    blocks = re.findall(r"```toml\n(\[[a-z_]+\].*?)```", text, re.DOTALL)
+    assert blocks
+    for number, block in enumerate(blocks):
+        config = tmp_path / f"{number}.toml"
+        config.write_text(block)
+        show(DOCUMENTED_TABLES[page], "--config", str(config), capsys=capsys)
