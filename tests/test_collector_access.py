@@ -177,6 +177,30 @@ def test_tokens_split_nodes_operators_and_scrapers(tmp_path: Path) -> None:
     assert not any(f"{role}-secret" in log for role in tokens)
 
 
+def test_the_node_token_alone_reads_nothing(tmp_path: Path) -> None:
+    """The setup of a site that had only --token-file: its node token no longer reads."""
+    token = tmp_path / "node.token"
+    token.write_text("node-secret\n")
+    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--token-file", str(token)])
+    node: Metadata = [("authorization", "Bearer node-secret")]
+    with processes() as started:
+        started.append(collector.start())
+        with grpc.insecure_channel(collector.address) as channel:
+            streamed = _stream(channel, "node-a", node)
+            reads = {"none": _reads(channel), "node": _reads(channel, node)}
+            health_open = _health(channel)
+        scrapes = {
+            "none": _get(f"http://{collector.http_address}/metrics")[0],
+            "node": _get(f"http://{collector.http_address}/metrics", token="node-secret")[0],
+        }
+        log = collector.log.read_text() if collector.log else ""
+    assert streamed == grpc.StatusCode.OK
+    assert reads == {"none": _all(grpc.StatusCode.UNAUTHENTICATED), "node": _all(grpc.StatusCode.PERMISSION_DENIED)}
+    assert health_open == health_pb2.HealthCheckResponse.SERVING
+    assert scrapes == {"none": 401, "node": 403}
+    assert "no operator (--operator-identity, --operator-token-file): every query is refused" in log
+
+
 def test_metrics_over_mutual_tls_need_a_scraper_certificate(tmp_path: Path) -> None:
     ca = Authority(tmp_path, "fleet")
     pem = ca.issue("collector", dns=("localhost",), ips=("127.0.0.1",), server=True)
@@ -236,12 +260,15 @@ def test_a_certificate_names_its_node_by_its_sans_not_its_common_name(tmp_path: 
         ):
             with _tls_channel(collector.address, ca.cert_file, pem.cert, pem.key) as channel:
                 seen[label] = _stream(channel, node)
+        with _tls_channel(collector.address, ca.cert_file, cn_only.cert, cn_only.key) as channel:
+            node_reads = _reads(channel)  # mutual TLS and no operator named: a node certificate reads nothing
     assert seen == {
         "SAN node-a, CN node-b, as node-b": grpc.StatusCode.PERMISSION_DENIED,
         "SAN node-a, CN node-b, as node-a": grpc.StatusCode.OK,
         "CN only": grpc.StatusCode.OK,
         "IP SAN only, CN": grpc.StatusCode.OK,
     }
+    assert node_reads == _all(grpc.StatusCode.PERMISSION_DENIED)
 
 
 def test_certificate_name_rule_is_the_same_for_grpc_and_https() -> None:
