@@ -31,8 +31,12 @@ def make_private(db_path: Path) -> None:
     for suffix in SIDE_FILES:
         side = db_path.with_name(db_path.name + suffix)
         try:
+            # Not through a link: a planted -wal link must not turn this into a chmod of its target.
             fd = os.open(side, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except FileNotFoundError:
+            continue
+        except OSError as err:
+            log.warning("database side file left as it is", path=str(side), error=err.strerror or str(err))
             continue
         try:
             _tighten(fd, side)
@@ -44,6 +48,10 @@ def _tighten(fd: int, path: Path) -> None:
     mode = stat.S_IMODE(os.fstat(fd).st_mode)
     private = (mode & 0o700) | PRIVATE_MODE  # the owner reads and writes, whatever the umask took away
     if private != mode:
-        os.fchmod(fd, private)
+        try:
+            os.fchmod(fd, private)
+        except PermissionError:  # another user's file: SQLite will say whether it can use it
+            log.warning("cannot make the database file private", path=str(path), mode=f"{mode:04o}")
+            return
     if mode & 0o077:
         log.warning("database file was readable by others; made it private", path=str(path), was=f"{mode:04o}")
