@@ -31,6 +31,11 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 GZIP_LEVEL = 1
 
 Health = Callable[[], tuple[bool, str]]
+# Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
+# serve it, or (401 or 403, why). /healthz and the index stay open.
+Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
+PEER_CERT_KEY = "nodeagent.peer_cert"
+_STATUS_LINES = {401: "401 Unauthorized", 403: "403 Forbidden"}
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
@@ -45,12 +50,14 @@ class MetricsHttpServer:
         health: Health | None = None,
         ssl_context: ssl.SSLContext | None = None,
         name: str = "nodeagent",
+        guard: Guard | None = None,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
         self.metrics = metrics
         self.health = health
         self.ssl_context = ssl_context
         self.name = name
+        self.guard = guard
         self.port = 0
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -95,6 +102,13 @@ class MetricsHttpServer:
     def _route(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
+            refused = self._refused(environ)
+            if refused is not None:
+                code, detail = refused
+                headers = [("Content-Type", "text/plain; charset=utf-8")]
+                if code == 401:
+                    headers.append(("WWW-Authenticate", 'Bearer realm="nodeagent"'))
+                return _reply(start_response, _STATUS_LINES[code], f"{detail}\n".encode(), headers)
             return self._metrics(environ, start_response)
         if path == "/healthz" and self.health is not None:
             try:
@@ -107,6 +121,16 @@ class MetricsHttpServer:
             links = "/metrics\n/healthz\n" if self.health is not None else "/metrics\n"
             return _reply(start_response, "200 OK", f"{self.name}\n{links}".encode())
         return _reply(start_response, "404 Not Found", b"not found\n")
+
+    def _refused(self, environ: dict[str, Any]) -> tuple[int, str] | None:
+        if self.guard is None:
+            return None
+        token: str | None = None
+        authorization = environ.get("HTTP_AUTHORIZATION")
+        if authorization is not None:
+            scheme, _, given = str(authorization).partition(" ")
+            token = given.strip() if scheme.lower() == "bearer" else ""
+        return self.guard(token, environ.get(PEER_CERT_KEY))
 
     def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         try:
@@ -163,6 +187,13 @@ class _Server6(_Server):
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT_SECONDS
+
+    def get_environ(self) -> dict[str, Any]:
+        environ = super().get_environ()
+        if isinstance(self.connection, ssl.SSLSocket):
+            # The client certificate, when it sent one that chains to the client CA.
+            environ[PEER_CERT_KEY] = self.connection.getpeercert() or None
+        return environ
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are routine: no line per request."""

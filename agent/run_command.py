@@ -34,7 +34,7 @@ from agent.sender import Sender
 from agent.simulator import UnknownScenarioError
 from agent.simulator.source import SimulatedSampler
 from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
-from collector.security import is_loopback
+from collector.security import check_token_transport, is_loopback
 from collector.validate import repair
 
 log = structlog.get_logger("nodeagent.run")
@@ -117,6 +117,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--tls-server-name", help="Name to check the collector's certificate against.")
 @click.option("--token-file", type=click.Path(path_type=Path), help="File holding the collector's bearer token.")
 @click.option(
+    "--insecure", is_flag=True,
+    help="Send the bearer token to a non-loopback collector without TLS (logs a warning; a trusted network only).",
+)  # fmt: skip
+@click.option(
     "--metrics-listen", callback=_metrics_listen, metavar="HOST:PORT",
     help="Serve the agent's own /metrics and /healthz here (default: off; loopback unless --metrics-insecure).",
 )  # fmt: skip
@@ -146,6 +150,7 @@ def run(
     tls_key: Path | None,
     tls_server_name: str | None,
     token_file: Path | None,
+    insecure: bool,
     metrics_listen: str | None,
     metrics_insecure: bool,
     **flags: bool | None,
@@ -157,6 +162,7 @@ def run(
     )
     try:
         security.check()
+        check_token_transport(collectors, security, insecure=insecure)
         _check_metrics_listen(metrics_listen, insecure=metrics_insecure)
     except ValueError as err:
         raise click.UsageError(str(err)) from err

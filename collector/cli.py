@@ -86,6 +86,20 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--tls-client-ca", type=click.Path(path_type=Path), help="CA for client certificates: mutual TLS.")
 @click.option("--token-file", type=click.Path(path_type=Path), help="File holding the bearer token agents must send.")
 @click.option(
+    "--operator-identity", "operator_identities", multiple=True, metavar="NAME",
+    help="Client certificate name (DNS/URI SAN, else CN) that may query; repeatable; needs --tls-client-ca.",
+)  # fmt: skip
+@click.option(
+    "--operator-token-file", type=click.Path(path_type=Path), help="File holding the bearer token that may query."
+)
+@click.option(
+    "--scrape-identity", "scrape_identities", multiple=True, metavar="NAME",
+    help="Client certificate name that may read /metrics; repeatable; needs --tls-client-ca.",
+)  # fmt: skip
+@click.option(
+    "--scrape-token-file", type=click.Path(path_type=Path), help="File holding the bearer token that may read /metrics."
+)
+@click.option(
     "--max-message-bytes",
     type=click.IntRange(min=4096, max=64 * 1024 * 1024),
     default=DEFAULT_MAX_MESSAGE_BYTES,
@@ -104,6 +118,10 @@ def serve(
     tls_key: Path | None,
     tls_client_ca: Path | None,
     token_file: Path | None,
+    operator_identities: tuple[str, ...],
+    operator_token_file: Path | None,
+    scrape_identities: tuple[str, ...],
+    scrape_token_file: Path | None,
     max_message_bytes: int,
     flush_seconds: float,
     config_path: Path | None,
@@ -112,8 +130,10 @@ def serve(
 ) -> None:
     """Receive agent streams, store what they say, answer queries."""
     security = ServerSecurity(
-        cert_file=tls_cert, key_file=tls_key, client_ca_file=tls_client_ca, token_file=token_file, insecure=insecure
-    )
+        cert_file=tls_cert, key_file=tls_key, client_ca_file=tls_client_ca, token_file=token_file, insecure=insecure,
+        operator_identities=operator_identities, operator_token_file=operator_token_file,
+        scrape_identities=scrape_identities, scrape_token_file=scrape_token_file,
+    )  # fmt: skip
     host, _port = parse_target(listen, any_port=True)
     http_host, _port = parse_target(http_listen, any_port=True)
     try:
@@ -121,7 +141,8 @@ def serve(
     except (SecurityConfigError, ValueError) as err:
         raise click.UsageError(str(err)) from err
     try:
-        warnings += [w.replace("plaintext", "plain HTTP", 1) for w in security.check(http_host)]
+        http_warnings = [w.replace("plaintext", "plain HTTP", 1) for w in security.check(http_host)]
+        warnings += [w for w in http_warnings if w not in warnings]  # the role warnings once, not per listener
     except SecurityConfigError as err:
         raise click.BadParameter(str(err), param_hint="--http-listen") from err
     overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}

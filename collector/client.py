@@ -13,6 +13,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.channel import ClientSecurity, open_channel, parse_target
+from collector.security import check_token_transport
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_COLLECTOR = "127.0.0.1:50051"
@@ -29,9 +30,13 @@ def client_options(func: F) -> F:
     decorators = [
         click.option("--collector", default=DEFAULT_COLLECTOR, show_default=True, help="Collector HOST:PORT."),
         click.option("--tls-ca", type=click.Path(path_type=Path), help="CA of the collector's certificate: use TLS."),
-        click.option("--tls-cert", type=click.Path(path_type=Path), help="Client certificate (mutual TLS)."),
-        click.option("--tls-key", type=click.Path(path_type=Path), help="Client key (mutual TLS)."),
-        click.option("--token-file", type=click.Path(path_type=Path), help="File holding the bearer token."),
+        click.option("--tls-cert", type=click.Path(path_type=Path), help="Operator client certificate (mutual TLS)."),
+        click.option("--tls-key", type=click.Path(path_type=Path), help="Operator client key (mutual TLS)."),
+        click.option("--tls-server-name", help="Name to check the collector's certificate against."),
+        click.option("--token-file", type=click.Path(path_type=Path), help="File holding the operator's bearer token."),
+        click.option(
+            "--insecure", is_flag=True, help="Send the token to a non-loopback collector without TLS (warns)."
+        ),
         click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True),
     ]
     for decorator in reversed(decorators):
@@ -44,11 +49,12 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
     target = str(options["collector"])
     security = ClientSecurity(
         ca_file=options["tls_ca"], cert_file=options["tls_cert"], key_file=options["tls_key"],
-        token_file=options["token_file"],
+        token_file=options["token_file"], server_name=options["tls_server_name"],
     )  # fmt: skip
     try:
         parse_target(target)
         security.check()
+        check_token_transport([target], security, insecure=bool(options["insecure"]))
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     return fetch(target, security, method, timeout=float(options["timeout"]), **fields)

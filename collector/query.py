@@ -1,4 +1,7 @@
-"""``nodeagent.v1.Query``: what the collector knows, served from memory."""
+"""``nodeagent.v1.Query``: what the collector knows, served from memory, to operators only.
+
+Reports name processes, users and jobs: a node's credentials do not read them (see
+``collector.security``)."""
 
 from __future__ import annotations
 
@@ -9,14 +12,14 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from collector.ingest import Ingest
-from collector.security import token_ok
+from collector.security import Access, AccessPolicy, certificate_names, presented_token
 from collector.verdict import NodeVerdict
 
 
 class QueryService(pb_grpc.QueryServicer):
-    def __init__(self, ingest: Ingest, token: str | None) -> None:
+    def __init__(self, ingest: Ingest, policy: AccessPolicy) -> None:
         self.ingest = ingest
-        self.token = token
+        self.policy = policy
 
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
@@ -70,8 +73,18 @@ class QueryService(pb_grpc.QueryServicer):
         return pb.NodeReport.FromString(node.latest)
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        if not token_ok(self.token, context.invocation_metadata()):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        await authorize_operator(self.policy, context)
+
+
+_STATUS = {Access.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED, Access.DENIED: grpc.StatusCode.PERMISSION_DENIED}
+
+
+async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """Abort the call unless the caller holds an operator credential."""
+    names = certificate_names(context.auth_context()) if policy.enabled else frozenset()
+    decision = policy.query(presented_token(context.invocation_metadata()), names)
+    if decision.access is not Access.ALLOWED:
+        await context.abort(_STATUS[decision.access], decision.detail)
 
 
 def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:

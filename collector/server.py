@@ -30,7 +30,16 @@ from collector.config import CollectorConfig
 from collector.ingest import Ingest, StreamHandle
 from collector.metrics import MetricsExposition
 from collector.query import QueryService
-from collector.security import ServerSecurity, certificate_names, token_ok
+from collector.reflection_service import enable_operator_reflection
+from collector.security import (
+    Access,
+    AccessPolicy,
+    ServerSecurity,
+    certificate_names,
+    http_certificate_names,
+    token_ok,
+)
+from collector.state_files import make_private
 from collector.store import StoreWriter
 from collector.validate import InvalidMessageError, check_hello, check_report
 
@@ -64,6 +73,7 @@ class ServerConfig:
 class CollectorServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        make_private(config.db_path)
         self.writer = StoreWriter(config.db_path)
         self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
         self.ingest = Ingest(
@@ -76,6 +86,7 @@ class CollectorServer:
         self.started_monotonic = 0.0
         self.http: MetricsHttpServer | None = None
         self._token = config.security.token()
+        self.policy = AccessPolicy(config.security)
         self._server: grpc.aio.Server | None = None
         self._flusher: asyncio.Task[None] | None = None
         self.port = 0
@@ -91,13 +102,14 @@ class CollectorServer:
         ]
         server = grpc.aio.server(options=options)
         server.add_generic_rpc_handlers([self._ingest_handler()])
-        pb_grpc.add_QueryServicer_to_server(QueryService(self.ingest, self._token), server)
+        pb_grpc.add_QueryServicer_to_server(QueryService(self.ingest, self.policy), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         for name in ("", INGEST_SERVICE, QUERY_SERVICE):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        reflection.enable_server_reflection(
-            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        # Health stays open (it says only SERVING or not); reflection is the operators'.
+        enable_operator_reflection(
+            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server, self.policy
         )
         security = self.config.security
         if security.tls:
@@ -118,7 +130,7 @@ class CollectorServer:
         security = self.config.security
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector",
+            name="nodeagent-collector", guard=self._scrape_guard,
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)
@@ -126,6 +138,13 @@ class CollectorServer:
             self.http = None
             await self.stop(0.0)
             raise HttpListenError(f"cannot listen on {listen} (--http-listen): {err.strerror or err}") from err
+
+    def _scrape_guard(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
+        """``/metrics`` needs a scraper's or an operator's credential when client auth is configured."""
+        decision = self.policy.scrape(token, http_certificate_names(peer))
+        if decision.access is Access.ALLOWED:
+            return None
+        return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
 
     @property
     def flusher(self) -> asyncio.Task[None] | None:
@@ -183,6 +202,11 @@ class CollectorServer:
                 await self._refuse(
                     context, grpc.StatusCode.PERMISSION_DENIED, "certificate_node_mismatch",
                     f"client certificate names {sorted(names)}, not node {node_id!r}",
+                )  # fmt: skip
+            if self.policy.is_reader(names):
+                await self._refuse(
+                    context, grpc.StatusCode.PERMISSION_DENIED, "certificate_not_a_node",
+                    f"client certificate {sorted(names)} is an operator or scraper identity, not a node",
                 )  # fmt: skip
         stream = StreamHandle(node_id, context.peer(), context)
         stream.task = asyncio.current_task()

@@ -118,9 +118,11 @@ def test_tls_refusals_and_node_identity(tmp_path: Path) -> None:
     good_cert = ca.issue("good-node", dns=("good-node",), server=False)
     other_node = ca.issue("node-x", dns=("node-x",), server=False)
     foreign = stranger.issue("node-y", dns=("node-y",), server=False)
+    operator = ca.issue("ops", dns=("ops",), server=False)
     collector = Collector(
         db=tmp_path / "c.db", port=free_port(),
-        args=["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-client-ca", str(ca.cert_file)],
+        args=["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-client-ca", str(ca.cert_file),
+              "--operator-identity", "ops"],
     )  # fmt: skip
     with processes() as started:
         started.append(collector.start())
@@ -142,7 +144,7 @@ def test_tls_refusals_and_node_identity(tmp_path: Path) -> None:
             seen["certificate of node-x as node-x"] = _send(channel, mine)
         code, _summary = good.wait(timeout=60)
         assert code == 0, good.tail()
-        listed = {n["node_id"]: n for n in collector.nodes(*_query_tls(ca, good_cert))}
+        listed = {n["node_id"]: n for n in collector.nodes(*_query_tls(ca, operator))}
     assert seen == {
         "plaintext to the TLS port": grpc.StatusCode.UNAVAILABLE,
         "client certificate from another CA": grpc.StatusCode.UNAVAILABLE,
@@ -156,7 +158,12 @@ def test_tls_refusals_and_node_identity(tmp_path: Path) -> None:
 def test_bearer_token_is_required_when_configured(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
-    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--token-file", str(token)])
+    operator = tmp_path / "operator-token"
+    operator.write_text("operator-token\n")
+    collector = Collector(
+        db=tmp_path / "c.db", port=free_port(),
+        args=["--token-file", str(token), "--operator-token-file", str(operator)],
+    )  # fmt: skip
     message = [_hello("node-t"), frame_report(_report("node-t", 1).SerializeToString())]
     with processes() as started:
         started.append(collector.start())
@@ -164,7 +171,7 @@ def test_bearer_token_is_required_when_configured(tmp_path: Path) -> None:
             missing = _send(channel, message)
             wrong = _send(channel, message, [("authorization", "Bearer nope")])
             right = _send(channel, message, [("authorization", "Bearer s3cret-token")])
-        nodes = collector.nodes("--token-file", str(token))
+        nodes = collector.nodes("--token-file", str(operator))
         log = collector.log.read_text() if collector.log else ""
     assert (missing, wrong, right) == (grpc.StatusCode.UNAUTHENTICATED,) * 2 + (grpc.StatusCode.OK,)
     assert [n["node_id"] for n in nodes] == ["node-t"]

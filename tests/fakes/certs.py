@@ -48,11 +48,22 @@ class Authority:
         self.cert_file = directory / f"{name}-ca.pem"
         self.cert_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, common_name: str, *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = (), server: bool) -> Pem:
+    def issue(
+        self,
+        common_name: str,
+        *,
+        dns: tuple[str, ...] = (),
+        ips: tuple[str, ...] = (),
+        uris: tuple[str, ...] = (),
+        server: bool,
+        stem: str | None = None,
+    ) -> Pem:
+        """A certificate and key; ``stem`` names the files when two certificates share a common name."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
         names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        names += [x509.UniformResourceIdentifier(uri) for uri in uris]
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
             x509.CertificateBuilder()
@@ -67,8 +78,8 @@ class Authority:
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
-        stem = self.directory / f"{self.name}-{common_name}"
-        pem = Pem(cert=stem.with_suffix(".crt"), key=stem.with_suffix(".key"))
+        base = self.directory / f"{self.name}-{stem or common_name}"
+        pem = Pem(cert=base.with_suffix(".crt"), key=base.with_suffix(".key"))
         pem.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         pem.key.write_bytes(
             key.private_bytes(
