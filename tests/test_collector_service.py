@@ -6,6 +6,7 @@ and the one-line errors of ``nodeagent run``.
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -229,3 +230,84 @@ def test_a_locked_database_delays_acks_but_loses_nothing(tmp_path: Path) -> None
         node = collector.node("patient")
     assert acks_while_locked == [1]  # nothing acknowledged that was not committed
     assert (node["reports_total"], node["last_seq"]) == (3, 3)
+
+
+def test_list_nodes_shows_only_what_is_committed(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        stream = _Stream(channel)
+        stream.send(_hello("careful"))
+        stream.send(_report("careful", 1))
+        assert wait_for(lambda: stream.acks == [1], timeout=10)
+        holder = sqlite3.connect(tmp_path / "c.db", timeout=1)
+        holder.execute("BEGIN IMMEDIATE")  # every commit now waits, then fails
+        try:
+            stream.send(_report("careful", 2))
+            stream.send(_report("careful", 3))
+            time.sleep(1.0)
+            while_failing = collector.node("careful")
+        finally:
+            holder.rollback()
+            holder.close()
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == 3, timeout=20)
+        stream.send(None)
+        after = collector.node("careful")
+    assert (while_failing["reports_total"], while_failing["last_seq"]) == (1, 1)
+    assert (after["reports_total"], after["last_seq"]) == (3, 3)
+
+
+def test_silent_streams_time_out_and_one_source_cannot_hold_them_all(tmp_path: Path) -> None:
+    # "localhost" listens on 127.0.0.1 and ::1: two sources on one machine.
+    collector = Collector(
+        db=tmp_path / "c.db", port=free_port(), host="localhost",
+        args=["--hello-timeout-seconds", "2", "--max-streams-per-source", "4"],
+    )  # fmt: skip
+    port = collector.port
+    with (
+        processes() as started,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as v4,
+        grpc.insecure_channel(f"[::1]:{port}") as v6,
+    ):
+        started.append(collector.start())
+        silent = [_Stream(v4) for _ in range(4)]  # streams that never say hello
+        time.sleep(0.5)
+        one_more = _Stream(v4)
+        one_more.thread.join(10)
+        other = _Stream(v6)
+        other.send(_hello("elsewhere"))
+        other.send(_report("elsewhere", 1))
+        assert wait_for(lambda: other.acks == [1], timeout=10)
+        other.send(None)
+        other.thread.join(10)
+        assert wait_for(lambda: all(s.status is not None for s in silent), timeout=15)
+        later = _Stream(v4)
+        later.send(_hello("later"))
+        later.send(_report("later", 1))
+        assert wait_for(lambda: later.acks == [1], timeout=10)
+        later.send(None)
+        later.thread.join(10)
+        started_at = time.monotonic()
+        closed = _silent_connection_closed(port, timeout=20)
+        held_seconds = time.monotonic() - started_at
+    assert one_more.status == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert other.status == grpc.StatusCode.OK
+    assert {s.status for s in silent} == {grpc.StatusCode.DEADLINE_EXCEEDED}
+    assert later.status == grpc.StatusCode.OK
+    # grpc's own default would hold a connection that never speaks HTTP/2 for two minutes.
+    assert closed and held_seconds < 15
+
+
+def _silent_connection_closed(port: int, timeout: float) -> bool:
+    """Connect and say nothing: whether the server closes the connection within ``timeout``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if not sock.recv(65536):  # its SETTINGS, then GOAWAY, then the close
+                    return True
+            except ConnectionResetError:
+                return True
+            except TimeoutError:
+                return False
+    return False
