@@ -6,9 +6,13 @@ acknowledge the reports behind them. ``synchronous=FULL``: a commit is on the de
 ack goes out, so neither a killed collector nor a power cut loses an acknowledged report's effect.
 
 A row that cannot be written (a value SQLite refuses) fails only its own node: the batch is then
-written row by row, each in a savepoint, and the rows refused are named to the caller. A commit
-that fails for space checkpoints the WAL into the database and truncates it, so a small
-filesystem that the WAL filled gets its space back, and the next flush retries.
+written row by row, each in a savepoint, and the rows refused are named to the caller.
+
+The WAL grows until SQLite's automatic checkpoint (1,000 pages, 4 MB); on a filesystem with less
+room than that left, it would fill the disk first, and then no commit (and no checkpoint, which
+needs the database file to grow a little) could ever succeed again. So when the free space is
+below what the WAL may still take, each commit is followed by a checkpoint that truncates the
+WAL, and a commit that fails for space tries one too (it succeeds once space returns).
 
 All SQLite work happens on one dedicated thread (``StoreWriter``): the event loop never waits on
 the disk, and the connection is never shared between threads.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +36,10 @@ T = TypeVar("T")
 # SQLite's INTEGER is a signed 64-bit number; Python's int is not, and binding a bigger one raises.
 INTEGER_MAX = (1 << 63) - 1
 # What binding or storing one row can raise; anything else (a full disk, a lock) fails the batch.
+# Checkpoint early when the filesystem has less than the WAL may grow to, plus this.
+FREE_SPACE_MARGIN_BYTES = 1024 * 1024
+# ... and only once the WAL holds this much: a checkpoint costs a few device flushes.
+EARLY_CHECKPOINT_WAL_BYTES = 64 * 1024
 _ROW_ERRORS = (OverflowError, ValueError, TypeError, sqlite3.DataError, sqlite3.IntegrityError, sqlite3.InterfaceError)
 
 SCHEMA = """
@@ -107,6 +116,10 @@ class Store:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(SCHEMA)
+        self.wal_path = path.with_name(path.name + "-wal")
+        page_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        auto_pages = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        self.wal_limit_bytes = int(page_bytes) * int(auto_pages)
 
     def load(self) -> list[NodeRow]:
         rows: dict[str, NodeRow] = {}
@@ -137,6 +150,7 @@ class Store:
             if before_commit is not None:
                 before_commit()
             conn.execute("COMMIT")
+            self._checkpoint_if_short_of_space()
         except BaseException as err:
             # SQLite may have rolled back already (a full disk at COMMIT does): rolling back again
             # would raise "no transaction is active" and hide the real error.
@@ -165,6 +179,17 @@ class Store:
                 refused[row.node_id] = f"{type(err).__name__}: {err}"
             self.conn.execute("RELEASE one")
         return refused
+
+    def _checkpoint_if_short_of_space(self) -> None:
+        try:
+            wal_bytes = self.wal_path.stat().st_size
+            if wal_bytes < EARLY_CHECKPOINT_WAL_BYTES:
+                return
+            fs = os.statvfs(self.wal_path.parent)
+        except OSError:
+            return
+        if fs.f_bavail * fs.f_frsize < self.wal_limit_bytes - wal_bytes + FREE_SPACE_MARGIN_BYTES:
+            self._give_back_wal_space()
 
     def _give_back_wal_space(self) -> None:
         """Copy the WAL into the database and truncate it: on a filesystem the WAL filled, that

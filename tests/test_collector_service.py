@@ -6,6 +6,7 @@ and the one-line errors of ``nodeagent run``.
 
 from __future__ import annotations
 
+import errno
 import socket
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -23,6 +25,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.sender import STREAM_METHOD, frame_report, rendezvous_order
+from tests.conftest import require_root_tools
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
 
@@ -311,3 +314,69 @@ def _silent_connection_closed(port: int, timeout: float) -> bool:
             except TimeoutError:
                 return False
     return False
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs, mounted for the test and gone after it."""
+    require_root_tools("mount", "umount")
+    mountpoint = tmp_path / "small"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], check=True, timeout=30)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False, timeout=30)
+
+
+@pytest.mark.root
+def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesystem: Path) -> None:
+    db = small_filesystem / "c.db"
+    collector = Collector(db=db, port=free_port(), args=["--flush-seconds", "0.01"], log_dir=small_filesystem.parent)
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        stream = _Stream(channel)
+        stream.send(_hello("cramped"))
+
+        def log() -> str:
+            return collector.log.read_text() if collector.log else ""
+
+        def stream_reports(count: int, first: int) -> int:
+            for seq in range(first, first + count):
+                stream.send(_report("cramped", seq))
+                time.sleep(0.004)
+            return first + count - 1
+
+        # About a commit a report: before, the WAL grew toward its 4 MB checkpoint, filled the
+        # 2 MB first (near commit 250), and no commit succeeded again.
+        seq = stream_reports(800, 1)
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == seq, timeout=30), (seq, stream.acks[-3:])
+        # Something else takes all the space: commits fail, with the real error, until it is freed.
+        filler = _fill(small_filesystem / "filler")
+        seq = stream_reports(50, seq + 1)
+        assert wait_for(lambda: "database or disk is full" in log(), timeout=30), log()[-2000:]
+        acks_while_full = list(stream.acks)
+        filler.unlink()
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == seq, timeout=30), (seq, stream.acks[-3:])
+        stream.send(None)
+        node = collector.node("cramped")
+        log_text = log()
+    assert acks_while_full[-1] < seq
+    assert "cannot rollback" not in log_text
+    assert (node["reports_total"], node["last_seq"]) == (seq, seq)
+
+
+def _fill(path: Path) -> Path:
+    """Write zeros to ``path`` until the filesystem has no space left."""
+    with path.open("wb") as out:
+        try:
+            for _ in range(1024):
+                out.write(b"\0" * 65536)
+                out.flush()
+            for _ in range(1024):
+                out.write(b"\0" * 4096)
+                out.flush()
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+    return path
