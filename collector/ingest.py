@@ -152,6 +152,13 @@ class Ingest:
         _refuse_unstorable(node)
         previous = node.stream
         node.stream = stream
+        if node.durable.get(node.row.epoch, 0):
+            # Acknowledge at once what is already durable of the node's latest epoch: reports
+            # committed just before the collector went away were never acked, and an agent whose
+            # spool filled meanwhile has counted them as dropped. This ack tells it they are
+            # stored, before it sends (or drops) anything more.
+            stream.epoch = node.row.epoch
+            stream.wake.set()
         if hello.hostname:
             node.row.hostname = hello.hostname
             node.row.agent_version = hello.agent_version
@@ -195,6 +202,8 @@ class Ingest:
         row = node.row
         if seq <= mark:
             row.duplicates_total = min(INTEGER_MAX, row.duplicates_total + 1)
+            if seq <= node.durable.get(epoch, 0):
+                stream.wake.set()  # already durable: its ack need not wait for the next flush
             self.duplicates_total += 1
             self._dirty.add(row.node_id)
             return False

@@ -7,6 +7,7 @@ and the one-line errors of ``nodeagent run``.
 from __future__ import annotations
 
 import errno
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -380,3 +381,28 @@ def _fill(path: Path) -> Path:
             if err.errno != errno.ENOSPC:
                 raise
     return path
+
+
+def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        first = _Stream(channel)
+        first.send(_hello("resumer"))
+        for seq in (1, 2, 3):
+            first.send(_report("resumer", seq))
+        assert wait_for(lambda: first.acks and first.acks[-1] == 3, timeout=10)
+        # Killed after the commit; suppose the ack never left: the agent holds (or, its spool
+        # full, has counted as dropped) reports the collector has stored.
+        collector.kill(signal.SIGKILL)
+        collector.start()
+        second = _Stream(channel)
+        second.send(_hello("resumer"))
+        acked_before_any_report = wait_for(lambda: second.acks == [3], timeout=10)
+        second.send(_report("resumer", 4))
+        assert wait_for(lambda: second.acks and second.acks[-1] == 4, timeout=10)
+        second.send(None)
+        second.thread.join(10)
+        node = collector.node("resumer")
+    assert acked_before_any_report, second.acks
+    assert (node["reports_total"], node["duplicates_total"], node["gap_reports_total"]) == (4, 0, 0)
