@@ -52,7 +52,7 @@ DEFAULT_MAX_NODES = 10_000
 
 class StreamRefusedError(Exception):
     """A report or a stream the collector will not take: the gRPC status name, a short reason
-    (the ``nodeagent_ingest_rejected_streams_total`` label) and one line saying why."""
+    (the ``reason`` label of ``nodeagent_ingest_streams_rejected_total``) and one line saying why."""
 
     def __init__(self, code: str, reason: str, detail: str) -> None:
         super().__init__(detail)

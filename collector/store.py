@@ -36,11 +36,11 @@ T = TypeVar("T")
 # SQLite's INTEGER is a signed 64-bit number; Python's int is not, and binding a bigger one raises.
 INTEGER_MAX = (1 << 63) - 1
 # What binding or storing one row can raise; anything else (a full disk, a lock) fails the batch.
+_ROW_ERRORS = (OverflowError, ValueError, TypeError, sqlite3.DataError, sqlite3.IntegrityError, sqlite3.InterfaceError)
 # Checkpoint early when the filesystem has less than the WAL may grow to, plus this.
 FREE_SPACE_MARGIN_BYTES = 1024 * 1024
 # ... and only once the WAL holds this much: a checkpoint costs a few device flushes.
 EARLY_CHECKPOINT_WAL_BYTES = 64 * 1024
-_ROW_ERRORS = (OverflowError, ValueError, TypeError, sqlite3.DataError, sqlite3.IntegrityError, sqlite3.InterfaceError)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
