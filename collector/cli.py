@@ -28,10 +28,18 @@ from collector.client import client_options, query
 from collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from collector.demo import DemoPlan, run_demo
 from collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
+from collector.ingest import DEFAULT_MAX_NODES
 from collector.loadgen import LoadSpec, run_load
 from collector.replay_cli import replay
 from collector.security import SecurityConfigError, ServerSecurity
-from collector.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, HttpListenError, ServerConfig
+from collector.server import (
+    DEFAULT_HELLO_TIMEOUT_SECONDS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_STREAMS_PER_SOURCE,
+    CollectorServer,
+    HttpListenError,
+    ServerConfig,
+)
 
 log = structlog.get_logger("nodeagent.collector")
 
@@ -106,6 +114,18 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     show_default=True,
 )
 @click.option("--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True)
+@click.option(
+    "--max-nodes", type=click.IntRange(min=1, max=10_000_000), default=DEFAULT_MAX_NODES, show_default=True,
+    help="Nodes this collector holds; a stream of a node beyond them is refused (RESOURCE_EXHAUSTED).",
+)  # fmt: skip
+@click.option(
+    "--hello-timeout-seconds", type=click.FloatRange(min=0.1, max=600.0), default=DEFAULT_HELLO_TIMEOUT_SECONDS,
+    show_default=True, help="A stream that has not said hello by then is closed (DEADLINE_EXCEEDED).",
+)  # fmt: skip
+@click.option(
+    "--max-streams-per-source", type=click.IntRange(min=1, max=1_000_000), default=DEFAULT_MAX_STREAMS_PER_SOURCE,
+    show_default=True, help="Streams one peer address may hold at once; more are refused (RESOURCE_EXHAUSTED).",
+)  # fmt: skip
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
 @click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
 @click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
@@ -124,6 +144,9 @@ def serve(
     scrape_token_file: Path | None,
     max_message_bytes: int,
     flush_seconds: float,
+    max_nodes: int,
+    hello_timeout_seconds: float,
+    max_streams_per_source: int,
     config_path: Path | None,
     alertmanager_url: str | None,
     webhook_url: str | None,
@@ -159,7 +182,8 @@ def serve(
         raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
     config = ServerConfig(
         listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
-        flush_seconds=flush_seconds, settings=settings, http_listen=http_listen,
+        flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
+        hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
     )  # fmt: skip
     asyncio.run(_serve(config))
 

@@ -149,7 +149,7 @@ async def _node(
     period = 1.0 / spec.rate_hz
     hello = pb.AgentMessage(hello=info)
     hello.hello.node_id = hello.hello.hostname = node_id
-    opened = await _open(spec, channel, hello.SerializeToString(), index, acked, result)
+    opened = await _open(spec, channel, hello.SerializeToString(), index, epoch, acked, result)
     if opened is None:
         return
     call, reader = opened
@@ -185,7 +185,13 @@ _Call = grpc.aio.StreamStreamCall[bytes, pb.Ack]
 
 
 async def _open(
-    spec: LoadSpec, channel: grpc.aio.Channel, hello: bytes, index: int, acked: dict[int, int], result: LoadResult
+    spec: LoadSpec,
+    channel: grpc.aio.Channel,
+    hello: bytes,
+    index: int,
+    epoch: int,
+    acked: dict[int, int],
+    result: LoadResult,
 ) -> tuple[_Call, asyncio.Task[None]] | None:
     """Start a node's stream as an agent does: on failure, try again after a pause (a few times).
 
@@ -199,7 +205,8 @@ async def _open(
 
         async def read_acks(call: _Call = call) -> None:
             async for ack in call:
-                acked[index] = ack.acked_seq
+                if ack.epoch == epoch:  # a collector acks a node's earlier epoch when it reconnects
+                    acked[index] = ack.acked_seq
 
         reader = asyncio.create_task(read_acks())
         try:

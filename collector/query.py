@@ -13,6 +13,7 @@ from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from collector.ingest import Ingest
 from collector.security import Access, AccessPolicy, certificate_names, presented_token
+from collector.store import NodeRow
 from collector.verdict import NodeVerdict
 
 
@@ -28,13 +29,15 @@ class QueryService(pb_grpc.QueryServicer):
         response = pb.ListNodesResponse()
         for node_id in sorted(self.ingest.nodes):
             node = self.ingest.nodes[node_id]
-            row = node.row
+            # Totals as committed: the in-memory row counts reports that may not be durable yet.
+            row = node.committed or NodeRow(node_id=node_id)
+            live = node.row
             response.nodes.add(
-                node_id=row.node_id, hostname=row.hostname, agent_version=row.agent_version,
+                node_id=row.node_id, hostname=live.hostname, agent_version=live.agent_version,
                 reports_total=row.reports_total, duplicates_total=row.duplicates_total,
                 first_seen_unix_seconds=row.first_seen, last_seen_unix_seconds=row.last_seen,
                 epoch=row.epoch, last_seq=row.last_seq, connected=node.stream is not None,
-                gpu_count=row.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
+                gpu_count=live.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
                 gap_reports_total=row.gap_reports_total,
             )  # fmt: skip
             if node.detector is not None:

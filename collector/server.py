@@ -3,7 +3,12 @@
 Each agent stream is handled by one task. Its messages arrive as raw bytes and are parsed here,
 so a message that is not a valid ``AgentMessage`` is refused with ``INVALID_ARGUMENT`` like any
 other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal closes only that
-stream; every other stream and the flusher go on.
+stream; every other stream and the flusher go on. Fields this collector does not know are
+discarded as a message is parsed, so nothing a client adds beyond the schema is kept or stored.
+
+A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
+without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
+clients cannot pile up, and a source over its bound is refused without touching the others.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from agent.channel import KEEPALIVE_OPTIONS
 from agent.metrics_http import MetricsHttpServer
 from collector.alerting import Alerting
 from collector.config import CollectorConfig
-from collector.ingest import Ingest, StreamHandle
+from collector.ingest import DEFAULT_MAX_NODES, Ingest, StreamHandle, StreamRefusedError
 from collector.metrics import MetricsExposition
 from collector.query import QueryService
 from collector.reflection_service import enable_operator_reflection
@@ -52,6 +57,10 @@ FINAL_ACK_WAIT_SECONDS = 2.0
 # After this long without a successful commit, new streams are refused (agents fail over).
 STORE_FAILING_REFUSE_SECONDS = 10.0
 QUERY_SERVICE = "nodeagent.v1.Query"
+# A real agent sends hello at once; a client that does not is holding a stream for nothing.
+DEFAULT_HELLO_TIMEOUT_SECONDS = 5.0
+# Each node keeps one stream; a source with more is many nodes behind one address (NAT) or a flood.
+DEFAULT_MAX_STREAMS_PER_SOURCE = 256
 
 
 class HttpListenError(RuntimeError):
@@ -68,6 +77,9 @@ class ServerConfig:
     settings: CollectorConfig = field(default_factory=CollectorConfig)
     # HOST:PORT of /metrics and /healthz; None: no HTTP listener.
     http_listen: str | None = None
+    hello_timeout_seconds: float = DEFAULT_HELLO_TIMEOUT_SECONDS
+    max_streams_per_source: int = DEFAULT_MAX_STREAMS_PER_SOURCE
+    max_nodes: int = DEFAULT_MAX_NODES
 
 
 class CollectorServer:
@@ -77,11 +89,14 @@ class CollectorServer:
         self.writer = StoreWriter(config.db_path)
         self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
         self.ingest = Ingest(
-            self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds
-        )
+            self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
+            max_nodes=config.max_nodes,
+        )  # fmt: skip
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}
         self.replaced_total = 0
+        # Source address -> streams it holds now (entries go when they reach 0).
+        self.streams_by_source: dict[str, int] = {}
         self.serving = False
         self.started_monotonic = 0.0
         self.http: MetricsHttpServer | None = None
@@ -98,6 +113,9 @@ class CollectorServer:
             # Agents ping every 10 s to notice dead links; allow it, and ping them back.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),
+            # A connection that never finishes its handshake (silent TCP) is closed as soon as a
+            # stream that never says hello would be, not after grpc's default of two minutes.
+            ("grpc.server_handshake_timeout_ms", max(1000, int(self.config.hello_timeout_seconds * 1000))),
             *KEEPALIVE_OPTIONS,
         ]
         server = grpc.aio.server(options=options)
@@ -178,13 +196,38 @@ class CollectorServer:
         return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        source = _source(context.peer())
+        held = self.streams_by_source.get(source, 0)
+        if held >= self.config.max_streams_per_source:
+            await self._refuse(
+                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
+                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
+            )  # fmt: skip
+        self.streams_by_source[source] = held + 1
+        try:
+            await self._serve_stream(context)
+        finally:
+            left = self.streams_by_source.get(source, 1) - 1
+            if left > 0:
+                self.streams_by_source[source] = left
+            else:
+                self.streams_by_source.pop(source, None)
+
+    async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):
             await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
         if self.ingest.store_failing_for() > STORE_FAILING_REFUSE_SECONDS:
             await self._refuse(
                 context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
             )
-        first = await context.read()
+        try:
+            first = await asyncio.wait_for(context.read(), self.config.hello_timeout_seconds)
+        except TimeoutError:
+            await self._refuse(
+                context, grpc.StatusCode.DEADLINE_EXCEEDED, "hello_timeout",
+                f"no hello within {self.config.hello_timeout_seconds:g} s",
+            )  # fmt: skip
+            return
         if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
             return
         hello = self._parse(first)
@@ -210,7 +253,11 @@ class CollectorServer:
                 )  # fmt: skip
         stream = StreamHandle(node_id, context.peer(), context)
         stream.task = asyncio.current_task()
-        previous = self.ingest.attach(stream, hello.hello)
+        try:
+            previous = self.ingest.attach(stream, hello.hello)
+        except StreamRefusedError as refused:
+            await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
+            return
         if previous is not None:
             await self._end_replaced(previous, stream)
         acks = asyncio.create_task(self._write_acks(stream, context))
@@ -244,7 +291,11 @@ class CollectorServer:
                     f"seq {report.seq} after {last[report.epoch]} in epoch {report.epoch}: sequence went backwards",
                 )  # fmt: skip
             last[report.epoch] = report.seq
-            self.ingest.accept(stream, report, _payload(raw) or report.SerializeToString())
+            try:
+                # Serialized again, not the bytes received: those would keep any unknown fields.
+                self.ingest.accept(stream, report, report.SerializeToString())
+            except StreamRefusedError as refused:
+                await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
 
     async def _final_acks(self, stream: StreamHandle) -> None:
         """A client that half-closed still gets the acks of what it sent, once they are durable."""
@@ -276,9 +327,12 @@ class CollectorServer:
 
     def _parse(self, raw: bytes) -> pb.AgentMessage | None:
         try:
-            return pb.AgentMessage.FromString(raw)
+            message = pb.AgentMessage.FromString(raw)
         except DecodeError:
             return None
+        # Unknown fields would otherwise live on in memory (hello, the latest report) and in the store.
+        message.DiscardUnknownFields()
+        return message
 
     async def _refuse(
         self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
@@ -289,14 +343,8 @@ class CollectorServer:
         await context.abort(code, detail[:512])
 
 
-def _payload(raw: bytes) -> bytes | None:
-    """The serialized NodeReport inside ``AgentMessage(report=...)``, when it is all the message is."""
-    length, shift, index = 0, 0, 1
-    while index < len(raw) and index < 11:
-        byte = raw[index]
-        length |= (byte & 0x7F) << shift
-        index += 1
-        if not byte & 0x80:
-            return raw[index:] if raw[0] == 0x12 and index + length == len(raw) else None
-        shift += 7
-    return None
+def _source(peer: str) -> str:
+    """The address of a gRPC peer without its port: ``ipv4:10.0.0.7:5123`` -> ``ipv4:10.0.0.7``."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rpartition(":")[0]
+    return peer  # unix sockets and the like: the whole name

@@ -5,6 +5,15 @@ every flush; one transaction writes them, and only after it commits does the col
 acknowledge the reports behind them. ``synchronous=FULL``: a commit is on the device before the
 ack goes out, so neither a killed collector nor a power cut loses an acknowledged report's effect.
 
+A row that cannot be written (a value SQLite refuses) fails only its own node: the batch is then
+written row by row, each in a savepoint, and the rows refused are named to the caller.
+
+The WAL grows until SQLite's automatic checkpoint (1,000 pages, 4 MB); on a filesystem with less
+room than that left, it would fill the disk first, and then no commit (and no checkpoint, which
+needs the database file to grow a little) could ever succeed again. So when the free space is
+below what the WAL may still take, each commit is followed by a checkpoint that truncates the
+WAL, and a commit that fails for space tries one too (it succeeds once space returns).
+
 All SQLite work happens on one dedicated thread (``StoreWriter``): the event loop never waits on
 the disk, and the connection is never shared between threads.
 """
@@ -12,6 +21,9 @@ the disk, and the connection is never shared between threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +32,15 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+# SQLite's INTEGER is a signed 64-bit number; Python's int is not, and binding a bigger one raises.
+INTEGER_MAX = (1 << 63) - 1
+# What binding or storing one row can raise; anything else (a full disk, a lock) fails the batch.
+_ROW_ERRORS = (OverflowError, ValueError, TypeError, sqlite3.DataError, sqlite3.IntegrityError, sqlite3.InterfaceError)
+# Checkpoint early when the filesystem has less than the WAL may grow to, plus this.
+FREE_SPACE_MARGIN_BYTES = 1024 * 1024
+# ... and only once the WAL holds this much: a checkpoint costs a few device flushes.
+EARLY_CHECKPOINT_WAL_BYTES = 64 * 1024
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -95,6 +116,10 @@ class Store:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(SCHEMA)
+        self.wal_path = path.with_name(path.name + "-wal")
+        page_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        auto_pages = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        self.wal_limit_bytes = int(page_bytes) * int(auto_pages)
 
     def load(self) -> list[NodeRow]:
         rows: dict[str, NodeRow] = {}
@@ -106,25 +131,82 @@ class Store:
                 rows[node_id].watermarks[epoch] = seq
         return list(rows.values())
 
-    def write(self, batch: Sequence[NodeRow], before_commit: Callable[[], None] | None = None) -> None:
-        """One transaction: the rows, their watermarks, and what ``before_commit`` writes (alerts)."""
+    def write(self, batch: Sequence[NodeRow], before_commit: Callable[[], None] | None = None) -> dict[str, str]:
+        """One transaction: the rows, their watermarks, and what ``before_commit`` writes (alerts).
+
+        Returns the rows left out because they cannot be written (node id -> error); everything
+        else is committed. Raises when the transaction as a whole fails (and then nothing is)."""
         conn = self.conn
+        refused: dict[str, str] = {}
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(_UPSERT_NODE, [row.values() for row in batch])
-            conn.executemany(
-                _UPSERT_MARK,
-                [(row.node_id, epoch, seq) for row in batch for epoch, seq in row.watermarks.items()],
-            )
+            conn.execute("SAVEPOINT batch")
+            try:
+                self._rows(batch)
+            except _ROW_ERRORS:
+                conn.execute("ROLLBACK TO batch")
+                refused = self._rows_one_by_one(batch)
+            conn.execute("RELEASE batch")
             if before_commit is not None:
                 before_commit()
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+            self._checkpoint_if_short_of_space()
+        except BaseException as err:
+            # SQLite may have rolled back already (a full disk at COMMIT does): rolling back again
+            # would raise "no transaction is active" and hide the real error.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if _out_of_space(err):
+                self._give_back_wal_space()
             raise
+        return refused
+
+    def _rows(self, rows: Sequence[NodeRow]) -> None:
+        self.conn.executemany(_UPSERT_NODE, [row.values() for row in rows])
+        self.conn.executemany(
+            _UPSERT_MARK, [(row.node_id, epoch, seq) for row in rows for epoch, seq in row.watermarks.items()]
+        )
+
+    def _rows_one_by_one(self, batch: Sequence[NodeRow]) -> dict[str, str]:
+        refused: dict[str, str] = {}
+        for row in batch:
+            self.conn.execute("SAVEPOINT one")
+            try:
+                self._rows((row,))
+            except _ROW_ERRORS as err:
+                self.conn.execute("ROLLBACK TO one")
+                refused[row.node_id] = f"{type(err).__name__}: {err}"
+            self.conn.execute("RELEASE one")
+        return refused
+
+    def _checkpoint_if_short_of_space(self) -> None:
+        try:
+            wal_bytes = self.wal_path.stat().st_size
+            if wal_bytes < EARLY_CHECKPOINT_WAL_BYTES:
+                return
+            fs = os.statvfs(self.wal_path.parent)
+        except OSError:
+            return
+        if fs.f_bavail * fs.f_frsize < self.wal_limit_bytes - wal_bytes + FREE_SPACE_MARGIN_BYTES:
+            self._give_back_wal_space()
+
+    def _give_back_wal_space(self) -> None:
+        """Copy the WAL into the database and truncate it: on a filesystem the WAL filled, that
+        is the space the next commit needs. Best effort: it can fail for space too."""
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _out_of_space(err: BaseException) -> bool:
+    if isinstance(err, sqlite3.Error):
+        code = getattr(err, "sqlite_errorcode", None)
+        # An extended result code keeps its primary code in the low byte.
+        return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
+    return isinstance(err, OSError) and err.errno == errno.ENOSPC
 
 
 class StoreWriter:

@@ -6,12 +6,16 @@ and the one-line errors of ``nodeagent run``.
 
 from __future__ import annotations
 
+import errno
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -22,6 +26,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.sender import STREAM_METHOD, frame_report, rendezvous_order
+from tests.conftest import require_root_tools
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
 
@@ -229,3 +234,175 @@ def test_a_locked_database_delays_acks_but_loses_nothing(tmp_path: Path) -> None
         node = collector.node("patient")
     assert acks_while_locked == [1]  # nothing acknowledged that was not committed
     assert (node["reports_total"], node["last_seq"]) == (3, 3)
+
+
+def test_list_nodes_shows_only_what_is_committed(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        stream = _Stream(channel)
+        stream.send(_hello("careful"))
+        stream.send(_report("careful", 1))
+        assert wait_for(lambda: stream.acks == [1], timeout=10)
+        holder = sqlite3.connect(tmp_path / "c.db", timeout=1)
+        holder.execute("BEGIN IMMEDIATE")  # every commit now waits, then fails
+        try:
+            stream.send(_report("careful", 2))
+            stream.send(_report("careful", 3))
+            time.sleep(1.0)
+            while_failing = collector.node("careful")
+        finally:
+            holder.rollback()
+            holder.close()
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == 3, timeout=20)
+        stream.send(None)
+        after = collector.node("careful")
+    assert (while_failing["reports_total"], while_failing["last_seq"]) == (1, 1)
+    assert (after["reports_total"], after["last_seq"]) == (3, 3)
+
+
+def test_silent_streams_time_out_and_one_source_cannot_hold_them_all(tmp_path: Path) -> None:
+    # "localhost" listens on 127.0.0.1 and ::1: two sources on one machine.
+    collector = Collector(
+        db=tmp_path / "c.db", port=free_port(), host="localhost",
+        args=["--hello-timeout-seconds", "2", "--max-streams-per-source", "4"],
+    )  # fmt: skip
+    port = collector.port
+    with (
+        processes() as started,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as v4,
+        grpc.insecure_channel(f"[::1]:{port}") as v6,
+    ):
+        started.append(collector.start())
+        silent = [_Stream(v4) for _ in range(4)]  # streams that never say hello
+        time.sleep(0.5)
+        one_more = _Stream(v4)
+        one_more.thread.join(10)
+        other = _Stream(v6)
+        other.send(_hello("elsewhere"))
+        other.send(_report("elsewhere", 1))
+        assert wait_for(lambda: other.acks == [1], timeout=10)
+        other.send(None)
+        other.thread.join(10)
+        assert wait_for(lambda: all(s.status is not None for s in silent), timeout=15)
+        later = _Stream(v4)
+        later.send(_hello("later"))
+        later.send(_report("later", 1))
+        assert wait_for(lambda: later.acks == [1], timeout=10)
+        later.send(None)
+        later.thread.join(10)
+        started_at = time.monotonic()
+        closed = _silent_connection_closed(port, timeout=20)
+        held_seconds = time.monotonic() - started_at
+    assert one_more.status == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert other.status == grpc.StatusCode.OK
+    assert {s.status for s in silent} == {grpc.StatusCode.DEADLINE_EXCEEDED}
+    assert later.status == grpc.StatusCode.OK
+    # grpc's own default would hold a connection that never speaks HTTP/2 for two minutes.
+    assert closed and held_seconds < 15
+
+
+def _silent_connection_closed(port: int, timeout: float) -> bool:
+    """Connect and say nothing: whether the server closes the connection within ``timeout``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if not sock.recv(65536):  # its SETTINGS, then GOAWAY, then the close
+                    return True
+            except ConnectionResetError:
+                return True
+            except TimeoutError:
+                return False
+    return False
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs, mounted for the test and gone after it."""
+    require_root_tools("mount", "umount")
+    mountpoint = tmp_path / "small"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], check=True, timeout=30)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False, timeout=30)
+
+
+@pytest.mark.root
+def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesystem: Path) -> None:
+    db = small_filesystem / "c.db"
+    collector = Collector(db=db, port=free_port(), args=["--flush-seconds", "0.01"], log_dir=small_filesystem.parent)
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        stream = _Stream(channel)
+        stream.send(_hello("cramped"))
+
+        def log() -> str:
+            return collector.log.read_text() if collector.log else ""
+
+        def stream_reports(count: int, first: int) -> int:
+            for seq in range(first, first + count):
+                stream.send(_report("cramped", seq))
+                time.sleep(0.004)
+            return first + count - 1
+
+        # About a commit a report: before, the WAL grew toward its 4 MB checkpoint, filled the
+        # 2 MB first (near commit 250), and no commit succeeded again.
+        seq = stream_reports(800, 1)
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == seq, timeout=30), (seq, stream.acks[-3:])
+        # Something else takes all the space: commits fail, with the real error, until it is freed.
+        filler = _fill(small_filesystem / "filler")
+        seq = stream_reports(50, seq + 1)
+        assert wait_for(lambda: "database or disk is full" in log(), timeout=30), log()[-2000:]
+        acks_while_full = list(stream.acks)
+        filler.unlink()
+        assert wait_for(lambda: stream.acks and stream.acks[-1] == seq, timeout=30), (seq, stream.acks[-3:])
+        stream.send(None)
+        node = collector.node("cramped")
+        log_text = log()
+    assert acks_while_full[-1] < seq
+    assert "cannot rollback" not in log_text
+    assert (node["reports_total"], node["last_seq"]) == (seq, seq)
+
+
+def _fill(path: Path) -> Path:
+    """Write zeros to ``path`` until the filesystem has no space left."""
+    with path.open("wb") as out:
+        try:
+            for _ in range(1024):
+                out.write(b"\0" * 65536)
+                out.flush()
+            for _ in range(1024):
+                out.write(b"\0" * 4096)
+                out.flush()
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+    return path
+
+
+def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        first = _Stream(channel)
+        first.send(_hello("resumer"))
+        for seq in (1, 2, 3):
+            first.send(_report("resumer", seq))
+        assert wait_for(lambda: first.acks and first.acks[-1] == 3, timeout=10)
+        # Killed after the commit; suppose the ack never left: the agent holds (or, its spool
+        # full, has counted as dropped) reports the collector has stored.
+        collector.kill(signal.SIGKILL)
+        collector.start()
+        second = _Stream(channel)
+        second.send(_hello("resumer"))
+        acked_before_any_report = wait_for(lambda: second.acks == [3], timeout=10)
+        second.send(_report("resumer", 4))
+        assert wait_for(lambda: second.acks and second.acks[-1] == 4, timeout=10)
+        second.send(None)
+        second.thread.join(10)
+        node = collector.node("resumer")
+    assert acked_before_any_report, second.acks
+    assert (node["reports_total"], node["duplicates_total"], node["gap_reports_total"]) == (4, 0, 0)

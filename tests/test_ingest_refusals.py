@@ -6,7 +6,9 @@ keeps flowing, and at the end every one of its reports was stored exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import signal
 import socket
 import subprocess
 import sys
@@ -17,8 +19,13 @@ from pathlib import Path
 import grpc
 import pytest
 from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.sender import STREAM_METHOD, frame_report
+from collector.alert_config import AlertConfig
+from collector.alerting import Alerting
+from collector.ingest import Ingest, StreamHandle, StreamRefusedError
+from collector.store import StoreWriter
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import Agent, Collector, free_port, processes
 from tests.fakes.trees import REPO
@@ -225,3 +232,179 @@ def _tls_channel(address: str, ca: Path, cert: Path, key: Path) -> grpc.Channel:
 
 def _query_tls(ca: Authority, pem: object) -> list[str]:
     return ["--tls-ca", str(ca.cert_file), "--tls-cert", str(pem.cert), "--tls-key", str(pem.key)]  # type: ignore[attr-defined]
+
+
+def _streamed(channel: grpc.Channel, messages: Sequence[bytes]) -> tuple[grpc.StatusCode, int]:
+    """Stream ``messages`` and half-close: the final status and the highest seq acknowledged."""
+    call = channel.stream_stream(STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString)
+    acked = 0
+    try:
+        for ack in call(iter(messages), timeout=20):
+            acked = max(acked, ack.acked_seq)
+    except grpc.RpcError as err:
+        return err.code(), acked
+    return grpc.StatusCode.OK, acked
+
+
+def _framed(node: str, epoch: int, seq: int) -> bytes:
+    report = _report(node, seq)
+    report.epoch = epoch
+    return frame_report(report.SerializeToString())
+
+
+POISON = [(1, 1), (1, 2**63 - 1), (2, 1), (2, 5)]
+
+
+def test_one_client_cannot_stop_the_storage_of_the_others(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        before = _streamed(channel, [_hello("good"), *(_framed("good", 7, seq) for seq in range(1, 6))])
+        # Each of these passes validation; their gaps add up to 2^63, one past SQLite's INTEGER.
+        evil = [_streamed(channel, [_hello("evil"), *(_framed("evil", e, s) for e, s in POISON)]) for _ in range(2)]
+        # Whatever of it was taken, later streams of the evil node can go on only within bounds.
+        rest = _streamed(channel, [_hello("evil"), *(_framed("evil", e, s) for e, s in POISON[2:])])
+        time.sleep(1.0)  # flushes come and go meanwhile
+        after = _streamed(channel, [_hello("good"), *(_framed("good", 7, seq) for seq in range(6, 11))])
+        other = _streamed(channel, [_hello("newcomer"), _framed("newcomer", 1, 1)])
+        nodes = {n["node_id"]: n for n in collector.nodes()}
+        log = collector.log.read_text() if collector.log else ""
+    # Before: every flush failed from the first evil stream on; nothing was acknowledged again.
+    assert (before, after, other) == ((grpc.StatusCode.OK, 5), (grpc.StatusCode.OK, 10), (grpc.StatusCode.OK, 1))
+    assert (nodes["good"]["reports_total"], nodes["good"]["last_seq"]) == (10, 10)
+    assert nodes["newcomer"]["reports_total"] == 1
+    assert "store flush failed" not in log
+    # The jump to 2^63 - 1 is refused; what the evil node may do within bounds it still can.
+    assert [status for status, _acked in evil] == [grpc.StatusCode.INVALID_ARGUMENT] * 2
+    assert rest[0] == grpc.StatusCode.OK
+    assert nodes["evil"]["gap_reports_total"] < 2**32
+
+
+def test_a_row_the_store_refuses_fails_only_its_own_node(tmp_path: Path) -> None:
+    asyncio.run(_row_refused(tmp_path))
+
+
+async def _row_refused(tmp_path: Path) -> None:
+    writer = StoreWriter(tmp_path / "c.db")
+    ingest = Ingest(writer, Alerting(AlertConfig(), []), flush_seconds=0.01)
+    streams = {node: StreamHandle(node, "test") for node in ("fine", "broken")}
+    for node, stream in streams.items():
+        ingest.attach(stream, pb.NodeInfo(node_id=node, hostname=node))
+        ingest.accept(stream, _report(node, 1), b"")
+    # A value SQLite cannot hold, however it got there.
+    ingest.nodes["broken"].row.spool_dropped_total = 2**64
+    await ingest.flush()
+    ingest.accept(streams["fine"], _report("fine", 2), b"")
+    await ingest.flush()
+    with pytest.raises(StreamRefusedError) as refused:
+        ingest.accept(streams["broken"], _report("broken", 2), b"")
+    with pytest.raises(StreamRefusedError):
+        ingest.attach(StreamHandle("broken", "test"), pb.NodeInfo(node_id="broken"))
+    stored = {row.node_id: row for row in writer.call_sync(writer.store.load)}
+    writer.close()
+    assert ingest.failing_since is None and ingest.flush_stats.failures_total == 0
+    assert ingest.durable_seq(streams["fine"]) == 2
+    assert ingest.durable_seq(streams["broken"]) == 0
+    assert (refused.value.code, refused.value.reason) == ("UNAVAILABLE", "node_unstorable")
+    assert "OverflowError" in refused.value.detail
+    assert set(stored) == {"fine"} and stored["fine"].watermarks == {7: 2}
+
+
+def test_a_stream_carries_at_most_two_epochs(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        three = _streamed(channel, [_hello("hopper"), *(_framed("hopper", epoch, 1) for epoch in (1, 2, 3))])
+        two = _streamed(channel, [_hello("hopper"), *(_framed("hopper", epoch, 1) for epoch in (3, 4))])
+    assert three[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert two[0] == grpc.StatusCode.OK
+
+
+def _unknown_field(size_bytes: int) -> bytes:
+    """A length-delimited field number 9999 that no NodeReport or NodeInfo has."""
+    key = (9999 << 3) | 2
+    return _varint(key) + _varint(size_bytes) + b"u" * size_bytes
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _flood_messages(node: str, unknown_bytes: int) -> list[bytes]:
+    """Hello and one report, each carrying ``unknown_bytes`` of a field the schema does not have."""
+    info = pb.NodeInfo(node_id=node, hostname=node).SerializeToString() + _unknown_field(unknown_bytes // 2)
+    report = _report(node, 1)
+    report.info.node_id = node
+    report.info.hostname = node
+    raw = report.SerializeToString() + _unknown_field(unknown_bytes // 2)
+    hello = b"\x0a" + _varint(len(info)) + info  # AgentMessage.hello is field 1
+    return [hello, frame_report(raw)]
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _db_bytes(db: Path) -> int:
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.suffix != ".log0")
+
+
+FLOOD_NODES = 100
+FLOOD_BYTES = 900 * 1024
+WARM_NODES = 10
+
+
+def test_unknown_fields_are_neither_kept_nor_stored(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    collector = Collector(db=db, port=free_port())
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        assert collector.proc is not None
+        pid = collector.proc.pid
+
+        def phase(prefix: str, count: int, unknown_bytes: int) -> tuple[int, int, set[tuple[grpc.StatusCode, int]]]:
+            rss, size = _rss_bytes(pid), _db_bytes(db)
+            results = {_streamed(channel, _flood_messages(f"{prefix}-{i}", unknown_bytes)) for i in range(count)}
+            time.sleep(0.5)
+            return _rss_bytes(pid) - rss, _db_bytes(db) - size, results
+
+        # A few big messages first, so grpc's and the allocator's buffers for them exist before
+        # either measurement; then the baseline (no unknown fields) and the flood, node for node.
+        phase("warm", WARM_NODES, FLOOD_BYTES)
+        base_rss, base_db, base_results = phase("base", FLOOD_NODES, 0)
+        flood_rss, flood_db, flood_results = phase("flood", FLOOD_NODES, FLOOD_BYTES)
+        latest = pb_grpc.QueryStub(channel).LatestReport(pb.LatestReportRequest(node_id="flood-0"), timeout=5)
+    assert base_results | flood_results == {(grpc.StatusCode.OK, 1)}
+    mib = 1024 * 1024
+    # Before: about +100 MB resident and +90 MB of database for the flood (each node's 900 KB kept).
+    assert flood_rss < base_rss + 30 * mib, (flood_rss / mib, base_rss / mib)
+    assert flood_db < base_db + 4 * mib, (flood_db / mib, base_db / mib)
+    assert latest.ByteSize() < 4096
+
+
+def test_nodes_beyond_the_bound_are_refused_and_the_others_go_on(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--max-nodes", "3"])
+    with processes() as started, grpc.insecure_channel(collector.address) as channel:
+        started.append(collector.start())
+        first = [_streamed(channel, [_hello(f"n{i}"), _framed(f"n{i}", 1, 1)]) for i in range(3)]
+        beyond = _streamed(channel, [_hello("n3"), _framed("n3", 1, 1)])
+        again = _streamed(channel, [_hello("n0"), _framed("n0", 1, 2)])
+        collector.kill(signal.SIGTERM)
+        collector.start()  # the nodes it holds come back from the store, and still count
+        after_restart = _streamed(channel, [_hello("n3"), _framed("n3", 1, 1)])
+        listed = {n["node_id"]: n["reports_total"] for n in collector.nodes()}
+        log = collector.log.read_text() if collector.log else ""
+    assert first == [(grpc.StatusCode.OK, 1)] * 3
+    assert (beyond[0], after_restart[0]) == (grpc.StatusCode.RESOURCE_EXHAUSTED,) * 2
+    assert again == (grpc.StatusCode.OK, 2)
+    assert listed == {"n0": 2, "n1": 1, "n2": 1}
+    assert "--max-nodes" in log

@@ -42,6 +42,8 @@ class Collector:
     starts: int = 0
     # HOST:PORT of /metrics and /healthz, learned from the collector's second line.
     http_address: str = ""
+    # Where the logs go (default: beside the database), e.g. off a filesystem a test fills.
+    log_dir: Path | None = None
 
     @property
     def address(self) -> str:
@@ -49,7 +51,8 @@ class Collector:
 
     def start(self) -> Collector:
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.log = self.db.with_suffix(f".log{self.starts}")
+        log_base = self.db if self.log_dir is None else self.log_dir / self.db.name
+        self.log = log_base.with_suffix(f".log{self.starts}")
         self.starts += 1
         # A port of its own for HTTP, unless the test chose one: collectors run side by side.
         http = [] if "--http-listen" in self.args else ["--http-listen", "127.0.0.1:0"]
