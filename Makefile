@@ -28,7 +28,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
-	$(BIN)/mypy packaging/deb/build.py packaging/deb/lock.py
+	$(BIN)/mypy packaging/deb/build.py packaging/deb/lock.py packaging/deb/make_environment.py
 
 test: setup system-deps lint typecheck
 	$(BIN)/pytest
