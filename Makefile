@@ -40,11 +40,11 @@ bench: setup system-deps
 proto: setup
 	$(BIN)/python proto/generate.py
 
-# dist/nodeagent_<version>_<arch>.deb (packaging/README.md); needs dpkg-dev and python3.11-venv.
+# dist/nodeagent_<version>_<arch>.deb (packaging/README.md); needs dpkg-dev, git and python3 >= 3.11.
 deb: setup
 	$(BIN)/python packaging/deb/build.py --out dist
 
-# Re-pin the .deb's dependencies from this environment (after changing pyproject.toml).
+# Re-pin the .deb's dependencies and its pip from this environment (after changing pyproject.toml).
 deb-lock: setup
 	$(BIN)/python packaging/deb/lock.py
 

@@ -396,6 +396,25 @@ def test_make_environment_reads_the_environments_python(tmp_path: Path) -> None:
     assert make_environment.environment_python(prefix) == "3.13"
 
 
+def test_make_environment_refuses_an_unsupported_python_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What apt prints when postinst cannot make the environment: one line, exit 1, nothing made."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    manifest = {"version": VERSION, "pythons": ["3.11", "3.12", "3.13"], "installer": "pip.whl", "imports": []}
+    (lib / make_environment.MANIFEST).write_text(json.dumps(manifest))
+    bindir = _fake_bindir(tmp_path / "bin", {"python3": "3.10"})
+    prefix = tmp_path / "opt" / "nodeagent"
+    assert make_environment.main(["--prefix", str(prefix), "--lib", str(lib), "--python", str(bindir / "python3")]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"nodeagent: cannot make {prefix}: {bindir}/python3 is Python 3.10; wheels here are for 3.11, 3.12, 3.13\n"
+    )
+    assert not prefix.exists()
+
+
 def test_make_environment_leaves_a_foreign_directory_alone(tmp_path: Path) -> None:
     prefix = tmp_path / "nodeagent"
     prefix.mkdir()

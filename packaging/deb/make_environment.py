@@ -130,8 +130,8 @@ def make(prefix: Path, python: Path, lib: Path, manifest: Manifest) -> None:
         # The services see /opt read-only (ProtectSystem=strict): compile the bytecode once here,
         # as py3compile does for Debian's own Python packages.
         _run([env_python, "-I", "-m", "compileall", "-q", "-j", "0", str(prefix / "lib")])
-    except EnvironmentFailure:
-        shutil.rmtree(prefix, ignore_errors=True)  # a later attempt starts clean
+    except BaseException:
+        shutil.rmtree(prefix, ignore_errors=True)  # nothing half made: a later attempt starts clean
         raise
 
 
