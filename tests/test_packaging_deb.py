@@ -45,6 +45,9 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 # Shared between runs and with `make deb`: wheels are fetched once, later builds are offline.
 WHEELHOUSE = REPO / "build" / "wheelhouse"
 SYSTEM_PYTHON = "/usr/bin/python3"
+# Root file systems of other releases to install the package in too (colon-separated), besides
+# this machine's own; none by default (making one takes a debootstrap and the network).
+RELEASE_ROOTS = ["/", *filter(None, os.environ.get("NODEAGENT_DEB_RELEASE_ROOTS", "").split(":"))]
 BUILD_TOOLS = ("dpkg-deb", "dpkg-shlibdeps", "git")
 # What each target release's archive has, for the Depends check: every package the control file
 # names, at a version the release ships. Debian's are read from its archive (apt-cache madison);
@@ -289,10 +292,13 @@ def test_packaged_files_run_at_their_installed_path(extracted: Path) -> None:
 
 
 @pytest.mark.root
-def test_dpkg_installs_upgrades_and_purges_it(deb: Path, tmp_path: Path) -> None:
-    """The maintainer scripts for real: dpkg -i, a reinstall (the upgrade path), remove and
-    purge, in a chroot whose root is an overlay of this machine's (a private mount namespace,
-    changes on a tmpfs): nothing of it reaches the host."""
+@pytest.mark.parametrize("system_root", RELEASE_ROOTS, ids=lambda root: "host" if root == "/" else Path(root).name)
+def test_dpkg_installs_upgrades_and_purges_it(deb: Path, tmp_path: Path, system_root: str) -> None:
+    """The maintainer scripts for real: dpkg -i, the python3 trigger, a reinstall (the upgrade
+    path), remove and purge, in a chroot whose root is an overlay of this machine's (a private
+    mount namespace, changes on a tmpfs): nothing of it reaches the host. The same runs on
+    another release's root file system when NODEAGENT_DEB_RELEASE_ROOTS names one (a
+    debootstrap of it: packaging/README.md)."""
     require_root_tools("unshare", "mount", "chroot", "dpkg")
     overlay = tmp_path / "overlay"
     overlay.mkdir()
@@ -302,6 +308,8 @@ def test_dpkg_installs_upgrades_and_purges_it(deb: Path, tmp_path: Path) -> None
         dpkg -i /tmp/nodeagent.deb >/dev/null
         echo "user=$(getent passwd nodeagent | cut -d: -f6,7)"
         echo "version=$(nodeagent --version)"
+        echo "env-python=$(/opt/nodeagent/bin/python3 -c 'import sys; print(sys.version)')"
+        echo "system-python=$(/usr/bin/python3 -c 'import sys; print(sys.version)')"
         echo "bytecode=$(find /opt/nodeagent -name '*.pyc' | wc -l)"
         echo "enabled=$(ls /etc/systemd/system/multi-user.target.wants 2>/dev/null | grep -c nodeagent || true)"
         # The python3 trigger: nothing to do while the environment runs on python3's version...
@@ -324,7 +332,8 @@ def test_dpkg_installs_upgrades_and_purges_it(deb: Path, tmp_path: Path) -> None
         set -e
         mount -t tmpfs tmpfs {overlay}
         mkdir {overlay}/upper {overlay}/work {overlay}/root
-        mount -t overlay overlay -o lowerdir=/,upperdir={overlay}/upper,workdir={overlay}/work {overlay}/root
+        mount -t overlay overlay -o lowerdir={system_root},upperdir={overlay}/upper,workdir={overlay}/work \\
+            {overlay}/root
         for fs in proc sys dev; do mount --rbind /$fs {overlay}/root/$fs; done
         mount -t tmpfs tmpfs {overlay}/root/run
         cp {deb} {overlay}/root/tmp/nodeagent.deb
@@ -339,6 +348,7 @@ def test_dpkg_installs_upgrades_and_purges_it(deb: Path, tmp_path: Path) -> None
     facts = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     assert facts["user"] == "/var/lib/nodeagent:/usr/sbin/nologin"  # a system user, no login
     assert facts["version"] == f"nodeagent, version {VERSION}"
+    assert facts["env-python"] == facts["system-python"]  # made from that release's own python3
     assert int(facts["bytecode"]) > 100  # postinst compiled the environment
     assert facts["enabled"] == "0"  # not enabled before it is configured
     assert facts["trigger-unchanged"] == "0"
