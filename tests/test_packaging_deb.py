@@ -6,6 +6,7 @@ real path /opt/nodeagent and through dpkg itself."""
 from __future__ import annotations
 
 import ctypes.util
+import email.parser
 import gzip
 import importlib.util
 import json
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
@@ -186,6 +188,29 @@ def test_wheels_cover_every_target_release(extracted: Path) -> None:
     assert "grpcio" in _uninstallable(wanted, wheels, (3, 11), (2, 16))
     # One wheel per pin and CPython at most: nothing ships that no target installs.
     assert len(wheels) == len({_wheel_key(name) for name in wheels})
+
+
+def test_locked_requirements_hold_on_every_target_release(extracted: Path) -> None:
+    """`pip check` for each release's Python, offline: what every shipped wheel requires there
+    (its Requires-Dist markers evaluated for that Python) is pinned, at a version it accepts. The
+    lock is resolved on one Python; a requirement only a newer one has would be missed."""
+    metadata = {}
+    for wheel in sorted((extracted / "usr" / "lib" / "nodeagent" / "wheels").glob("*.whl")):
+        distribution, version, _, _ = parse_wheel_filename(wheel.name)
+        with zipfile.ZipFile(wheel) as archive:
+            text = archive.read(f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA")
+        requires = email.parser.BytesParser().parsebytes(text).get_all("Requires-Dist") or []
+        metadata[canonicalize_name(distribution)] = (str(version), [Requirement(r) for r in requires])
+    pins = {name: version for name, (version, _) in metadata.items()}
+    for target in deb_build.TARGETS:
+        python = {"python_version": target.python_version, "python_full_version": f"{target.python_version}.0"}
+        for name, (_, requirements) in metadata.items():
+            for requirement in requirements:
+                if requirement.marker is not None and not requirement.marker.evaluate(python | {"extra": ""}):
+                    continue
+                needed = canonicalize_name(requirement.name)
+                assert needed in pins, f"{target.name}: {name} needs {requirement}, which is not pinned"
+                assert requirement.specifier.contains(pins[needed], prereleases=True), (target.name, requirement)
 
 
 def test_depends_are_met_on_every_target_release(deb: Path, tmp_path: Path) -> None:
