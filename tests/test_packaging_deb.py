@@ -53,8 +53,8 @@ RELEASE_ROOTS = ["/", *filter(None, os.environ.get("NODEAGENT_DEB_RELEASE_ROOTS"
 BUILD_TOOLS = ("dpkg-deb", "dpkg-shlibdeps", "git")
 # What each target release's archive has, for the Depends check: every package the control file
 # names, at a version the release ships. Debian's are read from its archive (apt-cache madison);
-# Ubuntu's are the releases' own versions, from its archive's published records (Ubuntu's mirrors
-# are out of this machine's reach). python3.11 on Ubuntu 22.04 is in universe.
+# Ubuntu's are the versions those releases published, written in by hand (Ubuntu's mirrors are
+# out of this machine's reach). python3.11 on Ubuntu 22.04 is in universe.
 ARCHIVES = {
     "debian-12": {
         "python3": "3.11.2-1+b1", "python3.11": "3.11.2-6+deb12u8", "adduser": "3.134",
