@@ -125,11 +125,18 @@ def make(prefix: Path, python: Path, lib: Path, manifest: Manifest) -> None:
             "-r", str(lib / "requirements.lock"), f"nodeagent=={manifest.version}",
         ])  # fmt: skip
         _run([*pip, "check", *pip_options])  # the lock is complete and consistent on this Python
-        _run([env_python, "-I", "-c", f"import {', '.join(manifest.imports)}"])
+        if manifest.imports:
+            _run([env_python, "-I", "-c", f"import {', '.join(manifest.imports)}"])
         (prefix / "bin" / "Activate.ps1").unlink(missing_ok=True)
         # The services see /opt read-only (ProtectSystem=strict): compile the bytecode once here,
-        # as py3compile does for Debian's own Python packages.
-        _run([env_python, "-I", "-m", "compileall", "-q", "-j", "0", str(prefix / "lib")])
+        # as py3compile does for Debian's own Python packages. Not fatal: what does not compile
+        # (a file of a dependency this Python rejects but never imports) still runs from source.
+        compiled = subprocess.run(
+            [env_python, "-I", "-m", "compileall", "-q", "-j", "0", str(prefix / "lib")],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if compiled.returncode != 0:
+            sys.stderr.write(f"nodeagent: warning: some of {prefix} did not compile to bytecode\n")
     except BaseException:
         shutil.rmtree(prefix, ignore_errors=True)  # nothing half made: a later attempt starts clean
         raise
