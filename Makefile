@@ -29,6 +29,7 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 	$(BIN)/mypy packaging/deb/build.py packaging/deb/lock.py
+	$(BIN)/mypy --python-version 3.10 packaging/deb/make_environment.py  # postinst runs it with any python3
 
 test: setup system-deps lint typecheck
 	$(BIN)/pytest
@@ -40,11 +41,11 @@ bench: setup system-deps
 proto: setup
 	$(BIN)/python proto/generate.py
 
-# dist/nodeagent_<version>_<arch>.deb (packaging/README.md); needs dpkg-dev and python3.11-venv.
+# dist/nodeagent_<version>_<arch>.deb (packaging/README.md); needs dpkg-dev, git and python3 >= 3.11.
 deb: setup
 	$(BIN)/python packaging/deb/build.py --out dist
 
-# Re-pin the .deb's dependencies from this environment (after changing pyproject.toml).
+# Re-pin the .deb's dependencies and its pip from this environment (after changing pyproject.toml).
 deb-lock: setup
 	$(BIN)/python packaging/deb/lock.py
 

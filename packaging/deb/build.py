@@ -2,13 +2,15 @@
 
     python packaging/deb/build.py [--out DIR] [--work DIR] [--wheelhouse DIR]
 
-The package holds nodeagent and exactly the dependency versions of ``requirements.lock`` in a
-virtual environment at /opt/nodeagent, made with Debian's python3.11 so it follows the system's
-interpreter and security updates; /usr/bin links to its two commands; the systemd units; the
-example configuration as conffiles; bash, zsh and fish completion; and the maintainer scripts.
-Wheels come from ``--wheelhouse`` when it already holds them (no network needed) and from the
-package index otherwise; nothing is compiled. Run as any user: ``dpkg-deb --root-owner-group``
-makes every file root's.
+One package for every release in ``TARGETS`` (Debian 12 and 13, Ubuntu 22.04 and 24.04). It
+ships no file tied to one Python: nodeagent's wheel and, for each target's CPython, a wheel of
+every distribution in ``requirements.lock`` (compiled ones once per CPython, pure ones once) in
+/usr/lib/nodeagent/wheels, with pip's wheel and ``make_environment.py``, which postinst runs to
+make the virtual environment /opt/nodeagent from the system's own interpreter, offline. Also:
+/usr/bin links to the two commands, the systemd units, the example configuration as conffiles,
+bash, zsh and fish completion, and the maintainer scripts. Wheels come from ``--wheelhouse`` when
+it already holds them (no network needed) and from the package index otherwise; nothing is
+compiled. Run as any user: ``dpkg-deb --root-owner-group`` makes every file root's.
 """
 
 from __future__ import annotations
@@ -17,20 +19,27 @@ import argparse
 import email.utils
 import gzip
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-PREFIX = "/opt/nodeagent"
-# Debian 12's python3; the environment's compiled wheels (grpcio, protobuf, psutil) are cp311.
-PYTHON = "/usr/bin/python3.11"
+PREFIX = "/opt/nodeagent"  # made by postinst (make_environment.py); the units run from it
+LIB = "/usr/lib/nodeagent"  # what make_environment.py needs: wheels/, the lock, environment.json
+# The modules that must import from a made environment (make_environment.py checks them on the
+# machine it installs on; the tests too): the one place that names nodeagent's import packages.
+IMPORTS = ("agent", "collector", "nodeagent.v1")
 COMMANDS = ("nodeagent", "nodeagent-collector")
 UNITS = ("nodeagent.service", "nodeagent-collector.service")
 CONFFILES = ("agent.toml", "collector.toml")
@@ -45,6 +54,36 @@ GPU node health and telemetry agent, and its fleet collector
  /opt/nodeagent, and systemd units that are not enabled until configured."""
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A release the package installs on: the CPython its environment is made from (python3,
+    or the named package where python3 is too old) and its glibc, which bounds the manylinux
+    wheels it can load."""
+
+    name: str
+    python: tuple[int, int]
+    python_package: str  # the Debian package providing /usr/bin/python<major.minor>
+    glibc: tuple[int, int]
+
+    @property
+    def python_version(self) -> str:
+        return f"{self.python[0]}.{self.python[1]}"
+
+
+# nodeagent needs Python 3.11 (tomllib, enum.StrEnum, datetime.UTC). Ubuntu 22.04's python3 is
+# 3.10, so there the environment is made from its python3.11 package (universe) instead.
+TARGETS = (
+    Target("debian-12", (3, 11), "python3", (2, 36)),
+    Target("debian-13", (3, 13), "python3", (2, 41)),
+    Target("ubuntu-22.04", (3, 11), "python3.11", (2, 35)),
+    Target("ubuntu-24.04", (3, 12), "python3", (2, 39)),
+)
+MIN_PYTHON = min(target.python for target in TARGETS)
+# Debian architecture -> the wheels' platform suffix. amd64 only: the one built and tested here
+# (arm64 would be {"arm64": "aarch64"}, built on an arm64 machine).
+WHEEL_ARCH = {"amd64": "x86_64"}
+
+
 class BuildError(RuntimeError):
     """The package cannot be built as asked; the message says why, in one line."""
 
@@ -55,6 +94,7 @@ class Options:
     work: Path
     wheelhouse: Path
     lock: Path = HERE / "requirements.lock"
+    installer_lock: Path = HERE / "installer.lock"
     compression: str = "xz"
 
 
@@ -79,20 +119,34 @@ def build(options: Options) -> Path:
     """Build the package and return its path."""
     version = project_version()
     changelog_date = check_changelog(version)
-    check_copyright(read_pins(options.lock))
+    pins = read_pins(options.lock)
+    installer = read_pins(options.installer_lock)
+    check_copyright(pins | installer)
     arch = run(["dpkg", "--print-architecture"]).strip()
+    if arch not in WHEEL_ARCH:
+        raise BuildError(f"architecture {arch}: no wheel platform known for it (WHEEL_ARCH)")
     if options.work.exists():
         shutil.rmtree(options.work)
     root = options.work / "root"
-    venv = root / PREFIX.lstrip("/")
+    lib = root / LIB.lstrip("/")
 
-    fetch_wheels(options.lock, options.wheelhouse)
-    project_wheel = build_project_wheel(options.work)
-    make_environment(venv, options.lock, options.wheelhouse, project_wheel, version)
-    relocate(venv, staged=str(venv), final=PREFIX)
-    install_system_files(root, venv)
+    wheels = fetch_wheels(pins | installer, options, WHEEL_ARCH[arch])
+    (lib / "wheels").mkdir(parents=True)
+    for wheel in [*wheels, build_project_wheel(options.work, changelog_date)]:
+        shutil.copy2(wheel, lib / "wheels" / wheel.name)
+    shutil.copy(options.lock, lib / "requirements.lock")
+    shutil.copy(HERE / "make_environment.py", lib / "make_environment.py")
+    (installer_wheel,) = [w for w in wheels if canonicalize_name(parse_wheel_filename(w.name)[0]) == "pip"]
+    manifest = {
+        "version": version,
+        "pythons": [f"{major}.{minor}" for major, minor in sorted({t.python for t in TARGETS})],
+        "installer": installer_wheel.name,
+        "imports": list(IMPORTS),
+    }
+    (lib / "environment.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    install_system_files(root, options.work / "env", lib)
     normalise_permissions(root)
-    write_control(root, version, arch, depends=shlib_depends(options.work, root))
+    write_control(root, version, arch, depends=shlib_depends(options.work, wheels))
 
     options.out.mkdir(parents=True, exist_ok=True)
     deb = options.out / f"nodeagent_{version}_{arch}.deb"
@@ -139,19 +193,69 @@ def check_copyright(pins: dict[str, str]) -> None:
         raise BuildError(f"packaging/deb/copyright has no paragraph for {', '.join(missing)}")
 
 
-def fetch_wheels(lock: Path, wheelhouse: Path) -> None:
-    """Fill the wheelhouse for Debian's interpreter; offline when it already has every pin."""
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    download = [*pip(PYTHON), "download", "--quiet", "--only-binary=:all:", "--no-deps", "-d", str(wheelhouse)]
-    offline = subprocess.run(
-        [*download, "--no-index", "--find-links", str(wheelhouse), "-r", str(lock)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if offline.returncode != 0:
-        run([*download, "-r", str(lock)])
+def fetch_wheels(pins: dict[str, str], options: Options, arch: str) -> list[Path]:
+    """For every target, the wheel pip would pick for each pin, from the wheelhouse; what it
+    lacks is downloaded (only binaries, for that target's CPython, ABI and glibc) first. Returns
+    the distinct wheels: pure ones are shared by every target."""
+    options.wheelhouse.mkdir(parents=True, exist_ok=True)
+    chosen: set[Path] = set()
+    for target in TARGETS:
+        tags = target_tags(target, arch)
+        picked = pick_wheels(pins, sorted(options.wheelhouse.glob("*.whl")), tags)
+        if len(picked) < len(pins):
+            run([
+                *pip(sys.executable), "download", "--quiet", "--only-binary=:all:", "--no-deps",
+                "--python-version", target.python_version, "--implementation", "cp",
+                *(f"--abi={abi}" for abi in (f"cp{target.python[0]}{target.python[1]}", "abi3", "none")),
+                *(f"--platform={platform}" for platform in [*platform_tags(target.glibc, arch), "any"]),
+                "-d", str(options.wheelhouse), *(f"{name}=={version}" for name, version in pins.items()),
+            ])  # fmt: skip
+            picked = pick_wheels(pins, sorted(options.wheelhouse.glob("*.whl")), tags)
+        missing = sorted(set(pins) - set(picked))
+        if missing:
+            raise BuildError(f"{target.name}: no wheel for {', '.join(missing)} (cp{target.python_version})")
+        chosen.update(picked.values())
+    return sorted(chosen)
 
 
-def build_project_wheel(work: Path) -> Path:
+def target_tags(target: Target, arch: str) -> list[Tag]:
+    """The wheel tags ``target``'s CPython accepts, most preferred first (as pip orders them)."""
+    platforms = platform_tags(target.glibc, arch)
+    abi = f"cp{target.python[0]}{target.python[1]}"
+    return [
+        *cpython_tags(target.python, abis=[abi], platforms=platforms),
+        *compatible_tags(target.python, interpreter=abi, platforms=platforms),
+    ]
+
+
+def platform_tags(glibc: tuple[int, int], arch: str) -> list[str]:
+    """manylinux platforms a glibc of this version loads, newest first, with the legacy
+    aliases (manylinux2014 is 2.17, manylinux2010 2.12, manylinux1 2.5; PEP 600)."""
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags = []
+    for minor in range(glibc[1], 4, -1):
+        tags.append(f"manylinux_{glibc[0]}_{minor}_{arch}")
+        if minor in legacy:
+            tags.append(f"{legacy[minor]}_{arch}")
+    return tags
+
+
+def pick_wheels(pins: dict[str, str], wheels: list[Path], tags: list[Tag]) -> dict[str, Path]:
+    """Pin name -> the wheel at that version with the most preferred tag in ``tags``."""
+    rank = {tag: index for index, tag in enumerate(tags)}
+    best: dict[str, tuple[int, Path]] = {}
+    for wheel in wheels:
+        name, version, _, wheel_tags = parse_wheel_filename(wheel.name)
+        name = canonicalize_name(name)
+        if pins.get(name) != str(version):
+            continue
+        score = min((rank[tag] for tag in wheel_tags if tag in rank), default=None)
+        if score is not None and (name not in best or score < best[name][0]):
+            best[name] = (score, wheel)
+    return {name: wheel for name, (_, wheel) in best.items()}
+
+
+def build_project_wheel(work: Path, source_date: int) -> Path:
     """nodeagent's own wheel, built from the files git would commit (not stale build output)."""
     source = work / "source"
     listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO)
@@ -162,50 +266,26 @@ def build_project_wheel(work: Path) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(origin, target)
     wheels = work / "wheels"
-    run([*pip(sys.executable), "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)])
+    # The wheel's member times are SOURCE_DATE_EPOCH's: the same checkout gives the same wheel.
+    env = os.environ | {"SOURCE_DATE_EPOCH": str(source_date)}
+    command = [*pip(sys.executable), "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels)]
+    run([*command, str(source)], env=env)
     (wheel,) = wheels.glob("nodeagent-*.whl")
     return wheel
 
 
-def make_environment(venv: Path, lock: Path, wheelhouse: Path, project_wheel: Path, version: str) -> None:
-    if not Path(PYTHON).is_file():
-        raise BuildError(f"{PYTHON} missing: apt-get install python3.11-venv")
-    run([PYTHON, "-m", "venv", "--without-pip", str(venv)])
-    python = str(venv / "bin" / "python3.11")
-    install = [*pip(python), "install", "--quiet", "--no-index", "--no-deps", "--only-binary=:all:", "--no-compile"]
-    sources = ["--find-links", str(wheelhouse), "--find-links", str(project_wheel.parent)]
-    run([*install, *sources, "-r", str(lock), f"nodeagent=={version}"])
-    # --no-deps above installs the lock and nothing else; this proves the lock is complete.
-    run([*pip(python), "check"])
-    (venv / "bin" / "Activate.ps1").unlink(missing_ok=True)
-    include = venv / "include" / "python3.11"
-    if include.is_dir() and not any(include.iterdir()):
-        shutil.rmtree(venv / "include")
-    for cache in venv.rglob("__pycache__"):
-        shutil.rmtree(cache)
-    strip_extension_modules(venv)
+def made_environment(env: Path, lib: Path) -> Path:
+    """The package's own make_environment.py, run here as postinst runs it: proves the wheels
+    install and import on this machine's Python, and gives the commands whose completion
+    scripts are shipped."""
+    python = "/usr/bin/python3"
+    if not Path(python).is_file():
+        raise BuildError(f"{python} missing: apt-get install python3")
+    run([python, "-I", str(lib / "make_environment.py"), "--prefix", str(env), "--lib", str(lib)])
+    return env
 
 
-def strip_extension_modules(venv: Path) -> None:
-    """Debug symbols and notes out of the wheels' extension modules, as dh_strip does."""
-    objects = [str(p) for p in venv.rglob("*.so") if p.is_file() and not p.is_symlink()]
-    if objects:
-        run(["strip", "--remove-section=.comment", "--remove-section=.note", "--strip-unneeded", *objects])
-
-
-def relocate(venv: Path, staged: str, final: str) -> None:
-    """Rewrite the staging path to the installed one (script shebangs, activate, pyvenv.cfg)."""
-    old, new = staged.encode(), final.encode()
-    for path in venv.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            if old in data:
-                if b"\0" in data:
-                    raise BuildError(f"{path}: binary file embeds the staging path")
-                path.write_bytes(data.replace(old, new))
-
-
-def install_system_files(root: Path, venv: Path) -> None:
+def install_system_files(root: Path, env: Path, lib: Path) -> None:
     usr_bin = root / "usr" / "bin"
     usr_bin.mkdir(parents=True)
     for command in COMMANDS:
@@ -221,7 +301,7 @@ def install_system_files(root: Path, venv: Path) -> None:
     for conffile in CONFFILES:
         shutil.copy(REPO / "packaging" / "etc" / conffile, etc / conffile)
 
-    write_completions(root, venv)
+    write_completions(root, made_environment(env, lib))
 
     doc = root / "usr" / "share" / "doc" / "nodeagent"
     doc.mkdir(parents=True)
@@ -229,14 +309,15 @@ def install_system_files(root: Path, venv: Path) -> None:
     write_gzip(doc / "changelog.gz", (HERE / "changelog").read_bytes())
     shutil.copy(REPO / "packaging" / "README.md", doc / "README.md")
 
-    overrides = root / "usr" / "share" / "lintian" / "overrides"
-    overrides.mkdir(parents=True)
-    shutil.copy(HERE / "lintian-overrides", overrides / "nodeagent")
+    if (HERE / "lintian-overrides").is_file():
+        overrides = root / "usr" / "share" / "lintian" / "overrides"
+        overrides.mkdir(parents=True)
+        shutil.copy(HERE / "lintian-overrides", overrides / "nodeagent")
 
 
 def write_completions(root: Path, venv: Path) -> None:
     """click's own completion scripts, generated by the packaged commands themselves."""
-    python = str(venv / "bin" / "python3.11")
+    python = str(venv / "bin" / "python3")
     targets = {
         "bash_source": root / "usr" / "share" / "bash-completion" / "completions" / "{command}",
         "zsh_source": root / "usr" / "share" / "zsh" / "vendor-completions" / "_{command}",
@@ -268,10 +349,16 @@ def normalise_permissions(root: Path) -> None:
         path.chmod(0o755 if executable else 0o644)
 
 
-def shlib_depends(work: Path, root: Path) -> str:
-    """The shared libraries the embedded extension modules link against, as Debian
-    dependencies (dpkg-shlibdeps wants a debian/control beside it)."""
-    objects = [str(p) for p in (root / PREFIX.lstrip("/")).rglob("*.so*") if p.is_file() and not p.is_symlink()]
+def shlib_depends(work: Path, wheels: list[Path]) -> str:
+    """The shared libraries the wheels' extension modules link against, as Debian dependencies
+    (they are unpacked for dpkg-shlibdeps only; it wants a debian/control beside it)."""
+    unpacked = work / "shlibs"
+    objects = []
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            for member in archive.namelist():
+                if re.search(r"\.so(\.|$)", member):
+                    objects.append(str(archive.extract(member, unpacked / wheel.stem)))
     if not objects:
         return ""
     (work / "debian").mkdir()
@@ -285,7 +372,11 @@ def write_control(root: Path, version: str, arch: str, depends: str) -> None:
     control = root / "DEBIAN"
     control.mkdir()
     installed_kib = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
-    all_depends = ", ".join(filter(None, ["python3.11", "adduser", "init-system-helpers (>= 1.54~)", depends]))
+    # python3 where it is new enough, else the package named for Ubuntu 22.04 (TARGETS); the venv
+    # module is in libpython3.X-stdlib, so no python3-venv (ensurepip) is needed.
+    others = sorted({t.python_package for t in TARGETS if t.python_package != "python3"})
+    python = " | ".join([f"python3 (>= {MIN_PYTHON[0]}.{MIN_PYTHON[1]})", *others])
+    all_depends = ", ".join(filter(None, [python, "adduser", "init-system-helpers (>= 1.54~)", depends]))
     fields = {
         "Package": "nodeagent",
         "Version": version,
@@ -299,6 +390,7 @@ def write_control(root: Path, version: str, arch: str, depends: str) -> None:
     }
     (control / "control").write_text("".join(f"{key}: {value}\n" for key, value in fields.items()))
     (control / "conffiles").write_text("".join(f"/etc/nodeagent/{name}\n" for name in CONFFILES))
+    shutil.copy(HERE / "triggers", control / "triggers")
     for script in ("postinst", "prerm", "postrm"):
         shutil.copy(HERE / script, control / script)
         (control / script).chmod(0o755)
