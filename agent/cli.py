@@ -30,6 +30,14 @@ from agent.settings import ConfiguredGroup, Layout
 from agent.settings_show import config_command
 
 EXIT_USAGE = 2
+EXIT_RUNTIME = 1
+
+
+class RuntimeFailure(click.ClickException):
+    """Not the operator's input but the world (a collector that cannot be reached): one line, exit 1."""
+
+    exit_code = EXIT_RUNTIME
+
 
 # agent.toml: `run`'s flags at the top level, other commands in [command.NAME], and the sections.
 AGENT_LAYOUT = Layout(
@@ -134,7 +142,8 @@ def main() -> NoReturn:
 
 
 def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
-    """Run a click group with one-line errors: ``prog: error: ...`` and status 2."""
+    """Run a click group with one-line errors: ``prog: error: ...`` and status 2 (1 for a
+    ``RuntimeFailure``)."""
     try:
         # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
         status = group.main(args=args, prog_name=prog, standalone_mode=False)
@@ -145,7 +154,7 @@ def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int
     except click.ClickException as err:
         message = " ".join(err.format_message().split())
         sys.stderr.write(f"{prog}: error: {message}\n")
-        return EXIT_USAGE
+        return EXIT_RUNTIME if isinstance(err, RuntimeFailure) else EXIT_USAGE
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

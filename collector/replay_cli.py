@@ -58,9 +58,13 @@ def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -
         raise click.ClickException(f"{trace}: cannot read: {err.strerror}") from err
     if len(problems) > _SHOWN_PROBLEMS:
         click.echo(f"nodeagent-collector: {trace}: {len(problems) - _SHOWN_PROBLEMS} more bad lines skipped", err=True)
+    plain = result.to_plain()
+    if not any(node["reports"] for node in plain["nodes"]):
+        # Nothing to replay is not a replay that found nothing: the wrong file, or one broken throughout.
+        bad = f" ({len(problems)} bad line{'s' if len(problems) != 1 else ''})" if problems else " (empty)"
+        raise click.ClickException(f"{trace}: no valid report{bad}")
     if problems:
         click.echo(f"nodeagent-collector: {trace}: skipped {len(problems)} bad line(s)", err=True)
-    plain = result.to_plain()
     plain = {"trace": str(trace), "skipped_lines": [{"line": p.line, "message": p.message} for p in problems], **plain}
     if as_json:
         sys.stdout.write(json.dumps(plain, indent=2, sort_keys=False) + "\n")

@@ -87,6 +87,9 @@ class CollectorServer:
             # Agents ping every 10 s to notice dead links; allow it, and ping them back.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),
+            # gRPC sets SO_REUSEPORT by default: a second collector on the same port would start
+            # and silently take half of the agents. Binding must fail instead.
+            ("grpc.so_reuseport", 0),
             *KEEPALIVE_OPTIONS,
         ]
         server = grpc.aio.server(options=options)
