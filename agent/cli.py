@@ -54,12 +54,15 @@ AGENT_LAYOUT = Layout(
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
-    default="warning",
-    show_default=True,
+    default=None,
+    help="Least severe log level on stderr [default: info for run, warning for the one-shot commands].",
 )
-def cli(log_level: str) -> None:
+@click.pass_context
+def cli(ctx: click.Context, log_level: str | None) -> None:
     """Node health and telemetry for GPU servers."""
-    configure_logging(log_level)
+    # The daemon says at info that it connected and how delivery goes; one-shot commands
+    # (sample, diag) keep stderr for what went wrong.
+    configure_logging(log_level or ("info" if ctx.invoked_subcommand == "run" else "warning"))
 
 
 cli.add_command(record)

@@ -36,6 +36,9 @@ from collector.validate import InvalidMessageError, check_hello, check_report
 
 log = structlog.get_logger("nodeagent.collector")
 
+# The response header that tells an agent its stream was accepted (agent.sender.ACCEPTED_HEADER).
+STREAM_ACCEPTED_HEADER = "nodeagent-stream"
+
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 INGEST_SERVICE = "nodeagent.v1.Ingest"
 # How long a half-closed stream is kept open for the acks of its last reports.
@@ -190,6 +193,10 @@ class CollectorServer:
         stream = StreamHandle(node_id, context.peer(), context)
         stream.task = asyncio.current_task()
         previous = self.ingest.attach(stream, hello.hello)
+        # Accepted: say so now, before the agent writes reports (it waits for this header, so a
+        # refusal above reaches it as its own status, not as a write that failed).
+        await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
+        log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
         if previous is not None:
             await self._end_replaced(previous, stream)
         acks = asyncio.create_task(self._write_acks(stream, context))
