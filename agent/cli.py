@@ -70,7 +70,10 @@ cli.add_command(config_command)
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per snapshot (JSON Lines).")
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="One JSON object per snapshot (JSON Lines); only the first carries `info` (topology, which does not change).",
+)  # fmt: skip
 @click.option("--count", type=click.IntRange(min=1), default=2, show_default=True, help="Snapshots to take.")
 @click.option(
     "--interval",

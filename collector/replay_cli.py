@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from agent.trace import TraceError, TraceProblem, read_trace
+from agent.units import format_bits
 from collector.config import CollectorConfigError, load_collector_config
 from collector.replay import Replay
 
@@ -90,6 +91,8 @@ def _node(node: dict[str, Any]) -> list[str]:
     lines = ["", f"node {node['node_id']}  {_utc(start)} + {_clock(span)}", "  verdicts"]
     for when, gpus, change in _grouped(node["timeline"]):
         lines.append(f"    +{_clock(when - start)}  GPU {_ranges(gpus):<9} {change}")
+    if not node["timeline"]:
+        lines.append("    no verdict changes")
     lines.append("  alerts")
     for alert in node["alerts"] or []:
         labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
@@ -109,7 +112,7 @@ def _node(node: dict[str, Any]) -> list[str]:
         summary += f", starvation {final['starvation_ratio']:.3f}, interconnect {final['interconnect_ratio']:.3f}"
     summary += f", {final['gpu_seconds_lost'] / 3600:.2f} GPU-hours lost"
     if final["needed_ingest_bytes_per_second"]:
-        summary += f", ingest needed {final['needed_ingest_bytes_per_second'] / 1e9:.2f} GB/s"
+        summary += f", ingest needed {format_bits(final['needed_ingest_bytes_per_second'])}"
     lines.append(summary)
     return lines
 
@@ -136,10 +139,12 @@ def _shares(shares: dict[str, Any]) -> list[str]:
     states = [s for s, v in shares["node"]["state_ratios"].items() if v > 0] or ["busy"]
     rows = [("node", shares["node"])] + [(f"GPU {g['index']}", g) for g in shares["gpus"]]
     causes = sorted({c for _, row in rows for c, v in row["cause_ratios"].items() if v > 0})
-    header = "    " + f"{'':<7}" + "".join(f"{s:>10}" for s in states) + "".join(f"{c:>13}" for c in causes)
-    lines = ["  time share (state; cause while starved)", header]
+    # "time starved", not "starved": the share of the trace in that state, which is not the
+    # starvation ratio (the share of GPU time lost to data) printed at the end.
+    header = "    " + f"{'':<7}" + "".join(f"{'time ' + s:>14}" for s in states) + "".join(f"{c:>13}" for c in causes)
+    lines = ["  share of time in each state (and per cause while starved)", header]
     for name, row in rows:
-        cells = "".join(f"{row['state_ratios'][s]:>10.3f}" for s in states)
+        cells = "".join(f"{row['state_ratios'][s]:>14.3f}" for s in states)
         cells += "".join(f"{row['cause_ratios'][c]:>13.3f}" for c in causes)
         lines.append(f"    {name:<7}{cells}")
     return lines
