@@ -82,6 +82,15 @@ class ConfiguredGroup(click.Group):
         super().__init__(*args, **kwargs)
         self.layout = layout
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each command's whole first sentence (wrapped), where click would
+        cut it to the terminal's width minus the names and end it with "..."."""
+        commands = [(name, cmd) for name in self.list_commands(ctx) if (cmd := self.get_command(ctx, name))]
+        rows = [(name, cmd.get_short_help_str(limit=10_000)) for name, cmd in commands if not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if ctx.parent is None and not ctx.resilient_parsing:
             try:

@@ -53,8 +53,9 @@ COLLECTOR_LAYOUT = Layout(
 @click.group(cls=ConfiguredGroup, layout=COLLECTOR_LAYOUT, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent-collector")
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
-)
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
+    help="Least severe log level on stderr.",
+)  # fmt: skip
 def cli(log_level: str) -> None:
     """Fleet collector for nodeagent reports."""
     configure_logging(log_level)
@@ -94,8 +95,12 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     type=click.IntRange(min=4096, max=64 * 1024 * 1024),
     default=DEFAULT_MAX_MESSAGE_BYTES,
     show_default=True,
+    help="Largest gRPC message accepted or sent; a bigger report closes its stream (RESOURCE_EXHAUSTED).",
 )
-@click.option("--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True)
+@click.option(
+    "--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True,
+    help="How often received reports are committed to the database and acknowledged.",
+)  # fmt: skip
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
 @click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
 @click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
@@ -254,7 +259,10 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
     "--rate", type=click.FloatRange(min=0.01, max=100.0), default=1.0, show_default=True, help="Reports/s/node."
 )
 @click.option("--duration", type=click.FloatRange(min=1.0), default=10.0, show_default=True, help="Seconds of load.")
-@click.option("--processes", type=click.IntRange(min=1, max=64), default=2, show_default=True)
+@click.option(
+    "--processes", type=click.IntRange(min=1, max=64), default=2, show_default=True,
+    help="Load generator processes the nodes are spread over.",
+)  # fmt: skip
 @click.option("--scenario", default="healthy", show_default=True, help="Simulator scenario of every node.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a summary line.")
 def loadgen(
