@@ -197,7 +197,7 @@ class Ingest:
             self.flush_stats.failures_total += 1
             self._put_back(batch, marks, signals)
             raise
-        self.flush_stats.observe(time.perf_counter() - started, len(batch))
+        self.flush_stats.observe(time.perf_counter() - started, len(batch), wrote=bool(batch or signals))
         if batch:
             for node_id, epoch, seq in marks:
                 durable = self.nodes[node_id].durable
