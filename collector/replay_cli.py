@@ -91,8 +91,9 @@ def _node(node: dict[str, Any]) -> list[str]:
     lines = ["", f"node {node['node_id']}  {_utc(start)} + {_clock(span)}", "  verdicts"]
     for when, gpus, change in _grouped(node["timeline"]):
         lines.append(f"    +{_clock(when - start)}  GPU {_ranges(gpus):<9} {change}")
+    no_gpu = not node["shares"]["gpus"]
     if not node["timeline"]:
-        lines.append("    no verdict changes")
+        lines.append("    none: no GPU in this trace" if no_gpu else "    no verdict changes")
     lines.append("  alerts")
     for alert in node["alerts"] or []:
         labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
@@ -103,6 +104,9 @@ def _node(node: dict[str, Any]) -> list[str]:
         )
     if not node["alerts"]:
         lines.append("    none")
+    if no_gpu:  # nothing can wait for data: no state shares, no verdict (as the fleet table's no-gpu)
+        lines.append("  at the end: no-gpu")
+        return lines
     lines.extend(_shares(node["shares"]))
     final = node["final_verdict"]
     summary = f"  at the end: {final['state']}"

@@ -305,15 +305,17 @@ def test_a_node_without_gpus_is_no_gpu_not_idle() -> None:
     assert render_fleet([_node_row(gpu_count=8)]).splitlines()[1].split()[3] == "idle"
 
 
-def _replay_plain(timeline: list[dict[str, object]], needed: float | None) -> dict[str, object]:
+def _replay_plain(timeline: list[dict[str, object]], needed: float | None, gpus: bool = True) -> dict[str, object]:
     share = {"state_ratios": {"busy": 0.1, "starved": 0.9}, "cause_ratios": {"network": 0.9}}
+    gpu = {"index": 0, **share}
     final = {
         "state": "starved", "cause": "network", "tier": "high", "starvation_ratio": 0.341,
         "interconnect_ratio": 0.1, "gpu_seconds_lost": 3600.0, "needed_ingest_bytes_per_second": needed,
     }  # fmt: skip
     node = {
         "node_id": "n", "reports": 10, "first_time_unix_seconds": 0.0, "last_time_unix_seconds": 60.0,
-        "timeline": timeline, "alerts": [], "shares": {"node": share, "gpus": []}, "final_verdict": final,
+        "timeline": timeline, "alerts": [], "shares": {"node": share, "gpus": [gpu] if gpus else []},
+        "final_verdict": final,
     }  # fmt: skip
     return {"trace": "t.jsonl", "skipped_lines": [], "nodes": [node]}
 
@@ -327,6 +329,9 @@ def test_replay_speaks_of_links_in_bits_and_names_the_time_share() -> None:
     assert lines[verdicts + 1].strip() == "no verdict changes"
     header = next(line for line in lines if "busy" in line and "network" in line)
     assert "time starved" in header and " starved " not in f" {header.replace('time starved', '')} "
+    no_gpu = render_replay(_replay_plain([], None, gpus=False)).splitlines()
+    assert no_gpu[no_gpu.index("  verdicts") + 1] == "    none: no GPU in this trace"
+    assert no_gpu[-1] == "  at the end: no-gpu"
 
 
 def _snap(**overrides: object) -> dict[str, object]:
