@@ -30,6 +30,14 @@ from agent.settings import ConfiguredGroup, Layout
 from agent.settings_show import config_command
 
 EXIT_USAGE = 2
+EXIT_RUNTIME = 1
+
+
+class RuntimeFailure(click.ClickException):
+    """Not the operator's input but the world (a collector that cannot be reached): one line, exit 1."""
+
+    exit_code = EXIT_RUNTIME
+
 
 # agent.toml: `run`'s flags at the top level, other commands in [command.NAME], and the sections.
 AGENT_LAYOUT = Layout(
@@ -46,12 +54,15 @@ AGENT_LAYOUT = Layout(
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
-    default="warning",
-    show_default=True,
+    default=None,
+    help="Least severe log level on stderr [default: info for run, warning for the one-shot commands].",
 )
-def cli(log_level: str) -> None:
+@click.pass_context
+def cli(ctx: click.Context, log_level: str | None) -> None:
     """Node health and telemetry for GPU servers."""
-    configure_logging(log_level)
+    # The daemon says at info that it connected and how delivery goes; one-shot commands
+    # (sample, diag) keep stderr for what went wrong.
+    configure_logging(log_level or ("info" if ctx.invoked_subcommand == "run" else "warning"))
 
 
 cli.add_command(record)
@@ -59,7 +70,10 @@ cli.add_command(config_command)
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per snapshot (JSON Lines).")
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="One JSON object per snapshot (JSON Lines); only the first carries `info` (topology, which does not change).",
+)  # fmt: skip
 @click.option("--count", type=click.IntRange(min=1), default=2, show_default=True, help="Snapshots to take.")
 @click.option(
     "--interval",
@@ -134,7 +148,8 @@ def main() -> NoReturn:
 
 
 def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
-    """Run a click group with one-line errors: ``prog: error: ...`` and status 2."""
+    """Run a click group with one-line errors: ``prog: error: ...`` and status 2 (1 for a
+    ``RuntimeFailure``)."""
     try:
         # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
         status = group.main(args=args, prog_name=prog, standalone_mode=False)
@@ -145,7 +160,7 @@ def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int
     except click.ClickException as err:
         message = " ".join(err.format_message().split())
         sys.stderr.write(f"{prog}: error: {message}\n")
-        return EXIT_USAGE
+        return EXIT_RUNTIME if isinstance(err, RuntimeFailure) else EXIT_USAGE
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

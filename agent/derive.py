@@ -76,6 +76,8 @@ def _nics(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo, sec
             if meta.speed_source:
                 row["speed_source"] = meta.speed_source
         row.update(to_plain(nic))
+        # Not read for virtual interfaces (hundreds of veths): unknown, not an empty state.
+        row["operstate"] = nic.operstate or None
         speed = nic.speed_bytes_per_second if nic.HasField("speed_bytes_per_second") else None
         if speed is None and meta is not None and meta.HasField("speed_bytes_per_second"):
             speed = meta.speed_bytes_per_second

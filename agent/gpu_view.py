@@ -15,6 +15,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 from agent import rates
 from agent.gpu_fields import THROTTLE_REASONS
+from agent.units import format_bits
 
 Row = dict[str, Any]
 
@@ -223,10 +224,5 @@ def _memory(used: int | None, total: int | None) -> str:
 
 
 def _rate(bytes_per_second: float | None) -> str:
-    """Bytes per second as GPU bandwidth is quoted: ``12.3 GB/s``."""
-    if bytes_per_second is None:
-        return "-"
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bytes_per_second >= scale:
-            return f"{bytes_per_second / scale:.1f} {unit}"
-    return f"{bytes_per_second:.0f} B/s"
+    """PCIe and NVLink throughput in bits per second, as every link rate in nodeagent's text."""
+    return format_bits(bytes_per_second)

@@ -30,6 +30,8 @@ def render(snap: dict[str, Any], show_virtual: bool = False) -> str:
     if gpus:
         parts.append(gpus)
     for event in snap["events"]:
+        if event["kind"] == "gpu_unavailable" and snap.get("gpu_unavailable_reason"):
+            continue  # the GPU line above says it already
         parts.append(f"  event {event['severity']} {event['kind']} {event['subject']}: {event['message']}")
     return "\n".join(p for p in parts if p) + "\n"
 
@@ -68,7 +70,10 @@ def _nics(nics: list[dict[str, Any]], rates: bool, show_virtual: bool) -> str:
             )
             for n in shown
         ]
-    note = f"\n  ({hidden} virtual interfaces hidden; --all shows them; * = configured speed)" if hidden else ""
+    notes = [f"{hidden} virtual interfaces hidden; --all shows them"] if hidden else []
+    if any(n.get("speed_source") == "config" for n in shown):
+        notes.append("* = configured speed")
+    note = f"\n  ({'; '.join(notes)})" if notes else ""
     return table(header, rows) + note if rows or note else ""
 
 
@@ -96,6 +101,7 @@ def _disks(disks: list[dict[str, Any]], rates: bool) -> str:
         header: Row = (
             "disk",
             "transport",
+            "rotational",
             "r/s",
             "w/s",
             "rMB/s",
@@ -108,7 +114,8 @@ def _disks(disks: list[dict[str, Any]], rates: bool) -> str:
         rows: Rows = [
             (
                 d["name"],
-                d.get("transport") or ("hdd" if d.get("rotational") else "-"),
+                d.get("transport") or "-",
+                _yes_no(d.get("rotational")),
                 _num(d["reads_per_second"]),
                 _num(d["writes_per_second"]),
                 _mb(d["read_bytes_per_second"]),
@@ -121,11 +128,12 @@ def _disks(disks: list[dict[str, Any]], rates: bool) -> str:
             for d in disks
         ]
     else:
-        header = ("disk", "transport", "size", "reads", "read", "writes", "written", "mounts")
+        header = ("disk", "transport", "rotational", "size", "reads", "read", "writes", "written", "mounts")
         rows = [
             (
                 d["name"],
-                d.get("transport") or ("hdd" if d.get("rotational") else "-"),
+                d.get("transport") or "-",
+                _yes_no(d.get("rotational")),
                 _bytes(d.get("size_bytes")),
                 str(d["reads_completed_total"]),
                 _bytes(d["read_bytes_total"]),
@@ -177,6 +185,11 @@ def _state(nic: dict[str, Any]) -> str:
     if nic.get("carrier") is False:
         state += " no-carrier"
     return state
+
+
+def _yes_no(flag: bool | None) -> str:
+    """The kernel's rotational flag as it is: a spinning disk (or one that says so), not a transport."""
+    return "-" if flag is None else ("yes" if flag else "no")
 
 
 def _sum(a: float | None, b: float | None) -> float | None:

@@ -92,7 +92,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--node-id", callback=_node_id, help="Node identity (default: the host name).")
 @click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds per report.")
 @click.option("--spool-dir", type=click.Path(path_type=Path, file_okay=False), help="Keep unsent reports on disk here.")
-@click.option("--spool-max-bytes", type=click.IntRange(min=64 * 1024), default=DEFAULT_MAX_BYTES, show_default=True)
+@click.option(
+    "--spool-max-bytes", type=click.IntRange(min=64 * 1024), default=DEFAULT_MAX_BYTES, show_default=True,
+    help="Most bytes of unsent reports kept; past it the oldest are dropped (and counted).",
+)  # fmt: skip
 @click.option(
     "--spool-max-age", type=click.FloatRange(min=1.0), default=DEFAULT_MAX_AGE_SECONDS, show_default=True,
     help="Seconds a report may wait before it is dropped.",

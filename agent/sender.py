@@ -26,11 +26,17 @@ import structlog
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 from agent.channel import ClientSecurity, open_channel
+from agent.sender_log import DeliveryLog
 from agent.spool import Spool
 
 log = structlog.get_logger("nodeagent.sender")
 
 STREAM_METHOD = "/nodeagent.v1.Ingest/Stream"
+# Asked only to learn why a connection fails: a call that does not wait for the channel fails
+# at once with the transport's own reason ("Connection refused", a TLS handshake error).
+_HEALTH_METHOD = "/grpc.health.v1.Health/Check"
+# The response header with which the collector says it accepted a stream (after the hello).
+ACCEPTED_HEADER = "nodeagent-stream"
 _REPORT_TAG = b"\x12"  # AgentMessage.report: field 2, length-delimited
 
 
@@ -42,6 +48,13 @@ class SenderConfig:
     ack_timeout_seconds: float = 30.0
     connect_timeout_seconds: float = 5.0
     batch: int = 256
+    # After the hello, how long to wait for the collector to accept the stream (ACCEPTED_HEADER)
+    # before writing reports. A refusal (a bad token, a failing store) then arrives as its own
+    # status: a write racing the refusal makes gRPC report "Internal error from Core" instead.
+    # A collector that sends no such header costs this much per connection, nothing else.
+    accept_wait_seconds: float = 0.3
+    # How often the sender logs one line on delivery (reports acked, spool depth); 0: never.
+    summary_seconds: float = 60.0
 
 
 def rendezvous_order(node_id: str, targets: Sequence[str]) -> list[str]:
@@ -78,6 +91,7 @@ class Sender:
         self._targets = list(targets)
         self.connected_to: str | None = None
         self.reconnects_total = 0
+        self.delivery_log = DeliveryLog()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -124,6 +138,16 @@ class Sender:
         self._started.set()
         hello = self.hello()
         self.order = rendezvous_order(hello.node_id, self._targets)
+        summaries = asyncio.create_task(self._summaries()) if self.config.summary_seconds > 0 else None
+        try:
+            await self._deliver()
+        finally:
+            if summaries is not None:
+                summaries.cancel()
+                await asyncio.gather(summaries, return_exceptions=True)
+
+    async def _deliver(self) -> None:
+        assert self._stop is not None
         failures = 0
         while not self._stop.is_set():
             delivered = False
@@ -148,21 +172,27 @@ class Sender:
         try:
             channel = open_channel(target, self.security)  # rereads TLS files: they may be rotating
         except (OSError, ValueError) as err:
-            log.warning("cannot open a channel to the collector", collector=target, error=_describe(err))
+            self.delivery_log.failed("cannot open a channel to the collector", target, _describe(err))
             return False
         acked_any = False
+        call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None = None
         try:
-            if not await self._connected(channel):
+            try:
+                if not await self._connected(channel):
+                    return False
+            except (TimeoutError, grpc.aio.AioRpcError) as err:
+                self.delivery_log.failed("cannot reach the collector", target, _describe(err))
                 return False
             call = channel.stream_stream(
                 STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString
             )(metadata=self.security.metadata())
             await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
+            await self._accepted(call)
             self.connected_to = target
-            log.info("streaming to collector", collector=target)
+            log.debug("streaming to collector", collector=target)
             progress = _Progress()
             writer = asyncio.create_task(self._write_reports(call, progress))
-            reader = asyncio.create_task(self._read_acks(call, progress))
+            reader = asyncio.create_task(self._read_acks(call, progress, target))
             watchdog = asyncio.create_task(self._ack_watchdog(progress))
             stopper = asyncio.create_task(self._stop.wait())
             done, pending = await asyncio.wait({writer, reader, watchdog, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -180,18 +210,37 @@ class Sender:
             TimeoutError, grpc.aio.AioRpcError, ConnectionError, _StreamStalledError, asyncio.InvalidStateError,
             ValueError, OSError,
         ) as err:  # fmt: skip
-            log.warning("collector stream ended", collector=target, error=_describe(err))
+            # The collector's status says why (UNAUTHENTICATED, UNAVAILABLE); what the writer or
+            # the reader hit first (InvalidStateError, "Internal error from Core") only says that it ended.
+            status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
+            self.delivery_log.failed("collector stream ended", target, status or _describe(err))
         finally:
             self.connected_to = None
             self.reconnects_total += 1
             await channel.close(grace=None)
         return acked_any
 
+    async def _accepted(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack]) -> None:
+        """Return once the collector accepted the stream (or says nothing: an older one);
+        ``ConnectionError`` when it refused it, whose status the caller then reads."""
+        wait = self.config.accept_wait_seconds
+        try:
+            headers = await asyncio.wait_for(asyncio.shield(call.initial_metadata()), wait)
+        except TimeoutError:
+            return
+        if any(key == ACCEPTED_HEADER for key, _value in headers):
+            return
+        # Headers without the mark: a refusal's (its status follows them), or an older collector's.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(call.code()), wait)
+        if call.done():
+            raise ConnectionError("collector refused the stream")
+
     async def _connected(self, channel: grpc.aio.Channel) -> bool:
         """Wait for the connection, but not past a stop: an agent told to stop does not wait out
         a connect timeout to a collector that is away. TimeoutError when it does not come up."""
         assert self._stop is not None
-        ready = asyncio.create_task(channel.channel_ready())
+        ready = asyncio.create_task(_ready_or_reason(channel))
         stopping = asyncio.create_task(self._stop.wait())
         done, pending = await asyncio.wait(
             {ready, stopping}, timeout=self.config.connect_timeout_seconds, return_when=asyncio.FIRST_COMPLETED
@@ -200,6 +249,7 @@ class Sender:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         if ready in done:
+            ready.result()  # the transport's reason, as an AioRpcError, when it failed
             return True
         if stopping in done:
             return False
@@ -223,11 +273,15 @@ class Sender:
                 progress.sent_seq = record.seq
                 cursor = record.seq + 1
 
-    async def _read_acks(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> None:
+    async def _read_acks(
+        self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, target: str
+    ) -> None:
         async for ack in call:
             if ack.epoch == self.spool.epoch:
-                self.spool.ack(ack.epoch, ack.acked_seq)
+                self.delivery_log.acked_reports_total += self.spool.ack(ack.epoch, ack.acked_seq)
                 progress.acked_seq = max(progress.acked_seq, ack.acked_seq)
+            if not progress.acked:
+                self.delivery_log.connected(target)
             progress.acked = True
             # Still waiting for later reports: their wait starts now (the oldest was just answered).
             progress.waiting_since = time.monotonic() if progress.sent_seq > progress.acked_seq else None
@@ -239,6 +293,11 @@ class Sender:
             since = progress.waiting_since
             if since is not None and time.monotonic() - since > self.config.ack_timeout_seconds:
                 raise _StreamStalledError(f"no ack for {self.config.ack_timeout_seconds:g} s")
+
+    async def _summaries(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.summary_seconds)
+            self.delivery_log.summary(self.spool, self.connected_to)
 
     async def _sleep(self, seconds: float) -> None:
         assert self._stop is not None
@@ -257,6 +316,39 @@ class _Progress:
 
 class _StreamStalledError(Exception):
     pass
+
+
+async def _ready_or_reason(channel: grpc.aio.Channel) -> None:
+    """Return once the channel is ready; raise the transport's ``AioRpcError`` when it fails.
+
+    ``channel_ready()`` alone waits through every failure until a timeout, so an agent pointed
+    at a port where nothing listens would only ever say "TimeoutError"."""
+    state = channel.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            probe = channel.unary_unary(_HEALTH_METHOD, request_serializer=_identity, response_deserializer=_identity)
+            try:
+                await probe(b"", timeout=2.0, wait_for_ready=False)
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise
+            # Any other answer came over a working connection: the channel is up again.
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
+async def _final_status(call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None) -> str | None:
+    """``CODE: details`` of a call the collector ended with an error status; None otherwise."""
+    if call is None:
+        return None
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+        details = await call.details()
+    except (TimeoutError, grpc.aio.AioRpcError):
+        return None
+    if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+        return None
+    return f"{code.name}: {details}"
 
 
 def _identity(data: bytes) -> bytes:

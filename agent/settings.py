@@ -75,7 +75,19 @@ class Resolved:
     command: tuple[str, ...]  # the command path the arguments name
 
 
-class ConfiguredGroup(click.Group):
+class WholeHelpGroup(click.Group):
+    """A group whose command list shows each command's whole first sentence (wrapped), where
+    click would cut it to the terminal's width minus the names and end it with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        commands = [(name, cmd) for name in self.list_commands(ctx) if (cmd := self.get_command(ctx, name))]
+        rows = [(name, cmd.get_short_help_str(limit=10_000)) for name, cmd in commands if not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class ConfiguredGroup(WholeHelpGroup):
     """A program's root group: its commands take their defaults from its file and environment."""
 
     def __init__(self, *args: Any, layout: Layout, **kwargs: Any) -> None:

@@ -28,6 +28,7 @@ from agent.settings import (
     ConfiguredGroup,
     Origin,
     Resolved,
+    WholeHelpGroup,
     env_name,
     resolve,
     settable,
@@ -58,7 +59,7 @@ class Entry:
         return f"{self.table}.{self.key}" if self.table else self.key
 
 
-@click.group("config")
+@click.group("config", cls=WholeHelpGroup)
 def config_command() -> None:
     """The configuration: file, NODEAGENT_* variables and defaults, and what they add up to."""
 

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -60,8 +61,9 @@ COLLECTOR_LAYOUT = Layout(
 @click.group(cls=ConfiguredGroup, layout=COLLECTOR_LAYOUT, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent-collector")
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
-)
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
+    help="Least severe log level on stderr.",
+)  # fmt: skip
 def cli(log_level: str) -> None:
     """Fleet collector for nodeagent reports."""
     configure_logging(log_level)
@@ -86,7 +88,10 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     "db_path",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="SQLite file (default: $STATE_DIRECTORY/collector.db, else ./nodeagent-collector.db).",
+    help=(
+        "SQLite file (default: collector.db in the state directory: $STATE_DIRECTORY, else "
+        "/var/lib/nodeagent as root, else $XDG_STATE_HOME/nodeagent)."
+    ),
 )
 @click.option("--insecure", is_flag=True, help="Allow plaintext on a non-loopback address.")
 @click.option("--tls-cert", type=click.Path(path_type=Path), help="Server certificate (PEM).")
@@ -112,8 +117,12 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     type=click.IntRange(min=4096, max=64 * 1024 * 1024),
     default=DEFAULT_MAX_MESSAGE_BYTES,
     show_default=True,
+    help="Largest gRPC message accepted or sent; a bigger report closes its stream (RESOURCE_EXHAUSTED).",
 )
-@click.option("--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True)
+@click.option(
+    "--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True,
+    help="How often received reports are committed to the database and acknowledged.",
+)  # fmt: skip
 @click.option(
     "--max-nodes", type=click.IntRange(min=1, max=10_000_000), default=DEFAULT_MAX_NODES, show_default=True,
     help="Nodes this collector holds; a stream of a node beyond them is refused (RESOURCE_EXHAUSTED).",
@@ -176,8 +185,11 @@ def serve(
     for warning in warnings:
         log.warning(warning)
     if db_path is None:
-        state = os.environ.get("STATE_DIRECTORY")
-        db_path = Path(state.split(":")[0]) / "collector.db" if state else Path("nodeagent-collector.db")
+        db_path = default_db_path()
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.BadParameter(f"cannot create {db_path.parent}: {err.strerror}", param_hint="--db") from err
     if db_path.parent and not db_path.parent.is_dir():
         raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
     config = ServerConfig(
@@ -188,6 +200,34 @@ def serve(
     asyncio.run(_serve(config))
 
 
+def default_db_path(euid: int | None = None) -> Path:
+    """Where ``serve`` keeps its database without ``--db``: the state directory, never the
+    current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""
+    state = os.environ.get("STATE_DIRECTORY")
+    if state:
+        return Path(state.split(":")[0]) / "collector.db"
+    if (os.geteuid() if euid is None else euid) == 0:
+        return Path("/var/lib/nodeagent/collector.db")
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "nodeagent" / "collector.db"
+
+
+def _bind_error(listen: str) -> str:
+    """Why gRPC could not bind ``listen``: it says only "Failed to bind", so ask the OS."""
+    host, port = parse_target(listen, any_port=True)
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return str(err.strerror or err)
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(address)
+            except OSError as err:
+                return str(err.strerror or err).lower()
+    return "gRPC could not bind it"
+
+
 async def _serve(config: ServerConfig) -> None:
     server = CollectorServer(config)
     try:
@@ -195,13 +235,14 @@ async def _serve(config: ServerConfig) -> None:
     except HttpListenError as err:
         raise click.ClickException(str(err)) from err
     except RuntimeError as err:
-        raise click.ClickException(f"cannot listen on {config.listen}: {err}") from err
+        raise click.ClickException(f"cannot listen on {config.listen}: {_bind_error(config.listen)}") from err
     host, _ = parse_target(config.listen, any_port=True)
     # One plain line on stdout, so scripts and tests learn the port when --listen asked for :0.
     click.echo(f"listening on {host}:{port}", err=False)
     http = server.http.address if server.http is not None else None
     if http is not None:
         click.echo(f"http on {http}", err=False)
+    click.echo(f"database {config.db_path}", err=False)
     sys.stdout.flush()
     log.info("collector serving", listen=f"{host}:{port}", http=http, db=str(config.db_path), tls=config.security.tls)
     stop = asyncio.Event()
@@ -263,7 +304,10 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
     "--rate", type=click.FloatRange(min=0.01, max=100.0), default=1.0, show_default=True, help="Reports/s/node."
 )
 @click.option("--duration", type=click.FloatRange(min=1.0), default=10.0, show_default=True, help="Seconds of load.")
-@click.option("--processes", type=click.IntRange(min=1, max=64), default=2, show_default=True)
+@click.option(
+    "--processes", type=click.IntRange(min=1, max=64), default=2, show_default=True,
+    help="Load generator processes the nodes are spread over.",
+)  # fmt: skip
 @click.option("--scenario", default="healthy", show_default=True, help="Simulator scenario of every node.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a summary line.")
 def loadgen(

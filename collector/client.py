@@ -13,6 +13,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 from agent.channel import ClientSecurity, open_channel, parse_target
+from agent.cli import RuntimeFailure
 from collector.security import check_token_transport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,7 +38,13 @@ def client_options(func: F) -> F:
         click.option(
             "--insecure", is_flag=True, help="Send the token to a non-loopback collector without TLS (warns)."
         ),
-        click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=5.0,
+            show_default=True,
+            help="Seconds to wait for the collector's answer.",
+        ),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
@@ -61,12 +68,15 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
 
 
 def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float = 5.0, **fields: Any) -> Any:
-    """One Query call; ``ClickException`` (one line) when the collector cannot answer."""
+    """One Query call; ``RuntimeFailure`` (one line, exit 1) when the collector cannot answer."""
     request = _REQUESTS[method](**fields)
     try:
         return asyncio.run(_call(target, security, method, request, timeout))
     except grpc.aio.AioRpcError as err:
-        raise click.ClickException(f"collector {target}: {err.code().name}: {err.details()}") from err
+        status = f"{err.code().name}: {err.details()}"
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise RuntimeFailure(f"cannot reach the collector at {target}: {status}") from err
+        raise RuntimeFailure(f"the collector at {target} refused {method}: {status}") from err
 
 
 async def _call(target: str, security: ClientSecurity, method: str, request: Any, timeout: float) -> Any:

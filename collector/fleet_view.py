@@ -64,10 +64,12 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     ]
     for row in rows:
         ratio = row["starvation_ratio"]
+        # A node with no GPU is not an idle GPU node: nothing there can wait for data.
+        state = "no-gpu" if not row["gpu_count"] and row["state"] in ("idle", "", None) else row["state"] or "-"
         needs = row["needed_ingest_bytes_per_second"]
         lines.append(
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
-            f"{row['state'] or '-':<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
+            f"{state:<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
             f"{row['gpu_hours_lost']:>10.2f} {format_bits(needs) if needs else '-':>10} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20}"
         )

@@ -1,7 +1,9 @@
 """How the store's flushes go: their duration and size, as cumulative histograms.
 
 The flusher records one observation per flush (every ``flush_seconds``, never per report); the
-metrics endpoint reads the counts from another thread at scrape time. The counters are plain
+metrics endpoint reads the counts from another thread at scrape time. A flush with nothing to
+write (most of them on a quiet shard: 703 of 739 in 30 s) is only counted: in the histograms
+it would pull every quantile toward zero, and the slow-flush alert would judge empty commits. The counters are plain
 ints and lists updated by one writer, so a reader sees at worst a flush half counted, which
 the next scrape corrects.
 """
@@ -50,10 +52,16 @@ class FlushStats:
         self.duration_seconds = Histogram(DURATION_BUCKETS_SECONDS)
         self.rows = Histogram(ROWS_BUCKETS)
         self.failures_total = 0
-        # time.monotonic() when the last flush completed; 0 before the first.
+        # Flushes that had neither reports nor alert changes to write.
+        self.empty_total = 0
+        # time.monotonic() when the last flush completed, empty or not; 0 before the first.
         self.last_monotonic = 0.0
 
-    def observe(self, seconds: float, rows: int) -> None:
+    def observe(self, seconds: float, rows: int, *, wrote: bool | None = None) -> None:
+        """One completed flush; ``wrote`` (default: ``rows > 0``) says whether it wrote anything."""
+        self.last_monotonic = time.monotonic()
+        if not (rows > 0 if wrote is None else wrote):
+            self.empty_total += 1
+            return
         self.duration_seconds.observe(seconds)
         self.rows.observe(rows)
-        self.last_monotonic = time.monotonic()

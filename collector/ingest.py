@@ -271,7 +271,7 @@ class Ingest:
             self.flush_stats.failures_total += 1
             self._put_back(batch, marks, signals)
             raise
-        self.flush_stats.observe(time.perf_counter() - started, len(batch))
+        self.flush_stats.observe(time.perf_counter() - started, len(batch), wrote=bool(batch or signals))
         for node_id, error in refused.items():
             self._set_aside(node_id, error)
         for row in batch:

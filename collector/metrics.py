@@ -77,10 +77,15 @@ class CollectorMetrics(Collector):
         yield GaugeMetricFamily("nodeagent_ingest_nodes", "Nodes this collector knows.", value=len(nodes))
         stats = ingest.flush_stats
         yield _histogram(
-            "nodeagent_store_flush_duration_seconds", "Time to write one batch to SQLite and commit it.",
+            "nodeagent_store_flush_duration_seconds",
+            "Time to write one batch to SQLite and commit it (flushes that wrote something).",
             stats.duration_seconds,
         )  # fmt: skip
-        yield _histogram("nodeagent_store_flush_rows", "Nodes written per flush.", stats.rows)
+        yield _histogram("nodeagent_store_flush_rows", "Nodes written per flush that wrote something.", stats.rows)
+        yield CounterMetricFamily(
+            "nodeagent_store_flushes_empty", "Flushes with nothing to write (not in the flush histograms).",
+            value=stats.empty_total,
+        )  # fmt: skip
         yield CounterMetricFamily(
             "nodeagent_store_flush_failures", "Flushes that failed (the collector stops acknowledging).",
             value=stats.failures_total,

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from agent.trace import TraceError, TraceProblem, read_trace
+from agent.units import format_bits
 from collector.config import CollectorConfigError, load_collector_config
 from collector.replay import Replay
 
@@ -58,9 +59,13 @@ def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -
         raise click.ClickException(f"{trace}: cannot read: {err.strerror}") from err
     if len(problems) > _SHOWN_PROBLEMS:
         click.echo(f"nodeagent-collector: {trace}: {len(problems) - _SHOWN_PROBLEMS} more bad lines skipped", err=True)
+    plain = result.to_plain()
+    if not any(node["reports"] for node in plain["nodes"]):
+        # Nothing to replay is not a replay that found nothing: the wrong file, or one broken throughout.
+        bad = f" ({len(problems)} bad line{'s' if len(problems) != 1 else ''})" if problems else " (empty)"
+        raise click.ClickException(f"{trace}: no valid report{bad}")
     if problems:
         click.echo(f"nodeagent-collector: {trace}: skipped {len(problems)} bad line(s)", err=True)
-    plain = result.to_plain()
     plain = {"trace": str(trace), "skipped_lines": [{"line": p.line, "message": p.message} for p in problems], **plain}
     if as_json:
         sys.stdout.write(json.dumps(plain, indent=2, sort_keys=False) + "\n")
@@ -86,6 +91,9 @@ def _node(node: dict[str, Any]) -> list[str]:
     lines = ["", f"node {node['node_id']}  {_utc(start)} + {_clock(span)}", "  verdicts"]
     for when, gpus, change in _grouped(node["timeline"]):
         lines.append(f"    +{_clock(when - start)}  GPU {_ranges(gpus):<9} {change}")
+    no_gpu = not node["shares"]["gpus"]
+    if not node["timeline"]:
+        lines.append("    none: no GPU in this trace" if no_gpu else "    no verdict changes")
     lines.append("  alerts")
     for alert in node["alerts"] or []:
         labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
@@ -96,6 +104,9 @@ def _node(node: dict[str, Any]) -> list[str]:
         )
     if not node["alerts"]:
         lines.append("    none")
+    if no_gpu:  # nothing can wait for data: no state shares, no verdict (as the fleet table's no-gpu)
+        lines.append("  at the end: no-gpu")
+        return lines
     lines.extend(_shares(node["shares"]))
     final = node["final_verdict"]
     summary = f"  at the end: {final['state']}"
@@ -105,7 +116,7 @@ def _node(node: dict[str, Any]) -> list[str]:
         summary += f", starvation {final['starvation_ratio']:.3f}, interconnect {final['interconnect_ratio']:.3f}"
     summary += f", {final['gpu_seconds_lost'] / 3600:.2f} GPU-hours lost"
     if final["needed_ingest_bytes_per_second"]:
-        summary += f", ingest needed {final['needed_ingest_bytes_per_second'] / 1e9:.2f} GB/s"
+        summary += f", ingest needed {format_bits(final['needed_ingest_bytes_per_second'])}"
     lines.append(summary)
     return lines
 
@@ -132,10 +143,12 @@ def _shares(shares: dict[str, Any]) -> list[str]:
     states = [s for s, v in shares["node"]["state_ratios"].items() if v > 0] or ["busy"]
     rows = [("node", shares["node"])] + [(f"GPU {g['index']}", g) for g in shares["gpus"]]
     causes = sorted({c for _, row in rows for c, v in row["cause_ratios"].items() if v > 0})
-    header = "    " + f"{'':<7}" + "".join(f"{s:>10}" for s in states) + "".join(f"{c:>13}" for c in causes)
-    lines = ["  time share (state; cause while starved)", header]
+    # "time starved", not "starved": the share of the trace in that state, which is not the
+    # starvation ratio (the share of GPU time lost to data) printed at the end.
+    header = "    " + f"{'':<7}" + "".join(f"{'time ' + s:>14}" for s in states) + "".join(f"{c:>13}" for c in causes)
+    lines = ["  share of time in each state (and per cause while starved)", header]
     for name, row in rows:
-        cells = "".join(f"{row['state_ratios'][s]:>10.3f}" for s in states)
+        cells = "".join(f"{row['state_ratios'][s]:>14.3f}" for s in states)
         cells += "".join(f"{row['cause_ratios'][c]:>13.3f}" for c in causes)
         lines.append(f"    {name:<7}{cells}")
     return lines

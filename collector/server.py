@@ -50,6 +50,9 @@ from collector.validate import InvalidMessageError, check_hello, check_report
 
 log = structlog.get_logger("nodeagent.collector")
 
+# The response header that tells an agent its stream was accepted (agent.sender.ACCEPTED_HEADER).
+STREAM_ACCEPTED_HEADER = "nodeagent-stream"
+
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 INGEST_SERVICE = "nodeagent.v1.Ingest"
 # How long a half-closed stream is kept open for the acks of its last reports.
@@ -116,6 +119,9 @@ class CollectorServer:
             # A connection that never finishes its handshake (silent TCP) is closed as soon as a
             # stream that never says hello would be, not after grpc's default of two minutes.
             ("grpc.server_handshake_timeout_ms", max(1000, int(self.config.hello_timeout_seconds * 1000))),
+            # gRPC sets SO_REUSEPORT by default: a second collector on the same port would start
+            # and silently take half of the agents. Binding must fail instead.
+            ("grpc.so_reuseport", 0),
             *KEEPALIVE_OPTIONS,
         ]
         server = grpc.aio.server(options=options)
@@ -258,6 +264,10 @@ class CollectorServer:
         except StreamRefusedError as refused:
             await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
             return
+        # Accepted: say so now, before the agent writes reports (it waits for this header, so a
+        # refusal above reaches it as its own status, not as a write that failed).
+        await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
+        log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
         if previous is not None:
             await self._end_replaced(previous, stream)
         acks = asyncio.create_task(self._write_acks(stream, context))

@@ -60,7 +60,7 @@ def test_a_probe_that_cannot_run_warns_and_diag_stays_healthy(tmp_path: Path) ->
     try:
         roots = host_tree(tmp_path / "host")
         run = run_diag(
-            *roots_args(roots), "--window", "0", "--kernel-log", os.devnull, "--json",
+            *roots_args(roots), "--window", "0", "--kernel-log", os.devnull, "--json", "--no-gpu",
             "--probe", "--probe-path", str(small),
         )  # fmt: skip
     finally:

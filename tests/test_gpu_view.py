@@ -112,7 +112,7 @@ def test_table_is_aligned_and_shows_links_and_health() -> None:
     starts = [table[0].index(h) for h in ("UTIL", "MEMORY", "HEALTH")]
     for line in table[1:]:
         assert [line[s - 1] for s in starts] == [" ", " ", " "]  # columns line up under their headers
-    assert "75.0 GB/s" in table[1] and "2.0 GB/s" in table[1] and "8.0/80 GiB" in table[1]
+    assert "600.00 Gb/s" in table[1] and "16.00 Gb/s" in table[1] and "8.0/80 GiB" in table[1]
     assert "sw_power_cap" in table[1] and "gpu_idle" not in table[1]
     assert table[1].rstrip().endswith("throttled")
     assert "3/4" in table[2] and table[2].rstrip().endswith("nvlink_down")

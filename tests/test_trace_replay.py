@@ -128,7 +128,7 @@ def test_strict_replay_stops_at_the_first_bad_line(ordinary: Path, tmp_path: Pat
     assert done.stderr.startswith(f"nodeagent-collector: error: {trace}:51: time goes backwards")
 
 
-def test_replay_rejects_what_it_cannot_read(tmp_path: Path) -> None:
+def test_replay_rejects_what_it_cannot_read(ordinary: Path, tmp_path: Path) -> None:
     assert collector("replay", str(tmp_path / "missing.jsonl")).returncode == 2
     config = tmp_path / "collector.toml"
     config.write_text("[detector]\nmoderate_ratio = 'lots'\n")
@@ -139,7 +139,10 @@ def test_replay_rejects_what_it_cannot_read(tmp_path: Path) -> None:
     assert "moderate_ratio: expected a number" in done.stderr and "[detector]" in done.stderr
     config.write_text("[detector]\nmoderate_ratio = 0.5\nhigh_ratio = 0.6\n")
     done = collector("replay", "--json", "--config", str(config), str(trace))
-    assert done.returncode == 0 and json.loads(done.stdout)["nodes"] == []
+    assert done.returncode == 2 and done.stdout == ""  # a trace with no report is nothing to replay
+    assert done.stderr.strip() == f"nodeagent-collector: error: {trace}: no valid report (empty)"
+    done = collector("replay", "--json", "--config", str(config), str(ordinary))
+    assert done.returncode == 0 and len(json.loads(done.stdout)["nodes"]) == 1
 
 
 def test_record_rejects_bad_flags_without_touching_the_file(tmp_path: Path) -> None:

@@ -45,6 +45,10 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--profile", "profile_spec", metavar="NAME|PATH", help="Expectations: a built-in profile or a TOML file.")
 @click.option("--list-profiles", is_flag=True, help="List the built-in profiles and exit.")
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="GPUs the node must have.")
+@click.option(
+    "--no-gpu", is_flag=True,
+    help="This node has no GPUs (same as --expect-gpus 0): without it, a node without the NVIDIA driver fails.",
+)  # fmt: skip
 @click.option("--expect-nvlinks", type=click.IntRange(min=0), metavar="N", help="Active NVLink links per GPU.")
 @click.option("--expect-nic-speed", metavar="RATE", callback=_rate, help="Link speed of the data NIC, e.g. 50G.")
 @click.option("--expect-mount", multiple=True, metavar="PATH", help="A mount that must be present. Repeatable.")
@@ -89,6 +93,7 @@ def diag_command(
     profile_spec: str | None,
     list_profiles: bool,
     expect_gpus: int | None,
+    no_gpu: bool,
     expect_nvlinks: int | None,
     expect_nic_speed: float | None,
     expect_mount: tuple[str, ...],
@@ -111,6 +116,10 @@ def diag_command(
         for name, description in builtin_profiles().items():
             click.echo(f"{name:<22} {description}")
         return
+    if no_gpu:
+        if expect_gpus:
+            raise click.UsageError(f"--no-gpu contradicts --expect-gpus {expect_gpus}")
+        expect_gpus = 0
     try:
         profile = load_profile(profile_spec) if profile_spec is not None else Profile()
     except ProfileError as err:

@@ -1,8 +1,9 @@
 """GPU checks: NVML and the driver, how many GPUs and which, lost GPUs, memory errors (ECC, row
 remapping, page retirement), Xids, temperature and slowdowns, and the PCIe link.
 
-Without NVML every GPU check is skipped with NVML's reason, unless GPUs were expected: then the
-missing driver is the failure.
+Without NVML the missing driver is a failure: a node whose GPUs could not be checked is not
+healthy for a GPU job. Only where no GPUs are expected (``--no-gpu``, ``--expect-gpus 0``, a
+profile with ``[gpu] count = 0``) do the GPU checks pass the driver and skip the rest.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ class _Gpus:
 
 
 def _without_nvml(reason: str, expected: int | None) -> list[CheckResult]:
+    if expected == 0:
+        return [passed("nvml.driver", NODE, f"none ({reason})", "no GPUs")] + [
+            skipped(check, NODE, "no GPUs expected") for check in GPU_CHECKS
+        ]
     if expected:
         return [
             failed(
@@ -81,9 +86,13 @@ def _without_nvml(reason: str, expected: int | None) -> list[CheckResult]:
                 "install or load the NVIDIA driver: `nvidia-smi` must list the GPUs",
             )
         ]  # fmt: skip
-    return [skipped("nvml.driver", NODE, reason, "unavailable")] + [
-        skipped(check, NODE, f"no GPUs to check: {reason}") for check in GPU_CHECKS
-    ]
+    return [
+        failed(
+            "nvml.driver", NODE, reason, "the NVIDIA driver",
+            "the GPU checks could not run: install or load the NVIDIA driver; on a node without GPUs "
+            "pass --no-gpu (or a profile with [gpu] count = 0)",
+        )
+    ] + [skipped(check, NODE, f"no GPUs to check: {reason}") for check in GPU_CHECKS]  # fmt: skip
 
 
 def _driver(topology: pb.GpuTopology) -> CheckResult:

@@ -48,8 +48,14 @@ def _memory(ctx: DiagContext) -> CheckResult:
             return failed("host.memory", NODE, value, want, hint)
         return passed("host.memory", NODE, value, want)
     gpu_memory = sum(g.memory_total_bytes for g in ctx.observation.info.gpu.gpus)
-    if gpu_memory and total < gpu_memory:
-        want = f"≥ {gpu_memory / _GIB:.0f} GiB (the GPUs' memory)"
+    if not gpu_memory:
+        profile = ctx.profile.name
+        missing = (
+            f"profile {profile} sets no [host] min_memory_gib" if profile else "no profile with [host] min_memory_gib"
+        )
+        return skipped("host.memory", NODE, f"no expected size: {missing}", value)
+    want = f"≥ {gpu_memory / _GIB:.0f} GiB (the GPUs' memory)"
+    if total < gpu_memory:
         hint = "less host memory than GPU memory: checkpoint loading and pinned buffers will swap or fail"
         return warned("host.memory", NODE, value, want, hint)
-    return passed("host.memory", NODE, value)
+    return passed("host.memory", NODE, value, want)

@@ -41,7 +41,7 @@ def run(ctx: DiagContext) -> list[CheckResult]:
             results.append(skipped("nic.state", _group(down), reason, ", ".join(down) + " down"))
         if not checked:
             results.append(skipped("nic.state", NODE, "no physical NIC is up", "none up"))
-    results += _speed(checked, expect.speed_bytes_per_second, bool(expect.names))
+    results += _speed(checked, expect.speed_bytes_per_second, bool(expect.names), ctx.profile.name)
     if checked:
         results += _mtu(checked, expect.min_mtu)
         results += _flaps(checked, expect.max_carrier_changes, observation.window_seconds)
@@ -89,11 +89,12 @@ def _state(nics: Sequence[_Nic]) -> list[CheckResult]:
     return summarize("nic.state", _group([n.name for n in nics]), problems, "up", "up") if nics else []
 
 
-def _speed(nics: Sequence[_Nic], expected: float | None, named: bool) -> list[CheckResult]:
+def _speed(nics: Sequence[_Nic], expected: float | None, named: bool, profile: str | None) -> list[CheckResult]:
     known = [(n, n.speed) for n in nics if n.up]
     if expected is None:
         shown = ", ".join(f"{n.name} {format_bits(s)}" for n, s in known) or "-"
-        return [skipped("nic.speed", NODE, "no expected speed (--expect-nic-speed or a profile)", shown)]
+        missing = f"profile {profile} sets no [nic] speed" if profile else "no profile with a [nic] speed"
+        return [skipped("nic.speed", NODE, f"no expected speed: {missing} (or --expect-nic-speed)", shown)]
     want = f"≥ {format_bits(expected)}"
     slow_hint = f"the link came up slower than rented: {_WIRE_HINT}; the switch port's speed"
     unknown_hint = "the kernel reports no speed (a virtual NIC?): measure with iperf3 against a known peer"

@@ -13,6 +13,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 from agent.diag.checks.context import DiagContext
 from agent.diag.model import CheckResult, failed, passed, plural, skipped, summarize, warned
+from agent.units import format_bits
 
 # Counters that count link-level retransmissions and retraining: growth means failing now.
 GROWTH_FAILS = ("replay_errors_total", "recovery_errors_total")
@@ -142,4 +143,5 @@ def _label(counter: str) -> str:
 
 
 def _gbytes(bytes_per_second: float) -> str:
-    return f"{bytes_per_second / 1e9:.1f} GB/s"
+    # Bits per second, as the profile's nvlink_min_speed is written ("200G") and every link rate.
+    return format_bits(bytes_per_second)
