@@ -122,7 +122,7 @@ def test_a_node_certificate_streams_but_only_an_operator_certificate_reads(tmp_p
     assert operator_streaming == grpc.StatusCode.PERMISSION_DENIED  # an operator is not a node
     assert listed.returncode == 0, listed.stderr
     assert '"node_id": "node-a"' in listed.stdout
-    assert refused.returncode == 2  # what every error of `nodes` exits with today
+    assert refused.returncode == 1  # a refusal is a runtime failure, not bad input
     assert "PERMISSION_DENIED" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
