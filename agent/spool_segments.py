@@ -15,9 +15,9 @@ one produced. A gap found next to damaged bytes is therefore exactly the reports
 destroyed. Recovery reads every whole record whose checksum matches; after a bad one it
 resynchronises on the next valid record, and it counts the seqs lost in between as dropped
 (once: the segment is renamed ``seg-<first>.lost-<n>.log`` to say how many were counted).
-Damage after the last valid record is either a write cut short by a crash (that report was
-never synced, so never sent: its seq may be handed out again) or a destroyed record that may
-have left the agent: its seqs are skipped and counted. Appends after a restart go to a new
+Damage after the last valid record is a write cut short by a crash (one report, produced and
+never synced) or destroyed records that may have left the agent: either way their seqs are
+never handed out again, and they are counted. Appends after a restart go to a new
 segment, so damaged bytes are never followed by new data in the same file.
 
 ``state.json`` holds the epoch, the highest acknowledged seq, the highest seq dropped for lack
@@ -270,9 +270,8 @@ class SegmentStore:
         # The last seq that may have left the agent: what the state file names (a clean stop, or a
         # failing disk), or what a destroyed tail of the newest segment may have held.
         handed_out = max(last_valid, int(state.get("last_seq", 0)))
-        if scans and not scans[-1][1].tail_torn and scans[-1][1].tail_bytes:
-            tail = scans[-1][1]
-            handed_out = max(handed_out, last_valid + _records_in_tail(tail))
+        if scans and scans[-1][1].tail_bytes:
+            handed_out = max(handed_out, last_valid + _records_in_tail(scans[-1][1]))
         for index, (segment, found) in enumerate(scans):
             end = scans[index + 1][0].first_seq - 1 if index + 1 < len(scans) else handed_out
             if found.damaged_bytes:
@@ -445,6 +444,7 @@ class SegmentStore:
         try:
             _write_file(tmp, blob)
             tmp.replace(path)
+            _fsync_dir(self.directory)  # the rename itself survives a power cut
         except OSError as err:
             if not path.exists():
                 raise SpoolDiskError(err.errno, err.strerror or str(err)) from err
@@ -470,9 +470,14 @@ class SegmentStore:
 
 
 def _records_in_tail(tail: Scan) -> int:
-    """How many records a destroyed tail may have held: at most as many as the smallest record
-    seen fits into it (so never fewer than were there; only a whole record is exact)."""
-    if tail.tail_one_record:
+    """How many reports the damaged tail of the newest segment stands for.
+
+    A write cut short (a kill or power cut while appending) is one report, produced and never
+    synced: gone, so counted, and its seq is not handed out again either, since damage that only
+    looks like it (a flipped length field) may be a record that was sent. A whole record with a
+    bad checksum is one. Anything else may have held as many records as the smallest record seen
+    fits into it: never fewer than were there."""
+    if tail.tail_torn or tail.tail_one_record:
         return 1
     smallest = tail.smallest_record_bytes or HEADER_BYTES
     return max(1, -(-tail.tail_bytes // smallest))

@@ -92,10 +92,15 @@ def test_torn_tail_is_skipped_not_parsed(tmp_path: Path, cut: int) -> None:
     segment.write_bytes(segment.read_bytes() + torn)  # a crash in the middle of writing report 6
     again = Spool(directory=tmp_path)
     assert [r.seq for r in again.records_from(0, 100)] == [1, 2, 3, 4, 5]
-    assert again.next_seq == 6
+    # Report 6 was produced and is gone: counted, and its seq is not handed out again (damage that
+    # only looks like a torn write may be a record that was sent).
+    assert again.next_seq == 7
+    assert again.stats().dropped_total == 1
     _fill(again, 2)  # new reports go to a fresh segment, never after the torn bytes
     again.close()
-    assert [r.seq for r in Spool(directory=tmp_path).records_from(0, 100)] == [1, 2, 3, 4, 5, 6, 7]
+    third = Spool(directory=tmp_path)
+    assert [r.seq for r in third.records_from(0, 100)] == [1, 2, 3, 4, 5, 7, 8]
+    assert third.stats().dropped_total == 1
 
 
 def test_decoding_resynchronises_after_a_corrupt_record() -> None:
@@ -296,3 +301,41 @@ def test_state_and_segments_are_private_whatever_the_umask(tmp_path: Path) -> No
     assert stat.S_IMODE((directory / "state.json").stat().st_mode) == 0o600
     for segment in directory.glob("seg-*.log"):
         assert stat.S_IMODE(segment.stat().st_mode) == 0o600
+
+
+def test_a_kill_while_degraded_never_reuses_a_seq(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import agent.spool_segments as segments
+
+    spool = Spool(directory=tmp_path)
+    _fill(spool, 4)
+
+    def disk_full(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    # Appending to a file fails and so does writing a new state file; the state file already
+    # there is rewritten in place (pwrite into blocks it has).
+    monkeypatch.setattr(segments.os, "write", disk_full)
+    _fill(spool, 6)  # 5..10 in memory only
+    spool.ack(spool.epoch, 7)
+    _fill(spool, 1)  # 11: its append writes the state, acked mark included
+    # No close(): killed.
+    monkeypatch.undo()
+    again = Spool(directory=tmp_path)
+    assert again.next_seq == 12
+    assert again.stats().acked_seq == 7
+    assert again.stats().dropped_total == 4  # 8..11: unacknowledged, in memory only
+    assert again.all_acked()
+
+
+def test_a_flipped_length_in_the_last_record_after_a_kill_never_reuses_its_seq(tmp_path: Path) -> None:
+    spool = Spool(directory=tmp_path)
+    _fill(spool, 6)
+    # No close(): killed, so the state file does not name the last seq.
+    segment = next(tmp_path.glob("seg-*.log"))
+    _flip(segment, _record_offsets(segment)[6] + 3)  # record 6 now claims far more bytes than there are
+    again = Spool(directory=tmp_path)
+    assert [r.seq for r in again.records_from(0, 100)] == [1, 2, 3, 4, 5]
+    assert again.next_seq == 7  # 6 may have been sent
+    assert again.stats().dropped_total == 1
