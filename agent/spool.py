@@ -19,6 +19,7 @@ end), so the sender finds its place by bisection.
 from __future__ import annotations
 
 import bisect
+import errno
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from agent.spool_segments import Record, SegmentStore, segment_bytes_for
+from agent.spool_segments import Record, Recovered, SegmentStore, segment_bytes_for
 
 log = structlog.get_logger("nodeagent.spool")
 
@@ -74,11 +75,13 @@ class Spool:
         self._bytes = 0
         self._disk_failures_total = 0
         self._events: list[str] = []
-        self._store = (
-            SegmentStore(directory, segment_bytes=segment_bytes_for(max_bytes)) if directory is not None else None
-        )
-        if self._store is not None:
-            recovered = self._store.recover()
+        self._store, recovered = _open_store(directory, max_bytes) if directory is not None else (None, None)
+        if directory is not None and self._store is None:
+            # The directory could not even be set up (a full or failing disk): a spool in memory,
+            # in a new epoch, so that no seq the directory may know of is handed out again.
+            self._disk_failures_total = 1
+            self._events.append("spool directory unusable; spooling in memory only")
+        if self._store is not None and recovered is not None:
             self.epoch = recovered.epoch or _new_epoch()
             self._acked_seq = recovered.acked_seq
             self._dropped_total = recovered.dropped_total
@@ -273,6 +276,25 @@ class Spool:
             del self._records[: self._head]
             self._head = 0
         return record
+
+
+# Errors that say the disk is full or failing (the spool goes on in memory), not that the
+# operator named a directory the agent may not use (that stops it, exit 2).
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+def _open_store(directory: Path, max_bytes: int) -> tuple[SegmentStore | None, Recovered | None]:
+    try:
+        store = SegmentStore(directory, segment_bytes=segment_bytes_for(max_bytes))
+        return store, store.recover()
+    except OSError as err:
+        if err.errno not in _DISK_ERRNOS:
+            raise
+        log.error(
+            "spool directory unusable; keeping reports in memory only until the agent restarts",
+            directory=str(directory), error=err.strerror or str(err),
+        )  # fmt: skip
+        return None, None
 
 
 def segment_footprint(size: int) -> int:

@@ -339,3 +339,22 @@ def test_a_flipped_length_in_the_last_record_after_a_kill_never_reuses_its_seq(t
     assert [r.seq for r in again.records_from(0, 100)] == [1, 2, 3, 4, 5]
     assert again.next_seq == 7  # 6 may have been sent
     assert again.stats().dropped_total == 1
+
+
+def test_a_spool_directory_that_cannot_be_set_up_on_a_full_disk_leaves_a_memory_spool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    def no_space(self: Path, mode: int = 0o777, parents: bool = False, exist_ok: bool = False) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "mkdir", no_space)
+    spool = Spool(directory=tmp_path / "spool")
+    _fill(spool, 3)
+    assert (spool.stats().on_disk, spool.stats().disk_failures_total) == (False, 1)
+    assert spool.take_events() == ["spool directory unusable; spooling in memory only"]
+    monkeypatch.undo()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises((NotADirectoryError, FileExistsError)):  # a bad --spool-dir is the operator's to fix
+        Spool(directory=tmp_path / "a-file" / "spool")
