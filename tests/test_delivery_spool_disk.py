@@ -43,6 +43,20 @@ def _free_bytes(path: Path) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
+def _fill_up(path: Path) -> None:
+    with path.open("wb", buffering=0) as handle:
+        for _ in range(10_000):  # 2 MiB in 4 KiB writes at most
+            try:
+                handle.write(b"g" * 4096)
+            except OSError:
+                break
+        for _ in range(4096):
+            try:
+                handle.write(b"g")
+            except OSError:
+                return
+
+
 def _metric(port: int, name: str) -> float | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -78,13 +92,16 @@ def test_a_full_tmpfs_spool_loses_nothing_uncounted_and_the_agent_goes_on(tmp_pa
         started.append(collector.start())
         code, one = first.wait(timeout=90)
         assert code == 0, first.tail()
-        # The disk is still full when the agent starts again: it carries on above every seq sent.
+        # Acknowledged segments were deleted meanwhile: fill the disk up to the last byte again, so
+        # the restart finds no room even for a new state file. It carries on above every seq sent.
+        _fill_up(fs / "filler2")
         second = _agent(collector, "node-t", spool, "--max-reports", "50", "--deadline", "60")
         started.append(second.start(tmp_path / "a2.log"))
         code, two = second.wait(timeout=90)
         assert code == 0, second.tail()
         node = collector.node("node-t")
     assert "spool directory failed" in first.tail()
+    assert "spool directory failed" in second.tail()
     assert one["produced"] == 100 and two["produced"] == 50
     assert two["epoch"] == one["epoch"] == node["epoch"]
     assert two["last_seq"] == 150
