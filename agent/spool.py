@@ -119,8 +119,7 @@ class Spool:
             self._expire_locked(now)
             if not self._fits_alone(size):
                 return  # it cannot fit whatever goes: append drops it alone
-            while self._live_count() and not self._fits(size):
-                self._drop_oldest_locked()
+            self._make_room_locked(size)
 
     def append(self, seq: int, data: bytes, produced_at: float | None = None) -> None:
         """Spool one serialized report; the oldest go when it does not fit."""
@@ -131,12 +130,10 @@ class Spool:
                 raise ValueError(f"report seq {seq} does not follow {self._last_seq}")
             self._expire_locked(produced_at)
             if self._fits_alone(len(data)):
-                while self._live_count() and not self._fits(len(data)):
-                    self._drop_oldest_locked()
+                self._make_room_locked(len(data))
             else:
                 # A report larger than the whole spool cannot be kept: it is the one dropped.
-                while self._live_count() and not self._fits(0):
-                    self._drop_oldest_locked()  # room for the marker that keeps its seq on disk
+                self._make_room_locked(0)  # room for the marker that keeps its seq on disk
                 self._last_seq = seq
                 self._dropped_total += 1
                 if self._store is not None:
@@ -221,6 +218,23 @@ class Spool:
 
     def _on_disk(self) -> bool:
         return self._store is not None and not self._store.degraded
+
+    def _make_room_locked(self, size: int) -> None:
+        while not self._fits(size):
+            if self._live_count():
+                self._drop_oldest_locked()
+            elif not self._reclaim_locked():
+                return
+
+    def _reclaim_locked(self) -> bool:
+        """Free the done segment being written; True when that changed what fits."""
+        if self._store is None or not self._on_disk():
+            return False
+        try:
+            return self._store.reclaim()
+        except OSError as err:
+            self._degrade_locked(err)
+            return True  # in memory now: the bound is the memory one
 
     def _fits(self, size: int) -> bool:
         """Room for one more report of ``size`` bytes: on disk, what the directory would take."""

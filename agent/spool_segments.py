@@ -396,9 +396,22 @@ class SegmentStore:
         self._segments.append(_Segment(path, first_seq, first_seq - 1))
         _fsync_dir(self.directory)
 
-    def _delete_finished(self) -> None:
+    def reclaim(self) -> bool:
+        """Delete the segment being written too, when all of it is done; True if that freed any."""
+        before = len(self._segments)
+        self._delete_finished(current=True)
+        return len(self._segments) < before
+
+    def _delete_finished(self, *, current: bool = False) -> None:
         done = max(self.acked_seq, self.skipped_through)
-        finished = [segment for segment in self._segments if segment.last_seq <= done]
+        # The segment being written goes too once it is done and half full (or room is needed):
+        # deleting it at every ack would cost a new file and three more syncs per report.
+        keep = (
+            self._segments[-1]
+            if self._fd is not None and not current and self._written < self.segment_bytes // 2
+            else None
+        )
+        finished = [segment for segment in self._segments if segment.last_seq <= done and segment is not keep]
         if not finished:
             return
         # The state that explains their absence (acked, or dropped and counted) goes first: a crash

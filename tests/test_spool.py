@@ -358,3 +358,13 @@ def test_a_spool_directory_that_cannot_be_set_up_on_a_full_disk_leaves_a_memory_
     (tmp_path / "a-file").write_text("")
     with pytest.raises((NotADirectoryError, FileExistsError)):  # a bad --spool-dir is the operator's to fix
         Spool(directory=tmp_path / "a-file" / "spool")
+
+
+def test_prompt_acks_do_not_cost_a_new_segment_per_report(tmp_path: Path) -> None:
+    spool = Spool(directory=tmp_path)
+    for _ in range(50):
+        _fill(spool, 1)
+        spool.ack(spool.epoch, spool.stats().last_seq)
+    # Still the first segment: it goes once it is half full, or when its room is needed.
+    assert [p.name for p in tmp_path.glob("seg-*.log")] == ["seg-00000000000000000001.log"]
+    assert spool.all_acked()
