@@ -22,9 +22,11 @@ segment, so damaged bytes are never followed by new data in the same file.
 
 ``state.json`` holds the epoch, the highest acknowledged seq, the highest seq dropped for lack
 of room and the drop count, so a restart neither resends what the collector has nor forgets
-where the epoch was; at a clean stop and while the disk is failing it also holds the last seq
-handed out. It is padded to a fixed size so that, when the disk is full and the usual
-write-then-rename cannot allocate, it can still be rewritten in place. Each record is synced to
+where the epoch was. It also holds the last seq handed out (never behind the records on disk;
+exact at a clean stop and while the disk is failing) and how far a recovery already counted
+seqs that are on no record (``counted_through``), so no loss is counted twice. It is padded
+to a fixed size so that, when the disk is full and the usual write-then-rename cannot
+allocate, it can still be rewritten in place. Each record is synced to
 the device (``fdatasync``) before the sender may send it; the state file is rewritten at most
 once a second, and always before a finished segment is deleted.
 
@@ -222,8 +224,9 @@ class SegmentStore:
         self.acked_seq = 0
         self.skipped_through = 0
         self.dropped_total = 0
-        # The last seq handed out, written to the state file at a clean stop and while degraded.
+        # The last seq handed out (the state file has it: exact at a clean stop and while degraded).
         self.last_seq = 0
+        self.counted_through = 0
 
     @property
     def disk_bytes(self) -> int:
@@ -284,7 +287,7 @@ class SegmentStore:
                 segment.last_seq = max(segment.last_seq, end)
             out.records.extend(r for r in found.records if r.seq > done and r.data)
         # Seqs handed out past every record on disk (in memory only while the disk was failing).
-        memory_only = max(0, handed_out - max(last_valid, done))
+        memory_only = max(0, handed_out - max(last_valid, done, int(state.get("counted_through", 0))))
         if not (scans and scans[-1][1].damaged_bytes):
             out.lost += memory_only
         if out.lost:
@@ -292,7 +295,7 @@ class SegmentStore:
         out.dropped_total += out.lost
         out.last_seq = handed_out
         self.skipped_through = done
-        self.last_seq = handed_out
+        self.last_seq = self.counted_through = handed_out
         self.epoch, self.acked_seq, self.dropped_total = out.epoch, out.acked_seq, out.dropped_total
         self._delete_finished()
         return out
@@ -300,14 +303,6 @@ class SegmentStore:
     def begin(self, epoch: int, acked_seq: int, dropped_total: int) -> None:
         self.epoch, self.acked_seq, self.dropped_total = epoch, acked_seq, dropped_total
         self._write_state(force=True)
-        # Only now that the count is durable: say which segments' losses it includes. A crash in
-        # between counts them again (too many, never too few).
-        for segment, lost in self._renames:
-            path = self.directory / f"seg-{segment.first_seq:020d}.lost-{lost}.log"
-            with contextlib.suppress(FileNotFoundError):
-                segment.path.rename(path)
-                segment.path, segment.lost_counted = path, lost
-        self._renames.clear()
 
     def append(self, record: Record) -> None:
         self.last_seq = record.seq
@@ -371,7 +366,7 @@ class SegmentStore:
                 os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
-        self._write_state(force=True, last_seq=True)
+        self._write_state(force=True)
 
     # ---- helpers ----
 
@@ -431,7 +426,7 @@ class SegmentStore:
     def _write_floor(self) -> None:
         # Degraded: the one thing that must reach the disk is how far the seqs went.
         try:
-            self._write_state(force=True, last_seq=True)
+            self._write_state(force=True)
         except OSError as err:
             if not self._floor_failed:
                 self._floor_failed = True
@@ -440,7 +435,7 @@ class SegmentStore:
                     error=str(err),
                 )
 
-    def _write_state(self, *, force: bool, last_seq: bool = False) -> None:
+    def _write_state(self, *, force: bool) -> None:
         if not force:
             return
         state = {
@@ -448,9 +443,11 @@ class SegmentStore:
             "acked_seq": self.acked_seq,
             "skipped_through": self.skipped_through,
             "dropped_total": self.dropped_total,
+            # Never behind what is on disk; exact at a clean stop and while degraded.
+            "last_seq": self.last_seq,
+            # Seqs up to here that are on no record were counted as dropped by a recovery already.
+            "counted_through": self.counted_through,
         }
-        if last_seq or self.degraded:
-            state["last_seq"] = self.last_seq
         blob = json.dumps(state).encode().ljust(STATE_BYTES - 1) + b"\n"
         path = self.directory / STATE_FILE
         tmp = self.directory / (STATE_FILE + ".tmp")
@@ -466,6 +463,18 @@ class SegmentStore:
             _overwrite(path, blob)  # no room for a new file: the padded old one takes it in place
         self._last_state = time.monotonic()
         self._state_dirty = False
+        if self._renames:
+            self._mark_counted()
+
+    def _mark_counted(self) -> None:
+        # Only once the drop count that includes them is durable: say which segments' losses were
+        # counted. A crash in between counts them again (too many, never too few).
+        for segment, lost in self._renames:
+            path = self.directory / f"seg-{segment.first_seq:020d}.lost-{lost}.log"
+            with contextlib.suppress(FileNotFoundError):
+                segment.path.rename(path)
+                segment.path, segment.lost_counted = path, lost
+        self._renames.clear()
 
     def _read_state(self) -> dict[str, int]:
         path = self.directory / STATE_FILE

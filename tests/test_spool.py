@@ -368,3 +368,26 @@ def test_prompt_acks_do_not_cost_a_new_segment_per_report(tmp_path: Path) -> Non
     # Still the first segment: it goes once it is half full, or when its room is needed.
     assert [p.name for p in tmp_path.glob("seg-*.log")] == ["seg-00000000000000000001.log"]
     assert spool.all_acked()
+
+
+def test_a_kill_right_after_a_degraded_restart_still_never_reuses_a_seq(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import agent.spool_segments as segments
+
+    spool = Spool(directory=tmp_path)
+    _fill(spool, 2)
+
+    def no_space(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segments.os, "write", no_space)
+    _fill(spool, 3)  # 3..5 in memory only
+    spool.close()
+    monkeypatch.undo()
+    again = Spool(directory=tmp_path)  # counts 3..5, then is killed before it appends anything
+    assert (again.next_seq, again.stats().dropped_total) == (6, 3)
+    third = Spool(directory=tmp_path)
+    assert (third.next_seq, third.stats().dropped_total) == (6, 3)
