@@ -391,3 +391,38 @@ def test_a_kill_right_after_a_degraded_restart_still_never_reuses_a_seq(
     assert (again.next_seq, again.stats().dropped_total) == (6, 3)
     third = Spool(directory=tmp_path)
     assert (third.next_seq, third.stats().dropped_total) == (6, 3)
+
+
+def test_a_failed_spool_disk_is_exported_and_queued_as_a_report_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from nodeagent.v1 import nodeagent_pb2 as pb
+    from prometheus_client.parser import text_string_to_metric_families
+
+    import agent.spool_segments as segments
+    from agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+    from agent.sender import Sender
+
+    spool = Spool(directory=tmp_path)
+    _fill(spool, 2)
+
+    def no_space(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def values() -> dict[str, float]:
+        sender = Sender(spool, ["127.0.0.1:1"], hello=pb.NodeInfo)
+        text = AgentExposition(AgentMetrics(AgentTelemetry("n", 1.0), spool, sender, ("127.0.0.1:1",))).render()
+        return {s.name: s.value for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+
+    before = values()
+    assert (before["nodeagent_agent_spool_disk_failures_total"], before["nodeagent_agent_spool_on_disk"]) == (0, 1)
+    assert 0 < before["nodeagent_agent_spool_disk_bytes"] <= spool.max_bytes
+    monkeypatch.setattr(segments.os, "write", no_space)
+    _fill(spool, 1)
+    after = values()
+    assert (after["nodeagent_agent_spool_disk_failures_total"], after["nodeagent_agent_spool_on_disk"]) == (1, 0)
+    [event] = spool.take_events()
+    assert "spooling in memory only" in event
+    assert spool.take_events() == []  # told once
