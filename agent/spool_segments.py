@@ -114,6 +114,13 @@ class _Segment:
     last_seq: int
     size: int = 0
     lost_counted: int = 0
+    # What the filesystem reports it holds (st_blocks): whole blocks, and on ext4 also the
+    # extent block a file appended in many small synced writes can need.
+    allocated: int = 0
+
+    @property
+    def disk_bytes(self) -> int:
+        return max(_blocks(self.size), self.allocated)
 
 
 def encode(record: Record) -> bytes:
@@ -230,20 +237,23 @@ class SegmentStore:
 
     @property
     def disk_bytes(self) -> int:
-        """What the segments take on disk, in whole blocks, plus the state file's reserve."""
-        return sum(_blocks(segment.size) for segment in self._segments) + STATE_RESERVE_BYTES
+        """What the segments take on disk (as the filesystem allocates them), plus the state
+        file's reserve."""
+        return sum(segment.disk_bytes for segment in self._segments) + STATE_RESERVE_BYTES
 
     @staticmethod
     def footprint_of_one(data_bytes: int) -> int:
-        return _blocks(HEADER_BYTES + data_bytes) + STATE_RESERVE_BYTES
+        return _blocks(HEADER_BYTES + data_bytes) + BLOCK_BYTES + STATE_RESERVE_BYTES
 
     def footprint_after(self, data_bytes: int) -> int:
-        """``disk_bytes`` once a record of ``data_bytes`` more is appended."""
+        """At most ``disk_bytes`` once a record of ``data_bytes`` more is appended: the blocks its
+        bytes need, and room for one block of the filesystem's own (an extent block) besides."""
         size = HEADER_BYTES + data_bytes
         if self._fd is None or self._written >= self.segment_bytes or not self._segments:
-            return self.disk_bytes + _blocks(size)
+            return self.disk_bytes + _blocks(size) + BLOCK_BYTES
         current = self._segments[-1]
-        return self.disk_bytes - _blocks(current.size) + _blocks(current.size + size)
+        overhead = max(BLOCK_BYTES, current.allocated - _blocks(current.size))
+        return self.disk_bytes - current.disk_bytes + _blocks(current.size + size) + overhead
 
     def recover(self) -> Recovered:
         state = self._read_state()
@@ -266,7 +276,8 @@ class SegmentStore:
                 path.unlink()
                 continue
             last = found.records[-1].seq if found.records else first_seq - 1
-            segment = _Segment(path, first_seq, last, path.stat().st_size, counted)
+            stats = path.stat()
+            segment = _Segment(path, first_seq, last, stats.st_size, counted, stats.st_blocks * 512)
             scans.append((segment, found))
             self._segments.append(segment)
         last_valid = max([done] + [s.last_seq for s, _ in scans])
@@ -329,6 +340,8 @@ class SegmentStore:
             raise SpoolDiskError(err.errno, err.strerror or str(err)) from err
         self._written += len(blob)
         segment.size = self._written
+        with contextlib.suppress(OSError):
+            segment.allocated = os.fstat(self._fd).st_blocks * 512
         segment.last_seq = record.seq
         self._maybe_write_state(time.monotonic())
 

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -149,9 +149,9 @@ def test_the_spool_directory_stays_within_its_bound(tmp_path: Path) -> None:
         agent = _agent(collector, "node-d", spool, "--max-reports", "200", "--deadline", "60",
                        "--spool-max-bytes", str(bound)).start(tmp_path / "a.log")  # fmt: skip
         started.append(agent)
-        peak, end = 0, time.monotonic() + 200 * 0.03 + 2.0  # no collector while the agent samples
+        peak, end = 0, time.monotonic() + 200 * 0.03 + 3.0  # no collector while the agent samples
         while time.monotonic() < end and agent.proc is not None and agent.proc.poll() is None:
-            peak = max(peak, _disk_bytes(spool))
+            peak = max(peak, _frozen(agent.proc.pid, lambda: _disk_bytes(spool)))
             time.sleep(0.01)
         started.append(collector.start())
         code, summary = agent.wait(timeout=90)
@@ -165,6 +165,24 @@ def test_the_spool_directory_stays_within_its_bound(tmp_path: Path) -> None:
         200,
         0,
     )
+
+
+def _frozen(pid: int, measure: Callable[[], int]) -> int:
+    """``measure()`` while every thread of ``pid`` is stopped: one instant of the directory, not
+    a listing during which one segment goes and another grows."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        tasks = Path(f"/proc/{pid}/task")
+        for _ in range(500):  # 5 s at most
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+            if all(state in "tTZX" for state in states):
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the agent did not stop")
+        return measure()
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def _disk_bytes(directory: Path) -> int:
