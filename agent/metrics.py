@@ -68,6 +68,19 @@ class AgentMetrics(Collector):
             "nodeagent_agent_spool_dropped_reports", "Reports dropped unsent (spool full or too old), this epoch.",
             value=stats.dropped_total,
         )  # fmt: skip
+        yield CounterMetricFamily(
+            "nodeagent_agent_spool_disk_failures",
+            "Times the spool directory failed (full disk, I/O error) and the spool went on in memory only.",
+            value=stats.disk_failures_total,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "nodeagent_agent_spool_on_disk", "1 while the spool writes to its directory, 0 in memory only.",
+            value=1.0 if stats.on_disk else 0.0,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "nodeagent_agent_spool_disk_bytes", "What the spool directory takes on disk (within --spool-max-bytes).",
+            value=stats.disk_bytes,
+        )  # fmt: skip
         yield GaugeMetricFamily(
             "nodeagent_agent_ack_lag_reports", "Reports produced after the last one the collector acknowledged.",
             value=max(0, stats.last_seq - stats.acked_seq),

@@ -241,6 +241,11 @@ def _sample_loop(
             break
         report = source.tick()
         _sanitize(report)
+        for problem in spool.take_events():  # a failing spool disk, reports lost to damage
+            report.events.add(
+                time_unix_seconds=report.time_unix_seconds, kind="spool_degraded", severity="warning",
+                subject="agent", message=problem[:512],
+            )  # fmt: skip
         spool.make_room(report.ByteSize() + _AGENT_STATUS_BYTES, report.time_unix_seconds)
         stats = spool.stats()
         report.agent.spool_dropped_reports_total = stats.dropped_total
