@@ -72,7 +72,12 @@ class GpuState:
     util_mem: int = 0
     power_mw: int = 65_000
     sm_clock: int = 1410
+    mem_clock: int = 1593
     temp: int = 34
+    mem_temp: int = 40
+    energy_mj: int = 0  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    util_enc: int = 0  # percent
+    util_dec: int = 0
     pcie_gen_max: int = 4  # what the link can reach in this slot (nvmlDeviceGetMaxPcieLinkGeneration)
     pcie_width_max: int = 16
     pcie_gen_gpu_max: int = 4  # what the GPU itself supports (nvmlDeviceGetGpuMaxPcieLinkGeneration)
@@ -97,6 +102,8 @@ class GpuState:
     gpm_sm_active: float = 0.0
     gpm_sm_occupancy: float = 0.0
     gpm_tensor: float = 0.0
+    gpm_gr_active: float = 0.0
+    gpm_dram: float = 0.0
     links: list[LinkState] = field(default_factory=list)
     procs: dict[int, int] = field(default_factory=dict)
     unsupported: set[str] = field(default_factory=set)
