@@ -139,11 +139,13 @@ class FakeNvmlState:
     driver: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
     cuda: int = 12080
-    clock: float = 1000.0
+    # The fake's time for GPM; None: its own monotonic clock (a live agent that samples on its own).
+    clock: float | None = 1000.0
     init_error: int = 0
     events: list[tuple[int, int, str, int]] = field(default_factory=list)
 
     def advance(self, seconds: float) -> None:
+        assert self.clock is not None, "the fake runs on its monotonic clock"
         self.clock += seconds
 
     def inject_event(self, gpu: int, kind: str, data: int = 0) -> None:
@@ -164,7 +166,7 @@ class FakeNvmlState:
             f"driver {self.driver}",
             f"nvml_version {self.nvml_version}",
             f"cuda {self.cuda}",
-            f"clock {self.clock!r}",
+            *([f"clock {self.clock!r}"] if self.clock is not None else []),
             f"init_error {self.init_error}",
             f"gpus {len(self.gpus)}",
         ]
