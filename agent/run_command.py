@@ -86,7 +86,8 @@ def _check_metrics_listen(listen: str | None, *, insecure: bool, tls: bool = Fal
         return
     if not insecure:
         raise ValueError(
-            f"refusing /metrics on non-loopback address {host} without --metrics-tls-cert or --metrics-insecure"
+            f"refusing /metrics on non-loopback address {host} without --metrics-insecure"
+            " (or --metrics-tls-cert/--metrics-tls-key for HTTPS)"
         )
     log.warning("serving /metrics on a non-loopback address over plain HTTP (--metrics-insecure)", listen=listen)
 
