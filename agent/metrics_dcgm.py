@@ -110,9 +110,11 @@ XID_FAMILY: Final = "DCGM_FI_DEV_XID_ERRORS"
 DCGM_COUNTERS: Final = tuple(name for name, kind, _, _ in GPU_FAMILIES if kind == "counter")
 
 _LINK_ERRORS: Final = (
-    ("replay", "replay_errors_total"), ("recovery", "recovery_errors_total"),
-    ("crc_flit", "crc_flit_errors_total"), ("crc_data", "crc_data_errors_total"),
-)  # fmt: skip
+    ("replay", "replay_errors_total", "replay (DL replay)"),
+    ("recovery", "recovery_errors_total", "recovery (DL recovery)"),
+    ("crc_flit", "crc_flit_errors_total", "flit CRC"),
+    ("crc_data", "crc_data_errors_total", "data CRC"),
+)
 
 
 def gpu_labels(info: pb.NodeInfo | None, node_id: str) -> dict[int, dict[str, str]]:
@@ -175,7 +177,16 @@ def dcgm_families(
         # The agent watches XID events from its start: 0 until one comes, as DCGM shows.
         xid.add_sample(XID_FAMILY, labels, float(last_xid.get(gpu.index, 0)))
     yield xid
-    yield from _per_link(live)
+
+
+def nvlink_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]]) -> Iterator[Metric]:
+    """nodeagent's per-link NVLink families, with the GPU's dcgm-exporter labels and ``link``."""
+    gpus = [
+        (g, {**labels_by_gpu[g.index], **job_labels(g)})
+        for g in report.gpus
+        if g.index in labels_by_gpu and not g.lost and g.nvlinks
+    ]
+    yield from _per_link(gpus)
 
 
 def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[Metric]:
@@ -185,10 +196,14 @@ def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[Metri
     tx = _counter_safe(
         "nodeagent_gpu_nvlink_transmit_bytes_total", "counter", "Bytes sent on the NVLink (payload), per link."
     )
-    errors = _counter_safe(
-        "nodeagent_gpu_nvlink_errors_total", "counter",
-        "NVLink errors per link, by kind (replay, recovery, crc_flit, crc_data).",
-    )  # fmt: skip
+    # One family per error kind (not a "kind" label): each link's label set is then written once.
+    errors = [
+        (
+            _counter_safe(f"nodeagent_gpu_nvlink_{kind}_errors_total", "counter", f"NVLink {doc} errors, per link."),
+            field,
+        )
+        for kind, field, doc in _LINK_ERRORS
+    ]
     up = Metric("nodeagent_gpu_nvlink_up", "1 when the NVLink is active.", "gauge")
     for gpu, labels in gpus:
         for link in gpu.nvlinks:
@@ -199,9 +214,8 @@ def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[Metri
                 rx.add_sample(rx.name + "_total", link_labels, float(link.rx_bytes_total))
             if link.HasField("tx_bytes_total"):
                 tx.add_sample(tx.name + "_total", link_labels, float(link.tx_bytes_total))
-            for kind, field in _LINK_ERRORS:
+            for family, field in errors:
                 if link.HasField(field):
-                    errors.add_sample(
-                        errors.name + "_total", {**link_labels, "kind": kind}, float(getattr(link, field))
-                    )
-    yield from (rx, tx, errors, up)
+                    family.add_sample(family.name + "_total", link_labels, float(getattr(link, field)))
+    yield from (rx, tx, up)
+    yield from (family for family, _ in errors)

@@ -126,21 +126,30 @@ def _add(family: Metric, labels: dict[str, str], value: float) -> None:
     family.add_sample(family.name + "_total" if family.type == "counter" else family.name, labels, float(value))
 
 
+class _Devices(dict[str, dict[str, str]]):
+    """One ``{"device": name}`` per device for the whole page: the encoder writes a label set once."""
+
+    def __missing__(self, name: str) -> dict[str, str]:
+        labels = self[name] = {"device": name}
+        return labels
+
+
 def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Metric]:
-    yield from _network(report, info)
+    devices = _Devices()
+    yield from _network(report, info, devices)
     yield from _infiniband(report, info)
-    yield from _disks(report)
+    yield from _disks(report, devices)
     yield from _cpu(report)
     yield from _memory(report)
     yield from _pressure(report)
 
 
-def _network(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Metric]:
+def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices) -> Iterator[Metric]:
     for suffix, field in _NETDEV:
         name = f"node_network_{suffix}_total"
         family = _family(name, f"Network device statistic {suffix}.", "counter")
         for nic in report.nics:
-            _add(family, {"device": nic.name}, float(getattr(nic, field)))
+            _add(family, devices[nic.name], float(getattr(nic, field)))
         yield family
     up = _family("node_network_up", "Value is 1 if operstate is 'up', 0 otherwise.", "gauge")
     carrier = _family("node_network_carrier", "Network device property: carrier", "gauge")
@@ -151,7 +160,7 @@ def _network(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Metric
     # would not show it, so it goes to the highway families only.
     configured = {n.name for n in info.nics if n.speed_source == "config"} if info is not None else set()
     for nic in report.nics:
-        labels = {"device": nic.name}
+        labels = devices[nic.name]
         if nic.operstate:
             _add(up, labels, 1.0 if nic.operstate == "up" else 0.0)
         if nic.HasField("carrier"):
@@ -198,13 +207,13 @@ def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Met
     yield from (family for family, _, _ in counters)
 
 
-def _disks(report: pb.NodeReport) -> Iterator[Metric]:
+def _disks(report: pb.NodeReport, devices: _Devices) -> Iterator[Metric]:
     for suffix, field, scale, doc in _DISK:
         name = f"node_disk_{suffix}"
         family = _family(name, doc, "gauge" if suffix == "io_now" else "counter")
         for disk in report.disks:
             if field not in _OPTIONAL_DISK_FIELDS or disk.HasField(field):
-                _add(family, {"device": disk.name}, getattr(disk, field) * scale)
+                _add(family, devices[disk.name], getattr(disk, field) * scale)
         yield family
 
 

@@ -159,6 +159,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--metrics-tls-key", type=click.Path(path_type=Path), help="Private key of --metrics-tls-cert.")
 @click.option("--metrics-gpu/--no-metrics-gpu", default=True, show_default=True, help="dcgm-exporter's GPU families.")
 @click.option(
+    "--metrics-nvlink/--no-metrics-nvlink", default=True, show_default=True,
+    help="nodeagent's per-link NVLink families (bytes, errors, state; dcgm-exporter has none by default).",
+)  # fmt: skip
+@click.option(
     "--metrics-node/--no-metrics-node", default=True, show_default=True,
     help="node_exporter's network, InfiniBand, disk, pressure, CPU and memory families.",
 )  # fmt: skip
@@ -193,6 +197,7 @@ def run(
     metrics_tls_cert: Path | None,
     metrics_tls_key: Path | None,
     metrics_gpu: bool,
+    metrics_nvlink: bool,
     metrics_node: bool,
     metrics_agent: bool,
     **flags: bool | None,
@@ -230,7 +235,8 @@ def run(
     _on_signals(stop)
     telemetry = AgentTelemetry(node_id, interval)
     try:
-        groups = [g for g, on in (("gpu", metrics_gpu), ("node", metrics_node), ("agent", metrics_agent)) if on]
+        chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
+        groups = [group for group, on in chosen if on]
         http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors, groups, metrics_tls)
     except click.BadParameter:
         spool.close()
@@ -324,7 +330,10 @@ def _metrics_server(
     if listen is None:
         return None
     exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets), groups)
-    http = MetricsHttpServer(listen, exposition.render, health=exposition.health, ssl_context=tls, name="nodeagent")
+    http = MetricsHttpServer(
+        listen, exposition.render, health=exposition.health, ssl_context=tls, name="nodeagent",
+        metrics_gzip=exposition.render_gzip,
+    )  # fmt: skip
     try:
         http.start()
     except OSError as err:

@@ -206,7 +206,7 @@ def test_per_link_nvlink_families_name_the_link(scraped: Scraped) -> None:
     links = {(r["metric"]["gpu"], r["metric"]["link"]): float(r["value"][1]) for r in rx}
     gpu0 = scraped.state.gpus[0]
     assert links == {("0", str(n)): link.rx_kib * 1024 for n, link in enumerate(gpu0.links)}
-    errors = scraped.query('nodeagent_gpu_nvlink_errors_total{kind="replay"}')
+    errors = scraped.query("nodeagent_gpu_nvlink_replay_errors_total")
     assert len(errors) == len(gpu0.links)
 
 

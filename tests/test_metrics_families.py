@@ -28,7 +28,9 @@ from tests.fakes.trees import REPO
 Values = dict[tuple[str, int], float]  # (family, gpu) -> value
 
 
-def _exposition(telemetry: AgentTelemetry, groups: tuple[str, ...] = ("gpu", "node", "agent")) -> AgentExposition:
+def _exposition(
+    telemetry: AgentTelemetry, groups: tuple[str, ...] = ("gpu", "nvlink", "node", "agent")
+) -> AgentExposition:
     spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
     return AgentExposition(AgentMetrics(telemetry, spool, sender=_NoSender(), targets=()), groups)  # type: ignore[arg-type]
 
@@ -110,7 +112,8 @@ def test_each_family_group_can_be_turned_off() -> None:
     telemetry = AgentTelemetry("n", 1.0)
     report = pb.NodeReport(time_unix_seconds=1.0)
     report.info.gpu.gpus.add(index=0, uuid="GPU-x")
-    report.gpus.add(index=0, uuid="GPU-x", temperature_celsius=40)
+    gpu = report.gpus.add(index=0, uuid="GPU-x", temperature_celsius=40)
+    gpu.nvlinks.add(link=0, active=True, rx_bytes_total=5)
     report.nics.add(name="eth0", rx_bytes_total=10)
     telemetry.publish(report)
 
@@ -120,8 +123,9 @@ def test_each_family_group_can_be_turned_off() -> None:
             for f in text_string_to_metric_families(_exposition(telemetry, groups).render().decode())
         }
 
-    assert names(("gpu", "node", "agent")) == {"DCGM", "node", "nodeagent", "process"}
-    assert names(("gpu",)) == {"DCGM", "nodeagent"}  # nodeagent_gpu_nvlink_*: per-link GPU families
+    assert names(("gpu", "nvlink", "node", "agent")) == {"DCGM", "node", "nodeagent", "process"}
+    assert names(("gpu",)) == {"DCGM"}
+    assert names(("nvlink",)) == {"nodeagent"}  # nodeagent_gpu_nvlink_*
     assert names(("node",)) == {"node"}
     assert names(("agent",)) == {"nodeagent", "process"}
     with pytest.raises(ValueError, match="unknown metric family group 'disk'"):
