@@ -40,6 +40,14 @@ def _mib(name: str) -> Getter:
     return get
 
 
+def _kib(name: str) -> Getter:
+    # NVML's PCIe byte counters, in the KB (1024 bytes) DCGM counts them in.
+    def get(gpu: pb.GpuSample) -> float | None:
+        return float(getattr(gpu, name) // 1024) if gpu.HasField(name) else None
+
+    return get
+
+
 def _nvlink_bandwidth_total(gpu: pb.GpuSample) -> float | None:
     """Bytes over all links, both directions: per-link counters where the GPU has them, else the
     report's per-GPU sums."""
@@ -64,6 +72,10 @@ GPU_FAMILIES: Final[tuple[tuple[str, str, str, Getter], ...]] = (
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", _opt("power_watts")),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).",
      _opt("energy_millijoules_total")),
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter", "Total number of bytes transmitted through PCIe TX (in KB) via NVML.",
+     _kib("pcie_tx_bytes_total")),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter", "Total number of bytes received through PCIe RX (in KB) via NVML.",
+     _kib("pcie_rx_bytes_total")),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", _opt("pcie_replay_total")),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", _opt("utilization_gpu_ratio", 100.0)),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", _opt("utilization_memory_ratio", 100.0)),

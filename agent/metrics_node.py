@@ -1,9 +1,10 @@
 """Host families in node_exporter's names, help and labels, from the latest tick's report.
 
-What the agent reads (net/dev and class/net, class/infiniband, diskstats, pressure, stat, meminfo)
-is exported the way node_exporter 1.5's netdev, netclass, infiniband, diskstats, pressure, cpu and
-meminfo collectors write it, so node_exporter's dashboards and alert rules work unchanged. A value
-the agent did not read has no sample (node_exporter does the same for a missing file).
+What the agent reads (net/dev and class/net, class/infiniband, diskstats, pressure, stat, loadavg,
+meminfo) is exported the way node_exporter 1.5's netdev, netclass, infiniband, diskstats,
+pressure, cpu, stat, loadavg and meminfo collectors write it, so node_exporter's dashboards and
+alert rules work unchanged. A value the agent did not read has no sample (node_exporter does the
+same for a missing file).
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[M
     yield from _infiniband(report, info)
     yield from _disks(report, devices)
     yield from _cpu(report)
+    yield from _stat_and_load(report)
     yield from _memory(report)
     yield from _pressure(report)
 
@@ -227,6 +229,26 @@ def _cpu(report: pb.NodeReport) -> Iterator[Metric]:
         for mode in _CPU_MODES:
             _add(family, {"cpu": cpu.cpu, "mode": mode}, getattr(cpu, f"{mode}_seconds_total"))
     yield family
+
+
+# (family, HostSample field, type, help): node_exporter's stat and loadavg collectors.
+_HOST_SCALARS: Final = (
+    ("node_context_switches_total", "context_switches_total", "counter", "Total number of context switches."),
+    ("node_procs_running", "procs_running", "gauge", "Number of processes in runnable state."),
+    ("node_procs_blocked", "procs_blocked", "gauge", "Number of processes blocked waiting for I/O to complete."),
+    ("node_load1", "load1", "gauge", "1m load average."),
+    ("node_load5", "load5", "gauge", "5m load average."),
+    ("node_load15", "load15", "gauge", "15m load average."),
+)
+
+
+def _stat_and_load(report: pb.NodeReport) -> Iterator[Metric]:
+    host = report.host
+    for name, field, kind, doc in _HOST_SCALARS:
+        if host.HasField(field):
+            family = _family(name, doc, kind)
+            _add(family, {}, float(getattr(host, field)))
+            yield family
 
 
 def _memory(report: pb.NodeReport) -> Iterator[Metric]:

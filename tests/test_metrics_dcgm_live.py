@@ -52,6 +52,7 @@ def _state() -> FakeNvmlState:
         g.util_gpu, g.util_mem, g.util_enc, g.util_dec = 10 + 10 * i, 5 + i, i, 2 * i
         g.mem_used, g.mem_reserved = (1024 + 100 * i) * MIB, 512 * MIB
         g.pcie_replay = i
+        g.pcie_tx_bytes, g.pcie_rx_bytes = 10**12 + 4096 * i, 2 * 10**12 + 1024 * i + 100
         g.remap_cor, g.remap_unc, g.remap_failure = i, i % 2, int(i == 7)
         g.gpm_sm_active, g.gpm_sm_occupancy, g.gpm_tensor = 20 + i, 30 + i, 40 + i
         g.gpm_gr_active, g.gpm_dram = 50 + i, 60 + i
@@ -73,6 +74,8 @@ EXPECTED: dict[str, Expected] = {
     "DCGM_FI_DEV_GPU_TEMP": lambda i, g: g.temp,
     "DCGM_FI_DEV_POWER_USAGE": lambda i, g: g.power_mw / 1000,
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda i, g: g.energy_mj,
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": lambda i, g: g.pcie_tx_bytes // 1024,
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": lambda i, g: g.pcie_rx_bytes // 1024,
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda i, g: g.pcie_replay,
     "DCGM_FI_DEV_GPU_UTIL": lambda i, g: g.util_gpu,
     "DCGM_FI_DEV_MEM_COPY_UTIL": lambda i, g: g.util_mem,

@@ -74,7 +74,7 @@ def node_exporter_text(tree: Path) -> Iterator[str]:
          f"--path.sysfs={tree / 'sys'}", "--collector.disable-defaults", "--collector.netdev",
          "--no-collector.netdev.netlink", "--collector.netdev.device-exclude=^$", "--collector.netclass",
          "--collector.infiniband", "--collector.diskstats", "--collector.pressure", "--collector.cpu",
-         "--collector.meminfo"],
+         "--collector.meminfo", "--collector.stat", "--collector.loadavg"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
