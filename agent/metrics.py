@@ -1,14 +1,15 @@
 """The agent's own ``/metrics`` (``nodeagent run --metrics-listen``), for sites that scrape nodes.
 
 Off the sampling path: the loop only publishes each finished report (one reference assignment);
-a scrape reads that report, the spool's counters and the sender's state when it comes. Three
-groups of families, each of which can be turned off:
+a scrape reads that report, the spool's counters and the sender's state. The page is written
+on the first scrape after a tick and served as it is until the next one. Four groups of
+families, each of which can be turned off:
 
 - ``gpu``: dcgm-exporter's families and labels (agent/metrics_dcgm.py);
 - ``nvlink``: nodeagent's per-link NVLink bytes, errors and state, with the same labels and
   ``link`` (dcgm-exporter gives none by default; 18 links x 8 GPUs is most of the page);
-- ``node``: node_exporter's network, InfiniBand, disk, pressure, CPU and memory families
-  (agent/metrics_node.py);
+- ``node``: node_exporter's network, InfiniBand, disk, pressure, CPU, stat, load and memory
+  families (agent/metrics_node.py);
 - ``agent``: nodeagent's own: its health (reports produced, spool, acknowledgement lag, the
   sender's stream, every collector's duration and success in the last tick), the highways as a
   share of link speed, and the latest sample's key values under ``nodeagent_agent_*``.
