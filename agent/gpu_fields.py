@@ -24,6 +24,8 @@ FI_RETIRED_SBE: Final = 29  # retired_pages.single_bit_ecc.count (GPUs before Am
 FI_RETIRED_DBE: Final = 30  # retired_pages.double_bit.count
 FI_RETIRED_PENDING: Final = 31  # retired_pages.pending
 FI_NVLINK_CRC_DATA_ERROR_COUNT_L0: Final = 39  # ..44: data CRC errors of links 0-5 (link in the id, not the scope)
+FI_MEMORY_TEMP: Final = 82  # temperature.memory, C
+FI_TOTAL_ENERGY_CONSUMPTION: Final = 83  # mJ since the driver loaded
 FI_NVLINK_LINK_COUNT: Final = 91
 FI_PCIE_REPLAY_COUNTER: Final = 94  # pcie.replay_counter (nvidia-smi -q)
 FI_NVLINK_CRC_DATA_ERROR_COUNT_L6: Final = 102  # ..107: links 6-11; later links have no data-CRC field
@@ -56,21 +58,25 @@ NVLINK_BYTE_SOURCES: Final = (
 _DEVICE_FIELDS: Final = (
     FI_PCIE_COUNT_RX_BYTES, FI_PCIE_COUNT_TX_BYTES, FI_PCIE_REPLAY_COUNTER, FI_ECC_DBE_VOL_TOTAL,
     FI_ECC_DBE_AGG_TOTAL, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_POWER_INSTANT,
+    FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_MEMORY_TEMP, FI_TOTAL_ENERGY_CONSUMPTION,
 )  # fmt: skip
 _LINK_FIELDS: Final = (
     FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC,
 )  # fmt: skip
 
 # ---- GPM metric ids (nvml.h nvmlGpmMetricId_t) ---------------------------------------------------
+GPM_GRAPHICS_UTIL: Final = 1  # % of time the graphics engine was active
 GPM_SM_UTIL: Final = 2  # % of SMs busy: "SM activity"
 GPM_SM_OCCUPANCY: Final = 3  # % of warps resident vs the maximum
 GPM_ANY_TENSOR_UTIL: Final = 5
+GPM_DRAM_BW_UTIL: Final = 10  # % of peak DRAM bandwidth in use
 GPM_PCIE_TX_PER_SEC: Final = 20  # MiB/s
 GPM_PCIE_RX_PER_SEC: Final = 21
 GPM_NVLINK_TOTAL_RX_PER_SEC: Final = 60  # MiB/s, all links
 GPM_NVLINK_TOTAL_TX_PER_SEC: Final = 61
 GPM_METRICS: Final = (
-    GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_ANY_TENSOR_UTIL, GPM_PCIE_RX_PER_SEC, GPM_PCIE_TX_PER_SEC,
+    GPM_GRAPHICS_UTIL, GPM_DRAM_BW_UTIL, GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_ANY_TENSOR_UTIL,
+    GPM_PCIE_RX_PER_SEC, GPM_PCIE_TX_PER_SEC,
     GPM_NVLINK_TOTAL_RX_PER_SEC, GPM_NVLINK_TOTAL_TX_PER_SEC,
 )  # fmt: skip
 _MIB: Final = 1024 * 1024
@@ -156,6 +162,12 @@ def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> No
     _set(sample, "pcie_replay_total", get(FI_PCIE_REPLAY_COUNTER))
     _set(sample, "ecc_uncorrected_volatile_total", get(FI_ECC_DBE_VOL_TOTAL))
     _set(sample, "ecc_uncorrected_aggregate_total", get(FI_ECC_DBE_AGG_TOTAL))
+    _set(sample, "remapped_rows_correctable_total", get(FI_REMAPPED_COR))
+    _set(sample, "remapped_rows_uncorrectable_total", get(FI_REMAPPED_UNC))
+    _set(sample, "energy_millijoules_total", get(FI_TOTAL_ENERGY_CONSUMPTION))
+    memory_temp = get(FI_MEMORY_TEMP)
+    if memory_temp is not None:
+        sample.memory_temperature_celsius = float(memory_temp)
     pending, failure, power = get(FI_REMAPPED_PENDING), get(FI_REMAPPED_FAILURE), get(FI_POWER_INSTANT)
     if pending is not None:
         sample.remapped_rows_pending = bool(pending)
@@ -184,6 +196,8 @@ def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> No
 def fill_gpm(metrics: Mapping[int, float], sample: pb.GpuSample) -> None:
     """GPM metrics (percent, MiB/s) as ratios and bytes per second."""
     for metric, name, scale in (
+        (GPM_GRAPHICS_UTIL, "graphics_active_ratio", 0.01),
+        (GPM_DRAM_BW_UTIL, "dram_active_ratio", 0.01),
         (GPM_SM_UTIL, "sm_active_ratio", 0.01),
         (GPM_SM_OCCUPANCY, "sm_occupancy_ratio", 0.01),
         (GPM_ANY_TENSOR_UTIL, "tensor_active_ratio", 0.01),

@@ -51,9 +51,12 @@ class MetricsHttpServer:
         ssl_context: ssl.SSLContext | None = None,
         name: str = "nodeagent",
         guard: Guard | None = None,
+        metrics_gzip: Callable[[], bytes] | None = None,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
         self.metrics = metrics
+        # The page already gzipped, where its owner keeps one (the agent's changes once a tick).
+        self.metrics_gzip = metrics_gzip
         self.health = health
         self.ssl_context = ssl_context
         self.name = name
@@ -133,14 +136,19 @@ class MetricsHttpServer:
         return self.guard(token, environ.get(PEER_CERT_KEY))
 
     def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        wants_gzip = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
         try:
-            body = self.metrics()
+            if wants_gzip and self.metrics_gzip is not None:
+                body = self.metrics_gzip()
+            else:
+                body = self.metrics()
+                if wants_gzip:
+                    body = gzip.compress(body, compresslevel=GZIP_LEVEL)
         except Exception as err:
             log.error("metrics failed", error=f"{type(err).__name__}: {err}")
             return _reply(start_response, "500 Internal Server Error", b"metrics failed; see the log\n")
         headers = [("Content-Type", TEXT_CONTENT_TYPE)]
-        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
+        if wants_gzip:
             headers.append(("Content-Encoding", "gzip"))
         return _reply(start_response, "200 OK", body, headers)
 

@@ -46,6 +46,7 @@ NVML_SYMBOLS: Final[tuple[str, ...]] = (
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
     "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
     "nvmlGpmMetricsGet",
     "nvmlEventSetCreate", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceRegisterEvents",
@@ -285,7 +286,9 @@ class Gpu:
         if mem is None:
             return None
         reserved = int(mem.reserved) if symbol.endswith("_v2") else None
-        return MemoryInfo(total_bytes=int(mem.total), used_bytes=int(mem.used), reserved_bytes=reserved)
+        return MemoryInfo(
+            total_bytes=int(mem.total), used_bytes=int(mem.used), reserved_bytes=reserved, free_bytes=int(mem.free)
+        )
 
     def processes(self) -> list[ProcessUsage] | None:
         """nvidia-smi --query-compute-apps=pid,used_memory"""
@@ -307,6 +310,18 @@ class Gpu:
     def sm_clock_mhz(self) -> int | None:
         """clocks.sm"""
         return self._query("nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM)
+
+    def memory_clock_mhz(self) -> int | None:
+        """clocks.mem"""
+        return self._query(
+            "nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM, what="clock_mem"
+        )
+
+    def encoder_decoder_utilization(self) -> tuple[float | None, float | None]:
+        """utilization.encoder, utilization.decoder as 0..1 ratios (the sampling period is dropped)."""
+        enc = self._query("nvmlDeviceGetEncoderUtilization", pynvml.nvmlDeviceGetEncoderUtilization)
+        dec = self._query("nvmlDeviceGetDecoderUtilization", pynvml.nvmlDeviceGetDecoderUtilization)
+        return (None if enc is None else enc[0] / 100.0), (None if dec is None else dec[0] / 100.0)
 
     def pcie_link(self) -> tuple[int | None, int | None]:
         """pcie.link.gen.gpucurrent, pcie.link.width.current"""
@@ -387,14 +402,17 @@ class Gpu:
 
     # -- the boundary --
 
-    def _query(self, symbol: str, fn: Callable[..., _T], *args: Any) -> _T | None:
-        if self.lost or symbol in self.unsupported or not _enter(symbol):
+    def _query(self, symbol: str, fn: Callable[..., _T], *args: Any, what: str | None = None) -> _T | None:
+        # ``what`` names the query when one symbol answers several (clock types): a GPU that has
+        # no memory clock still has an SM clock.
+        what = what or symbol
+        if self.lost or what in self.unsupported or not _enter(symbol):
             return None
         try:
             return fn(self.handle, *args)
         except pynvml.NVMLError as err:
             if err.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-                self.unsupported.add(symbol)
+                self.unsupported.add(what)
             elif err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
                 self.lost = True
             else:

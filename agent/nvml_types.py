@@ -35,6 +35,7 @@ class MemoryInfo:
     total_bytes: int  # memory.total
     used_bytes: int  # memory.used
     reserved_bytes: int | None  # memory.reserved (None from the v1 call, which counts it as used)
+    free_bytes: int | None = None  # memory.free
 
 
 @dataclass(frozen=True, slots=True)

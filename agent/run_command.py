@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import platform
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,8 @@ _AGENT_STATUS_BYTES = 40
 # On a plain stop (SIGTERM, --deadline without --max-reports), how long to wait for last acks;
 # whatever is still unacknowledged stays in the on-disk spool for the next start.
 DRAIN_SECONDS = 2.0
+# dcgm-exporter's port: a scrape config written for it keeps working when the agent replaces it.
+DEFAULT_METRICS_PORT = 9400
 
 
 def _targets(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -57,24 +60,50 @@ def _targets(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...
 
 
 def _metrics_listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            parse_target(value, any_port=True)
-        except ValueError as err:
+    """``HOST:PORT``, or a bare ``HOST`` (``[V6]``) for dcgm-exporter's port, 9400."""
+    if value is None:
+        return None
+    try:
+        parse_target(value, any_port=True)
+        return value
+    except ValueError as err:
+        with_port = f"{value}:{DEFAULT_METRICS_PORT}"
+        if value.count(":") != 0 and not (value.startswith("[") and value.endswith("]")):
             raise click.BadParameter(str(err)) from err
-    return value
+        try:
+            parse_target(with_port, any_port=True)
+        except ValueError:
+            raise click.BadParameter(str(err)) from err
+        return with_port
 
 
-def _check_metrics_listen(listen: str | None, *, insecure: bool) -> None:
-    # The same stance as the collector's listeners: loopback, unless the operator says otherwise.
+def _check_metrics_listen(listen: str | None, *, insecure: bool, tls: bool = False) -> None:
+    # The same stance as the collector's listeners: loopback, or TLS, unless the operator says otherwise.
     if listen is None:
         return
     host, _port = parse_target(listen, any_port=True)
-    if is_loopback(host):
+    if is_loopback(host) or tls:
         return
     if not insecure:
-        raise ValueError(f"refusing /metrics on non-loopback address {host} without --metrics-insecure")
-    log.warning("serving /metrics on a non-loopback address (--metrics-insecure)", listen=listen)
+        raise ValueError(
+            f"refusing /metrics on non-loopback address {host} without --metrics-insecure"
+            " (or --metrics-tls-cert/--metrics-tls-key for HTTPS)"
+        )
+    log.warning("serving /metrics on a non-loopback address over plain HTTP (--metrics-insecure)", listen=listen)
+
+
+def _metrics_tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--metrics-tls-cert and --metrics-tls-key go together")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        raise ValueError(f"cannot load --metrics-tls-cert {cert} / --metrics-tls-key {key}: {err}") from err
+    return context
 
 
 def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
@@ -131,6 +160,23 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "--metrics-insecure", is_flag=True,
     help="Allow --metrics-listen on a non-loopback address (plain HTTP: anyone who reaches it reads the node's load).",
 )  # fmt: skip
+@click.option(
+    "--metrics-tls-cert", type=click.Path(path_type=Path), help="Serve /metrics over HTTPS with this certificate."
+)
+@click.option("--metrics-tls-key", type=click.Path(path_type=Path), help="Private key of --metrics-tls-cert.")
+@click.option("--metrics-gpu/--no-metrics-gpu", default=True, show_default=True, help="dcgm-exporter's GPU families.")
+@click.option(
+    "--metrics-nvlink/--no-metrics-nvlink", default=True, show_default=True,
+    help="nodeagent's per-link NVLink families (bytes, errors, state; dcgm-exporter has none by default).",
+)  # fmt: skip
+@click.option(
+    "--metrics-node/--no-metrics-node", default=True, show_default=True,
+    help="node_exporter's network, InfiniBand, disk, pressure, CPU and memory families.",
+)  # fmt: skip
+@click.option(
+    "--metrics-agent/--no-metrics-agent", default=True, show_default=True,
+    help="nodeagent's own families (health, delivery, highways, process).",
+)  # fmt: skip
 @collector_flags
 def run(
     collectors: tuple[str, ...],
@@ -156,6 +202,12 @@ def run(
     insecure: bool,
     metrics_listen: str | None,
     metrics_insecure: bool,
+    metrics_tls_cert: Path | None,
+    metrics_tls_key: Path | None,
+    metrics_gpu: bool,
+    metrics_nvlink: bool,
+    metrics_node: bool,
+    metrics_agent: bool,
     **flags: bool | None,
 ) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
@@ -166,7 +218,8 @@ def run(
     try:
         security.check()
         check_token_transport(collectors, security, insecure=insecure)
-        _check_metrics_listen(metrics_listen, insecure=metrics_insecure)
+        metrics_tls = _metrics_tls(metrics_tls_cert, metrics_tls_key)
+        _check_metrics_listen(metrics_listen, insecure=metrics_insecure, tls=metrics_tls is not None)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     config = agent_config(config_path, link_speed)
@@ -191,7 +244,9 @@ def run(
     _on_signals(stop)
     telemetry = AgentTelemetry(node_id, interval)
     try:
-        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors)
+        chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
+        groups = [group for group, on in chosen if on]
+        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors, groups, metrics_tls)
     except click.BadParameter:
         spool.close()
         source.close()
@@ -278,12 +333,21 @@ def _sanitize(report: pb.NodeReport) -> None:
 
 
 def _metrics_server(
-    listen: str | None, telemetry: AgentTelemetry, spool: Spool, sender: Sender, targets: tuple[str, ...]
+    listen: str | None,
+    telemetry: AgentTelemetry,
+    spool: Spool,
+    sender: Sender,
+    targets: tuple[str, ...],
+    groups: list[str],
+    tls: ssl.SSLContext | None,
 ) -> MetricsHttpServer | None:
     if listen is None:
         return None
-    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets))
-    http = MetricsHttpServer(listen, exposition.render, health=exposition.health, name="nodeagent")
+    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets), groups)
+    http = MetricsHttpServer(
+        listen, exposition.render, health=exposition.health, ssl_context=tls, name="nodeagent",
+        metrics_gzip=exposition.render_gzip,
+    )  # fmt: skip
     try:
         http.start()
     except OSError as err:

@@ -270,9 +270,9 @@ def test_counters_take_one_field_value_call_per_gpu_per_tick(
     counts.pop("nvmlEventSetWait_v2", None)  # the event thread's waits, not sampling
     assert counts["nvmlDeviceGetFieldValues"] == 8 * ticks
     per_gpu_per_tick = sum(counts.values()) / (8 * ticks)
-    # util, memory, processes, field values, clock reasons, temperature, SM clock, PCIe gen+width,
-    # GPM sample + metrics: 11, and nothing allocated per tick.
-    assert per_gpu_per_tick == 11
+    # util, encoder, decoder, memory, processes, field values, clock reasons, temperature, SM and
+    # memory clocks, PCIe gen+width, GPM sample + metrics: 14, and nothing allocated per tick.
+    assert per_gpu_per_tick == 14
     assert "nvmlGpmSampleAlloc" not in counts
 
 

@@ -29,6 +29,7 @@ from agent.sender import STREAM_METHOD, frame_report
 from tests.conftest import require
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
+from tests.promtool_lint import promtool_problems
 
 SHIPPED = REPO / "packaging" / "prometheus"
 STARVED, HEALTHY = "sim-ordinary-cloud", "sim-fast-cloud"
@@ -77,7 +78,8 @@ def test_promtool_accepts_the_collectors_metrics(fleet: Fleet) -> None:
 def test_promtool_accepts_the_agents_metrics(fleet: Fleet) -> None:
     text = _get(f"http://{fleet.agent_metrics}/metrics")
     assert _samples(text, "nodeagent_agent_reports_total")[0].value > 0
-    assert _promtool("check", "metrics", stdin=text) == ""
+    # Nothing but the naming lints dcgm-exporter's and node_exporter's own pages draw.
+    assert promtool_problems(text) == set()
 
 
 def test_promtool_accepts_the_shipped_config_and_rules_and_their_unit_tests() -> None:

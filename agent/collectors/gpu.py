@@ -209,6 +209,15 @@ class GpuCollector(Collector):
         if memory is not None:
             sample.memory_used_bytes = memory.used_bytes
             sample.memory_total_bytes = memory.total_bytes
+            if memory.free_bytes is not None:
+                sample.memory_free_bytes = memory.free_bytes
+            if memory.reserved_bytes is not None:
+                sample.memory_reserved_bytes = memory.reserved_bytes
+        encoder, decoder = gpu.encoder_decoder_utilization()
+        if encoder is not None:
+            sample.utilization_encoder_ratio = encoder
+        if decoder is not None:
+            sample.utilization_decoder_ratio = decoder
         for proc in gpu.processes() or ():
             pids.add(proc.pid)
             info = self._processes.info(proc.pid)
@@ -242,6 +251,9 @@ class GpuCollector(Collector):
         sm_clock = gpu.sm_clock_mhz()
         if sm_clock is not None:
             sample.sm_clock_mhz = sm_clock
+        memory_clock = gpu.memory_clock_mhz()
+        if memory_clock is not None:
+            sample.memory_clock_mhz = memory_clock
         generation, width = gpu.pcie_link()
         if generation is not None:
             sample.pcie_link_generation = generation

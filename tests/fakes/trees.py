@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+# ../shared beside the checkout; NODEAGENT_SHARED_FIXTURES points elsewhere (a worktree one level deeper).
+SHARED_FIXTURES = Path(os.environ.get("NODEAGENT_SHARED_FIXTURES") or REPO.parent / "shared" / "fixtures")
 
 NET_DEV_HEADER = (
     "Inter-|   Receive                                                |  Transmit\n"

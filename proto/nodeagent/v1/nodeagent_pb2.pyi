@@ -431,7 +431,7 @@ class NvLinkSample(_message.Message):
     def __init__(self, link: _Optional[int] = ..., active: _Optional[bool] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., replay_errors_total: _Optional[int] = ..., recovery_errors_total: _Optional[int] = ..., crc_flit_errors_total: _Optional[int] = ..., crc_data_errors_total: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("index", "uuid", "lost", "utilization_gpu_ratio", "utilization_memory_ratio", "memory_used_bytes", "memory_total_bytes", "processes", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "gpm_pcie_rx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", "gpm_nvlink_rx_bytes_per_second", "gpm_nvlink_tx_bytes_per_second", "pcie_rx_bytes_total", "pcie_tx_bytes_total", "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "pcie_link_generation", "pcie_link_width", "pcie_max_link_generation", "pcie_max_link_width", "pcie_replay_total", "nvlinks", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "clock_event_reasons", "clock_event_reason_names", "temperature_celsius", "power_watts", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_pending", "remapped_rows_failure", "sm_clock_mhz")
+    __slots__ = ("index", "uuid", "lost", "utilization_gpu_ratio", "utilization_memory_ratio", "memory_used_bytes", "memory_total_bytes", "processes", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "gpm_pcie_rx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", "gpm_nvlink_rx_bytes_per_second", "gpm_nvlink_tx_bytes_per_second", "pcie_rx_bytes_total", "pcie_tx_bytes_total", "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "pcie_link_generation", "pcie_link_width", "pcie_max_link_generation", "pcie_max_link_width", "pcie_replay_total", "nvlinks", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "clock_event_reasons", "clock_event_reason_names", "temperature_celsius", "power_watts", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_pending", "remapped_rows_failure", "sm_clock_mhz", "memory_free_bytes", "memory_reserved_bytes", "utilization_encoder_ratio", "utilization_decoder_ratio", "memory_temperature_celsius", "energy_millijoules_total", "memory_clock_mhz", "remapped_rows_correctable_total", "remapped_rows_uncorrectable_total", "graphics_active_ratio", "dram_active_ratio")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     LOST_FIELD_NUMBER: _ClassVar[int]
@@ -468,6 +468,17 @@ class GpuSample(_message.Message):
     REMAPPED_ROWS_PENDING_FIELD_NUMBER: _ClassVar[int]
     REMAPPED_ROWS_FAILURE_FIELD_NUMBER: _ClassVar[int]
     SM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_ENCODER_RATIO_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_DECODER_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_MILLIJOULES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_CORRECTABLE_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_UNCORRECTABLE_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GRAPHICS_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DRAM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     lost: bool
@@ -504,7 +515,18 @@ class GpuSample(_message.Message):
     remapped_rows_pending: bool
     remapped_rows_failure: bool
     sm_clock_mhz: int
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., lost: _Optional[bool] = ..., utilization_gpu_ratio: _Optional[float] = ..., utilization_memory_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., sm_active_ratio: _Optional[float] = ..., sm_occupancy_ratio: _Optional[float] = ..., tensor_active_ratio: _Optional[float] = ..., gpm_pcie_rx_bytes_per_second: _Optional[float] = ..., gpm_pcie_tx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_second: _Optional[float] = ..., pcie_rx_bytes_total: _Optional[int] = ..., pcie_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_second: _Optional[float] = ..., pcie_tx_bytes_per_second: _Optional[float] = ..., pcie_link_generation: _Optional[int] = ..., pcie_link_width: _Optional[int] = ..., pcie_max_link_generation: _Optional[int] = ..., pcie_max_link_width: _Optional[int] = ..., pcie_replay_total: _Optional[int] = ..., nvlinks: _Optional[_Iterable[_Union[NvLinkSample, _Mapping]]] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., clock_event_reason_names: _Optional[_Iterable[str]] = ..., temperature_celsius: _Optional[float] = ..., power_watts: _Optional[float] = ..., ecc_uncorrected_volatile_total: _Optional[int] = ..., ecc_uncorrected_aggregate_total: _Optional[int] = ..., remapped_rows_pending: _Optional[bool] = ..., remapped_rows_failure: _Optional[bool] = ..., sm_clock_mhz: _Optional[int] = ...) -> None: ...
+    memory_free_bytes: int
+    memory_reserved_bytes: int
+    utilization_encoder_ratio: float
+    utilization_decoder_ratio: float
+    memory_temperature_celsius: float
+    energy_millijoules_total: int
+    memory_clock_mhz: int
+    remapped_rows_correctable_total: int
+    remapped_rows_uncorrectable_total: int
+    graphics_active_ratio: float
+    dram_active_ratio: float
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., lost: _Optional[bool] = ..., utilization_gpu_ratio: _Optional[float] = ..., utilization_memory_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., sm_active_ratio: _Optional[float] = ..., sm_occupancy_ratio: _Optional[float] = ..., tensor_active_ratio: _Optional[float] = ..., gpm_pcie_rx_bytes_per_second: _Optional[float] = ..., gpm_pcie_tx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_second: _Optional[float] = ..., pcie_rx_bytes_total: _Optional[int] = ..., pcie_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_second: _Optional[float] = ..., pcie_tx_bytes_per_second: _Optional[float] = ..., pcie_link_generation: _Optional[int] = ..., pcie_link_width: _Optional[int] = ..., pcie_max_link_generation: _Optional[int] = ..., pcie_max_link_width: _Optional[int] = ..., pcie_replay_total: _Optional[int] = ..., nvlinks: _Optional[_Iterable[_Union[NvLinkSample, _Mapping]]] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., clock_event_reason_names: _Optional[_Iterable[str]] = ..., temperature_celsius: _Optional[float] = ..., power_watts: _Optional[float] = ..., ecc_uncorrected_volatile_total: _Optional[int] = ..., ecc_uncorrected_aggregate_total: _Optional[int] = ..., remapped_rows_pending: _Optional[bool] = ..., remapped_rows_failure: _Optional[bool] = ..., sm_clock_mhz: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_encoder_ratio: _Optional[float] = ..., utilization_decoder_ratio: _Optional[float] = ..., memory_temperature_celsius: _Optional[float] = ..., energy_millijoules_total: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., remapped_rows_correctable_total: _Optional[int] = ..., remapped_rows_uncorrectable_total: _Optional[int] = ..., graphics_active_ratio: _Optional[float] = ..., dram_active_ratio: _Optional[float] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("time_unix_seconds", "kind", "severity", "subject", "message", "attributes")

@@ -59,7 +59,9 @@ struct nvmlDevice_st {
     unsigned int remap_pending, remap_failure, remap_cor, remap_unc, gpm, link_count;
     unsigned long long retired_sbe, retired_dbe;
     unsigned int retired_pending;
-    double gpm_sm_active, gpm_sm_occupancy, gpm_tensor;
+    double gpm_sm_active, gpm_sm_occupancy, gpm_tensor, gpm_gr_active, gpm_dram;
+    unsigned int mem_clock, util_enc, util_dec, mem_temp;
+    unsigned long long energy_mj;
     fake_link links[MAX_LINKS];
     unsigned int nprocs;
     struct { unsigned int pid; unsigned long long mem; } procs[MAX_PROCS];
@@ -77,7 +79,7 @@ struct nvmlEventSet_st {
 struct nvmlGpmSample_st {
     unsigned int magic;
     int gpu, taken;
-    double t, sm_active, sm_occupancy, tensor;
+    double t, sm_active, sm_occupancy, tensor, gr_active, dram;
     unsigned long long pcie_rx, pcie_tx, nvl_rx_kib, nvl_tx_kib;
 };
 
@@ -192,7 +194,8 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
     U64(clock_reasons), U64(ecc_dbe_vol), U64(ecc_dbe_agg), U64(supported_events),
     U32(remap_pending), U32(remap_failure), U32(remap_cor), U32(remap_unc), U32(gpm), U32(link_count),
     U32(pcie_gen_gpu_max), U64(retired_sbe), U64(retired_dbe), U32(retired_pending),
-    DBL(gpm_sm_active), DBL(gpm_sm_occupancy), DBL(gpm_tensor),
+    DBL(gpm_sm_active), DBL(gpm_sm_occupancy), DBL(gpm_tensor), DBL(gpm_gr_active), DBL(gpm_dram),
+    U32(mem_clock), U32(util_enc), U32(util_dec), U32(mem_temp), U64(energy_mj),
 };
 
 #define LINK_U32(f) {#f, offsetof(fake_link, f), 4}
@@ -584,9 +587,30 @@ DEVICE_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, dev
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
     nvmlReturn_t r = enter_device("nvmlDeviceGetClockInfo", device);
     if (r == NVML_SUCCESS && !clock) r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS && type != NVML_CLOCK_SM && type != NVML_CLOCK_GRAPHICS) r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS) *clock = device->sm_clock;
+    if (r == NVML_SUCCESS && type != NVML_CLOCK_SM && type != NVML_CLOCK_GRAPHICS && type != NVML_CLOCK_MEM)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS) *clock = type == NVML_CLOCK_MEM ? device->mem_clock : device->sm_clock;
     return leave(r);
+}
+
+/* Encoder (1) or decoder (0) utilization; read after enter_device, which reloads the state. */
+static nvmlReturn_t codec_utilization(const char *symbol, int encoder, nvmlDevice_t device, unsigned int *util,
+                                      unsigned int *period_us) {
+    nvmlReturn_t r = enter_device(symbol, device);
+    if (r == NVML_SUCCESS && (!util || !period_us)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        *util = encoder ? device->util_enc : device->util_dec;
+        *period_us = 167000;
+    }
+    return leave(r);
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *util, unsigned int *period_us) {
+    return codec_utilization("nvmlDeviceGetEncoderUtilization", 1, device, util, period_us);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *util, unsigned int *period_us) {
+    return codec_utilization("nvmlDeviceGetDecoderUtilization", 0, device, util, period_us);
 }
 
 nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value) {
@@ -679,6 +703,8 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     case NVML_FI_DEV_RETIRED_DBE: set_ull(v, d->retired_dbe); return;
     case NVML_FI_DEV_RETIRED_PENDING: set_ui(v, d->retired_pending); return;
     case NVML_FI_DEV_POWER_INSTANT: set_ui(v, d->power_mw); return;
+    case NVML_FI_DEV_MEMORY_TEMP: set_ui(v, d->mem_temp); return;
+    case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: set_ull(v, d->energy_mj); return;
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: {
         int tx = f == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
@@ -777,6 +803,8 @@ nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
         sample->sm_active = device->gpm_sm_active;
         sample->sm_occupancy = device->gpm_sm_occupancy;
         sample->tensor = device->gpm_tensor;
+        sample->gr_active = device->gpm_gr_active;
+        sample->dram = device->gpm_dram;
         sample->pcie_rx = device->pcie_rx_bytes;
         sample->pcie_tx = device->pcie_tx_bytes;
         sample->nvl_rx_kib = sample->nvl_tx_kib = 0;
@@ -812,6 +840,8 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
         case NVML_GPM_METRIC_SM_UTIL: x->value = b->sm_active; break;
         case NVML_GPM_METRIC_SM_OCCUPANCY: x->value = b->sm_occupancy; break;
         case NVML_GPM_METRIC_ANY_TENSOR_UTIL: x->value = b->tensor; break;
+        case NVML_GPM_METRIC_GRAPHICS_UTIL: x->value = b->gr_active; break;
+        case NVML_GPM_METRIC_DRAM_BW_UTIL: x->value = b->dram; break;
         case NVML_GPM_METRIC_PCIE_RX_PER_SEC: x->value = per_second_mib(a->pcie_rx, b->pcie_rx, dt, 1); break;
         case NVML_GPM_METRIC_PCIE_TX_PER_SEC: x->value = per_second_mib(a->pcie_tx, b->pcie_tx, dt, 1); break;
         case NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: x->value = per_second_mib(a->nvl_rx_kib, b->nvl_rx_kib, dt, 1024); break;

@@ -72,7 +72,12 @@ class GpuState:
     util_mem: int = 0
     power_mw: int = 65_000
     sm_clock: int = 1410
+    mem_clock: int = 1593
     temp: int = 34
+    mem_temp: int = 40
+    energy_mj: int = 0  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    util_enc: int = 0  # percent
+    util_dec: int = 0
     pcie_gen_max: int = 4  # what the link can reach in this slot (nvmlDeviceGetMaxPcieLinkGeneration)
     pcie_width_max: int = 16
     pcie_gen_gpu_max: int = 4  # what the GPU itself supports (nvmlDeviceGetGpuMaxPcieLinkGeneration)
@@ -97,6 +102,8 @@ class GpuState:
     gpm_sm_active: float = 0.0
     gpm_sm_occupancy: float = 0.0
     gpm_tensor: float = 0.0
+    gpm_gr_active: float = 0.0
+    gpm_dram: float = 0.0
     links: list[LinkState] = field(default_factory=list)
     procs: dict[int, int] = field(default_factory=dict)
     unsupported: set[str] = field(default_factory=set)
@@ -132,11 +139,13 @@ class FakeNvmlState:
     driver: str = "570.133.20"
     nvml_version: str = "12.570.133.20"
     cuda: int = 12080
-    clock: float = 1000.0
+    # The fake's time for GPM; None: its own monotonic clock (a live agent that samples on its own).
+    clock: float | None = 1000.0
     init_error: int = 0
     events: list[tuple[int, int, str, int]] = field(default_factory=list)
 
     def advance(self, seconds: float) -> None:
+        assert self.clock is not None, "the fake runs on its monotonic clock"
         self.clock += seconds
 
     def inject_event(self, gpu: int, kind: str, data: int = 0) -> None:
@@ -157,7 +166,7 @@ class FakeNvmlState:
             f"driver {self.driver}",
             f"nvml_version {self.nvml_version}",
             f"cuda {self.cuda}",
-            f"clock {self.clock!r}",
+            *([f"clock {self.clock!r}"] if self.clock is not None else []),
             f"init_error {self.init_error}",
             f"gpus {len(self.gpus)}",
         ]

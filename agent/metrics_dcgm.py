@@ -1,0 +1,233 @@
+"""GPU families in dcgm-exporter's names, types, units, help and labels, from the latest tick.
+
+The families are dcgm-exporter's default counters (etc/default-counters.csv) and its profiling set
+(etc/dcp-metrics-included.csv, plus SM activity, occupancy and NVLink bytes): the same names, the
+same units (percent for the DEV_*_UTIL families, MiB for framebuffer memory, W, mJ, MHz, 0..1
+ratios and bytes per second for PROF_*), the same labels (``gpu``, ``UUID``, ``pci_bus_id``,
+``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``). Values come from the report
+the sampling loop made; a scrape never calls NVML. Where a GPU did not give a value (no GPM before
+Hopper, a field its driver lacks, a lost GPU), that GPU has no sample in the family: never a zero
+that was not measured.
+
+Per-link NVLink bytes and errors, which dcgm-exporter leaves out by default, are nodeagent's own
+families beside them, with a ``link`` label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+from prometheus_client.core import Metric
+
+_MIB: Final = 1024 * 1024
+Getter = Callable[[pb.GpuSample], float | None]
+
+
+def _opt(name: str, scale: float = 1.0) -> Getter:
+    def get(gpu: pb.GpuSample) -> float | None:
+        return float(getattr(gpu, name)) * scale if gpu.HasField(name) else None
+
+    return get
+
+
+def _mib(name: str) -> Getter:
+    # DCGM reports whole MiB (it divides NVML's bytes by 2^20).
+    def get(gpu: pb.GpuSample) -> float | None:
+        return float(getattr(gpu, name) // _MIB) if gpu.HasField(name) else None
+
+    return get
+
+
+def _kib(name: str) -> Getter:
+    # NVML's PCIe byte counters, in the KB (1024 bytes) DCGM counts them in.
+    def get(gpu: pb.GpuSample) -> float | None:
+        return float(getattr(gpu, name) // 1024) if gpu.HasField(name) else None
+
+    return get
+
+
+def _nvlink_bandwidth_total(gpu: pb.GpuSample) -> float | None:
+    """Bytes over all links, both directions: per-link counters where the GPU has them, else the
+    report's per-GPU sums."""
+    links = [link for link in gpu.nvlinks if link.HasField("rx_bytes_total") or link.HasField("tx_bytes_total")]
+    if links:
+        return float(sum(link.rx_bytes_total + link.tx_bytes_total for link in links))
+    if gpu.HasField("nvlink_rx_bytes_total") or gpu.HasField("nvlink_tx_bytes_total"):
+        return float(gpu.nvlink_rx_bytes_total + gpu.nvlink_tx_bytes_total)
+    return None
+
+
+def _row_remap_failure(gpu: pb.GpuSample) -> float | None:
+    return (1.0 if gpu.remapped_rows_failure else 0.0) if gpu.HasField("remapped_rows_failure") else None
+
+
+# (name, type, help as dcgm-exporter's CSV has it, value of one GPU)
+GPU_FAMILIES: Final[tuple[tuple[str, str, str, Getter], ...]] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", _opt("sm_clock_mhz")),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", _opt("memory_clock_mhz")),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", _opt("memory_temperature_celsius")),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", _opt("temperature_celsius")),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", _opt("power_watts")),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).",
+     _opt("energy_millijoules_total")),
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter", "Total number of bytes transmitted through PCIe TX (in KB) via NVML.",
+     _kib("pcie_tx_bytes_total")),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter", "Total number of bytes received through PCIe RX (in KB) via NVML.",
+     _kib("pcie_rx_bytes_total")),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", _opt("pcie_replay_total")),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", _opt("utilization_gpu_ratio", 100.0)),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", _opt("utilization_memory_ratio", 100.0)),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", _opt("utilization_encoder_ratio", 100.0)),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", _opt("utilization_decoder_ratio", 100.0)),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _mib("memory_free_bytes")),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", _mib("memory_used_bytes")),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", _mib("memory_reserved_bytes")),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes.",
+     _nvlink_bandwidth_total),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors",
+     _opt("remapped_rows_uncorrectable_total")),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors",
+     _opt("remapped_rows_correctable_total")),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", _row_remap_failure),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
+     _opt("graphics_active_ratio")),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.",
+     _opt("sm_active_ratio")),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.",
+     _opt("sm_occupancy_ratio")),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.",
+     _opt("tensor_active_ratio")),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data.", _opt("dram_active_ratio")),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+     "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - "
+     "in bytes per second.", _opt("gpm_pcie_tx_bytes_per_second")),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+     "The rate of data received over the PCIe bus - including both protocol headers and data payloads - "
+     "in bytes per second.", _opt("gpm_pcie_rx_bytes_per_second")),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge",
+     "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+     _opt("gpm_nvlink_tx_bytes_per_second")),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge",
+     "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+     _opt("gpm_nvlink_rx_bytes_per_second")),
+)  # fmt: skip
+
+XID_FAMILY: Final = "DCGM_FI_DEV_XID_ERRORS"
+
+# dcgm-exporter's counters keep their names without "_total" (and promtool's naming lint flags
+# them, as it does dcgm-exporter's own output); the exposition writes their TYPE lines as they are.
+DCGM_COUNTERS: Final = tuple(name for name, kind, _, _ in GPU_FAMILIES if kind == "counter")
+
+_LINK_ERRORS: Final = (
+    ("replay", "replay_errors_total", "replay (DL replay)"),
+    ("recovery", "recovery_errors_total", "recovery (DL recovery)"),
+    ("crc_flit", "crc_flit_errors_total", "flit CRC"),
+    ("crc_data", "crc_data_errors_total", "data CRC"),
+)
+
+
+def gpu_labels(info: pb.NodeInfo | None, node_id: str) -> dict[int, dict[str, str]]:
+    """dcgm-exporter's labels of each GPU, by index."""
+    if info is None:
+        return {}
+    hostname = info.hostname or node_id
+    driver = info.gpu.driver_version
+    return {
+        g.index: {
+            "gpu": str(g.index),
+            "UUID": g.uuid,
+            "pci_bus_id": g.pci_bus_id,
+            "device": f"nvidia{g.index}",
+            "modelName": g.name,
+            "Hostname": hostname,
+            "DCGM_FI_DRIVER_VERSION": driver,
+        }
+        for g in info.gpu.gpus
+    }
+
+
+def job_labels(gpu: pb.GpuSample) -> dict[str, str]:
+    """The job of the first process on the GPU that has one. The agent knows a pod by its UID and a
+    container by its id (from the cgroup); names need the kubelet and are not read."""
+    for process in gpu.processes:
+        job = process.job
+        labels = {}
+        if job.slurm_job_id:
+            labels["hpc_job"] = job.slurm_job_id
+        if job.k8s_pod_uid:
+            labels["pod_uid"] = job.k8s_pod_uid
+        if job.container_id:
+            labels["container_id"] = job.container_id
+        if labels:
+            return labels
+    return {}
+
+
+def _counter_safe(name: str, kind: str, doc: str) -> Metric:
+    # Metric takes a counter's name without "_total" (the exposition adds it to HELP and TYPE,
+    # which render() takes off again for DCGM names); samples carry the exact name.
+    return Metric(name.removesuffix("_total") if kind == "counter" else name, doc, kind)
+
+
+def dcgm_families(
+    report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]], last_xid: Mapping[int, int]
+) -> Iterator[Metric]:
+    gpus = [(g, {**labels_by_gpu[g.index], **job_labels(g)}) for g in report.gpus if g.index in labels_by_gpu]
+    live = [(g, labels) for g, labels in gpus if not g.lost]
+    for name, kind, doc, get in GPU_FAMILIES:
+        family = Metric(name, doc, kind)
+        for gpu, labels in live:
+            value = get(gpu)
+            if value is not None:
+                family.add_sample(name, labels, value)
+        yield family
+    xid = Metric(XID_FAMILY, "Value of the last XID error encountered.", "gauge")
+    for gpu, labels in live:
+        # The agent watches XID events from its start: 0 until one comes, as DCGM shows.
+        xid.add_sample(XID_FAMILY, labels, float(last_xid.get(gpu.index, 0)))
+    yield xid
+
+
+def nvlink_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]]) -> Iterator[Metric]:
+    """nodeagent's per-link NVLink families, with the GPU's dcgm-exporter labels and ``link``."""
+    gpus = [
+        (g, {**labels_by_gpu[g.index], **job_labels(g)})
+        for g in report.gpus
+        if g.index in labels_by_gpu and not g.lost and g.nvlinks
+    ]
+    yield from _per_link(gpus)
+
+
+def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[Metric]:
+    rx = _counter_safe(
+        "nodeagent_gpu_nvlink_receive_bytes_total", "counter", "Bytes received on the NVLink (payload), per link."
+    )
+    tx = _counter_safe(
+        "nodeagent_gpu_nvlink_transmit_bytes_total", "counter", "Bytes sent on the NVLink (payload), per link."
+    )
+    # One family per error kind (not a "kind" label): each link's label set is then written once.
+    errors = [
+        (
+            _counter_safe(f"nodeagent_gpu_nvlink_{kind}_errors_total", "counter", f"NVLink {doc} errors, per link."),
+            field,
+        )
+        for kind, field, doc in _LINK_ERRORS
+    ]
+    up = Metric("nodeagent_gpu_nvlink_up", "1 when the NVLink is active.", "gauge")
+    for gpu, labels in gpus:
+        for link in gpu.nvlinks:
+            link_labels = {**labels, "link": str(link.link)}
+            if link.HasField("active"):
+                up.add_sample(up.name, link_labels, 1.0 if link.active else 0.0)
+            if link.HasField("rx_bytes_total"):
+                rx.add_sample(rx.name + "_total", link_labels, float(link.rx_bytes_total))
+            if link.HasField("tx_bytes_total"):
+                tx.add_sample(tx.name + "_total", link_labels, float(link.tx_bytes_total))
+            for family, field in errors:
+                if link.HasField(field):
+                    family.add_sample(family.name + "_total", link_labels, float(getattr(link, field)))
+    yield from (rx, tx, up)
+    yield from (family for family, _ in errors)
