@@ -12,22 +12,21 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
-
-from agent import __version__
-from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
-from agent.collectors import Roots, available
-from agent.config import SECTIONS, effective_sections
-from agent.derive import snapshot
-from agent.diag.command import diag_command
-from agent.kernel_files import raise_open_file_limit
-from agent.log import configure_logging
-from agent.plain import to_plain
-from agent.record_cli import record
-from agent.render import render
-from agent.run_command import run as run_command
-from agent.sampler import Sampler
-from agent.settings import ConfiguredGroup, Layout
-from agent.settings_show import config_command
+from nodeagent.agent import __version__
+from nodeagent.agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.collectors import Roots, available
+from nodeagent.agent.config import SECTIONS, effective_sections
+from nodeagent.agent.derive import snapshot
+from nodeagent.agent.diag.command import diag_command
+from nodeagent.agent.kernel_files import raise_open_file_limit
+from nodeagent.agent.plain import to_plain
+from nodeagent.agent.record_cli import record
+from nodeagent.agent.render import render
+from nodeagent.agent.run_command import run as run_command
+from nodeagent.agent.sampler import Sampler
+from nodeagent.core.log import configure_logging
+from nodeagent.core.settings.framework import ConfiguredGroup, Layout
+from nodeagent.core.settings.show import config_command
 
 EXIT_USAGE = 2
 

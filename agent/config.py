@@ -1,7 +1,7 @@
 """The agent's own sections of its configuration file: what the kernel cannot tell and the operator can.
 
 ``[link_speeds]`` and ``rescan_seconds``. The file's other keys are command settings (flags),
-checked by ``agent.settings``. An unknown key, a wrong type or an impossible value is a
+checked by ``nodeagent.core.settings.framework``. An unknown key, a wrong type or an impossible value is a
 ``ConfigError`` whose message names the file, the key and what was expected, in one line.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.units import RateError, parse_link_rate
+from nodeagent.core.units import RateError, parse_link_rate
 
 # Top-level keys of agent.toml that belong here rather than to a command's flags.
 SECTIONS = frozenset({"link_speeds", "rescan_seconds"})
@@ -60,7 +60,7 @@ def config_from_mapping(raw: Mapping[str, Any], source: str = "<config>") -> Age
 
 
 def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The sections checked, with their defaults: ``agent.settings.Layout.check_sections``."""
+    """The sections checked, with their defaults: ``nodeagent.core.settings.framework.Layout.check_sections``."""
     config = config_from_mapping(raw, source=source)
     return {"link_speeds": dict(config.link_speeds), "rescan_seconds": config.rescan_seconds}
 

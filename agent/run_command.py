@@ -19,23 +19,22 @@ from types import FrameType
 
 import click
 import structlog
+from nodeagent.agent import sd_notify
+from nodeagent.agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.collectors import Roots
+from nodeagent.agent.delivery.sender import Sender
+from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
+from nodeagent.agent.kernel_files import raise_open_file_limit
+from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.sampler import Sampler
+from nodeagent.core.metrics_http import MetricsHttpServer
+from nodeagent.core.transport.channel import ClientSecurity, parse_target
+from nodeagent.core.transport.security import is_loopback
+from nodeagent.core.wire.identity import check_node_id
+from nodeagent.core.wire.validate import repair
+from nodeagent.tools.simulator import UnknownScenarioError
+from nodeagent.tools.simulator.source import SimulatedSampler
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent import sd_notify
-from agent.channel import ClientSecurity, parse_target
-from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
-from agent.collectors import Roots
-from agent.identity import check_node_id
-from agent.kernel_files import raise_open_file_limit
-from agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-from agent.metrics_http import MetricsHttpServer
-from agent.sampler import Sampler
-from agent.sender import Sender
-from agent.simulator import UnknownScenarioError
-from agent.simulator.source import SimulatedSampler
-from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
-from collector.security import is_loopback
-from collector.validate import repair
 
 log = structlog.get_logger("nodeagent.run")
 

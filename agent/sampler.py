@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable, Sequence
 
 import structlog
+from nodeagent.agent import __version__
+from nodeagent.agent.collectors import Collector, Roots, SourceContext, available
+from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.kernel_files import KernelFiles
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent import __version__
-from agent.collectors import Collector, Roots, SourceContext, available
-from agent.config import AgentConfig
-from agent.kernel_files import KernelFiles
 
 log = structlog.get_logger("nodeagent.sampler")
 

@@ -10,14 +10,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.report_rules import NodeRules
+from nodeagent.collector.alerts.signals import AlertSignal
+from nodeagent.collector.detector.config import DetectorConfig
+from nodeagent.collector.detector.node import NodeDetector
+from nodeagent.collector.detector.verdict import CAUSES, STATES, NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from collector.alert_config import AlertConfig
-from collector.alert_rules import NodeRules
-from collector.alert_types import AlertSignal
-from collector.detector import NodeDetector
-from collector.detector_config import DetectorConfig
-from collector.verdict import CAUSES, STATES, NodeVerdict
 
 
 @dataclass(frozen=True, slots=True)

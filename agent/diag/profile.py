@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from agent.units import RateError, parse_link_rate
+from nodeagent.core.units import RateError, parse_link_rate
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2
@@ -301,4 +301,4 @@ def _section(name: str, table: object, source: str) -> Any:
 
 
 def _profiles_dir() -> Any:
-    return resources.files("agent.diag") / "profiles"
+    return resources.files("nodeagent.agent.diag") / "profiles"
