@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from nodeagent.agent.collectors import UnknownCollectorError, available, enabled_names
 from nodeagent.agent.config import AgentConfig, ConfigError, load_config, parse_link_speed_flag
 

@@ -13,14 +13,15 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from nodeagent.agent import __version__
-from nodeagent.agent.delivery.sender import Sender
-from nodeagent.agent.delivery.spool import Spool
-from nodeagent.v1 import nodeagent_pb2 as pb
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from nodeagent import __version__
+from nodeagent.agent.delivery.sender import Sender
+from nodeagent.agent.delivery.spool import Spool
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 # /healthz fails when no tick has completed for this many intervals (and at least this long).
 STALE_INTERVALS: Final = 3

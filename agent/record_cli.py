@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import click
+
 from nodeagent.agent.collectors import Roots, enabled_names
 from nodeagent.agent.config import AgentConfig, ConfigError, load_config
 from nodeagent.agent.kernel_files import raise_open_file_limit

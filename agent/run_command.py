@@ -19,6 +19,7 @@ from types import FrameType
 
 import click
 import structlog
+
 from nodeagent.agent import sd_notify
 from nodeagent.agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
 from nodeagent.agent.collectors import Roots

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import structlog
-from nodeagent.agent import __version__
+
+from nodeagent import __version__
 from nodeagent.agent.collectors import Collector, Roots, SourceContext, available
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.kernel_files import KernelFiles

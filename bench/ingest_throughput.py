@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+
 from nodeagent.tools.simulator import Simulation
 
 REPO = Path(__file__).resolve().parent.parent

@@ -26,6 +26,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from prometheus_client import generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector, CollectorRegistry
+
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.detector.config import DetectorConfig
@@ -34,10 +39,6 @@ from nodeagent.collector.ingest.report_path import Ingest, NodeState
 from nodeagent.collector.ingest.store import NodeRow, StoreWriter
 from nodeagent.collector.metrics_fleet import FleetMetrics
 from nodeagent.tools.simulator import Simulation
-from prometheus_client import generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector, CollectorRegistry
 
 T = TypeVar("T")
 

@@ -16,13 +16,14 @@ from typing import NoReturn
 
 import click
 import structlog
-from nodeagent.agent import __version__
-from nodeagent.agent.cli import run_cli
+
+from nodeagent import __version__
 from nodeagent.collector.client import client_options, query
 from nodeagent.collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from nodeagent.collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
 from nodeagent.collector.ingest.server import DEFAULT_MAX_MESSAGE_BYTES, CollectorServer, HttpListenError, ServerConfig
 from nodeagent.collector.replay_cli import replay
+from nodeagent.core.command_line import run_cli
 from nodeagent.core.log import configure_logging
 from nodeagent.core.settings.framework import ConfiguredGroup, Layout
 from nodeagent.core.settings.show import config_command

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 import grpc
+
 from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc

@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 import structlog
-from nodeagent.agent import __version__
-from nodeagent.collector.ingest.flush_stats import Histogram
-from nodeagent.collector.metrics_fleet import FleetMetrics
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from nodeagent import __version__
+from nodeagent.collector.ingest.flush_stats import Histogram
+from nodeagent.collector.metrics_fleet import FleetMetrics
 
 if TYPE_CHECKING:
     from nodeagent.collector.ingest.server import CollectorServer

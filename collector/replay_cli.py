@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
 from nodeagent.collector.replay import Replay
 from nodeagent.core.trace import TraceError, TraceProblem, read_trace

@@ -19,6 +19,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import structlog
+
 from nodeagent.core.transport.channel import parse_target
 
 log = structlog.get_logger("nodeagent.http")

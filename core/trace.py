@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import IO, BinaryIO
 
 from google.protobuf import json_format
+
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # A longer line is not a report of any node we know (an 8-GPU report is a few kB of JSON).

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from nodeagent.collector.client import fetch
 from nodeagent.collector.fleet_view import alert_rows, node_rows, render_fleet
 from nodeagent.core.transport.channel import ClientSecurity

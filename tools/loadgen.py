@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import grpc
-from nodeagent.agent.delivery.sender import STREAM_METHOD, frame_report
+
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report, passthrough
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -193,7 +194,7 @@ async def _open(
     reconnects in that case, and so does the load generator, counting it."""
     for attempt in range(5):
         call: _Call = channel.stream_stream(
-            STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString
+            STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
         )(metadata=spec.security.metadata())
 
         async def read_acks(call: _Call = call) -> None:
@@ -230,7 +231,3 @@ def _report_pool(scenario: str) -> tuple[pb.NodeInfo, list[bytes]]:
         report.ClearField("node_id")
         reports.append(report.SerializeToString())
     return simulation.info(), reports
-
-
-def _identity(data: bytes) -> bytes:
-    return data

@@ -23,14 +23,13 @@ from dataclasses import dataclass
 
 import grpc
 import structlog
+
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.sender")
-
-STREAM_METHOD = "/nodeagent.v1.Ingest/Stream"
-_REPORT_TAG = b"\x12"  # AgentMessage.report: field 2, length-delimited
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +49,6 @@ def rendezvous_order(node_id: str, targets: Sequence[str]) -> list[str]:
         return hashlib.blake2b(f"{node_id}\0{target}".encode(), digest_size=8).digest()
 
     return sorted(dict.fromkeys(targets), key=weight, reverse=True)
-
-
-def frame_report(data: bytes) -> bytes:
-    """An ``AgentMessage(report=...)`` around an already serialized report, without re-encoding it."""
-    return _REPORT_TAG + _varint(len(data)) + data
 
 
 class Sender:
@@ -154,7 +148,7 @@ class Sender:
             if not await self._connected(channel):
                 return False
             call = channel.stream_stream(
-                STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString
+                STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
             )(metadata=self.security.metadata())
             await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
             self.connected_to = target
@@ -256,19 +250,6 @@ class _Progress:
 
 class _StreamStalledError(Exception):
     pass
-
-
-def _identity(data: bytes) -> bytes:
-    return data
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _describe(err: BaseException) -> str:

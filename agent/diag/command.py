@@ -11,6 +11,7 @@ import os
 import sys
 
 import click
+
 from nodeagent.agent.cli_options import root_dir as readable_dir
 from nodeagent.agent.collectors import Roots
 from nodeagent.agent.diag.probe import ProbeOptions

@@ -22,6 +22,7 @@ from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
 from nodeagent.agent.gpu.processes import ProcessReader
+from nodeagent.core.wire.clock_events import clock_event_reason_names
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _ARCHITECTURES = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin"}
@@ -235,7 +236,7 @@ class GpuCollector(Collector):
         reasons = gpu.clock_event_reasons()
         if reasons is not None:
             sample.clock_event_reasons = reasons
-            sample.clock_event_reason_names.extend(gpu_fields.clock_event_reason_names(reasons))
+            sample.clock_event_reason_names.extend(clock_event_reason_names(reasons))
         temperature = gpu.temperature_celsius()
         if temperature is not None:
             sample.temperature_celsius = float(temperature)

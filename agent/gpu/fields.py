@@ -1,5 +1,5 @@
 """What NVML's numbers mean: the field values one GPU is asked for each tick, the GPM metrics,
-the clock-event reason bits, and where each lands in a ``GpuSample``.
+and where each lands in a ``GpuSample``.
 
 All of a GPU's counters come from ONE nvmlDeviceGetFieldValues call per tick. Ids are nvml.h's
 (13.x) ``NVML_FI_DEV_*`` and ``NVML_GPM_METRIC_*``; NVIDIA guarantees field ids never change. No
@@ -75,29 +75,7 @@ GPM_METRICS: Final = (
 )  # fmt: skip
 _MIB: Final = 1024 * 1024
 
-# ---- Clock-event reasons (nvmlClocksEventReason*), named as nvidia-smi's clocks_event_reasons.* --
-CLOCK_EVENT_REASONS: Final = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal_slowdown"),
-    (0x040, "hw_thermal_slowdown"),
-    (0x080, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-)
-# Reasons that mean the GPU is slowed by heat or power, not by its workload.
-THROTTLE_REASONS: Final = frozenset(
-    {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_power_cap"}
-)
-
-
-def clock_event_reason_names(mask: int) -> list[str]:
-    """clocks_event_reasons.*: the names of the bits set in ``mask``."""
-    return [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+# ---- Clock-event reasons: nodeagent.core.wire.clock_events (the collector reads them too) ---
 
 
 # ---- Scan ----------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 import pynvml
+
 from nodeagent.agent.gpu.nvml_types import DriverInfo, GpuEvent, Identity, MemoryInfo, ProcessUsage, Utilization
 
 _T = TypeVar("_T")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nodeagent.agent.gpu.fields import THROTTLE_REASONS
 from nodeagent.core import rates
+from nodeagent.core.wire.clock_events import THROTTLE_REASONS
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 Row = dict[str, Any]

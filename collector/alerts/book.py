@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import structlog
+
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, rfc3339
 

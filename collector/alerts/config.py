@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from nodeagent.agent.gpu.fields import CLOCK_EVENT_REASONS
 from nodeagent.core.settings.tables import check_table
 from nodeagent.core.units import RateError, parse_link_rate
+from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 
 _REASON_BITS = {name: bit for bit, name in CLOCK_EVENT_REASONS}
 

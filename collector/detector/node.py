@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 
-from nodeagent.agent.gpu.fields import CLOCK_EVENT_REASONS
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.collector.detector.gpu_track import GpuTrack
 from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
 from nodeagent.collector.detector.verdict import DATA_CAUSES, GpuVerdict, NodeVerdict, majority_cause, node_state
+from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 ALERT_NAME = "GPUDataStarved"

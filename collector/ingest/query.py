@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+
 from nodeagent.collector.detector.verdict import NodeVerdict
 from nodeagent.collector.ingest.report_path import Ingest
 from nodeagent.core.transport.security import token_ok

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
+
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.detector.config import DetectorConfig

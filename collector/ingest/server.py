@@ -20,6 +20,7 @@ import structlog
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.ingest.query import QueryService

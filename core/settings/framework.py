@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from nodeagent.core.settings.values import SettingsError, from_env, from_file, shown
 
 ENV_PREFIX = "NODEAGENT_"

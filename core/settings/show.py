@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 from click.core import ParameterSource
+
 from nodeagent.core.settings.framework import (
     COMMAND_TABLE,
     CONFIG_ENV,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
 from nodeagent.core.transport.channel import read_token
 
 

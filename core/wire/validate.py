@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+
 from nodeagent.core.wire.identity import NODE_ID_RE
 from nodeagent.v1 import nodeagent_pb2 as pb
 

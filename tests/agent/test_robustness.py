@@ -7,7 +7,6 @@ from pathlib import Path
 from nodeagent.agent.collectors import Roots
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.derive import snapshot
-
 from tests.fakes.trees import NET_DEV_HEADER, write_tree
 
 GOOD_NET_DEV = (

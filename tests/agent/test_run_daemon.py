@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 
 import grpc
+
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
-
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.trees import REPO
 

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from nodeagent.agent.delivery.sender import STREAM_METHOD, frame_report
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
 from nodeagent.collector import metrics as collector_metrics
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
@@ -30,10 +32,8 @@ from nodeagent.collector.ingest.store import StoreWriter
 from nodeagent.collector.metrics_fleet import FleetMetrics
 from nodeagent.collector.metrics_text import TextFamily, format_value, label, render
 from nodeagent.core.transport.security import ServerSecurity
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.tools.simulator import Simulation
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
-
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO

@@ -23,9 +23,9 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from nodeagent.agent.delivery.sender import STREAM_METHOD, frame_report
 from prometheus_client.parser import text_string_to_metric_families
 
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from tests.conftest import require
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO

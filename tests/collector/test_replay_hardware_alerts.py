@@ -9,7 +9,6 @@ from pathlib import Path
 
 from nodeagent.core.trace import format_report
 from nodeagent.tools.simulator import Simulation
-
 from tests.fakes.trees import REPO
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_validate import ValidationError, latest_version, validate
-from nodeagent.agent.config import config_from_mapping
 
+from nodeagent.agent.config import config_from_mapping
 from tests.fakes.trees import REPO
 
 K8S = REPO / "packaging" / "k8s"

@@ -5,6 +5,7 @@ timings, so they are asserted here."""
 from __future__ import annotations
 
 import pytest
+
 from nodeagent.tools.accuracy import Summary, TraceResult, score_trace, summarize
 from nodeagent.tools.simulator.suite import SUITE, suite
 

@@ -7,6 +7,7 @@ import itertools
 import statistics
 
 import pytest
+
 from nodeagent.agent.derive import snapshot
 from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation, UnknownScenarioError
 from nodeagent.tools.simulator.model import flow

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from nodeagent.agent import __version__
+from nodeagent import __version__
 
 if TYPE_CHECKING:
     from nodeagent.collector.alerts.book import Alert, Transition

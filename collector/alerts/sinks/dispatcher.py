@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
+
 from nodeagent.collector.alerts.sinks.base import Sink
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
+
 from nodeagent.collector.alerts.sinks.base import HttpPoster, RetryPolicy, SinkError
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ The expected figures are node_exporter's and prometheus/procfs's own (see
 from __future__ import annotations
 
 import pytest
+
 from nodeagent.agent.collectors import Roots
 from nodeagent.agent.derive import snapshot
 from nodeagent.v1 import nodeagent_pb2 as pb

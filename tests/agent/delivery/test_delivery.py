@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from nodeagent.agent.delivery.segments import decode_all
-
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 
 FAST = ["--interval", "0.03", "--no-collector.gpu"]

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import grpc
+
 from nodeagent.agent.delivery.sender import Sender, SenderConfig
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.core.transport.channel import ClientSecurity

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from nodeagent.agent.delivery.segments import HEADER_BYTES, Record, SegmentStore, decode_all, encode
 from nodeagent.agent.delivery.spool import Spool
 

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from nodeagent.agent.diag import run as diag_run
 from nodeagent.agent.diag.profile import builtin_profiles, load_profile
-
 from tests.fakes.diag import host_tree, roots_args, run_diag
 from tests.fakes.trees import REPO
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from nodeagent.agent.gpu import nvml
 
+from nodeagent.agent.gpu import nvml
 from tests.fakes.diag import DiagRun, host_tree, roots_args, run_diag
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FI_RETIRED_DBE, FI_RETIRED_PENDING, FI_RETIRED_SBE, PROFILES, FakeNvmlState

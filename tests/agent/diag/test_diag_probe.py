@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nodeagent.agent.diag.probe import MIN_FILE_BYTES, ProbeError, ProbeOptions, run_probe
 
+from nodeagent.agent.diag.probe import MIN_FILE_BYTES, ProbeError, ProbeOptions, run_probe
 from tests.conftest import require, require_root_tools
 from tests.fakes.diag import host_tree, roots_args, run_diag
 from tests.fakes.iops_cap import IopsCapUnavailable, Wrap, iops_cap

@@ -11,10 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
 from nodeagent.agent.diag.checks.collector import check as collector_check
 from nodeagent.agent.diag.kernel_log import KMSG, XidRecord, parse_xids, pci_address, read_kernel_log
 from nodeagent.agent.diag.model import Status
-
 from tests.conftest import require
 from tests.fakes.diag import host_tree, roots_args, run_diag
 

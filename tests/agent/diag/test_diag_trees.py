@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from nodeagent.agent.collectors import Roots
 
+from nodeagent.agent.collectors import Roots
 from tests.fakes.diag import DiagRun, roots_args, run_diag
 from tests.fakes.trees import materialize, rewrite
 

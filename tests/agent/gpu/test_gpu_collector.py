@@ -8,12 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.collector import GpuCollector
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.v1 import nodeagent_pb2 as pb
-
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import PROFILES, a100_sxm4, a800_sxm4, h100_sxm5
 

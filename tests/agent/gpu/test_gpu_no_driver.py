@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from nodeagent.agent.gpu.collector import GpuCollector
 from nodeagent.agent.gpu.view import render_gpu_table
 from nodeagent.v1 import nodeagent_pb2 as pb
-
 from tests.fakes.nvml.plugin import FakeNvml
 
 NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so.1 not found)"

@@ -13,10 +13,11 @@ from typing import Any
 
 import pynvml
 import pytest
+
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.collector import GpuCollector
-
+from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from tests.conftest import require
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, exported_symbols, nvml_include_dir
 from tests.fakes.nvml.plugin import FakeNvml
@@ -142,7 +143,7 @@ def test_field_metric_and_reason_ids_are_nvml_h_ones() -> None:
         re.sub(r"(?<!^)(?=[A-Z])", "_", m[1]).lower(): int(m[2], 16)
         for m in re.findall(r"#define\s+nvmlClocks(Event|Throttle)Reason(\w+)\s+0x([0-9A-Fa-f]+)LL", header)
     }
-    for bit, name in gpu_fields.CLOCK_EVENT_REASONS:
+    for bit, name in CLOCK_EVENT_REASONS:
         assert reasons[name] == bit, name
 
 

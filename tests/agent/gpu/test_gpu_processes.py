@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from nodeagent.agent.gpu.processes import JobInfo, ProcessReader, parse_cgroup, parse_status_uid
 
 POD = "8dbc5577-d0e2-4706-8787-57d52c03ddf2"

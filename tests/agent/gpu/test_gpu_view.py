@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from nodeagent.agent.gpu.view import gpu_rows, render_gpu_table
 from nodeagent.v1 import nodeagent_pb2 as pb
 

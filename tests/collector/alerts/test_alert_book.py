@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from nodeagent.collector.alerts.book import FIRING, RESOLVED, UPDATED, AlertBook, fingerprint
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import SinkDispatcher
-
 from tests.fakes.alert_sinks import CapturingSink
 
 T0 = 1_800_000_000.0

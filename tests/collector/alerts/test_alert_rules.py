@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
@@ -323,7 +324,6 @@ def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_col
     import time as wall
 
     from nodeagent.agent.gpu.collector import GpuCollector
-
     from tests.fakes.nvml.state import a100_sxm4
 
     state = fake_nvml.load(a100_sxm4())

@@ -9,6 +9,8 @@ import time
 from datetime import datetime
 
 import pytest
+from structlog.testing import capture_logs
+
 from nodeagent.collector.alerts.book import AlertBook, Transition
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import (
@@ -21,8 +23,6 @@ from nodeagent.collector.alerts.sinks import (
     build_sinks,
 )
 from nodeagent.collector.alerts.sinks.webhook import IDEMPOTENCY_HEADER
-from structlog.testing import capture_logs
-
 from tests.fakes.alert_sinks import CapturingSink
 from tests.fakes.http_receiver import DROP, http_receiver
 

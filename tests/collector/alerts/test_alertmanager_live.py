@@ -10,7 +10,6 @@ from pathlib import Path
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import AlertmanagerSink, SinkDispatcher
-
 from tests.fakes.alertmanager import alerts as _alerts
 from tests.fakes.alertmanager import wait as _wait
 

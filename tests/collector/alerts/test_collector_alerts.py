@@ -8,9 +8,9 @@ import signal
 from pathlib import Path
 
 import grpc
-from nodeagent.agent.delivery.sender import STREAM_METHOD, frame_report
-from nodeagent.v1 import nodeagent_pb2 as pb
 
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
+from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, cli, free_port, processes, wait_for
 
 

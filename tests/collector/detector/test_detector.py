@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from nodeagent.collector.detector.config import DetectorConfigError, VolumeLimits
 from nodeagent.collector.detector.node import ALERT_NAME, DetectorConfig, NodeDetector
 from nodeagent.collector.detector.verdict import NodeVerdict

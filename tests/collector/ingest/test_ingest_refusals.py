@@ -16,9 +16,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from nodeagent.agent.delivery.sender import STREAM_METHOD, frame_report
-from nodeagent.v1 import nodeagent_pb2 as pb
 
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
+from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import Agent, Collector, free_port, processes
 from tests.fakes.trees import REPO

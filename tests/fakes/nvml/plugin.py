@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from nodeagent.agent.collectors import Roots, SourceContext
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.collector import GpuCollector
 from nodeagent.agent.kernel_files import KernelFiles
-
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, build_fake_nvml
 from tests.fakes.nvml.state import FakeNvmlState
 

@@ -11,6 +11,7 @@ import json
 import sys
 
 from google.protobuf.json_format import MessageToDict
+
 from nodeagent.agent.collectors import Roots, SourceContext
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.gpu import nvml
