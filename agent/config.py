@@ -7,13 +7,12 @@ checked by ``nodeagent.core.settings.framework``. An unknown key, a wrong type o
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.core.units import RateError, parse_link_rate
+from nodeagent.core.settings.tables import link_rate, read_toml
 
 # Top-level keys of agent.toml that belong here rather than to a command's flags.
 SECTIONS = frozenset({"link_speeds", "rescan_seconds"})
@@ -34,12 +33,7 @@ class AgentConfig:
 
 def load_config(path: Path) -> AgentConfig:
     """The sections of an agent configuration file (its other keys are the commands')."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    raw = read_toml(path, ConfigError)
     return config_from_mapping({k: v for k, v in raw.items() if k in SECTIONS}, source=str(path))
 
 
@@ -74,9 +68,4 @@ def parse_link_speed_flag(text: str) -> tuple[str, float]:
 
 
 def _rate(value: object, where: str) -> float:
-    if not isinstance(value, str):
-        raise ConfigError(f'{where}: expected a rate string such as "50G", got {value!r}')
-    try:
-        return parse_link_rate(value)
-    except RateError as err:
-        raise ConfigError(f"{where}: {err}") from err
+    return link_rate(value, where, ConfigError)

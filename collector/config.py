@@ -7,7 +7,6 @@ settings (``serve``'s flags at the top level), checked by ``nodeagent.core.setti
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
 from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
-from nodeagent.core.settings.tables import check_table
+from nodeagent.core.settings.tables import check_table, read_toml
 
 TABLES = ("alerts", "detector", "sinks")
 
@@ -43,14 +42,7 @@ def load_collector_config(path: Path | None, *, sink_overrides: Mapping[str, Any
     source = "<defaults>"
     if path is not None:
         source = str(path)
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as err:
-            raise CollectorConfigError(f"{path}: no such file") from err
-        except (OSError, UnicodeDecodeError) as err:
-            raise CollectorConfigError(f"{path}: cannot read: {err}") from err
-        except tomllib.TOMLDecodeError as err:
-            raise CollectorConfigError(f"{path}: not valid TOML: {err}") from err
+        raw = read_toml(path, CollectorConfigError)
     return config_from_mapping({k: v for k, v in raw.items() if k in TABLES}, source, sink_overrides=sink_overrides)
 
 

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from nodeagent.core.settings.tables import check_table
-from nodeagent.core.units import RateError, parse_link_rate
+from nodeagent.core.settings.tables import check_table, link_rate
 from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 
 _REASON_BITS = {name: bit for bit, name in CLOCK_EVENT_REASONS}
@@ -99,12 +98,7 @@ def _speeds(raw: object, where: str) -> dict[str, float]:
         raise AlertConfigError(f'{where}.nic_expected_speeds: expected a table of interface = "rate", got {raw!r}')
     out: dict[str, float] = {}
     for name, value in raw.items():
-        if not isinstance(value, str):
-            raise AlertConfigError(f'{where}.nic_expected_speeds.{name}: expected a rate such as "50G", got {value!r}')
-        try:
-            out[str(name)] = parse_link_rate(value)
-        except RateError as err:
-            raise AlertConfigError(f"{where}.nic_expected_speeds.{name}: {err}") from err
+        out[str(name)] = link_rate(value, f"{where}.nic_expected_speeds.{name}", AlertConfigError)
     return out
 
 

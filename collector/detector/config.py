@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from nodeagent.core.units import RateError, parse_link_rate
+from nodeagent.core.settings.tables import link_rate
 
 _THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
@@ -159,20 +157,6 @@ class DetectorConfig:
         return config
 
 
-def load_detector_config(path: Path) -> DetectorConfig:
-    """The ``[detector]`` table of a collector configuration file (defaults when it has none)."""
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as err:
-        raise DetectorConfigError(f"{path}: cannot read: {err.strerror}") from err
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise DetectorConfigError(f"{path}: not valid TOML: {err}") from err
-    table = raw.get("detector", {})
-    if not isinstance(table, Mapping):
-        raise DetectorConfigError(f"{path}: detector must be a table")
-    return DetectorConfig.from_mapping(table, source=f"{path} [detector]")
-
-
 def _number(value: object, source: str, key: str, *, allow_zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise DetectorConfigError(f"{source}: {key}: expected a number, got {value!r}")
@@ -189,10 +173,7 @@ def _capacities(value: object, source: str) -> dict[str, float]:
     for name, capacity in value.items():
         where = f"{key}.{name}"
         if isinstance(capacity, str):
-            try:
-                out[str(name)] = parse_link_rate(capacity)
-            except RateError as err:
-                raise DetectorConfigError(f"{source}: {where}: {err}") from err
+            out[str(name)] = link_rate(capacity, f"{source}: {where}", DetectorConfigError)
         else:
             out[str(name)] = _number(capacity, source, where, allow_zero=False)
     return out

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import click
 
+from nodeagent.core.settings.tables import read_toml
 from nodeagent.core.settings.values import SettingsError, from_env, from_file, shown
 
 ENV_PREFIX = "NODEAGENT_"
@@ -103,7 +103,7 @@ def resolve(root: ConfiguredGroup, ctx: click.Context, args: list[str], fallback
     path = list(_invoked(root, ctx, args))
     flagged = next((raw for _names, _cmd, raw in reversed(path) if raw is not None), None)
     file, file_source = _locate(layout, Path(flagged) if flagged is not None else fallback_file)
-    raw = _read(file) if file is not None else {}
+    raw = read_toml(file, SettingsError) if file is not None else {}
     values, origins, sections = _check_file(root, ctx, raw, str(file))
     for names, cmd, _raw in path:
         for name, (value, origin) in _env_values(cmd, _context(ctx, names, cmd)).items():
@@ -214,23 +214,6 @@ def _locate(layout: Layout, flagged: Path | None) -> tuple[Path | None, str]:
     if layout.default_file.exists():
         return layout.default_file, "default"
     return None, "none"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as err:
-        raise SettingsError(f"{path}: no such file") from err
-    except IsADirectoryError as err:
-        raise SettingsError(f"{path}: is a directory, expected a TOML file") from err
-    except OSError as err:
-        raise SettingsError(f"{path}: cannot read: {err.strerror}") from err
-    except UnicodeDecodeError as err:
-        raise SettingsError(f"{path}: not UTF-8 text (byte {err.start})") from err
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise SettingsError(f"{path}: not valid TOML: {err}") from err
 
 
 def _check_file(
