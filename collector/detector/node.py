@@ -26,7 +26,14 @@ from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.collector.detector.gpu_track import GpuTrack
 from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
-from nodeagent.collector.detector.verdict import DATA_CAUSES, GpuVerdict, NodeVerdict, majority_cause, node_state
+from nodeagent.collector.detector.verdict import (
+    DATA_CAUSES,
+    GpuVerdict,
+    NodeVerdict,
+    majority_cause,
+    node_state,
+    starved_causes,
+)
 from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -140,7 +147,7 @@ class NodeDetector:
 
     def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
         state = node_state(gpus)
-        cause = majority_cause(gpus)
+        cause = majority_cause(starved_causes(gpus))
         weights = [(g, w) for g in gpus if (w := self._tracks[g.index].window_seconds()) > 0]
         total = sum(w for _, w in weights)
         data = round(sum((g.starvation_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None

@@ -109,11 +109,24 @@ def node_state(gpus: tuple[GpuVerdict, ...]) -> str:
     return next((s for s in _NODE_STATE_ORDER if s in present), "idle")
 
 
-def majority_cause(gpus: tuple[GpuVerdict, ...]) -> str | None:
-    """The cause most starved GPUs share; ties go to the earlier cause in ``CAUSES``."""
-    counts = dict.fromkeys(CAUSES, 0)
+def majority_cause(votes: Mapping[str, int], latest: str | None = None) -> str | None:
+    """The cause with the most votes, None without any.
+
+    The one tie rule of the detector, for a GPU's window steps and for a node's GPUs alike: a tie
+    goes to ``latest`` (the cause of the most recent step) when it is among the tied, else to the
+    earlier cause in ``CAUSES``.
+    """
+    top = max(votes.values(), default=0)
+    if top <= 0:
+        return None
+    tied = [c for c in CAUSES if votes.get(c, 0) == top]
+    return latest if latest in tied else tied[0]
+
+
+def starved_causes(gpus: tuple[GpuVerdict, ...]) -> dict[str, int]:
+    """How many starved GPUs show each cause: the votes of a node's roll-up."""
+    votes: dict[str, int] = {}
     for g in gpus:
         if g.state == "starved" and g.cause is not None:
-            counts[g.cause] += 1
-    best = max(CAUSES, key=lambda c: counts[c])
-    return best if counts[best] else None
+            votes[g.cause] = votes.get(g.cause, 0) + 1
+    return votes

@@ -12,7 +12,7 @@ import math
 
 from nodeagent.collector.detector.config import DetectorConfig
 from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence
-from nodeagent.collector.detector.verdict import CAUSES
+from nodeagent.collector.detector.verdict import majority_cause
 
 
 class Step:
@@ -140,9 +140,5 @@ class Window:
         return math.sqrt(max(0.0, self.idle_sq / self.seconds - mean * mean) / self.ticks)
 
     def majority_cause(self) -> str:
-        """The cause most starved steps show; ties go to the latest step's, then to CAUSES order."""
-        if not self.causes:
-            return "unknown"
-        top = max(self.causes.values())
-        tied = [c for c in CAUSES if self.causes.get(c, 0) == top]
-        return self.latest_cause if self.latest_cause in tied else tied[0]
+        """The cause most starved steps show (``verdict.majority_cause``'s tie rule); ``unknown`` without."""
+        return majority_cause(self.causes, self.latest_cause) or "unknown"
