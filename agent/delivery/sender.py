@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 import grpc
 import structlog
@@ -198,7 +199,7 @@ class Sender:
             return False
         raise TimeoutError
 
-    async def _write_reports(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> None:
+    async def _write_reports(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> NoReturn:
         assert self._wake is not None
         cursor = self.spool.first_unacked_seq()
         while True:
@@ -216,7 +217,7 @@ class Sender:
                 progress.sent_seq = record.seq
                 cursor = record.seq + 1
 
-    async def _read_acks(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> None:
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> NoReturn:
         async for ack in call:
             if ack.epoch == self.spool.epoch:
                 self.spool.ack(ack.epoch, ack.acked_seq)
@@ -226,7 +227,7 @@ class Sender:
             progress.waiting_since = time.monotonic() if progress.sent_seq > progress.acked_seq else None
         raise ConnectionError("collector closed the stream")
 
-    async def _ack_watchdog(self, progress: _Progress) -> None:
+    async def _ack_watchdog(self, progress: _Progress) -> NoReturn:
         while True:
             await asyncio.sleep(1.0)
             since = progress.waiting_since

@@ -13,7 +13,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 import structlog
@@ -171,7 +171,6 @@ class CollectorServer:
         hello = self._parse(first)
         if hello is None or hello.WhichOneof("body") != "hello":
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "no_hello", "the first message must be hello")
-            return
         node_id = hello.hello.node_id
         try:
             check_hello(hello.hello)
@@ -206,7 +205,6 @@ class CollectorServer:
             message = self._parse(raw)
             if message is None or message.WhichOneof("body") != "report":
                 await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
-                return
             report = message.report
             try:
                 check_report(report, stream.node_id)
@@ -258,7 +256,8 @@ class CollectorServer:
 
     async def _refuse(
         self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
-    ) -> None:
+    ) -> NoReturn:
+        """Count and log the refusal, then end the stream: ``abort`` raises, so this never returns."""
         key = (code.name, reason)
         self.rejected[key] = self.rejected.get(key, 0) + 1
         log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
