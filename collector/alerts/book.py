@@ -28,12 +28,9 @@ from typing import Any, Final
 
 import structlog
 
+from nodeagent.collector.alerts.lifecycle import FIRING, RESOLVED, UPDATED, alert_labels, next_transition
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, rfc3339
-
-FIRING: Final = "firing"
-UPDATED: Final = "updated"
-RESOLVED: Final = "resolved"
 
 DEFAULT_RETENTION_SECONDS: Final = 7 * 86400.0
 _PRUNE_EVERY_SECONDS: Final = 3600.0
@@ -196,15 +193,21 @@ class AlertBook:
         out: list[Transition] = []
         for signal in signals:
             entry = self._firing.get((signal.name, signal.node_id, signal.key))
-            if signal.firing:
-                if entry is None:
-                    out.append(self._start(signal, now))
-                else:
-                    changed = self._continue(entry, signal, now)
-                    if changed is not None:
-                        out.append(changed)
-            elif entry is not None:
+            kind = next_transition(None if entry is None else entry.alert, signal)
+            if kind == FIRING:
+                out.append(self._start(signal, now))
+            elif entry is None:
+                continue
+            elif kind == UPDATED:
+                out.append(self._update(entry, signal, now))
+            elif kind == RESOLVED:
                 out.append(self._resolve(entry, now))
+            elif signal.annotations != entry.alert.annotations:
+                # Evidence moves every evaluation: kept current (sinks see it on the next re-send), no transition.
+                entry.alert = replace(entry.alert, annotations=dict(signal.annotations))
+                self._conn.execute(
+                    "UPDATE alerts SET annotations = ? WHERE id = ?", (_dumps(signal.annotations), entry.row_id)
+                )
         if now >= self._next_prune:
             self._prune(now)
         return out
@@ -288,7 +291,7 @@ class AlertBook:
             node_id=signal.node_id,
             key=signal.key,
             severity=signal.severity,
-            labels=_labels(signal),
+            labels=alert_labels(signal),
             annotations=dict(signal.annotations),
             starts_at=now,
             ends_at=None,
@@ -313,24 +316,16 @@ class AlertBook:
         self._firing[(alert.name, alert.node_id, alert.key)] = entry
         return self._record(entry, FIRING, None, now)
 
-    def _continue(self, entry: _Entry, signal: AlertSignal, now: float) -> Transition | None:
+    def _update(self, entry: _Entry, signal: AlertSignal, now: float) -> Transition:
         alert = entry.alert
-        labels = _labels(signal)
-        if signal.severity != alert.severity or labels != alert.labels:
-            entry.alert = replace(alert, severity=signal.severity, labels=labels, annotations=dict(signal.annotations))
-            entry.revision += 1
-            self._conn.execute(
-                "UPDATE alerts SET severity = ?, labels = ?, annotations = ?, revision = ? WHERE id = ?",
-                (signal.severity, _dumps(labels), _dumps(signal.annotations), entry.revision, entry.row_id),
-            )
-            return self._record(entry, UPDATED, alert, now)
-        if signal.annotations != alert.annotations:
-            # Evidence moves every evaluation: kept current (sinks see it on the next re-send), no transition.
-            entry.alert = replace(alert, annotations=dict(signal.annotations))
-            self._conn.execute(
-                "UPDATE alerts SET annotations = ? WHERE id = ?", (_dumps(signal.annotations), entry.row_id)
-            )
-        return None
+        labels = alert_labels(signal)
+        entry.alert = replace(alert, severity=signal.severity, labels=labels, annotations=dict(signal.annotations))
+        entry.revision += 1
+        self._conn.execute(
+            "UPDATE alerts SET severity = ?, labels = ?, annotations = ?, revision = ? WHERE id = ?",
+            (signal.severity, _dumps(labels), _dumps(signal.annotations), entry.revision, entry.row_id),
+        )
+        return self._record(entry, UPDATED, alert, now)
 
     def _resolve(self, entry: _Entry, now: float) -> Transition:
         del self._firing[(entry.alert.name, entry.alert.node_id, entry.alert.key)]
@@ -397,16 +392,6 @@ class _Entry:
     row_id: int
     alert: Alert
     revision: int
-
-
-def _labels(signal: AlertSignal) -> dict[str, str]:
-    labels = dict(signal.labels)
-    labels["alertname"] = signal.name
-    labels["node"] = signal.node_id
-    labels["severity"] = signal.severity
-    if signal.key:
-        labels["subject"] = signal.key
-    return labels
 
 
 def _alert_from_row(row: Sequence[Any]) -> Alert:

@@ -182,7 +182,7 @@ def test_replay_alerts_turns_signals_into_a_lifecycle() -> None:
     )  # fmt: skip
     assert [(t.time_unix_seconds, t.status) for t in transitions] == [
         (20.0, "firing"),
-        (40.0, "changed"),
+        (40.0, "updated"),
         (50.0, "resolved"),
     ]
     assert transitions[-1].labels["tier"] == "high"  # the resolved alert is the one that was firing
