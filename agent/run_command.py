@@ -27,6 +27,7 @@ from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 from nodeagent.agent.kernel_files import raise_open_file_limit
 from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.report_source import ReportSequence, ReportSource
 from nodeagent.agent.sampler import Sampler
 from nodeagent.core.metrics_http import MetricsHttpServer
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
@@ -167,16 +168,20 @@ def run(
         spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
     except OSError as err:
         raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
-    source: Sampler | SimulatedSampler
+    # The source stamps the reports; it carries on where the spool (and its disk segments) left off.
+    sequence = ReportSequence(spool.epoch, spool.next_seq)
+    source: ReportSource
     if scenario is not None:
         try:
-            source = SimulatedSampler(scenario, node_id=node_id, seed=seed, clock=_scaled_clock(time_scale))
+            source = SimulatedSampler(
+                scenario, node_id=node_id, sequence=sequence, seed=seed, clock=_scaled_clock(time_scale)
+            )
         except UnknownScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err
     else:
-        source = Sampler(names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
-    source.epoch = spool.epoch
-    source.seq = spool.next_seq - 1
+        source = Sampler(
+            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence
+        )
     sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
     stop = threading.Event()
     _on_signals(stop)
@@ -217,7 +222,7 @@ def run(
 
 
 def _sample_loop(
-    source: Sampler | SimulatedSampler,
+    source: ReportSource,
     spool: Spool,
     interval: float,
     stop: threading.Event,
@@ -285,7 +290,7 @@ def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: th
     return sender.wait_all_acked(time.monotonic() + DRAIN_SECONDS)
 
 
-def _hello(source: Sampler | SimulatedSampler, node_id: str) -> pb.NodeInfo:
+def _hello(source: ReportSource, node_id: str) -> pb.NodeInfo:
     hello = pb.NodeInfo()
     hello.CopyFrom(source.info)
     hello.node_id = node_id

@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from nodeagent.agent.derive import snapshot
+from nodeagent.agent.report_source import ReportSequence
 from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation, UnknownScenarioError
 from nodeagent.tools.simulator.model import flow
 from nodeagent.tools.simulator.source import SimulatedSampler
@@ -117,7 +118,9 @@ def test_truth_follows_the_time_structure() -> None:
 
 def test_simulated_sampler_behaves_like_the_sampler() -> None:
     now = [1_800_000_000.0]
-    sampler = SimulatedSampler("ordinary-cloud", node_id="sim-7", epoch=4, seed=2, clock=lambda: now[0])
+    sampler = SimulatedSampler(
+        "ordinary-cloud", node_id="sim-7", sequence=ReportSequence(4), seed=2, clock=lambda: now[0]
+    )
     first = sampler.tick()
     now[0] += 2.5
     second = sampler.tick()
@@ -127,4 +130,4 @@ def test_simulated_sampler_behaves_like_the_sampler() -> None:
     assert first.info.gpu.gpus[0].uuid == sampler.info.gpu.gpus[0].uuid
     assert second.time_unix_seconds == pytest.approx(1_800_000_002.5)
     assert second.nics[0].rx_bytes_total > first.nics[0].rx_bytes_total
-    assert sampler.node_id == "sim-7" and sampler.seq == 2
+    assert sampler.node_id == "sim-7" and sampler.sequence.last_seq == 2

@@ -7,20 +7,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent.agent.report_source import ReportSequence
 from nodeagent.tools.simulator.simulation import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class SimulatedSampler:
-    """Duck-types ``nodeagent.agent.sampler.Sampler``: ``node_id``, ``epoch``, ``seq``, ``info``, ``tick()``,
-    ``close()``."""
+    """The simulated ``ReportSource`` (``nodeagent.agent.report_source``)."""
 
     def __init__(
         self,
         scenario: str,
         *,
         node_id: str,
-        epoch: int = 1,
+        sequence: ReportSequence | None = None,
         seed: int = 0,
         clock: Callable[[], float] = time.time,
         gpus: int = 8,
@@ -30,8 +30,7 @@ class SimulatedSampler:
         self._last: float | None = None
         self.simulation = Simulation(scenario, node_id=node_id, seed=seed, start_time=clock(), gpus=gpus, **overrides)
         self.node_id = node_id
-        self.epoch = epoch
-        self.seq = 0
+        self.sequence = sequence or ReportSequence()
         self.info = self.simulation.info()
         self._info_sent = False
 
@@ -41,8 +40,7 @@ class SimulatedSampler:
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now if self._last is None else max(now, self._last)
         report = self.simulation.step(dt)
-        self.seq += 1
-        report.epoch, report.seq = self.epoch, self.seq
+        self.sequence.stamp(report)
         if not self._info_sent:
             report.info.CopyFrom(self.info)
             self._info_sent = True
