@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+from tests.fakes.trees import REPO
 from tests.packaging.test_packaging_deb import deb_build
 
 # Read in the fresh environment from the installed distribution's metadata: the top-level names
@@ -42,3 +44,16 @@ def test_installs_only_the_nodeagent_package(tmp_path: Path) -> None:
     assert (installed / "nodeagent" / "core" / "wire" / "validate.py").is_file()
     assert (installed / "nodeagent" / "agent" / "diag" / "profiles" / "8xH100-sxm-ib.toml").is_file()
     assert not (installed / "agent").exists() and not (installed / "collector").exists()
+
+
+def test_every_package_folder_is_in_the_distribution() -> None:
+    """pyproject lists the packages by name (package-dir maps them onto folders): a new folder with
+    an ``__init__.py`` that is not listed would be left out of the wheel and the .deb."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders: set[str] = set()
+    for package, folder in setuptools["package-dir"].items():
+        root = REPO / folder
+        for init in root.rglob("__init__.py"):
+            rel = init.parent.relative_to(root)
+            folders.add(".".join((package, *rel.parts)))
+    assert folders == set(setuptools["packages"])
