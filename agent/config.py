@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.core.settings.tables import link_rate, read_toml
+from nodeagent.core.settings.readers import link_rate, read_toml
 
 # Top-level keys of agent.toml that belong here rather than to a command's flags.
 SECTIONS = frozenset({"link_speeds", "rescan_seconds"})

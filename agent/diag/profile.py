@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from nodeagent.core.settings.tables import link_rate
+from nodeagent.core.settings.readers import link_rate
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from nodeagent.core.settings.tables import check_table, link_rate
+from nodeagent.core.settings.readers import link_rate
+from nodeagent.core.settings.tables import check_table
 from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 
 _REASON_BITS = {name: bit for bit, name in CLOCK_EVENT_REASONS}

@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from nodeagent.core.settings.tables import read_toml
+from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.values import SettingsError, from_env, from_file, shown
 
 ENV_PREFIX = "NODEAGENT_"
