@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo sample test lint typecheck system-deps bench proto deb deb-lock clean
+.PHONY: setup demo sample test lint typecheck link-tree system-deps bench proto deb deb-lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: setup
+# `nodeagent` spans several top-level folders (pyproject's package-dir), which mypy cannot map
+# and the editable install's import hook hides from it: one linked package under build/src.
+link-tree:
+	@.ci/link-tree
+
+typecheck: setup link-tree
 	$(BIN)/mypy
 	$(BIN)/mypy packaging/deb/build.py packaging/deb/lock.py
 	$(BIN)/mypy --python-version 3.10 packaging/deb/make_environment.py  # postinst runs it with any python3

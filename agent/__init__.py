@@ -1,3 +1,1 @@
-"""nodeagent: the per-node agent (sampling, spool, sender, diag)."""
-
-__version__ = "0.1.0"
+"""The per-node agent: sampling, delivery, diag, the sample and top views."""

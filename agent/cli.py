@@ -13,31 +13,22 @@ from typing import NoReturn
 
 import click
 
-from agent import __version__
-from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
-from agent.collectors import Roots, available
-from agent.config import SECTIONS, effective_sections
-from agent.derive import snapshot
-from agent.diag.command import diag_command
-from agent.kernel_files import raise_open_file_limit
-from agent.log import configure_logging
-from agent.plain import to_plain
-from agent.record_cli import record
-from agent.render import render
-from agent.run_command import run as run_command
-from agent.sampler import Sampler
-from agent.settings import ConfiguredGroup, Layout
-from agent.settings_show import config_command
-
-EXIT_USAGE = 2
-EXIT_RUNTIME = 1
-
-
-class RuntimeFailure(click.ClickException):
-    """Not the operator's input but the world (a collector that cannot be reached): one line, exit 1."""
-
-    exit_code = EXIT_RUNTIME
-
+from nodeagent import __version__
+from nodeagent.agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.collectors import Roots, available
+from nodeagent.agent.config import SECTIONS, effective_sections
+from nodeagent.agent.derive import snapshot
+from nodeagent.agent.diag.command import diag_command
+from nodeagent.agent.kernel_files import raise_open_file_limit
+from nodeagent.agent.plain import to_plain
+from nodeagent.agent.record_cli import record
+from nodeagent.agent.render import render
+from nodeagent.agent.run_command import run as run_command
+from nodeagent.agent.sampler import Sampler
+from nodeagent.core.command_line import run_cli
+from nodeagent.core.log import configure_logging
+from nodeagent.core.settings.framework import ConfiguredGroup, Layout
+from nodeagent.core.settings.show import config_command
 
 # agent.toml: `run`'s flags at the top level, other commands in [command.NAME], and the sections.
 AGENT_LAYOUT = Layout(
@@ -145,24 +136,3 @@ cli.add_command(diag_command)
 
 def main() -> NoReturn:
     sys.exit(run_cli(cli, "nodeagent"))
-
-
-def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
-    """Run a click group with one-line errors: ``prog: error: ...`` and status 2 (1 for a
-    ``RuntimeFailure``)."""
-    try:
-        # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
-        status = group.main(args=args, prog_name=prog, standalone_mode=False)
-    except click.exceptions.Exit as done:
-        return done.exit_code
-    except click.exceptions.Abort:
-        return 130
-    except click.ClickException as err:
-        message = " ".join(err.format_message().split())
-        sys.stderr.write(f"{prog}: error: {message}\n")
-        return EXIT_RUNTIME if isinstance(err, RuntimeFailure) else EXIT_USAGE
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    return status if isinstance(status, int) else 0

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from agent.collectors import UnknownCollectorError, available, enabled_names
-from agent.config import AgentConfig, ConfigError, load_config, parse_link_speed_flag
+from nodeagent.agent.collectors import UnknownCollectorError, available, enabled_names
+from nodeagent.agent.config import AgentConfig, ConfigError, load_config, parse_link_speed_flag
 
 
 def collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:

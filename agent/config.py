@@ -1,19 +1,18 @@
 """The agent's own sections of its configuration file: what the kernel cannot tell and the operator can.
 
 ``[link_speeds]`` and ``rescan_seconds``. The file's other keys are command settings (flags),
-checked by ``agent.settings``. An unknown key, a wrong type or an impossible value is a
+checked by ``nodeagent.core.settings.framework``. An unknown key, a wrong type or an impossible value is a
 ``ConfigError`` whose message names the file, the key and what was expected, in one line.
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.units import RateError, parse_link_rate
+from nodeagent.core.settings.readers import link_rate, read_toml
 
 # Top-level keys of agent.toml that belong here rather than to a command's flags.
 SECTIONS = frozenset({"link_speeds", "rescan_seconds"})
@@ -34,12 +33,7 @@ class AgentConfig:
 
 def load_config(path: Path) -> AgentConfig:
     """The sections of an agent configuration file (its other keys are the commands')."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    raw = read_toml(path, ConfigError)
     return config_from_mapping({k: v for k, v in raw.items() if k in SECTIONS}, source=str(path))
 
 
@@ -60,7 +54,7 @@ def config_from_mapping(raw: Mapping[str, Any], source: str = "<config>") -> Age
 
 
 def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The sections checked, with their defaults: ``agent.settings.Layout.check_sections``."""
+    """The sections checked, with their defaults: ``nodeagent.core.settings.framework.Layout.check_sections``."""
     config = config_from_mapping(raw, source=source)
     return {"link_speeds": dict(config.link_speeds), "rescan_seconds": config.rescan_seconds}
 
@@ -74,9 +68,4 @@ def parse_link_speed_flag(text: str) -> tuple[str, float]:
 
 
 def _rate(value: object, where: str) -> float:
-    if not isinstance(value, str):
-        raise ConfigError(f'{where}: expected a rate string such as "50G", got {value!r}')
-    try:
-        return parse_link_rate(value)
-    except RateError as err:
-        raise ConfigError(f"{where}: {err}") from err
+    return link_rate(value, where, ConfigError)

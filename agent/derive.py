@@ -1,7 +1,7 @@
 """A snapshot of the node for people and scripts: the report's counters and topology, and
 once two reports are at hand, the rates between them.
 
-Rates come from ``agent.rates``: a counter that went down gives no rate for that interval.
+Rates come from ``nodeagent.core.rates``: a counter that went down gives no rate for that interval.
 Every key carries its unit (``_bytes_per_second``, ``_ratio``, ``_seconds``).
 """
 
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeagent.agent.gpu.view import gpu_rows
+from nodeagent.agent.plain import to_plain
+from nodeagent.core.rates import delta, rate, ratio
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.gpu_view import gpu_rows
-from agent.plain import to_plain
-from agent.rates import delta, rate, ratio
 
 Snapshot = dict[str, Any]
 

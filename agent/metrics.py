@@ -23,18 +23,19 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from nodeagent.v1 import nodeagent_pb2 as pb
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent import __version__, rates
-from agent.metrics_dcgm import DCGM_COUNTERS, dcgm_families, gpu_labels, nvlink_families
-from agent.metrics_http import GZIP_LEVEL
-from agent.metrics_node import node_families
-from agent.sender import Sender
-from agent.spool import Spool
-from collector.metrics_text import escape, format_value
+from nodeagent import __version__
+from nodeagent.agent.delivery.sender import Sender
+from nodeagent.agent.delivery.spool import Spool
+from nodeagent.agent.metrics_dcgm import DCGM_COUNTERS, dcgm_families, gpu_labels, nvlink_families
+from nodeagent.agent.metrics_node import node_families
+from nodeagent.core import rates
+from nodeagent.core.metrics_http import GZIP_LEVEL
+from nodeagent.core.metrics_text import escape, format_value
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 FAMILY_GROUPS: Final = ("gpu", "nvlink", "node", "agent")
 

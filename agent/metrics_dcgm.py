@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
-from nodeagent.v1 import nodeagent_pb2 as pb
 from prometheus_client.core import Metric
+
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 _MIB: Final = 1024 * 1024
 Getter = Callable[[pb.GpuSample], float | None]

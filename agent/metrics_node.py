@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from nodeagent.v1 import nodeagent_pb2 as pb
 from prometheus_client.core import Metric
+
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 # (node_exporter suffix after node_network_, NicSample field)
 _NETDEV: Final = (

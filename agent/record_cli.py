@@ -19,12 +19,12 @@ from typing import IO, Any
 
 import click
 
-from agent.collectors import Roots, enabled_names
-from agent.config import AgentConfig, ConfigError, load_config
-from agent.kernel_files import raise_open_file_limit
-from agent.sampler import Sampler
-from agent.simulator import SCENARIOS, ScenarioError, Simulation
-from agent.trace import TraceWriter
+from nodeagent.agent.collectors import Roots, enabled_names
+from nodeagent.agent.config import AgentConfig, ConfigError, load_config
+from nodeagent.agent.kernel_files import raise_open_file_limit
+from nodeagent.agent.sampler import Sampler
+from nodeagent.core.trace import TraceWriter
+from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation
 
 _ROOT = click.Path(exists=True, file_okay=False, readable=True)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent.gpu_view import render_gpu_table
-from agent.units import format_bits
+from nodeagent.agent.gpu.view import render_gpu_table
+from nodeagent.core.units import format_bits
 
 Row = Sequence[str]
 Rows = list[Row]

@@ -20,23 +20,24 @@ from types import FrameType
 
 import click
 import structlog
-from nodeagent.v1 import nodeagent_pb2 as pb
 
-from agent import sd_notify
-from agent.channel import ClientSecurity, parse_target
-from agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
-from agent.collectors import Roots
-from agent.identity import check_node_id
-from agent.kernel_files import raise_open_file_limit
-from agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-from agent.metrics_http import MetricsHttpServer
-from agent.sampler import Sampler
-from agent.sender import Sender
-from agent.simulator import UnknownScenarioError
-from agent.simulator.source import SimulatedSampler
-from agent.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
-from collector.security import check_token_transport, is_loopback
-from collector.validate import repair
+from nodeagent.agent import sd_notify
+from nodeagent.agent.cli_options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.collectors import Roots
+from nodeagent.agent.delivery.sender import Sender
+from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
+from nodeagent.agent.kernel_files import raise_open_file_limit
+from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.report_source import ReportSequence, ReportSource
+from nodeagent.agent.sampler import Sampler
+from nodeagent.core.metrics_http import MetricsHttpServer
+from nodeagent.core.transport.channel import ClientSecurity, parse_target
+from nodeagent.core.transport.security import check_token_transport, is_loopback
+from nodeagent.core.wire.identity import check_node_id
+from nodeagent.core.wire.validate import repair
+from nodeagent.tools.simulator import UnknownScenarioError
+from nodeagent.tools.simulator.source import SimulatedSampler
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.run")
 
@@ -229,16 +230,20 @@ def run(
         spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
     except OSError as err:
         raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
-    source: Sampler | SimulatedSampler
+    # The source stamps the reports; it carries on where the spool (and its disk segments) left off.
+    sequence = ReportSequence(spool.epoch, spool.next_seq)
+    source: ReportSource
     if scenario is not None:
         try:
-            source = SimulatedSampler(scenario, node_id=node_id, seed=seed, clock=_scaled_clock(time_scale))
+            source = SimulatedSampler(
+                scenario, node_id=node_id, sequence=sequence, seed=seed, clock=_scaled_clock(time_scale)
+            )
         except UnknownScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err
     else:
-        source = Sampler(names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
-    source.epoch = spool.epoch
-    source.seq = spool.next_seq - 1
+        source = Sampler(
+            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence
+        )
     sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
     stop = threading.Event()
     _on_signals(stop)
@@ -281,7 +286,7 @@ def run(
 
 
 def _sample_loop(
-    source: Sampler | SimulatedSampler,
+    source: ReportSource,
     spool: Spool,
     interval: float,
     stop: threading.Event,
@@ -363,7 +368,7 @@ def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: th
     return sender.wait_all_acked(time.monotonic() + DRAIN_SECONDS)
 
 
-def _hello(source: Sampler | SimulatedSampler, node_id: str) -> pb.NodeInfo:
+def _hello(source: ReportSource, node_id: str) -> pb.NodeInfo:
     hello = pb.NodeInfo()
     hello.CopyFrom(source.info)
     hello.node_id = node_id

@@ -12,17 +12,20 @@ import time
 from collections.abc import Callable, Sequence
 
 import structlog
-from nodeagent.v1 import nodeagent_pb2 as pb
 
-from agent import __version__
-from agent.collectors import Collector, Roots, SourceContext, available
-from agent.config import AgentConfig
-from agent.kernel_files import KernelFiles
+from nodeagent import __version__
+from nodeagent.agent.collectors import Collector, Roots, SourceContext, available
+from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.kernel_files import KernelFiles
+from nodeagent.agent.report_source import ReportSequence
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.sampler")
 
 
 class Sampler:
+    """The live ``ReportSource``: the node's sources, read each tick."""
+
     def __init__(
         self,
         collectors: Sequence[str],
@@ -30,7 +33,7 @@ class Sampler:
         node_id: str | None = None,
         roots: Roots | None = None,
         config: AgentConfig | None = None,
-        epoch: int = 1,
+        sequence: ReportSequence | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.files = KernelFiles()
@@ -38,8 +41,7 @@ class Sampler:
         registry = available()
         self.collectors: list[Collector] = [registry[name](self.ctx) for name in collectors]
         self.node_id = node_id or platform.node()
-        self.epoch = epoch
-        self.seq = 0
+        self.sequence = sequence or ReportSequence()
         self.info = pb.NodeInfo()
         self._clock = clock
         self._last_scan: float | None = None
@@ -50,8 +52,8 @@ class Sampler:
         now = self._clock()
         if self._rescan_due(now):
             self._scan(now)
-        self.seq += 1
-        report = pb.NodeReport(node_id=self.node_id, epoch=self.epoch, seq=self.seq, time_unix_seconds=now)
+        report = pb.NodeReport(node_id=self.node_id, time_unix_seconds=now)
+        self.sequence.stamp(report)
         for collector in self.collectors:
             started = time.perf_counter()
             status = report.collectors.add(name=collector.name, success=True)

@@ -80,7 +80,8 @@ def main() -> None:
 def measure(env: dict[str, str], flags: list[str], seconds: float, repeat: int) -> dict[str, Any]:
     port = _free_port()
     command = [
-        sys.executable, "-m", "agent", "run", "--collector", f"127.0.0.1:{_free_port()}", "--node-id", "bench",
+        sys.executable, "-m", "nodeagent.agent", "run", "--collector", f"127.0.0.1:{_free_port()}",
+        "--node-id", "bench",
         "--interval", str(INTERVAL_SECONDS), "--metrics-listen", f"127.0.0.1:{port}", *flags,
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}/metrics"

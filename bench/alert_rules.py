@@ -26,12 +26,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "proto"))
 
+from nodeagent.collector.alerts.config import AlertConfig  # noqa: E402
+from nodeagent.collector.alerts.report_rules import NodeRules  # noqa: E402
 from nodeagent.v1 import nodeagent_pb2 as pb  # noqa: E402
-
-from collector.alert_config import AlertConfig  # noqa: E402
-from collector.alert_rules import NodeRules  # noqa: E402
 
 GPUS, LINKS, NICS, VIRTUAL_NICS, PORTS, DISKS, CORES = 8, 18, 4, 20, 8, 6, 64
 

@@ -18,12 +18,11 @@ import json
 import sys
 import time
 
+from nodeagent.collector.detector.node import DetectorConfig, NodeDetector
+from nodeagent.tools.accuracy import Summary, TraceResult, score_trace, summarize
+from nodeagent.tools.simulator import Simulation
+from nodeagent.tools.simulator.suite import suite
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.simulator import Simulation
-from agent.simulator.suite import suite
-from collector.accuracy import Summary, TraceResult, score_trace, summarize
-from collector.detector import DetectorConfig, NodeDetector
 
 TARGETS = {
     "starved_precision": (">=", 0.95),

@@ -24,12 +24,14 @@ PHASE_SECONDS=${1:-25}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
+# Uninstalled: the `nodeagent` package as links to its folders (build/src/nodeagent).
+.ci/link-tree
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
     { echo "device_check: could not install the carried wheels" >&2; exit 2; }
-  export PYTHONPATH=/tmp/site:$PWD:$PWD/proto
+  export PYTHONPATH=/tmp/site:$PWD/build/src:$PWD
 else
-  export PYTHONPATH=$PWD:$PWD/proto
+  export PYTHONPATH=$PWD/build/src:$PWD
 fi
 PY=${PYTHON:-python3}
 step() { echo; echo "== $* ($(date +%T))"; }
@@ -42,28 +44,28 @@ nvidia-smi nvlink -s 2>&1 | head -20
 $PY -c 'import sys, grpc, google.protobuf, pynvml; print(sys.version.split()[0], "grpc", grpc.__version__, "protobuf", google.protobuf.__version__)'
 
 step "nodeagent sample (every collector)"
-timeout 60 $PY -m agent sample --json --count 3 --interval 1 >"$OUT/sample.jsonl" 2>/tmp/sample.err
+timeout 60 $PY -m nodeagent.agent sample --json --count 3 --interval 1 >"$OUT/sample.jsonl" 2>/tmp/sample.err
 echo "rc=$? snapshots=$(wc -l <"$OUT/sample.jsonl")"
 tail -5 /tmp/sample.err
-timeout 60 $PY -m agent sample --count 2 --interval 1 2>&1 | tail -40
+timeout 60 $PY -m nodeagent.agent sample --count 2 --interval 1 2>&1 | tail -40
 
 step "nodeagent diag --profile 8xH200-sxm-ib"
-timeout 90 $PY -m agent diag --profile 8xH200-sxm-ib --json >"$OUT/diag.json" 2>/tmp/diag.err
+timeout 90 $PY -m nodeagent.agent diag --profile 8xH200-sxm-ib --json >"$OUT/diag.json" 2>/tmp/diag.err
 echo "rc=$?"
 tail -5 /tmp/diag.err
-timeout 90 $PY -m agent diag --profile 8xH200-sxm-ib --expect-gpus 1 --expect-nvlinks 0 2>&1 | tail -40
+timeout 90 $PY -m nodeagent.agent diag --profile 8xH200-sxm-ib --expect-gpus 1 --expect-nvlinks 0 2>&1 | tail -40
 
 step "end to end: collector + live agent"
 rm -f /tmp/nodeagent-device.db*
-$PY -m collector serve --listen 127.0.0.1:50551 --http-listen 127.0.0.1:9577 --db /tmp/nodeagent-device.db \
+$PY -m nodeagent.collector serve --listen 127.0.0.1:50551 --http-listen 127.0.0.1:9577 --db /tmp/nodeagent-device.db \
   >"$OUT/collector.log" 2>&1 &
 collector=$!
 sleep 2
-timeout 90 $PY -m agent run --collector 127.0.0.1:50551 --node-id h200-device --interval 0.5 \
+timeout 90 $PY -m nodeagent.agent run --collector 127.0.0.1:50551 --node-id h200-device --interval 0.5 \
   --max-reports 20 --deadline 60 2>/tmp/agent-run.err | tail -3
 echo "agent rc=${PIPESTATUS[0]}"
 tail -5 /tmp/agent-run.err
-timeout 30 $PY -m collector nodes --collector 127.0.0.1:50551 --json | tee "$OUT/nodes.json" | head -c 3000
+timeout 30 $PY -m nodeagent.collector nodes --collector 127.0.0.1:50551 --json | tee "$OUT/nodes.json" | head -c 3000
 echo
 $PY - <<'EOF' | head -40
 import urllib.request

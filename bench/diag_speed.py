@@ -45,7 +45,7 @@ def main() -> int:
             profile().write(state_path)
             env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_STATE": str(state_path)}
             for window in (1.0, 0.0):
-                command = [sys.executable, "-m", "agent", "diag", "--json", "--window", str(window)]
+                command = [sys.executable, "-m", "nodeagent.agent", "diag", "--json", "--window", str(window)]
                 if expect:
                     command += ["--profile", expect]
                 walls, exits = [], set()

@@ -63,7 +63,8 @@ def sample_during(seconds: float, workload: Any) -> tuple[list[dict[str, Any]], 
     try:
         agent = subprocess.run(
             [
-                sys.executable, "-m", "agent", "sample", "--json", "--count", str(int(seconds)), "--interval", "1",
+                sys.executable, "-m", "nodeagent.agent", "sample", "--json", "--count", str(int(seconds)),
+                "--interval", "1",
                 "--no-collector.netdev", "--no-collector.diskstats", "--no-collector.infiniband",
                 "--no-collector.cpu", "--no-collector.meminfo", "--no-collector.pressure", "--collector.gpu",
             ],

@@ -92,7 +92,7 @@ def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
     time.sleep(3.0)  # let the workload reach its steady state
     try:
         agent = subprocess.run(
-            [sys.executable, "-m", "agent", "run", "--collector", target, "--node-id", f"verdict-{name}",
+            [sys.executable, "-m", "nodeagent.agent", "run", "--collector", target, "--node-id", f"verdict-{name}",
              "--interval", "1", "--max-reports", str(seconds), "--deadline", str(seconds + 60)],
             cwd=REPO, capture_output=True, text=True, check=False, timeout=seconds + 90,
         )  # fmt: skip
@@ -102,7 +102,7 @@ def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
     if agent.returncode != 0:
         raise SystemExit(f"gpu_verdict: the agent failed in {name}: {agent.stderr.strip()[-500:]}")
     nodes = subprocess.run(
-        [sys.executable, "-m", "collector", "nodes", "--collector", target, "--json"],
+        [sys.executable, "-m", "nodeagent.collector", "nodes", "--collector", target, "--json"],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=30,
     )  # fmt: skip
     for node in json.loads(nodes.stdout):
@@ -134,7 +134,7 @@ def main() -> int:
         config.write_text(DETECTOR_TOML)
         port, http_port = _free_port(), _free_port()
         collector = subprocess.Popen(
-            [sys.executable, "-m", "collector", "serve", "--listen", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "nodeagent.collector", "serve", "--listen", f"127.0.0.1:{port}",
              "--http-listen", f"127.0.0.1:{http_port}", "--db", str(Path(tmp) / "c.db"), "--config", str(config)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
         )  # fmt: skip

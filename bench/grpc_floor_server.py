@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _ACK = pb.Ack(node_id="floor", epoch=1, acked_seq=1)

@@ -31,7 +31,7 @@ import psutil
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from agent.simulator import Simulation
+from nodeagent.tools.simulator import Simulation
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def main() -> None:
 
 
 def _collector(db: Path) -> list[str]:
-    return [sys.executable, "-m", "collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
+    return [sys.executable, "-m", "nodeagent.collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
             "--http-listen", "127.0.0.1:0", "--db", str(db)]  # fmt: skip
 
 
@@ -96,7 +96,7 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
         proc = psutil.Process(server.pid)
         before, main_before = _cpu(proc)
         done = subprocess.run(
-            [sys.executable, "-m", "collector", "loadgen", "--collector", address, "--nodes", str(load),
+            [sys.executable, "-m", "nodeagent.collector", "loadgen", "--collector", address, "--nodes", str(load),
              "--rate", "1", "--duration", str(seconds), "--processes", str(processes), "--json"],
             cwd=REPO, capture_output=True, text=True, check=True,
         )  # fmt: skip

@@ -4,7 +4,7 @@ Fills a collector's memory (a real ``Ingest`` on a scratch SQLite file) with N 8
 each have a detector verdict and window evidence (from the ordinary-cloud simulation: starved,
 every family present), then times, on this thread:
 
-- the fleet families written by ``collector.metrics_fleet`` (what /metrics serves);
+- the fleet families written by ``nodeagent.collector.metrics_fleet`` (what /metrics serves);
 - the same samples through prometheus_client's own encoder (the reference: what the families
   would cost written the library's way);
 - gzip level 1 of the text, as the HTTP server does when the scraper asks (Prometheus does).
@@ -31,14 +31,14 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent.simulator import Simulation
-from collector.alert_config import AlertConfig
-from collector.alerting import Alerting
-from collector.detector import NodeDetector
-from collector.detector_config import DetectorConfig
-from collector.ingest import Ingest, NodeState
-from collector.metrics_fleet import FleetMetrics
-from collector.store import NodeRow, StoreWriter
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.detector.config import DetectorConfig
+from nodeagent.collector.detector.node import NodeDetector
+from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.collector.ingest.store import NodeRow, StoreWriter
+from nodeagent.collector.metrics_fleet import FleetMetrics
+from nodeagent.tools.simulator import Simulation
 
 T = TypeVar("T")
 

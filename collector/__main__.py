@@ -1,3 +1,3 @@
-from collector.cli import main
+from nodeagent.collector.cli import main
 
 main()

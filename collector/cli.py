@@ -18,22 +18,12 @@ from typing import NoReturn
 import click
 import structlog
 
-from agent import __version__
-from agent.channel import parse_target
-from agent.cli import run_cli
-from agent.log import configure_logging
-from agent.settings import ConfiguredGroup, Layout
-from agent.settings_show import config_command
-from agent.simulator import SCENARIOS
-from collector.client import client_options, query
-from collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
-from collector.demo import DemoPlan, run_demo
-from collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
-from collector.ingest import DEFAULT_MAX_NODES
-from collector.loadgen import LoadSpec, run_load
-from collector.replay_cli import replay
-from collector.security import SecurityConfigError, ServerSecurity
-from collector.server import (
+from nodeagent import __version__
+from nodeagent.collector.client import client_options, query
+from nodeagent.collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
+from nodeagent.collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
+from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
+from nodeagent.collector.ingest.server import (
     DEFAULT_HELLO_TIMEOUT_SECONDS,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_STREAMS_PER_SOURCE,
@@ -41,6 +31,16 @@ from collector.server import (
     HttpListenError,
     ServerConfig,
 )
+from nodeagent.collector.replay_cli import replay
+from nodeagent.core.command_line import run_cli
+from nodeagent.core.log import configure_logging
+from nodeagent.core.settings.framework import ConfiguredGroup, Layout
+from nodeagent.core.settings.show import config_command
+from nodeagent.core.transport.channel import parse_target
+from nodeagent.core.transport.security import SecurityConfigError, ServerSecurity
+from nodeagent.tools.demo import DemoPlan, run_demo
+from nodeagent.tools.loadgen import LoadSpec, run_load
+from nodeagent.tools.simulator import SCENARIOS
 
 log = structlog.get_logger("nodeagent.collector")
 

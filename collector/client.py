@@ -9,12 +9,12 @@ from typing import Any, TypeVar
 
 import click
 import grpc
+
+from nodeagent.core.command_line import RuntimeFailure
+from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
+from nodeagent.core.transport.security import check_token_transport
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
-
-from agent.channel import ClientSecurity, open_channel, parse_target
-from agent.cli import RuntimeFailure
-from collector.security import check_token_transport
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_COLLECTOR = "127.0.0.1:50051"

@@ -2,22 +2,22 @@
 
 Every table is checked strictly by its owner; an unknown key, a wrong type or an impossible value
 stops start-up with one line naming the file and the key. The file's other keys are command
-settings (``serve``'s flags at the top level), checked by ``agent.settings``.
+settings (``serve``'s flags at the top level), checked by ``nodeagent.core.settings.framework``.
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.alert_config import AlertConfig, AlertConfigError
-from collector.detector_config import DetectorConfig, DetectorConfigError
-from collector.sinks.base import Sink
-from collector.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
-from collector.table_check import check_table
+from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
+from nodeagent.collector.alerts.sinks.base import Sink
+from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
+from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
+from nodeagent.core.settings.readers import read_toml
+from nodeagent.core.settings.tables import check_table
 
 TABLES = ("alerts", "detector", "sinks")
 
@@ -43,14 +43,7 @@ def load_collector_config(path: Path | None, *, sink_overrides: Mapping[str, Any
     source = "<defaults>"
     if path is not None:
         source = str(path)
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as err:
-            raise CollectorConfigError(f"{path}: no such file") from err
-        except (OSError, UnicodeDecodeError) as err:
-            raise CollectorConfigError(f"{path}: cannot read: {err}") from err
-        except tomllib.TOMLDecodeError as err:
-            raise CollectorConfigError(f"{path}: not valid TOML: {err}") from err
+        raw = read_toml(path, CollectorConfigError)
     return config_from_mapping({k: v for k, v in raw.items() if k in TABLES}, source, sink_overrides=sink_overrides)
 
 
@@ -77,7 +70,10 @@ def config_from_mapping(
 
 
 def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The tables checked, each with every key and its default: ``agent.settings.Layout.check_sections``."""
+    """The tables checked, each with every key and its default.
+
+    See ``nodeagent.core.settings.framework.Layout.check_sections``.
+    """
     config = config_from_mapping(raw, source)
     return {
         "alerts": _fields(config.alerts),

@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from nodeagent.core.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.units import format_bits
 
 
 def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@
 
 - the collector's own families (ingest, store flushes, firing alerts, alert deliveries, the
   process), through a prometheus_client registry and its encoder;
-- the fleet's per-node and per-GPU families (``collector.metrics_fleet``), written directly:
+- the fleet's per-node and per-GPU families (``nodeagent.collector.metrics_fleet``), written directly:
   at 10,000 nodes they are half a million samples, which prometheus_client's encoder would take
   seconds of the collector's CPU to write.
 
@@ -24,12 +24,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent import __version__
-from collector.flush_stats import Histogram
-from collector.metrics_fleet import FleetMetrics
+from nodeagent import __version__
+from nodeagent.collector.ingest.flush_stats import Histogram
+from nodeagent.collector.metrics_fleet import FleetMetrics
 
 if TYPE_CHECKING:
-    from collector.server import CollectorServer
+    from nodeagent.collector.ingest.server import CollectorServer
 
 log = structlog.get_logger("nodeagent.collector")
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from collector.ingest import Ingest, NodeState
-from collector.metrics_text import TextFamily, escape, label, render
-from collector.node_evidence import NodeEvidence
-from collector.verdict import GpuVerdict, NodeVerdict
+from nodeagent.collector.detector.node_evidence import NodeEvidence
+from nodeagent.collector.detector.verdict import GpuVerdict, NodeVerdict
+from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.core.metrics_text import TextFamily, escape, label, render
 
 # name -> (type, help). Order is the order on /metrics.
 NODE_FAMILIES: Final = {

@@ -10,14 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.lifecycle import RESOLVED, alert_labels, next_transition
+from nodeagent.collector.alerts.report_rules import NodeRules
+from nodeagent.collector.alerts.signals import AlertSignal
+from nodeagent.collector.detector.config import DetectorConfig
+from nodeagent.collector.detector.node import NodeDetector
+from nodeagent.collector.detector.verdict import CAUSES, STATES, NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from collector.alert_config import AlertConfig
-from collector.alert_rules import NodeRules
-from collector.alert_types import AlertSignal
-from collector.detector import NodeDetector
-from collector.detector_config import DetectorConfig
-from collector.verdict import CAUSES, STATES, NodeVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class StateChange:
 @dataclass(frozen=True, slots=True)
 class AlertTransition:
     time_unix_seconds: float
-    # "firing", "resolved", or "changed" (still firing with other labels or severity).
+    # "firing", "resolved", or "updated" (still firing with other labels or severity): the book's kinds.
     status: str
     name: str
     node_id: str
@@ -57,27 +57,32 @@ class AlertTransition:
         }  # fmt: skip
 
 
-def replay_alerts(evaluations: Iterable[tuple[float, Sequence[AlertSignal]]]) -> list[AlertTransition]:
-    """Alert lifecycles from the signals of successive evaluations: firing when an instance starts
-    firing, resolved when it stops, changed when its labels or severity change while firing.
+@dataclass(frozen=True, slots=True)
+class _Firing:
+    signal: AlertSignal
+    severity: str
+    labels: Mapping[str, str]
 
-    A stand-in for the collector's alert book (which also persists and sends), so that replay
-    shows alerts without one; it keys instances the same way, by (name, node, key)."""
-    firing: dict[tuple[str, str, str], AlertSignal] = {}
+
+def replay_alerts(evaluations: Iterable[tuple[float, Sequence[AlertSignal]]]) -> list[AlertTransition]:
+    """Alert lifecycles from the signals of successive evaluations, by the alert book's rule
+    (``alerts.lifecycle``): firing when an instance starts, updated when its labels or severity
+    change while firing, resolved when it stops. Instances are keyed as the book keys them, by
+    (name, node, key); nothing is persisted or sent."""
+    firing: dict[tuple[str, str, str], _Firing] = {}
     out: list[AlertTransition] = []
     for time, signals in evaluations:
         for signal in signals:
             ident = (signal.name, signal.node_id, signal.key)
             before = firing.get(ident)
-            if signal.firing:
-                if before is None:
-                    out.append(_transition(time, "firing", signal))
-                elif (before.severity, dict(before.labels)) != (signal.severity, dict(signal.labels)):
-                    out.append(_transition(time, "changed", signal))
-                firing[ident] = signal
-            elif before is not None:
-                out.append(_transition(time, "resolved", before))
+            kind = next_transition(before, signal)
+            if kind == RESOLVED and before is not None:
+                out.append(_transition(time, kind, before.signal))
                 del firing[ident]
+            elif kind is not None:
+                out.append(_transition(time, kind, signal))
+            if signal.firing:
+                firing[ident] = _Firing(signal, signal.severity, alert_labels(signal))
     return out
 
 

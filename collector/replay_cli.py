@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from agent.trace import TraceError, TraceProblem, read_trace
-from agent.units import format_bits
-from collector.config import CollectorConfigError, load_collector_config
-from collector.replay import Replay
+from nodeagent.collector.config import CollectorConfigError, load_collector_config
+from nodeagent.collector.replay import Replay
+from nodeagent.core.trace import TraceError, TraceProblem, read_trace
+from nodeagent.core.units import format_bits
 
 # Problems named one by one before the rest are only counted.
 _SHOWN_PROBLEMS = 20

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors import Roots, enabled_names
-from agent.config import AgentConfig
-from agent.sampler import Sampler
+from nodeagent.agent.collectors import Roots, enabled_names
+from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.sampler import Sampler
 from tests.fakes.trees import SHARED_FIXTURES, materialize
 
 pytest_plugins = ["tests.fakes.nvml.plugin", "tests.fakes.alertmanager"]

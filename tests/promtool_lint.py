@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from agent.metrics_dcgm import GPU_FAMILIES, XID_FAMILY
+from nodeagent.agent.metrics_dcgm import GPU_FAMILIES, XID_FAMILY
 
 
 def exporter_lints(text: str) -> set[str]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import click
 import pytest
 
-from agent import cli as agent_cli
-from collector import cli as collector_cli
+from nodeagent.agent import cli as agent_cli
+from nodeagent.collector import cli as collector_cli
 from tests.fakes.fleet import free_port
 from tests.fakes.trees import REPO
 
@@ -27,7 +27,7 @@ DOCS = sorted((REPO / "docs").glob("*.md"))
 MAX_README_BYTES = 10_000
 
 PROGRAMS: dict[str, click.Group] = {"nodeagent": agent_cli.cli, "nodeagent-collector": collector_cli.cli}
-ENTRY_POINTS = {"nodeagent": "agent.cli:main", "nodeagent-collector": "collector.cli:main"}
+ENTRY_POINTS = {"nodeagent": "nodeagent.agent.cli:main", "nodeagent-collector": "nodeagent.collector.cli:main"}
 # Pages another line of work adds; the README links them before they land.
 PENDING_PAGES = {REPO / "docs" / "architecture.md"}
 

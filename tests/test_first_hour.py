@@ -21,14 +21,14 @@ from pathlib import Path
 import click
 import grpc
 import pytest
-from nodeagent.v1 import nodeagent_pb2 as pb
 from structlog.testing import capture_logs
 
-from agent.render import render
-from agent.sender import Sender, SenderConfig
-from agent.spool import Spool
-from collector.fleet_view import render_fleet
-from collector.replay_cli import render as render_replay
+from nodeagent.agent.delivery.sender import Sender, SenderConfig
+from nodeagent.agent.delivery.spool import Spool
+from nodeagent.agent.render import render
+from nodeagent.collector.fleet_view import render_fleet
+from nodeagent.collector.replay_cli import render as render_replay
+from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.trees import REPO
 
@@ -69,7 +69,10 @@ def test_serve_without_db_uses_the_state_directory_and_says_so(tmp_path: Path) -
     # test_the_state_directory_as_root_is_var_lib checks how each is chosen.
     env = {**_ENV, "XDG_STATE_HOME": str(state), "STATE_DIRECTORY": str(state / "nodeagent"), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
+        [
+            sys.executable, "-m", "nodeagent.collector", "serve",
+            "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+        ],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -85,7 +88,7 @@ def test_serve_without_db_uses_the_state_directory_and_says_so(tmp_path: Path) -
 
 
 def test_the_state_directory_as_root_is_var_lib(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.cli import default_db_path
+    from nodeagent.collector.cli import default_db_path
 
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", "/somewhere")
@@ -246,7 +249,7 @@ def _seconds(start: str, end: str) -> float:
 def _diag(*args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in _ENV.items() if k not in ("FAKE_NVML_STATE", "LD_LIBRARY_PATH", "NO_COLOR")}
     return subprocess.run(
-        [sys.executable, "-m", "agent", "diag", "--json", "--window", "0", *args],
+        [sys.executable, "-m", "nodeagent.agent", "diag", "--json", "--window", "0", *args],
         capture_output=True, text=True, timeout=60, check=False, cwd=REPO, env=clean,
     )  # fmt: skip
 
@@ -396,8 +399,8 @@ def _commands(group: click.Group, prefix: str) -> list[tuple[str, click.Command]
 
 
 def test_every_command_and_option_has_help() -> None:
-    from agent.cli import cli as agent_cli
-    from collector.cli import cli as collector_cli
+    from nodeagent.agent.cli import cli as agent_cli
+    from nodeagent.collector.cli import cli as collector_cli
 
     missing = []
     for path, command in _commands(agent_cli, "nodeagent") + _commands(collector_cli, "nodeagent-collector"):

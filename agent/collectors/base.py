@@ -7,10 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.kernel_files import KernelFiles
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.config import AgentConfig
-from agent.kernel_files import KernelFiles
 
 
 @dataclass(frozen=True, slots=True)

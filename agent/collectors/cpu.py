@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from nodeagent.agent.collectors.base import Collector
+from nodeagent.agent.collectors.registry import register
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.collectors.base import Collector
-from agent.collectors.registry import register
 
 _CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
 _TIME_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")

@@ -8,11 +8,10 @@ import os
 import re
 from dataclasses import dataclass
 
+from nodeagent.agent.collectors.base import Collector, SourceContext
+from nodeagent.agent.collectors.registry import register
+from nodeagent.agent.kernel_files import list_dir
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.collectors.base import Collector, SourceContext
-from agent.collectors.registry import register
-from agent.kernel_files import list_dir
 
 SECTOR_BYTES = 512
 # Never data disks: RAM disks, compressed swap, floppies.

@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from nodeagent.agent.collectors.base import Collector, SourceContext
+from nodeagent.agent.collectors.registry import register
+from nodeagent.agent.kernel_files import list_dir
+from nodeagent.core.rates import is_saturated
+from nodeagent.core.units import parse_ib_rate
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.collectors.base import Collector, SourceContext
-from agent.collectors.registry import register
-from agent.kernel_files import list_dir
-from agent.rates import is_saturated
-from agent.units import parse_ib_rate
 
 _WORD_BYTES = 4
 # (sample field, preferred 64-bit counter, legacy counter, multiplier)

@@ -3,10 +3,9 @@ detector needs to know how much of the dataset it can hold."""
 
 from __future__ import annotations
 
+from nodeagent.agent.collectors.base import Collector
+from nodeagent.agent.collectors.registry import register
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.collectors.base import Collector
-from agent.collectors.registry import register
 
 _FIELDS = {
     "MemTotal": "memory_total_bytes",

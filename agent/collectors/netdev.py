@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from nodeagent.agent.collectors.base import Collector, SourceContext
+from nodeagent.agent.collectors.registry import register
+from nodeagent.agent.kernel_files import list_dir
+from nodeagent.core.units import nic_speed_bytes
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.collectors.base import Collector, SourceContext
-from agent.collectors.registry import register
-from agent.kernel_files import list_dir
-from agent.units import nic_speed_bytes
 
 ARPHRD_LOOPBACK = 772
 ARPHRD_INFINIBAND = 32

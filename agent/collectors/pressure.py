@@ -3,10 +3,9 @@ tasks waited on a resource. High I/O pressure with a busy disk is the storage si
 
 from __future__ import annotations
 
+from nodeagent.agent.collectors.base import Collector
+from nodeagent.agent.collectors.registry import register
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.collectors.base import Collector
-from agent.collectors.registry import register
 
 _RESOURCES = (("cpu", "pressure_cpu"), ("io", "pressure_io"), ("memory", "pressure_memory"))
 

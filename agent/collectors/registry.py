@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.collectors.base import Collector
+from nodeagent.agent.collectors.base import Collector
 
 _COLLECTORS: dict[str, type[Collector]] = {}
 

@@ -12,13 +12,20 @@ import sys
 
 import click
 
-from agent.cli_options import root_dir as readable_dir
-from agent.collectors import Roots
-from agent.diag.probe import ProbeOptions
-from agent.diag.profile import Profile, ProfileError, builtin_profiles, load_profile, parse_address, with_overrides
-from agent.diag.render import render_json, render_table
-from agent.diag.run import DiagOptions, run_diag
-from agent.units import RateError, parse_link_rate
+from nodeagent.agent.cli_options import root_dir as readable_dir
+from nodeagent.agent.collectors import Roots
+from nodeagent.agent.diag.probe import ProbeOptions
+from nodeagent.agent.diag.profile import (
+    Profile,
+    ProfileError,
+    builtin_profiles,
+    load_profile,
+    parse_address,
+    with_overrides,
+)
+from nodeagent.agent.diag.render import render_json, render_table
+from nodeagent.agent.diag.run import DiagOptions, run_diag
+from nodeagent.core.units import RateError, parse_link_rate
 
 _MIB = 1024 * 1024
 

@@ -2,7 +2,7 @@
 while it watches show), plus the few GPU facts only a health check needs.
 
 The samples come from the agent's own ``Sampler`` and collectors, so diag sees exactly what
-``nodeagent sample`` and the daemon see; the extra GPU facts are read through ``agent/nvml.py``.
+``nodeagent sample`` and the daemon see; the extra GPU facts are read through ``agent/gpu/nvml.py``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nodeagent.agent.collectors import Roots, enabled_names
+from nodeagent.agent.gpu import fields as gpu_fields
+from nodeagent.agent.gpu import nvml
+from nodeagent.agent.kernel_files import raise_open_file_limit
+from nodeagent.agent.sampler import Sampler
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent import gpu_fields, nvml
-from agent.collectors import Roots, enabled_names
-from agent.kernel_files import raise_open_file_limit
-from agent.sampler import Sampler
 
 
 @dataclass(frozen=True, slots=True)

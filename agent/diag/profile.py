@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from agent.units import RateError, parse_link_rate
+from nodeagent.core.settings.readers import link_rate
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2
@@ -212,12 +212,7 @@ def _texts(value: object, where: str) -> tuple[str, ...]:
 
 
 def _rate(value: object, where: str) -> float:
-    if not isinstance(value, str):
-        raise ProfileError(f'{where}: expected a rate string such as "50G", got {value!r}')
-    try:
-        return parse_link_rate(value)
-    except RateError as err:
-        raise ProfileError(f"{where}: {err}") from err
+    return link_rate(value, where, ProfileError)
 
 
 def _link_layer(value: object, where: str) -> str:
@@ -301,4 +296,4 @@ def _section(name: str, table: object, source: str) -> Any:
 
 
 def _profiles_dir() -> Any:
-    return resources.files("agent.diag") / "profiles"
+    return resources.files("nodeagent.agent.diag") / "profiles"

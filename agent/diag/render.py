@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
-from agent.diag.model import CheckResult, DiagReport, Status
+from nodeagent.agent.diag.model import CheckResult, DiagReport, Status
 
 _COLOURS: Final = {Status.PASS: "32", Status.WARN: "33", Status.FAIL: "1;31", Status.SKIP: "2"}
 _HEADER: Final = ("STATUS", "CHECK", "SUBJECT", "VALUE", "EXPECTED")

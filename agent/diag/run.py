@@ -7,14 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.collectors import Roots
-from agent.diag.checks import AREAS, DiagContext
-from agent.diag.checks import collector as collector_check
-from agent.diag.kernel_log import KernelLog, read_kernel_log
-from agent.diag.model import NODE, CheckResult, DiagReport, failed, passed, warned
-from agent.diag.observe import observe
-from agent.diag.probe import ProbeError, ProbeOptions, ProbeResult, run_probe
-from agent.diag.profile import ProbeExpectations, Profile
+from nodeagent.agent.collectors import Roots
+from nodeagent.agent.diag.checks import AREAS, DiagContext
+from nodeagent.agent.diag.checks import collector as collector_check
+from nodeagent.agent.diag.kernel_log import KernelLog, read_kernel_log
+from nodeagent.agent.diag.model import NODE, CheckResult, DiagReport, failed, passed, warned
+from nodeagent.agent.diag.observe import observe
+from nodeagent.agent.diag.probe import ProbeError, ProbeOptions, ProbeResult, run_probe
+from nodeagent.agent.diag.profile import ProbeExpectations, Profile
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ PREFIX = "/opt/nodeagent"  # made by postinst (make_environment.py); the units r
 LIB = "/usr/lib/nodeagent"  # what make_environment.py needs: wheels/, the lock, environment.json
 # The modules that must import from a made environment (make_environment.py checks them on the
 # machine it installs on; the tests too): the one place that names nodeagent's import packages.
-IMPORTS = ("agent", "collector", "nodeagent.v1")
+IMPORTS = ("nodeagent.agent", "nodeagent.collector", "nodeagent.v1")
 COMMANDS = ("nodeagent", "nodeagent-collector")
 UNITS = ("nodeagent.service", "nodeagent-collector.service")
 CONFFILES = ("agent.toml", "collector.toml")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from collector.alerts import Alert, Transition
+from nodeagent.collector.alerts.book import Alert, Transition
 
 
 class CapturingSink:

@@ -56,7 +56,7 @@ class Collector:
         self.starts += 1
         # A port of its own for HTTP, unless the test chose one: collectors run side by side.
         http = [] if "--http-listen" in self.args else ["--http-listen", "127.0.0.1:0"]
-        command = [*self.prefix, sys.executable, "-m", "collector", "--log-level", "info", "serve",
+        command = [*self.prefix, sys.executable, "-m", "nodeagent.collector", "--log-level", "info", "serve",
                    "--listen", self.address, "--db", str(self.db), *http, *self.args]  # fmt: skip
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, cwd=REPO, env=_ENV, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -103,7 +103,7 @@ class Agent:
 
     def start(self, log: Path) -> Agent:
         self.log = log
-        command = [*self.prefix, sys.executable, "-m", "agent", "--log-level", "info", "run", *self.args]
+        command = [*self.prefix, sys.executable, "-m", "nodeagent.agent", "--log-level", "info", "run", *self.args]
         with log.open("w") as handle:
             self.proc = subprocess.Popen(command, cwd=REPO, env=_ENV, stdout=subprocess.PIPE, stderr=handle, text=True)
         return self
@@ -126,8 +126,8 @@ class Agent:
 
 def cli(program: str, *args: str, prefix: Sequence[str] = (), timeout: float = 30) -> str:
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", program, *args], cwd=REPO, env=_ENV, capture_output=True, text=True,
-        timeout=timeout, check=False,
+        [*prefix, sys.executable, "-m", f"nodeagent.{program}", *args], cwd=REPO, env=_ENV, capture_output=True,
+        text=True, timeout=timeout, check=False,
     )  # fmt: skip
     assert done.returncode == 0, f"{program} {' '.join(args)}: {done.returncode} {done.stderr[-2000:]}"
     return done.stdout

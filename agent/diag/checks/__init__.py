@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.diag.checks import gpu, host, nic, nvlink, rdma, storage
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import CheckResult
+from nodeagent.agent.diag.checks import gpu, host, nic, nvlink, rdma, storage
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import CheckResult
 
 Area = Callable[[DiagContext], list[CheckResult]]
 

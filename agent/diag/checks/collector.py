@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health_pb2
 
-from agent.diag.model import NODE, CheckResult, passed, skipped, warned
+from nodeagent.agent.diag.model import NODE, CheckResult, passed, skipped, warned
 
 TIMEOUT_SECONDS = 2.0
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.collectors import Roots
-from agent.diag.kernel_log import KernelLog
-from agent.diag.observe import Observation
-from agent.diag.profile import Profile
+from nodeagent.agent.collectors import Roots
+from nodeagent.agent.diag.kernel_log import KernelLog
+from nodeagent.agent.diag.observe import Observation
+from nodeagent.agent.diag.profile import Profile
 
 
 @dataclass(frozen=True, slots=True)

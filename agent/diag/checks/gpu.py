@@ -8,11 +8,9 @@ profile with ``[gpu] count = 0``) do the GPU checks pass the driver and skip the
 
 from __future__ import annotations
 
-from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.checks import gpu_pcie, xid
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import (
+from nodeagent.agent.diag.checks import gpu_pcie, xid
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import (
     NODE,
     CheckResult,
     failed,
@@ -23,6 +21,7 @@ from agent.diag.model import (
     summarize,
     warned,
 )
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Every check of this area, including those of the other GPU modules, for skipping them all.
 GPU_CHECKS = (

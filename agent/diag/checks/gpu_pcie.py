@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from nodeagent.agent.diag.model import CheckResult, failed, plural, skipped, summarize, warned
+from nodeagent.agent.diag.observe import GpuExtras, Observation
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.model import CheckResult, failed, plural, skipped, summarize, warned
-from agent.diag.observe import GpuExtras, Observation
 
 # Above this a GPU is busy, and its link should be at full generation.
 BUSY_RATIO = 0.5

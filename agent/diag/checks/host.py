@@ -4,8 +4,8 @@ dataset, checkpoints loaded before they reach the GPUs)."""
 
 from __future__ import annotations
 
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import NODE, CheckResult, failed, passed, skipped, warned
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import NODE, CheckResult, failed, passed, skipped, warned
 
 _GIB = 1024**3
 

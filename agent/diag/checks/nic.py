@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
+from nodeagent.core.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
-from agent.units import format_bits
 
 DROP_RATIO_LIMIT = 0.01  # dropped packets per packet since boot above which to warn
 _WIRE_HINT = "check the cable, transceiver and switch port (`ethtool IFACE`, `ethtool -S IFACE`)"

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import CheckResult, failed, passed, plural, skipped, summarize, warned
+from nodeagent.core.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import CheckResult, failed, passed, plural, skipped, summarize, warned
-from agent.units import format_bits
 
 # Counters that count link-level retransmissions and retraining: growth means failing now.
 GROWTH_FAILS = ("replay_errors_total", "recovery_errors_total")

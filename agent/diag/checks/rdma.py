@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
+from nodeagent.agent.diag.profile import RdmaExpectations
+from nodeagent.core.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
-from agent.diag.profile import RdmaExpectations
-from agent.units import format_bits
 
 STATE_ACTIVE = 4  # sysfs `state` "4: ACTIVE"
 PHYS_LINK_UP = 5  # sysfs `phys_state` "5: LinkUp"

@@ -13,10 +13,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.model import NODE, CheckResult, failed, passed, skipped, warned
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.checks.context import DiagContext
-from agent.diag.model import NODE, CheckResult, failed, passed, skipped, warned
 
 LOW_FREE_RATIO = 0.05  # without an expectation, warn below this share of the volume free
 _GIB = 1024**3

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from nodeagent.agent.diag.checks.context import DiagContext
+from nodeagent.agent.diag.kernel_log import parse_xids, pci_address
+from nodeagent.agent.diag.model import CheckResult, failed, plural, skipped, summarize, warned
+from nodeagent.agent.gpu.events import CRITICAL_XIDS
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-from agent.diag.checks.context import DiagContext
-from agent.diag.kernel_log import parse_xids, pci_address
-from agent.diag.model import CheckResult, failed, plural, skipped, summarize, warned
-from agent.gpu_events import CRITICAL_XIDS
 
 # What the common Xids mean (NVIDIA's Xid catalogue), for the hint.
 MEANINGS = {

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from agent import nvml
-from agent.collectors import Roots, SourceContext
-from agent.collectors.gpu import GpuCollector
-from agent.config import AgentConfig
-from agent.kernel_files import KernelFiles
+from nodeagent.agent.collectors import Roots, SourceContext
+from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.collector import GpuCollector
+from nodeagent.agent.kernel_files import KernelFiles
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, build_fake_nvml
 from tests.fakes.nvml.state import FakeNvmlState
 
@@ -103,7 +103,7 @@ def fake_nvml_legacy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _preload(lib_dir: Path) -> ctypes.CDLL:
     if lib_dir in _loaded:
         return _loaded[lib_dir]
-    import pynvml  # tests may; the agent's only importer is agent/nvml.py
+    import pynvml  # tests may; the agent's only importer is agent/gpu/nvml.py
 
     if pynvml.nvmlLib is not None and not hasattr(pynvml.nvmlLib, "fake_nvml_calls"):
         pytest.skip("a real libnvidia-ml.so.1 is already loaded in this test process")
@@ -160,7 +160,7 @@ def run_gpu_probe(tmp_path: Path) -> Callable[..., dict[str, Any]]:
     def run(lib_dir: Path, state: FakeNvmlState | None = None, ticks: int = 2) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k not in (STATE_ENV, "LD_PRELOAD")}
         env["LD_LIBRARY_PATH"] = str(lib_dir)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "proto")])
+        env["PYTHONPATH"] = str(REPO)
         if state is not None:
             state_path = tmp_path / "probe.state"
             state.write(state_path)

@@ -11,13 +11,13 @@ import json
 import sys
 
 from google.protobuf.json_format import MessageToDict
-from nodeagent.v1 import nodeagent_pb2 as pb
 
-from agent import nvml
-from agent.collectors import Roots, SourceContext
-from agent.collectors.gpu import GpuCollector
-from agent.config import AgentConfig
-from agent.kernel_files import KernelFiles
+from nodeagent.agent.collectors import Roots, SourceContext
+from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.collector import GpuCollector
+from nodeagent.agent.kernel_files import KernelFiles
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 def main() -> int:

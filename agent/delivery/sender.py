@@ -1,0 +1,352 @@
+"""Drain the spool to a collector over one gRPC stream, reconnecting and failing over on its own.
+
+The sender runs an asyncio loop in its own thread, so sampling never waits on the network. It
+opens ``Ingest/Stream``, says which node it is (``hello``), then writes every spooled report
+from the oldest unacknowledged one on, and removes reports from the spool as cumulative acks
+arrive. When the stream breaks it reconnects with exponential backoff and full jitter.
+
+With several collectors the agent ranks them by rendezvous hashing of its node id (every agent
+of a fleet agrees on a node's shard without coordination); each connection attempt starts from
+the top of that ranking and moves down on failure, so a shard that comes back gets its nodes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+import grpc
+import structlog
+
+from nodeagent.agent.delivery.sender_log import DeliveryLog
+from nodeagent.agent.delivery.spool import Spool
+from nodeagent.core.transport.channel import ClientSecurity, open_channel
+from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER, STREAM_METHOD, frame_report, passthrough
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+log = structlog.get_logger("nodeagent.sender")
+
+# Asked only to learn why a connection fails: a call that does not wait for the channel fails
+# at once with the transport's own reason ("Connection refused", a TLS handshake error).
+_HEALTH_METHOD = "/grpc.health.v1.Health/Check"
+
+
+@dataclass(frozen=True, slots=True)
+class SenderConfig:
+    backoff_initial_seconds: float = 0.2
+    backoff_max_seconds: float = 10.0
+    # No ack progress for this long while reports are in flight: the collector is stuck; reconnect.
+    ack_timeout_seconds: float = 30.0
+    connect_timeout_seconds: float = 5.0
+    batch: int = 256
+    # After the hello, how long to wait for the collector to accept the stream (STREAM_ACCEPTED_HEADER)
+    # before writing reports. A refusal (a bad token, a failing store) then arrives as its own
+    # status: a write racing the refusal makes gRPC report "Internal error from Core" instead.
+    # A collector that sends no such header costs this much per connection, nothing else.
+    accept_wait_seconds: float = 0.3
+    # How often the sender logs one line on delivery (reports acked, spool depth); 0: never.
+    summary_seconds: float = 60.0
+
+
+def rendezvous_order(node_id: str, targets: Sequence[str]) -> list[str]:
+    """Collectors from most to least preferred for this node (highest random weight first)."""
+
+    def weight(target: str) -> bytes:
+        return hashlib.blake2b(f"{node_id}\0{target}".encode(), digest_size=8).digest()
+
+    return sorted(dict.fromkeys(targets), key=weight, reverse=True)
+
+
+class Sender:
+    def __init__(
+        self,
+        spool: Spool,
+        targets: Sequence[str],
+        *,
+        hello: Callable[[], pb.NodeInfo],
+        security: ClientSecurity | None = None,
+        config: SenderConfig | None = None,
+    ) -> None:
+        if not targets:
+            raise ValueError("no collector to send to")
+        self.spool = spool
+        self.hello = hello
+        self.security = security or ClientSecurity()
+        self.config = config or SenderConfig()
+        self.order: list[str] = []
+        self._targets = list(targets)
+        self.connected_to: str | None = None
+        self.reconnects_total = 0
+        self.delivery_log = DeliveryLog()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
+        self._started = threading.Event()
+
+    # ---- control, from the agent's main thread ----
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._thread_main, name="nodeagent-sender", daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_all_acked(self, deadline_monotonic: float, stop: threading.Event | None = None) -> bool:
+        """Block until every spooled report is acknowledged, the deadline passes or ``stop`` is set."""
+        while not self.spool.all_acked():
+            if time.monotonic() >= deadline_monotonic or (stop is not None and stop.is_set()):
+                return False
+            time.sleep(0.02)
+        return True
+
+    # ---- the sender thread ----
+
+    def _thread_main(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        wake = self._wake
+        loop = self._loop
+
+        def wake_up() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        self.spool.subscribe(wake_up)
+        self._started.set()
+        hello = self.hello()
+        self.order = rendezvous_order(hello.node_id, self._targets)
+        summaries = asyncio.create_task(self._summaries()) if self.config.summary_seconds > 0 else None
+        try:
+            await self._deliver()
+        finally:
+            if summaries is not None:
+                summaries.cancel()
+                await asyncio.gather(summaries, return_exceptions=True)
+
+    async def _deliver(self) -> None:
+        assert self._stop is not None
+        failures = 0
+        while not self._stop.is_set():
+            delivered = False
+            for target in self.order:
+                if self._stop.is_set():
+                    return
+                try:
+                    delivered = await self._session(target) or delivered
+                except Exception as err:  # the sender must outlive any one session's surprise
+                    log.error("collector session failed", collector=target, error=_describe(err))
+                if delivered:
+                    break
+            failures = 0 if delivered else failures + 1
+            delay = random.uniform(
+                0, min(self.config.backoff_max_seconds, self.config.backoff_initial_seconds * 2**failures)
+            )
+            await self._sleep(delay)
+
+    async def _session(self, target: str) -> bool:
+        """One stream to one collector; True when it got at least one ack (the collector works)."""
+        assert self._stop is not None
+        try:
+            channel = open_channel(target, self.security)  # rereads TLS files: they may be rotating
+        except (OSError, ValueError) as err:
+            self.delivery_log.failed("cannot open a channel to the collector", target, _describe(err))
+            return False
+        acked_any = False
+        call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None = None
+        try:
+            try:
+                if not await self._connected(channel):
+                    return False
+            except (TimeoutError, grpc.aio.AioRpcError) as err:
+                self.delivery_log.failed("cannot reach the collector", target, _describe(err))
+                return False
+            call = channel.stream_stream(
+                STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
+            )(metadata=self.security.metadata())
+            await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
+            await self._accepted(call)
+            self.connected_to = target
+            log.debug("streaming to collector", collector=target)
+            progress = _Progress()
+            writer = asyncio.create_task(self._write_reports(call, progress))
+            reader = asyncio.create_task(self._read_acks(call, progress, target))
+            watchdog = asyncio.create_task(self._ack_watchdog(progress))
+            stopper = asyncio.create_task(self._stop.wait())
+            done, pending = await asyncio.wait({writer, reader, watchdog, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            acked_any = progress.acked
+            # The reader's error says why the stream ended; a writer that hit the finished call
+            # (InvalidStateError) only says that it did.
+            errors = [task.exception() for task in sorted(done, key=lambda t: t is not reader) if task is not stopper]
+            raised = [error for error in errors if error is not None]  # every one retrieved, the first raised
+            if raised:
+                raise raised[0]
+        except (
+            TimeoutError, grpc.aio.AioRpcError, ConnectionError, _StreamStalledError, asyncio.InvalidStateError,
+            ValueError, OSError,
+        ) as err:  # fmt: skip
+            # The collector's status says why (UNAUTHENTICATED, UNAVAILABLE); what the writer or
+            # the reader hit first (InvalidStateError, "Internal error from Core") only says that it ended.
+            status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
+            self.delivery_log.failed("collector stream ended", target, status or _describe(err))
+        finally:
+            self.connected_to = None
+            self.reconnects_total += 1
+            await channel.close(grace=None)
+        return acked_any
+
+    async def _accepted(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack]) -> None:
+        """Return once the collector accepted the stream (or says nothing: an older one);
+        ``ConnectionError`` when it refused it, whose status the caller then reads."""
+        wait = self.config.accept_wait_seconds
+        try:
+            headers = await asyncio.wait_for(asyncio.shield(call.initial_metadata()), wait)
+        except TimeoutError:
+            return
+        if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
+            return
+        # Headers without the mark: a refusal's (its status follows them), or an older collector's.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(call.code()), wait)
+        if call.done():
+            raise ConnectionError("collector refused the stream")
+
+    async def _connected(self, channel: grpc.aio.Channel) -> bool:
+        """Wait for the connection, but not past a stop: an agent told to stop does not wait out
+        a connect timeout to a collector that is away. TimeoutError when it does not come up."""
+        assert self._stop is not None
+        ready = asyncio.create_task(_ready_or_reason(channel))
+        stopping = asyncio.create_task(self._stop.wait())
+        done, pending = await asyncio.wait(
+            {ready, stopping}, timeout=self.config.connect_timeout_seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if ready in done:
+            ready.result()  # the transport's reason, as an AioRpcError, when it failed
+            return True
+        if stopping in done:
+            return False
+        raise TimeoutError
+
+    async def _write_reports(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> NoReturn:
+        assert self._wake is not None
+        cursor = self.spool.first_unacked_seq()
+        while True:
+            self._wake.clear()
+            records = self.spool.records_from(cursor, self.config.batch)
+            if not records:
+                cursor = max(cursor, self.spool.first_unacked_seq())
+                await self._wake.wait()
+                continue
+            cursor = max(cursor, records[0].seq)  # the spool dropped what we had not sent yet
+            for record in records:
+                if progress.waiting_since is None:
+                    progress.waiting_since = time.monotonic()
+                await call.write(frame_report(record.data))
+                progress.sent_seq = record.seq
+                cursor = record.seq + 1
+
+    async def _read_acks(
+        self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, target: str
+    ) -> NoReturn:
+        async for ack in call:
+            if ack.epoch == self.spool.epoch:
+                self.delivery_log.acked_reports_total += self.spool.ack(ack.epoch, ack.acked_seq)
+                progress.acked_seq = max(progress.acked_seq, ack.acked_seq)
+            if not progress.acked:
+                self.delivery_log.connected(target)
+            progress.acked = True
+            # Still waiting for later reports: their wait starts now (the oldest was just answered).
+            progress.waiting_since = time.monotonic() if progress.sent_seq > progress.acked_seq else None
+        raise ConnectionError("collector closed the stream")
+
+    async def _ack_watchdog(self, progress: _Progress) -> NoReturn:
+        while True:
+            await asyncio.sleep(1.0)
+            since = progress.waiting_since
+            if since is not None and time.monotonic() - since > self.config.ack_timeout_seconds:
+                raise _StreamStalledError(f"no ack for {self.config.ack_timeout_seconds:g} s")
+
+    async def _summaries(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.summary_seconds)
+            self.delivery_log.summary(self.spool, self.connected_to)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._stop is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+
+@dataclass(slots=True)
+class _Progress:
+    # When the oldest report still waiting for its ack was sent (None: nothing is waiting).
+    waiting_since: float | None = None
+    sent_seq: int = 0
+    acked_seq: int = 0
+    acked: bool = False
+
+
+class _StreamStalledError(Exception):
+    pass
+
+
+async def _ready_or_reason(channel: grpc.aio.Channel) -> None:
+    """Return once the channel is ready; raise the transport's ``AioRpcError`` when it fails.
+
+    ``channel_ready()`` alone waits through every failure until a timeout, so an agent pointed
+    at a port where nothing listens would only ever say "TimeoutError"."""
+    state = channel.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            probe = channel.unary_unary(
+                _HEALTH_METHOD, request_serializer=passthrough, response_deserializer=passthrough
+            )
+            try:
+                await probe(b"", timeout=2.0, wait_for_ready=False)
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise
+            # Any other answer came over a working connection: the channel is up again.
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
+async def _final_status(call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None) -> str | None:
+    """``CODE: details`` of a call the collector ended with an error status; None otherwise."""
+    if call is None:
+        return None
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+        details = await call.details()
+    except (TimeoutError, grpc.aio.AioRpcError):
+        return None
+    if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+        return None
+    return f"{code.name}: {details}"
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, grpc.aio.AioRpcError):
+        return f"{err.code().name}: {err.details()}"
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

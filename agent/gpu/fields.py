@@ -1,0 +1,202 @@
+"""What NVML's numbers mean: the field values one GPU is asked for each tick, the GPM metrics,
+and where each lands in a ``GpuSample``.
+
+All of a GPU's counters come from ONE nvmlDeviceGetFieldValues call per tick. Ids are nvml.h's
+(13.x) ``NVML_FI_DEV_*`` and ``NVML_GPM_METRIC_*``; NVIDIA guarantees field ids never change. No
+NVML calls here (agent/gpu/nvml.py makes them), so this module is plain data and arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+from typing import Final
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+FieldKey = tuple[int, int]  # (field id, scopeId)
+FieldValues = Mapping[FieldKey, int | float]
+
+# ---- Field ids (nvml.h) --------------------------------------------------------------------------
+FI_ECC_DBE_VOL_TOTAL: Final = 4  # ecc.errors.uncorrected.volatile.total
+FI_ECC_DBE_AGG_TOTAL: Final = 6  # ecc.errors.uncorrected.aggregate.total
+FI_RETIRED_SBE: Final = 29  # retired_pages.single_bit_ecc.count (GPUs before Ampere)
+FI_RETIRED_DBE: Final = 30  # retired_pages.double_bit.count
+FI_RETIRED_PENDING: Final = 31  # retired_pages.pending
+FI_NVLINK_CRC_DATA_ERROR_COUNT_L0: Final = 39  # ..44: data CRC errors of links 0-5 (link in the id, not the scope)
+FI_MEMORY_TEMP: Final = 82  # temperature.memory, C
+FI_TOTAL_ENERGY_CONSUMPTION: Final = 83  # mJ since the driver loaded
+FI_NVLINK_LINK_COUNT: Final = 91
+FI_PCIE_REPLAY_COUNTER: Final = 94  # pcie.replay_counter (nvidia-smi -q)
+FI_NVLINK_CRC_DATA_ERROR_COUNT_L6: Final = 102  # ..107: links 6-11; later links have no data-CRC field
+FI_NVLINK_THROUGHPUT_DATA_TX: Final = 138  # KiB of payload, per link (scopeId)
+FI_NVLINK_THROUGHPUT_DATA_RX: Final = 139
+FI_REMAPPED_COR: Final = 142  # remapped_rows.correctable
+FI_REMAPPED_UNC: Final = 143  # remapped_rows.uncorrectable
+FI_REMAPPED_PENDING: Final = 144  # remapped_rows.pending
+FI_REMAPPED_FAILURE: Final = 145  # remapped_rows.failure
+FI_NVLINK_ERROR_DL_REPLAY: Final = 161  # per link
+FI_NVLINK_ERROR_DL_RECOVERY: Final = 162
+FI_NVLINK_ERROR_DL_CRC: Final = 163  # flit CRC errors
+FI_NVLINK_GET_SPEED: Final = 164  # MB/s, one direction, per link
+FI_NVLINK_GET_STATE: Final = 165  # NVML_NVLINK_STATE_*
+FI_POWER_INSTANT: Final = 186  # milliwatts; power.draw.instant
+FI_PCIE_COUNT_TX_BYTES: Final = 197  # cumulative, may wrap
+FI_PCIE_COUNT_RX_BYTES: Final = 198
+FI_NVLINK_COUNT_XMIT_BYTES: Final = 202  # NVLink5 (Blackwell) byte counters, per link
+FI_NVLINK_COUNT_RCV_BYTES: Final = 204
+
+NVLINK_STATE_ACTIVE: Final = 1
+
+# NVLink payload bytes, per link: the THROUGHPUT_DATA fields on NVLink 2-4 (V100 to H100); nvml.h
+# 13 documents the COUNT_*_BYTES fields for NVLink5. (tx field, rx field, bytes per unit).
+NVLINK_BYTE_SOURCES: Final = (
+    (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX, 1024),
+    (FI_NVLINK_COUNT_XMIT_BYTES, FI_NVLINK_COUNT_RCV_BYTES, 1),
+)
+
+_DEVICE_FIELDS: Final = (
+    FI_PCIE_COUNT_RX_BYTES, FI_PCIE_COUNT_TX_BYTES, FI_PCIE_REPLAY_COUNTER, FI_ECC_DBE_VOL_TOTAL,
+    FI_ECC_DBE_AGG_TOTAL, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_POWER_INSTANT,
+    FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_MEMORY_TEMP, FI_TOTAL_ENERGY_CONSUMPTION,
+)  # fmt: skip
+_LINK_FIELDS: Final = (
+    FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC,
+)  # fmt: skip
+
+# ---- GPM metric ids (nvml.h nvmlGpmMetricId_t) ---------------------------------------------------
+GPM_GRAPHICS_UTIL: Final = 1  # % of time the graphics engine was active
+GPM_SM_UTIL: Final = 2  # % of SMs busy: "SM activity"
+GPM_SM_OCCUPANCY: Final = 3  # % of warps resident vs the maximum
+GPM_ANY_TENSOR_UTIL: Final = 5
+GPM_DRAM_BW_UTIL: Final = 10  # % of peak DRAM bandwidth in use
+GPM_PCIE_TX_PER_SEC: Final = 20  # MiB/s
+GPM_PCIE_RX_PER_SEC: Final = 21
+GPM_NVLINK_TOTAL_RX_PER_SEC: Final = 60  # MiB/s, all links
+GPM_NVLINK_TOTAL_TX_PER_SEC: Final = 61
+GPM_METRICS: Final = (
+    GPM_GRAPHICS_UTIL, GPM_DRAM_BW_UTIL, GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_ANY_TENSOR_UTIL,
+    GPM_PCIE_RX_PER_SEC, GPM_PCIE_TX_PER_SEC,
+    GPM_NVLINK_TOTAL_RX_PER_SEC, GPM_NVLINK_TOTAL_TX_PER_SEC,
+)  # fmt: skip
+_MIB: Final = 1024 * 1024
+
+# ---- Clock-event reasons: nodeagent.core.wire.clock_events (the collector reads them too) ---
+
+
+# ---- Scan ----------------------------------------------------------------------------------------
+
+LINK_COUNT_REQUEST: Final[tuple[FieldKey, ...]] = ((FI_NVLINK_LINK_COUNT, 0),)
+
+
+def link_speed_requests(link_count: int) -> list[FieldKey]:
+    return [(FI_NVLINK_GET_SPEED, link) for link in range(link_count)]
+
+
+def link_speed_bytes(values: FieldValues, link_count: int) -> float | None:
+    """Per-link bandwidth in bytes per second, one direction (the fastest link: a link that is down
+    reports 0)."""
+    speeds = [values.get((FI_NVLINK_GET_SPEED, link)) for link in range(link_count)]
+    known = [float(s) for s in speeds if s]
+    return max(known) * 1e6 if known else None
+
+
+# ---- Per tick ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """The field values one GPU is asked for this tick."""
+
+    requests: tuple[FieldKey, ...]
+    link_count: int
+    nvlink_bytes: tuple[int, int, int] | None  # (tx field, rx field, bytes per unit)
+
+
+def tick_plan(link_count: int, unsupported: Set[FieldKey]) -> TickPlan:
+    """The fields to ask, given the GPU's links and what it said it does not support: the first
+    NVLink byte source that it has not refused."""
+    source = next((s for s in NVLINK_BYTE_SOURCES if (s[0], 0) not in unsupported), None)
+    requests: list[FieldKey] = [(f, 0) for f in _DEVICE_FIELDS]
+    for link in range(link_count):
+        requests.extend((f, link) for f in _LINK_FIELDS)
+        if source is not None:
+            requests.extend(((source[0], link), (source[1], link)))
+        crc_data = _crc_data_field(link)
+        if crc_data is not None:
+            requests.append((crc_data, 0))
+    return TickPlan(tuple(requests), link_count, source)
+
+
+def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> None:
+    """Copy the field values of one tick into ``sample``; a value NVML did not give stays unset."""
+
+    def get(field: int, scope: int = 0) -> int | None:
+        value = values.get((field, scope))
+        return None if value is None else int(value)
+
+    _set(sample, "pcie_rx_bytes_total", get(FI_PCIE_COUNT_RX_BYTES))
+    _set(sample, "pcie_tx_bytes_total", get(FI_PCIE_COUNT_TX_BYTES))
+    _set(sample, "pcie_replay_total", get(FI_PCIE_REPLAY_COUNTER))
+    _set(sample, "ecc_uncorrected_volatile_total", get(FI_ECC_DBE_VOL_TOTAL))
+    _set(sample, "ecc_uncorrected_aggregate_total", get(FI_ECC_DBE_AGG_TOTAL))
+    _set(sample, "remapped_rows_correctable_total", get(FI_REMAPPED_COR))
+    _set(sample, "remapped_rows_uncorrectable_total", get(FI_REMAPPED_UNC))
+    _set(sample, "energy_millijoules_total", get(FI_TOTAL_ENERGY_CONSUMPTION))
+    memory_temp = get(FI_MEMORY_TEMP)
+    if memory_temp is not None:
+        sample.memory_temperature_celsius = float(memory_temp)
+    pending, failure, power = get(FI_REMAPPED_PENDING), get(FI_REMAPPED_FAILURE), get(FI_POWER_INSTANT)
+    if pending is not None:
+        sample.remapped_rows_pending = bool(pending)
+    if failure is not None:
+        sample.remapped_rows_failure = bool(failure)
+    if power is not None:
+        sample.power_watts = power / 1000.0
+    for link in range(plan.link_count):
+        nvlink = sample.nvlinks.add(link=link)
+        state = get(FI_NVLINK_GET_STATE, link)
+        if state is not None:
+            nvlink.active = state == NVLINK_STATE_ACTIVE
+        if plan.nvlink_bytes is not None:
+            tx_field, rx_field, unit = plan.nvlink_bytes
+            tx, rx = get(tx_field, link), get(rx_field, link)
+            _set(nvlink, "tx_bytes_total", None if tx is None else tx * unit)
+            _set(nvlink, "rx_bytes_total", None if rx is None else rx * unit)
+        _set(nvlink, "replay_errors_total", get(FI_NVLINK_ERROR_DL_REPLAY, link))
+        _set(nvlink, "recovery_errors_total", get(FI_NVLINK_ERROR_DL_RECOVERY, link))
+        _set(nvlink, "crc_flit_errors_total", get(FI_NVLINK_ERROR_DL_CRC, link))
+        crc_data = _crc_data_field(link)
+        if crc_data is not None:
+            _set(nvlink, "crc_data_errors_total", get(crc_data))
+
+
+def fill_gpm(metrics: Mapping[int, float], sample: pb.GpuSample) -> None:
+    """GPM metrics (percent, MiB/s) as ratios and bytes per second."""
+    for metric, name, scale in (
+        (GPM_GRAPHICS_UTIL, "graphics_active_ratio", 0.01),
+        (GPM_DRAM_BW_UTIL, "dram_active_ratio", 0.01),
+        (GPM_SM_UTIL, "sm_active_ratio", 0.01),
+        (GPM_SM_OCCUPANCY, "sm_occupancy_ratio", 0.01),
+        (GPM_ANY_TENSOR_UTIL, "tensor_active_ratio", 0.01),
+        (GPM_PCIE_RX_PER_SEC, "gpm_pcie_rx_bytes_per_second", _MIB),
+        (GPM_PCIE_TX_PER_SEC, "gpm_pcie_tx_bytes_per_second", _MIB),
+        (GPM_NVLINK_TOTAL_RX_PER_SEC, "gpm_nvlink_rx_bytes_per_second", _MIB),
+        (GPM_NVLINK_TOTAL_TX_PER_SEC, "gpm_nvlink_tx_bytes_per_second", _MIB),
+    ):
+        value = metrics.get(metric)
+        if value is not None:
+            setattr(sample, name, value * scale)
+
+
+def _crc_data_field(link: int) -> int | None:
+    if link < 6:
+        return FI_NVLINK_CRC_DATA_ERROR_COUNT_L0 + link
+    if link < 12:
+        return FI_NVLINK_CRC_DATA_ERROR_COUNT_L6 + link - 6
+    return None
+
+
+def _set(message: pb.GpuSample | pb.NvLinkSample, name: str, value: int | None) -> None:
+    if value is not None:
+        setattr(message, name, value)

@@ -1,0 +1,122 @@
+"""What every sink is: the ``Sink`` protocol, its error, and the HTTP helper the network sinks share.
+
+Sinks import the alert types for annotations only (``nodeagent.collector.alerts.book`` imports this module), so
+nothing here runs code from ``nodeagent.collector.alerts.book``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from nodeagent import __version__
+
+if TYPE_CHECKING:
+    from nodeagent.collector.alerts.book import Alert, Transition
+
+USER_AGENT = f"nodeagent-collector/{__version__}"
+
+
+class SinkError(Exception):
+    """A sink gave up on a delivery (after its retries); the message is one line."""
+
+
+class Sink(Protocol):
+    """Where alert transitions go. ``deliver`` may block on the network: the ``SinkDispatcher``
+    runs it on its own thread, never on the ingest path."""
+
+    # "log", "webhook", "alertmanager": names the sink in logs and counters.
+    name: str
+    # Seconds between re-sends of every firing alert (``refresh``); None when the sink needs none.
+    resend_seconds: float | None
+
+    def deliver(self, transitions: Sequence[Transition]) -> None:
+        """Send these transitions, oldest first; raise ``SinkError`` when giving up."""
+
+    def refresh(self, firing: Sequence[Alert], now: float) -> None:
+        """Re-send the alerts firing now (receivers that expire alerts not refreshed)."""
+
+    def close(self) -> None:
+        """Cut short any wait (retry backoff) so a stopping dispatcher is not held up."""
+
+
+@runtime_checkable
+class DeferredSink(Protocol):
+    """A sink whose ``deliver`` only queues: it reports later which transitions are done (sent, or
+    given up on), so the alert book can forget them. ``SinkDispatcher`` is one."""
+
+    def add_done_listener(self, listener: Callable[[Sequence[str]], None]) -> None:
+        """``listener`` gets the ids of finished transitions, from the sink's thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    # Attempts after the first one.
+    retries: int = 5
+    # Wait before the first retry; doubles each time, capped at max_backoff_seconds.
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 30.0
+    # Per attempt: connect plus response.
+    timeout_seconds: float = 5.0
+
+
+class HttpPoster:
+    """POSTs JSON with retries: on connection errors, timeouts, 5xx and 429; never on other 4xx
+    (the receiver refused the content, another attempt would be refused too)."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self._closed = threading.Event()
+        self.attempts_total = 0
+
+    def post(self, url: str, body: Any, headers: Mapping[str, str] | None = None) -> int:
+        """Status of the accepted attempt (2xx); ``SinkError`` after the last failed one."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        wait = self.policy.backoff_seconds
+        last = ""
+        for attempt in range(self.policy.retries + 1):
+            if attempt:
+                if self._closed.wait(wait):
+                    raise SinkError(f"POST {url}: stopped while retrying (last: {last})")
+                wait = min(wait * 2, self.policy.max_backoff_seconds)
+            self.attempts_total += 1
+            status, last = self._attempt(url, data, headers or {})
+            if 200 <= status < 300:
+                return status
+            if status and status != 429 and status < 500:
+                raise SinkError(f"POST {url}: refused: {last}")
+        raise SinkError(f"POST {url}: gave up after {self.policy.retries + 1} attempts (last: {last})")
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _attempt(self, url: str, data: bytes, headers: Mapping[str, str]) -> tuple[int, str]:
+        """(status, what happened); status 0 when no HTTP answer came back."""
+        request = urllib.request.Request(url, data=data, method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("User-Agent", USER_AGENT)
+        for name, value in headers.items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=self.policy.timeout_seconds) as response:
+                response.read()
+                return int(response.status), f"HTTP {response.status}"
+        except urllib.error.HTTPError as err:
+            detail = err.read(200).decode(errors="replace").strip().splitlines()
+            return err.code, f"HTTP {err.code}" + (f": {detail[0]}" if detail else "")
+        except (OSError, http.client.HTTPException) as err:
+            # URLError (refused, DNS), timeouts, a connection dropped before the answer.
+            reason = err.reason if isinstance(err, urllib.error.URLError) else err
+            return 0, f"{type(reason).__name__}: {reason}".rstrip(": ")
+
+
+def rfc3339(unix_seconds: float) -> str:
+    """``2026-11-29T18:04:05.123Z``: what Alertmanager and most webhooks expect."""
+    return datetime.fromtimestamp(unix_seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,210 @@
+"""The data-starvation detector of one node: reports in, a verdict per GPU and per node out.
+
+Per report and GPU (cheap, allocation-free): the gate (a compute process, or memory above the
+idle baseline), the busy share (NVML utilization, capped by GPM SM activity on Hopper+), throttle
+reasons, and idle gaps. Every ``evaluate_seconds`` the window advances one step: the GPU's PCIe
+and NVLink counters and the node's NIC, RDMA, disk, CPU and pressure counters turn into rates,
+and each GPU's verdict is re-evaluated over the last ``window_seconds``:
+
+- idle time splits into interconnect waiting (symmetric peer bytes / link bandwidth x efficiency)
+  and data waiting (the rest);
+- data waiting gets a cause, first match wins: network, storage, h2d (per GPU), cpu, unknown;
+- hysteresis: a GPU enters a state when most window steps show it (and, for `starved`, when the
+  window's ratio clears the tier by ``confidence_sigmas`` standard errors); it leaves `starved`
+  only after the ratio of its cause stays under ``exit_ratio`` for ``exit_seconds``; idle gaps
+  shorter than ``gap_seconds`` are left out; a newly assigned GPU is `warmup` for
+  ``warmup_seconds``.
+
+Between steps ``observe`` returns the same verdict object.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nodeagent.collector.alerts.signals import AlertSignal
+from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
+from nodeagent.collector.detector.gpu_track import GpuTrack
+from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
+from nodeagent.collector.detector.verdict import (
+    DATA_CAUSES,
+    GpuVerdict,
+    NodeVerdict,
+    majority_cause,
+    node_state,
+    starved_causes,
+)
+from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+ALERT_NAME = "GPUDataStarved"
+
+__all__ = ["ALERT_NAME", "DetectorConfig", "DetectorConfigError", "NodeDetector", "NodeVerdict"]
+
+
+class NodeDetector:
+    def __init__(self, node_id: str, config: DetectorConfig) -> None:
+        self.node_id = node_id
+        self.config = config
+        self._throttle_mask = sum(bit for bit, name in CLOCK_EVENT_REASONS if name in config.throttle_reasons)
+        self._tracks: dict[int, GpuTrack] = {}
+        self._info = pb.NodeInfo()
+        self._evidence = NodeEvidenceTracker(config)
+        self._recent: list[NodeEvidence] = []
+        self._last_time: float | None = None
+        self._step_end: float | None = None
+        self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
+        # The node-wide inputs of the last window step (rates and shares, whatever the verdict):
+        # what /metrics shows beside the verdict. Replaced whole, so other threads may read it.
+        self.evidence: NodeEvidence = EMPTY
+
+    @property
+    def verdict(self) -> NodeVerdict:
+        return self._verdict
+
+    def observe(self, report: pb.NodeReport) -> NodeVerdict:
+        """Take one report of this node; the verdict changes only when the window advances."""
+        t = report.time_unix_seconds
+        last = self._last_time
+        if not math.isfinite(t) or (last is not None and t <= last):
+            return self._verdict  # a duplicate, or the clock stepped back: nothing to add
+        if report.HasField("info"):
+            self._learn(report.info)
+        config = self.config
+        dt = 0.0
+        if last is not None:
+            dt = min(t - last, config.max_interval_seconds)
+            if t - last > config.window_seconds:
+                self._forget()
+        self._last_time = t
+        tracks, mask = self._tracks, self._throttle_mask
+        for sample in report.gpus:
+            track = tracks.get(sample.index)
+            if track is None:
+                track = tracks[sample.index] = GpuTrack(sample.index, config, self._gpu_info(sample.index))
+            track.tick(sample, t, dt, mask)
+        if report.host.cpus:
+            self._evidence.observe_cores(report)
+        if self._step_end is None or t >= self._step_end:
+            self._step(report, t)
+        return self._verdict
+
+    def signals(self) -> list[AlertSignal]:
+        """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
+        v = self._verdict
+        starved = v.starved_gpus
+        if not starved or v.cause is None:
+            return [AlertSignal(name=ALERT_NAME, node_id=self.node_id, key="", firing=False)]
+        cause = v.cause
+        ratios = [g.cause_ratio for g in starved if g.cause_ratio is not None]
+        ratio = sum(ratios) / len(ratios) if ratios else 0.0
+        tier = v.tier or "moderate"
+        gpus = ",".join(str(g.index) for g in starved)
+        evidence = " ".join(f"{k}={_text(val)}" for k, val in sorted(v.evidence.items()))
+        what = "waiting for the collective (interconnect)" if cause == "interconnect" else f"starved of data ({cause})"
+        annotations = {
+            "summary": f"{len(starved)} GPU(s) on {self.node_id} {what}: {ratio:.0%} of their time",
+            "description": f"GPUs {gpus} lose {ratio:.1%} of their assigned time, cause {cause}; "
+            f"{v.gpu_seconds_lost / 3600:.2f} GPU-hours lost so far",
+            "starvation_ratio": f"{ratio:.3f}",
+            "gpu_seconds_lost": f"{v.gpu_seconds_lost:.0f}",
+            "evidence": evidence,
+        }
+        if v.needed_ingest_bytes_per_second is not None:
+            annotations["needed_ingest_bytes_per_second"] = f"{v.needed_ingest_bytes_per_second:.0f}"
+        return [
+            AlertSignal(
+                name=ALERT_NAME,
+                node_id=self.node_id,
+                key="",
+                firing=True,
+                severity="critical" if tier == "high" else "warning",
+                labels={"cause": cause, "gpus": gpus, "jobs": ",".join(v.jobs), "tier": tier},
+                annotations=annotations,
+            )
+        ]
+
+    # ---- the window advances -----------------------------------------------------------------
+
+    def _step(self, report: pb.NodeReport, t: float) -> None:
+        config = self.config
+        first = self._step_end is None
+        self._step_end = (math.floor(t / config.evaluate_seconds) + 1) * config.evaluate_seconds
+        samples = {g.index: g for g in report.gpus}
+        assigned = sum(1 for track in self._tracks.values() if track.assigned)
+        evidence = self._evidence.step(report, assigned)
+        self.evidence = evidence
+        self._recent.append(evidence)
+        del self._recent[: -config.window_steps]
+        gpus = []
+        for index in sorted(self._tracks):
+            track = self._tracks[index]
+            if t - track.last_seen > config.window_seconds:
+                del self._tracks[index]  # gone from the reports (the hardware rules say why)
+                continue
+            gpus.append(track.step(samples.get(index), t, evidence, first=first))
+        self._verdict = self._roll_up(t, tuple(gpus))
+
+    def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
+        state = node_state(gpus)
+        cause = majority_cause(starved_causes(gpus))
+        weights = [(g, w) for g in gpus if (w := self._tracks[g.index].window_seconds()) > 0]
+        total = sum(w for _, w in weights)
+        data = round(sum((g.starvation_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
+        sync = round(sum((g.interconnect_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
+        starved = [g for g in gpus if g.state == "starved"]
+        ratios = [g.cause_ratio for g in starved if g.cause_ratio is not None]
+        ratio = sum(ratios) / len(ratios) if ratios else 0.0
+        # The worst GPU's tier: each GPU's tier already has hysteresis, so this one is stable too.
+        tier = ("high" if any(g.tier == "high" for g in starved) else "moderate") if starved else None
+        needed = None
+        evidence: dict[str, float | str] = {}
+        if cause is not None and self._recent:
+            latest = self._recent[-1]
+            evidence = dict(latest.for_cause(cause)) if cause in DATA_CAUSES and cause != "h2d" else {}
+            if cause == "interconnect" and sync is not None:
+                evidence["interconnect_wait_ratio"] = sync
+            if cause == "h2d":
+                shares = [float(g.evidence["h2d_link_ratio"]) for g in starved if "h2d_link_ratio" in g.evidence]
+                if shares:
+                    evidence["h2d_link_ratio"] = round(sum(shares) / len(shares), 4)
+            if cause in ("network", "storage"):
+                needed = self._needed_ingest(cause, ratio)
+        jobs = tuple(sorted({job for g in gpus for job in g.jobs}))
+        lost = sum(track.gpu_seconds_lost for track in self._tracks.values())
+        return NodeVerdict(self.node_id, t, state, cause, tier, data, sync, lost, jobs, needed, evidence, gpus)
+
+    def _needed_ingest(self, cause: str, data_ratio: float) -> float | None:
+        observed = [
+            e.network_rx_bytes_per_second if cause == "network" else e.disk_read_bytes_per_second for e in self._recent
+        ]
+        known = [v for v in observed if v is not None]
+        if not known or data_ratio >= 1.0:
+            return None
+        return sum(known) / len(known) / (1.0 - data_ratio)
+
+    # ---- topology ----------------------------------------------------------------------------
+
+    def _learn(self, info: pb.NodeInfo) -> None:
+        self._info = pb.NodeInfo()
+        self._info.CopyFrom(info)
+        self._evidence.learn(self._info)
+        for index, track in self._tracks.items():
+            track.learn(self._gpu_info(index))
+
+    def _gpu_info(self, index: int) -> pb.GpuInfo | None:
+        return next((g for g in self._info.gpu.gpus if g.index == index), None)
+
+    def _forget(self) -> None:
+        """After a silence longer than the window, what the window held says nothing of now."""
+        for track in self._tracks.values():
+            track.forget()
+        self._recent.clear()
+        self.evidence = EMPTY
+        self._evidence = NodeEvidenceTracker(self.config)
+        self._evidence.learn(self._info)
+        self._step_end = None
+
+
+def _text(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:g}"

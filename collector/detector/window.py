@@ -1,0 +1,144 @@
+"""The detector's window over one GPU: the steps it is made of, and their sums at evaluation.
+
+A step holds what the reports of one ``evaluate_seconds`` added (counted seconds, idle seconds,
+idle² for the standard error, held-apart gap time, throttled time) and, once closed, the link
+time of its peer traffic, its host-to-device share and the node's evidence. ``Window`` sums the
+last ``window_steps`` of them and counts the steps that vote for each state and cause.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nodeagent.collector.detector.config import DetectorConfig
+from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence
+from nodeagent.collector.detector.verdict import majority_cause
+
+
+class Step:
+    """One evaluate_seconds of one GPU; reset and reused, never reallocated."""
+
+    __slots__ = (
+        "evidence", "h2d_ratio", "idle", "idle_sq", "link_seconds", "pend_idle", "pend_seconds", "pend_sq",
+        "pend_ticks", "seconds", "span", "throttled", "ticks",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.seconds = self.idle = self.idle_sq = 0.0
+        self.ticks = self.pend_ticks = 0
+        self.pend_seconds = self.pend_idle = self.pend_sq = 0.0
+        self.throttled = self.span = self.link_seconds = 0.0
+        self.h2d_ratio: float | None = None
+        self.evidence: NodeEvidence = EMPTY
+
+
+class Window:
+    """Sums over the last ``window_steps`` closed steps (the open one included: it is closing)."""
+
+    __slots__ = (
+        "causes", "config", "current_data_seconds", "data_seconds", "idle", "idle_sq", "latest_cause", "seconds",
+        "starved", "starved_data", "starved_seconds", "sync_seconds", "synced", "synced_seconds", "synced_sync",
+        "throttled", "ticks",
+    )  # fmt: skip
+
+    def __init__(self, steps: list[Step], pos: int, config: DetectorConfig) -> None:
+        # Sums in locals, stored once at the end: this runs for every GPU at every step.
+        self.config = config
+        seconds = idle = idle_sq = data_sum = sync_sum = current = 0.0
+        starved_seconds = starved_data = synced_seconds = synced_sync = 0.0
+        ticks = starved = synced = throttled = 0
+        causes: dict[str, int] = {}
+        latest: str | None = None
+        moderate, full, share = config.moderate_ratio, 0.5 * config.evaluate_seconds, config.throttled_share_ratio
+        size = len(steps)
+        for k in range(config.window_steps):
+            s = steps[(pos - k) % size]
+            counted, span = s.seconds, s.span
+            extent = counted + s.pend_seconds
+            extent = max(extent, span)
+            if extent > 0 and s.throttled >= share * extent:
+                throttled += 1
+            if counted <= 0 or span <= 0:
+                continue  # nothing counted, or the first step (no counters to split idle time by)
+            step_idle = s.idle
+            sync = s.link_seconds * counted / span
+            sync = min(sync, step_idle)
+            data = step_idle - sync
+            seconds += counted
+            idle += step_idle
+            idle_sq += s.idle_sq
+            ticks += s.ticks
+            sync_sum += sync
+            data_sum += data
+            if k == 0:
+                current = data
+            if counted < full:
+                continue  # too little counted time in this step to vote
+            if sync >= moderate * counted:
+                synced_seconds += counted
+                synced_sync += sync
+            if data >= moderate * counted:
+                starved += 1
+                starved_seconds += counted
+                starved_data += data
+                cause = self._cause(s)
+                causes[cause] = causes.get(cause, 0) + 1
+                if latest is None:
+                    latest = cause
+            elif sync >= moderate * counted:
+                synced += 1
+        self.seconds, self.idle, self.idle_sq, self.ticks = seconds, idle, idle_sq, ticks
+        self.data_seconds, self.sync_seconds, self.current_data_seconds = data_sum, sync_sum, current
+        self.starved_seconds, self.starved_data = starved_seconds, starved_data
+        self.synced_seconds, self.synced_sync = synced_seconds, synced_sync
+        self.starved, self.synced, self.throttled = starved, synced, throttled
+        self.causes, self.latest_cause = causes, latest
+
+    def _cause(self, s: Step) -> str:
+        e = s.evidence
+        if e.network:
+            return "network"
+        if e.storage:
+            return "storage"
+        if s.h2d_ratio is not None and s.h2d_ratio >= self.config.h2d_link_ratio:
+            return "h2d"
+        if e.cpu:
+            return "cpu"
+        return "unknown"
+
+    @property
+    def data_ratio(self) -> float:
+        return self.data_seconds / self.seconds if self.seconds else 0.0
+
+    @property
+    def sync_ratio(self) -> float:
+        return self.sync_seconds / self.seconds if self.seconds else 0.0
+
+    @property
+    def starved_ratio(self) -> float | None:
+        """Data waiting over the steps that show starvation; None when none does."""
+        return self.starved_data / self.starved_seconds if self.starved_seconds else None
+
+    @property
+    def synced_ratio(self) -> float | None:
+        """Interconnect waiting over the steps that show it; None when none does."""
+        return self.synced_sync / self.synced_seconds if self.synced_seconds else None
+
+    @property
+    def idle_ratio(self) -> float:
+        return self.idle / self.seconds if self.seconds else 0.0
+
+    @property
+    def standard_error(self) -> float:
+        """Of the window's idle share, from the spread of its per-report values."""
+        if not self.seconds or not self.ticks:
+            return 0.0
+        mean = self.idle / self.seconds
+        return math.sqrt(max(0.0, self.idle_sq / self.seconds - mean * mean) / self.ticks)
+
+    def majority_cause(self) -> str:
+        """The cause most starved steps show (``verdict.majority_cause``'s tie rule); ``unknown`` without."""
+        return majority_cause(self.causes, self.latest_cause) or "unknown"

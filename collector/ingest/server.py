@@ -1,0 +1,358 @@
+"""The collector's gRPC server: ingest streams, the query service, health and reflection.
+
+Each agent stream is handled by one task. Its messages arrive as raw bytes and are parsed here,
+so a message that is not a valid ``AgentMessage`` is refused with ``INVALID_ARGUMENT`` like any
+other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal closes only that
+stream; every other stream and the flusher go on. Fields this collector does not know are
+discarded as a message is parsed, so nothing a client adds beyond the schema is kept or stored.
+
+A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
+without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
+clients cannot pile up, and a source over its bound is refused without touching the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.config import CollectorConfig
+from nodeagent.collector.ingest.query import QueryService
+from nodeagent.collector.ingest.reflection import enable_operator_reflection
+from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES, Ingest, StreamHandle, StreamRefusedError
+from nodeagent.collector.ingest.state_files import make_private
+from nodeagent.collector.ingest.store import StoreWriter
+from nodeagent.collector.metrics import MetricsExposition
+from nodeagent.core.metrics_http import MetricsHttpServer
+from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
+from nodeagent.core.transport.security import (
+    Access,
+    AccessPolicy,
+    ServerSecurity,
+    certificate_names,
+    http_certificate_names,
+    token_ok,
+)
+from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
+from nodeagent.core.wire.validate import InvalidMessageError, check_hello, check_report
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+
+log = structlog.get_logger("nodeagent.collector")
+
+
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+INGEST_SERVICE = "nodeagent.v1.Ingest"
+# How long a half-closed stream is kept open for the acks of its last reports.
+FINAL_ACK_WAIT_SECONDS = 2.0
+# After this long without a successful commit, new streams are refused (agents fail over).
+STORE_FAILING_REFUSE_SECONDS = 10.0
+QUERY_SERVICE = "nodeagent.v1.Query"
+# A real agent sends hello at once; a client that does not is holding a stream for nothing.
+DEFAULT_HELLO_TIMEOUT_SECONDS = 5.0
+# Each node keeps one stream; a source with more is many nodes behind one address (NAT) or a flood.
+DEFAULT_MAX_STREAMS_PER_SOURCE = 256
+
+
+class HttpListenError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    listen: str = "127.0.0.1:50051"
+    db_path: Path = Path("nodeagent-collector.db")
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    flush_seconds: float = 0.05
+    settings: CollectorConfig = field(default_factory=CollectorConfig)
+    # HOST:PORT of /metrics and /healthz; None: no HTTP listener.
+    http_listen: str | None = None
+    hello_timeout_seconds: float = DEFAULT_HELLO_TIMEOUT_SECONDS
+    max_streams_per_source: int = DEFAULT_MAX_STREAMS_PER_SOURCE
+    max_nodes: int = DEFAULT_MAX_NODES
+
+
+class CollectorServer:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        make_private(config.db_path)
+        self.writer = StoreWriter(config.db_path)
+        self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
+        self.ingest = Ingest(
+            self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
+            max_nodes=config.max_nodes,
+        )  # fmt: skip
+        # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
+        self.rejected: dict[tuple[str, str], int] = {}
+        self.replaced_total = 0
+        # Source address -> streams it holds now (entries go when they reach 0).
+        self.streams_by_source: dict[str, int] = {}
+        self.serving = False
+        self.started_monotonic = 0.0
+        self.http: MetricsHttpServer | None = None
+        self._token = config.security.token()
+        self.policy = AccessPolicy(config.security)
+        self._server: grpc.aio.Server | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", self.config.max_message_bytes),
+            ("grpc.max_send_message_length", self.config.max_message_bytes),
+            # Agents ping every 10 s to notice dead links; allow it, and ping them back.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.max_ping_strikes", 0),
+            # A connection that never finishes its handshake (silent TCP) is closed as soon as a
+            # stream that never says hello would be, not after grpc's default of two minutes.
+            ("grpc.server_handshake_timeout_ms", max(1000, int(self.config.hello_timeout_seconds * 1000))),
+            # gRPC sets SO_REUSEPORT by default: a second collector on the same port would start
+            # and silently take half of the agents. Binding must fail instead.
+            ("grpc.so_reuseport", 0),
+            *KEEPALIVE_OPTIONS,
+        ]
+        server = grpc.aio.server(options=options)
+        server.add_generic_rpc_handlers([self._ingest_handler()])
+        pb_grpc.add_QueryServicer_to_server(QueryService(self.ingest, self.policy), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        for name in ("", INGEST_SERVICE, QUERY_SERVICE):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        # Health stays open (it says only SERVING or not); reflection is the operators'.
+        enable_operator_reflection(
+            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server, self.policy
+        )
+        security = self.config.security
+        if security.tls:
+            self.port = server.add_secure_port(self.config.listen, security.credentials())
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
+        await server.start()
+        self._server = server
+        self.started_monotonic = time.monotonic()
+        self._flusher = asyncio.create_task(self.ingest.run_flusher())
+        self.serving = True
+        if self.config.http_listen is not None:
+            await self._start_http(self.config.http_listen)
+        return self.port
+
+    async def _start_http(self, listen: str) -> None:
+        exposition = MetricsExposition(self)
+        security = self.config.security
+        self.http = MetricsHttpServer(
+            listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
+            name="nodeagent-collector", guard=self._scrape_guard,
+        )  # fmt: skip
+        try:
+            await asyncio.to_thread(self.http.start)
+        except OSError as err:
+            self.http = None
+            await self.stop(0.0)
+            raise HttpListenError(f"cannot listen on {listen} (--http-listen): {err.strerror or err}") from err
+
+    def _scrape_guard(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
+        """``/metrics`` needs a scraper's or an operator's credential when client auth is configured."""
+        decision = self.policy.scrape(token, http_certificate_names(peer))
+        if decision.access is Access.ALLOWED:
+            return None
+        return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
+
+    @property
+    def flusher(self) -> asyncio.Task[None] | None:
+        return self._flusher
+
+    async def wait(self) -> None:
+        assert self._server is not None
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace: float = 2.0) -> None:
+        self.serving = False
+        if self.http is not None:
+            # First, so no scrape reads the store while it closes.
+            await asyncio.to_thread(self.http.stop)
+            self.http = None
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self.ingest.flush()
+        self.writer.call_sync(self.alerting.close)
+        self.writer.close()
+
+    # ---- ingest ----
+
+    def _ingest_handler(self) -> grpc.GenericRpcHandler:
+        handler: grpc.RpcMethodHandler[bytes, pb.Ack] = grpc.stream_stream_rpc_method_handler(
+            self._stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
+        )
+        return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
+
+    async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        source = _source(context.peer())
+        held = self.streams_by_source.get(source, 0)
+        if held >= self.config.max_streams_per_source:
+            await self._refuse(
+                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
+                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
+            )  # fmt: skip
+        self.streams_by_source[source] = held + 1
+        try:
+            await self._serve_stream(context)
+        finally:
+            left = self.streams_by_source.get(source, 1) - 1
+            if left > 0:
+                self.streams_by_source[source] = left
+            else:
+                self.streams_by_source.pop(source, None)
+
+    async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        if not token_ok(self._token, context.invocation_metadata()):
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
+        if self.ingest.store_failing_for() > STORE_FAILING_REFUSE_SECONDS:
+            await self._refuse(
+                context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
+            )
+        try:
+            first = await asyncio.wait_for(context.read(), self.config.hello_timeout_seconds)
+        except TimeoutError:
+            await self._refuse(
+                context, grpc.StatusCode.DEADLINE_EXCEEDED, "hello_timeout",
+                f"no hello within {self.config.hello_timeout_seconds:g} s",
+            )  # fmt: skip
+            return
+        if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
+            return
+        hello = self._parse(first)
+        if hello is None or hello.WhichOneof("body") != "hello":
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "no_hello", "the first message must be hello")
+        node_id = hello.hello.node_id
+        try:
+            check_hello(hello.hello)
+        except InvalidMessageError as err:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_hello", str(err))
+        if self.config.security.mutual:
+            names = certificate_names(context.auth_context())
+            if node_id not in names:
+                await self._refuse(
+                    context, grpc.StatusCode.PERMISSION_DENIED, "certificate_node_mismatch",
+                    f"client certificate names {sorted(names)}, not node {node_id!r}",
+                )  # fmt: skip
+            if self.policy.is_reader(names):
+                await self._refuse(
+                    context, grpc.StatusCode.PERMISSION_DENIED, "certificate_not_a_node",
+                    f"client certificate {sorted(names)} is an operator or scraper identity, not a node",
+                )  # fmt: skip
+        stream = StreamHandle(node_id, context.peer(), context)
+        stream.task = asyncio.current_task()
+        try:
+            previous = self.ingest.attach(stream, hello.hello)
+        except StreamRefusedError as refused:
+            await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
+            return
+        # Accepted: say so now, before the agent writes reports (it waits for this header, so a
+        # refusal above reaches it as its own status, not as a write that failed).
+        await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
+        log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
+        if previous is not None:
+            await self._end_replaced(previous, stream)
+        acks = asyncio.create_task(self._write_acks(stream, context))
+        try:
+            await self._read_reports(stream, context)
+            await self._final_acks(stream)
+        finally:
+            acks.cancel()
+            self.ingest.detach(stream)
+
+    async def _read_reports(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        last: dict[int, int] = {}
+        while True:
+            raw = await context.read()
+            if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
+                return
+            message = self._parse(raw)
+            if message is None or message.WhichOneof("body") != "report":
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
+            report = message.report
+            try:
+                check_report(report, stream.node_id)
+            except InvalidMessageError as err:
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_report", f"seq {report.seq}: {err}"
+                )
+            if report.seq <= last.get(report.epoch, 0):
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "seq_backwards",
+                    f"seq {report.seq} after {last[report.epoch]} in epoch {report.epoch}: sequence went backwards",
+                )  # fmt: skip
+            last[report.epoch] = report.seq
+            try:
+                # Serialized again, not the bytes received: those would keep any unknown fields.
+                self.ingest.accept(stream, report, report.SerializeToString())
+            except StreamRefusedError as refused:
+                await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
+
+    async def _final_acks(self, stream: StreamHandle) -> None:
+        """A client that half-closed still gets the acks of what it sent, once they are durable."""
+        deadline = time.monotonic() + FINAL_ACK_WAIT_SECONDS
+        while stream.acked_sent < stream.ack_wanted and time.monotonic() < deadline:
+            await asyncio.sleep(self.config.flush_seconds)
+
+    async def _write_acks(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        while True:
+            await stream.wake.wait()
+            stream.wake.clear()
+            seq = self.ingest.durable_seq(stream)
+            if seq > stream.acked_sent:
+                await context.write(pb.Ack(node_id=stream.node_id, epoch=stream.epoch, acked_seq=seq))
+                stream.acked_sent = seq
+
+    async def _end_replaced(self, previous: StreamHandle, stream: StreamHandle) -> None:
+        # A node has one stream: the newer wins (the old one is usually a half-dead connection
+        # the agent already gave up on). Ending it from here finishes that RPC with ABORTED.
+        self.replaced_total += 1
+        log.info("stream replaced by a newer one", node=stream.node_id, old=previous.peer, new=stream.peer)
+        context: Any = previous.context
+        # abort() raises AbortError in its caller (this stream's task), not in the stream it ends.
+        with contextlib.suppress(grpc.aio.AbortError, grpc.aio.UsageError):
+            await context.abort(grpc.StatusCode.ABORTED, "replaced by a newer stream of the same node")
+        # The old handler is parked in read(); cancelling it lets the RPC finish with that status.
+        if previous.task is not None:
+            previous.task.cancel()
+
+    def _parse(self, raw: bytes) -> pb.AgentMessage | None:
+        try:
+            message = pb.AgentMessage.FromString(raw)
+        except DecodeError:
+            return None
+        # Unknown fields would otherwise live on in memory (hello, the latest report) and in the store.
+        message.DiscardUnknownFields()
+        return message
+
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
+    ) -> NoReturn:
+        """Count and log the refusal, then end the stream: ``abort`` raises, so this never returns."""
+        key = (code.name, reason)
+        self.rejected[key] = self.rejected.get(key, 0) + 1
+        log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
+        await context.abort(code, detail[:512])
+
+
+def _source(peer: str) -> str:
+    """The address of a gRPC peer without its port: ``ipv4:10.0.0.7:5123`` -> ``ipv4:10.0.0.7``."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rpartition(":")[0]
+    return peer  # unix sockets and the like: the whole name

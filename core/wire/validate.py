@@ -1,0 +1,219 @@
+"""Every message from an agent is checked before anything uses it.
+
+Limits are generous for real nodes (an 8-GPU server has 8 GPUs, 18 NVLinks each, a few dozen
+NICs) and small enough that one report cannot make the collector allocate or loop much. Numbers
+must be finite; doubles must not be negative; ``_ratio`` fields lie in [0, 1]; a uint64 at or
+above 2^63 is a negative number sent as unsigned. Strings are bounded and node ids follow
+``nodeagent.core.wire.identity``. The walk visits only the fields a message has set (``ListFields``, one C
+call per message) and dispatches on a kind per field computed once per message type, inline:
+this runs for every report, and a function call per field would double its cost.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from nodeagent.core.wire.identity import NODE_ID_RE
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+MAX_STRING = 256
+MAX_LONG_STRING = 4096  # event messages, errors, cgroup paths
+MAX_REPEATED = 256
+NEGATIVE_UINT = 1 << 63
+
+# Repeated fields whose bound differs from MAX_REPEATED.
+REPEATED_LIMITS: dict[str, int] = {
+    "NodeReport.gpus": 64,
+    "NodeInfo.gpu": 1,
+    "GpuTopology.gpus": 64,
+    "GpuSample.nvlinks": 64,
+    "GpuSample.processes": 1024,
+    "HostSample.cpus": 8192,
+    "NodeReport.disks": 4096,
+    "NodeInfo.disks": 4096,
+    "NodeReport.events": 1024,
+    "DiskInfo.mountpoints": 64,
+}
+LONG_STRINGS = {"Event.message", "CollectorStatus.error", "JobRef.cgroup", "GpuProcess.name"}
+
+
+class InvalidMessageError(ValueError):
+    """A message that must be refused; the text names the field and the value."""
+
+
+def check_report(report: pb.NodeReport, node_id: str) -> None:
+    """Raise ``InvalidMessageError`` naming the first bad field of ``report``."""
+    if report.node_id != node_id:
+        raise InvalidMessageError(f"report for node {report.node_id!r} on the stream of {node_id!r}")
+    if report.seq == 0 or report.epoch == 0:
+        raise InvalidMessageError("report without epoch or seq")
+    if not (report.time_unix_seconds > 0):
+        raise InvalidMessageError(f"report time {report.time_unix_seconds!r} is not a positive time")
+    _check(report, "report")
+
+
+def repair(message: Message, limit: int = 64) -> list[str]:
+    """Clear what the collector would refuse, in place; returns what was dropped (one line each).
+
+    The agent runs this on its own reports before spooling them: a report the collector refuses
+    would otherwise be resent forever and block every report behind it. A bad value (a GPU
+    counter gone NaN, a ratio a hair above 1) loses that value only, a bad map entry its map; a
+    list that is too long is cut to its bound, a string to its length limit."""
+    dropped: list[str] = []
+    for _ in range(limit):
+        try:
+            _walk(message)
+            return dropped
+        except _BadValueError as bad:
+            dropped.append(f"{bad.where}: {bad.problem}")
+            _drop(message, bad.where)
+    return dropped
+
+
+def _drop(message: Message, where: str) -> None:
+    parts = _SEGMENT.findall(where)
+    parent: Any = message
+    for name, index, _key in parts[:-1]:
+        parent = getattr(parent, name)
+        if index:
+            parent = parent[int(index)]
+    name, index, key = parts[-1]
+    field = parent.DESCRIPTOR.fields_by_name[name]
+    kind, bound = _KINDS.get(field) or _learn(field)
+    value = getattr(parent, name)
+    if key:
+        value.pop(ast.literal_eval(key), None)
+    elif kind in (_REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_NUMBER) and len(value) > bound:
+        del value[bound:]
+    elif kind == _STRING and len(value) > bound:
+        setattr(parent, name, value[:bound])
+    else:
+        parent.ClearField(name)
+
+
+_SEGMENT = re.compile(r"(\w+)(?:\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\])?")
+
+
+def check_hello(info: pb.NodeInfo) -> None:
+    if not NODE_ID_RE.fullmatch(info.node_id):
+        raise InvalidMessageError(f"invalid node id {info.node_id[:64]!r}")
+    _check(info, "hello")
+
+
+# ---- the walk ----
+# Paths are built only on the way out of an error, so a good report costs no string formatting.
+
+(_DOUBLE, _RATIO, _UINT, _STRING, _MESSAGE, _OTHER,
+ _REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_NUMBER, _MAP_UINT, _MAP_STRING, _MAP_OTHER) = range(12)  # fmt: skip
+
+
+class _BadValueError(Exception):
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(where, problem)
+        self.where = where
+        self.problem = problem
+
+
+# FieldDescriptor -> (kind, limit): limit is the string length or the repeated count allowed.
+_KINDS: dict[Any, tuple[int, int]] = {}
+
+
+def _check(message: Message, path: str) -> None:
+    try:
+        _walk(message)
+    except _BadValueError as bad:
+        raise InvalidMessageError(f"{path}.{bad.where}: {bad.problem}") from None
+
+
+def _walk(message: Message) -> None:
+    kinds = _KINDS
+    for field, value in message.ListFields():
+        kind_limit = kinds.get(field)
+        if kind_limit is None:
+            kind_limit = _learn(field)
+        kind, limit = kind_limit
+        if kind == _DOUBLE:
+            if not (value >= 0.0 and value != math.inf):  # false for NaN too
+                raise _BadValueError(field.name, f"{value!r} is not a finite, non-negative number")
+        elif kind == _UINT:
+            if value >= NEGATIVE_UINT:
+                raise _BadValueError(field.name, f"{value} is a negative count sent as unsigned")
+        elif kind == _RATIO:
+            if not (0.0 <= value <= 1.0):
+                raise _BadValueError(field.name, f"{value!r} is not a ratio in [0, 1]")
+        elif kind == _STRING:
+            if len(value) > limit:
+                raise _BadValueError(field.name, f"{len(value)} characters, at most {limit}")
+        elif kind == _MESSAGE:
+            _nested(field.name, value)
+        elif kind == _OTHER:
+            continue
+        elif len(value) > limit:
+            raise _BadValueError(field.name, f"{len(value)} entries, at most {limit}")
+        elif kind == _REPEATED_MESSAGE:
+            for index, item in enumerate(value):
+                _nested(f"{field.name}[{index}]", item)
+        elif kind == _REPEATED_STRING:
+            if max(map(len, value)) > MAX_STRING:
+                raise _BadValueError(field.name, f"an entry longer than {MAX_STRING} characters")
+        elif kind == _REPEATED_NUMBER:
+            _numbers(field.name, list(value), field.type)
+        else:  # maps
+            if max(map(len, value)) > MAX_STRING:
+                raise _BadValueError(field.name, f"a key longer than {MAX_STRING} characters")
+            if kind == _MAP_UINT and max(value.values()) >= NEGATIVE_UINT:
+                raise _BadValueError(field.name, "a negative count sent as unsigned")
+            if kind == _MAP_STRING and max(map(len, value.values())) > MAX_LONG_STRING:
+                raise _BadValueError(field.name, f"a value longer than {MAX_LONG_STRING} characters")
+
+
+def _nested(name: str, message: Message) -> None:
+    try:
+        _walk(message)
+    except _BadValueError as bad:
+        raise _BadValueError(f"{name}.{bad.where}", bad.problem) from None
+
+
+def _numbers(name: str, values: list[Any], field_type: int) -> None:
+    if field_type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        if not all(v >= 0.0 and v != math.inf for v in values):
+            raise _BadValueError(name, "an entry that is not a finite, non-negative number")
+    elif field_type in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64) and max(values) >= NEGATIVE_UINT:
+        raise _BadValueError(name, "a negative count sent as unsigned")
+
+
+def _learn(field: FieldDescriptor) -> tuple[int, int]:
+    kind_limit = _kind(field)
+    _KINDS[field] = kind_limit
+    return kind_limit
+
+
+def _kind(field: FieldDescriptor) -> tuple[int, int]:
+    owner = field.containing_type
+    qualified = f"{owner.name if owner is not None else ''}.{field.name}"
+    count = REPEATED_LIMITS.get(qualified, MAX_REPEATED)
+    message_type = field.message_type
+    if message_type is not None and message_type.GetOptions().map_entry:
+        value_type = message_type.fields_by_name["value"].type
+        if value_type == FieldDescriptor.TYPE_UINT64:
+            return _MAP_UINT, count
+        return (_MAP_STRING if value_type == FieldDescriptor.TYPE_STRING else _MAP_OTHER), count
+    if field.is_repeated:
+        if message_type is not None:
+            return _REPEATED_MESSAGE, count
+        return (_REPEATED_STRING if field.type == FieldDescriptor.TYPE_STRING else _REPEATED_NUMBER), count
+    if message_type is not None:
+        return _MESSAGE, 0
+    if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return (_RATIO if field.name.endswith("_ratio") else _DOUBLE), 0
+    if field.type in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64):
+        return _UINT, 0
+    if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+        return _STRING, (MAX_LONG_STRING if qualified in LONG_STRINGS else MAX_STRING)
+    return _OTHER, 0

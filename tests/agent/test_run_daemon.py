@@ -1,0 +1,54 @@
+"""``nodeagent run`` as systemd and a simulated node see it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+from tests.fakes.fleet import Collector, free_port, processes
+from tests.fakes.trees import REPO
+
+
+def test_simulated_node_streams_eight_gpus_and_notifies_systemd(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    notify_path = tmp_path / "notify.sock"
+    with processes() as started, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(notify_path))
+        notify.settimeout(1.0)
+        messages: list[str] = []
+        reader = threading.Thread(target=_drain, args=(notify, messages), daemon=True)
+        reader.start()
+        started.append(collector.start())
+        env = {**os.environ, "NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": "5000000", "WATCHDOG_PID": ""}
+        done = subprocess.run(
+            [sys.executable, "-m", "nodeagent.agent", "run", "--collector", collector.address, "--node-id", "sim-1",
+             "--simulate", "ordinary-cloud", "--interval", "0.05", "--max-reports", "20", "--deadline", "30"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        reader.join(timeout=10)
+        with grpc.insecure_channel(collector.address) as channel:
+            latest = pb_grpc.QueryStub(channel).LatestReport(pb.LatestReportRequest(node_id="sim-1"), timeout=5)
+        node = collector.node("sim-1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (node["reports_total"], node["gpu_count"]) == (20, 8)
+    assert len(latest.gpus) == 8
+    assert latest.seq == 20
+    assert messages[0] == "READY=1"
+    assert messages.count("WATCHDOG=1") == 20  # one per completed tick
+    assert messages[-1] == "STOPPING=1"
+
+
+def _drain(sock: socket.socket, into: list[str]) -> None:
+    while True:
+        try:
+            into.append(sock.recv(4096).decode())
+        except TimeoutError:
+            return

@@ -1,0 +1,125 @@
+"""Imports only go down: wire <- core <- agent | collector <- tools (docs/architecture.md).
+
+Every module's imports are read with ast (top-level and inside functions, absolute and relative),
+so an import that runs only on one path counts as much as one at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.fakes.trees import REPO
+
+# The layers, bottom first, by package; a module belongs to the longest package that contains it.
+LAYERS = {
+    "nodeagent.v1": "wire",
+    "nodeagent": "wire",  # the root package: only the version
+    "nodeagent.core": "core",
+    "nodeagent.agent": "agent",
+    "nodeagent.collector": "collector",
+    "nodeagent.tools": "tools",
+}
+# What each layer may import from nodeagent, besides itself.
+ALLOWED = {
+    "wire": {"wire"},
+    "core": {"wire"},
+    "agent": {"wire", "core"},
+    "collector": {"wire", "core"},
+    "tools": {"wire", "core", "agent", "collector"},
+}
+# The command lines may offer the tools (`nodeagent run --simulate`, `nodeagent record --simulate`,
+# `nodeagent-collector demo|loadgen`): these modules, and only these, reach up to them.
+TOOLS_FROM_COMMAND_LINES = {
+    "nodeagent.agent.record_cli",
+    "nodeagent.agent.run_command",
+    "nodeagent.collector.cli",
+}
+
+
+def package_dirs() -> dict[str, Path]:
+    """pyproject's package-dir: import package -> folder."""
+    mapping = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {package: REPO / folder for package, folder in mapping.items()}
+
+
+def modules(dirs: dict[str, Path]) -> dict[str, Path]:
+    """Every module of the distribution by its import name."""
+    found: dict[str, Path] = {}
+    for package, folder in sorted(dirs.items(), key=lambda item: len(item[0])):
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            if any(part in {"__pycache__"} for part in parts):
+                continue
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    for package in sorted(LAYERS, key=len, reverse=True):
+        if module == package or module.startswith(package + "."):
+            return LAYERS[package]
+    return None
+
+
+def imported(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import in the file, relative ones resolved."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # `from nodeagent import agent` imports the package agent
+                yield node.lineno, f"{target}.{alias.name}"
+
+
+def violations(found: dict[str, Path]) -> list[str]:
+    """One line per import that goes up or sideways."""
+    problems = []
+    for module, path in sorted(found.items()):
+        mine = layer_of(module)
+        assert mine is not None, module
+        for line, target in imported(module, path):
+            theirs = layer_of(target)
+            if theirs is None or theirs == mine or theirs in ALLOWED[mine]:
+                continue
+            if theirs == "tools" and module in TOOLS_FROM_COMMAND_LINES:
+                continue
+            where = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+            problems.append(f"{where}:{line}: {mine} module {module} imports {theirs} ({target})")
+    return problems
+
+
+def test_imports_only_go_down() -> None:
+    found = modules(package_dirs())
+    assert len(found) > 100  # the walk saw the whole distribution, not an empty folder
+    assert {layer_of(m) for m in found} == {"wire", "core", "agent", "collector", "tools"}
+    assert violations(found) == []
+
+
+def test_a_crossing_import_is_caught(tmp_path: Path) -> None:
+    """The checker itself: each forbidden direction fails, a permitted one passes."""
+    cases = {
+        "nodeagent.collector.x": ("from nodeagent.agent.delivery import sender\n", True),
+        "nodeagent.agent.y": ("def f():\n    import nodeagent.collector.cli\n", True),
+        "nodeagent.core.z": ("from ..agent import cli\n", True),
+        "nodeagent.core.w": ("from nodeagent import collector\n", True),
+        "nodeagent.agent.gpu.v": ("from ..delivery import spool\nfrom nodeagent.core import units\n", False),
+        "nodeagent.agent.u": ("from nodeagent.tools import simulator\n", True),
+    }
+    for module, (source, bad) in cases.items():
+        path = tmp_path / f"{module}.py"
+        path.write_text(source)
+        problems = violations({module: path})
+        assert bool(problems) is bad, (module, problems)

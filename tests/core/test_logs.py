@@ -1,0 +1,61 @@
+"""Logs: JSON lines when stderr is not a terminal, readable lines on one; levels; no secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fakes.trees import REPO
+
+
+def _run(level: str, tmp_path: Path, stderr: int | None = None) -> subprocess.CompletedProcess[str]:
+    token = tmp_path / "token"
+    token.write_text("hunter2-secret\n")
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent.agent", "--log-level", level, "run", "--collector", "127.0.0.1:1",
+         "--node-id", "log-node", "--interval", "0.05", "--max-reports", "2", "--deadline", "1.5", "--no-collector.gpu",
+         "--token-file", str(token)],
+        cwd=REPO, capture_output=stderr is None, stderr=stderr, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_json_lines_off_a_terminal_with_levels_and_no_secrets(tmp_path: Path) -> None:
+    done = _run("info", tmp_path)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    events = [json.loads(line) for line in lines]
+    assert "agent running" in {e["event"] for e in events}
+    assert all({"event", "level", "timestamp"} <= e.keys() for e in events)
+    assert {e["level"] for e in events} <= {"info", "warning", "error"}
+    assert "hunter2-secret" not in done.stderr
+    quiet = _run("warning", tmp_path)
+    quiet_events = [json.loads(line) for line in quiet.stderr.splitlines() if line.startswith("{")]
+    assert all(e["level"] != "info" for e in quiet_events)
+    assert "reports not acknowledged" in quiet.stderr  # the outcome is said whatever the level
+
+
+def test_readable_lines_on_a_terminal(tmp_path: Path) -> None:
+    primary, secondary = pty.openpty()
+    try:
+        _run("info", tmp_path, stderr=secondary)
+        os.close(secondary)
+        secondary = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO once the writer is gone
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        if secondary != -1:
+            os.close(secondary)
+        os.close(primary)
+    text = b"".join(chunks).decode(errors="replace")
+    assert "agent running" in text
+    assert not any(line.lstrip().startswith("{") for line in text.splitlines() if "agent running" in line)

@@ -1,0 +1,136 @@
+"""Counters to rates: resets give no rate, saturation is flagged, never 2^64-sized rates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodeagent.agent.collectors import Roots
+from nodeagent.agent.derive import snapshot
+from nodeagent.core.rates import MAX_U32, delta, is_saturated, rate
+from tests.fakes.trees import NET_DEV_HEADER, rewrite, write_tree
+
+NET_DEV = (
+    NET_DEV_HEADER
+    + """  eth0: {rx} 100 0 0 0 0 0 0 {tx} 50 0 0 0 0 0 0
+"""
+)
+DISKSTATS = "   8       0 sda {reads} 0 {sectors} 100 10 0 80 5 0 {ticks} 105\n"
+
+
+def test_delta_and_rate_refuse_a_counter_that_went_down() -> None:
+    assert delta(100, 150) == 50
+    assert delta(150, 100) is None
+    assert rate(100, 300, 2.0) == 100.0
+    assert rate(2**64 - 10, 5, 1.0) is None
+    assert rate(5, 10, 0.0) is None
+    assert rate(None, 10, 1.0) is None
+
+
+def test_saturation_of_fixed_width_counters() -> None:
+    assert is_saturated("port_xmit_wait", MAX_U32)
+    assert is_saturated("symbol_error", 65535)
+    assert is_saturated("link_downed", 255)
+    assert not is_saturated("link_downed", 254)
+    assert not is_saturated("port_rcv_data", MAX_U32 - 1)
+
+
+def test_reset_between_samples_gives_no_rate_and_no_error(tmp_path: Path, make_sampler) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "proc/net/dev": NET_DEV.format(rx=10_000_000, tx=5_000_000),
+            "proc/diskstats": DISKSTATS.format(reads=1000, sectors=8000, ticks=500),
+        },
+    )
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["netdev", "diskstats"])
+    first = sampler.tick()
+    rewrite(root / "proc/net/dev", NET_DEV.format(rx=12_000_000, tx=6_000_000))
+    rewrite(root / "proc/diskstats", DISKSTATS.format(reads=1500, sectors=12000, ticks=750))
+    second = sampler.tick()
+    snap = snapshot(first, second, sampler.info)
+    assert snap["nics"][0]["rx_bytes_per_second"] == 2_000_000
+    assert snap["disks"][0]["reads_per_second"] == 500
+    assert snap["disks"][0]["read_bytes_per_second"] == 4000 * 512
+    assert snap["disks"][0]["utilization_ratio"] == 0.25
+
+    # Driver reload: every counter starts again from small values.
+    rewrite(root / "proc/net/dev", NET_DEV.format(rx=1_000, tx=500))
+    rewrite(root / "proc/diskstats", DISKSTATS.format(reads=10, sectors=80, ticks=5))
+    third = sampler.tick()
+    snap = snapshot(second, third, sampler.info)
+    assert all(c["success"] for c in snap["collectors"])
+    nic, disk = snap["nics"][0], snap["disks"][0]
+    assert nic["rx_bytes_total"] == 1_000
+    assert nic["rx_bytes_per_second"] is None
+    assert nic["tx_bytes_per_second"] is None
+    assert disk["reads_per_second"] is None
+    assert disk["read_bytes_per_second"] is None
+    assert disk["utilization_ratio"] is None
+
+    # The interval after the reset has rates again.
+    rewrite(root / "proc/net/dev", NET_DEV.format(rx=3_000, tx=700))
+    fourth = sampler.tick()
+    assert snapshot(third, fourth, sampler.info)["nics"][0]["rx_bytes_per_second"] == 2_000
+
+
+def test_saturated_rdma_data_counter_gives_no_rate(tmp_path: Path, make_sampler) -> None:
+    port = "sys/class/infiniband/mlx4_0/ports/1"
+    root = write_tree(
+        tmp_path,
+        {
+            f"{port}/state": "4: ACTIVE\n",
+            f"{port}/phys_state": "5: LinkUp\n",
+            f"{port}/rate": "40 Gb/sec (4X QDR)\n",
+            f"{port}/counters/port_rcv_data": f"{MAX_U32 - 100}\n",
+            f"{port}/counters/port_xmit_data": "1000\n",
+        },
+    )
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["infiniband"])
+    first = sampler.tick()
+    rewrite(root / port / "counters/port_rcv_data", f"{MAX_U32}\n")
+    rewrite(root / port / "counters/port_xmit_data", "1250\n")
+    second = sampler.tick()
+    row = snapshot(first, second, sampler.info)["rdma_ports"][0]
+    assert row["saturated_counters"] == ["port_rcv_data"]
+    assert row["rx_bytes_per_second"] is None
+    assert row["tx_bytes_per_second"] == 1000  # 250 words x 4 bytes in 1 s
+    assert row["tx_link_ratio"] == 1000 / 5e9
+
+
+def test_legacy_counter_saturating_beside_a_64_bit_one_keeps_the_rate(tmp_path: Path, make_sampler) -> None:
+    port = "sys/class/infiniband/mlx5_0/ports/1"
+    root = write_tree(
+        tmp_path,
+        {
+            f"{port}/state": "4: ACTIVE\n",
+            f"{port}/rate": "400 Gb/sec (4X NDR)\n",
+            f"{port}/counters/port_rcv_data": f"{MAX_U32}\n",  # pinned, as on a busy link
+            f"{port}/counters_ext/port_rcv_data_64": "1000000\n",
+        },
+    )
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["infiniband"])
+    first = sampler.tick()
+    rewrite(root / port / "counters_ext/port_rcv_data_64", "1250000\n")
+    second = sampler.tick()
+    row = snapshot(first, second, sampler.info)["rdma_ports"][0]
+    assert "port_rcv_data" in row["saturated_counters"]
+    assert row["rx_bytes_total"] == 1250000 * 4
+    assert row["rx_bytes_per_second"] == 250000 * 4
+    assert row["rx_link_ratio"] == 1e6 / 50e9
+
+
+def test_iowait_going_backwards_is_not_a_reset(tmp_path: Path, make_sampler) -> None:
+    stat = "cpu  {user} 0 100 {idle} {iowait} 0 0 0 0 0\ncpu0 {user} 0 100 {idle} {iowait} 0 0 0 0 0\n"
+    root = write_tree(tmp_path, {"proc/stat": stat.format(user=1000, idle=5000, iowait=500)})
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["cpu"])
+    first = sampler.tick()
+    # iowait dips by a tick (the kernel says it can); user time moves on.
+    rewrite(root / "proc/stat", stat.format(user=1100, idle=5100, iowait=499))
+    second = sampler.tick()
+    host = snapshot(first, second, sampler.info)["host"]
+    assert host["cpu_busy_ratio"] == 0.5
+    assert host["cpu_iowait_ratio"] == 0.0
+    assert host["cpus"][0]["busy_ratio"] == 0.5
+    # Busy time going backwards is a reset: no figure.
+    rewrite(root / "proc/stat", stat.format(user=10, idle=5200, iowait=499))
+    assert snapshot(second, sampler.tick(), sampler.info)["host"]["cpu_busy_ratio"] is None
