@@ -38,7 +38,7 @@ from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.certs import Authority, Pem
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.trees import REPO
-from tests.test_ingest_refusals import _hello, _report, _send, _tls_channel
+from tests.collector.ingest.test_ingest_refusals import _hello, _report, _send, _tls_channel
 
 Metadata = Sequence[tuple[str, str]]
 
