@@ -22,5 +22,7 @@ def configure_logging(level: str = "warning") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        # Not cached: the programs log a few lines a minute, and a logger bound once would keep the
+        # first configuration for good (structlog.testing.capture_logs could not see it).
+        cache_logger_on_first_use=False,
     )

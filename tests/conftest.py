@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from nodeagent.agent.collectors import Roots, enabled_names
 from nodeagent.agent.config import AgentConfig
@@ -18,6 +19,14 @@ from tests.fakes.trees import SHARED_FIXTURES, materialize
 pytest_plugins = ["tests.fakes.nvml.plugin", "tests.fakes.alertmanager"]
 
 REQUIRE_LIVE = os.environ.get("NODEAGENT_REQUIRE_LIVE_TESTS") == "1"
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A command run in-process configures logging (its level too); the next test starts from
+    structlog's defaults again, so ``capture_logs`` sees what a test's code logs at any level."""
+    yield
+    structlog.reset_defaults()
 
 
 def require(condition: bool, reason: str) -> None:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from pathlib import Path
 
 import click
@@ -100,14 +99,9 @@ def test_the_state_directory_as_root_is_var_lib(monkeypatch: pytest.MonkeyPatch)
     assert default_db_path(euid=0) == Path("/var/lib/nodeagent-x/collector.db")
 
 
-def test_databases_are_ignored_and_every_package_is_declared() -> None:
+def test_databases_are_ignored() -> None:
+    # Every package folder is declared: tests/packaging/test_import_names.py holds that.
     assert "*.db" in (REPO / ".gitignore").read_text().split()
-    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    for top in ("agent", "collector"):
-        for folder in (REPO / top).rglob("*"):
-            if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.*")):
-                name = ".".join(folder.relative_to(REPO).parts)
-                assert name in declared, f"{name} ships files but is not in [tool.setuptools] packages"
 
 
 # ---- exit codes ------------------------------------------------------------------------------

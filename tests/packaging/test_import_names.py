@@ -24,7 +24,7 @@ print(json.dumps({"top_level": (dist.read_text("top_level.txt") or "").split(), 
 
 
 def test_installs_only_the_nodeagent_package(tmp_path: Path) -> None:
-    wheel = deb_build.build_project_wheel(tmp_path / "work")
+    wheel = deb_build.build_project_wheel(tmp_path / "work", source_date=1_700_000_000)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
@@ -47,13 +47,15 @@ def test_installs_only_the_nodeagent_package(tmp_path: Path) -> None:
 
 
 def test_every_package_folder_is_in_the_distribution() -> None:
-    """pyproject lists the packages by name (package-dir maps them onto folders): a new folder with
-    an ``__init__.py`` that is not listed would be left out of the wheel and the .deb."""
+    """pyproject lists the packages by name (package-dir maps them onto folders): a new folder that
+    ships files (modules, or data such as diag's profiles) and is not listed would be left out of the
+    wheel and the .deb, or make setuptools warn at every install."""
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders: set[str] = set()
     for package, folder in setuptools["package-dir"].items():
         root = REPO / folder
-        for init in root.rglob("__init__.py"):
-            rel = init.parent.relative_to(root)
-            folders.add(".".join((package, *rel.parts)))
+        for sub in (root, *root.rglob("*")):
+            if sub.is_dir() and sub.name != "__pycache__" and any(f.is_file() for f in sub.iterdir()):
+                folders.add(".".join((package, *sub.relative_to(root).parts)))
+    # proto/nodeagent holds nodeagent itself; proto/ above it is the wire's sources, not a package.
     assert folders == set(setuptools["packages"])

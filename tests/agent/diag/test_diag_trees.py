@@ -37,7 +37,8 @@ def tree(shared_fixtures: Path, tmp_path: Path) -> Path:
 
 def diag(root: Path, *args: str) -> DiagRun:
     roots = Roots(procfs=str(root / "proc"), sysfs=str(root / "sys"))
-    return run_diag(*roots_args(roots), "--window", "0.05", "--kernel-log", "/dev/null", "--json", *args)
+    # These trees hold no GPUs: say so, as the prolog of a CPU-only node would (else nvml.driver fails).
+    return run_diag(*roots_args(roots), "--window", "0.05", "--kernel-log", "/dev/null", "--json", "--no-gpu", *args)
 
 
 def set_speed(root: Path, mbit: int) -> None:

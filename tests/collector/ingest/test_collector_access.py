@@ -35,10 +35,10 @@ from nodeagent.core.transport.security import (
 from nodeagent.core.wire.framing import frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+from tests.collector.ingest.test_ingest_refusals import _hello, _report, _send, _tls_channel
 from tests.fakes.certs import Authority, Pem
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.trees import REPO
-from tests.collector.ingest.test_ingest_refusals import _hello, _report, _send, _tls_channel
 
 Metadata = Sequence[tuple[str, str]]
 

@@ -27,7 +27,7 @@ from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.certs import Authority
-from tests.fakes.fleet import Agent, Collector, free_port, processes
+from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
 
 GOOD_REPORTS = 160
@@ -97,6 +97,8 @@ def test_bad_input_is_refused_while_a_good_stream_flows(tmp_path: Path) -> None:
              "--no-collector.gpu", "--max-reports", str(GOOD_REPORTS), "--deadline", "60"]
         ).start(tmp_path / "good.log")  # fmt: skip
         started.append(good)
+        # The refusals are to happen while the good stream flows: wait for its first stored report.
+        assert wait_for(lambda: collector.reports("good-node") > 0, timeout=30), good.tail()
         seen: dict[str, grpc.StatusCode] = {}
         closed = _garbage_closes_connection(collector.port)
         with grpc.insecure_channel(collector.address) as channel:
