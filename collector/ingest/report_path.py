@@ -116,7 +116,7 @@ class Ingest:
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
-        writer.call_sync(alerting.open, writer.store.conn)
+        writer.call_sync(alerting.open, writer.store.alert_tables())
         self.flush_seconds = flush_seconds
         self.clock = clock
         self.nodes: dict[str, NodeState] = {}
