@@ -12,8 +12,8 @@ import pytest
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T0 = 1_800_000_000.0
