@@ -143,11 +143,11 @@ def test_every_module_path_the_docs_name_exists() -> None:
 def test_a_moved_module_or_folder_is_caught() -> None:
     # What a page written before a move would name, and what the pattern must leave alone.
     text = (
-        "`agent/gpu/nvml.py`, `collector/detector/`, (core/rates.py) and tools/simulator/nosuch.py;\n"
+        "`agent/gpu/nvml.py`, `collector/alerts/`, (core/rates.py) and tools/simulator/nosuch.py;\n"
         "not `tests/core/test_layers.py`, `nodeagent.agent`, `agent/diag/profiles/*.toml` only as a folder."
     )
     paths = _module_paths(text)
-    expected = ["agent/gpu/nvml.py", "collector/detector/", "core/rates.py", "tools/simulator/nosuch.py"]
+    expected = ["agent/gpu/nvml.py", "collector/alerts/", "core/rates.py", "tools/simulator/nosuch.py"]
     assert paths == [*expected, "agent/diag/profiles/"]
     assert [path for path in paths if not (REPO / path).exists()] == ["tools/simulator/nosuch.py"]
 
