@@ -280,6 +280,8 @@ class Sender:
             if ack.epoch == self.spool.epoch:
                 self.delivery_log.acked_reports_total += self.spool.ack(ack.epoch, ack.acked_seq)
                 progress.acked_seq = max(progress.acked_seq, ack.acked_seq)
+            if ack.attached:
+                continue  # what was stored before: it says nothing yet of whether this stream works
             if not progress.acked:
                 self.delivery_log.connected(target)
             progress.acked = True
