@@ -97,8 +97,13 @@ class AgentMetrics(Collector):
         yield GaugeMetricFamily("nodeagent_agent_spool_reports", "Reports waiting for an ack.", value=stats.reports)
         yield GaugeMetricFamily("nodeagent_agent_spool_bytes", "Bytes of unacknowledged reports.", value=stats.bytes)
         yield CounterMetricFamily(
-            "nodeagent_agent_spool_dropped_reports", "Reports dropped unsent (spool full or too old), this epoch.",
+            "nodeagent_agent_spool_dropped_reports", "Reports lost (spool full, too old, damaged), this epoch.",
             value=stats.dropped_total,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "nodeagent_agent_spool_dropped_unresolved_reports",
+            "Reports dropped after they may have been sent, counted as dropped once the collector says it lacks them.",
+            value=stats.dropped_unresolved,
         )  # fmt: skip
         yield CounterMetricFamily(
             "nodeagent_agent_spool_disk_failures",

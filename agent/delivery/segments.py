@@ -21,7 +21,8 @@ never handed out again, and they are counted. Appends after a restart go to a ne
 segment, so damaged bytes are never followed by new data in the same file.
 
 ``state.json`` holds the epoch, the highest acknowledged seq, the highest seq dropped for lack
-of room and the drop count, so a restart neither resends what the collector has nor forgets
+of room, the drop count and the runs of dropped seqs not counted yet (they may have reached the
+collector; ``nodeagent.agent.delivery.unresolved``), so a restart neither resends what the collector has nor forgets
 where the epoch was. It also holds the last seq handed out (never behind the records on disk;
 exact at a clean stop and while the disk is failing) and how far a recovery already counted
 seqs that are on no record (``counted_through``), so no loss is counted twice. It is padded
@@ -48,6 +49,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -61,8 +63,9 @@ SEGMENT_BYTES = 4 * 1024 * 1024
 MIN_SEGMENT_BYTES = 16 * 1024
 STATE_INTERVAL_SECONDS = 1.0
 STATE_FILE = "state.json"
-# state.json is padded to this size: an in-place rewrite never needs a new block.
-STATE_BYTES = 512
+# state.json is padded to this size: an in-place rewrite never needs a new block (the runs of
+# unresolved drops, at most 2 x unresolved.MAX_RANGES of them, fit with room to spare).
+STATE_BYTES = 1024
 # What the filesystem allocates per file (a page on tmpfs, a block on ext4): segments count
 # against the spool's bound in whole blocks, and state.json plus its temporary file as two.
 BLOCK_BYTES = 4096
@@ -93,6 +96,8 @@ class Recovered:
     torn: int = 0
     # Reports found lost in this recovery (already included in dropped_total).
     lost: int = 0
+    # Runs of seqs dropped after they may have been sent, not yet known lost (flat: first, last, ...).
+    unresolved: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -234,6 +239,8 @@ class SegmentStore:
         # The last seq handed out (the state file has it: exact at a clean stop and while degraded).
         self.last_seq = 0
         self.counted_through = 0
+        # Drops not yet counted (nodeagent.agent.delivery.unresolved), written with dropped_total.
+        self.unresolved: list[int] = []
 
     @property
     def disk_bytes(self) -> int:
@@ -261,6 +268,7 @@ class SegmentStore:
             epoch=int(state.get("epoch", 0)),
             acked_seq=int(state.get("acked_seq", 0)),
             dropped_total=int(state.get("dropped_total", 0)),
+            unresolved=list(state.get("unresolved", [])),
         )
         done = max(out.acked_seq, int(state.get("skipped_through", 0)))
         scans: list[tuple[_Segment, Scan]] = []
@@ -308,6 +316,7 @@ class SegmentStore:
         self.skipped_through = done
         self.last_seq = self.counted_through = handed_out
         self.epoch, self.acked_seq, self.dropped_total = out.epoch, out.acked_seq, out.dropped_total
+        self.unresolved = out.unresolved
         self._delete_finished()
         return out
 
@@ -366,12 +375,24 @@ class SegmentStore:
         self._state_dirty = True
         self.append(Record(seq=seq, produced_at=produced_at, data=b""))
 
-    def note_skipped(self, seq: int, dropped_total: int) -> None:
+    def note_skipped(self, seq: int, dropped_total: int, unresolved: list[int] | None = None) -> None:
         self.skipped_through = max(self.skipped_through, seq)
         self.dropped_total = dropped_total
+        if unresolved is not None:
+            self.unresolved = unresolved
         self._state_dirty = True
         self._delete_finished()
         self._maybe_write_state(time.monotonic())
+
+    def note_resolved(self, dropped_total: int, unresolved: list[int]) -> None:
+        """Unresolved drops settled: the lost ones are in ``dropped_total`` now."""
+        self.dropped_total = dropped_total
+        self.unresolved = unresolved
+        self._state_dirty = True
+        if self.degraded:
+            self._write_floor()
+        else:
+            self._maybe_write_state(time.monotonic())
 
     def close(self) -> None:
         if self._fd is not None:
@@ -460,6 +481,8 @@ class SegmentStore:
             "last_seq": self.last_seq,
             # Seqs up to here that are on no record were counted as dropped by a recovery already.
             "counted_through": self.counted_through,
+            # Dropped after they may have been sent; counted once the collector says it lacks them.
+            "unresolved": self.unresolved,
         }
         blob = json.dumps(state).encode().ljust(STATE_BYTES - 1) + b"\n"
         path = self.directory / STATE_FILE
@@ -489,7 +512,7 @@ class SegmentStore:
                 segment.path, segment.lost_counted = path, lost
         self._renames.clear()
 
-    def _read_state(self) -> dict[str, int]:
+    def _read_state(self) -> dict[str, Any]:
         path = self.directory / STATE_FILE
         try:
             raw = json.loads(path.read_text())
@@ -498,10 +521,16 @@ class SegmentStore:
         except (OSError, ValueError) as err:
             log.warning("spool state unreadable; starting a new epoch", path=str(path), error=str(err))
             return {}
-        if not isinstance(raw, dict) or not all(isinstance(v, int) and v >= 0 for v in raw.values()):
+        if not isinstance(raw, dict) or not all(_state_value(k, v) for k, v in raw.items()):
             log.warning("spool state malformed; starting a new epoch", path=str(path))
             return {}
         return raw
+
+
+def _state_value(key: object, value: object) -> bool:
+    if key == "unresolved":
+        return isinstance(value, list) and all(isinstance(v, int) and v >= 0 for v in value)
+    return isinstance(value, int) and value >= 0
 
 
 def _records_in_tail(tail: Scan) -> int:

@@ -181,6 +181,7 @@ class Sender:
             )(metadata=self.security.metadata())
             await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
             await self._accepted(call)
+            self.spool.stream_started()  # before anything of this stream is sent
             self.connected_to = target
             log.debug("streaming to collector", collector=target)
             progress = _Progress()
@@ -208,6 +209,7 @@ class Sender:
             status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
             self.delivery_log.failed("collector stream ended", target, status or _describe(err))
         finally:
+            self.spool.stream_ended()
             self.connected_to = None
             self.reconnects_total += 1
             await channel.close(grace=None)
@@ -262,6 +264,7 @@ class Sender:
             for record in records:
                 if progress.waiting_since is None:
                     progress.waiting_since = time.monotonic()
+                self.spool.sending(record.seq)
                 await call.write(frame_report(record.data))
                 progress.sent_seq = record.seq
                 cursor = record.seq + 1
@@ -270,9 +273,15 @@ class Sender:
         self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, target: str
     ) -> NoReturn:
         async for ack in call:
+            if ack.attached:
+                lost = self.spool.attached(ack.epoch, ack.acked_seq)
+                if lost:
+                    log.warning("reports dropped from the spool are not stored by the collector", reports=lost)
             if ack.epoch == self.spool.epoch:
                 self.delivery_log.acked_reports_total += self.spool.ack(ack.epoch, ack.acked_seq)
                 progress.acked_seq = max(progress.acked_seq, ack.acked_seq)
+            if ack.attached:
+                continue  # what was stored before: it says nothing yet of whether this stream works
             if not progress.acked:
                 self.delivery_log.connected(target)
             progress.acked = True

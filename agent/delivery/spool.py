@@ -3,7 +3,10 @@
 The sampler appends every report here and never waits on the network; the sender reads from
 here and removes what the collector acknowledged. When the spool is full (or a report is older
 than the age bound) the oldest reports are dropped and counted: every report the agent produced
-is acknowledged, still spooled, or counted as dropped.
+is acknowledged, still spooled, or counted as dropped. A dropped report that may have been sent
+(the collector may have stored it and died before its ack) is counted only once the collector
+says it does not have it: until then it is "unresolved" (``nodeagent.agent.delivery.unresolved``);
+the sender tells the spool where each stream begins, what it sent, and the stream's first ack.
 
 With a directory the spool is also written to disk (see ``nodeagent.agent.delivery.segments``), so
 unacknowledged reports survive an agent restart and the epoch and sequence carry on where they
@@ -29,6 +32,7 @@ from pathlib import Path
 import structlog
 
 from nodeagent.agent.delivery.segments import Record, Recovered, SegmentStore, segment_bytes_for
+from nodeagent.agent.delivery.unresolved import SeqRanges
 
 log = structlog.get_logger("nodeagent.spool")
 
@@ -50,6 +54,8 @@ class SpoolStats:
     on_disk: bool = False
     # What the spool directory takes (0 without one, or once the disk failed).
     disk_bytes: int = 0
+    # Dropped after they may have been sent: not in dropped_total until the collector says.
+    dropped_unresolved: int = 0
 
 
 class Spool:
@@ -75,6 +81,13 @@ class Spool:
         self._bytes = 0
         self._disk_failures_total = 0
         self._events: list[str] = []
+        # Drops to settle at the next stream's first ack, and drops of reports the current stream sent.
+        self._unresolved = SeqRanges()
+        self._unresolved_stream = SeqRanges()
+        self._sent_before = 0  # the highest seq an earlier stream (or agent run) may have sent
+        self._sent_now = 0  # the highest seq the current stream sent
+        self._streaming = False
+        self._attach_seq: int | None = None  # what the current stream's first ack said is stored
         self._store, recovered = _open_store(directory, max_bytes) if directory is not None else (None, None)
         if directory is not None and self._store is None:
             # The directory could not even be set up (a full or failing disk): a spool in memory,
@@ -86,6 +99,8 @@ class Spool:
             self._acked_seq = recovered.acked_seq
             self._dropped_total = recovered.dropped_total
             self._last_seq = recovered.last_seq
+            self._unresolved = SeqRanges(recovered.unresolved)
+            self._sent_before = recovered.last_seq  # any of them may have left the agent
             for record in recovered.records:
                 self._records.append(record)
                 self._bytes += len(record.data)
@@ -180,10 +195,43 @@ class Spool:
             while self._live_count() and self._records[self._head].seq <= self._acked_seq:
                 self._pop_oldest_locked()
                 removed += 1
+            # Reports this stream sent before the spool dropped them: reports arrive in order,
+            # so an ack at or past them means they are stored.
+            if self._unresolved_stream.take_through(self._acked_seq):
+                self._note_resolved_locked()
             if self._store is not None:
                 acked = self._acked_seq
                 self._store_call(lambda s: s.note_acked(acked))
             return removed
+
+    def stream_started(self) -> None:
+        """A new stream: call before it sends anything."""
+        with self._lock:
+            self._end_stream_locked()
+            self._streaming = True
+
+    def stream_ended(self) -> None:
+        with self._lock:
+            self._end_stream_locked()
+            self._streaming = False
+
+    def sending(self, seq: int) -> None:
+        """The current stream is about to write the report ``seq`` (it may leave even if the write fails)."""
+        with self._lock:
+            self._sent_now = max(self._sent_now, seq)
+
+    def attached(self, epoch: int, stored_seq: int) -> int:
+        """The stream's first ack: the collector had ``stored_seq`` of ``epoch`` before it began.
+
+        Settles every drop that waited for it; returns how many of them were lost (now counted)."""
+        with self._lock:
+            stored = stored_seq if epoch == self.epoch else 0  # none of this epoch: none of ours
+            self._attach_seq = stored
+            self._unresolved.take_through(stored)
+            lost = self._unresolved.take_all()
+            self._dropped_total += lost
+            self._note_resolved_locked()
+            return lost
 
     def stats(self) -> SpoolStats:
         with self._lock:
@@ -196,6 +244,7 @@ class Spool:
                 disk_failures_total=self._disk_failures_total,
                 on_disk=self._on_disk(),
                 disk_bytes=self._store.disk_bytes if self._on_disk() and self._store is not None else 0,
+                dropped_unresolved=len(self._unresolved) + len(self._unresolved_stream),
             )
 
     def take_events(self) -> list[str]:
@@ -275,10 +324,39 @@ class Spool:
 
     def _drop_oldest_locked(self) -> None:
         record = self._pop_oldest_locked()
-        self._dropped_total += 1
+        seq = record.seq
+        if self._streaming and seq <= self._sent_now:
+            # Sent on this stream: its acks, or the next stream's first one, will say.
+            self._dropped_total += self._unresolved_stream.add(seq)
+        elif seq <= self._sent_before:
+            if self._streaming and self._attach_seq is not None:
+                # Not sent on this stream, whose first ack said what earlier ones delivered.
+                self._dropped_total += 0 if seq <= self._attach_seq else 1
+            else:
+                self._dropped_total += self._unresolved.add(seq)
+        else:
+            self._dropped_total += 1  # never sent: lost
         if self._store is not None:
-            dropped = self._dropped_total
-            self._store_call(lambda s: s.note_skipped(record.seq, dropped))
+            dropped, unresolved = self._dropped_total, self._unresolved_flat()
+            self._store_call(lambda s: s.note_skipped(seq, dropped, unresolved))
+
+    def _end_stream_locked(self) -> None:
+        # What the ended stream sent and the spool dropped is settled by the next stream's first ack.
+        self._dropped_total += self._unresolved.merge(self._unresolved_stream)
+        self._sent_before = max(self._sent_before, self._sent_now)
+        self._sent_now = 0
+        self._attach_seq = None
+
+    def _unresolved_flat(self) -> list[int]:
+        # Both kinds, for the state file: after a restart every one waits for the next first ack.
+        runs = self._unresolved.flat() + self._unresolved_stream.flat()
+        pairs = sorted(zip(runs[::2], runs[1::2], strict=True))
+        return [seq for pair in pairs for seq in pair]
+
+    def _note_resolved_locked(self) -> None:
+        if self._store is not None:
+            dropped, unresolved = self._dropped_total, self._unresolved_flat()
+            self._store_call(lambda s: s.note_resolved(dropped, unresolved))
 
     def _pop_oldest_locked(self) -> Record:
         record = self._records[self._head]

@@ -64,7 +64,9 @@ class StreamRefusedError(Exception):
 class StreamHandle:
     """One agent stream, as the flusher sees it: where to send acks and how far they went."""
 
-    __slots__ = ("ack_wanted", "acked_sent", "context", "epoch", "epochs", "node_id", "peer", "task", "wake")
+    __slots__ = (
+        "ack_wanted", "acked_sent", "attach_ack", "context", "epoch", "epochs", "node_id", "peer", "task", "wake",
+    )  # fmt: skip
 
     def __init__(self, node_id: str, peer: str, context: object = None) -> None:
         self.node_id = node_id
@@ -78,6 +80,8 @@ class StreamHandle:
         # The stream's grpc context, so a newer stream of the same node can end this one.
         self.context = context
         self.task: asyncio.Task[object] | None = None
+        # (epoch, seq) the stream's first ack says: what was stored of the node when it attached.
+        self.attach_ack: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -152,13 +156,14 @@ class Ingest:
         _refuse_unstorable(node)
         previous = node.stream
         node.stream = stream
-        if node.durable.get(node.row.epoch, 0):
-            # Acknowledge at once what is already durable of the node's latest epoch: reports
-            # committed just before the collector went away were never acked, and an agent whose
-            # spool filled meanwhile has counted them as dropped. This ack tells it they are
-            # stored, before it sends (or drops) anything more.
+        # Acknowledge at once what is already durable of the node's latest epoch (even nothing):
+        # reports committed just before the collector went away were never acked, and an agent
+        # whose spool dropped them meanwhile waits for this ack to learn whether they are stored.
+        durable = node.durable.get(node.row.epoch, 0)
+        stream.attach_ack = (node.row.epoch, durable)
+        if durable:
             stream.epoch = node.row.epoch
-            stream.wake.set()
+        stream.wake.set()
         if hello.hostname:
             node.row.hostname = hello.hostname
             node.row.agent_version = hello.agent_version

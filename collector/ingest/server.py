@@ -314,6 +314,12 @@ class CollectorServer:
         while True:
             await stream.wake.wait()
             stream.wake.clear()
+            if stream.attach_ack is not None:
+                epoch, seq = stream.attach_ack
+                stream.attach_ack = None
+                await context.write(pb.Ack(node_id=stream.node_id, epoch=epoch, acked_seq=seq, attached=True))
+                if epoch == stream.epoch:
+                    stream.acked_sent = max(stream.acked_sent, seq)
             seq = self.ingest.durable_seq(stream)
             if seq > stream.acked_sent:
                 await context.write(pb.Ack(node_id=stream.node_id, epoch=stream.epoch, acked_seq=seq))

@@ -560,14 +560,16 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[NodeInfo, _Mapping]] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("node_id", "epoch", "acked_seq")
+    __slots__ = ("node_id", "epoch", "acked_seq", "attached")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     epoch: int
     acked_seq: int
-    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked_seq: _Optional[int] = ...) -> None: ...
+    attached: bool
+    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked_seq: _Optional[int] = ..., attached: _Optional[bool] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

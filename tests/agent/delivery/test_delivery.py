@@ -108,6 +108,46 @@ def test_full_spool_drops_exactly_the_oldest_and_counts_them(tmp_path: Path) -> 
     assert node["spool_dropped_reports_total"] == dropped
 
 
+def test_reports_the_collector_has_are_never_counted_dropped(tmp_path: Path) -> None:
+    # Reports the collector committed but the agent never learned of (its ack lost to a kill of
+    # either side) are dropped by a small spool while the collector is down. Only the reports the
+    # collector does not have may be counted as dropped: produced = stored + dropped, exactly, and
+    # the agent's count is the collector's gap.
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    spool = tmp_path / "spool"
+    small = ["--interval", "0.02", "--no-collector.gpu", "--spool-dir", str(spool), "--spool-max-bytes", str(64 * 1024)]
+    with processes() as started:
+        started.append(collector.start())
+        first = Agent(["--collector", collector.address, "--node-id", "node-o", *small]).start(tmp_path / "a1.log")
+        started.append(first)
+        assert wait_for(lambda: collector.reports("node-o") >= 30, timeout=30), first.tail()
+        # Killed, the agent's state file lags the acks it had (it is written once a second):
+        # the restarted agent holds reports the collector already has.
+        first.kill(signal.SIGKILL)
+        collector.kill(signal.SIGKILL)
+        second = Agent(
+            ["--collector", collector.address, "--node-id", "node-o", *small, "--max-reports", "250",
+             "--deadline", "120"]
+        ).start(tmp_path / "a2.log")  # fmt: skip
+        started.append(second)
+        for _ in range(4):
+            time.sleep(1.5)  # longer than the spool holds at this interval: it drops the oldest
+            collector.start()
+            time.sleep(0.6)
+            collector.kill(signal.SIGKILL)
+        collector.start()
+        code, summary = second.wait(timeout=150)
+        assert code == 0, second.tail()
+        node = collector.node("node-o")
+    produced = summary["last_seq"]  # one epoch across both agents: seqs 1..produced
+    assert node["epoch"] == summary["epoch"]
+    missing = produced - node["reports_total"]
+    assert missing > 0, "the spool should have overflowed while the collector was down"
+    assert node["last_seq"] == produced
+    assert (summary["dropped_total"], node["gap_reports_total"]) == (missing, missing)
+    assert summary["dropped_unresolved"] == 0
+
+
 def _spooled_seqs(spool: Path) -> list[int]:
     """Seqs in the spool above the acked mark it recorded (which may lag: never too few)."""
     acked = json.loads((spool / "state.json").read_text())["acked_seq"]

@@ -49,6 +49,8 @@ class _Stream:
         self.outbox: list[bytes | None] = []
         self.ready = threading.Condition()
         self.acks: list[int] = []
+        # The ack each stream starts with (what was stored before it), apart from the acks of its reports.
+        self.attached: list[tuple[int, int]] = []
         self.status: grpc.StatusCode | None = None
         call = channel.stream_stream(
             STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString
@@ -73,7 +75,10 @@ class _Stream:
     def _run(self, call: grpc.StreamStreamMultiCallable) -> None:
         try:
             for ack in call(self._requests(), timeout=30):
-                self.acks.append(ack.acked_seq)
+                if ack.attached:
+                    self.attached.append((ack.epoch, ack.acked_seq))
+                else:
+                    self.acks.append(ack.acked_seq)
             self.status = grpc.StatusCode.OK
         except grpc.RpcError as err:
             self.status = err.code()
@@ -395,6 +400,8 @@ def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> 
         started.append(collector.start())
         first = _Stream(channel)
         first.send(_hello("resumer"))
+        # A node the collector does not know: its first ack says it holds nothing of it.
+        assert wait_for(lambda: first.attached == [(0, 0)], timeout=10), first.attached
         for seq in (1, 2, 3):
             first.send(_report("resumer", seq))
         assert wait_for(lambda: first.acks and first.acks[-1] == 3, timeout=10)
@@ -404,11 +411,12 @@ def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> 
         collector.start()
         second = _Stream(channel)
         second.send(_hello("resumer"))
-        acked_before_any_report = wait_for(lambda: second.acks == [3], timeout=10)
+        acked_before_any_report = wait_for(lambda: second.attached == [(3, 3)], timeout=10)
         second.send(_report("resumer", 4))
         assert wait_for(lambda: second.acks and second.acks[-1] == 4, timeout=10)
         second.send(None)
         second.thread.join(10)
         node = collector.node("resumer")
-    assert acked_before_any_report, second.acks
+    assert acked_before_any_report, second.attached
+    assert first.acks[-1] == 3 and second.acks == [4]
     assert (node["reports_total"], node["duplicates_total"], node["gap_reports_total"]) == (4, 0, 0)
