@@ -30,11 +30,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from nodeagent import __version__
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.metrics_dcgm import DCGM_COUNTERS, dcgm_families, gpu_labels, nvlink_families
+from nodeagent.agent.metrics_dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.agent.metrics_node import node_families
 from nodeagent.core import rates
 from nodeagent.core.metrics_http import GZIP_LEVEL
-from nodeagent.core.metrics_text import escape, format_value
+from nodeagent.core.metrics_text import TextFamily, escape, format_value, render
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FAMILY_GROUPS: Final = ("gpu", "nvlink", "node", "agent")
@@ -139,43 +139,6 @@ class AgentMetrics(Collector):
             yield from _highways(telemetry.previous, report, telemetry.info)
 
 
-class GpuFamilies(Collector):
-    """dcgm-exporter's families from the latest report."""
-
-    def __init__(self, telemetry: AgentTelemetry) -> None:
-        self.telemetry = telemetry
-
-    def collect(self) -> Iterator[Metric]:
-        telemetry = self.telemetry
-        report = telemetry.latest
-        if report is not None:
-            yield from dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid)
-
-
-class NvlinkFamilies(Collector):
-    """nodeagent's per-link NVLink families from the latest report."""
-
-    def __init__(self, telemetry: AgentTelemetry) -> None:
-        self.telemetry = telemetry
-
-    def collect(self) -> Iterator[Metric]:
-        report = self.telemetry.latest
-        if report is not None:
-            yield from nvlink_families(report, self.telemetry.gpu_labels)
-
-
-class NodeFamilies(Collector):
-    """node_exporter's families from the latest report."""
-
-    def __init__(self, telemetry: AgentTelemetry) -> None:
-        self.telemetry = telemetry
-
-    def collect(self) -> Iterator[Metric]:
-        report = self.telemetry.latest
-        if report is not None:
-            yield from node_families(report, self.telemetry.info)
-
-
 class AgentExposition:
     def __init__(self, metrics: AgentMetrics, groups: Iterable[str] = FAMILY_GROUPS) -> None:
         self.telemetry = metrics.telemetry
@@ -183,13 +146,9 @@ class AgentExposition:
         unknown = self.groups - set(FAMILY_GROUPS)
         if unknown:
             raise ValueError(f"unknown metric family group {sorted(unknown)[0]!r} (known: {', '.join(FAMILY_GROUPS)})")
+        # The big groups write their text straight from the report; the agent's own few families
+        # (and process_*) go through prometheus_client's collectors.
         self.registry = CollectorRegistry(auto_describe=False)
-        if "gpu" in self.groups:
-            self.registry.register(GpuFamilies(self.telemetry))
-        if "nvlink" in self.groups:
-            self.registry.register(NvlinkFamilies(self.telemetry))
-        if "node" in self.groups:
-            self.registry.register(NodeFamilies(self.telemetry))
         if "agent" in self.groups:
             self.registry.register(metrics)
             ProcessCollector(registry=self.registry)
@@ -218,9 +177,25 @@ class AgentExposition:
         tick = self.telemetry.produced_total
         cached_tick, page = self._page
         if cached_tick != tick or tick == 0:
-            page = encode(self.registry.collect())
+            page = self._write()
             self._page = (tick, page)
         return page
+
+    def _write(self) -> bytes:
+        telemetry, groups = self.telemetry, self.groups
+        report = telemetry.latest
+        families: list[TextFamily] = []
+        if report is not None:
+            if "gpu" in groups:
+                families.extend(dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid))
+            if "nvlink" in groups:
+                families.extend(nvlink_families(report, telemetry.gpu_labels))
+            if "node" in groups:
+                families.extend(node_families(report, telemetry.info))
+        text = render(families)
+        if "agent" in groups:
+            text += encode(self.registry.collect())
+        return text.encode()
 
     def health(self) -> tuple[bool, str]:
         """Healthy while sampling ticks keep completing."""
@@ -330,23 +305,15 @@ def _highways(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo 
     yield from (nic_rx, nic_tx, ib_rx, ib_tx)
 
 
-# prometheus_client names a counter family without "_total" and its encoder adds the suffix to the
-# HELP and TYPE lines; dcgm-exporter's counters have none, and a TYPE line must name its samples.
-_BARE_COUNTERS: Final = frozenset(DCGM_COUNTERS)
-
-
-def encode(families: Iterable[Metric]) -> bytes:
+def encode(families: Iterable[Metric]) -> str:
     """Text format 0.0.4 of prometheus_client families, the library's way (HELP, TYPE, samples
-    with sorted labels) at a fraction of its encoder's cost: that one validates and escapes every
-    label of every sample (about 15 us a sample with dcgm-exporter's seven labels, 17 ms for an
-    8-GPU page). Here a label set is written once per scrape; the families share one label dict
-    per GPU, so that is once per GPU. The output is checked with prometheus_client's parser and
-    promtool."""
+    with sorted labels) without its encoder's validation of every label of every sample. The
+    output is checked with prometheus_client's parser and promtool."""
     out: list[str] = []
     written: dict[int, tuple[dict[str, str], str]] = {}  # id(labels) -> (labels, text): keeps ids unique
     for family in families:
         name, kind = family.name, family.type
-        if kind == "counter" and name not in _BARE_COUNTERS:
+        if kind == "counter":
             name += "_total"
         doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
@@ -360,4 +327,4 @@ def encode(families: Iterable[Metric]) -> bytes:
                 text = ",".join(f'{k}="{escape(v)}"' for k, v in sorted(labels.items()))
                 entry = written[id(labels)] = (labels, text)
             out.append(f"{sample.name}{{{entry[1]}}} {format_value(sample.value)}\n")
-    return "".join(out).encode()
+    return "".join(out)
