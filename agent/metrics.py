@@ -32,6 +32,7 @@ from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.metrics_dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.agent.metrics_node import node_families
+from nodeagent.agent.pod_resources import PodResources
 from nodeagent.core import rates
 from nodeagent.core.metrics_http import GZIP_LEVEL
 from nodeagent.core.metrics_text import TextFamily, escape, format_value, render
@@ -140,8 +141,11 @@ class AgentMetrics(Collector):
 
 
 class AgentExposition:
-    def __init__(self, metrics: AgentMetrics, groups: Iterable[str] = FAMILY_GROUPS) -> None:
+    def __init__(
+        self, metrics: AgentMetrics, groups: Iterable[str] = FAMILY_GROUPS, pods: PodResources | None = None
+    ) -> None:
         self.telemetry = metrics.telemetry
+        self.pods = pods  # the kubelet's pod, namespace and container of each GPU, when it has them
         self.groups = frozenset(groups)
         unknown = self.groups - set(FAMILY_GROUPS)
         if unknown:
@@ -186,10 +190,11 @@ class AgentExposition:
         report = telemetry.latest
         families: list[TextFamily] = []
         if report is not None:
+            pods = self.pods.labels() if self.pods is not None else {}
             if "gpu" in groups:
-                families.extend(dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid))
+                families.extend(dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid, pods))
             if "nvlink" in groups:
-                families.extend(nvlink_families(report, telemetry.gpu_labels))
+                families.extend(nvlink_families(report, telemetry.gpu_labels, pods))
             if "node" in groups:
                 families.extend(node_families(report, telemetry.info))
         text = render(families)

@@ -174,12 +174,26 @@ def job_labels(gpu: pb.GpuSample) -> dict[str, str]:
     return {}
 
 
+def _labels(
+    gpu: pb.GpuSample, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The GPU's labels: dcgm-exporter's, its job's from the cgroup, and the kubelet's pod,
+    namespace and container (by UUID) where the kubelet has allocated it."""
+    labels = labels_by_gpu[gpu.index]
+    return {**labels, **job_labels(gpu), **pods.get(labels["UUID"], {})}
+
+
 def dcgm_families(
-    report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]], last_xid: Mapping[int, int]
+    report: pb.NodeReport,
+    labels_by_gpu: Mapping[int, dict[str, str]],
+    last_xid: Mapping[int, int],
+    pods: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[TextFamily]:
     """The GPU families of one report. Each GPU's label text is written once, then every family
-    adds one line per GPU: the page's cost is a getter and a format per value."""
-    live = [(g, label_text({**labels_by_gpu[g.index], **job_labels(g)})) for g in report.gpus
+    adds one line per GPU: the page's cost is a getter and a format per value. ``pods``: the
+    kubelet's ``pod``, ``namespace`` and ``container`` labels by GPU UUID."""
+    pods = pods or {}
+    live = [(g, label_text(_labels(g, labels_by_gpu, pods))) for g in report.gpus
             if g.index in labels_by_gpu and not g.lost]  # fmt: skip
     for name, kind, doc, get in GPU_FAMILIES:
         family = TextFamily(name, kind, doc)
@@ -196,10 +210,15 @@ def dcgm_families(
     yield xid
 
 
-def nvlink_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]]) -> Iterator[TextFamily]:
+def nvlink_families(
+    report: pb.NodeReport,
+    labels_by_gpu: Mapping[int, dict[str, str]],
+    pods: Mapping[str, Mapping[str, str]] | None = None,
+) -> Iterator[TextFamily]:
     """nodeagent's per-link NVLink families, with the GPU's dcgm-exporter labels and ``link``."""
+    pods = pods or {}
     gpus = [
-        (g, {**labels_by_gpu[g.index], **job_labels(g)})
+        (g, _labels(g, labels_by_gpu, pods))
         for g in report.gpus
         if g.index in labels_by_gpu and not g.lost and g.nvlinks
     ]
