@@ -37,8 +37,6 @@ from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.security import check_token_transport, is_loopback
 from nodeagent.core.wire.identity import check_node_id
 from nodeagent.core.wire.validate import repair
-from nodeagent.tools.simulator import UnknownScenarioError
-from nodeagent.tools.simulator.source import SimulatedSampler
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.run")
@@ -242,6 +240,10 @@ def run(
     sequence = ReportSequence(spool.epoch, spool.next_seq)
     source: ReportSource
     if scenario is not None:
+        # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
+        from nodeagent.tools.simulator import UnknownScenarioError  # noqa: PLC0415
+        from nodeagent.tools.simulator.source import SimulatedSampler  # noqa: PLC0415
+
         try:
             source = SimulatedSampler(
                 scenario, node_id=node_id, sequence=sequence, seed=seed, clock=_scaled_clock(time_scale)
