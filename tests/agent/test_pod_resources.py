@@ -1,65 +1,40 @@
 """The GPU families carry the kubelet's pod, namespace and container, as dcgm-exporter's do.
 
-A fake kubelet serves ``v1.PodResourcesLister/List`` on a unix socket in tmp_path.
+A fake kubelet (tests/fakes/kubelet.py) serves ``v1.PodResourcesLister/List`` on a unix socket in
+tmp_path.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
 from nodeagent.agent.pod_resources import PodResources
-from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc
 from nodeagent.v1 import nodeagent_pb2 as pb
+from tests.fakes.kubelet import FakeKubelet, serving
 
 UUIDS = ("GPU-aaaa", "GPU-bbbb", "GPU-cccc")
 
 
-class _Kubelet(api_pb2_grpc.PodResourcesListerServicer):
-    def __init__(self, response: api_pb2.ListPodResourcesResponse) -> None:
-        self.response = response
-        self.hold = threading.Event()  # while clear, List answers at once
-        self.release = threading.Event()
-        self.calls = 0
-
-    def List(self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext) -> object:
-        self.calls += 1
-        if self.hold.is_set():
-            self.release.wait(10)
-        return self.response
-
-
-def _allocations() -> api_pb2.ListPodResourcesResponse:
-    response = api_pb2.ListPodResourcesResponse()
-    pod = response.pod_resources.add(name="train-0", namespace="ml")
-    trainer = pod.containers.add(name="trainer")
-    trainer.devices.add(resource_name="nvidia.com/gpu", device_ids=[UUIDS[0]])
-    trainer.devices.add(resource_name="example.com/fpga", device_ids=[UUIDS[2]])  # not a GPU resource
-    other = response.pod_resources.add(name="infer-7", namespace="serve").containers.add(name="server")
-    other.devices.add(resource_name="nvidia.com/gpu.shared", device_ids=[f"{UUIDS[1]}::3"])  # time-sliced
-    return response
+def _kubelet() -> FakeKubelet:
+    kubelet = FakeKubelet()
+    kubelet.allocate("train-0", "ml", "trainer", "nvidia.com/gpu", UUIDS[0])
+    kubelet.allocate("train-0", "ml", "trainer", "example.com/fpga", UUIDS[2])  # not a GPU resource
+    kubelet.allocate("infer-7", "serve", "server", "nvidia.com/gpu.shared", f"{UUIDS[1]}::3")  # time-sliced
+    return kubelet
 
 
 @pytest.fixture
-def kubelet(tmp_path: Path) -> Iterator[tuple[_Kubelet, Path]]:
-    socket = tmp_path / "kubelet.sock"
-    servicer = _Kubelet(_allocations())
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
-    server.add_insecure_port(f"unix://{socket}")
-    server.start()
-    yield servicer, socket
-    servicer.release.set()
-    server.stop(grace=None)
+def kubelet(tmp_path: Path) -> Iterator[tuple[FakeKubelet, Path]]:
+    fake = _kubelet()
+    with serving(fake, tmp_path / "kubelet.sock") as socket:
+        yield fake, socket
 
 
 def _page(pods: PodResources | None) -> str:
@@ -82,7 +57,7 @@ def _labels_by_gpu(text: str, family: str) -> dict[str, dict[str, str]]:
     }
 
 
-def test_gpu_series_carry_the_kubelets_pod_namespace_and_container(kubelet: tuple[_Kubelet, Path]) -> None:
+def test_gpu_series_carry_the_kubelets_pod_namespace_and_container(kubelet: tuple[FakeKubelet, Path]) -> None:
     _, socket = kubelet
     pods = PodResources(str(socket))
     pods.refresh()
@@ -110,7 +85,7 @@ def test_without_the_socket_nothing_is_asked_and_no_gpu_has_pod_labels(tmp_path:
     assert not any("pod" in gpu for gpu in labels.values())
 
 
-def test_a_stuck_kubelet_never_holds_up_a_scrape_and_the_last_answer_stays(kubelet: tuple[_Kubelet, Path]) -> None:
+def test_a_stuck_kubelet_never_holds_up_a_scrape_and_the_last_answer_stays(kubelet: tuple[FakeKubelet, Path]) -> None:
     servicer, socket = kubelet
     pods = PodResources(str(socket), refresh_seconds=0.05, timeout_seconds=1.0)
     pods.refresh()
