@@ -59,9 +59,12 @@ def _kib(name: str) -> Getter:
 def _nvlink_bandwidth_total(gpu: pb.GpuSample) -> float | None:
     """Bytes over all links, both directions: per-link counters where the GPU has them, else the
     report's per-GPU sums."""
-    links = [link for link in gpu.nvlinks if link.HasField("rx_bytes_total") or link.HasField("tx_bytes_total")]
-    if links:
-        return sum(link.rx_bytes_total + link.tx_bytes_total for link in links)
+    links = gpu.nvlinks
+    # Unset counters read 0, so the sum is right either way; whether any link has a counter only
+    # matters when the sum is 0 (a traffic-free GPU, or one with no per-link counters).
+    total = sum(link.rx_bytes_total + link.tx_bytes_total for link in links)
+    if total or any(link.HasField("rx_bytes_total") or link.HasField("tx_bytes_total") for link in links):
+        return total
     if gpu.HasField("nvlink_rx_bytes_total") or gpu.HasField("nvlink_tx_bytes_total"):
         return gpu.nvlink_rx_bytes_total + gpu.nvlink_tx_bytes_total
     return None
