@@ -18,17 +18,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
-from prometheus_client.core import Metric
-
+from nodeagent.core.metrics_text import TextFamily, label_text, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _MIB: Final = 1024 * 1024
+# A GPU's value in a family: an int stays an int (written as its digits), None for no sample.
 Getter = Callable[[pb.GpuSample], float | None]
 
 
 def _opt(name: str, scale: float = 1.0) -> Getter:
+    if scale == 1.0:
+
+        def get_raw(gpu: pb.GpuSample) -> float | None:
+            return getattr(gpu, name) if gpu.HasField(name) else None
+
+        return get_raw
+
     def get(gpu: pb.GpuSample) -> float | None:
-        return float(getattr(gpu, name)) * scale if gpu.HasField(name) else None
+        return getattr(gpu, name) * scale if gpu.HasField(name) else None
 
     return get
 
@@ -36,7 +43,7 @@ def _opt(name: str, scale: float = 1.0) -> Getter:
 def _mib(name: str) -> Getter:
     # DCGM reports whole MiB (it divides NVML's bytes by 2^20).
     def get(gpu: pb.GpuSample) -> float | None:
-        return float(getattr(gpu, name) // _MIB) if gpu.HasField(name) else None
+        return getattr(gpu, name) // _MIB if gpu.HasField(name) else None
 
     return get
 
@@ -44,7 +51,7 @@ def _mib(name: str) -> Getter:
 def _kib(name: str) -> Getter:
     # NVML's PCIe byte counters, in the KB (1024 bytes) DCGM counts them in.
     def get(gpu: pb.GpuSample) -> float | None:
-        return float(getattr(gpu, name) // 1024) if gpu.HasField(name) else None
+        return getattr(gpu, name) // 1024 if gpu.HasField(name) else None
 
     return get
 
@@ -52,16 +59,19 @@ def _kib(name: str) -> Getter:
 def _nvlink_bandwidth_total(gpu: pb.GpuSample) -> float | None:
     """Bytes over all links, both directions: per-link counters where the GPU has them, else the
     report's per-GPU sums."""
-    links = [link for link in gpu.nvlinks if link.HasField("rx_bytes_total") or link.HasField("tx_bytes_total")]
-    if links:
-        return float(sum(link.rx_bytes_total + link.tx_bytes_total for link in links))
+    links = gpu.nvlinks
+    # Unset counters read 0, so the sum is right either way; whether any link has a counter only
+    # matters when the sum is 0 (a traffic-free GPU, or one with no per-link counters).
+    total = sum(link.rx_bytes_total + link.tx_bytes_total for link in links)
+    if total or any(link.HasField("rx_bytes_total") or link.HasField("tx_bytes_total") for link in links):
+        return total
     if gpu.HasField("nvlink_rx_bytes_total") or gpu.HasField("nvlink_tx_bytes_total"):
-        return float(gpu.nvlink_rx_bytes_total + gpu.nvlink_tx_bytes_total)
+        return gpu.nvlink_rx_bytes_total + gpu.nvlink_tx_bytes_total
     return None
 
 
 def _row_remap_failure(gpu: pb.GpuSample) -> float | None:
-    return (1.0 if gpu.remapped_rows_failure else 0.0) if gpu.HasField("remapped_rows_failure") else None
+    return (1 if gpu.remapped_rows_failure else 0) if gpu.HasField("remapped_rows_failure") else None
 
 
 # (name, type, help as dcgm-exporter's CSV has it, value of one GPU)
@@ -167,68 +177,90 @@ def job_labels(gpu: pb.GpuSample) -> dict[str, str]:
     return {}
 
 
-def _counter_safe(name: str, kind: str, doc: str) -> Metric:
-    # Metric takes a counter's name without "_total" (the exposition adds it to HELP and TYPE,
-    # which render() takes off again for DCGM names); samples carry the exact name.
-    return Metric(name.removesuffix("_total") if kind == "counter" else name, doc, kind)
+def _labels(
+    gpu: pb.GpuSample, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The GPU's labels: dcgm-exporter's, its job's from the cgroup, and the kubelet's pod,
+    namespace and container (by UUID) where the kubelet has allocated it."""
+    labels = labels_by_gpu[gpu.index]
+    return {**labels, **job_labels(gpu), **pods.get(labels["UUID"], {})}
 
 
 def dcgm_families(
-    report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]], last_xid: Mapping[int, int]
-) -> Iterator[Metric]:
-    gpus = [(g, {**labels_by_gpu[g.index], **job_labels(g)}) for g in report.gpus if g.index in labels_by_gpu]
-    live = [(g, labels) for g, labels in gpus if not g.lost]
+    report: pb.NodeReport,
+    labels_by_gpu: Mapping[int, dict[str, str]],
+    last_xid: Mapping[int, int],
+    pods: Mapping[str, Mapping[str, str]] | None = None,
+) -> Iterator[TextFamily]:
+    """The GPU families of one report. Each GPU's label text is written once, then every family
+    adds one line per GPU: the page's cost is a getter and a format per value. ``pods``: the
+    kubelet's ``pod``, ``namespace`` and ``container`` labels by GPU UUID."""
+    pods = pods or {}
+    live = [(g, label_text(_labels(g, labels_by_gpu, pods))) for g in report.gpus
+            if g.index in labels_by_gpu and not g.lost]  # fmt: skip
     for name, kind, doc, get in GPU_FAMILIES:
-        family = Metric(name, doc, kind)
+        family = TextFamily(name, kind, doc)
+        lines = family.lines
         for gpu, labels in live:
             value = get(gpu)
             if value is not None:
-                family.add_sample(name, labels, value)
+                lines.append(f"{name}{{{labels}}} {number(value)}\n")
         yield family
-    xid = Metric(XID_FAMILY, "Value of the last XID error encountered.", "gauge")
+    xid = TextFamily(XID_FAMILY, "gauge", "Value of the last XID error encountered.")
     for gpu, labels in live:
         # The agent watches XID events from its start: 0 until one comes, as DCGM shows.
-        xid.add_sample(XID_FAMILY, labels, float(last_xid.get(gpu.index, 0)))
+        xid.lines.append(f"{XID_FAMILY}{{{labels}}} {last_xid.get(gpu.index, 0)}\n")
     yield xid
 
 
-def nvlink_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]]) -> Iterator[Metric]:
+def nvlink_families(
+    report: pb.NodeReport,
+    labels_by_gpu: Mapping[int, dict[str, str]],
+    pods: Mapping[str, Mapping[str, str]] | None = None,
+) -> Iterator[TextFamily]:
     """nodeagent's per-link NVLink families, with the GPU's dcgm-exporter labels and ``link``."""
+    pods = pods or {}
     gpus = [
-        (g, {**labels_by_gpu[g.index], **job_labels(g)})
+        (g, _labels(g, labels_by_gpu, pods))
         for g in report.gpus
         if g.index in labels_by_gpu and not g.lost and g.nvlinks
     ]
     yield from _per_link(gpus)
 
 
-def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[Metric]:
-    rx = _counter_safe(
+def _link_labels(labels: Mapping[str, str]) -> tuple[str, str]:
+    """The GPU's label text before and after where ``link`` sorts: a link's text is then
+    ``before + link="N" + after``, with no sort per link."""
+    before = label_text({k: v for k, v in labels.items() if k < "link"})
+    after = label_text({k: v for k, v in labels.items() if k > "link"})
+    return (before + "," if before else ""), ("," + after if after else "")
+
+
+def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[TextFamily]:
+    rx = TextFamily(
         "nodeagent_gpu_nvlink_receive_bytes_total", "counter", "Bytes received on the NVLink (payload), per link."
     )
-    tx = _counter_safe(
+    tx = TextFamily(
         "nodeagent_gpu_nvlink_transmit_bytes_total", "counter", "Bytes sent on the NVLink (payload), per link."
     )
     # One family per error kind (not a "kind" label): each link's label set is then written once.
     errors = [
-        (
-            _counter_safe(f"nodeagent_gpu_nvlink_{kind}_errors_total", "counter", f"NVLink {doc} errors, per link."),
-            field,
-        )
+        (TextFamily(f"nodeagent_gpu_nvlink_{kind}_errors_total", "counter", f"NVLink {doc} errors, per link."), field)
         for kind, field, doc in _LINK_ERRORS
     ]
-    up = Metric("nodeagent_gpu_nvlink_up", "1 when the NVLink is active.", "gauge")
+    up = TextFamily("nodeagent_gpu_nvlink_up", "gauge", "1 when the NVLink is active.")
     for gpu, labels in gpus:
+        before, after = _link_labels(labels)
         for link in gpu.nvlinks:
-            link_labels = {**labels, "link": str(link.link)}
+            series = f'{{{before}link="{link.link}"{after}}} '
             if link.HasField("active"):
-                up.add_sample(up.name, link_labels, 1.0 if link.active else 0.0)
+                up.lines.append(f"nodeagent_gpu_nvlink_up{series}{1 if link.active else 0}\n")
             if link.HasField("rx_bytes_total"):
-                rx.add_sample(rx.name + "_total", link_labels, float(link.rx_bytes_total))
+                rx.lines.append(f"{rx.name}{series}{link.rx_bytes_total}\n")
             if link.HasField("tx_bytes_total"):
-                tx.add_sample(tx.name + "_total", link_labels, float(link.tx_bytes_total))
+                tx.lines.append(f"{tx.name}{series}{link.tx_bytes_total}\n")
             for family, field in errors:
                 if link.HasField(field):
-                    family.add_sample(family.name + "_total", link_labels, float(getattr(link, field)))
+                    family.lines.append(f"{family.name}{series}{getattr(link, field)}\n")
     yield from (rx, tx, up)
     yield from (family for family, _ in errors)

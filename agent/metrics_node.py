@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from prometheus_client.core import Metric
-
+from nodeagent.core.metrics_text import TextFamily, label, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # (node_exporter suffix after node_network_, NicSample field)
@@ -119,24 +118,28 @@ _PRESSURE: Final = (
 )  # fmt: skip
 
 
-def _family(name: str, doc: str, kind: str) -> Metric:
-    # The exposition adds "_total" to a counter's HELP and TYPE lines: the family is named without it.
-    return Metric(name.removesuffix("_total") if kind == "counter" else name, doc, kind)
+def _family(name: str, doc: str, kind: str) -> TextFamily:
+    # node_exporter's counters end in "_total"; their HELP and TYPE lines name them so.
+    return TextFamily(name, kind, doc)
 
 
-def _add(family: Metric, labels: dict[str, str], value: float) -> None:
-    family.add_sample(family.name + "_total" if family.type == "counter" else family.name, labels, float(value))
+def _add(family: TextFamily, labels: str, value: float) -> None:
+    """``labels``: the text between the braces ("" for none)."""
+    if labels:
+        family.lines.append(f"{family.name}{{{labels}}} {number(value)}\n")
+    else:
+        family.lines.append(f"{family.name} {number(value)}\n")
 
 
-class _Devices(dict[str, dict[str, str]]):
-    """One ``{"device": name}`` per device for the whole page: the encoder writes a label set once."""
+class _Devices(dict[str, str]):
+    """Each device's ``device="name"`` text, written once for the whole page."""
 
-    def __missing__(self, name: str) -> dict[str, str]:
-        labels = self[name] = {"device": name}
-        return labels
+    def __missing__(self, name: str) -> str:
+        text = self[name] = label("device", name)
+        return text
 
 
-def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Metric]:
+def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[TextFamily]:
     devices = _Devices()
     yield from _network(report, info, devices)
     yield from _infiniband(report, info)
@@ -147,12 +150,12 @@ def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[M
     yield from _pressure(report)
 
 
-def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices) -> Iterator[Metric]:
+def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices) -> Iterator[TextFamily]:
     for suffix, field in _NETDEV:
         name = f"node_network_{suffix}_total"
         family = _family(name, f"Network device statistic {suffix}.", "counter")
         for nic in report.nics:
-            _add(family, devices[nic.name], float(getattr(nic, field)))
+            _add(family, devices[nic.name], getattr(nic, field))
         yield family
     up = _family("node_network_up", "Value is 1 if operstate is 'up', 0 otherwise.", "gauge")
     carrier = _family("node_network_carrier", "Network device property: carrier", "gauge")
@@ -165,19 +168,19 @@ def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices)
     for nic in report.nics:
         labels = devices[nic.name]
         if nic.operstate:
-            _add(up, labels, 1.0 if nic.operstate == "up" else 0.0)
+            _add(up, labels, 1 if nic.operstate == "up" else 0)
         if nic.HasField("carrier"):
-            _add(carrier, labels, 1.0 if nic.carrier else 0.0)
+            _add(carrier, labels, 1 if nic.carrier else 0)
         if nic.HasField("carrier_changes_total"):
-            _add(changes, labels, float(nic.carrier_changes_total))
+            _add(changes, labels, nic.carrier_changes_total)
         if nic.HasField("speed_bytes_per_second") and nic.name not in configured:
             _add(speed, labels, nic.speed_bytes_per_second)
         if nic.HasField("mtu"):
-            _add(mtu, labels, float(nic.mtu))
+            _add(mtu, labels, nic.mtu)
     yield from (up, carrier, changes, speed, mtu)
 
 
-def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Metric]:
+def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[TextFamily]:
     prefix = "node_infiniband_"
     state = _family(
         prefix + "state_id",
@@ -192,11 +195,11 @@ def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Met
     counters = [(_family(prefix + name, doc, "counter"), file, scale) for name, file, scale, doc in _IB_COUNTERS]
     rates = {(p.device, p.port): p for p in info.rdma_ports} if info is not None else {}
     for port in report.rdma_ports:
-        labels = {"device": port.device, "port": str(port.port)}
+        labels = f'{label("device", port.device)},port="{port.port}"'
         if port.HasField("state_id"):
-            _add(state, labels, float(port.state_id))
+            _add(state, labels, port.state_id)
         if port.HasField("phys_state_id"):
-            _add(physical, labels, float(port.phys_state_id))
+            _add(physical, labels, port.phys_state_id)
         port_rate = port.rate_bytes_per_second if port.HasField("rate_bytes_per_second") else None
         described = rates.get((port.device, port.port))
         if port_rate is None and described is not None and described.HasField("rate_bytes_per_second"):
@@ -205,12 +208,12 @@ def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Met
             _add(rate, labels, port_rate)
         for family, file, scale in counters:
             if file in port.counters:
-                _add(family, labels, float(port.counters[file] * scale))
+                _add(family, labels, port.counters[file] * scale)
     yield from (state, physical, rate)
     yield from (family for family, _, _ in counters)
 
 
-def _disks(report: pb.NodeReport, devices: _Devices) -> Iterator[Metric]:
+def _disks(report: pb.NodeReport, devices: _Devices) -> Iterator[TextFamily]:
     for suffix, field, scale, doc in _DISK:
         name = f"node_disk_{suffix}"
         family = _family(name, doc, "gauge" if suffix == "io_now" else "counter")
@@ -223,12 +226,13 @@ def _disks(report: pb.NodeReport, devices: _Devices) -> Iterator[Metric]:
 _OPTIONAL_DISK_FIELDS: Final = frozenset(f.name for f in pb.DiskSample.DESCRIPTOR.fields if f.has_presence)
 
 
-def _cpu(report: pb.NodeReport) -> Iterator[Metric]:
+def _cpu(report: pb.NodeReport) -> Iterator[TextFamily]:
     name = "node_cpu_seconds_total"
     family = _family(name, "Seconds the CPUs spent in each mode.", "counter")
     for cpu in report.host.cpus:
+        cpu_label = label("cpu", cpu.cpu)
         for mode in _CPU_MODES:
-            _add(family, {"cpu": cpu.cpu, "mode": mode}, getattr(cpu, f"{mode}_seconds_total"))
+            _add(family, f'{cpu_label},mode="{mode}"', getattr(cpu, f"{mode}_seconds_total"))
     yield family
 
 
@@ -243,26 +247,26 @@ _HOST_SCALARS: Final = (
 )
 
 
-def _stat_and_load(report: pb.NodeReport) -> Iterator[Metric]:
+def _stat_and_load(report: pb.NodeReport) -> Iterator[TextFamily]:
     host = report.host
     for name, field, kind, doc in _HOST_SCALARS:
         if host.HasField(field):
             family = _family(name, doc, kind)
-            _add(family, {}, float(getattr(host, field)))
+            _add(family, "", getattr(host, field))
             yield family
 
 
-def _memory(report: pb.NodeReport) -> Iterator[Metric]:
+def _memory(report: pb.NodeReport) -> Iterator[TextFamily]:
     host = report.host
     for field, attribute in _MEMINFO:
         if host.HasField(attribute):
             name = f"node_memory_{field}_bytes"
             family = _family(name, f"Memory information field {field}_bytes.", "gauge")
-            _add(family, {}, float(getattr(host, attribute)))
+            _add(family, "", getattr(host, attribute))
             yield family
 
 
-def _pressure(report: pb.NodeReport) -> Iterator[Metric]:
+def _pressure(report: pb.NodeReport) -> Iterator[TextFamily]:
     host = report.host
     for resource, attribute, waiting_doc, stalled_doc in _PRESSURE:
         if not host.HasField(attribute):
@@ -270,10 +274,10 @@ def _pressure(report: pb.NodeReport) -> Iterator[Metric]:
         pressure: pb.Pressure = getattr(host, attribute)
         name = f"node_pressure_{resource}_waiting_seconds_total"
         waiting = _family(name, waiting_doc, "counter")
-        _add(waiting, {}, pressure.some_total_microseconds / 1e6)
+        _add(waiting, "", pressure.some_total_microseconds / 1e6)
         yield waiting
         if stalled_doc is not None and pressure.HasField("full_total_microseconds"):
             name = f"node_pressure_{resource}_stalled_seconds_total"
             stalled = _family(name, stalled_doc, "counter")
-            _add(stalled, {}, pressure.full_total_microseconds / 1e6)
+            _add(stalled, "", pressure.full_total_microseconds / 1e6)
             yield stalled

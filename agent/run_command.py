@@ -28,6 +28,8 @@ from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 from nodeagent.agent.kernel_files import raise_open_file_limit
 from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from nodeagent.agent.pod_resources import PodResources
 from nodeagent.agent.report_source import ReportSequence, ReportSource
 from nodeagent.agent.sampler import Sampler
 from nodeagent.core.metrics_http import MetricsHttpServer
@@ -35,8 +37,6 @@ from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.security import check_token_transport, is_loopback
 from nodeagent.core.wire.identity import check_node_id
 from nodeagent.core.wire.validate import repair
-from nodeagent.tools.simulator import UnknownScenarioError
-from nodeagent.tools.simulator.source import SimulatedSampler
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.run")
@@ -178,6 +178,11 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "--metrics-agent/--no-metrics-agent", default=True, show_default=True,
     help="nodeagent's own families (health, delivery, highways, process).",
 )  # fmt: skip
+@click.option(
+    "--pod-resources-socket", default=DEFAULT_POD_RESOURCES_SOCKET, show_default=True, metavar="PATH",
+    help="The kubelet's pod-resources socket: pod, namespace and container labels on the GPU families "
+    "(read every 10 s; off while the file does not exist, or with an empty value).",
+)  # fmt: skip
 @collector_flags
 def run(
     collectors: tuple[str, ...],
@@ -209,6 +214,7 @@ def run(
     metrics_nvlink: bool,
     metrics_node: bool,
     metrics_agent: bool,
+    pod_resources_socket: str,
     **flags: bool | None,
 ) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
@@ -234,6 +240,10 @@ def run(
     sequence = ReportSequence(spool.epoch, spool.next_seq)
     source: ReportSource
     if scenario is not None:
+        # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
+        from nodeagent.tools.simulator import UnknownScenarioError  # noqa: PLC0415
+        from nodeagent.tools.simulator.source import SimulatedSampler  # noqa: PLC0415
+
         try:
             source = SimulatedSampler(
                 scenario, node_id=node_id, sequence=sequence, seed=seed, clock=_scaled_clock(time_scale)
@@ -251,12 +261,17 @@ def run(
     try:
         chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
         groups = [group for group, on in chosen if on]
-        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors, groups, metrics_tls)
+        pods = None
+        if metrics_listen is not None and pod_resources_socket and (metrics_gpu or metrics_nvlink):
+            pods = PodResources(pod_resources_socket)
+        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors, groups, metrics_tls, pods)
     except click.BadParameter:
         spool.close()
         source.close()
         raise
     sender.start()
+    if pods is not None:
+        pods.start()
     sd_notify.ready()
     log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=list(collectors))
     end = started + deadline if deadline is not None else None
@@ -267,6 +282,8 @@ def run(
         sd_notify.stopping()
         if http is not None:
             http.stop()
+        if pods is not None:
+            pods.close()
         sender.stop()
         spool.close()
         source.close()
@@ -346,10 +363,11 @@ def _metrics_server(
     targets: tuple[str, ...],
     groups: list[str],
     tls: ssl.SSLContext | None,
+    pods: PodResources | None = None,
 ) -> MetricsHttpServer | None:
     if listen is None:
         return None
-    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets), groups)
+    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets), groups, pods)
     http = MetricsHttpServer(
         listen, exposition.render, health=exposition.health, ssl_context=tls, name="nodeagent",
         metrics_gzip=exposition.render_gzip,

@@ -10,7 +10,11 @@ without the per-link NVLink group, and measures from the agent's /proc/PID/stat:
   interval of a tick or more (each scrape writes the page of a new tick), less the ticks' own CPU;
 - repeat scrape: scrapes within one tick (a second Prometheus of an HA pair, a person with curl),
   which serve the page already written;
-- peak RSS (VmHWM).
+- peak RSS (VmHWM);
+- page write and gzip: in a process of its own on the same fake NVML, the CPU time
+  (``time.process_time``) one write of a fresh tick's page takes inside the agent, and its
+  gzip, the least of ``--writes`` tries (the machine's load adds to the others, never takes off):
+  the part of a fresh scrape that is the page, without HTTP.
 
 dcgm-exporter is printed beside it as its users report it (NVIDIA publishes no per-scrape cost):
 NVIDIA/gpu-operator#340 shows 135-155 MiB and 3-9 millicores per dcgm-exporter pod, and
@@ -49,8 +53,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=15.0, help="Length of each measuring window.")
     parser.add_argument("--repeat-scrapes", type=int, default=200)
+    parser.add_argument("--writes", type=int, default=200, help="Page writes timed in process.")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--page-write", metavar="GROUPS", help=argparse.SUPPRESS)  # the in-process child
     args = parser.parse_args()
+    if args.page_write is not None:
+        print(json.dumps(page_write(args.page_write.split(","), args.writes)))
+        return
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import h100_sxm5
 
@@ -62,17 +71,23 @@ def main() -> None:
         state_path = Path(tmp) / "nvml.state"
         state.write(state_path)
         env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_STATE": str(state_path)}
-        for name, flags in (("all groups", []), ("without per-link NVLink", ["--no-metrics-nvlink"])):
-            results.append({"page": name, **measure(env, flags, args.seconds, args.repeat_scrapes)})
+        for name, flags, groups in (
+            ("all groups", [], "gpu,nvlink,node,agent"),
+            ("without per-link NVLink", ["--no-metrics-nvlink"], "gpu,node,agent"),
+        ):
+            child = [sys.executable, __file__, "--page-write", groups, "--writes", str(args.writes)]
+            written = json.loads(subprocess.run(child, env=env, check=True, capture_output=True, timeout=300).stdout)
+            results.append({"page": name, **measure(env, flags, args.seconds, args.repeat_scrapes), **written})
     if args.json:
         print(json.dumps(results, indent=2))
         return
     print(f"8x H100 (fake NVML, GPM, 18 NVLinks each), this machine's host; {INTERVAL_SECONDS:g} s ticks")
     print(f"{'page':<24} {'samples':>7} {'KB gz':>6} {'tick ms':>8} {'fresh scrape ms':>15} "
-          f"{'repeat scrape ms':>16} {'peak RSS MB':>11}")  # fmt: skip
+          f"{'repeat scrape ms':>16} {'page write ms':>13} {'+ gzip ms':>9} {'peak RSS MB':>11}")  # fmt: skip
     for r in results:
         print(f"{r['page']:<24} {r['samples']:>7} {r['gzip_bytes'] / 1e3:>6.0f} {r['tick_cpu_seconds'] * 1e3:>8.2f} "
               f"{r['fresh_scrape_cpu_seconds'] * 1e3:>15.2f} {r['repeat_scrape_cpu_seconds'] * 1e3:>16.2f} "
+              f"{r['page_write_cpu_seconds'] * 1e3:>13.2f} {r['page_gzip_cpu_seconds'] * 1e3:>9.2f} "
               f"{r['peak_rss_bytes'] / 1e6:>11.1f}")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
 
@@ -113,6 +128,39 @@ def measure(env: dict[str, str], flags: list[str], seconds: float, repeat: int) 
         "tick_cpu_seconds": idle_cpu / max(ticks, 1), "fresh_scrape_cpu_seconds": max(fresh, 0.0) / max(scrapes, 1),
         "repeat_scrape_cpu_seconds": max(cached, 0.0) / repeat, "peak_rss_bytes": rss,
     }  # fmt: skip
+
+
+def page_write(groups: list[str], writes: int) -> dict[str, float]:
+    """The agent's page of one tick (every collector on this host and the fake NVML), written
+    ``writes`` times in this process: the least CPU of a write, and of its gzip."""
+    from nodeagent.agent.collectors import available
+    from nodeagent.agent.delivery.spool import Spool
+    from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+    from nodeagent.agent.sampler import Sampler
+    from nodeagent.core.metrics_http import GZIP_LEVEL
+
+    class NoSender:
+        connected_to = None
+        reconnects_total = 0
+
+    sampler = Sampler(sorted(available()), node_id="bench")
+    telemetry = AgentTelemetry("bench", INTERVAL_SECONDS)
+    for _ in range(2):  # the second tick has rates and the first's topology
+        telemetry.publish(sampler.tick())
+        time.sleep(INTERVAL_SECONDS)
+    sampler.close()
+    spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
+    metrics = AgentMetrics(telemetry, spool, NoSender(), ("127.0.0.1:1",))  # type: ignore[arg-type]
+    exposition = AgentExposition(metrics, groups)
+    write = packing = float("inf")
+    for _ in range(writes):
+        telemetry.produced_total += 1  # a new tick: the page is written again
+        started = time.process_time()
+        page = exposition.render()
+        written = time.process_time()
+        gzip.compress(page, compresslevel=GZIP_LEVEL)
+        write, packing = min(write, written - started), min(packing, time.process_time() - written)
+    return {"page_write_cpu_seconds": write, "page_gzip_cpu_seconds": packing}
 
 
 def _scrape(url: str) -> str:

@@ -10,7 +10,7 @@ format (a test parses it with prometheus_client's parser and ``promtool check me
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class TextFamily:
@@ -55,3 +55,23 @@ def format_value(value: float) -> str:
     if math.isnan(value):
         return "NaN"
     return "+Inf" if value > 0 else "-Inf"
+
+
+def number(value: float) -> str:
+    """A sample's value: an int as its digits (exact past 2^53, where a float is not), a float as
+    ``format_value`` writes it. Counters from the kernel and NVML are ints, most of a page."""
+    if type(value) is int:
+        return str(value)
+    return format_value(value)
+
+
+def label_text(labels: Mapping[str, str]) -> str:
+    """A label set as the text between the braces, sorted by name (as prometheus_client writes it)."""
+    return ",".join(f'{name}="{escape(value)}"' for name, value in sorted(labels.items()))
+
+
+def sample_line(name: str, labels: str, value: float) -> str:
+    """One sample's line; ``labels`` as ``label_text`` writes them, "" for none."""
+    if labels:
+        return f"{name}{{{labels}}} {number(value)}\n"
+    return f"{name} {number(value)}\n"

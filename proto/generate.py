@@ -1,6 +1,6 @@
 """Regenerate the Python code of the wire contract.
 
-python proto/generate.py            # rewrite proto/nodeagent/v1/*_pb2*.py(i)
+python proto/generate.py            # rewrite proto/nodeagent/{v1,podresources/v1}/*_pb2*.py(i)
 python proto/generate.py --out DIR  # write into DIR instead (the drift test uses this)
 """
 
@@ -14,7 +14,9 @@ import grpc_tools
 from grpc_tools import protoc
 
 PROTO_ROOT = Path(__file__).resolve().parent
-SOURCES = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.glob("nodeagent/v1/*.proto"))
+# nodeagent's wire contract, and the kubelet's pod-resources API (vendored) that the agent reads.
+PACKAGES = ("nodeagent/v1", "nodeagent/podresources/v1")
+SOURCES = sorted(p.relative_to(PROTO_ROOT).as_posix() for d in PACKAGES for p in PROTO_ROOT.glob(f"{d}/*.proto"))
 
 
 def generate(out: Path) -> None:

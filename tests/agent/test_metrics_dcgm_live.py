@@ -9,6 +9,7 @@ on GPU 3; the host is node_exporter's fixture tree with prometheus/procfs's ``ne
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import yaml
 from nodeagent.agent.metrics_dcgm import GPU_FAMILIES, XID_FAMILY
 from tests.conftest import require
 from tests.fakes.fleet import free_port
+from tests.fakes.kubelet import FakeKubelet, serving
 from tests.fakes.nvml.plugin import STATE_ENV
 from tests.fakes.nvml.state import GIB, FakeNvmlState, LinkState, h100_sxm5
 from tests.fakes.trees import REPO, materialize
@@ -38,6 +40,8 @@ SHIPPED = REPO / "packaging" / "prometheus"
 MIB = 1024 * 1024
 SLURM_PID, SLURM_JOB, SLURM_GPU = 4242, "777", 2
 XID_GPU, XID = 3, 79
+POD_GPU = 5  # allocated by the fake kubelet to POD
+POD = {"pod": "train-0", "namespace": "ml", "container": "trainer"}
 GPUS = 8
 
 
@@ -130,13 +134,17 @@ def scraped(fake_nvml_dir: Path, shared_fixtures: Path, tmp_path_factory: pytest
     state = _state()
     state_path = tmp / "nvml.state"
     state.write(state_path)
+    kubelet = FakeKubelet()
+    kubelet.allocate(POD["pod"], POD["namespace"], POD["container"], "nvidia.com/gpu", state.gpus[POD_GPU].uuid)
+    stack = contextlib.ExitStack()
+    socket = stack.enter_context(serving(kubelet, tmp / "kubelet.sock"))
     agent_port, prom_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "LD_LIBRARY_PATH": str(fake_nvml_dir), STATE_ENV: str(state_path)}
     agent_cmd = [
         sys.executable, "-m", "nodeagent.agent", "run", "--collector", f"127.0.0.1:{free_port()}",
         "--node-id", "gpu-node-1",
         "--interval", "0.5", "--deadline", "240", "--procfs", str(tree / "proc"), "--sysfs", str(tree / "sys"),
-        "--metrics-listen", f"127.0.0.1:{agent_port}",
+        "--metrics-listen", f"127.0.0.1:{agent_port}", "--pod-resources-socket", str(socket),
     ]  # fmt: skip
     rules = tmp / "gpu-node-rules.yml"
     shutil.copy(SHIPPED / "gpu-node-rules.yml", rules)
@@ -177,6 +185,7 @@ def scraped(fake_nvml_dir: Path, shared_fixtures: Path, tmp_path_factory: pytest
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        stack.close()
 
 
 def test_every_gpu_family_has_one_series_per_gpu_with_the_fakes_value(scraped: Scraped) -> None:
@@ -203,6 +212,8 @@ def test_series_carry_dcgm_exporters_labels_and_the_job(scraped: Scraped) -> Non
         assert labels["Hostname"] == platform.node()
         assert labels["DCGM_FI_DRIVER_VERSION"] == scraped.state.driver
         assert labels.get("hpc_job") == (SLURM_JOB if i == SLURM_GPU else None)
+        # The kubelet's pod of the GPU, under dcgm-exporter's label names.
+        assert {k: labels[k] for k in POD if k in labels} == (POD if i == POD_GPU else {})
 
 
 def test_per_link_nvlink_families_name_the_link(scraped: Scraped) -> None:

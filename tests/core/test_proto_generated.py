@@ -8,18 +8,20 @@ from pathlib import Path
 
 from tests.fakes.trees import REPO
 
-GENERATED = REPO / "proto" / "nodeagent" / "v1"
+PACKAGES = ("nodeagent/v1", "nodeagent/podresources/v1")
 
 
 def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, str(REPO / "proto" / "generate.py"), "--out", str(tmp_path)], check=True, timeout=60
     )
-    fresh = {p.name: p.read_bytes() for p in (tmp_path / "nodeagent" / "v1").glob("*_pb2*")}
-    committed = {p.name: p.read_bytes() for p in GENERATED.glob("*_pb2*")}
-    assert sorted(fresh) == sorted(committed)
-    stale = [name for name in fresh if fresh[name] != committed[name]]
-    assert not stale, f"regenerate with `make proto`: {stale} differ from nodeagent.proto"
+    for package in PACKAGES:
+        fresh = {p.name: p.read_bytes() for p in (tmp_path / package).glob("*_pb2*")}
+        committed = {p.name: p.read_bytes() for p in (REPO / "proto" / package).glob("*_pb2*")}
+        assert fresh, f"protoc made nothing of {package}"
+        assert sorted(fresh) == sorted(committed), package
+        stale = [name for name in fresh if fresh[name] != committed[name]]
+        assert not stale, f"regenerate with `make proto`: {package}/{stale} differ from their .proto"
 
 
 def test_report_round_trips_through_the_wire() -> None:

@@ -146,3 +146,20 @@ def test_configuration_is_mounted_where_the_command_reads_it(workload: str, key:
 def test_agent_config_map_is_a_valid_agent_configuration() -> None:
     text = _find("ConfigMap", "nodeagent-agent")["data"]["agent.toml"]
     config_from_mapping(tomllib.loads(text), source="packaging/k8s/agent.yaml")
+
+
+def test_agent_serves_metrics_where_dcgm_exporter_did_with_the_kubelets_pod_labels() -> None:
+    pod = _find("DaemonSet", "nodeagent")["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    args = container["args"]
+    port = int(_flag(args, "--metrics-listen").rpartition(":")[2])
+    assert port == 9400, "dcgm-exporter's port: its scrape configs keep working"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == port
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == port
+    socket = Path(_flag(args, "--pod-resources-socket"))
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(socket.parent))
+    assert mount.get("readOnly") is True
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"

@@ -1,0 +1,103 @@
+"""Which pod and container holds each GPU, from the kubelet's pod-resources API.
+
+dcgm-exporter labels a GPU's series with ``pod``, ``namespace`` and ``container`` from the kubelet's
+``v1.PodResourcesLister/List`` (gRPC on the unix socket ``/var/lib/kubelet/pod-resources/kubelet.sock``):
+each container's devices of resource ``nvidia.com/gpu`` are GPU UUIDs. The agent asks the same,
+on a thread of its own every ``refresh_seconds`` with a deadline, so neither the sampling tick
+nor a scrape ever waits on the kubelet; they read the last answer. While the socket does not
+exist (not a Kubernetes node, or a DaemonSet that does not mount it) nothing is asked and no
+GPU has the labels.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Final
+
+import grpc
+import structlog
+
+from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc
+
+DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_REFRESH_SECONDS: Final = 10.0
+CALL_TIMEOUT_SECONDS: Final = 2.0
+# The NVIDIA device plugin's resource, and its time-sliced variant (device ids "GPU-<uuid>::<n>").
+GPU_RESOURCES: Final = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+
+log = structlog.get_logger("nodeagent.pod_resources")
+
+Labels = Mapping[str, Mapping[str, str]]  # GPU UUID -> {"pod", "namespace", "container"}
+
+
+def gpu_owners(response: api_pb2.ListPodResourcesResponse) -> dict[str, dict[str, str]]:
+    """Each allocated GPU's pod, namespace and container, by UUID, as dcgm-exporter names them.
+    A GPU two containers share (time slicing) keeps the first one listed."""
+    owners: dict[str, dict[str, str]] = {}
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for device in container.devices:
+                if device.resource_name not in GPU_RESOURCES:
+                    continue
+                for device_id in device.device_ids:
+                    uuid = device_id.split("::", 1)[0]
+                    owners.setdefault(uuid, {"pod": pod.name, "namespace": pod.namespace, "container": container.name})
+    return owners
+
+
+class PodResources:
+    """The kubelet's GPU allocations, refreshed in the background; ``labels()`` never blocks."""
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+        timeout_seconds: float = CALL_TIMEOUT_SECONDS,
+    ) -> None:
+        self.socket_path = socket_path
+        self.refresh_seconds = refresh_seconds
+        self.timeout_seconds = timeout_seconds
+        self._labels: Labels = {}  # replaced whole, never mutated: readers on other threads
+        self._failing = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def labels(self) -> Labels:
+        return self._labels
+
+    def refresh(self) -> None:
+        """One List call (on the caller's thread); the map stays as it was when the call fails."""
+        if not os.path.exists(self.socket_path):
+            self._labels = {}
+            return
+        try:
+            with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
+                response = api_pb2_grpc.PodResourcesListerStub(channel).List(
+                    api_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds
+                )
+        except grpc.RpcError as err:
+            if not self._failing:
+                log.warning("kubelet pod-resources unavailable", socket=self.socket_path, error=str(err.code()))
+            self._failing = True
+            return
+        if self._failing:
+            log.info("kubelet pod-resources answering again", socket=self.socket_path)
+        self._failing = False
+        self._labels = gpu_owners(response)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pod-resources", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_seconds + 1)
+
+    def _run(self) -> None:
+        while True:
+            self.refresh()
+            if self._stop.wait(self.refresh_seconds):
+                return

@@ -1,0 +1,1 @@
+"""Vendored Kubernetes APIs the agent reads (kubelet's pod-resources)."""
