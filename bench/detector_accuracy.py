@@ -18,7 +18,7 @@ import json
 import sys
 import time
 
-from nodeagent.collector.detector.node import DetectorConfig, NodeDetector
+from nodeagent.core.detector.node import DetectorConfig, NodeDetector
 from nodeagent.tools.accuracy import Summary, TraceResult, score_trace, summarize
 from nodeagent.tools.simulator import Simulation
 from nodeagent.tools.simulator.suite import suite

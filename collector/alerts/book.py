@@ -29,8 +29,8 @@ from typing import Any, Final
 import structlog
 
 from nodeagent.collector.alerts.lifecycle import FIRING, RESOLVED, UPDATED, alert_labels, next_transition
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, rfc3339
+from nodeagent.core.alert_signals import AlertSignal
 
 DEFAULT_RETENTION_SECONDS: Final = 7 * 86400.0
 _PRUNE_EVERY_SECONDS: Final = 3600.0

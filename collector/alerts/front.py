@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from nodeagent.collector.alerts.book import Alert, AlertBook
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.dispatcher import SinkDispatcher
+from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # NodeDown is judged this often, not on every flush: it walks every node.

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.collector.alerts.book import FIRING, RESOLVED, UPDATED, AlertBook, fingerprint
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import SinkDispatcher
+from nodeagent.core.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 
 T0 = 1_800_000_000.0

@@ -12,7 +12,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.collector.alerts.book import AlertBook, Transition
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import (
     AlertmanagerSink,
     LogSink,
@@ -23,6 +22,7 @@ from nodeagent.collector.alerts.sinks import (
     build_sinks,
 )
 from nodeagent.collector.alerts.sinks.webhook import IDEMPOTENCY_HEADER
+from nodeagent.core.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 from tests.fakes.http_receiver import DROP, http_receiver
 

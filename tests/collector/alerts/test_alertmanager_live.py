@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import AlertmanagerSink, SinkDispatcher
+from nodeagent.core.alert_signals import AlertSignal
 from tests.fakes.alertmanager import alerts as _alerts
 from tests.fakes.alertmanager import wait as _wait
 

@@ -6,8 +6,8 @@ import sqlite3
 from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.replay import replay_alerts
+from nodeagent.core.alert_signals import AlertSignal
 
 
 def _evaluations() -> list[tuple[float, list[AlertSignal]]]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from nodeagent.collector.detector.config import DetectorConfig
-from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence
-from nodeagent.collector.detector.verdict import majority_cause
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence
+from nodeagent.core.detector.verdict import majority_cause
 
 
 class Step:

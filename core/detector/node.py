@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 
-from nodeagent.collector.alerts.signals import AlertSignal
-from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
-from nodeagent.collector.detector.gpu_track import GpuTrack
-from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
-from nodeagent.collector.detector.verdict import (
+from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
+from nodeagent.core.detector.gpu_track import GpuTrack
+from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
+from nodeagent.core.detector.verdict import (
     DATA_CAUSES,
     GpuVerdict,
     NodeVerdict,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 
-from nodeagent.collector.detector.config import DetectorConfig
-from nodeagent.collector.detector.node_evidence import NodeEvidence
-from nodeagent.collector.detector.verdict import DATA_CAUSES, GpuVerdict
-from nodeagent.collector.detector.window import Step, Window
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node_evidence import NodeEvidence
+from nodeagent.core.detector.verdict import DATA_CAUSES, GpuVerdict
+from nodeagent.core.detector.window import Step, Window
 from nodeagent.core.rates import delta
 from nodeagent.core.units import pcie_bytes_per_second
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nodeagent.collector.detector.config import DetectorConfig
+from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.rates import delta, rate
 from nodeagent.v1 import nodeagent_pb2 as pb
 
