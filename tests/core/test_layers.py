@@ -35,6 +35,7 @@ ALLOWED = {
 TOOLS_FROM_COMMAND_LINES = {
     "nodeagent.agent.record_cli",
     "nodeagent.agent.run_command",
+    "nodeagent.agent.top_command",
     "nodeagent.collector.cli",
 }
 
