@@ -356,9 +356,12 @@ cli.add_command(config_command)
     show_default=True,
     help="Simulated seconds per wall-clock second on the simulated rentals.",
 )
-def demo(seconds: float, time_scale: float) -> None:
+@click.option(
+    "--no-wait", is_flag=True, help="Stop at once after the report instead of keeping the fleet page up until Enter."
+)
+def demo(seconds: float, time_scale: float, no_wait: bool) -> None:
     """A collector, this machine's agent and two simulated 8-GPU rentals: what nodeagent finds."""
-    run_demo(DemoPlan(seconds=seconds, time_scale=time_scale))
+    run_demo(DemoPlan(seconds=seconds, time_scale=time_scale, wait=not no_wait))
 
 
 def main() -> NoReturn:

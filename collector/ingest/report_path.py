@@ -24,6 +24,7 @@ import structlog
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.ingest.store import INTEGER_MAX, NodeRow, StoreWriter
+from nodeagent.collector.node_timeline import NodeTimeline
 from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -96,6 +97,8 @@ class NodeState:
     committed: NodeRow | None = None
     # Why this node's row cannot be stored, once a commit refused it; None while it can.
     unstorable: str | None = None
+    # What the fleet page draws of the node's recent past.
+    timeline: NodeTimeline = field(default_factory=NodeTimeline)
 
 
 class Ingest:
@@ -237,6 +240,7 @@ class Ingest:
         before = detector.verdict
         if detector.observe(report) is not before:  # a new verdict (the window advanced)
             self.alerting.add(detector.signals())
+            node.timeline.record(detector)
         node.latest = raw
         self.reports_total += 1
         self._dirty.add(row.node_id)

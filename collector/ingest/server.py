@@ -28,6 +28,7 @@ from grpc_reflection.v1alpha import reflection
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
+from nodeagent.collector.fleet_page import FleetPage
 from nodeagent.collector.ingest.query import QueryService
 from nodeagent.collector.ingest.reflection import enable_operator_reflection
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES, Ingest, StreamHandle, StreamRefusedError
@@ -153,7 +154,7 @@ class CollectorServer:
         security = self.config.security
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self._scrape_guard,
+            name="nodeagent-collector", guard=self._scrape_guard, pages=FleetPage(self).route,
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)
