@@ -1,7 +1,8 @@
 """``nodeagent top``: this node, live, with the detector's verdict computed in-process.
 
 The sampling path is the agent's own (``Sampler.tick``), so a refresh costs what a tick costs plus
-the detector and the drawing; the footer shows both, in CPU time. The verdict comes from the
+the detector and the drawing; the footer shows both, in CPU time (``bench/top_refresh.py``
+measures them). The verdict comes from the
 collector's detector (``nodeagent.core.detector``) fed with the same reports, configured by the
 same ``[detector]`` keys, so a renter with one node and no collector gets the answer.
 
@@ -67,6 +68,8 @@ class _Top:
         self.previous: pb.NodeReport | None = None
         self.first_time: float | None = None
         self.snap: dict[str, Any] | None = None
+        # The detector's and the snapshot's share of the last refresh, counted with the drawing.
+        self._feed_cpu_seconds = 0.0
 
     def feed(self, report: pb.NodeReport) -> None:
         """One report into the detector and the snapshot (the detector needs the topology once)."""
@@ -85,15 +88,19 @@ class _Top:
     def tick(self) -> None:
         started = time.thread_time()
         report = self.source.tick()
-        self.state.tick_cpu_seconds = time.thread_time() - started
+        sampled = time.thread_time()
         self.feed(report)
+        self.state.tick_cpu_seconds = sampled - started
+        self._feed_cpu_seconds = time.thread_time() - sampled
 
     def view(self, width: int) -> Any:
+        return frame(self.snap or {}, self.detector.verdict.to_plain(), self.state, width)
+
+    def draw(self, live: Live, width: int) -> None:
+        """Build and paint the frame; its CPU time shows in the next one (rich renders on paint)."""
         started = time.thread_time()
-        plain = self.detector.verdict.to_plain()
-        shown = frame(self.snap or {}, plain, self.state, width)
-        self.state.view_cpu_seconds = time.thread_time() - started
-        return shown
+        live.update(self.view(width), refresh=True)
+        self.state.view_cpu_seconds = self._feed_cpu_seconds + time.thread_time() - started
 
 
 @click.command()
@@ -178,7 +185,7 @@ def _detector_config(path: Path | None) -> DetectorConfig:
 def _live(app: _Top, interval: float) -> None:
     console = Console()
     with _keys() as read_key, Live(console=console, screen=True, auto_refresh=False) as live:
-        live.update(app.view(console.width), refresh=True)
+        app.draw(live, console.width)
         deadline = time.monotonic() + interval
         while True:
             key = read_key(max(0.0, deadline - time.monotonic()))
@@ -191,14 +198,14 @@ def _live(app: _Top, interval: float) -> None:
                     app.state.paused = not app.state.paused
                 elif key == "h":
                     app.state.help = not app.state.help
-                live.update(app.view(console.width), refresh=True)
+                app.draw(live, console.width)
                 continue
             deadline += interval
             # Behind by more than a refresh (a suspended terminal): skip ahead, do not catch up.
             deadline = max(deadline, time.monotonic())
             app.tick()
             if not app.state.paused:
-                live.update(app.view(console.width), refresh=True)
+                app.draw(live, console.width)
 
 
 @contextlib.contextmanager
