@@ -32,7 +32,8 @@ GZIP_LEVEL = 1
 
 Health = Callable[[], tuple[bool, str]]
 # Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
-# serve it, or (401 or 403, why). /healthz and the index stay open.
+# serve it, or (401 or 403, why). /healthz and the plain index stay open; `pages` (the collector's
+# fleet page) are guarded like /metrics.
 Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
 PEER_CERT_KEY = "nodeagent.peer_cert"
 _STATUS_LINES = {401: "401 Unauthorized", 403: "403 Forbidden"}
