@@ -22,6 +22,7 @@ from nodeagent import __version__
 from nodeagent.collector.client import client_options, query
 from nodeagent.collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from nodeagent.collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
+from nodeagent.collector.history_cli import history
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.server import (
     DEFAULT_HELLO_TIMEOUT_SECONDS,
@@ -338,6 +339,7 @@ def loadgen(
 
 
 cli.add_command(replay)
+cli.add_command(history)
 cli.add_command(config_command)
 
 
