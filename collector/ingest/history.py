@@ -15,6 +15,7 @@ node; a counter that went down is a reset and gives no rate for that interval.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,6 +31,12 @@ DEFAULT_RETENTION_SECONDS: Final = 14 * 86400.0
 # Old rows of a node are deleted at most this often (in its report time): each delete is a
 # range scan in the flush transaction.
 PRUNE_EVERY_SECONDS: Final = 30.0
+# The open minute is written at most this often (report time); see NodeHistory.
+OPEN_WRITE_SECONDS: Final = 5.0
+# ... or once this many wall-clock seconds passed with it unwritten (its node went quiet).
+OPEN_WRITE_WALL_SECONDS: Final = 1.0
+# NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
+RATE_EVERY_SECONDS: Final = 5.0
 
 # The numeric columns of a minute row, in the table's order. GPU rows fill the GPU ones, the node
 # row (gpu -1) the node ones and the GPU means over its GPUs. Every one is a mean over the
@@ -63,32 +70,9 @@ class MinuteRow:
     state: str = ""
     cause: str = ""
     jobs: tuple[str, ...] = ()
-    # Per value: how many reports carried it (the weight of its mean); not stored, rebuilt from
-    # ``samples`` when a stored row seeds the open minute.
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, name: str, value: float | None) -> None:
-        if value is None:
-            return
-        count = self.counts.get(name, 0)
-        old = self.values.get(name)
-        if old is None or count == 0:
-            self.values[name] = value
-        elif name in _MIN:
-            self.values[name] = min(old, value)
-        elif name in _SUM:
-            self.values[name] = old + value
-        elif name in _LAST:
-            self.values[name] = value
-        else:
-            self.values[name] = old + (value - old) / (count + 1)
-        self.counts[name] = count + 1
-
-    def copy(self) -> MinuteRow:
-        return MinuteRow(
-            self.node_id, self.gpu, self.minute, self.samples, dict(self.values), self.state, self.cause,
-            self.jobs, dict(self.counts),
-        )  # fmt: skip
+    # The newest report in the row (its time): after a restart, stored reports past it are rolled
+    # up again, so a minute written a few seconds before a kill still gets every durable report.
+    last_time: float = 0.0
 
     def to_plain(self) -> dict[str, object]:
         return {
@@ -96,6 +80,56 @@ class MinuteRow:
             "samples": self.samples, **{name: self.values.get(name) for name in VALUES},
             "state": self.state, "cause": self.cause or None, "jobs": list(self.jobs),
         }  # fmt: skip
+
+
+_INDEX: Final = {name: i for i, name in enumerate(VALUES)}
+_UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (_INDEX[n] for n in GPU_VALUES)
+_RATIO, _LOST = _INDEX["starvation_ratio"], _INDEX["gpu_seconds_lost"]
+_KIND: Final = tuple("min" if n in _MIN else "sum" if n in _SUM else "last" if n in _LAST else "mean" for n in VALUES)
+
+
+class _Open:
+    """A minute being built: sums and counts by column index (the ingest path's hot loop)."""
+
+    __slots__ = ("cause", "counts", "gpu", "jobs", "last_time", "minute", "samples", "state", "sums")
+
+    def __init__(self, gpu: int, minute: int) -> None:
+        self.gpu, self.minute, self.samples = gpu, minute, 0
+        self.sums = [0.0] * len(VALUES)
+        self.counts = [0] * len(VALUES)
+        self.state, self.cause, self.last_time = "", "", 0.0
+        self.jobs: tuple[str, ...] = ()
+        self.sums[_UTIL_MIN] = math.inf
+
+    @classmethod
+    def seeded(cls, row: MinuteRow) -> _Open:
+        acc = cls(row.gpu, row.minute)
+        acc.samples, acc.state, acc.cause, acc.jobs, acc.last_time = (
+            row.samples,
+            row.state,
+            row.cause,
+            row.jobs,
+            row.last_time,
+        )
+        for name, value in row.values.items():
+            i = _INDEX[name]
+            acc.sums[i] = value * row.samples if _KIND[i] == "mean" else value
+            acc.counts[i] = row.samples
+        return acc
+
+    def add(self, i: int, value: float) -> None:
+        self.sums[i] += value
+        self.counts[i] += 1
+
+    def row(self, node_id: str) -> MinuteRow:
+        values: dict[str, float] = {}
+        for i, name in enumerate(VALUES):
+            n = self.counts[i]
+            if n:
+                values[name] = self.sums[i] / n if _KIND[i] == "mean" else self.sums[i]
+        return MinuteRow(
+            node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,44 +162,75 @@ class HistoryConfig:
 
 
 class NodeHistory:
-    """One node's open minute, what its next flush writes, and the counters behind its rates."""
+    """One node's open minute, what its next flush writes, and the counters behind its rates.
 
-    def __init__(self, node_id: str, config: HistoryConfig, seed: Iterable[MinuteRow] = ()) -> None:
+    The open minute is written every ``OPEN_WRITE_SECONDS`` of report time (and whole when it
+    closes), not with every flush: nine upserts per report would cost more than the report. The
+    reports themselves go out with every flush, so after a kill the open minute is rebuilt from
+    the last written row plus the stored reports past its ``last_time`` (``restore``). Without
+    stored reports (``reports_seconds`` 0) the open minute goes out with every flush instead."""
+
+    def __init__(self, node_id: str, config: HistoryConfig) -> None:
         self.node_id = node_id
         self.config = config
-        self.open: dict[int, MinuteRow] = {}
-        for row in seed:
-            row.counts = dict.fromkeys(row.values, row.samples)
-            self.open[row.gpu] = row
-        self.minute = next(iter(self.open.values())).minute if self.open else 0
+        self.open: dict[int, _Open] = {}
+        self.minute = 0
         self.closed: list[MinuteRow] = []
         self.touched = False
+        self.written_at = -math.inf
+        self.written_wall = -math.inf
         self.reports: list[StoredReport] = []
         self.previous: pb.NodeReport | None = None
         self.lost: dict[int, float] = {}
         self.pruned_at = 0.0
         self.newest = 0.0
 
+    def restore(self, rows: Sequence[MinuteRow], reports: Sequence[StoredReport]) -> None:
+        """After a restart: the newest stored minute, then the stored reports it does not hold."""
+        if rows:
+            self.minute = rows[0].minute
+            self.open = {row.gpu: _Open.seeded(row) for row in rows}
+            self.newest = max(row.last_time for row in rows)
+        for stored in reports:
+            report = pb.NodeReport.FromString(stored.raw)
+            self._observe(report, None, keep=None)
+
     def observe(self, report: pb.NodeReport, raw: bytes, verdict: NodeVerdict | None) -> None:
+        self._observe(report, verdict, keep=raw if self.config.reports_seconds > 0 else None)
+
+    def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
         if minute != self.minute:
-            if self.touched:
-                self.closed.extend(self.open.values())
+            self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
             self.open = {}
             self.minute = minute
+            self.written_at = -math.inf
         self.touched = True
         self.newest = max(self.newest, time)
-        if self.config.reports_seconds > 0:
-            self.reports.append(StoredReport(self.node_id, time, report.epoch, report.seq, raw))
+        if keep is not None:
+            self.reports.append(StoredReport(self.node_id, time, report.epoch, report.seq, keep))
         self._rollup(report, verdict)
-        self.previous = report
 
-    def take(self) -> HistoryBatch:
+    @property
+    def pending(self) -> bool:
+        """Whether the open minute holds reports not written yet."""
+        return self.touched
+
+    def take(self, wall_seconds: float) -> HistoryBatch:
+        """What the next flush writes; ``wall_seconds`` is a monotonic clock: an open minute not
+        written for ``OPEN_WRITE_WALL_SECONDS`` goes out too (a node that stopped reporting)."""
         batch = HistoryBatch(reports=self.reports, minutes=self.closed)
-        if self.touched:
-            batch.minutes = self.closed + [row.copy() for row in self.open.values()]
-        self.reports, self.closed, self.touched = [], [], False
+        due = (
+            self.config.reports_seconds <= 0
+            or self.newest - self.written_at >= OPEN_WRITE_SECONDS
+            or wall_seconds - self.written_wall >= OPEN_WRITE_WALL_SECONDS
+        )
+        if self.touched and due:
+            batch.minutes = self.closed + [acc.row(self.node_id) for acc in self.open.values()]
+            self.written_at, self.written_wall = self.newest, wall_seconds
+            self.touched = False
+        self.reports, self.closed = [], []
         if self.newest and self.newest - self.pruned_at >= PRUNE_EVERY_SECONDS:
             batch.prune[self.node_id] = (
                 self.newest - self.config.reports_seconds,
@@ -177,64 +242,101 @@ class NodeHistory:
     def put_back(self, batch: HistoryBatch) -> None:
         """A flush that did not commit: its reports and minutes go out with the next one (the
         open minute's newer copy, written after them, wins)."""
-        mine = [r for r in batch.reports if r.node_id == self.node_id]
-        self.reports = mine + self.reports
-        self.closed = [m for m in batch.minutes if m.node_id == self.node_id] + self.closed
+        self.reports = batch.reports + self.reports
+        self.closed = batch.minutes + self.closed
+        self.written_at = self.written_wall = -math.inf
+        self.touched = True
         if self.node_id in batch.prune:
             self.pruned_at = 0.0
 
-    def _row(self, gpu: int) -> MinuteRow:
-        row = self.open.get(gpu)
-        if row is None:
-            row = self.open[gpu] = MinuteRow(self.node_id, gpu, self.minute)
-        row.samples += 1
-        return row
+    def _acc(self, gpu: int) -> _Open:
+        acc = self.open.get(gpu)
+        if acc is None:
+            acc = self.open[gpu] = _Open(gpu, self.minute)
+        return acc
 
     def _rollup(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
+        time = report.time_unix_seconds
         verdicts = {g.index: g for g in verdict.gpus} if verdict is not None else {}
-        node = self._row(NODE_ROW)
+        node = self._acc(NODE_ROW)
+        node.samples += 1
+        node.last_time = time
+        node_sums, node_counts = node.sums, node.counts
         lost_total = 0.0
+        util_sum, util_gpus = 0.0, 0
         for gpu in report.gpus:
-            row = self._row(gpu.index)
-            util = gpu.utilization_gpu_ratio if gpu.HasField("utilization_gpu_ratio") else None
-            row.add("utilization_mean", util)
-            row.add("utilization_min", util)
-            node.add("utilization_mean", util)
-            node.add("utilization_min", util)
-            row.add("sm_active_mean", gpu.sm_active_ratio if gpu.HasField("sm_active_ratio") else None)
-            used = float(gpu.memory_used_bytes) if gpu.HasField("memory_used_bytes") else None
-            row.add("memory_used_bytes", used)
-            row.add("power_watts", gpu.power_watts if gpu.HasField("power_watts") else None)
-            row.add("temperature_celsius", gpu.temperature_celsius if gpu.HasField("temperature_celsius") else None)
+            acc = self._acc(gpu.index)
+            acc.samples += 1
+            acc.last_time = time
+            sums, counts = acc.sums, acc.counts
+            if gpu.HasField("utilization_gpu_ratio"):
+                util = gpu.utilization_gpu_ratio
+                sums[_UTIL] += util
+                counts[_UTIL] += 1
+                counts[_UTIL_MIN] += 1
+                sums[_UTIL_MIN] = min(sums[_UTIL_MIN], util)
+                util_sum += util
+                util_gpus += 1
+                node_sums[_UTIL_MIN] = min(node_sums[_UTIL_MIN], util)
+            if gpu.HasField("sm_active_ratio"):
+                sums[_SM] += gpu.sm_active_ratio
+                counts[_SM] += 1
+            if gpu.HasField("memory_used_bytes"):
+                sums[_MEM] += gpu.memory_used_bytes
+                counts[_MEM] += 1
+            if gpu.HasField("power_watts"):
+                sums[_POWER] += gpu.power_watts
+                counts[_POWER] += 1
+            if gpu.HasField("temperature_celsius"):
+                sums[_TEMP] += gpu.temperature_celsius
+                counts[_TEMP] += 1
             v = verdicts.get(gpu.index)
             if v is not None:
-                row.state, row.cause, row.jobs = v.state, v.cause or "", v.jobs
-                row.add("starvation_ratio", v.starvation_ratio)
+                acc.state, acc.cause, acc.jobs = v.state, v.cause or "", v.jobs
+                if v.starvation_ratio is not None:
+                    sums[_RATIO] = v.starvation_ratio
+                    counts[_RATIO] += 1
                 # The detector's count is cumulative since it started; a lower one is a new detector.
                 before = self.lost.get(gpu.index, 0.0)
                 delta = v.gpu_seconds_lost - before if v.gpu_seconds_lost >= before else v.gpu_seconds_lost
                 self.lost[gpu.index] = v.gpu_seconds_lost
-                row.add("gpu_seconds_lost", delta)
+                sums[_LOST] += delta
+                counts[_LOST] += 1
                 lost_total += delta
+        if util_gpus:
+            # The node's utilization: per report the mean over its GPUs, so that every value of
+            # the node row weighs one report (what a restart's seed assumes).
+            node.add(_UTIL, util_sum / util_gpus)
+            node_counts[_UTIL_MIN] += 1
         if verdict is not None:
             node.state, node.cause, node.jobs = verdict.state, verdict.cause or "", verdict.jobs
-            node.add("starvation_ratio", verdict.starvation_ratio)
-            node.add("gpu_seconds_lost", lost_total)
+            if verdict.starvation_ratio is not None:
+                node_sums[_RATIO] = verdict.starvation_ratio
+                node_counts[_RATIO] += 1
+            node.add(_LOST, lost_total)
         host = report.host
-        for name, pressure in (
-            ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
-            ("pressure_memory_some_ratio", "pressure_memory"),
-        ):  # fmt: skip
+        for name, pressure in _PRESSURES:
             if host.HasField(pressure):
-                node.add(name, getattr(host, pressure).some_avg10_ratio)
-        previous = self.previous
-        if previous is None or previous.epoch != report.epoch:
+                node.add(_INDEX[name], getattr(host, pressure).some_avg10_ratio)
+        # Rates against the report RATE_EVERY_SECONDS back: the same mean over a minute as one
+        # per report, at a fraction of the cost.
+        base = self.previous
+        if base is None or base.epoch != report.epoch:
+            self.previous = report
             return
-        seconds = report.time_unix_seconds - previous.time_unix_seconds
-        if seconds <= 0:
+        seconds = time - base.time_unix_seconds
+        if seconds < RATE_EVERY_SECONDS:
             return
-        for name, value in _rates(previous, report, seconds).items():
-            node.add(name, value)
+        self.previous = report
+        for name, value in _rates(base, report, seconds).items():
+            if value is not None:
+                node.add(_INDEX[name], value)
+
+
+_PRESSURES: Final = (
+    ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
+    ("pressure_memory_some_ratio", "pressure_memory"),
+)  # fmt: skip
 
 
 def _delta(before: float, after: float) -> float | None:
@@ -309,27 +411,30 @@ def resample(rows: Sequence[MinuteRow], step_seconds: int) -> list[MinuteRow]:
         return list(rows)
     out: list[MinuteRow] = []
     current: MinuteRow | None = None
+    weights: dict[str, int] = {}
     for row in rows:
         bucket = row.minute // step_seconds * step_seconds
         if current is None or current.gpu != row.gpu or current.minute != bucket:
             current = MinuteRow(row.node_id, row.gpu, bucket)
+            weights = {}
             out.append(current)
         for name, value in row.values.items():
             old = current.values.get(name)
-            weight = current.counts.get(name, 0)
+            weight = weights.get(name, 0)
+            kind = _KIND[_INDEX[name]]
             if old is None:
                 current.values[name] = value
-            elif name in _MIN:
+            elif kind == "min":
                 current.values[name] = min(old, value)
-            elif name in _SUM:
+            elif kind == "sum":
                 current.values[name] = old + value
-            elif name in _LAST:
+            elif kind == "last":
                 current.values[name] = value
             else:
                 current.values[name] = (old * weight + value * row.samples) / max(1, weight + row.samples)
-            current.counts[name] = weight + row.samples
+            weights[name] = weight + row.samples
         current.samples += row.samples
-        current.state, current.cause, current.jobs = row.state, row.cause, row.jobs
+        current.state, current.cause, current.jobs, current.last_time = row.state, row.cause, row.jobs, row.last_time
     return out
 
 
@@ -337,16 +442,16 @@ def minute_values(row: MinuteRow) -> tuple[object, ...]:
     """The row as the store's columns."""
     return (
         row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
-        row.state, row.cause, ",".join(row.jobs),
+        row.state, row.cause, ",".join(row.jobs), row.last_time,
     )  # fmt: skip
 
 
 def minute_from(values: Sequence[object]) -> MinuteRow:
     node_id, gpu, minute, samples = values[:4]
     numbers = values[4 : 4 + len(VALUES)]
-    state, cause, jobs = values[4 + len(VALUES) :]
+    state, cause, jobs, last_time = values[4 + len(VALUES) :]
     row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
     row.values = {name: float(str(v)) for name, v in zip(VALUES, numbers, strict=True) if v is not None}
-    row.state, row.cause = str(state), str(cause)
+    row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
     row.jobs = tuple(j for j in str(jobs).split(",") if j)
     return row

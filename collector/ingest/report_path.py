@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,7 +132,9 @@ class Ingest:
         self.duplicates_total = 0
         self.flush_stats = FlushStats()
         self.history_config = history or HistoryConfig()
-        self._history_seed = writer.call_sync(writer.store.last_minutes) if self.history_config.enabled else {}
+        # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
+        self._history_pending: set[str] = set()
+        self._history_seed = writer.call_sync(writer.store.history_seed) if self.history_config.enabled else {}
         for row in writer.call_sync(writer.store.load):
             marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
             row.watermarks = {}
@@ -245,7 +248,10 @@ class Ingest:
             self.alerting.add(detector.signals())
         if self.history_config.enabled:
             if node.history is None:
-                node.history = NodeHistory(row.node_id, self.history_config, self._history_seed.pop(row.node_id, ()))
+                node.history = NodeHistory(row.node_id, self.history_config)
+                seed = self._history_seed.pop(row.node_id, None)
+                if seed is not None:
+                    node.history.restore(*seed)
             node.history.observe(report, raw, detector.verdict)
         node.latest = raw
         self.reports_total += 1
@@ -270,10 +276,11 @@ class Ingest:
                 delay = min(5.0, max(delay * 2, 0.5))
                 log.error("store flush failed; retrying", error=f"{type(err).__name__}: {err}", retry_seconds=delay)
 
-    async def flush(self) -> None:
+    async def flush(self, final: bool = False) -> None:
+        """One transaction of what changed; ``final`` (a stopping collector): every open minute too."""
         now = self.clock()
         batch, marks = self._take_batch()
-        history = self._take_history(batch)
+        history = self._take_history(batch, math.inf if final else time.monotonic())
         signals = self.alerting.take(now, self._last_seen)
         started = time.perf_counter()
         try:
@@ -339,15 +346,20 @@ class Ingest:
             self.nodes[node_id].dirty_epochs.add(epoch)
         self.alerting.put_back(signals)
 
-    def _take_history(self, batch: list[NodeRow]) -> HistoryBatch:
+    def _take_history(self, batch: list[NodeRow], wall: float) -> HistoryBatch:
+        """The history of the nodes in ``batch``, and the open minutes of quiet nodes left unwritten."""
         merged = HistoryBatch()
-        for row in batch:
-            history = self.nodes[row.node_id].history
+        for node_id in {row.node_id for row in batch} | self._history_pending:
+            history = self.nodes[node_id].history
             if history is not None:
-                taken = history.take()
+                taken = history.take(wall)
                 merged.reports.extend(taken.reports)
                 merged.minutes.extend(taken.minutes)
                 merged.prune.update(taken.prune)
+                if history.pending:
+                    self._history_pending.add(node_id)
+                else:
+                    self._history_pending.discard(node_id)
         return merged
 
     def _put_back_history(self, history: HistoryBatch) -> None:
@@ -362,6 +374,7 @@ class Ingest:
             node_history = self.nodes[node_id].history
             if node_history is not None:
                 node_history.put_back(mine)
+                self._history_pending.add(node_id)
 
     def _last_seen(self) -> dict[str, float]:
         return {node_id: node.row.last_seen for node_id, node in self.nodes.items() if node.row.last_seen}

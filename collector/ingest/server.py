@@ -190,7 +190,7 @@ class CollectorServer:
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
-        await self.ingest.flush()
+        await self.ingest.flush(final=True)
         self.writer.call_sync(self.alerting.close)
         self.writer.close()
 

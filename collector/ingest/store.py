@@ -82,6 +82,7 @@ CREATE TABLE IF NOT EXISTS history_minutes (
     state TEXT NOT NULL,
     cause TEXT NOT NULL,
     jobs TEXT NOT NULL,
+    last_time REAL NOT NULL,
     PRIMARY KEY (node_id, minute, gpu)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS history_reports (
@@ -93,7 +94,7 @@ CREATE TABLE IF NOT EXISTS history_reports (
     UNIQUE (node_id, time, epoch, seq)
 );
 """
-_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (7 + len(VALUES)))})"
+_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (8 + len(VALUES)))})"
 _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
 REPORT_COMPRESSION_LEVEL = 1
 
@@ -248,8 +249,18 @@ class Store:
             conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
             conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))
 
+    def history_seed(self) -> dict[str, tuple[list[MinuteRow], list[StoredReport]]]:
+        """Per node: its newest stored minute (every GPU's row and the node's) and the stored
+        reports newer than that minute's last write, from which its open minute is rebuilt."""
+        out: dict[str, tuple[list[MinuteRow], list[StoredReport]]] = {}
+        for node_id, rows in self.last_minutes().items():
+            last = max(row.last_time for row in rows)
+            later = [r for r in self.history_reports(node_id, last, None) if r.time_unix_seconds > last]
+            out[node_id] = (rows, later)
+        return out
+
     def last_minutes(self) -> dict[str, list[MinuteRow]]:
-        """Each node's newest stored minute (every GPU's row and the node's): seeds the open one."""
+        """Each node's newest stored minute (every GPU's row and the node's)."""
         out: dict[str, list[MinuteRow]] = {}
         newest = "SELECT node_id, MAX(minute) FROM history_minutes GROUP BY node_id"
         for node_id, minute in self.conn.execute(newest).fetchall():
