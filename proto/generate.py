@@ -14,7 +14,11 @@ import grpc_tools
 from grpc_tools import protoc
 
 PROTO_ROOT = Path(__file__).resolve().parent
-SOURCES = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.glob("nodeagent/v1/*.proto"))
+SOURCES = sorted(
+    p.relative_to(PROTO_ROOT).as_posix()
+    for pattern in ("nodeagent/v1/*.proto", "nodeagent/prompb/*.proto")
+    for p in PROTO_ROOT.glob(pattern)
+)
 
 
 def generate(out: Path) -> None:

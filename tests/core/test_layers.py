@@ -16,6 +16,7 @@ from tests.fakes.trees import REPO
 # The layers, bottom first, by package; a module belongs to the longest package that contains it.
 LAYERS = {
     "nodeagent.v1": "wire",
+    "nodeagent.prompb": "wire",
     "nodeagent": "wire",  # the root package: only the version
     "nodeagent.core": "core",
     "nodeagent.agent": "agent",

@@ -6,20 +6,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.trees import REPO
 
-GENERATED = REPO / "proto" / "nodeagent" / "v1"
+# nodeagent's own contract, and Prometheus' remote-write messages (collector/remote_write/).
+PACKAGES = ("v1", "prompb")
 
 
-def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
+@pytest.mark.parametrize("package", PACKAGES)
+def test_generated_code_matches_the_proto(tmp_path: Path, package: str) -> None:
     subprocess.run(
         [sys.executable, str(REPO / "proto" / "generate.py"), "--out", str(tmp_path)], check=True, timeout=60
     )
-    fresh = {p.name: p.read_bytes() for p in (tmp_path / "nodeagent" / "v1").glob("*_pb2*")}
-    committed = {p.name: p.read_bytes() for p in GENERATED.glob("*_pb2*")}
+    fresh = {p.name: p.read_bytes() for p in (tmp_path / "nodeagent" / package).glob("*_pb2*")}
+    committed = {p.name: p.read_bytes() for p in (REPO / "proto" / "nodeagent" / package).glob("*_pb2*")}
+    assert fresh
     assert sorted(fresh) == sorted(committed)
     stale = [name for name in fresh if fresh[name] != committed[name]]
-    assert not stale, f"regenerate with `make proto`: {stale} differ from nodeagent.proto"
+    assert not stale, f"regenerate with `make proto`: {stale} differ from the .proto"
 
 
 def test_report_round_trips_through_the_wire() -> None:
