@@ -3,9 +3,10 @@
 Each page is a small HTML shell (``fleet_assets``) whose script fetches the JSON behind it
 (``/api/fleet``, ``/api/node/NAME``, ``/api/alerts``) and draws it as plain SVG, refreshing
 itself; nothing is fetched from anywhere else. The JSON is made from what the collector keeps in
-memory (each node's row, its detector's latest verdict, its timeline of the last two hours), on
-the HTTP server's thread, like ``/metrics``; alerts come from the alert book on the store's
-thread. The pages sit behind the same binding, TLS and credentials as ``/metrics``.
+memory (each node's row, its detector's latest verdict), on the HTTP server's thread, like
+``/metrics``; a node's timeline comes from the collector's history (its per-minute rows) and
+alerts from the alert book, both on the store's thread. The pages sit behind the same binding,
+TLS and credentials as ``/metrics``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.fleet_assets import page
+from nodeagent.collector.ingest.history import NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.report_path import NodeState
 from nodeagent.core.verdict_words import evidence_words, verdict_sentence
 
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 # Worst first: a starved node costs GPU time now; a down one says nothing at all.
 STATE_ORDER: Final = ("starved", "down", "lost", "throttled", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
+# The node page's timeline: this far back, from the collector's history (per-minute rows).
+TIMELINE_SECONDS: Final = 6 * 3600.0
+HISTORY_TIMEOUT_SECONDS: Final = 5.0
 JSON_TYPE: Final = "application/json"
 HTML_TYPE: Final = "text/html; charset=utf-8"
 
@@ -81,9 +86,26 @@ class FleetPage:
         out["highways"] = {
             cause: evidence_words(cause, evidence) for cause in ("network", "storage", "cpu") if evidence
         }
-        out["timeline"] = [p.to_plain() for p in node.timeline.points]
+        out["timeline_source"], out["timeline"] = self._timeline(node)
         out["alerts"] = [a.to_plain() for a in self._alerts() if a.node_id == node_id]
         return out
+
+    def _timeline(self, node: NodeState) -> tuple[str, list[dict[str, Any]]]:
+        """The node's minutes from the history store; without a history (``serve --no-history``)
+        or when the store does not answer in time, the points kept in memory beside the detector."""
+        server = self.server
+        memory = ("memory", [p.to_plain() for p in node.timeline.points])
+        if not server.ingest.history_config.enabled:
+            return memory
+        since = server.ingest.clock() - TIMELINE_SECONDS
+        store = server.writer.store
+        try:
+            rows = server.writer.call_sync(
+                store.history_minutes, node.row.node_id, NODE_ROW, since, None, timeout=HISTORY_TIMEOUT_SECONDS
+            )
+        except TimeoutError:
+            return memory
+        return "history", [_minute_point(r) for r in rows]
 
     def _alerts(self) -> list[Alert]:
         server = self.server
@@ -115,6 +137,21 @@ def _row(node: NodeState, fresh_after: float) -> dict[str, Any]:
         "gpu_hours_lost_today": round(node.timeline.lost_today_seconds / 3600, 3),
         "gpu_count": row.gpu_count,
         "gpus": gpus,
+    }
+
+
+def _minute_point(row: MinuteRow) -> dict[str, Any]:
+    """A history minute in the timeline's terms (those of ``node_timeline.TimelinePoint``)."""
+    v = row.values
+    received = [v[k] for k in ("nic_rx_bytes_per_second", "rdma_rx_bytes_per_second") if v.get(k) is not None]
+    return {
+        "time_unix_seconds": row.minute,
+        "state": row.state,
+        "starvation_ratio": v.get("starvation_ratio"),
+        "gpu_busy_ratio": v.get("utilization_mean"),
+        "network_rx_bytes_per_second": sum(received) if received else None,
+        "disk_read_bytes_per_second": v.get("disk_read_bytes_per_second"),
+        "cpu_busy_ratio": v.get("cpu_busy_ratio"),
     }
 
 

@@ -96,7 +96,8 @@ async function drawNode() {
   document.getElementById("node").innerHTML =
     `<h1>${esc(n.node_id)} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
     `<h2>Why: the highways now</h2><ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
-    `<h2>Timeline</h2><div id="timeline">${stateBand(n.timeline)}` +
+    `<h2>Timeline <span class="muted">(per minute, ${n.timeline_source === "history" ? "from the collector's history" :
+      "kept in the collector's memory"})</span></h2><div id="timeline">${stateBand(n.timeline)}` +
     series(n.timeline, "starvation_ratio", "starvation ratio", pct, 1) +
     series(n.timeline, "gpu_busy_ratio", "GPU busy share", pct, 1) + `</div>` +
     `<h2>Highways beside GPU utilization</h2><div id="highways">` +

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.collector.fleet_page import FleetPage
+from nodeagent.collector.ingest.history import HistoryConfig
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
 from tests.conftest import require
 from tests.fakes.fleet import feed_simulated
@@ -32,11 +33,14 @@ def _chromium(*args: str, profile: Path) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
 
 
-def _serve(tmp_path: Path, work: Any) -> Any:
+def _serve(tmp_path: Path, work: Any, history: bool = True) -> Any:
     async def scenario() -> Any:
         server = CollectorServer(
-            ServerConfig(listen="127.0.0.1:0", db_path=tmp_path / "c.db", http_listen="127.0.0.1:0")
-        )
+            ServerConfig(
+                listen="127.0.0.1:0", db_path=tmp_path / "c.db", http_listen="127.0.0.1:0",
+                history=HistoryConfig(enabled=history),
+            )
+        )  # fmt: skip
         await server.start()
         try:
             feed_simulated(server.ingest, FLEET, SECONDS)
@@ -66,7 +70,19 @@ def test_fleet_json_sorts_worst_first_and_filters(tmp_path: Path) -> None:
     assert {n["node_id"]: n["state"] for n in nodes}["web-idle"] == "idle"
     assert [n["node_id"] for n in seen["starved"]["nodes"]] == ["web-starved"]
     assert "cause network: eth0 receives" in seen["node"]["sentence"]
-    assert len(seen["node"]["timeline"]) >= 3
+    # The timeline is the history's minutes of the node (four minutes of reports, and the open one).
+    assert seen["node"]["timeline_source"] == "history"
+    timeline = seen["node"]["timeline"]
+    assert len(timeline) >= 3
+    assert timeline[-1]["state"] == "starved" and 0.25 < timeline[-1]["starvation_ratio"] < 0.45
+    assert timeline[-1]["network_rx_bytes_per_second"] > 1e9
+
+
+def test_without_a_history_the_timeline_is_the_collectors_memory(tmp_path: Path) -> None:
+    node = _serve(tmp_path, lambda server, _base: FleetPage(server).node("web-starved"), history=False)
+    assert node["timeline_source"] == "memory"
+    assert len(node["timeline"]) >= 3  # one point a minute of reports
+    assert node["timeline"][-1]["state"] == "starved"
 
 
 def test_pages_in_headless_chromium(tmp_path: Path) -> None:
