@@ -78,6 +78,8 @@ def _header(snap: dict[str, Any], state: ViewState) -> Text:
 
 def _verdict(verdict: dict[str, Any] | None, state: ViewState) -> Text:
     window = state.detector_window_seconds
+    if state.no_gpu_reason and not (verdict or {}).get("gpus"):
+        return Text("verdict: no GPU here to wait for data")
     if verdict is None or not verdict.get("gpus"):
         seen = min(state.detector_seen_seconds, window)
         return Text(f"verdict: the detector's window is filling ({seen:.0f} of {window:.0f} s)")
