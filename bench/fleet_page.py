@@ -2,7 +2,8 @@
 
 Starts a real collector server (gRPC off to one side, the HTTP listener on loopback), fills its
 memory with N 8-GPU nodes (detectors that saw five simulated minutes of a starved, a healthy, an
-idle and a storage-bound node, shared round-robin, each node with a full two-hour timeline), then
+idle and a storage-bound node, shared round-robin, each node with a full two-hour in-memory
+timeline, the history store off), then
 times over HTTP, best of ``--repeat``:
 
 - ``/`` (the page's HTML), ``/api/fleet`` (the rows the page draws, worst first), and
@@ -21,6 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from nodeagent.collector.ingest.history import HistoryConfig
 from nodeagent.collector.ingest.report_path import NodeState
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
 from nodeagent.collector.ingest.store import NodeRow
@@ -42,7 +44,12 @@ def main() -> None:
 
 
 async def _bench(tmp: Path, count: int, repeat: int) -> None:
-    server = CollectorServer(ServerConfig(listen="127.0.0.1:0", db_path=tmp / "c.db", http_listen="127.0.0.1:0"))
+    # Without the history store: the node's timeline is the in-memory one, filled here (the
+    # history's own costs are bench/ingest_throughput.py's).
+    config = ServerConfig(
+        listen="127.0.0.1:0", db_path=tmp / "c.db", http_listen="127.0.0.1:0", history=HistoryConfig(enabled=False)
+    )
+    server = CollectorServer(config)
     await server.start()
     try:
         now = time.time()
