@@ -67,8 +67,9 @@ def test_top_in_tmux_shows_gpus_link_share_and_network_verdict_then_q_exits_0(tm
         assert len(gpu_rows) == 8, screen
         assert re.search(r"eth0 rx\s+\d+\.\d Gb/s [█░]+\s+9\d%", screen), screen
         _no_word_cut(screen)
-        subprocess.run(["tmux", "send-keys", "-t", session, "s"], check=True)
-        _wait_for(session, "sort util", 10)
+        for key, shown in (("s", "sort util"), ("h", "sort GPUs"), ("p", "PAUSED")):
+            subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
+            _wait_for(session, shown, 10)
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         deadline = time.monotonic() + 10
         while not status.exists() and time.monotonic() < deadline:
