@@ -25,6 +25,7 @@ from nodeagent.agent.record_cli import record
 from nodeagent.agent.render import render
 from nodeagent.agent.run_command import run as run_command
 from nodeagent.agent.sampler import Sampler
+from nodeagent.agent.top_command import top
 from nodeagent.core.command_line import run_cli
 from nodeagent.core.log import configure_logging
 from nodeagent.core.settings.framework import ConfiguredGroup, Layout
@@ -132,6 +133,7 @@ def list_collectors() -> None:
 
 
 cli.add_command(diag_command)
+cli.add_command(top)
 
 
 def main() -> NoReturn:

@@ -5,11 +5,11 @@ a scrape reads that report, the spool's counters and the sender's state. The pag
 on the first scrape after a tick and served as it is until the next one. Four groups of
 families, each of which can be turned off:
 
-- ``gpu``: dcgm-exporter's families and labels (agent/metrics_dcgm.py);
+- ``gpu``: dcgm-exporter's families and labels (core/exposition/dcgm.py);
 - ``nvlink``: nodeagent's per-link NVLink bytes, errors and state, with the same labels and
   ``link`` (dcgm-exporter gives none by default; 18 links x 8 GPUs is most of the page);
 - ``node``: node_exporter's network, InfiniBand, disk, pressure, CPU, stat, load and memory
-  families (agent/metrics_node.py);
+  families (core/exposition/node.py);
 - ``agent``: nodeagent's own: its health (reports produced, spool, acknowledgement lag, the
   sender's stream, every collector's duration and success in the last tick), the highways as a
   share of link speed, and the latest sample's key values under ``nodeagent_agent_*``.
@@ -30,10 +30,10 @@ from prometheus_client.registry import CollectorRegistry
 from nodeagent import __version__
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.metrics_dcgm import dcgm_families, gpu_labels, nvlink_families
-from nodeagent.agent.metrics_node import node_families
 from nodeagent.agent.pod_resources import PodResources
 from nodeagent.core import rates
+from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
+from nodeagent.core.exposition.node import node_families
 from nodeagent.core.metrics_http import GZIP_LEVEL
 from nodeagent.core.metrics_text import TextFamily, escape, format_value, label, label_text, render, sample_line
 from nodeagent.v1 import nodeagent_pb2 as pb

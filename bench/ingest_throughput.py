@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,11 @@ def main() -> None:
     parser.add_argument("--loads", default="1000,2000,3000,4000,6000,8000,10000")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument(
+        "--history", choices=("on", "off"), default="on", help="The collector's history (serve --no-history when off)."
+    )
     args = parser.parse_args()
+    print(f"history {args.history}")
     wire, exposition = _sizes()
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
@@ -50,7 +55,8 @@ def main() -> None:
     best, capacity, floors = 0, [], []
     with tempfile.TemporaryDirectory() as tmp:
         for load in (int(x) for x in args.loads.split(",")):
-            row = _step(_collector(Path(tmp) / f"c{load}.db"), load, args.seconds, args.processes)
+            extra = [] if args.history == "on" else ["--no-history"]
+            row = _step(_collector(Path(tmp) / f"c{load}.db") + extra, load, args.seconds, args.processes)
             floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")], load, args.seconds,
                           args.processes)  # fmt: skip
             offered = row["sent"] >= 0.95 * load * args.seconds
@@ -65,6 +71,8 @@ def main() -> None:
                   f"{row['main_us_per_report']:>11.0f} "
                   f"{floor['main_us_per_report']:>9.0f} {ratio:>5.2f} {row['loadgen_us_per_report']:>7.0f}  "
                   f"{'yes' if ok else 'no' if offered else 'loadgen could not offer it'}")  # fmt: skip
+            if args.history == "on":
+                _print_history_size(Path(tmp) / f"c{load}.db", load, args.seconds)
             if not ok:
                 break
     print(f"sustained: {best} reports/s (= nodes at 1 Hz) in one collector process; its event-loop thread "
@@ -80,6 +88,18 @@ def main() -> None:
     print(f"with a Python load generator on the same cores, a do-nothing exchange costs {exchange:.0f} us of "
           f"CPU per message: this machine offers and takes at most about {cores * 1e6 / exchange:.0f} "
           f"messages/s")  # fmt: skip
+
+
+def _print_history_size(db: Path, nodes: int, seconds: float) -> None:
+    """Bytes the history took (SQLite's dbstat), scaled to one node-day at 1 Hz: per-minute rows
+    grow with the day; the full-resolution reports stop growing at their window (1 h)."""
+    with sqlite3.connect(db) as conn:
+        sizes = dict(conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
+        minutes = conn.execute("SELECT COUNT(DISTINCT minute) FROM history_minutes").fetchone()[0] or 1
+    minute_bytes = sizes.get("history_minutes", 0) / nodes / minutes
+    report_bytes = sum(v for k, v in sizes.items() if "history_reports" in k) / nodes / seconds
+    print(f"history on disk: {minute_bytes * 1440 / 1e6:.2f} MB per node-day of minutes, "
+          f"{report_bytes * 3600 / 1e6:.2f} MB per node for a 1 h window of reports")  # fmt: skip
 
 
 def _collector(db: Path) -> list[str]:

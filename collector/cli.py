@@ -22,6 +22,8 @@ from nodeagent import __version__
 from nodeagent.collector.client import client_options, query
 from nodeagent.collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from nodeagent.collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
+from nodeagent.collector.history_cli import history as history_command
+from nodeagent.collector.ingest.history import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.server import (
     DEFAULT_HELLO_TIMEOUT_SECONDS,
@@ -135,6 +137,18 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     "--max-streams-per-source", type=click.IntRange(min=1, max=1_000_000), default=DEFAULT_MAX_STREAMS_PER_SOURCE,
     show_default=True, help="Streams one peer address may hold at once; more are refused (RESOURCE_EXHAUSTED).",
 )  # fmt: skip
+@click.option(
+    "--history/--no-history", default=True, show_default=True,
+    help="Keep per-minute rows and recent reports in the store (docs/history.md).",
+)  # fmt: skip
+@click.option(
+    "--history-reports-seconds", type=click.FloatRange(min=0.0, max=7 * 86400.0), default=DEFAULT_REPORTS_SECONDS,
+    show_default=True, help="Seconds of full-resolution reports kept per node (0: none).",
+)  # fmt: skip
+@click.option(
+    "--history-retention-seconds", type=click.FloatRange(min=60.0, max=3650 * 86400.0),
+    default=DEFAULT_RETENTION_SECONDS, show_default=True, help="Seconds of per-minute rows kept per node.",
+)  # fmt: skip
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
 @click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
 @click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
@@ -156,6 +170,9 @@ def serve(
     max_nodes: int,
     hello_timeout_seconds: float,
     max_streams_per_source: int,
+    history: bool,
+    history_reports_seconds: float,
+    history_retention_seconds: float,
     config_path: Path | None,
     alertmanager_url: str | None,
     webhook_url: str | None,
@@ -196,6 +213,7 @@ def serve(
         listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
         flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
         hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
+        history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
     )  # fmt: skip
     asyncio.run(_serve(config))
 
@@ -338,6 +356,7 @@ def loadgen(
 
 
 cli.add_command(replay)
+cli.add_command(history_command)
 cli.add_command(config_command)
 
 
@@ -356,9 +375,12 @@ cli.add_command(config_command)
     show_default=True,
     help="Simulated seconds per wall-clock second on the simulated rentals.",
 )
-def demo(seconds: float, time_scale: float) -> None:
+@click.option(
+    "--no-wait", is_flag=True, help="Stop at once after the report instead of keeping the fleet page up until Enter."
+)
+def demo(seconds: float, time_scale: float, no_wait: bool) -> None:
     """A collector, this machine's agent and two simulated 8-GPU rentals: what nodeagent finds."""
-    run_demo(DemoPlan(seconds=seconds, time_scale=time_scale))
+    run_demo(DemoPlan(seconds=seconds, time_scale=time_scale, wait=not no_wait))
 
 
 def main() -> NoReturn:

@@ -23,6 +23,7 @@ _REQUESTS: dict[str, Any] = {
     "ListNodes": pb.ListNodesRequest,
     "ListAlerts": pb.ListAlertsRequest,
     "LatestReport": pb.LatestReportRequest,
+    "History": pb.HistoryRequest,
 }
 
 

@@ -32,11 +32,15 @@ GZIP_LEVEL = 1
 
 Health = Callable[[], tuple[bool, str]]
 # Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
-# serve it, or (401 or 403, why). /healthz and the index stay open.
+# serve it, or (401 or 403, why). /healthz and the plain index stay open; `pages` (the collector's
+# fleet page) are guarded like /metrics.
 Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
 PEER_CERT_KEY = "nodeagent.peer_cert"
 _STATUS_LINES = {401: "401 Unauthorized", 403: "403 Forbidden"}
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+# More pages behind the same guard: (path, query string) -> (status line, content type, body), or
+# None where the path is none of them (the collector's fleet view).
+Pages = Callable[[str, str], tuple[str, str, bytes] | None]
 
 
 class MetricsHttpServer:
@@ -52,6 +56,7 @@ class MetricsHttpServer:
         name: str = "nodeagent",
         guard: Guard | None = None,
         metrics_gzip: Callable[[], bytes] | None = None,
+        pages: Pages | None = None,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
         self.metrics = metrics
@@ -61,6 +66,7 @@ class MetricsHttpServer:
         self.ssl_context = ssl_context
         self.name = name
         self.guard = guard
+        self.pages = pages
         self.port = 0
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -120,6 +126,18 @@ class MetricsHttpServer:
                 ok, detail = False, f"health check failed: {type(err).__name__}: {err}"
             status = "200 OK" if ok else "503 Service Unavailable"
             return _reply(start_response, status, f"{detail}\n".encode())
+        if self.pages is not None:
+            refused = self._refused(environ)
+            if refused is not None:
+                return _reply(start_response, _STATUS_LINES[refused[0]], f"{refused[1]}\n".encode())
+            try:
+                found = self.pages(path, environ.get("QUERY_STRING", ""))
+            except Exception as err:
+                log.error("page failed", path=path, error=f"{type(err).__name__}: {err}")
+                return _reply(start_response, "500 Internal Server Error", b"page failed; see the log\n")
+            if found is not None:
+                status, content_type, body = found
+                return _reply(start_response, status, body, [("Content-Type", content_type)])
         if path == "/":
             links = "/metrics\n/healthz\n" if self.health is not None else "/metrics\n"
             return _reply(start_response, "200 OK", f"{self.name}\n{links}".encode())

@@ -71,3 +71,20 @@ def pcie_bytes_per_second(generation: int, width: int) -> float | None:
     if lane is None or width <= 0:
         return None
     return lane * width
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration_seconds(text: str) -> float:
+    """``90``, ``30s``, ``5m``, ``2h``, ``14d`` -> seconds; ``ValueError`` naming the text otherwise."""
+    value = text.strip().lower()
+    scale = _DURATION_UNITS.get(value[-1:]) if value else None
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 5m, 2h, 14d)") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 5m, 2h, 14d)")
+    return seconds

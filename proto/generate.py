@@ -14,8 +14,9 @@ import grpc_tools
 from grpc_tools import protoc
 
 PROTO_ROOT = Path(__file__).resolve().parent
-# nodeagent's wire contract, and the kubelet's pod-resources API (vendored) that the agent reads.
-PACKAGES = ("nodeagent/v1", "nodeagent/podresources/v1")
+# nodeagent's wire contract, the kubelet's pod-resources API (vendored) that the agent reads, and
+# Prometheus' remote-write messages (collector/remote_write/).
+PACKAGES = ("nodeagent/v1", "nodeagent/podresources/v1", "nodeagent/prompb")
 SOURCES = sorted(p.relative_to(PROTO_ROOT).as_posix() for d in PACKAGES for p in PROTO_ROOT.glob(f"{d}/*.proto"))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from nodeagent.agent.metrics_dcgm import GPU_FAMILIES, XID_FAMILY
+from nodeagent.core.exposition.dcgm import GPU_FAMILIES, XID_FAMILY
 
 
 def exporter_lints(text: str) -> set[str]:

@@ -9,7 +9,8 @@ comparison (CLIP, 100M pairs, same code on both):
 
 The simulated nodes run ``--time-scale`` times faster than the wall clock, so a short demo shows
 several minutes of training. Then it prints the fleet table and the alerts, explains each
-starved node in a sentence or two, and stops every process it started.
+starved node in a sentence or two, prints the fleet page's address and keeps it up until Enter
+(``--no-wait``: at once), and stops every process it started.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class DemoPlan:
     seconds: float = 25.0
     time_scale: float = 30.0
     interval: float = 0.1
+    # Keep the fleet page up after the report until Enter (or the end of standard input).
+    wait: bool = True
 
 
 def run_demo(plan: DemoPlan) -> None:
@@ -56,6 +59,7 @@ def run_demo(plan: DemoPlan) -> None:
         assert collector.stdout is not None
         http = collector.stdout.readline().split()[-1]
         click.echo(f"collector  {address}, SQLite at {db}, metrics at http://{http}/metrics")
+        page = f"http://{http}/"
         this_node = _this_node()
         _spawn(
             ["nodeagent", "run", "--collector", address, "--node-id", this_node, "--interval", "1"],
@@ -72,7 +76,12 @@ def run_demo(plan: DemoPlan) -> None:
         _wait_with_progress(plan.seconds)
         rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
         firing = alert_rows(fetch(address, ClientSecurity(), "ListAlerts"))
-    click.echo(_report(rows, firing, plan))
+        click.echo(_report(rows, firing, plan))
+        click.echo(f"\nThe fleet page: {page}  (the starved node: {page}node/{SIMULATED[0][0]})")
+        if plan.wait:
+            click.echo("It stays up, live, until you press Enter.")
+            with contextlib.suppress(EOFError, KeyboardInterrupt):
+                input()
 
 
 def _report(rows: list[dict[str, Any]], firing: list[dict[str, Any]], plan: DemoPlan) -> str:

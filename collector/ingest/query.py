@@ -9,8 +9,9 @@ from typing import Any
 
 import grpc
 
+from nodeagent.collector.ingest.history import MINUTE_SECONDS, MinuteRow, resample
 from nodeagent.collector.ingest.report_path import Ingest
-from nodeagent.collector.ingest.store import NodeRow
+from nodeagent.collector.ingest.store import NodeRow, Store
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -75,6 +76,22 @@ class QueryService(pb_grpc.QueryServicer):
         assert node.latest is not None
         return pb.NodeReport.FromString(node.latest)
 
+    async def History(
+        self, request: pb.HistoryRequest, context: grpc.aio.ServicerContext[pb.HistoryRequest, pb.HistoryResponse]
+    ) -> pb.HistoryResponse:
+        await self._authorize(context)
+        if request.step_seconds % MINUTE_SECONDS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"step {request.step_seconds} s is not whole minutes")
+        rows = await self.ingest.writer.call(history_rows, self.ingest.writer.store, request)
+        response = pb.HistoryResponse()
+        for row in rows:
+            out = response.rows.add(
+                time_unix_seconds=row.minute, gpu=row.gpu, samples=row.samples, state=row.state, cause=row.cause
+            )
+            out.values.update(row.values)
+            out.jobs.extend(row.jobs)
+        return response
+
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)
 
@@ -88,6 +105,19 @@ async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerCon
     decision = policy.query(presented_token(context.invocation_metadata()), names)
     if decision.access is not Access.ALLOWED:
         await context.abort(_STATUS[decision.access], decision.detail)
+
+
+def history_rows(store: Store, request: pb.HistoryRequest) -> list[MinuteRow]:
+    """On the store's thread: the rows a ``HistoryRequest`` asks for."""
+    since = request.since_unix_seconds
+    if request.last_seconds > 0:
+        newest = store.newest_minute(request.node_id)
+        if newest is None:
+            return []
+        since = newest + MINUTE_SECONDS - request.last_seconds
+    until = request.until_unix_seconds or None
+    gpu = request.gpu if request.HasField("gpu") else None
+    return resample(store.history_minutes(request.node_id, gpu, since, until), request.step_seconds)
 
 
 def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ import structlog
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.flush_stats import FlushStats
+from nodeagent.collector.ingest.history import HistoryBatch, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.store import INTEGER_MAX, NodeRow, StoreWriter
+from nodeagent.collector.node_timeline import NodeTimeline
 from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -100,6 +103,10 @@ class NodeState:
     committed: NodeRow | None = None
     # Why this node's row cannot be stored, once a commit refused it; None while it can.
     unstorable: str | None = None
+    # What the fleet page draws of the node's recent past.
+    timeline: NodeTimeline = field(default_factory=NodeTimeline)
+    # Its open minute and the reports its next flush writes into the history; None when off.
+    history: NodeHistory | None = None
 
 
 class Ingest:
@@ -112,6 +119,7 @@ class Ingest:
         flush_seconds: float = 0.05,
         clock: Callable[[], float] = time.time,
         max_nodes: int = DEFAULT_MAX_NODES,
+        history: HistoryConfig | None = None,
     ) -> None:
         self.writer = writer
         self.max_nodes = max_nodes
@@ -130,6 +138,10 @@ class Ingest:
         self.reports_total = 0
         self.duplicates_total = 0
         self.flush_stats = FlushStats()
+        self.history_config = history or HistoryConfig()
+        # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
+        self._history_pending: set[str] = set()
+        self._history_seed = writer.call_sync(writer.store.history_seed) if self.history_config.enabled else {}
         for row in writer.call_sync(writer.store.load):
             marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
             row.watermarks = {}
@@ -242,6 +254,14 @@ class Ingest:
         before = detector.verdict
         if detector.observe(report) is not before:  # a new verdict (the window advanced)
             self.alerting.add(detector.signals())
+            node.timeline.record(detector)
+        if self.history_config.enabled:
+            if node.history is None:
+                node.history = NodeHistory(row.node_id, self.history_config)
+                seed = self._history_seed.pop(row.node_id, None)
+                if seed is not None:
+                    node.history.restore(*seed)
+            node.history.observe(report, raw, detector.verdict)
         node.latest = raw
         self.reports_total += 1
         self._dirty.add(row.node_id)
@@ -265,16 +285,19 @@ class Ingest:
                 delay = min(5.0, max(delay * 2, 0.5))
                 log.error("store flush failed; retrying", error=f"{type(err).__name__}: {err}", retry_seconds=delay)
 
-    async def flush(self) -> None:
+    async def flush(self, final: bool = False) -> None:
+        """One transaction of what changed; ``final`` (a stopping collector): every open minute too."""
         now = self.clock()
         batch, marks = self._take_batch()
+        history = self._take_history(batch, math.inf if final else time.monotonic())
         signals = self.alerting.take(now, self._last_seen)
         started = time.perf_counter()
         try:
-            refused = await self.writer.call(self._write, batch, signals, now)
+            refused = await self.writer.call(self._write, batch, signals, now, history)
         except Exception:
             self.flush_stats.failures_total += 1
             self._put_back(batch, marks, signals)
+            self._put_back_history(history)
             raise
         self.flush_stats.observe(time.perf_counter() - started, len(batch), wrote=bool(batch or signals))
         for node_id, error in refused.items():
@@ -288,13 +311,22 @@ class Ingest:
                 durable[epoch] = max(durable.get(epoch, 0), seq)
         self._send_acks()
 
-    def _write(self, batch: list[NodeRow], signals: list[AlertSignal], now: float) -> dict[str, str]:
-        """On the store's thread: one transaction for reports and alerts, then the sinks.
-        Returns the nodes whose rows the store refused (node id -> error)."""
+    def _write(
+        self, batch: list[NodeRow], signals: list[AlertSignal], now: float, history: HistoryBatch | None = None
+    ) -> dict[str, str]:
+        """On the store's thread: one transaction for reports, their history and alerts, then the
+        sinks. Returns the nodes whose rows the store refused (node id -> error)."""
         refused: dict[str, str] = {}
-        if batch or signals:
+        store = self.writer.store
+
+        def before_commit() -> None:
+            if history:
+                store.write_history(history)
+            self.alerting.write(signals, now)
+
+        if batch or signals or history:
             try:
-                refused = self.writer.store.write(batch, lambda: self.alerting.write(signals, now))
+                refused = store.write(batch, before_commit)
             except BaseException:
                 self.alerting.rolled_back()
                 raise
@@ -322,6 +354,36 @@ class Ingest:
         for node_id, epoch, _seq in marks:
             self.nodes[node_id].dirty_epochs.add(epoch)
         self.alerting.put_back(signals)
+
+    def _take_history(self, batch: list[NodeRow], wall: float) -> HistoryBatch:
+        """The history of the nodes in ``batch``, and the open minutes of quiet nodes left unwritten."""
+        merged = HistoryBatch()
+        for node_id in {row.node_id for row in batch} | self._history_pending:
+            history = self.nodes[node_id].history
+            if history is not None:
+                taken = history.take(wall)
+                merged.reports.extend(taken.reports)
+                merged.minutes.extend(taken.minutes)
+                merged.prune.update(taken.prune)
+                if history.pending:
+                    self._history_pending.add(node_id)
+                else:
+                    self._history_pending.discard(node_id)
+        return merged
+
+    def _put_back_history(self, history: HistoryBatch) -> None:
+        per_node: dict[str, HistoryBatch] = {}
+        for report in history.reports:
+            per_node.setdefault(report.node_id, HistoryBatch()).reports.append(report)
+        for minute in history.minutes:
+            per_node.setdefault(minute.node_id, HistoryBatch()).minutes.append(minute)
+        for node_id, cutoffs in history.prune.items():
+            per_node.setdefault(node_id, HistoryBatch()).prune[node_id] = cutoffs
+        for node_id, mine in per_node.items():
+            node_history = self.nodes[node_id].history
+            if node_history is not None:
+                node_history.put_back(mine)
+                self._history_pending.add(node_id)
 
     def _last_seen(self) -> dict[str, float]:
         return {node_id: node.row.last_seen for node_id, node in self.nodes.items() if node.row.last_seen}

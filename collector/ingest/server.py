@@ -28,6 +28,8 @@ from grpc_reflection.v1alpha import reflection
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
+from nodeagent.collector.fleet_page import FleetPage
+from nodeagent.collector.ingest.history import HistoryConfig
 from nodeagent.collector.ingest.query import QueryService
 from nodeagent.collector.ingest.reflection import enable_operator_reflection
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES, Ingest, StreamHandle, StreamRefusedError
@@ -82,6 +84,7 @@ class ServerConfig:
     hello_timeout_seconds: float = DEFAULT_HELLO_TIMEOUT_SECONDS
     max_streams_per_source: int = DEFAULT_MAX_STREAMS_PER_SOURCE
     max_nodes: int = DEFAULT_MAX_NODES
+    history: HistoryConfig = field(default_factory=HistoryConfig)
 
 
 class CollectorServer:
@@ -92,7 +95,7 @@ class CollectorServer:
         self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
         self.ingest = Ingest(
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
-            max_nodes=config.max_nodes,
+            max_nodes=config.max_nodes, history=config.history,
         )  # fmt: skip
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}
@@ -153,7 +156,7 @@ class CollectorServer:
         security = self.config.security
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self._scrape_guard,
+            name="nodeagent-collector", guard=self._scrape_guard, pages=FleetPage(self).route,
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)
@@ -188,7 +191,7 @@ class CollectorServer:
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
-        await self.ingest.flush()
+        await self.ingest.flush(final=True)
         self.writer.call_sync(self.alerting.close)
         self.writer.close()
 

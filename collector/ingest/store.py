@@ -25,11 +25,14 @@ import contextlib
 import errno
 import os
 import sqlite3
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from nodeagent.collector.ingest.history import VALUES, HistoryBatch, MinuteRow, StoredReport, minute_from, minute_values
 
 T = TypeVar("T")
 
@@ -66,6 +69,34 @@ CREATE TABLE IF NOT EXISTS watermarks (
     PRIMARY KEY (node_id, epoch)
 ) WITHOUT ROWID;
 """
+
+# History (collector/ingest/history.py): per-minute rows per GPU and per node (gpu -1), and the
+# recent reports themselves, zlib-compressed. Written in the flush transaction, pruned there.
+HISTORY_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS history_minutes (
+    node_id TEXT NOT NULL,
+    gpu INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+    {", ".join(f"{name} REAL" for name in VALUES)},
+    state TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    jobs TEXT NOT NULL,
+    last_time REAL NOT NULL,
+    PRIMARY KEY (node_id, minute, gpu)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history_reports (
+    node_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    epoch INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    report BLOB NOT NULL,
+    UNIQUE (node_id, time, epoch, seq)
+);
+"""
+_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (8 + len(VALUES)))})"
+_INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
+REPORT_COMPRESSION_LEVEL = 1
 
 _UPSERT_NODE = """
 INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
@@ -116,6 +147,7 @@ class Store:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(SCHEMA)
+        self.conn.executescript(HISTORY_SCHEMA)
         self.wal_path = path.with_name(path.name + "-wal")
         page_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0]
         auto_pages = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
@@ -203,6 +235,70 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+
+    # ---- history ----
+
+    def write_history(self, batch: HistoryBatch) -> None:
+        """Inside the flush transaction (``write``'s ``before_commit``): minutes, reports, pruning."""
+        conn = self.conn
+        conn.executemany(_UPSERT_MINUTE, [minute_values(row) for row in batch.minutes])
+        conn.executemany(
+            _INSERT_REPORT,
+            [
+                (r.node_id, r.time_unix_seconds, r.epoch, r.seq, zlib.compress(r.raw, REPORT_COMPRESSION_LEVEL))
+                for r in batch.reports
+            ],
+        )
+        for node_id, (reports_before, minutes_before) in batch.prune.items():
+            conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
+            conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))
+
+    def history_seed(self) -> dict[str, tuple[list[MinuteRow], list[StoredReport]]]:
+        """Per node: its newest stored minute (every GPU's row and the node's) and the stored
+        reports newer than that minute's last write, from which its open minute is rebuilt."""
+        out: dict[str, tuple[list[MinuteRow], list[StoredReport]]] = {}
+        for node_id, rows in self.last_minutes().items():
+            last = max(row.last_time for row in rows)
+            later = [r for r in self.history_reports(node_id, last, None) if r.time_unix_seconds > last]
+            out[node_id] = (rows, later)
+        return out
+
+    def last_minutes(self) -> dict[str, list[MinuteRow]]:
+        """Each node's newest stored minute (every GPU's row and the node's)."""
+        out: dict[str, list[MinuteRow]] = {}
+        newest = "SELECT node_id, MAX(minute) FROM history_minutes GROUP BY node_id"
+        for node_id, minute in self.conn.execute(newest).fetchall():
+            rows = self.conn.execute(
+                "SELECT * FROM history_minutes WHERE node_id=? AND minute=? ORDER BY gpu", (node_id, minute)
+            )
+            out[node_id] = [minute_from(values) for values in rows]
+        return out
+
+    def history_minutes(self, node_id: str, gpu: int | None, since: float, until: float | None) -> list[MinuteRow]:
+        """The node's minute rows in [since, until), by gpu (-1, the node, first) then minute;
+        ``gpu`` None: every GPU's and the node's."""
+        sql = "SELECT * FROM history_minutes WHERE node_id=? AND minute>=? AND minute<?"
+        args: list[object] = [node_id, since, INTEGER_MAX if until is None else until]
+        if gpu is not None:
+            sql += " AND gpu=?"
+            args.append(gpu)
+        return [minute_from(values) for values in self.conn.execute(sql + " ORDER BY gpu, minute", args)]
+
+    def newest_minute(self, node_id: str) -> int | None:
+        row = self.conn.execute("SELECT MAX(minute) FROM history_minutes WHERE node_id=?", (node_id,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def history_reports(self, node_id: str, since: float, until: float | None) -> list[StoredReport]:
+        """The node's stored full-resolution reports in [since, until), oldest first."""
+        rows = self.conn.execute(
+            "SELECT node_id, time, epoch, seq, report FROM history_reports WHERE node_id=? AND time>=? AND time<?"
+            " ORDER BY time, epoch, seq",
+            (node_id, since, float("inf") if until is None else until),
+        )
+        return [StoredReport(n, t, e, s, zlib.decompress(blob)) for n, t, e, s, blob in rows]
+
+    def history_nodes(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT node_id FROM history_minutes")]
 
 
 def _out_of_space(err: BaseException) -> bool:

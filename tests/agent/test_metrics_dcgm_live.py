@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nodeagent.agent.metrics_dcgm import GPU_FAMILIES, XID_FAMILY
+from nodeagent.core.exposition.dcgm import GPU_FAMILIES, XID_FAMILY
 from tests.conftest import require
 from tests.fakes.fleet import free_port
 from tests.fakes.kubelet import FakeKubelet, serving

@@ -200,7 +200,9 @@ def test_collector_serves_metrics_and_health_on_loopback(tmp_path: Path, monkeyp
     assert _value(samples, "store_flush_duration_seconds_count") == 0
     assert "process_resident_memory_bytes" in text
     assert seen["healthy"] == (200, "ok\n")
-    assert seen["index"] == (200, "nodeagent-collector\n/metrics\n/healthz\n")
+    # The collector's index is the fleet page (tests/collector/test_fleet_page.py).
+    index = seen["index"]
+    assert index[0] == 200 and "data-page='fleet'" in index[1]  # type: ignore[index]
     assert seen["missing"] == (404, "not found\n")
     assert seen["stalled"][0] == 503  # type: ignore[index]
     assert "no store flush completed" in seen["stalled"][1]  # type: ignore[index]

@@ -16,6 +16,7 @@ from tests.fakes.trees import REPO
 # The layers, bottom first, by package; a module belongs to the longest package that contains it.
 LAYERS = {
     "nodeagent.v1": "wire",
+    "nodeagent.prompb": "wire",
     "nodeagent": "wire",  # the root package: only the version
     "nodeagent.core": "core",
     "nodeagent.agent": "agent",
@@ -35,6 +36,7 @@ ALLOWED = {
 TOOLS_FROM_COMMAND_LINES = {
     "nodeagent.agent.record_cli",
     "nodeagent.agent.run_command",
+    "nodeagent.agent.top_command",
     "nodeagent.collector.cli",
 }
 

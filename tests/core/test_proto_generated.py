@@ -6,22 +6,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.trees import REPO
 
-PACKAGES = ("nodeagent/v1", "nodeagent/podresources/v1")
+# nodeagent's own contract, the kubelet's pod-resources API and Prometheus' remote-write messages.
+PACKAGES = ("nodeagent/v1", "nodeagent/podresources/v1", "nodeagent/prompb")
 
 
-def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
+@pytest.mark.parametrize("package", PACKAGES)
+def test_generated_code_matches_the_proto(tmp_path: Path, package: str) -> None:
     subprocess.run(
         [sys.executable, str(REPO / "proto" / "generate.py"), "--out", str(tmp_path)], check=True, timeout=60
     )
-    for package in PACKAGES:
-        fresh = {p.name: p.read_bytes() for p in (tmp_path / package).glob("*_pb2*")}
-        committed = {p.name: p.read_bytes() for p in (REPO / "proto" / package).glob("*_pb2*")}
-        assert fresh, f"protoc made nothing of {package}"
-        assert sorted(fresh) == sorted(committed), package
-        stale = [name for name in fresh if fresh[name] != committed[name]]
-        assert not stale, f"regenerate with `make proto`: {package}/{stale} differ from their .proto"
+    fresh = {p.name: p.read_bytes() for p in (tmp_path / package).glob("*_pb2*")}
+    committed = {p.name: p.read_bytes() for p in (REPO / "proto" / package).glob("*_pb2*")}
+    assert fresh, f"protoc made nothing of {package}"
+    assert sorted(fresh) == sorted(committed), package
+    stale = [name for name in fresh if fresh[name] != committed[name]]
+    assert not stale, f"regenerate with `make proto`: {package}/{stale} differ from their .proto"
 
 
 def test_report_round_trips_through_the_wire() -> None:

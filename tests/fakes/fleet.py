@@ -151,3 +151,23 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def feed_simulated(ingest: Any, scenarios: dict[str, str], seconds: float, step_seconds: float = 1.0) -> None:
+    """``seconds`` of reports, ending now, from one simulated node per ``node id -> scenario``,
+    straight into an in-process collector's ``Ingest`` (its detector, timeline and alert rules)."""
+    from nodeagent.collector.ingest.report_path import StreamHandle
+    from nodeagent.tools.simulator import Simulation
+
+    start = time.time() - seconds
+    sims = [Simulation(scenario, node_id=node_id, seed=1, start_time=start) for node_id, scenario in scenarios.items()]
+    streams = [StreamHandle(sim.node_id, "test") for sim in sims]
+    for sim, stream in zip(sims, streams, strict=True):
+        ingest.attach(stream, sim.info())
+    for seq in range(1, int(seconds / step_seconds) + 1):
+        for sim, stream in zip(sims, streams, strict=True):
+            report = sim.step(0.0 if seq == 1 else step_seconds)
+            report.epoch, report.seq = 1, seq
+            if seq == 1:
+                report.info.CopyFrom(sim.info())
+            ingest.accept(stream, report, report.SerializeToString())

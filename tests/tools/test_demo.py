@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ from tests.fakes.trees import REPO
 
 def test_demo_names_the_starved_node_and_the_cause() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "nodeagent.collector", "demo", "--seconds", "12"],
+        [sys.executable, "-m", "nodeagent.collector", "demo", "--seconds", "12", "--no-wait"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -21,5 +22,6 @@ def test_demo_names_the_starved_node_and_the_cause() -> None:
     assert lines["rental-50g-nvlink"][3] == "busy"
     assert "GPUDataStarved [critical] rental-10g-pcie" in done.stdout
     assert "the network into the node is the bottleneck" in done.stdout
+    assert re.search(r"The fleet page: http://127\.0\.0\.1:\d+/", done.stdout)
     # Every process the demo started is gone (they would be orphans now, not our children).
     assert not [p for p in psutil.process_iter(["cmdline"]) if "rental-10g-pcie" in (p.info["cmdline"] or [])]

@@ -689,3 +689,50 @@ class LatestReportRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class HistoryRequest(_message.Message):
+    __slots__ = ("node_id", "gpu", "since_unix_seconds", "until_unix_seconds", "last_seconds", "step_seconds")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    gpu: int
+    since_unix_seconds: float
+    until_unix_seconds: float
+    last_seconds: float
+    step_seconds: int
+    def __init__(self, node_id: _Optional[str] = ..., gpu: _Optional[int] = ..., since_unix_seconds: _Optional[float] = ..., until_unix_seconds: _Optional[float] = ..., last_seconds: _Optional[float] = ..., step_seconds: _Optional[int] = ...) -> None: ...
+
+class HistoryRow(_message.Message):
+    __slots__ = ("time_unix_seconds", "gpu", "samples", "values", "state", "cause", "jobs")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    time_unix_seconds: float
+    gpu: int
+    samples: int
+    values: _containers.ScalarMap[str, float]
+    state: str
+    cause: str
+    jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, time_unix_seconds: _Optional[float] = ..., gpu: _Optional[int] = ..., samples: _Optional[int] = ..., values: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HistoryResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[HistoryRow]
+    def __init__(self, rows: _Optional[_Iterable[_Union[HistoryRow, _Mapping]]] = ...) -> None: ...

@@ -128,6 +128,11 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.FromString,
                 _registered_method=True)
+        self.History = channel.unary_unary(
+                '/nodeagent.v1.Query/History',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -152,6 +157,13 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def History(self, request, context):
+        """A node's per-minute history (docs/history.md), from the collector's store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +181,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.LatestReport,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.SerializeToString,
+            ),
+            'History': grpc.unary_unary_rpc_method_handler(
+                    servicer.History,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -253,6 +270,33 @@ class Query:
             '/nodeagent.v1.Query/LatestReport',
             nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def History(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/History',
+            nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

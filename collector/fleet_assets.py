@@ -1,0 +1,43 @@
+"""The fleet page's HTML, CSS and script: shipped inside the package, nothing fetched at run time.
+
+One shell per page with ``fleet_static/fleet.css`` and ``fleet_static/fleet.js`` inlined (package
+data); the script reads the page's JSON (``/api/...``) and draws tables and plain
+SVG (the heatmap, the timeline, the highways' series) from it, then does so again every
+``REFRESH_SECONDS``. No charting library: a few rectangles and polylines say what is needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from importlib import resources
+from typing import Final
+
+REFRESH_SECONDS: Final = 5
+
+_STATIC: Final = resources.files("nodeagent.collector") / "fleet_static"
+
+
+@functools.cache
+def _asset(name: str) -> str:
+    return (_STATIC / name).read_text(encoding="utf-8")
+
+
+_BODIES: Final = {
+    "fleet": '<h1>Fleet</h1><p id="summary" class="muted"></p><div id="filters"></div><table id="nodes"></table>',
+    "node": '<div id="node"></div>',
+    "alerts": '<h1>Alerts</h1><div id="alerts"></div>',
+}
+
+
+@functools.cache
+def page(name: str) -> bytes:
+    """The HTML shell of ``name`` (``fleet``, ``node``, ``alerts``)."""
+    script = _asset("fleet.js").replace("__REFRESH__", str(REFRESH_SECONDS))
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>nodeagent · {html.escape(name)}</title><style>{_asset('fleet.css')}</style></head>"
+        f"<body data-page='{html.escape(name)}'><nav><a href='/'>fleet</a><a href='/alerts'>alerts</a>"
+        "<a href='/metrics'>metrics</a></nav><p id='error' style='color:#c62828'></p>"
+        f"{_BODIES[name]}<script>{script}</script></body></html>"
+    ).encode()

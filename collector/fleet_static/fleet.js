@@ -1,0 +1,117 @@
+// The fleet page's script: reads the page's JSON (/api/...) and draws tables and plain SVG from it.
+// Every value that came from a node goes through esc().
+const REFRESH_MS = __REFRESH__ * 1000;
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+  '"': "&quot;", "'": "&#39;"})[c]);
+const pct = (r) => (r === null || r === undefined) ? "—" : Math.round(r * 100) + "%";
+const gbits = (b) => (b === null || b === undefined) ? "—" : (b * 8 / 1e9).toFixed(1) + " Gb/s";
+const clock = (t) => new Date(t * 1000).toISOString().slice(11, 16);
+const badge = (s) => `<span class="badge ${esc(s)}">${esc(s)}</span>`;
+function heat(r) {  // busy share: red (idle) to green (busy)
+  if (r === null || r === undefined) return "#ccc";
+  return `hsl(${Math.round(120 * Math.max(0, Math.min(1, r)))}, 65%, 45%)`;
+}
+function heatmap(gpus) {
+  const w = 14, h = 14;
+  let out = `<svg class="heatmap" width="${Math.max(1, gpus.length) * (w + 2)}" height="${h}">`;
+  for (const [i, g] of gpus.entries()) {
+    const starved = g.state === "starved";
+    out += `<rect class="gpu${starved ? " starved" : ""}" x="${i * (w + 2)}" y="0" width="${w}" height="${h}"` +
+      ` fill="${heat(g.busy_ratio)}"${starved ? ' stroke="#000" stroke-width="2"' : ""}>` +
+      `<title>GPU ${g.index}: ${esc(g.state)} ${pct(g.busy_ratio)} busy</title></rect>`;
+  }
+  return out + "</svg>";
+}
+function series(points, key, label, fmt, max) {
+  const w = 600, h = 60, known = points.filter((p) => p[key] !== null && p[key] !== undefined);
+  if (!known.length) return `<p class="muted">${esc(label)}: no data</p>`;
+  const t0 = points[0].time_unix_seconds, t1 = Math.max(t0 + 1, points[points.length - 1].time_unix_seconds);
+  const top = (max ?? Math.max(...known.map((p) => p[key]))) || 1;
+  const xy = (p) => [((p.time_unix_seconds - t0) / (t1 - t0)) * w, h - (p[key] / top) * (h - 4) - 2];
+  const line = known.map((p) => xy(p).map((v) => v.toFixed(1)).join(",")).join(" ");
+  const dots = known.map((p) => { const [x, y] = xy(p); return `<circle cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="2"/>`; });
+  return `<div class="series" data-key="${esc(key)}"><div>${esc(label)} <span class="muted">(last ${fmt(known[known.length - 1][key])})</span></div>` +
+    `<svg width="${w}" height="${h + 14}"><polyline fill="none" stroke="#1565c0" points="${line}"/>${dots.join("")}` +
+    `<text x="0" y="${h + 12}">${clock(t0)}</text><text x="${w - 30}" y="${h + 12}">${clock(t1)}</text></svg></div>`;
+}
+function stateBand(points) {
+  const w = 600, h = 12;
+  if (!points.length) return "";
+  const t0 = points[0].time_unix_seconds, t1 = Math.max(t0 + 1, points[points.length - 1].time_unix_seconds);
+  const colors = {starved: "#c62828", busy: "#2e7d32", throttled: "#f9a825", idle: "#bdbdbd", warmup: "#90caf9", lost: "#6a1b9a"};
+  let out = `<svg class="states" width="${w}" height="${h}">`;
+  points.forEach((p, i) => {
+    const x = ((p.time_unix_seconds - t0) / (t1 - t0)) * w;
+    const next = i + 1 < points.length ? ((points[i + 1].time_unix_seconds - t0) / (t1 - t0)) * w : w;
+    out += `<rect x="${x.toFixed(1)}" y="0" width="${Math.max(1, next - x).toFixed(1)}" height="${h}" fill="${colors[p.state] ?? "#999"}"><title>${esc(p.state)}</title></rect>`;
+  });
+  return out + "</svg>";
+}
+function alertTable(alerts) {
+  if (!alerts.length) return `<p class="muted">no alerts</p>`;
+  return `<table id="alerts-table"><tr><th>alert</th><th>node</th><th>state</th><th>severity</th><th>since</th><th>summary</th></tr>` +
+    alerts.map((a) => `<tr class="${a.ends_at_unix_seconds ? "resolved" : "firing"}"><td>${esc(a.name)}</td>` +
+      `<td><a href="/node/${encodeURIComponent(a.node_id)}">${esc(a.node_id)}</a></td>` +
+      `<td>${a.ends_at_unix_seconds ? "resolved" : badge("firing")}</td><td>${esc(a.severity)}</td>` +
+      `<td>${new Date(a.starts_at_unix_seconds * 1000).toISOString().slice(0, 19).replace("T", " ")}</td>` +
+      `<td>${esc((a.annotations || {}).summary)}</td></tr>`).join("") + "</table>";
+}
+async function api(path) {
+  const reply = await fetch(path, {cache: "no-store"});
+  if (!reply.ok) throw new Error(`${path}: ${reply.status}`);
+  return reply.json();
+}
+async function drawFleet() {
+  const params = new URLSearchParams(location.search);
+  const data = await api("/api/fleet?" + params.toString());
+  const options = (name, counts) => `<option value="">any ${name}</option>` + Object.keys(counts).sort().map((k) =>
+    `<option value="${esc(k)}"${params.get(name) === k ? " selected" : ""}>${esc(k)} (${counts[k]})</option>`).join("");
+  document.getElementById("filters").innerHTML =
+    `<select id="state" name="state">${options("state", data.states)}</select> ` +
+    `<select id="cause" name="cause">${options("cause", data.causes)}</select>`;
+  for (const name of ["state", "cause"]) {
+    document.getElementById(name).onchange = (e) => {
+      if (e.target.value) params.set(name, e.target.value); else params.delete(name);
+      history.replaceState(null, "", "?" + params.toString()); drawFleet();
+    };
+  }
+  document.getElementById("nodes").innerHTML =
+    `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today</th><th>GPUs (busy share)</th></tr>` +
+    data.nodes.map((n) => `<tr class="node ${esc(n.state)}" data-node="${esc(n.node_id)}">` +
+      `<td><a href="/node/${encodeURIComponent(n.node_id)}">${esc(n.node_id)}</a></td><td>${badge(n.state)}</td>` +
+      `<td class="cause">${esc(n.cause ?? "")}</td><td>${pct(n.starvation_ratio)}</td>` +
+      `<td>${n.gpu_hours_lost_today.toFixed(2)}</td><td>${heatmap(n.gpus)}</td></tr>`).join("");
+  document.getElementById("summary").textContent =
+    `${data.nodes.length} nodes shown · updated ${clock(data.time_unix_seconds)} UTC`;
+}
+async function drawNode() {
+  const name = decodeURIComponent(location.pathname.slice("/node/".length));
+  const n = await api("/api/node/" + encodeURIComponent(name));
+  document.title = `${n.node_id} · nodeagent`;
+  const why = Object.entries(n.highways).filter(([, said]) => said).map(([cause, said]) =>
+    `<li><b>${esc(cause)}</b>: ${esc(said)}</li>`).join("");
+  const gpus = (n.verdict?.gpus ?? []).map((g) => `<tr><td>${g.index}</td><td>${badge(g.state)}</td>` +
+    `<td>${esc(g.cause ?? "")}</td><td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
+    `<td>${esc((g.jobs || []).join(", "))}</td></tr>`).join("");
+  document.getElementById("node").innerHTML =
+    `<h1>${esc(n.node_id)} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
+    `<h2>Why: the highways now</h2><ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
+    `<h2>Timeline <span class="muted">(per minute, ${n.timeline_source === "history" ? "from the collector's history" :
+      "kept in the collector's memory"})</span></h2><div id="timeline">${stateBand(n.timeline)}` +
+    series(n.timeline, "starvation_ratio", "starvation ratio", pct, 1) +
+    series(n.timeline, "gpu_busy_ratio", "GPU busy share", pct, 1) + `</div>` +
+    `<h2>Highways beside GPU utilization</h2><div id="highways">` +
+    series(n.timeline, "network_rx_bytes_per_second", "network receive", gbits) +
+    series(n.timeline, "disk_read_bytes_per_second", "disk read", (b) => (b / 1e6).toFixed(0) + " MB/s") +
+    series(n.timeline, "cpu_busy_ratio", "CPU busy", pct, 1) + `</div>` +
+    `<h2>GPUs</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th></tr>${gpus}</table>` +
+    `<h2>Alerts</h2>${alertTable(n.alerts)}`;
+}
+async function drawAlerts() {
+  const data = await api("/api/alerts");
+  document.getElementById("alerts").innerHTML = alertTable(data.alerts);
+}
+const draw = {fleet: drawFleet, node: drawNode, alerts: drawAlerts}[document.body.dataset.page];
+const run = () => draw().catch((err) => { document.getElementById("error").textContent = String(err); });
+run();
+setInterval(run, REFRESH_MS);

@@ -1,0 +1,1 @@
+"""Prometheus families built from a report, shared by the agent's /metrics and the collector's remote write."""
