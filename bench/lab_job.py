@@ -41,7 +41,9 @@ PASS_ENDS: list[float] = []
 # ---- loaders: each returns a function that blocks until the next batch -----------------------
 
 
-def _threaded(make_batch: Callable[[], object], threads: int, depth: int, stop: threading.Event) -> Callable[[], object]:
+def _threaded(
+    make_batch: Callable[[], object], threads: int, depth: int, stop: threading.Event
+) -> Callable[[], object]:
     """``threads`` producers fill a bounded queue (a DataLoader's prefetch)."""
     batches: queue.Queue[object] = queue.Queue(maxsize=depth)
 
@@ -89,7 +91,8 @@ def storage_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], 
     ``dataset_blocks`` blocks read in one shuffled order per pass."""
     device, reads = spec["device"], int(spec["reads_per_batch"])
     direct = not spec.get("buffered", False)
-    device_blocks = int(spec["device_bytes"]) // BLOCK_BYTES
+    read_bytes = int(spec.get("read_bytes", BLOCK_BYTES))
+    device_blocks = int(spec["device_bytes"]) // read_bytes
     dataset = int(spec.get("dataset_blocks") or device_blocks)
     order: list[int] = []
     started_pass = [False]
@@ -112,10 +115,10 @@ def storage_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], 
             fd = local.fd = os.open(device, os.O_RDONLY | (os.O_DIRECT if direct else 0))
             if not direct:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            local.buf = mmap.mmap(-1, BLOCK_BYTES)  # page-aligned, as O_DIRECT needs
+            local.buf = mmap.mmap(-1, read_bytes)  # page-aligned, as O_DIRECT needs
         for _ in range(reads):
             block = next_block() if not direct else random.randrange(device_blocks)
-            os.preadv(fd, [local.buf], block * BLOCK_BYTES)
+            os.preadv(fd, [local.buf], block * read_bytes)
         return reads
 
     return _threaded(make_batch, int(spec.get("threads", 8)), 4, stop)
@@ -293,9 +296,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         stop.set()
     ended = time.time()
-    seconds = [
-        [float(s), round(_covered(waits, s, s + 1) / 1.0, 4)] for s in range(int(started) + 1, int(ended))
-    ]
+    seconds = [[float(s), round(_covered(waits, s, s + 1) / 1.0, 4)] for s in range(int(started) + 1, int(ended))]
     return {
         "started_unix_seconds": started,
         "ended_unix_seconds": ended,

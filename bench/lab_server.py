@@ -19,7 +19,7 @@ def serve(host: str, port: int, size: int) -> None:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        def do_GET(self) -> None:
             spec = self.headers.get("Range", "")
             try:
                 first, last = (int(x) for x in spec.removeprefix("bytes=").split("-"))
@@ -31,7 +31,7 @@ def serve(host: str, port: int, size: int) -> None:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer((host, port), Handler)
