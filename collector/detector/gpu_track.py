@@ -181,6 +181,11 @@ class GpuTrack:
             d_nv_rx = _sampled(g, "gpm_nvlink_rx_bytes_per_second", "", span)
             d_nv_tx = _sampled(g, "gpm_nvlink_tx_bytes_per_second", "", span)
         efficiency = self.config.collective_efficiency_ratio
+        overrun = self.config.link_overrun_factor * span
+        if self.nvlink_bytes_per_second and max(d_nv_rx or 0, d_nv_tx or 0) > self.nvlink_bytes_per_second * overrun:
+            step.bad_reading, d_nv_rx, d_nv_tx = "nvlink", None, None
+        if pcie and max(d_rx or 0, d_tx or 0) > pcie * overrun:
+            step.bad_reading, d_rx, d_tx = "pcie", None, None
         if d_nv_rx and d_nv_tx and self.nvlink_bytes_per_second:
             step.link_seconds = min(d_nv_rx, d_nv_tx) / (self.nvlink_bytes_per_second * efficiency)
         elif d_rx is not None and d_tx is not None and pcie:
@@ -280,6 +285,9 @@ class GpuTrack:
             "interconnect_wait_ratio": round(w.sync_ratio, 4),
         }
         current = self._steps[self._pos]
+        bad = sorted({s.bad_reading for s in self._steps if s.bad_reading is not None})
+        if bad:
+            out["bad_reading"] = ",".join(bad)
         if current.h2d_ratio is not None:
             out["h2d_link_ratio"] = round(current.h2d_ratio, 4)
         if self.state == "starved" and self.cause in DATA_CAUSES and self.cause != "h2d":
