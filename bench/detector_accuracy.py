@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from nodeagent.collector.detector.node import DetectorConfig, NodeDetector
+from nodeagent.core.detector.node import DetectorConfig, NodeDetector
 from nodeagent.tools.accuracy import Summary, TraceResult, score_trace, summarize
 from nodeagent.tools.lab_traces import lab_traces, score_lab_trace
 from nodeagent.tools.simulator import Simulation

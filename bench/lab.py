@@ -325,8 +325,8 @@ def run_scenario(scenario: Scenario, seconds: int, tmp: Path, nvml_dir: Path | N
 
 def replay_timeline(trace: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     """The node's verdict after every report of the trace, through a detector with ``config``."""
-    from nodeagent.collector.detector.config import DetectorConfig
-    from nodeagent.collector.detector.node import NodeDetector
+    from nodeagent.core.detector.config import DetectorConfig
+    from nodeagent.core.detector.node import NodeDetector
     from nodeagent.core.trace import read_trace
 
     detector: NodeDetector | None = None

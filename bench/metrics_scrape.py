@@ -33,11 +33,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.detector.config import DetectorConfig
-from nodeagent.collector.detector.node import NodeDetector
 from nodeagent.collector.ingest.report_path import Ingest, NodeState
 from nodeagent.collector.ingest.store import NodeRow, StoreWriter
 from nodeagent.collector.metrics_fleet import FleetMetrics
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
 from nodeagent.tools.simulator import Simulation
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from typing import Any
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
-from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
+from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.tables import check_table
 

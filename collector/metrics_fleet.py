@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from nodeagent.collector.detector.node_evidence import NodeEvidence
-from nodeagent.collector.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.core.detector.node_evidence import NodeEvidence
+from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.core.metrics_text import TextFamily, escape, label, render
 
 # name -> (type, help). Order is the order on /metrics.

@@ -1,4 +1,5 @@
-"""The README stays short and every command it shows works; no link in the docs points nowhere.
+"""The README stays short and every command it shows works; no link in the docs points nowhere,
+and every module path the docs name is a file of the tree.
 
 A command in the README is checked against the real command tree (a renamed subcommand or flag,
 or a value its option refuses, fails here), its make targets against the Makefile, and the quick
@@ -24,15 +25,16 @@ from tests.fakes.trees import REPO
 
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
+PACKAGING_README = REPO / "packaging" / "README.md"
 MAX_README_BYTES = 10_000
 
 PROGRAMS: dict[str, click.Group] = {"nodeagent": agent_cli.cli, "nodeagent-collector": collector_cli.cli}
 ENTRY_POINTS = {"nodeagent": "nodeagent.agent.cli:main", "nodeagent-collector": "nodeagent.collector.cli:main"}
-# Pages another line of work adds; the README links them before they land.
-PENDING_PAGES = {REPO / "docs" / "architecture.md"}
-
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# A path into the code from the repository root: a module (`agent/gpu/nvml.py`) or a folder
+# (`tools/simulator/`). Not the tail of a longer path (`tests/core/test_layers.py`).
+MODULE_PATH = re.compile(r"(?<![\w/.-])((?:agent|collector|core|tools)/(?:[\w-]+/)*(?:[\w-]+\.py)?)(?![\w/-])")
 
 
 def test_readme_is_under_10_kb() -> None:
@@ -122,8 +124,6 @@ def test_every_relative_link_points_to_a_file_that_exists() -> None:
                 continue  # http:, https:, mailto:
             path_part, _, anchor = target.partition("#")
             path = (page.parent / path_part).resolve() if path_part else page
-            if path in PENDING_PAGES:
-                continue
             if not path.exists():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
             elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
@@ -132,7 +132,32 @@ def test_every_relative_link_points_to_a_file_that_exists() -> None:
     assert len(DOCS) >= 10
 
 
+def test_every_module_path_the_docs_name_exists() -> None:
+    pages = [README, *DOCS, PACKAGING_README]
+    named = {(page, path) for page in pages for path in _module_paths(page.read_text())}
+    missing = sorted(f"{page.relative_to(REPO)}: {path}" for page, path in named if not (REPO / path).exists())
+    assert missing == []
+    assert len(named) >= 30  # the pattern still finds the paths the pages name
+
+
+def test_a_moved_module_or_folder_is_caught() -> None:
+    # What a page written before a move would name, and what the pattern must leave alone.
+    text = (
+        "`agent/gpu/nvml.py`, `collector/alerts/`, (core/rates.py) and tools/simulator/nosuch.py;\n"
+        "not `tests/core/test_layers.py`, `nodeagent.agent`, `agent/diag/profiles/*.toml` only as a folder."
+    )
+    paths = _module_paths(text)
+    expected = ["agent/gpu/nvml.py", "collector/alerts/", "core/rates.py", "tools/simulator/nosuch.py"]
+    assert paths == [*expected, "agent/diag/profiles/"]
+    assert [path for path in paths if not (REPO / path).exists()] == ["tools/simulator/nosuch.py"]
+
+
 # ---- helpers ----
+
+
+def _module_paths(markdown: str) -> list[str]:
+    """Every path into agent/, collector/, core/ or tools/ that the text names, code blocks too."""
+    return [match[1] for match in MODULE_PATH.finditer(markdown)]
 
 
 def _sh_commands(markdown: str) -> Iterator[list[list[str]]]:

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.collector.detector.config import DetectorConfig
-from nodeagent.collector.detector.node import NodeDetector
-from nodeagent.collector.detector.verdict import CAUSES
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.detector.verdict import CAUSES
 from nodeagent.tools.simulator.suite import LabelledTrace
 
 # After the start of a trace or a change of the truth, verdicts are not scored for this long

@@ -3,8 +3,9 @@ in SQLite and hands every transition to the sinks once it is durable.
 
 Durability contract with the ingest store, which owns the connection and its transactions:
 
-1. ``observe`` (and ``resolve_node``) write alert rows and an outbox row per transition into the
-   connection, inside the store's open transaction. The book never commits.
+1. ``observe`` (and ``resolve_node``) write alert rows and an outbox row per transition through
+   the store's ``AlertTables`` (``collector/ingest/store.py`` holds their SQL), inside the store's
+   open transaction. The book never commits.
 2. After the store has committed, it calls ``committed()``: the transitions of that transaction go
    to the sinks. (After a rollback it calls ``rolled_back()``: they are forgotten.)
 3. Sinks report transitions done (at once for synchronous sinks, later for a ``SinkDispatcher``);
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,35 +29,14 @@ from typing import Any, Final
 import structlog
 
 from nodeagent.collector.alerts.lifecycle import FIRING, RESOLVED, UPDATED, alert_labels, next_transition
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, rfc3339
+from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 
 DEFAULT_RETENTION_SECONDS: Final = 7 * 86400.0
 _PRUNE_EVERY_SECONDS: Final = 3600.0
 
 _log = structlog.get_logger("collector.alerts")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS alerts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    fingerprint TEXT NOT NULL,
-    name TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    severity TEXT NOT NULL,
-    labels TEXT NOT NULL,
-    annotations TEXT NOT NULL,
-    starts_at REAL NOT NULL,
-    ends_at REAL,
-    revision INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS alerts_by_end ON alerts (ends_at);
-CREATE TABLE IF NOT EXISTS alert_outbox (
-    id TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    transition TEXT NOT NULL
-);
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +129,13 @@ class AlertBook:
 
     def __init__(
         self,
-        conn: sqlite3.Connection,
+        tables: AlertTables,
         *,
         sinks: Sequence[Sink] = (),
         clock: Callable[[], float] = time.time,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
     ) -> None:
-        self._conn = conn
+        self._tables = tables
         self._sinks = tuple(sinks)
         self._clock = clock
         self._retention_seconds = retention_seconds
@@ -170,10 +149,7 @@ class AlertBook:
         self._recorded: list[str] = []
         self._deferred = sum(1 for sink in self._sinks if isinstance(sink, DeferredSink))
         self._next_prune = 0.0
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                # One by one: executescript would commit the store's open transaction first.
-                conn.execute(statement)
+        tables.create()
         for sink in self._sinks:
             if isinstance(sink, DeferredSink):
                 sink.add_done_listener(self.acknowledge)
@@ -205,9 +181,7 @@ class AlertBook:
             elif signal.annotations != entry.alert.annotations:
                 # Evidence moves every evaluation: kept current (sinks see it on the next re-send), no transition.
                 entry.alert = replace(entry.alert, annotations=dict(signal.annotations))
-                self._conn.execute(
-                    "UPDATE alerts SET annotations = ? WHERE id = ?", (_dumps(signal.annotations), entry.row_id)
-                )
+                self._tables.set_annotations(entry.row_id, _dumps(signal.annotations))
         if now >= self._next_prune:
             self._prune(now)
         return out
@@ -255,7 +229,7 @@ class AlertBook:
     def record_deliveries(self) -> None:
         """Write finished deliveries into the open transaction (``observe`` does it too); call it
         before the store's last commit on shutdown so a restart does not send them again."""
-        done: list[tuple[str]] = []
+        done: list[str] = []
         while self._acked:
             transition_id = self._acked.popleft()
             left = self._outstanding.get(transition_id)
@@ -263,10 +237,10 @@ class AlertBook:
                 self._outstanding[transition_id] = left - 1
                 continue
             self._outstanding.pop(transition_id, None)
-            done.append((transition_id,))
+            done.append(transition_id)
         if done:
-            self._conn.executemany("DELETE FROM alert_outbox WHERE id = ?", done)
-            self._recorded.extend(transition_id for (transition_id,) in done)
+            self._tables.delete_outbox(done)
+            self._recorded.extend(done)
 
     # -- queries --
 
@@ -276,12 +250,7 @@ class AlertBook:
 
     def recent(self, limit: int = 100) -> list[Alert]:
         """Firing alerts, then resolved ones, most recently ended first."""
-        rows = self._conn.execute(
-            "SELECT name, node_id, key, severity, labels, annotations, starts_at, ends_at, fingerprint"
-            " FROM alerts ORDER BY ends_at IS NOT NULL, ends_at DESC, starts_at DESC LIMIT ?",
-            (limit,),
-        )
-        return [_alert_from_row(row) for row in rows]
+        return [_alert_from_row(row) for row in self._tables.recent_alerts(limit)]
 
     # -- transitions --
 
@@ -297,22 +266,17 @@ class AlertBook:
             ends_at=None,
             fingerprint=fingerprint(signal.name, signal.node_id, signal.key),
         )
-        cursor = self._conn.execute(
-            "INSERT INTO alerts (fingerprint, name, node_id, key, severity, labels, annotations, starts_at, revision)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
-            (
-                alert.fingerprint,
-                alert.name,
-                alert.node_id,
-                alert.key,
-                alert.severity,
-                _dumps(alert.labels),
-                _dumps(alert.annotations),
-                now,
-            ),
+        row_id = self._tables.insert_alert(
+            alert.fingerprint,
+            alert.name,
+            alert.node_id,
+            alert.key,
+            alert.severity,
+            _dumps(alert.labels),
+            _dumps(alert.annotations),
+            now,
         )
-        assert cursor.lastrowid is not None
-        entry = _Entry(cursor.lastrowid, alert, 0)
+        entry = _Entry(row_id, alert, 0)
         self._firing[(alert.name, alert.node_id, alert.key)] = entry
         return self._record(entry, FIRING, None, now)
 
@@ -321,9 +285,8 @@ class AlertBook:
         labels = alert_labels(signal)
         entry.alert = replace(alert, severity=signal.severity, labels=labels, annotations=dict(signal.annotations))
         entry.revision += 1
-        self._conn.execute(
-            "UPDATE alerts SET severity = ?, labels = ?, annotations = ?, revision = ? WHERE id = ?",
-            (signal.severity, _dumps(labels), _dumps(signal.annotations), entry.revision, entry.row_id),
+        self._tables.update_alert(
+            entry.row_id, signal.severity, _dumps(labels), _dumps(signal.annotations), entry.revision
         )
         return self._record(entry, UPDATED, alert, now)
 
@@ -331,10 +294,7 @@ class AlertBook:
         del self._firing[(entry.alert.name, entry.alert.node_id, entry.alert.key)]
         entry.alert = replace(entry.alert, ends_at=max(now, entry.alert.starts_at))
         entry.revision += 1
-        self._conn.execute(
-            "UPDATE alerts SET ends_at = ?, revision = ? WHERE id = ?",
-            (entry.alert.ends_at, entry.revision, entry.row_id),
-        )
+        self._tables.end_alert(entry.row_id, entry.alert.ends_at, entry.revision)
         return self._record(entry, RESOLVED, None, now)
 
     def _record(self, entry: _Entry, kind: str, previous: Alert | None, now: float) -> Transition:
@@ -345,28 +305,20 @@ class AlertBook:
             previous=previous,
             at=now,
         )
-        self._conn.execute(
-            "INSERT OR REPLACE INTO alert_outbox (id, created_at, transition) VALUES (?, ?, ?)",
-            (transition.id, self._clock(), _dumps(transition.to_plain())),
-        )
+        self._tables.put_outbox(transition.id, self._clock(), _dumps(transition.to_plain()))
         self._pending.append(transition)
         return transition
 
     # -- storage --
 
     def _load(self) -> None:
-        rows = self._conn.execute(
-            "SELECT name, node_id, key, severity, labels, annotations, starts_at, ends_at, fingerprint, id, revision"
-            " FROM alerts WHERE ends_at IS NULL"
-        )
-        for row in rows:
+        for row in self._tables.firing_alerts():
             alert = _alert_from_row(row)
             self._firing[(alert.name, alert.node_id, alert.key)] = _Entry(int(row[9]), alert, int(row[10]))
 
     def _undelivered(self) -> list[Transition]:
-        rows = self._conn.execute("SELECT transition FROM alert_outbox ORDER BY created_at, rowid")
         out: list[Transition] = []
-        for (text,) in rows:
+        for text in self._tables.outbox():
             try:
                 out.append(Transition.from_plain(json.loads(text)))
             except (ValueError, KeyError, TypeError) as err:
@@ -376,8 +328,7 @@ class AlertBook:
     def _prune(self, now: float) -> None:
         """Forget resolved alerts past retention, and outbox rows nobody will ever acknowledge."""
         cutoff = min(now, self._clock()) - self._retention_seconds
-        self._conn.execute("DELETE FROM alerts WHERE ends_at IS NOT NULL AND ends_at < ?", (cutoff,))
-        self._conn.execute("DELETE FROM alert_outbox WHERE created_at < ?", (cutoff,))
+        self._tables.prune(cutoff)
         self._next_prune = now + _PRUNE_EVERY_SECONDS
 
 

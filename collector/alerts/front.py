@@ -8,15 +8,15 @@ blocks ingest). So an acknowledged report's alerts are never lost, and a restart
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from nodeagent.collector.alerts.book import Alert, AlertBook
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.dispatcher import SinkDispatcher
+from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # NodeDown is judged this often, not on every flush: it walks every node.
@@ -60,8 +60,8 @@ class Alerting:
 
     # ---- the store thread's side ----
 
-    def open(self, conn: sqlite3.Connection) -> None:
-        self.book = AlertBook(conn, sinks=[self.dispatcher])
+    def open(self, tables: AlertTables) -> None:
+        self.book = AlertBook(tables, sinks=[self.dispatcher])
         self.dispatcher.start()
 
     def write(self, signals: Sequence[AlertSignal], now: float) -> None:

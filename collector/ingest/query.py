@@ -9,9 +9,9 @@ from typing import Any
 
 import grpc
 
-from nodeagent.collector.detector.verdict import NodeVerdict
 from nodeagent.collector.ingest.report_path import Ingest
 from nodeagent.collector.ingest.store import NodeRow
+from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import structlog
 
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.alerts.signals import AlertSignal
-from nodeagent.collector.detector.config import DetectorConfig
-from nodeagent.collector.detector.node import NodeDetector
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.ingest.store import INTEGER_MAX, NodeRow, StoreWriter
+from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
@@ -116,7 +116,7 @@ class Ingest:
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
-        writer.call_sync(alerting.open, writer.store.conn)
+        writer.call_sync(alerting.open, writer.store.alert_tables())
         self.flush_seconds = flush_seconds
         self.clock = clock
         self.nodes: dict[str, NodeState] = {}

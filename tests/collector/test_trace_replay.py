@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.replay import replay_alerts
+from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.core.trace import TraceError, format_report, read_trace
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.fakes.trees import REPO
@@ -118,8 +118,46 @@ def test_a_crossing_import_is_caught(tmp_path: Path) -> None:
         "nodeagent.agent.gpu.v": ("from ..delivery import spool\nfrom nodeagent.core import units\n", False),
         "nodeagent.agent.u": ("from nodeagent.tools import simulator\n", True),
     }
+    assert_caught(tmp_path, cases, violations)
+
+
+# The one module that touches SQLite (docs/architecture.md): its tables, reads and writes.
+SQLITE_OWNER = "nodeagent.collector.ingest.store"
+# Module, source, and whether it breaks that rule.
+SQLITE_CASES = {
+    "nodeagent.collector.alerts.x": ("import sqlite3\n", True),
+    "nodeagent.collector.y": ("def f():\n    from sqlite3 import connect\n", True),
+    "nodeagent.collector.z": ("from nodeagent.collector.ingest.store import AlertTables\n", False),
+}
+
+
+def sqlite_importers(found: dict[str, Path]) -> list[str]:
+    """One line per import of sqlite3 outside the store."""
+    return [
+        f"{path.name}:{line}: {module} imports {target}"
+        for module, path in sorted(found.items())
+        if module != SQLITE_OWNER
+        for line, target in imported(module, path)
+        if target.partition(".")[0] == "sqlite3"
+    ]
+
+
+def test_only_the_store_imports_sqlite() -> None:
+    found = modules(package_dirs())
+    assert any(target == "sqlite3" for _, target in imported(SQLITE_OWNER, found[SQLITE_OWNER]))
+    assert sqlite_importers(found) == []
+
+
+def test_a_sqlite_import_elsewhere_is_caught(tmp_path: Path) -> None:
+    assert_caught(tmp_path, SQLITE_CASES, sqlite_importers)
+
+
+def assert_caught(
+    tmp_path: Path, cases: dict[str, tuple[str, bool]], checker: Callable[[dict[str, Path]], list[str]]
+) -> None:
+    """Each case is a module's name and source, and whether ``checker`` must report it."""
     for module, (source, bad) in cases.items():
         path = tmp_path / f"{module}.py"
         path.write_text(source)
-        problems = violations({module: path})
+        problems = checker({module: path})
         assert bool(problems) is bad, (module, problems)

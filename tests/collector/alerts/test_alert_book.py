@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from nodeagent.collector.alerts.book import FIRING, RESOLVED, UPDATED, AlertBook, fingerprint
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import SinkDispatcher
+from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 
 T0 = 1_800_000_000.0
@@ -41,7 +42,7 @@ def conns(db: Path) -> Iterator[list[sqlite3.Connection]]:
 def open_book(db: Path, conns: list[sqlite3.Connection], sink: CapturingSink | SinkDispatcher) -> AlertBook:
     conn = sqlite3.connect(db)
     conns.append(conn)
-    return AlertBook(conn, sinks=[sink], clock=lambda: T0)
+    return AlertBook(AlertTables(conn), sinks=[sink], clock=lambda: T0)
 
 
 def commit(book: AlertBook, conn: sqlite3.Connection) -> None:
@@ -192,7 +193,7 @@ def test_a_failing_sink_does_not_break_ingest(db: Path, conns: list[sqlite3.Conn
     broken, good = CapturingSink("broken", fail=True), CapturingSink("good")
     conn = sqlite3.connect(db)
     conns.append(conn)
-    book = AlertBook(conn, sinks=[broken, good])
+    book = AlertBook(AlertTables(conn), sinks=[broken, good])
     book.observe([starved()], T0)
     commit(book, conn)
     assert good.kinds == [(FIRING, "GPUDataStarved", "")]
@@ -222,7 +223,7 @@ def test_dispatcher_acknowledgements_clear_the_outbox(db: Path, conns: list[sqli
 def test_resolved_alerts_are_pruned_after_retention(db: Path, conns: list[sqlite3.Connection]) -> None:
     conn = sqlite3.connect(db)
     conns.append(conn)
-    book = AlertBook(conn, clock=lambda: T0 + 30 * 86400, retention_seconds=86400)
+    book = AlertBook(AlertTables(conn), clock=lambda: T0 + 30 * 86400, retention_seconds=86400)
     book.observe([starved()], T0)
     book.observe([starved(firing=False)], T0 + 10)
     book.observe([AlertSignal("NodeDown", "node-b", "", True, "critical")], T0 + 20)
@@ -236,9 +237,9 @@ def test_the_book_never_commits_the_stores_transaction(db: Path, conns: list[sql
     conn.execute("CREATE TABLE reports (seq INTEGER)")
     conn.commit()
     conn.execute("INSERT INTO reports VALUES (1)")  # the store's batch, open
-    book = AlertBook(conn)
+    book = AlertBook(AlertTables(conn))
     book.observe([starved()], T0)
     book.record_deliveries()
     conn.rollback()
     assert conn.execute("SELECT COUNT(*) FROM reports").fetchone() == (0,)
-    assert AlertBook(conn).active() == []
+    assert AlertBook(AlertTables(conn)).active() == []

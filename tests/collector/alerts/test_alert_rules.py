@@ -12,7 +12,8 @@ import pytest
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
-from nodeagent.collector.alerts.signals import AlertSignal
+from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T0 = 1_800_000_000.0
@@ -259,7 +260,7 @@ def test_node_down_and_back() -> None:
 
 
 def test_rules_through_the_book() -> None:
-    book = AlertBook(sqlite3.connect(":memory:"))
+    book = AlertBook(AlertTables(sqlite3.connect(":memory:")))
     rules = NodeRules("node-a", EVERY_REPORT)
     book.observe(rules.observe(report(0, [gpu(0), gpu(1)])), T0)
     transitions = book.observe(rules.observe(report(1, [gpu(0), gpu(1, lost=True)])), T0 + 1)

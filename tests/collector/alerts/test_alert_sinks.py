@@ -12,7 +12,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.collector.alerts.book import AlertBook, Transition
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import (
     AlertmanagerSink,
     LogSink,
@@ -23,6 +22,8 @@ from nodeagent.collector.alerts.sinks import (
     build_sinks,
 )
 from nodeagent.collector.alerts.sinks.webhook import IDEMPOTENCY_HEADER
+from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 from tests.fakes.http_receiver import DROP, http_receiver
 
@@ -30,7 +31,7 @@ T0 = 1_800_000_000.0
 
 
 def transitions(*signals: AlertSignal, now: float = T0) -> list[Transition]:
-    book = AlertBook(sqlite3.connect(":memory:"))
+    book = AlertBook(AlertTables(sqlite3.connect(":memory:")))
     return book.observe(signals, now)
 
 
@@ -77,7 +78,7 @@ def test_webhook_gives_up_after_its_retries_on_a_dead_receiver() -> None:
 
 
 def test_alertmanager_payload() -> None:
-    book = AlertBook(sqlite3.connect(":memory:"))
+    book = AlertBook(AlertTables(sqlite3.connect(":memory:")))
     fired = book.observe([starved()], T0)
     updated = book.observe([starved(severity="critical")], T0 + 10)
     resolved = book.observe([starved(firing=False)], T0 + 20)
@@ -148,7 +149,7 @@ def test_dispatcher_a_failing_sink_does_not_stop_the_others() -> None:
 def test_dispatcher_resends_firing_alerts_on_each_sinks_period() -> None:
     resending, plain = CapturingSink("am", resend_seconds=60), CapturingSink("hook")
     dispatcher = SinkDispatcher([resending, plain])
-    book = AlertBook(sqlite3.connect(":memory:"))
+    book = AlertBook(AlertTables(sqlite3.connect(":memory:")))
     book.observe([starved()], T0)
     calls: list[float] = []
 
@@ -180,7 +181,7 @@ def test_dispatcher_stop_cuts_retries_short() -> None:
 
 
 def test_log_sink_writes_one_event_per_transition() -> None:
-    book = AlertBook(sqlite3.connect(":memory:"))
+    book = AlertBook(AlertTables(sqlite3.connect(":memory:")))
     batch = book.observe([starved()], T0) + book.observe([starved(firing=False)], T0 + 5)
     with capture_logs() as logs:
         LogSink().deliver(batch)

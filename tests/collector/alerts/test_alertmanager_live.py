@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
-from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.alerts.sinks import AlertmanagerSink, SinkDispatcher
+from nodeagent.collector.ingest.store import AlertTables
+from nodeagent.core.alert_signals import AlertSignal
 from tests.fakes.alertmanager import alerts as _alerts
 from tests.fakes.alertmanager import wait as _wait
 
@@ -32,7 +33,7 @@ class Collector:
     def __init__(self, db: Path, am_url: str) -> None:
         self.conn = sqlite3.connect(db)
         self.dispatcher = SinkDispatcher([AlertmanagerSink(am_url, resend_seconds=60, backoff=0.1)])
-        self.book = AlertBook(self.conn, sinks=[self.dispatcher])
+        self.book = AlertBook(AlertTables(self.conn), sinks=[self.dispatcher])
         self.dispatcher.start()
 
     def evaluate(self, signals: list[AlertSignal], now: float) -> None:

@@ -6,8 +6,9 @@ import sqlite3
 from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
-from nodeagent.collector.alerts.signals import AlertSignal
+from nodeagent.collector.ingest.store import AlertTables
 from nodeagent.collector.replay import replay_alerts
+from nodeagent.core.alert_signals import AlertSignal
 
 
 def _evaluations() -> list[tuple[float, list[AlertSignal]]]:
@@ -31,7 +32,7 @@ def _evaluations() -> list[tuple[float, list[AlertSignal]]]:
 
 def test_replay_and_the_book_make_the_same_transitions(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "alerts.db")
-    book = AlertBook(conn)
+    book = AlertBook(AlertTables(conn))
     from_book = [
         (now, t.kind, t.alert.name, t.alert.severity)
         for now, signals in _evaluations()

@@ -35,16 +35,18 @@ from nodeagent.core.transport.security import (
 from nodeagent.core.wire.framing import frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
-from tests.collector.ingest.test_ingest_refusals import _hello, _report, _send, _tls_channel
 from tests.fakes.certs import Authority, Pem
 from tests.fakes.fleet import Collector, free_port, processes
+from tests.fakes.ingest_client import hello_message, send_messages, small_report, tls_channel
 from tests.fakes.trees import REPO
 
 Metadata = Sequence[tuple[str, str]]
 
 
 def _stream(channel: grpc.Channel, node: str, metadata: Metadata = ()) -> grpc.StatusCode:
-    return _send(channel, [_hello(node), frame_report(_report(node, 1).SerializeToString())], metadata)
+    return send_messages(
+        channel, [hello_message(node), frame_report(small_report(node, 1).SerializeToString())], metadata
+    )
 
 
 def _reads(channel: grpc.Channel, metadata: Metadata = ()) -> dict[str, grpc.StatusCode]:
@@ -106,11 +108,11 @@ def test_a_node_certificate_streams_but_only_an_operator_certificate_reads(tmp_p
     )
     with processes() as started:
         started.append(collector.start())
-        with _tls_channel(collector.address, ca.cert_file, node.cert, node.key) as channel:
+        with tls_channel(collector.address, ca.cert_file, node.cert, node.key) as channel:
             streamed = _stream(channel, "node-a")
             as_node = _reads(channel)
             health_as_node = _health(channel)
-        with _tls_channel(collector.address, ca.cert_file, operator.cert, operator.key) as channel:
+        with tls_channel(collector.address, ca.cert_file, operator.cert, operator.key) as channel:
             as_operator = _reads(channel)
             operator_streaming = _stream(channel, "ops-console")
         listed = _collector_cli(
@@ -263,9 +265,9 @@ def test_a_certificate_names_its_node_by_its_sans_not_its_common_name(tmp_path: 
             ("CN only", cn_only, "node-c"),
             ("IP SAN only, CN", ip_only, "node-d"),
         ):
-            with _tls_channel(collector.address, ca.cert_file, pem.cert, pem.key) as channel:
+            with tls_channel(collector.address, ca.cert_file, pem.cert, pem.key) as channel:
                 seen[label] = _stream(channel, node)
-        with _tls_channel(collector.address, ca.cert_file, cn_only.cert, cn_only.key) as channel:
+        with tls_channel(collector.address, ca.cert_file, cn_only.cert, cn_only.key) as channel:
             node_reads = _reads(channel)  # mutual TLS and no operator named: a node certificate reads nothing
     assert seen == {
         "SAN node-a, CN node-b, as node-b": grpc.StatusCode.PERMISSION_DENIED,

@@ -28,64 +28,52 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
+from tests.fakes.ingest_client import hello_message, send_messages, small_report, tls_channel
 from tests.fakes.trees import REPO
 
 GOOD_REPORTS = 160
 
 
-def _hello(node: str) -> bytes:
-    return pb.AgentMessage(hello=pb.NodeInfo(node_id=node, hostname=node)).SerializeToString()
-
-
-def _report(node: str, seq: int, **edit: object) -> pb.NodeReport:
-    report = pb.NodeReport(node_id=node, epoch=7, seq=seq, time_unix_seconds=1.7e9 + seq)
-    report.nics.add(name="eth0", rx_bytes_total=10**9, speed_bytes_per_second=6.25e9)
-    gpu = report.gpus.add(index=0, uuid="GPU-0", utilization_gpu_ratio=0.5, power_watts=300.0)
-    gpu.processes.add(pid=42, name="python")
-    return report
-
-
-def _send(
-    channel: grpc.Channel, messages: Sequence[bytes], metadata: Sequence[tuple[str, str]] = ()
-) -> grpc.StatusCode:
-    """Stream ``messages``; the status the collector ends the stream with (OK if it accepted them)."""
-    call = channel.stream_stream(STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString)
-    try:
-        for _ack in call(iter(messages), timeout=10, metadata=tuple(metadata)):
-            pass
-    except grpc.RpcError as err:
-        return err.code()
-    return grpc.StatusCode.OK
-
-
 def _bad_cases(node: str) -> Iterator[tuple[str, list[bytes], grpc.StatusCode]]:
-    good = _report(node, 1).SerializeToString()
+    good = small_report(node, 1).SerializeToString()
     yield "no hello first", [frame_report(good)], grpc.StatusCode.INVALID_ARGUMENT
-    whole = pb.AgentMessage(report=_report(node, 1)).SerializeToString()
-    yield "truncated message", [_hello(node), whole[: len(whole) // 2]], grpc.StatusCode.INVALID_ARGUMENT
-    yield "oversized message", [_hello(node), b"\x12" + b"\xff" * 2 * 1024 * 1024], grpc.StatusCode.RESOURCE_EXHAUSTED
-    nan = _report(node, 1)
+    whole = pb.AgentMessage(report=small_report(node, 1)).SerializeToString()
+    yield "truncated message", [hello_message(node), whole[: len(whole) // 2]], grpc.StatusCode.INVALID_ARGUMENT
+    yield (
+        "oversized message",
+        [hello_message(node), b"\x12" + b"\xff" * 2 * 1024 * 1024],
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    nan = small_report(node, 1)
     nan.gpus[0].power_watts = math.nan
-    yield "NaN", [_hello(node), frame_report(nan.SerializeToString())], grpc.StatusCode.INVALID_ARGUMENT
-    ratio = _report(node, 1)
+    yield "NaN", [hello_message(node), frame_report(nan.SerializeToString())], grpc.StatusCode.INVALID_ARGUMENT
+    ratio = small_report(node, 1)
     ratio.gpus[0].utilization_gpu_ratio = 7.0
-    yield "ratio above 1", [_hello(node), frame_report(ratio.SerializeToString())], grpc.StatusCode.INVALID_ARGUMENT
-    negative = _report(node, 1)
+    yield (
+        "ratio above 1",
+        [hello_message(node), frame_report(ratio.SerializeToString())],
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    negative = small_report(node, 1)
     negative.nics[0].rx_bytes_total = 2**64 - 5  # what -5 becomes in a uint64 field
-    yield "negative count", [_hello(node), frame_report(negative.SerializeToString())], grpc.StatusCode.INVALID_ARGUMENT
-    negative_gauge = _report(node, 1)
+    yield (
+        "negative count",
+        [hello_message(node), frame_report(negative.SerializeToString())],
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    negative_gauge = small_report(node, 1)
     negative_gauge.nics[0].speed_bytes_per_second = -1.0
     bad = frame_report(negative_gauge.SerializeToString())
-    yield "negative gauge", [_hello(node), bad], grpc.StatusCode.INVALID_ARGUMENT
-    huge = _report(node, 1)
+    yield "negative gauge", [hello_message(node), bad], grpc.StatusCode.INVALID_ARGUMENT
+    huge = small_report(node, 1)
     for index in range(10_000):
         huge.gpus.add(index=index)
-    yield "10,000 GPUs", [_hello(node), frame_report(huge.SerializeToString())], grpc.StatusCode.INVALID_ARGUMENT
-    backwards = [frame_report(_report(node, seq).SerializeToString()) for seq in (5, 6, 3)]
-    yield "seq backwards", [_hello(node), *backwards], grpc.StatusCode.INVALID_ARGUMENT
-    other = frame_report(_report("someone-else", 1).SerializeToString())
-    yield "report for another node", [_hello(node), other], grpc.StatusCode.INVALID_ARGUMENT
-    yield "bad node id", [_hello("bad node/../id")], grpc.StatusCode.INVALID_ARGUMENT
+    yield "10,000 GPUs", [hello_message(node), frame_report(huge.SerializeToString())], grpc.StatusCode.INVALID_ARGUMENT
+    backwards = [frame_report(small_report(node, seq).SerializeToString()) for seq in (5, 6, 3)]
+    yield "seq backwards", [hello_message(node), *backwards], grpc.StatusCode.INVALID_ARGUMENT
+    other = frame_report(small_report("someone-else", 1).SerializeToString())
+    yield "report for another node", [hello_message(node), other], grpc.StatusCode.INVALID_ARGUMENT
+    yield "bad node id", [hello_message("bad node/../id")], grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_bad_input_is_refused_while_a_good_stream_flows(tmp_path: Path) -> None:
@@ -103,10 +91,10 @@ def test_bad_input_is_refused_while_a_good_stream_flows(tmp_path: Path) -> None:
         closed = _garbage_closes_connection(collector.port)
         with grpc.insecure_channel(collector.address) as channel:
             for name, messages, _want in _bad_cases("bad-node"):
-                seen[name] = _send(channel, messages)
+                seen[name] = send_messages(channel, messages)
             # The collector still takes a well-formed stream from the refused node.
-            seen["well-formed"] = _send(
-                channel, [_hello("bad-node"), frame_report(_report("bad-node", 1).SerializeToString())]
+            seen["well-formed"] = send_messages(
+                channel, [hello_message("bad-node"), frame_report(small_report("bad-node", 1).SerializeToString())]
             )
         flowing_meanwhile = collector.node("good-node")["reports_total"]
         code, summary = good.wait(timeout=60)
@@ -142,15 +130,15 @@ def test_tls_refusals_and_node_identity(tmp_path: Path) -> None:
         ).start(tmp_path / "good.log")  # fmt: skip
         started.append(good)
         seen = {}
-        message = [_hello("node-y"), frame_report(_report("node-y", 1).SerializeToString())]
+        message = [hello_message("node-y"), frame_report(small_report("node-y", 1).SerializeToString())]
         with grpc.insecure_channel(collector.address) as channel:
-            seen["plaintext to the TLS port"] = _send(channel, message)
-        with _tls_channel(collector.address, ca.cert_file, foreign.cert, foreign.key) as channel:
-            seen["client certificate from another CA"] = _send(channel, message)
-        with _tls_channel(collector.address, ca.cert_file, other_node.cert, other_node.key) as channel:
-            seen["certificate of node-x claiming node-y"] = _send(channel, message)
-            mine = [_hello("node-x"), frame_report(_report("node-x", 1).SerializeToString())]
-            seen["certificate of node-x as node-x"] = _send(channel, mine)
+            seen["plaintext to the TLS port"] = send_messages(channel, message)
+        with tls_channel(collector.address, ca.cert_file, foreign.cert, foreign.key) as channel:
+            seen["client certificate from another CA"] = send_messages(channel, message)
+        with tls_channel(collector.address, ca.cert_file, other_node.cert, other_node.key) as channel:
+            seen["certificate of node-x claiming node-y"] = send_messages(channel, message)
+            mine = [hello_message("node-x"), frame_report(small_report("node-x", 1).SerializeToString())]
+            seen["certificate of node-x as node-x"] = send_messages(channel, mine)
         code, _summary = good.wait(timeout=60)
         assert code == 0, good.tail()
         listed = {n["node_id"]: n for n in collector.nodes(*_query_tls(ca, operator))}
@@ -173,13 +161,13 @@ def test_bearer_token_is_required_when_configured(tmp_path: Path) -> None:
         db=tmp_path / "c.db", port=free_port(),
         args=["--token-file", str(token), "--operator-token-file", str(operator)],
     )  # fmt: skip
-    message = [_hello("node-t"), frame_report(_report("node-t", 1).SerializeToString())]
+    message = [hello_message("node-t"), frame_report(small_report("node-t", 1).SerializeToString())]
     with processes() as started:
         started.append(collector.start())
         with grpc.insecure_channel(collector.address) as channel:
-            missing = _send(channel, message)
-            wrong = _send(channel, message, [("authorization", "Bearer nope")])
-            right = _send(channel, message, [("authorization", "Bearer s3cret-token")])
+            missing = send_messages(channel, message)
+            wrong = send_messages(channel, message, [("authorization", "Bearer nope")])
+            right = send_messages(channel, message, [("authorization", "Bearer s3cret-token")])
         nodes = collector.nodes("--token-file", str(operator))
         log = collector.log.read_text() if collector.log else ""
     assert (missing, wrong, right) == (grpc.StatusCode.UNAUTHENTICATED,) * 2 + (grpc.StatusCode.OK,)
@@ -227,11 +215,6 @@ def _garbage_closes_connection(port: int) -> bool:
     return False
 
 
-def _tls_channel(address: str, ca: Path, cert: Path, key: Path) -> grpc.Channel:
-    credentials = grpc.ssl_channel_credentials(ca.read_bytes(), key.read_bytes(), cert.read_bytes())
-    return grpc.secure_channel(address, credentials)
-
-
 def _query_tls(ca: Authority, pem: object) -> list[str]:
     return ["--tls-ca", str(ca.cert_file), "--tls-cert", str(pem.cert), "--tls-key", str(pem.key)]  # type: ignore[attr-defined]
 
@@ -249,7 +232,7 @@ def _streamed(channel: grpc.Channel, messages: Sequence[bytes]) -> tuple[grpc.St
 
 
 def _framed(node: str, epoch: int, seq: int) -> bytes:
-    report = _report(node, seq)
+    report = small_report(node, seq)
     report.epoch = epoch
     return frame_report(report.SerializeToString())
 
@@ -261,14 +244,16 @@ def test_one_client_cannot_stop_the_storage_of_the_others(tmp_path: Path) -> Non
     collector = Collector(db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
-        before = _streamed(channel, [_hello("good"), *(_framed("good", 7, seq) for seq in range(1, 6))])
+        before = _streamed(channel, [hello_message("good"), *(_framed("good", 7, seq) for seq in range(1, 6))])
         # Each of these passes validation; their gaps add up to 2^63, one past SQLite's INTEGER.
-        evil = [_streamed(channel, [_hello("evil"), *(_framed("evil", e, s) for e, s in POISON)]) for _ in range(2)]
+        evil = [
+            _streamed(channel, [hello_message("evil"), *(_framed("evil", e, s) for e, s in POISON)]) for _ in range(2)
+        ]
         # Whatever of it was taken, later streams of the evil node can go on only within bounds.
-        rest = _streamed(channel, [_hello("evil"), *(_framed("evil", e, s) for e, s in POISON[2:])])
+        rest = _streamed(channel, [hello_message("evil"), *(_framed("evil", e, s) for e, s in POISON[2:])])
         time.sleep(1.0)  # flushes come and go meanwhile
-        after = _streamed(channel, [_hello("good"), *(_framed("good", 7, seq) for seq in range(6, 11))])
-        other = _streamed(channel, [_hello("newcomer"), _framed("newcomer", 1, 1)])
+        after = _streamed(channel, [hello_message("good"), *(_framed("good", 7, seq) for seq in range(6, 11))])
+        other = _streamed(channel, [hello_message("newcomer"), _framed("newcomer", 1, 1)])
         nodes = {n["node_id"]: n for n in collector.nodes()}
         log = collector.log.read_text() if collector.log else ""
     # Before: every flush failed from the first evil stream on; nothing was acknowledged again.
@@ -292,14 +277,14 @@ async def _row_refused(tmp_path: Path) -> None:
     streams = {node: StreamHandle(node, "test") for node in ("fine", "broken")}
     for node, stream in streams.items():
         ingest.attach(stream, pb.NodeInfo(node_id=node, hostname=node))
-        ingest.accept(stream, _report(node, 1), b"")
+        ingest.accept(stream, small_report(node, 1), b"")
     # A value SQLite cannot hold, however it got there.
     ingest.nodes["broken"].row.spool_dropped_total = 2**64
     await ingest.flush()
-    ingest.accept(streams["fine"], _report("fine", 2), b"")
+    ingest.accept(streams["fine"], small_report("fine", 2), b"")
     await ingest.flush()
     with pytest.raises(StreamRefusedError) as refused:
-        ingest.accept(streams["broken"], _report("broken", 2), b"")
+        ingest.accept(streams["broken"], small_report("broken", 2), b"")
     with pytest.raises(StreamRefusedError):
         ingest.attach(StreamHandle("broken", "test"), pb.NodeInfo(node_id="broken"))
     stored = {row.node_id: row for row in writer.call_sync(writer.store.load)}
@@ -316,8 +301,8 @@ def test_a_stream_carries_at_most_two_epochs(tmp_path: Path) -> None:
     collector = Collector(db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
-        three = _streamed(channel, [_hello("hopper"), *(_framed("hopper", epoch, 1) for epoch in (1, 2, 3))])
-        two = _streamed(channel, [_hello("hopper"), *(_framed("hopper", epoch, 1) for epoch in (3, 4))])
+        three = _streamed(channel, [hello_message("hopper"), *(_framed("hopper", epoch, 1) for epoch in (1, 2, 3))])
+        two = _streamed(channel, [hello_message("hopper"), *(_framed("hopper", epoch, 1) for epoch in (3, 4))])
     assert three[0] == grpc.StatusCode.INVALID_ARGUMENT
     assert two[0] == grpc.StatusCode.OK
 
@@ -341,7 +326,7 @@ def _varint(value: int) -> bytes:
 def _flood_messages(node: str, unknown_bytes: int) -> list[bytes]:
     """Hello and one report, each carrying ``unknown_bytes`` of a field the schema does not have."""
     info = pb.NodeInfo(node_id=node, hostname=node).SerializeToString() + _unknown_field(unknown_bytes // 2)
-    report = _report(node, 1)
+    report = small_report(node, 1)
     report.info.node_id = node
     report.info.hostname = node
     raw = report.SerializeToString() + _unknown_field(unknown_bytes // 2)
@@ -397,12 +382,12 @@ def test_nodes_beyond_the_bound_are_refused_and_the_others_go_on(tmp_path: Path)
     collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--max-nodes", "3"])
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
-        first = [_streamed(channel, [_hello(f"n{i}"), _framed(f"n{i}", 1, 1)]) for i in range(3)]
-        beyond = _streamed(channel, [_hello("n3"), _framed("n3", 1, 1)])
-        again = _streamed(channel, [_hello("n0"), _framed("n0", 1, 2)])
+        first = [_streamed(channel, [hello_message(f"n{i}"), _framed(f"n{i}", 1, 1)]) for i in range(3)]
+        beyond = _streamed(channel, [hello_message("n3"), _framed("n3", 1, 1)])
+        again = _streamed(channel, [hello_message("n0"), _framed("n0", 1, 2)])
         collector.kill(signal.SIGTERM)
         collector.start()  # the nodes it holds come back from the store, and still count
-        after_restart = _streamed(channel, [_hello("n3"), _framed("n3", 1, 1)])
+        after_restart = _streamed(channel, [hello_message("n3"), _framed("n3", 1, 1)])
         listed = {n["node_id"]: n["reports_total"] for n in collector.nodes()}
         log = collector.log.read_text() if collector.log else ""
     assert first == [(grpc.StatusCode.OK, 1)] * 3

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent.collector.detector.config import DetectorConfigError, VolumeLimits
-from nodeagent.collector.detector.node import ALERT_NAME, DetectorConfig, NodeDetector
-from nodeagent.collector.detector.verdict import NodeVerdict
+from nodeagent.core.detector.config import DetectorConfigError, VolumeLimits
+from nodeagent.core.detector.node import ALERT_NAME, DetectorConfig, NodeDetector
+from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -186,7 +186,7 @@ def test_every_threshold_is_documented_with_a_default() -> None:
     import dataclasses
     import inspect
 
-    import nodeagent.collector.detector.config as module
+    import nodeagent.core.detector.config as module
 
     source = inspect.getsource(module.DetectorConfig)
     for f in dataclasses.fields(DetectorConfig):

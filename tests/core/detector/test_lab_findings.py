@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from nodeagent.collector.detector.node import DetectorConfig, NodeDetector
-from nodeagent.collector.detector.verdict import NodeVerdict
+from nodeagent.core.detector.node import DetectorConfig, NodeDetector
+from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 

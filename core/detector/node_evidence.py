@@ -1,9 +1,10 @@
-"""Node-wide evidence for a cause, from the counters of two window steps.
+"""Node-wide evidence for a cause (step 3 of the rule chain: network, storage, cpu), from the
+counters of two window steps.
 
 Each time the detector's window advances, the node's counters at that report are compared with
 those at the previous step (rates through ``nodeagent.core.rates``: a counter that went down gives no
 rate). The result says which node-wide data causes hold (network, storage, cpu) and keeps the
-values that decided them. Host-to-device is per GPU and decided by the detector itself.
+values that decided them. Host-to-device is per GPU and decided in ``causes``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nodeagent.collector.detector.config import DetectorConfig
+from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.rates import delta, rate
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -1,32 +1,37 @@
 """The data-starvation detector of one node: reports in, a verdict per GPU and per node out.
+Step 5 of the rule chain, the roll-up, lives here; the steps before it run per GPU, in this order:
 
-Per report and GPU (cheap, allocation-free): the gate (a compute process, or memory above the
-idle baseline), the busy share (NVML utilization, capped by GPM SM activity on Hopper+), throttle
-reasons, and idle gaps. Every ``evaluate_seconds`` the window advances one step: the GPU's PCIe
-and NVLink counters and the node's NIC, RDMA, disk, CPU and pressure counters turn into rates,
-and each GPU's verdict is re-evaluated over the last ``window_seconds``:
+1. the gate (``gate``): assigned (a compute process, or memory above the idle baseline), else
+   `idle`; lost; a newly assigned GPU is `warmup` for ``warmup_seconds``;
+2. the idle share (``idle_share``): NVML utilization, capped by GPM SM activity on Hopper+; idle
+   gaps shorter than ``gap_seconds`` are left out;
+3. the cause, first match wins (``throttle``, then ``causes`` with ``node_evidence``): throttled,
+   interconnect (symmetric peer bytes / link bandwidth x efficiency splits idle time into
+   interconnect waiting and data waiting), network, storage, h2d (per GPU), cpu, unknown;
+4. hysteresis (``hysteresis``): a GPU enters a state when most window steps show it (and, for
+   `starved`, when the window's ratio clears the tier by ``confidence_sigmas`` standard errors);
+   it leaves `starved` only after the ratio of its cause stays under ``exit_ratio`` for
+   ``exit_seconds``;
+5. the roll-up (here): the node's state, majority cause, weighted ratios, GPU-hours lost and
+   the ingest bandwidth that would keep the GPUs busy; the records are in ``verdict``.
 
-- idle time splits into interconnect waiting (symmetric peer bytes / link bandwidth x efficiency)
-  and data waiting (the rest);
-- data waiting gets a cause, first match wins: network, storage, h2d (per GPU), cpu, unknown;
-- hysteresis: a GPU enters a state when most window steps show it (and, for `starved`, when the
-  window's ratio clears the tier by ``confidence_sigmas`` standard errors); it leaves `starved`
-  only after the ratio of its cause stays under ``exit_ratio`` for ``exit_seconds``; idle gaps
-  shorter than ``gap_seconds`` are left out; a newly assigned GPU is `warmup` for
-  ``warmup_seconds``.
-
-Between steps ``observe`` returns the same verdict object.
+Per report and GPU the first two steps are cheap and allocation-free (``gpu_track`` runs them);
+every ``evaluate_seconds`` the window (``window``) advances one step: the GPU's PCIe and NVLink
+counters and the node's NIC, RDMA, disk, CPU and pressure counters turn into rates, and each GPU's
+verdict is re-evaluated over the last ``window_seconds``. Between steps ``observe`` returns the
+same verdict object. Thresholds: ``config``.
 """
 
 from __future__ import annotations
 
 import math
 
-from nodeagent.collector.alerts.signals import AlertSignal
-from nodeagent.collector.detector.config import DetectorConfig, DetectorConfigError
-from nodeagent.collector.detector.gpu_track import GpuTrack
-from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
-from nodeagent.collector.detector.verdict import (
+from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
+from nodeagent.core.detector.gpu_track import GpuTrack
+from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
+from nodeagent.core.detector.throttle import throttle_mask
+from nodeagent.core.detector.verdict import (
     DATA_CAUSES,
     GpuVerdict,
     NodeVerdict,
@@ -34,7 +39,6 @@ from nodeagent.collector.detector.verdict import (
     node_state,
     starved_causes,
 )
-from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 ALERT_NAME = "GPUDataStarved"
@@ -46,7 +50,7 @@ class NodeDetector:
     def __init__(self, node_id: str, config: DetectorConfig) -> None:
         self.node_id = node_id
         self.config = config
-        self._throttle_mask = sum(bit for bit, name in CLOCK_EVENT_REASONS if name in config.throttle_reasons)
+        self._throttle_mask = throttle_mask(config)
         self._tracks: dict[int, GpuTrack] = {}
         self._info = pb.NodeInfo()
         self._evidence = NodeEvidenceTracker(config)

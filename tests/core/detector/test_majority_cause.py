@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodeagent.collector.detector.verdict import CAUSES, GpuVerdict, majority_cause, starved_causes
+from nodeagent.core.detector.verdict import CAUSES, GpuVerdict, majority_cause, starved_causes
 
 
 def _gpu(index: int, state: str, cause: str | None) -> GpuVerdict:

@@ -1,18 +1,21 @@
-"""The detector's window over one GPU: the steps it is made of, and their sums at evaluation.
+"""The detector's window over one GPU: the steps it is made of, and their sums at evaluation (what
+steps 2 to 4 of the rule chain write and read).
 
 A step holds what the reports of one ``evaluate_seconds`` added (counted seconds, idle seconds,
 idle² for the standard error, held-apart gap time, throttled time) and, once closed, the link
 time of its peer traffic, its host-to-device share and the node's evidence. ``Window`` sums the
-last ``window_steps`` of them and counts the steps that vote for each state and cause.
+last ``window_steps`` of them and counts the steps that vote for each state and cause (a starved
+step's cause is ``causes.step_cause``).
 """
 
 from __future__ import annotations
 
 import math
 
-from nodeagent.collector.detector.config import DetectorConfig
-from nodeagent.collector.detector.node_evidence import EMPTY, NodeEvidence
-from nodeagent.collector.detector.verdict import majority_cause
+from nodeagent.core.detector.causes import step_cause
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence
+from nodeagent.core.detector.verdict import majority_cause
 
 
 class Step:
@@ -86,7 +89,7 @@ class Window:
                 starved += 1
                 starved_seconds += counted
                 starved_data += data
-                cause = self._cause(s)
+                cause = step_cause(s, config)
                 causes[cause] = causes.get(cause, 0) + 1
                 if latest is None:
                     latest = cause
@@ -98,18 +101,6 @@ class Window:
         self.synced_seconds, self.synced_sync = synced_seconds, synced_sync
         self.starved, self.synced, self.throttled = starved, synced, throttled
         self.causes, self.latest_cause = causes, latest
-
-    def _cause(self, s: Step) -> str:
-        e = s.evidence
-        if e.network:
-            return "network"
-        if e.storage:
-            return "storage"
-        if s.h2d_ratio is not None and s.h2d_ratio >= self.config.h2d_link_ratio:
-            return "h2d"
-        if e.cpu:
-            return "cpu"
-        return "unknown"
 
     @property
     def data_ratio(self) -> float:

@@ -1,0 +1,9 @@
+"""The data-starvation detector: reports in, a verdict per GPU and per node out.
+
+One module per step of the rule chain, in the order it runs: ``gate`` (1: assigned, lost,
+warm-up), ``idle_share`` (2: busy share, short gaps), ``throttle`` and ``causes`` (3: throttled,
+then interconnect, network, storage, h2d, cpu, unknown, first match wins, with the node-wide
+evidence of ``node_evidence``), ``hysteresis`` (4: enter, stay, leave, tier) and ``node`` (5: the
+roll-up per node). Beside them: ``gpu_track`` (one GPU's state and the order the steps run in),
+``window`` (the steps' sums), ``verdict`` (the records) and ``config`` (the thresholds).
+"""

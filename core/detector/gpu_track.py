@@ -1,0 +1,113 @@
+"""One GPU as the detector follows it: the state the steps of the rule chain share, and the order
+they run in.
+
+Per report (cheap and allocation-free): the gate (step 1, ``gate``), throttled time (``throttle``)
+and the idle share (step 2, ``idle_share``) go into the window's open step. Per window step: the
+step closes with the GPU's link time and host-to-device share (``causes``), the job is noted
+(``gate``), and the state machine (step 4, ``hysteresis``) evaluates the window (``window``),
+whose starved steps vote for a cause (step 3, ``causes``) and yields the GPU's verdict.
+
+The window is a ring of steps (``window_steps`` closed ones plus the open one), allocated once and
+reused.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nodeagent.core.detector.causes import link_and_h2d
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.gate import admit, new_job
+from nodeagent.core.detector.hysteresis import evaluate
+from nodeagent.core.detector.idle_share import add_idle, busy_ratio
+from nodeagent.core.detector.node_evidence import NodeEvidence
+from nodeagent.core.detector.throttle import count_throttled
+from nodeagent.core.detector.verdict import GpuVerdict
+from nodeagent.core.detector.window import Step
+from nodeagent.core.units import pcie_bytes_per_second
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+class GpuTrack:
+    def __init__(self, index: int, config: DetectorConfig, info: pb.GpuInfo | None) -> None:
+        self.index = index
+        self.config = config
+        self.uuid = ""
+        self.nvlink_bytes_per_second: float | None = None
+        self.pcie_max_bytes_per_second: float | None = None
+        self.gpm = False
+        self.learn(info)
+        # The window's ring and the open step's place in it.
+        self.steps = [Step() for _ in range(config.window_steps + 1)]
+        self.pos = 0
+        # The gate's (step 1).
+        self.assigned = False
+        self.seen_unassigned = False
+        self.assigned_since = -math.inf
+        self.in_warmup = False
+        self.lost = False
+        self.last_seen = -math.inf
+        self.jobs: tuple[str, ...] = ()
+        # The idle share's held-apart gap (step 2).
+        self.gap_run = 0.0
+        self.gap_committed = False
+        # The last counters and PCIe link rate, for the link time and h2d share (step 3).
+        self.counters: tuple[float, int | None, int | None, int | None, int | None] | None = None
+        self.pcie_link_bytes_per_second: float | None = None
+        # The state machine's (step 4).
+        self.state = "busy"
+        self.cause: str | None = None
+        self.tier: str | None = None
+        self.calm_seconds = 0.0
+        self.last_eval: float | None = None
+        self.window_counted_seconds = 0.0
+        self.gpu_seconds_lost = 0.0
+
+    def learn(self, info: pb.GpuInfo | None) -> None:
+        if info is None:
+            return
+        self.uuid = info.uuid or self.uuid
+        if info.nvlink_count and info.HasField("nvlink_speed_bytes_per_second"):
+            self.nvlink_bytes_per_second = info.nvlink_count * info.nvlink_speed_bytes_per_second
+        if info.HasField("pcie_max_generation") and info.HasField("pcie_max_width"):
+            self.pcie_max_bytes_per_second = pcie_bytes_per_second(info.pcie_max_generation, info.pcie_max_width)
+        self.gpm = info.gpm_supported
+
+    def window_seconds(self) -> float:
+        """Counted seconds in the window at the last evaluation (the GPU's weight in node ratios)."""
+        return self.window_counted_seconds if self.state not in ("idle", "lost", "warmup") else 0.0
+
+    def forget(self) -> None:
+        """Drop the window and the verdict built on it (after a long silence both are stale)."""
+        for step in self.steps:
+            step.reset()
+        self.counters = None
+        self.gap_run, self.gap_committed = 0.0, False
+        self.state, self.cause, self.tier, self.calm_seconds = "busy", None, None, 0.0
+
+    # ---- per report: cheap and allocation-free -----------------------------------------------
+
+    def tick(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int) -> None:
+        self.last_seen = t
+        if not admit(self, g, t):
+            return
+        busy = busy_ratio(self, g)
+        if busy is None:
+            return
+        step = self.steps[self.pos]
+        count_throttled(step, g, throttle_mask, dt)
+        add_idle(self, step, busy, dt)
+
+    # ---- per window step ---------------------------------------------------------------------
+
+    def step(self, g: pb.GpuSample | None, t: float, evidence: NodeEvidence, *, first: bool) -> GpuVerdict:
+        """Close the open step with this report's counters, evaluate the window, open the next."""
+        current = self.steps[self.pos]
+        current.evidence = evidence
+        if g is not None and not g.lost:
+            link_and_h2d(self, g, t, current, first=first)
+            new_job(self, g, t)
+        verdict = evaluate(self, t)
+        self.pos = (self.pos + 1) % len(self.steps)
+        self.steps[self.pos].reset()
+        return verdict

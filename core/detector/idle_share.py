@@ -1,0 +1,76 @@
+"""Step 2 of the detector's rule chain, the idle share: how much of its assigned time a GPU sat idle.
+
+Per report the busy share is NVML's utilization, capped by GPM SM activity on Hopper and newer
+(busy-but-shallow is not busy). The GPU adds its counted seconds, idle seconds and idle² (for the
+standard error) to the window's open step. Reports in which the GPU was nearly idle are held
+apart as a possible gap; a gap that outlasts ``gap_seconds`` is counted after all (moved into the
+steps it came from), a shorter one is dropped (the hysteresis of step 4 never sees it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+if TYPE_CHECKING:
+    from nodeagent.core.detector.gpu_track import GpuTrack
+    from nodeagent.core.detector.window import Step
+
+
+def busy_ratio(track: GpuTrack, g: pb.GpuSample) -> float | None:
+    """The share of the report's time the GPU was busy; None when the report says nothing about it."""
+    if not g.HasField("utilization_gpu_ratio"):
+        return None
+    busy = g.utilization_gpu_ratio
+    if not 0.0 <= busy <= 1.0:
+        return None  # NaN or garbage: this report says nothing about the GPU
+    if track.gpm and g.HasField("sm_active_ratio"):
+        sm = g.sm_active_ratio
+        full = track.config.gpm_full_sm_active_ratio
+        if 0.0 <= sm < busy * full:
+            busy = sm / full
+    return busy
+
+
+def add_idle(track: GpuTrack, step: Step, busy: float, dt: float) -> None:
+    """Count ``dt`` seconds at this busy share into the open step, or hold them apart as a gap."""
+    config = track.config
+    idle = 1.0 - busy
+    if busy < (config.gap_end_busy_ratio if track.gap_run else config.gap_busy_ratio):
+        track.gap_run += dt
+        if not track.gap_committed:
+            if track.gap_run <= config.gap_seconds:
+                step.pend_seconds += dt
+                step.pend_idle += idle * dt
+                step.pend_sq += idle * idle * dt
+                step.pend_ticks += 1
+                return
+            _commit_gap(track)
+    elif track.gap_run:
+        end_gap(track)
+    step.seconds += dt
+    step.idle += idle * dt
+    step.idle_sq += idle * idle * dt
+    step.ticks += 1
+
+
+def _commit_gap(track: GpuTrack) -> None:
+    """The gap lasted too long to be a pause: count it where it happened."""
+    for step in track.steps:
+        step.seconds += step.pend_seconds
+        step.idle += step.pend_idle
+        step.idle_sq += step.pend_sq
+        step.ticks += step.pend_ticks
+        step.pend_seconds = step.pend_idle = step.pend_sq = 0.0
+        step.pend_ticks = 0
+    track.gap_committed = True
+
+
+def end_gap(track: GpuTrack) -> None:
+    """A held-apart gap ended short of ``gap_seconds``: drop it."""
+    if track.gap_run and not track.gap_committed:
+        for step in track.steps:
+            step.pend_seconds = step.pend_idle = step.pend_sq = 0.0
+            step.pend_ticks = 0
+    track.gap_run, track.gap_committed = 0.0, False
