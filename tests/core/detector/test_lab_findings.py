@@ -63,14 +63,12 @@ def _cpu_pressure(share: float, busy_share: float) -> Edit:
     def edit(report: pb.NodeReport, tick: int) -> None:
         host = report.host
         host.pressure_cpu.some_total_microseconds = round(tick * share * 1e6)
-        cores = report.info.cpu_count if report.HasField("info") else 64
-        total = tick * 64.0
+        total = tick * 64.0  # CPU-seconds of 64 cores
         host.cpu_total.user_seconds_total = total * busy_share
         host.cpu_total.idle_seconds_total = total * (1 - busy_share)
         for name in ("nice", "system", "irq", "softirq", "steal", "iowait"):
             setattr(host.cpu_total, f"{name}_seconds_total", 0.0)
-        del host.cpus[:]
-        del cores
+        del host.cpus[:]  # no per-core figures: no saturated single cores either
 
     return edit
 
@@ -116,3 +114,19 @@ def test_nvlink_traffic_within_the_links_still_counts() -> None:
     v = verdict("software-bound", _nvlink_times(0.8))
     assert v.interconnect_ratio is not None and v.interconnect_ratio > 0.05
     assert all("bad_reading" not in g.evidence for g in v.gpus)
+
+
+def test_a_nic_receiving_faster_than_its_link_is_a_bad_reading_not_the_network() -> None:
+    speed: dict[str, float] = {}
+
+    def overrun(report: pb.NodeReport, tick: int) -> None:
+        if report.HasField("info"):
+            speed.update({n.name: n.speed_bytes_per_second for n in report.info.nics if n.speed_bytes_per_second})
+        for nic in report.nics:
+            if nic.name in speed:
+                nic.rx_bytes_total = round(tick * 51 * speed[nic.name])
+
+    v = verdict("software-bound", overrun)
+    assert speed, "the simulated node reports its NIC's speed"
+    assert (v.state, v.cause) == ("starved", "unknown")
+    assert v.evidence["network_bad_reading"] in speed
