@@ -10,6 +10,8 @@
 #   5. bench/gpu_real.py: idle, matmul and starved-loader phases beside nvidia-smi, then the
 #      GPU collector's tick cost on the real library
 #   6. bench/gpu_verdict.py: the collector's verdict on a matmul loop and two starved loaders
+#   7. bench/lab.py --gpu: the bottleneck lab with a real CUDA step and the real driver (clean,
+#      h2d, cpu, network; needs root for the network namespace), within LAB_SECONDS per scenario
 #
 # Packages missing on the GPU machine travel as wheels in .whl/ (installed to /tmp/site), e.g.
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
@@ -17,7 +19,7 @@
 #     nvidia-ml-py prometheus-client
 # at the versions of the development environment.
 #
-#     OUT=/tmp/out bash bench/device_check.sh [PHASE_SECONDS]
+#     OUT=/tmp/out [LAB_SECONDS=35] bash bench/device_check.sh [PHASE_SECONDS]
 set -u
 OUT=${OUT:-/tmp/nodeagent-device-check}
 PHASE_SECONDS=${1:-25}
@@ -85,4 +87,9 @@ echo "rc=$?"
 step "bench/gpu_verdict.py --seconds 45"
 timeout 400 $PY bench/gpu_verdict.py --seconds 45 --raw "$OUT/gpu-verdict-nodes.jsonl"
 echo "rc=$?"
+LAB_SECONDS=${LAB_SECONDS:-35}
+step "bench/lab.py --gpu --seconds $LAB_SECONDS"
+timeout $((LAB_SECONDS * 4 + 200)) $PY bench/lab.py --gpu --scenarios clean,h2d,cpu,network --seconds "$LAB_SECONDS" \
+  --record "$OUT/lab" | tee "$OUT/lab.md"
+echo "rc=${PIPESTATUS[0]}"
 step "done"

@@ -55,6 +55,14 @@ def link_and_h2d(track: GpuTrack, g: pb.GpuSample, t: float, step: Step, *, firs
         d_nv_rx = _sampled(g, "gpm_nvlink_rx_bytes_per_second", "", span)
         d_nv_tx = _sampled(g, "gpm_nvlink_tx_bytes_per_second", "", span)
     efficiency = track.config.collective_efficiency_ratio
+    # Faster than the link can carry: a bad reading (a counter in other units, a wrapped or reset
+    # counter); flagged in the evidence, and the link's bytes decide nothing this step.
+    overrun = track.config.link_overrun_factor * span
+    nvlink = track.nvlink_bytes_per_second
+    if nvlink and max(d_nv_rx or 0, d_nv_tx or 0) > nvlink * overrun:
+        step.bad_reading, d_nv_rx, d_nv_tx = "nvlink", None, None
+    if pcie and max(d_rx or 0, d_tx or 0) > pcie * overrun:
+        step.bad_reading, d_rx, d_tx = "pcie", None, None
     if d_nv_rx and d_nv_tx and track.nvlink_bytes_per_second:
         step.link_seconds = min(d_nv_rx, d_nv_tx) / (track.nvlink_bytes_per_second * efficiency)
     elif d_rx is not None and d_tx is not None and pcie:
@@ -86,6 +94,9 @@ def evidence(track: GpuTrack, w: Window) -> dict[str, float | str]:
         "interconnect_wait_ratio": round(w.sync_ratio, 4),
     }
     current = track.steps[track.pos]
+    bad = sorted({s.bad_reading for s in track.steps if s.bad_reading is not None})
+    if bad:
+        out["bad_reading"] = ",".join(bad)
     if current.h2d_ratio is not None:
         out["h2d_link_ratio"] = round(current.h2d_ratio, 4)
     if track.state == "starved" and track.cause in DATA_CAUSES and track.cause != "h2d":

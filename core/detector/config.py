@@ -101,6 +101,9 @@ class DetectorConfig:
     # cpu: the node's cores busy this share of the time, or PSI cpu "some" at least this share ...
     cpu_busy_ratio: float = 0.85
     cpu_pressure_ratio: float = 0.2
+    # ... the pressure only while the cores are at least this busy (threads woken together by I/O
+    # completions queue for a moment on idle cores: pressure, but no shortage of CPU) ...
+    cpu_pressure_busy_ratio: float = 0.5
     # ... or single cores busy this share (loader workers or a single-threaded loader) ...
     core_saturated_ratio: float = 0.95
     # ... which is a single-threaded loader when no more cores than GPUs are saturated and the
@@ -109,6 +112,11 @@ class DetectorConfig:
     # interconnect: the share of link bandwidth a collective achieves; waiting time is peer bytes
     # divided by link bandwidth times this.
     collective_efficiency_ratio: float = 0.8
+    # ---- bad readings ----
+    # A rate more than this many times a link's capacity (NIC, RDMA port, PCIe, NVLink) is a bad
+    # reading (a counter in other units, a wrapped or reset counter, a wrong speed): flagged in the
+    # evidence, and it decides no cause.
+    link_overrun_factor: float = 1.2
     # ---- capacities the node cannot tell ----
     # Interface ("eth0") or RDMA port ("mlx5_0/1") -> capacity in bytes per second (a cloud link
     # capped below its port speed, a remote store's cap). In files also a rate string: "10G".

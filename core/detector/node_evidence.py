@@ -76,7 +76,14 @@ class NodeEvidenceTracker:
 
     def learn(self, info: pb.NodeInfo) -> None:
         self._info = info
-        self._virtual = {n.name for n in info.nics if n.virtual or n.kind not in ("", "physical")}
+        # A virtual NIC (veth, bond, VLAN, a cloud's virtio without speed) counts where its rate is
+        # known, from the configuration or the agent (--link-speed); loopback never leaves the node.
+        self._virtual = {
+            n.name
+            for n in info.nics
+            if (n.virtual or n.kind not in ("", "physical"))
+            and (n.kind == "loopback" or self._capacity(n.name, "nic") is None)
+        }
 
     def observe_cores(self, report: pb.NodeReport) -> None:
         """Per-core CPU, at most once per window step (it is a large part of a report)."""
@@ -154,8 +161,11 @@ class NodeEvidenceTracker:
             rx, tx = rate(old[0], rx_now, seconds), rate(old[1], tx_now, seconds)
             if rx is None or tx is None:
                 continue
-            total = rx if total is None else total + rx
             capacity = self._capacity(name, kind)
+            if capacity is not None and max(rx, tx) > capacity * config.link_overrun_factor:
+                values["network_bad_reading"] = name  # faster than the link can carry: no rate
+                continue
+            total = rx if total is None else total + rx
             if capacity is None:
                 continue
             share = rx / capacity
@@ -266,9 +276,12 @@ class NodeEvidenceTracker:
         if saturated is not None and self._max_core_busy is not None:
             values["cpu_saturated_cores"] = saturated
             values["cpu_max_core_busy_ratio"] = round(self._max_core_busy, 4)
-        if (busy is not None and busy >= config.cpu_busy_ratio) or (
-            pressure is not None and pressure >= config.cpu_pressure_ratio
-        ):
+        pressed = (
+            pressure is not None
+            and pressure >= config.cpu_pressure_ratio
+            and (busy is None or busy >= config.cpu_pressure_busy_ratio)
+        )
+        if (busy is not None and busy >= config.cpu_busy_ratio) or pressed:
             values["cpu_pattern"] = "node-saturated"
             return True
         if saturated:

@@ -22,8 +22,8 @@ class Step:
     """One evaluate_seconds of one GPU; reset and reused, never reallocated."""
 
     __slots__ = (
-        "evidence", "h2d_ratio", "idle", "idle_sq", "link_seconds", "pend_idle", "pend_seconds", "pend_sq",
-        "pend_ticks", "seconds", "span", "throttled", "ticks",
+        "bad_reading", "evidence", "h2d_ratio", "idle", "idle_sq", "link_seconds", "pend_idle", "pend_seconds",
+        "pend_sq", "pend_ticks", "seconds", "span", "throttled", "ticks",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -35,6 +35,8 @@ class Step:
         self.pend_seconds = self.pend_idle = self.pend_sq = 0.0
         self.throttled = self.span = self.link_seconds = 0.0
         self.h2d_ratio: float | None = None
+        # "nvlink" or "pcie": the step's counters of that link grew faster than it carries.
+        self.bad_reading: str | None = None
         self.evidence: NodeEvidence = EMPTY
 
 
