@@ -26,6 +26,7 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.alerts.signals import AlertSignal
 from nodeagent.collector.detector.config import DetectorConfig
 from nodeagent.collector.detector.node import NodeDetector
+from nodeagent.collector.detector.verdict import NodeVerdict
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.ingest.history import HistoryBatch, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.store import INTEGER_MAX, NodeRow, StoreWriter
@@ -131,6 +132,8 @@ class Ingest:
         self.reports_total = 0
         self.duplicates_total = 0
         self.flush_stats = FlushStats()
+        # Called with every new report and its node's verdict (remote write): each only queues.
+        self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
         # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
         self._history_pending: set[str] = set()
@@ -253,6 +256,8 @@ class Ingest:
                 if seed is not None:
                     node.history.restore(*seed)
             node.history.observe(report, raw, detector.verdict)
+        for observer in self.report_observers:
+            observer(report, detector.verdict)
         node.latest = raw
         self.reports_total += 1
         self._dirty.add(row.node_id)
