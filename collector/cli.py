@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
 import sys
@@ -33,6 +32,7 @@ from nodeagent.collector.ingest.server import (
     HttpListenError,
     ServerConfig,
 )
+from nodeagent.collector.ingest.store import default_db_path
 from nodeagent.collector.remote_write.config import (
     DEFAULT_BATCH_SAMPLES,
     DEFAULT_QUEUE_SAMPLES,
@@ -269,18 +269,6 @@ def serve(
         remote_write=remote_write,
     )  # fmt: skip
     asyncio.run(_serve(config))
-
-
-def default_db_path(euid: int | None = None) -> Path:
-    """Where ``serve`` keeps its database without ``--db``: the state directory, never the
-    current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""
-    state = os.environ.get("STATE_DIRECTORY")
-    if state:
-        return Path(state.split(":")[0]) / "collector.db"
-    if (os.geteuid() if euid is None else euid) == 0:
-        return Path("/var/lib/nodeagent/collector.db")
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "nodeagent" / "collector.db"
 
 
 def _bind_error(listen: str) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from nodeagent.collector.ingest.history import VALUES, HistoryBatch, MinuteRow, StoredReport, minute_from, minute_values
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 T = TypeVar("T")
 
@@ -303,6 +304,35 @@ def _out_of_space(err: BaseException) -> bool:
         # An extended result code keeps its primary code in the low byte.
         return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
     return isinstance(err, OSError) and err.errno == errno.ENOSPC
+
+
+def read_stored_reports(path: Path, node_id: str, since_seconds: float) -> list[pb.NodeReport]:
+    """A node's stored reports of the last ``since_seconds`` before its newest, oldest first, from
+    the file read-only (``replay --node``: a running collector may hold it)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        newest = conn.execute("SELECT MAX(time) FROM history_reports WHERE node_id=?", (node_id,)).fetchone()[0]
+        if newest is None:
+            return []
+        rows = conn.execute(
+            "SELECT report FROM history_reports WHERE node_id=? AND time>=? ORDER BY time, epoch, seq",
+            (node_id, newest - since_seconds),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [pb.NodeReport.FromString(zlib.decompress(blob)) for (blob,) in rows]
+
+
+def default_db_path(euid: int | None = None) -> Path:
+    """Where ``serve`` keeps its database without ``--db``: the state directory, never the
+    current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""
+    state = os.environ.get("STATE_DIRECTORY")
+    if state:
+        return Path(state.split(":")[0]) / "collector.db"
+    if (os.geteuid() if euid is None else euid) == 0:
+        return Path("/var/lib/nodeagent/collector.db")
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "nodeagent" / "collector.db"
 
 
 class StoreWriter:
