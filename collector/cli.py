@@ -22,6 +22,7 @@ from nodeagent.collector.client import client_options, query
 from nodeagent.collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from nodeagent.collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
 from nodeagent.collector.history_cli import history as history_command
+from nodeagent.collector.history_cli import jobs as jobs_command
 from nodeagent.collector.ingest.history import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.server import (
@@ -398,6 +399,7 @@ def loadgen(
 
 cli.add_command(replay)
 cli.add_command(history_command)
+cli.add_command(jobs_command)
 cli.add_command(config_command)
 
 

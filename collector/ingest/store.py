@@ -294,6 +294,20 @@ class Store:
         )
         return [StoredReport(n, t, e, s, zlib.decompress(blob)) for n, t, e, s, blob in rows]
 
+    def job_minutes(self, last_seconds: float) -> list[tuple[str, str, str, int, float, int, int]]:
+        """GPU minutes that name a job, grouped: (jobs, cause, node, minutes, GPU-seconds lost,
+        first minute, last minute), over ``last_seconds`` before the newest stored minute."""
+        newest = self.conn.execute("SELECT MAX(minute) FROM history_minutes").fetchone()[0]
+        if newest is None:
+            return []
+        return list(
+            self.conn.execute(
+                "SELECT jobs, cause, node_id, COUNT(*), TOTAL(gpu_seconds_lost), MIN(minute), MAX(minute)"
+                " FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=? GROUP BY jobs, cause, node_id",
+                (newest + 60 - last_seconds,),
+            )
+        )
+
     def history_nodes(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT node_id FROM history_minutes")]
 
