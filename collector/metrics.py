@@ -146,7 +146,12 @@ def _remote_write(server: CollectorServer) -> Iterator[Metric]:
         requests.add_metric([url, "sent"], s.requests_total - s.request_failures_total)
         requests.add_metric([url, "failed"], s.request_failures_total)
         queued.add_metric([url], s.queued_samples)
-    yield from (samples, requests, queued)
+    cpu = CounterMetricFamily(
+        "nodeagent_remote_write_cpu_seconds", "CPU of each receiver's sender thread.", labels=["url"]
+    )
+    for writer in server.remote_writers:
+        cpu.add_metric([writer.config.url], writer.stats.cpu_seconds_total)
+    yield from (samples, requests, queued, cpu)
 
 
 class MetricsExposition:

@@ -53,6 +53,8 @@ class RemoteWriteStats:
     requests_total: int = 0
     request_failures_total: int = 0
     queued_samples: int = 0
+    # CPU of the sender's thread: building series, encoding, compressing, posting.
+    cpu_seconds_total: float = 0.0
 
 
 class _Item:
@@ -110,6 +112,7 @@ class RemoteWriter:
     def _run(self) -> None:
         backoff = self.config.backoff_seconds
         while not self._stop.is_set():
+            self.stats.cpu_seconds_total = time.thread_time()
             self._build()
             batch = self._head()
             if not batch:
