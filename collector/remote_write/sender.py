@@ -40,7 +40,7 @@ log = structlog.get_logger("nodeagent.collector")
 USER_AGENT = f"nodeagent-collector/{__version__}"
 # Reports handed over and not yet turned into series: a bound of its own, so a stuck thread
 # cannot hold the ingest path's memory.
-MAX_PENDING_REPORTS = 100_000
+MAX_PENDING_REPORTS = 10_000
 REFUSAL_LOG_SECONDS = 60.0
 
 
@@ -122,12 +122,22 @@ class RemoteWriter:
             outcome = self._post(batch)
             if outcome == "retry":
                 # Full jitter: many collectors behind one receiver do not come back in step.
-                if self._stop.wait(random.uniform(0, backoff)):
+                if self._wait_building(random.uniform(0, backoff)):
                     return
                 backoff = min(backoff * 2, self.config.max_backoff_seconds)
                 continue
             backoff = self.config.backoff_seconds
             self._release(batch, sent=outcome == "sent")
+
+    def _wait_building(self, seconds: float) -> bool:
+        """Wait out a backoff, turning the reports that arrive meanwhile into queued series (the
+        queue, bounded in samples, is where an outage is held); True when stopping."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self._build()
+            if self._stop.wait(min(0.2, left)):
+                return True
+        return False
 
     def _build(self) -> None:
         while self._pending:

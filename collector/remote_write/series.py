@@ -29,7 +29,9 @@ class NodeSeries:
     def series(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> list[prompb.TimeSeries]:
         """Every series of this report, stamped with the report's time."""
         if report.HasField("info"):
-            self.info = report.info
+            # A copy: a reference into the received message would keep all of it in memory.
+            self.info = pb.NodeInfo()
+            self.info.CopyFrom(report.info)
             self.gpu_labels = gpu_labels(report.info, self.node_id)
         # As the agent's /metrics keeps it (DCGM_FI_DEV_XID_ERRORS: the last XID of each GPU).
         for event in report.events:
