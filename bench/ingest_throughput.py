@@ -22,10 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -45,8 +50,13 @@ def main() -> None:
     parser.add_argument(
         "--history", choices=("on", "off"), default="on", help="The collector's history (serve --no-history when off)."
     )
+    parser.add_argument(
+        "--remote-write", choices=("on", "off"), default="off",
+        help="Remote write of every report to a local receiver that takes and discards them.",
+    )  # fmt: skip
     args = parser.parse_args()
-    print(f"history {args.history}")
+    print(f"history {args.history}, remote write {args.remote_write}")
+    receiver = _Sink() if args.remote_write == "on" else None
     wire, exposition = _sizes()
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
@@ -56,6 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for load in (int(x) for x in args.loads.split(",")):
             extra = [] if args.history == "on" else ["--no-history"]
+            if receiver is not None:
+                extra += ["--remote-write-url", receiver.url, "--remote-write-resolution-seconds", "0"]
             row = _step(_collector(Path(tmp) / f"c{load}.db") + extra, load, args.seconds, args.processes)
             floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")], load, args.seconds,
                           args.processes)  # fmt: skip
@@ -71,6 +83,12 @@ def main() -> None:
                   f"{row['main_us_per_report']:>11.0f} "
                   f"{floor['main_us_per_report']:>9.0f} {ratio:>5.2f} {row['loadgen_us_per_report']:>7.0f}  "
                   f"{'yes' if ok else 'no' if offered else 'loadgen could not offer it'}")  # fmt: skip
+            if receiver is not None:
+                per_second = row["remote_write_samples"] / args.seconds
+                cpu_us = row["remote_write_cpu_seconds"] / max(1.0, row["remote_write_samples"]) * 1e6
+                print(f"remote write: {row['remote_write_samples']:.0f} samples pushed ({per_second:.0f}/s, "
+                      f"{row['remote_write_samples'] / max(1, row['acked']):.0f} per report), "
+                      f"{cpu_us:.1f} us of the sender thread's CPU per sample")  # fmt: skip
             if args.history == "on":
                 _print_history_size(Path(tmp) / f"c{load}.db", load, args.seconds)
             if not ok:
@@ -113,6 +131,7 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
     try:
         assert server.stdout is not None
         address = server.stdout.readline().split()[-1]
+        http = server.stdout.readline().split()[-1] if "--http-listen" in server_command else ""
         proc = psutil.Process(server.pid)
         before, main_before = _cpu(proc)
         done = subprocess.run(
@@ -122,6 +141,9 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
         )  # fmt: skip
         after, main_after = _cpu(proc)
         result = json.loads(done.stdout)
+        if "--remote-write-url" in server_command:
+            time.sleep(1.0)  # the last batch
+            result.update(_remote_write_counters(http))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -133,6 +155,36 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
     result["backlog_half"] = result["sent_at_half"] - result["acked_at_half"]
     result["backlog_end"] = result["sent"] - result["acked"]
     return dict(result)
+
+
+class _Sink:
+    """A remote-write receiver on loopback that reads each request and answers 204."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
+
+
+def _remote_write_counters(http: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    sent = re.search(r'nodeagent_remote_write_samples_total\{result="sent",url="[^"]*"\} (\S+)', text)
+    cpu = re.search(r'nodeagent_remote_write_cpu_seconds_total\{url="[^"]*"\} (\S+)', text)
+    return {
+        "remote_write_samples": float(sent.group(1)) if sent else 0.0,
+        "remote_write_cpu_seconds": float(cpu.group(1)) if cpu else 0.0,
+    }
 
 
 def _cpu(proc: psutil.Process) -> tuple[float, float]:

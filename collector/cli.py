@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
 import sys
@@ -23,6 +22,7 @@ from nodeagent.collector.client import client_options, query
 from nodeagent.collector.config import TABLES, CollectorConfigError, effective_sections, load_collector_config
 from nodeagent.collector.fleet_view import alert_rows, iso_time, node_rows, render_fleet
 from nodeagent.collector.history_cli import history as history_command
+from nodeagent.collector.history_cli import jobs as jobs_command
 from nodeagent.collector.ingest.history import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.server import (
@@ -32,6 +32,14 @@ from nodeagent.collector.ingest.server import (
     CollectorServer,
     HttpListenError,
     ServerConfig,
+)
+from nodeagent.collector.ingest.store import default_db_path
+from nodeagent.collector.remote_write.config import (
+    DEFAULT_BATCH_SAMPLES,
+    DEFAULT_QUEUE_SAMPLES,
+    DEFAULT_RESOLUTION_SECONDS,
+    RemoteWriteConfig,
+    RemoteWriteConfigError,
 )
 from nodeagent.collector.replay_cli import replay
 from nodeagent.core.command_line import run_cli
@@ -149,6 +157,28 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     "--history-retention-seconds", type=click.FloatRange(min=60.0, max=3650 * 86400.0),
     default=DEFAULT_RETENTION_SECONDS, show_default=True, help="Seconds of per-minute rows kept per node.",
 )  # fmt: skip
+@click.option(
+    "--remote-write-url", "remote_write_urls", multiple=True,
+    help="Push every node's series to this Prometheus remote-write receiver (repeatable; docs/history.md).",
+)  # fmt: skip
+@click.option(
+    "--remote-write-resolution-seconds", type=click.FloatRange(min=0.0, max=3600.0),
+    default=DEFAULT_RESOLUTION_SECONDS, show_default=True,
+    help="One sample per series every this many seconds of a node's reports (0: every report).",
+)  # fmt: skip
+@click.option(
+    "--remote-write-queue-samples", type=click.IntRange(min=DEFAULT_BATCH_SAMPLES, max=1_000_000_000),
+    default=DEFAULT_QUEUE_SAMPLES, show_default=True,
+    help="Samples held per receiver while it is down or slow; beyond them the oldest are dropped (counted).",
+)  # fmt: skip
+@click.option(
+    "--remote-write-bearer-token-file", type=click.Path(path_type=Path), help="Bearer token for the receiver."
+)
+@click.option("--remote-write-basic-auth-user", default="", help="Basic auth user for the receiver.")
+@click.option("--remote-write-basic-auth-password-file", type=click.Path(path_type=Path), help="Its password.")
+@click.option("--remote-write-tls-ca", type=click.Path(path_type=Path), help="CA of an https receiver's certificate.")
+@click.option("--remote-write-tls-cert", type=click.Path(path_type=Path), help="Client certificate (mutual TLS).")
+@click.option("--remote-write-tls-key", type=click.Path(path_type=Path), help="Client key (mutual TLS).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
 @click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
 @click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
@@ -173,6 +203,15 @@ def serve(
     history: bool,
     history_reports_seconds: float,
     history_retention_seconds: float,
+    remote_write_urls: tuple[str, ...],
+    remote_write_resolution_seconds: float,
+    remote_write_queue_samples: int,
+    remote_write_bearer_token_file: Path | None,
+    remote_write_basic_auth_user: str,
+    remote_write_basic_auth_password_file: Path | None,
+    remote_write_tls_ca: Path | None,
+    remote_write_tls_cert: Path | None,
+    remote_write_tls_key: Path | None,
     config_path: Path | None,
     alertmanager_url: str | None,
     webhook_url: str | None,
@@ -194,6 +233,20 @@ def serve(
         warnings += [w for w in http_warnings if w not in warnings]  # the role warnings once, not per listener
     except SecurityConfigError as err:
         raise click.BadParameter(str(err), param_hint="--http-listen") from err
+    remote_write = tuple(
+        RemoteWriteConfig(
+            url, resolution_seconds=remote_write_resolution_seconds, queue_samples=remote_write_queue_samples,
+            bearer_token_file=remote_write_bearer_token_file, basic_auth_user=remote_write_basic_auth_user,
+            basic_auth_password_file=remote_write_basic_auth_password_file, tls_ca=remote_write_tls_ca,
+            tls_cert=remote_write_tls_cert, tls_key=remote_write_tls_key,
+        )
+        for url in remote_write_urls
+    )  # fmt: skip
+    for rw in remote_write:
+        try:
+            rw.check()
+        except RemoteWriteConfigError as err:
+            raise click.BadParameter(str(err), param_hint="--remote-write-url") from err
     overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}
     try:
         settings = load_collector_config(config_path, sink_overrides=overrides)
@@ -214,20 +267,9 @@ def serve(
         flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
         hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
         history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
+        remote_write=remote_write,
     )  # fmt: skip
     asyncio.run(_serve(config))
-
-
-def default_db_path(euid: int | None = None) -> Path:
-    """Where ``serve`` keeps its database without ``--db``: the state directory, never the
-    current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""
-    state = os.environ.get("STATE_DIRECTORY")
-    if state:
-        return Path(state.split(":")[0]) / "collector.db"
-    if (os.geteuid() if euid is None else euid) == 0:
-        return Path("/var/lib/nodeagent/collector.db")
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "nodeagent" / "collector.db"
 
 
 def _bind_error(listen: str) -> str:
@@ -357,6 +399,7 @@ def loadgen(
 
 cli.add_command(replay)
 cli.add_command(history_command)
+cli.add_command(jobs_command)
 cli.add_command(config_command)
 
 

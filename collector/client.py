@@ -24,6 +24,7 @@ _REQUESTS: dict[str, Any] = {
     "ListAlerts": pb.ListAlertsRequest,
     "LatestReport": pb.LatestReportRequest,
     "History": pb.HistoryRequest,
+    "Jobs": pb.JobsRequest,
 }
 
 

@@ -124,6 +124,34 @@ class CollectorMetrics(Collector):
         yield GaugeMetricFamily(
             "nodeagent_alert_queued_transitions", "Transitions waiting for the sinks.", value=stats.queued
         )
+        yield from _remote_write(self.server)
+
+
+def _remote_write(server: CollectorServer) -> Iterator[Metric]:
+    if not server.remote_writers:
+        return
+    samples = CounterMetricFamily(
+        "nodeagent_remote_write_samples", "Samples for each remote-write receiver, by what became of them.",
+        labels=["url", "result"],
+    )  # fmt: skip
+    requests = CounterMetricFamily(
+        "nodeagent_remote_write_requests", "Remote-write requests, by result.", labels=["url", "result"]
+    )
+    queued = GaugeMetricFamily("nodeagent_remote_write_queued_samples", "Samples waiting.", labels=["url"])
+    for writer in server.remote_writers:
+        url, s = writer.config.url, writer.stats
+        samples.add_metric([url, "sent"], s.samples_sent_total)
+        samples.add_metric([url, "dropped_queue_full"], s.samples_dropped_queue_full_total)
+        samples.add_metric([url, "refused"], s.samples_refused_total)
+        requests.add_metric([url, "sent"], s.requests_total - s.request_failures_total)
+        requests.add_metric([url, "failed"], s.request_failures_total)
+        queued.add_metric([url], s.queued_samples)
+    cpu = CounterMetricFamily(
+        "nodeagent_remote_write_cpu_seconds", "CPU of each receiver's sender thread.", labels=["url"]
+    )
+    for writer in server.remote_writers:
+        cpu.add_metric([writer.config.url], writer.stats.cpu_seconds_total)
+    yield from (samples, requests, queued, cpu)
 
 
 class MetricsExposition:

@@ -16,6 +16,8 @@ from typing import Any
 import click
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
+from nodeagent.collector.history_cli import Duration
+from nodeagent.collector.ingest.store import StoreUnreadableError, default_db_path, read_stored_reports
 from nodeagent.collector.replay import Replay
 from nodeagent.core.trace import TraceError, TraceProblem, read_trace
 from nodeagent.core.units import format_bits
@@ -25,14 +27,26 @@ _SHOWN_PROBLEMS = 20
 
 
 @click.command()
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("trace", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--node", help="Replay this node's reports from the collector's store instead of a trace.")
+@click.option(
+    "--since", "since_seconds", type=Duration(), default="1h", show_default=True,
+    help="With --node: how far back from its newest stored report (at most --history-reports-seconds).",
+)  # fmt: skip
+@click.option(
+    "--db", "db_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --node: the collector's database (default: serve's).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON document.")
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration ([detector], [alerts])."
 )
 @click.option("--strict", is_flag=True, help="Stop at the first bad line (exit 2) instead of skipping it.")
-def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -> None:
-    """Run the detector over a recorded trace.
+def replay(
+    trace: Path | None, node: str | None, since_seconds: float, db_path: Path | None, as_json: bool,
+    config_path: Path | None, strict: bool,
+) -> None:  # fmt: skip
+    """Run the detector over a recorded trace, or over a node's stored reports (--node).
 
     Prints the verdicts per GPU over time, the alerts raised and resolved, and the time share of
     each state and cause per GPU and per node (--json: all of it, with the final verdicts)."""
@@ -48,6 +62,12 @@ def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -
             click.echo(f"nodeagent-collector: {trace}:{problem.line}: skipped: {problem.message}", err=True)
 
     result = Replay(settings.detector, settings.alerts)
+    if (trace is None) == (node is None):
+        raise click.UsageError("give a TRACE file or --node NODE (one of them)")
+    if node is not None:
+        _replay_stored(result, node, since_seconds, db_path, as_json)
+        return
+    assert trace is not None
     lines = 0
     try:
         with trace.open("rb") as stream:
@@ -67,6 +87,24 @@ def replay(trace: Path, as_json: bool, config_path: Path | None, strict: bool) -
     if problems:
         click.echo(f"nodeagent-collector: {trace}: skipped {len(problems)} bad line(s)", err=True)
     plain = {"trace": str(trace), "skipped_lines": [{"line": p.line, "message": p.message} for p in problems], **plain}
+    if as_json:
+        sys.stdout.write(json.dumps(plain, indent=2, sort_keys=False) + "\n")
+    else:
+        sys.stdout.write(render(plain))
+
+
+def _replay_stored(result: Replay, node: str, since_seconds: float, db_path: Path | None, as_json: bool) -> None:
+    """The node's full-resolution reports from the store (read-only; a running collector may hold it)."""
+    path = db_path or default_db_path()
+    try:
+        reports = read_stored_reports(path, node, since_seconds)
+    except StoreUnreadableError as err:
+        raise click.ClickException(f"{path}: cannot read the history: {err}") from err
+    if not reports:
+        raise click.ClickException(f"{path}: no stored reports of node {node!r}")
+    for report in reports:
+        result.observe(report)
+    plain = {"trace": f"{path} node {node}", "skipped_lines": [], **result.to_plain()}
     if as_json:
         sys.stdout.write(json.dumps(plain, indent=2, sort_keys=False) + "\n")
     else:

@@ -322,12 +322,12 @@ class NodeHistory:
         # per report, at a fraction of the cost.
         base = self.previous
         if base is None or base.epoch != report.epoch:
-            self.previous = report
+            self.previous = _kept(report)
             return
         seconds = time - base.time_unix_seconds
         if seconds < RATE_EVERY_SECONDS:
             return
-        self.previous = report
+        self.previous = _kept(report)
         for name, value in _rates(base, report, seconds).items():
             if value is not None:
                 node.add(_INDEX[name], value)
@@ -337,6 +337,14 @@ _PRESSURES: Final = (
     ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
     ("pressure_memory_some_ratio", "pressure_memory"),
 )  # fmt: skip
+
+
+def _kept(report: pb.NodeReport) -> pb.NodeReport:
+    """A copy to hold on to: the report received is part of the message it came in, whose memory
+    (unknown fields dropped or not) lives as long as any part of it is referenced."""
+    copy = pb.NodeReport()
+    copy.CopyFrom(report)
+    return copy
 
 
 def _delta(before: float, after: float) -> float | None:

@@ -92,6 +92,35 @@ class QueryService(pb_grpc.QueryServicer):
             out.jobs.extend(row.jobs)
         return response
 
+    async def Jobs(
+        self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[pb.JobsRequest, pb.JobsResponse]
+    ) -> pb.JobsResponse:
+        await self._authorize(context)
+        groups = await self.ingest.writer.call(self.ingest.writer.store.job_minutes, request.last_seconds or 86400.0)
+        totals: dict[str, pb.JobTotal] = {}
+        nodes: dict[str, set[str]] = {}
+        for jobs, cause, node_id, minutes, lost_seconds, first, last in groups:
+            names = [j for j in jobs.split(",") if j]
+            for name in names:
+                total = totals.get(name)
+                if total is None:
+                    total = totals[name] = pb.JobTotal(job=name, first_unix_seconds=first, last_unix_seconds=last)
+                share = 1.0 / len(names)
+                total.gpu_hours += minutes * MINUTE_SECONDS / 3600 * share
+                lost = lost_seconds / 3600 * share
+                total.gpu_hours_lost += lost
+                if lost:
+                    key = cause or "unknown"
+                    total.gpu_hours_lost_by_cause[key] = total.gpu_hours_lost_by_cause.get(key, 0.0) + lost
+                total.first_unix_seconds = min(total.first_unix_seconds, first)
+                total.last_unix_seconds = max(total.last_unix_seconds, last + MINUTE_SECONDS)
+                nodes.setdefault(name, set()).add(node_id)
+        response = pb.JobsResponse()
+        for name in sorted(totals, key=lambda n: -totals[n].gpu_hours_lost):
+            totals[name].nodes.extend(sorted(nodes[name]))
+            response.jobs.append(totals[name])
+        return response
+
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)
 

@@ -30,6 +30,7 @@ from nodeagent.collector.node_timeline import NodeTimeline
 from nodeagent.core.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
@@ -138,6 +139,8 @@ class Ingest:
         self.reports_total = 0
         self.duplicates_total = 0
         self.flush_stats = FlushStats()
+        # Called with every new report and its node's verdict (remote write): each only queues.
+        self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
         # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
         self._history_pending: set[str] = set()
@@ -262,6 +265,8 @@ class Ingest:
                 if seed is not None:
                     node.history.restore(*seed)
             node.history.observe(report, raw, detector.verdict)
+        for observer in self.report_observers:
+            observer(report, detector.verdict)
         node.latest = raw
         self.reports_total += 1
         self._dirty.add(row.node_id)

@@ -36,6 +36,8 @@ from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES, Ingest, St
 from nodeagent.collector.ingest.state_files import make_private
 from nodeagent.collector.ingest.store import StoreWriter
 from nodeagent.collector.metrics import MetricsExposition
+from nodeagent.collector.remote_write.config import RemoteWriteConfig
+from nodeagent.collector.remote_write.sender import RemoteWriter
 from nodeagent.core.metrics_http import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
@@ -85,6 +87,7 @@ class ServerConfig:
     max_streams_per_source: int = DEFAULT_MAX_STREAMS_PER_SOURCE
     max_nodes: int = DEFAULT_MAX_NODES
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    remote_write: tuple[RemoteWriteConfig, ...] = ()
 
 
 class CollectorServer:
@@ -97,6 +100,8 @@ class CollectorServer:
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
             max_nodes=config.max_nodes, history=config.history,
         )  # fmt: skip
+        self.remote_writers = [RemoteWriter(rw) for rw in config.remote_write]
+        self.ingest.report_observers.extend(writer.offer for writer in self.remote_writers)
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}
         self.replaced_total = 0
@@ -146,6 +151,8 @@ class CollectorServer:
         self._server = server
         self.started_monotonic = time.monotonic()
         self._flusher = asyncio.create_task(self.ingest.run_flusher())
+        for remote in self.remote_writers:
+            remote.start()
         self.serving = True
         if self.config.http_listen is not None:
             await self._start_http(self.config.http_listen)
@@ -192,6 +199,8 @@ class CollectorServer:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.ingest.flush(final=True)
+        for remote in self.remote_writers:
+            await asyncio.to_thread(remote.stop)
         self.writer.call_sync(self.alerting.close)
         self.writer.close()
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nodeagent.collector.ingest.history import VALUES, HistoryBatch, MinuteRow, StoredReport, minute_from, minute_values
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 T = TypeVar("T")
 
@@ -297,6 +298,20 @@ class Store:
         )
         return [StoredReport(n, t, e, s, zlib.decompress(blob)) for n, t, e, s, blob in rows]
 
+    def job_minutes(self, last_seconds: float) -> list[tuple[str, str, str, int, float, int, int]]:
+        """GPU minutes that name a job, grouped: (jobs, cause, node, minutes, GPU-seconds lost,
+        first minute, last minute), over ``last_seconds`` before the newest stored minute."""
+        newest = self.conn.execute("SELECT MAX(minute) FROM history_minutes").fetchone()[0]
+        if newest is None:
+            return []
+        return list(
+            self.conn.execute(
+                "SELECT jobs, cause, node_id, COUNT(*), TOTAL(gpu_seconds_lost), MIN(minute), MAX(minute)"
+                " FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=? GROUP BY jobs, cause, node_id",
+                (newest + 60 - last_seconds,),
+            )
+        )
+
     def history_nodes(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT node_id FROM history_minutes")]
 
@@ -307,6 +322,47 @@ def _out_of_space(err: BaseException) -> bool:
         # An extended result code keeps its primary code in the low byte.
         return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
     return isinstance(err, OSError) and err.errno == errno.ENOSPC
+
+
+class StoreUnreadableError(Exception):
+    """The database file cannot be read (missing, not a database, no history tables)."""
+
+
+def read_stored_reports(path: Path, node_id: str, since_seconds: float) -> list[pb.NodeReport]:
+    """A node's stored reports of the last ``since_seconds`` before its newest, oldest first, from
+    the file read-only (``replay --node``: a running collector may hold it).
+    ``StoreUnreadableError`` when the file cannot be read."""
+    try:
+        return _read_stored_reports(path, node_id, since_seconds)
+    except sqlite3.Error as err:
+        raise StoreUnreadableError(str(err)) from err
+
+
+def _read_stored_reports(path: Path, node_id: str, since_seconds: float) -> list[pb.NodeReport]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        newest = conn.execute("SELECT MAX(time) FROM history_reports WHERE node_id=?", (node_id,)).fetchone()[0]
+        if newest is None:
+            return []
+        rows = conn.execute(
+            "SELECT report FROM history_reports WHERE node_id=? AND time>=? ORDER BY time, epoch, seq",
+            (node_id, newest - since_seconds),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [pb.NodeReport.FromString(zlib.decompress(blob)) for (blob,) in rows]
+
+
+def default_db_path(euid: int | None = None) -> Path:
+    """Where ``serve`` keeps its database without ``--db``: the state directory, never the
+    current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""
+    state = os.environ.get("STATE_DIRECTORY")
+    if state:
+        return Path(state.split(":")[0]) / "collector.db"
+    if (os.geteuid() if euid is None else euid) == 0:
+        return Path("/var/lib/nodeagent/collector.db")
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "nodeagent" / "collector.db"
 
 
 class StoreWriter:

@@ -36,6 +36,8 @@ class Receiver:
     # Accepted deliveries, deduplicated on the Idempotency-Key header (bodies without one all count).
     accepted: list[Any] = field(default_factory=list)
     seen_keys: set[str] = field(default_factory=set)
+    # What a non-2xx answer says (a receiver's reason).
+    error_body: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     arrived: threading.Condition = field(init=False)
 
@@ -49,14 +51,16 @@ class Receiver:
 
 
 @contextmanager
-def http_receiver(script: list[int | str] | None = None) -> Iterator[Receiver]:
+def http_receiver(script: list[int | str] | None = None, error_body: str = "") -> Iterator[Receiver]:
     receiver: Receiver | None = None
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             assert receiver is not None
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            data = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             headers = {k.lower(): v for k, v in self.headers.items()}
+            # JSON (alert sinks) as parsed; anything else (remote write's snappy protobuf) as bytes.
+            body: Any = json.loads(data) if headers.get("content-type", "").endswith("json") else data
             with receiver.lock:
                 outcome: int | str = receiver.script.pop(0) if receiver.script else 200
                 receiver.attempts.append(Attempt(self.path, headers, body, outcome))
@@ -71,16 +75,20 @@ def http_receiver(script: list[int | str] | None = None) -> Iterator[Receiver]:
                 self.connection.close()  # read, then hang up without an answer
                 return
             assert isinstance(outcome, int)
+            reason = receiver.error_body.encode() if outcome >= 300 else b""
             self.send_response(outcome)
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Length", str(len(reason)))
             self.end_headers()
+            self.wfile.write(reason)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    receiver = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hook", script=list(script or []))
+    receiver = Receiver(
+        url=f"http://127.0.0.1:{server.server_address[1]}/hook", script=list(script or []), error_body=error_body
+    )
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:

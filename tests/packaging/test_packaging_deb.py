@@ -55,23 +55,28 @@ BUILD_TOOLS = ("dpkg-deb", "dpkg-shlibdeps", "git")
 # names, at a version the release ships. Debian's are read from its archive (apt-cache madison);
 # Ubuntu's are the versions those releases published, written in by hand (Ubuntu's mirrors are
 # out of this machine's reach). python3.11 on Ubuntu 22.04 is in universe.
+# libgcc-s1 (cramjam's Rust extension needs it) comes from the same gcc source as libstdc++6.
 ARCHIVES = {
     "debian-12": {
         "python3": "3.11.2-1+b1", "python3.11": "3.11.2-6+deb12u8", "adduser": "3.134",
         "init-system-helpers": "1.65.2+deb12u1", "libc6": "2.36-9+deb12u14", "libstdc++6": "12.2.0-14+deb12u1",
+        "libgcc-s1": "12.2.0-14+deb12u1",
     },
     "debian-13": {
         "python3": "3.13.5-1", "python3.13": "3.13.5-2+deb13u5", "adduser": "3.152",
         "init-system-helpers": "1.69~deb13u1", "libc6": "2.41-12+deb13u5", "libstdc++6": "14.2.0-19",
+        "libgcc-s1": "14.2.0-19",
     },
     "ubuntu-22.04": {
         "python3": "3.10.6-1~22.04", "python3.10": "3.10.12-1~22.04", "python3.11": "3.11.0-1~22.04",
         "adduser": "3.118ubuntu5", "init-system-helpers": "1.62", "libc6": "2.35-0ubuntu3",
         "libstdc++6": "12.3.0-1ubuntu1~22.04",
+        "libgcc-s1": "12.3.0-1ubuntu1~22.04",
     },
     "ubuntu-24.04": {
         "python3": "3.12.3-0ubuntu1", "python3.12": "3.12.3-1", "adduser": "3.137ubuntu1",
         "init-system-helpers": "1.66ubuntu1", "libc6": "2.39-0ubuntu8", "libstdc++6": "14-20240412-0ubuntu1",
+        "libgcc-s1": "14-20240412-0ubuntu1",
     },
 }  # fmt: skip
 
@@ -184,7 +189,7 @@ def test_wheels_cover_every_target_release(extracted: Path) -> None:
     for target in deb_build.TARGETS:
         assert _uninstallable(wanted, wheels, target.python, target.glibc) == [], target.name
     # The check can fail: CPython 3.14 has no grpcio wheel here, and glibc 2.16 predates them all.
-    assert _uninstallable(wanted, wheels, (3, 14), (2, 41)) == ["grpcio"]
+    assert "grpcio" in _uninstallable(wanted, wheels, (3, 14), (2, 41))
     assert "grpcio" in _uninstallable(wanted, wheels, (3, 11), (2, 16))
     # One wheel per pin and CPython at most: nothing ships that no target installs.
     assert len(wheels) == len({_wheel_key(name) for name in wheels})

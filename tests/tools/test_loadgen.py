@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,20 @@ def test_ingest_benchmark_runs_against_the_reference() -> None:
     assert float(row[9]) > 0  # the load generator's CPU per report
     assert "sustained: 40 reports/s" in done.stdout
     assert "reference (read + ack, nothing else):" in done.stdout and "its loop would saturate near" in done.stdout
+
+
+def test_ingest_benchmark_runs_with_remote_write_and_without_history() -> None:
+    """The benchmark's other modes, a short smoke run: remote write to its own receiver (samples
+    pushed and CPU per sample printed), history off."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "ingest_throughput.py"), "--loads", "40", "--seconds", "2",
+         "--processes", "1", "--history", "off", "--remote-write", "on"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert "history off, remote write on" in done.stdout
+    assert "sustained: 40 reports/s" in done.stdout
+    pushed = re.search(r"remote write: (\d+) samples pushed \((\d+)/s, (\d+) per report\), ([\d.]+) us", done.stdout)
+    assert pushed, done.stdout
+    assert int(pushed.group(1)) >= 40 * 2 * 50  # every report's series (over 100 each for 8 GPUs)
+    assert float(pushed.group(4)) > 0
+    assert "history on disk" not in done.stdout

@@ -736,3 +736,40 @@ class HistoryResponse(_message.Message):
     ROWS_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[HistoryRow]
     def __init__(self, rows: _Optional[_Iterable[_Union[HistoryRow, _Mapping]]] = ...) -> None: ...
+
+class JobsRequest(_message.Message):
+    __slots__ = ("last_seconds",)
+    LAST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    last_seconds: float
+    def __init__(self, last_seconds: _Optional[float] = ...) -> None: ...
+
+class JobTotal(_message.Message):
+    __slots__ = ("job", "gpu_hours", "gpu_hours_lost", "gpu_hours_lost_by_cause", "nodes", "first_unix_seconds", "last_unix_seconds")
+    class GpuHoursLostByCauseEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_LOST_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_LOST_BY_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    gpu_hours: float
+    gpu_hours_lost: float
+    gpu_hours_lost_by_cause: _containers.ScalarMap[str, float]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    first_unix_seconds: float
+    last_unix_seconds: float
+    def __init__(self, job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., gpu_hours_lost: _Optional[float] = ..., gpu_hours_lost_by_cause: _Optional[_Mapping[str, float]] = ..., nodes: _Optional[_Iterable[str]] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ...) -> None: ...
+
+class JobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobTotal]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobTotal, _Mapping]]] = ...) -> None: ...

@@ -133,6 +133,11 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
                 _registered_method=True)
+        self.Jobs = channel.unary_unary(
+                '/nodeagent.v1.Query/Jobs',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -164,6 +169,13 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Jobs(self, request, context):
+        """GPU-hours and GPU-hours lost per job, from the history's minutes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +198,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.History,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.SerializeToString,
+            ),
+            'Jobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.Jobs,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -297,6 +314,33 @@ class Query:
             '/nodeagent.v1.Query/History',
             nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Jobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/Jobs',
+            nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,6 +7,8 @@ import asyncio
 import json
 import math
 import signal
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -20,6 +22,7 @@ from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
 from nodeagent.collector.ingest.store import StoreWriter
 from nodeagent.collector.replay import Replay
 from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.trace import format_report
 from nodeagent.tools.simulator.simulation import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for
@@ -158,7 +161,17 @@ def test_history_survives_a_sigkill_and_is_served(tmp_path: Path) -> None:
             cli("collector", "history", NODE, "--gpu", "0", "--since", "1d", "--step", "5m", "--json",
                 "--collector", collector.address)
         )  # fmt: skip
+        jobs = json.loads(cli("collector", "jobs", "--since", "1d", "--json", "--collector", collector.address))
     node_rows = [r for r in rows if r["gpu"] is None]
+    # Per job: every GPU-minute that named it, and the GPU-seconds those minutes lost, by cause.
+    gpu_rows = [r for r in rows if r["gpu"] is not None and r["jobs"]]
+    assert [j["job"] for j in jobs] == sorted({job for r in gpu_rows for job in r["jobs"]})
+    job = jobs[0]
+    assert job["gpu_hours"] == pytest.approx(len(gpu_rows) * 60 / 3600)
+    lost = sum(r["gpu_seconds_lost"] or 0.0 for r in gpu_rows) / 3600
+    assert job["gpu_hours_lost"] == pytest.approx(lost) and lost > 0
+    assert sum(job["gpu_hours_lost_by_cause"].values()) == pytest.approx(lost)
+    assert job["nodes"] == [NODE]
     assert sum(r["samples"] for r in node_rows) == stored
     minutes = [r["time_unix_seconds"] for r in node_rows]
     assert minutes == list(range(int(minutes[0]), int(minutes[-1]) + 60, 60))  # none missing
@@ -196,3 +209,30 @@ def test_a_restart_rebuilds_the_open_minute_from_the_stored_reports(tmp_path: Pa
     for a, b in zip(again, whole, strict=True):
         assert a.values["utilization_mean"] == pytest.approx(b.values["utilization_mean"])
         assert a.values["utilization_min"] == pytest.approx(b.values["utilization_min"])
+
+
+def test_replay_of_stored_reports_is_the_replay_of_the_trace(tmp_path: Path) -> None:
+    """`replay --node` runs the detector over the store's reports exactly as over a trace file,
+    and its verdicts agree with the history's minutes."""
+    reports = _reports(int(1800 / STEP_SECONDS))
+    writer, ingest = _ingest(tmp_path / "c.db")
+    _stream(ingest, reports)
+    rows = writer.call_sync(writer.store.history_minutes, NODE, NODE_ROW, 0.0, None)
+    writer.close()
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(format_report(r) + "\n" for r in reports))
+    from_trace = json.loads(cli("collector", "replay", str(trace), "--json"))
+    stored = json.loads(cli("collector", "replay", "--node", NODE, "--since", "1h", "--db", str(tmp_path / "c.db"),
+                            "--json"))  # fmt: skip
+    assert stored["nodes"] == from_trace["nodes"]
+    final = stored["nodes"][0]["final_verdict"]
+    assert final["state"] == rows[-1].state == "starved"
+    assert rows[-1].values["starvation_ratio"] == pytest.approx(final["starvation_ratio"])
+
+
+def test_replay_needs_a_trace_or_a_stored_node(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent.collector", "replay", "--node", "nobody", "--db", str(tmp_path / "none.db")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "none.db" in done.stderr

@@ -1,0 +1,243 @@
+"""Push series to a Prometheus remote-write receiver (Remote Write 1.0: protobuf, snappy).
+
+The ingest path only hands reports over (``offer``: a deque append, never a wait); a thread of
+its own turns them into series, queues them, and posts batches. The queue is bounded in samples
+and drops its oldest when full, counting every sample dropped; a batch stays in the queue until
+the receiver took it, so stopping the receiver for a while loses nothing inside the bound.
+Retries: connection errors, timeouts, 5xx and 429, with exponential backoff and full jitter;
+any other 4xx is the receiver refusing the content: those samples are dropped and counted, and
+the receiver's reason is logged at most once a minute.
+
+Snappy is cramjam's (a maintained Rust binding that python-snappy itself now builds on), in the
+raw block format the spec asks for.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import random
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass
+
+import cramjam
+import structlog
+
+from nodeagent import __version__
+from nodeagent.collector.remote_write.config import RemoteWriteConfig
+from nodeagent.collector.remote_write.series import NodeSeries
+from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.prompb import remote_pb2 as prompb
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+log = structlog.get_logger("nodeagent.collector")
+
+USER_AGENT = f"nodeagent-collector/{__version__}"
+# Reports handed over and not yet turned into series: a bound of its own, so a stuck thread
+# cannot hold the ingest path's memory.
+MAX_PENDING_REPORTS = 10_000
+REFUSAL_LOG_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class RemoteWriteStats:
+    samples_sent_total: int = 0
+    samples_dropped_queue_full_total: int = 0
+    samples_refused_total: int = 0
+    reports_dropped_total: int = 0
+    requests_total: int = 0
+    request_failures_total: int = 0
+    queued_samples: int = 0
+    # CPU of the sender's thread: building series, encoding, compressing, posting.
+    cpu_seconds_total: float = 0.0
+
+
+class _Item:
+    __slots__ = ("id", "samples", "series")
+
+    def __init__(self, ident: int, series: list[prompb.TimeSeries]) -> None:
+        self.id = ident
+        self.series = series
+        self.samples = len(series)
+
+
+class RemoteWriter:
+    """One receiver: its queue, its thread, its counters."""
+
+    def __init__(self, config: RemoteWriteConfig) -> None:
+        self.config = config
+        self.stats = RemoteWriteStats()
+        self._pending: deque[tuple[pb.NodeReport, NodeVerdict | None]] = deque()
+        self._queue: deque[_Item] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._nodes: dict[str, NodeSeries] = {}
+        self._last_pushed: dict[str, float] = {}
+        self._next_id = 0
+        self._last_refusal_log = -REFUSAL_LOG_SECONDS
+        self._headers = self._auth_headers()
+        self._ssl = self._ssl_context()
+        self._thread = threading.Thread(target=self._run, name="nodeagent-remote-write", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def offer(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
+        """From the event loop: one accepted report (skipped inside the resolution)."""
+        resolution = self.config.resolution_seconds
+        if resolution > 0:
+            last = self._last_pushed.get(report.node_id)
+            if last is not None and report.time_unix_seconds - last < resolution and not report.HasField("info"):
+                return
+            self._last_pushed[report.node_id] = report.time_unix_seconds
+        if len(self._pending) >= MAX_PENDING_REPORTS:
+            self._pending.popleft()
+            self.stats.reports_dropped_total += 1
+        self._pending.append((report, verdict))
+        self._wake.set()
+
+    # ---- the thread ----
+
+    def _run(self) -> None:
+        backoff = self.config.backoff_seconds
+        while not self._stop.is_set():
+            self.stats.cpu_seconds_total = time.thread_time()
+            self._build()
+            batch = self._head()
+            if not batch:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            outcome = self._post(batch)
+            if outcome == "retry":
+                # Full jitter: many collectors behind one receiver do not come back in step.
+                if self._wait_building(random.uniform(0, backoff)):
+                    return
+                backoff = min(backoff * 2, self.config.max_backoff_seconds)
+                continue
+            backoff = self.config.backoff_seconds
+            self._release(batch, sent=outcome == "sent")
+
+    def _wait_building(self, seconds: float) -> bool:
+        """Wait out a backoff, turning the reports that arrive meanwhile into queued series (the
+        queue, bounded in samples, is where an outage is held); True when stopping."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self._build()
+            if self._stop.wait(min(0.2, left)):
+                return True
+        return False
+
+    def _build(self) -> None:
+        while self._pending:
+            report, verdict = self._pending.popleft()
+            node = self._nodes.get(report.node_id)
+            if node is None:
+                node = self._nodes[report.node_id] = NodeSeries(report.node_id)
+            self._enqueue(node.series(report, verdict))
+
+    def _enqueue(self, series: list[prompb.TimeSeries]) -> None:
+        with self._lock:
+            self._next_id += 1
+            item = _Item(self._next_id, series)
+            self._queue.append(item)
+            self.stats.queued_samples += item.samples
+            while self.stats.queued_samples > self.config.queue_samples and self._queue:
+                dropped = self._queue.popleft()
+                self.stats.queued_samples -= dropped.samples
+                self.stats.samples_dropped_queue_full_total += dropped.samples
+
+    def _head(self) -> list[_Item]:
+        with self._lock:
+            batch: list[_Item] = []
+            samples = 0
+            for item in self._queue:
+                if batch and samples + item.samples > self.config.batch_samples:
+                    break
+                batch.append(item)
+                samples += item.samples
+            return batch
+
+    def _release(self, batch: list[_Item], *, sent: bool) -> None:
+        """Take the batch's items off the queue (those the overflow has not dropped meanwhile)."""
+        last = batch[-1].id
+        with self._lock:
+            while self._queue and self._queue[0].id <= last:
+                item = self._queue.popleft()
+                self.stats.queued_samples -= item.samples
+                if sent:
+                    self.stats.samples_sent_total += item.samples
+                else:
+                    self.stats.samples_refused_total += item.samples
+
+    def _post(self, batch: list[_Item]) -> str:
+        """ "sent", "refused" (a 4xx other than 429: never retried) or "retry"."""
+        request = prompb.WriteRequest()
+        for item in batch:
+            request.timeseries.extend(item.series)
+        body = bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
+        http_request = urllib.request.Request(self.config.url, data=body, method="POST")
+        for name, value in {
+            "Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
+            "X-Prometheus-Remote-Write-Version": "0.1.0", "User-Agent": USER_AGENT, **self._headers,
+        }.items():  # fmt: skip
+            http_request.add_header(name, value)
+        self.stats.requests_total += 1
+        try:
+            with urllib.request.urlopen(http_request, timeout=self.config.timeout_seconds, context=self._ssl) as answer:
+                answer.read()
+            return "sent"
+        except urllib.error.HTTPError as err:
+            self.stats.request_failures_total += 1
+            reason = err.read(300).decode(errors="replace").strip().splitlines()
+            detail = f"HTTP {err.code}" + (f": {reason[0]}" if reason else "")
+            if err.code == 429 or err.code >= 500:
+                self._log_failure(detail, retrying=True)
+                return "retry"
+            self._log_failure(detail, retrying=False)
+            return "refused"
+        except (OSError, http.client.HTTPException) as err:
+            self.stats.request_failures_total += 1
+            cause = err.reason if isinstance(err, urllib.error.URLError) else err
+            self._log_failure(f"{type(cause).__name__}: {cause}", retrying=True)
+            return "retry"
+
+    def _log_failure(self, detail: str, *, retrying: bool) -> None:
+        now = time.monotonic()
+        if now - self._last_refusal_log < REFUSAL_LOG_SECONDS:
+            return
+        self._last_refusal_log = now
+        if retrying:
+            log.warning("remote write failed; retrying", url=self.config.url, error=detail)
+        else:
+            log.error("remote write refused by the receiver; samples dropped", url=self.config.url, error=detail)
+
+    def _auth_headers(self) -> dict[str, str]:
+        config = self.config
+        if config.bearer_token_file is not None:
+            return {"Authorization": f"Bearer {config.bearer_token_file.read_text().strip()}"}
+        if config.basic_auth_user and config.basic_auth_password_file is not None:
+            password = config.basic_auth_password_file.read_text().strip()
+            token = base64.b64encode(f"{config.basic_auth_user}:{password}".encode()).decode()
+            return {"Authorization": f"Basic {token}"}
+        return {}
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        config = self.config
+        if not config.url.startswith("https:"):
+            return None
+        context = ssl.create_default_context(cafile=str(config.tls_ca) if config.tls_ca else None)
+        if config.tls_cert is not None and config.tls_key is not None:
+            context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+        return context

@@ -1,0 +1,251 @@
+"""Remote write into a real Prometheus (Debian's, `--web.enable-remote-write-receiver` on
+loopback): the simulator's values come back through Prometheus' HTTP API, an outage inside the
+queue bound loses nothing, an overflow is counted exactly; and bad receivers never touch ingest."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cramjam
+import grpc
+import pytest
+
+from nodeagent.collector.remote_write.series import NodeSeries
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
+from nodeagent.prompb import remote_pb2 as prompb
+from nodeagent.tools.simulator.simulation import Simulation
+from nodeagent.v1 import nodeagent_pb2 as pb
+from tests.conftest import require
+from tests.fakes.fleet import Collector, free_port, processes, wait_for
+from tests.fakes.http_receiver import http_receiver
+
+STARVED, HEALTHY = "rw-ordinary-cloud", "rw-fast-cloud"
+REPORTS = 600  # 10 simulated minutes at 1 s, ending now: Prometheus takes samples this recent
+QUEUE_SAMPLES = 10_000
+
+
+class Node:
+    """A simulated node whose reports the test sends itself, so it knows every value."""
+
+    def __init__(self, node_id: str, scenario: str, start: float) -> None:
+        self.sim = Simulation(scenario, node_id=node_id, start_time=start)
+        self.node_id = node_id
+        self.seq = 0
+        self.sent: list[pb.NodeReport] = []
+        self.detector = NodeDetector(node_id, DetectorConfig())
+        self.series = NodeSeries(node_id)
+        self.series_total = 0  # what the collector will offer the receiver for these reports
+
+    def reports(self, count: int) -> list[pb.NodeReport]:
+        out = []
+        for _ in range(count):
+            self.seq += 1
+            report = self.sim.step(1.0)
+            report.epoch, report.seq = 1, self.seq
+            if self.seq == 1:
+                report.info.CopyFrom(self.sim.info())
+            verdict = self.detector.observe(report)
+            self.series_total += len(self.series.series(report, verdict))
+            out.append(report)
+        self.sent.extend(out)
+        return out
+
+    def stream(self, address: str, reports: list[pb.NodeReport]) -> None:
+        hello = pb.AgentMessage(hello=self.sim.info()).SerializeToString()
+        messages = [hello, *(frame_report(r.SerializeToString()) for r in reports)]
+        with grpc.insecure_channel(address) as channel:
+            call = channel.stream_stream(
+                STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString
+            )
+            acked = 0
+            for ack in call(iter(messages), timeout=60):
+                acked = max(acked, ack.acked_seq)
+        assert acked == reports[-1].seq
+
+
+class Prometheus:
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.tmp = tmp
+        (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def write_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v1/write"
+
+    def start(self) -> Prometheus:
+        self.proc = subprocess.Popen(
+            [shutil.which("prometheus") or "prometheus", f"--config.file={self.tmp / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+             "--web.enable-remote-write-receiver"],
+            stdout=subprocess.DEVNULL, stderr=(self.tmp / "prometheus.log").open("ab"),
+        )  # fmt: skip
+        assert wait_for(self._ready, 60, interval=0.2), (self.tmp / "prometheus.log").read_text()[-2000:]
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def query(self, expr: str, at: float) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/query?{query}", timeout=10) as answer:
+            body = json.loads(answer.read())
+        assert body["status"] == "success", body
+        return list(body["data"]["result"])
+
+    def stored_samples(self, node: str, at: float) -> int:
+        """Every sample of the node's series (count_over_time would merge series that differ only
+        in their name, so the raw samples are counted here)."""
+        return sum(len(series["values"]) for series in self.query(f'{{node="{node}"}}[2h]', at))
+
+
+def _counter(text: str, result: str) -> float:
+    match = re.search(rf'nodeagent_remote_write_samples_total{{result="{result}",url="[^"]*"}} (\S+)', text)
+    assert match, text[-3000:]
+    return float(match.group(1))
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
+    require(shutil.which("prometheus") is not None, "needs prometheus (Debian package; `make system-deps`)")
+    server = Prometheus(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
+    tmp_path: Path, prometheus: Prometheus
+) -> None:
+    start = time.time() - REPORTS - 120
+    starved, healthy = Node(STARVED, "ordinary-cloud", start), Node(HEALTHY, "fast-cloud", start)
+    collector = Collector(
+        db=tmp_path / "c.db", port=free_port(),
+        args=["--remote-write-url", prometheus.write_url, "--remote-write-resolution-seconds", "0",
+              "--remote-write-queue-samples", str(QUEUE_SAMPLES)],
+    )  # fmt: skip
+    with processes() as started:
+        started.append(collector.start())
+
+        def offered() -> int:
+            return starved.series_total + healthy.series_total
+
+        def settled() -> bool:
+            text = collector.metrics()
+            return _counter(text, "sent") + _counter(text, "dropped_queue_full") == offered()
+
+        # In steps the queue holds (a collector ingests far faster than one receiver takes).
+        for _ in range(REPORTS // 20):
+            for node in (starved, healthy):
+                node.stream(collector.address, node.reports(20))
+            assert wait_for(settled, 60, 0.2), collector.metrics()[-2000:]
+        assert _counter(collector.metrics(), "dropped_queue_full") == 0
+        now = time.time()
+        assert prometheus.stored_samples(STARVED, now) == starved.series_total
+        # GPU 3 of the healthy node: every value the simulator produced, at its report's time.
+        result = prometheus.query(f'DCGM_FI_DEV_GPU_UTIL{{node="{HEALTHY}",gpu="3"}}[2h]', now)
+        assert len(result) == 1
+        assert result[0]["metric"]["UUID"] == healthy.sim.info().gpu.gpus[3].uuid
+        got = [(round(float(t) * 1000), float(v)) for t, v in result[0]["values"]]
+        want = [(int(r.time_unix_seconds * 1000), r.gpus[3].utilization_gpu_ratio * 100) for r in healthy.sent]
+        assert [t for t, _ in got] == [t for t, _ in want]
+        assert [v for _, v in got] == pytest.approx([v for _, v in want])
+        # The starved node's ratio is the detector's.
+        ratio = prometheus.query(
+            f'nodeagent_node_starvation_ratio{{node="{STARVED}"}}', starved.sent[-1].time_unix_seconds
+        )
+        expected = starved.detector.verdict.starvation_ratio
+        assert expected is not None and expected > 0.2
+        assert float(ratio[0]["value"][1]) == pytest.approx(expected)
+        state = prometheus.query(f'nodeagent_node_state{{node="{STARVED}"}}', starved.sent[-1].time_unix_seconds)
+        assert {s["metric"]["state"] for s in state} == {"starved"}
+
+        # An outage inside the queue bound loses nothing.
+        prometheus.stop()
+        before = starved.series_total
+        starved.stream(collector.address, starved.reports(10))
+        assert starved.series_total - before < QUEUE_SAMPLES
+        time.sleep(1.0)  # a few failed attempts
+        prometheus.start()
+        assert wait_for(settled, 90, 0.5), collector.metrics()[-2000:]
+        assert _counter(collector.metrics(), "dropped_queue_full") == 0
+        assert prometheus.stored_samples(STARVED, time.time()) == starved.series_total
+
+        # An overflow: every sample is either stored or counted as dropped, none twice.
+        prometheus.stop()
+        before = starved.series_total
+        starved.stream(collector.address, starved.reports(120))
+        assert starved.series_total - before > QUEUE_SAMPLES
+        prometheus.start()
+        assert wait_for(settled, 90, 0.5), collector.metrics()[-2000:]
+        dropped = _counter(collector.metrics(), "dropped_queue_full")
+        assert dropped > 0
+        assert prometheus.stored_samples(STARVED, time.time()) + dropped == starved.series_total
+        assert collector.reports(STARVED) == REPORTS + 130  # ingest never waited for Prometheus
+
+
+def test_bad_receivers_do_not_touch_ingest(tmp_path: Path) -> None:
+    start = time.time() - 100
+    with http_receiver(script=[400] * 1000, error_body="out of order sample") as refusing, processes() as started:
+        closed = f"http://127.0.0.1:{free_port()}/api/v1/write"
+        collector = Collector(
+            db=tmp_path / "c.db", port=free_port(),
+            args=["--remote-write-url", refusing.url, "--remote-write-url", closed,
+                  "--remote-write-resolution-seconds", "0"],
+        )  # fmt: skip
+        started.append(collector.start())
+        node = Node("rw-bad", "fast-cloud", start)
+        node.stream(collector.address, node.reports(30))
+        assert collector.reports("rw-bad") == 30
+        assert wait_for(lambda: _counter(collector.metrics(), "refused") > 0, 30, 0.2)
+        attempt = refusing.attempts[0]
+        assert attempt.headers["content-encoding"] == "snappy"
+        assert attempt.headers["x-prometheus-remote-write-version"] == "0.1.0"
+        request = prompb.WriteRequest.FromString(bytes(cramjam.snappy.decompress_raw(attempt.body)))
+        assert {lb.value for ts in request.timeseries for lb in ts.labels if lb.name == "node"} == {"rw-bad"}
+        collector.kill(signal.SIGTERM)
+        assert collector.log is not None
+        log = collector.log.read_text()
+    refused = [line for line in log.splitlines() if "remote write refused" in line]
+    assert len(refused) == 1 and "HTTP 400: out of order sample" in refused[0]  # at most once a minute
+    failed = [line for line in log.splitlines() if "remote write failed; retrying" in line]
+    assert failed and "Connection refused" in failed[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [("ftp://127.0.0.1/x", "not an http:// or https:// URL"), ("http://127.0.0.1:99999/x", "Port out of range")],
+)
+def test_a_bad_remote_write_url_is_named(tmp_path: Path, url: str, needle: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent.collector", "serve", "--db", str(tmp_path / "c.db"),
+         "--remote-write-url", url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert needle in lines[-1] and url in lines[-1]
