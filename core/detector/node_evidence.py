@@ -181,6 +181,7 @@ class NodeEvidenceTracker:
         flagged = False
         links = [(name, "nic", v) for name, v in now.nics.items()] + [(n, "rdma", v) for n, v in now.rdma.items()]
         rated: dict[str, deque[tuple[float, float]]] = {}
+        steps = max(config.window_steps, config.network_plateau_steps)
         for name, kind, (rx_now, tx_now) in links:
             old = (before.nics if kind == "nic" else before.rdma).get(name)
             if old is None:
@@ -193,7 +194,7 @@ class NodeEvidenceTracker:
                 values["network_bad_reading"] = name  # faster than the link can carry: no rate
                 continue
             if name in self._nominal:
-                history = self._link_rates.get(name) or deque(maxlen=max(config.window_steps, 2))
+                history = self._link_rates.get(name) or deque(maxlen=steps)
                 history.append((rx, tx))
                 rated[name] = history
             total = rx if total is None else total + rx
