@@ -13,8 +13,8 @@ with the collector's settings) and the counters that decided it.
   clean             a loader faster than the loop: not starved
   network           HTTP range reads from a server in a network namespace behind a veth shaped
                     with tc (tbf) below what the job needs; the veth's rate given (--link-speed)
-  network-unrated   the same without the rate: the detector cannot tell a full link (any
-                    cause but network: unknown, or what else is saturated)
+  network-unrated   the same without the rate (the veth says 10 Gb/s): the detector names the
+                    network by its flat receive plateau
   storage           random O_DIRECT reads by 8 threads from a loop device over a file here
   storage-throttled the same device capped with the block throttle (cgroup blkio), the cap given
                     to the detector as the volume's provisioned IOPS
@@ -83,9 +83,6 @@ class Rig:
     state: str = "starved"
     cause: str | None = None
     later: tuple[str, str | None] | None = None
-    # The detector cannot know the cause (an unrated virtual link carries far below what it says
-    # it can): the verdict must be starved, with any cause but the truth's.
-    cause_unknowable: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +147,6 @@ def _network(rated: bool) -> Callable[[contextlib.ExitStack, Path], Rig]:
             prefix=["ip", "netns", "exec", pair.ns_b],
             link_speeds={pair.dev_b: NETWORK_RATE.replace("mbit", "M")} if rated else {},
             cause="network",
-            cause_unknowable=not rated,
         )
 
     return rig
@@ -393,11 +389,7 @@ def judge(o: Outcome) -> Judged:
     final_state, final_cause = o.rig.later or (o.rig.state, o.rig.cause)
     expected = final_state + (f" ({final_cause})" if final_cause else "")
     problems = []
-    if o.rig.cause_unknowable:
-        expected = f"{final_state} (not {final_cause})"
-        if state != final_state or cause == final_cause:
-            problems.append(f"verdict {state} ({cause}), expected {expected}")
-    elif state != final_state or (final_cause is not None and cause != final_cause):
+    if state != final_state or (final_cause is not None and cause != final_cause):
         problems.append(f"verdict {state} ({cause}), expected {expected}")
     if o.rig.later is not None:
         # The first pass: storage-starved at some step while it lasted.
@@ -450,7 +442,6 @@ def record(o: Outcome, directory: Path) -> None:
         "state": o.rig.state,
         "cause": o.rig.cause,
         "later": list(o.rig.later) if o.rig.later else None,
-        "cause_unknowable": o.rig.cause_unknowable,
         "first_pass_end_unix_seconds": o.truth.get("first_pass_end_unix_seconds"),
         "wait_share": o.truth["wait_share"],
         "overhead_share": o.truth.get("overhead_share"),

@@ -1,10 +1,13 @@
 """Step 3 of the detector's rule chain, cause attribution after `throttled` (``throttle``):
-interconnect, network, storage, h2d, cpu, unknown; first match wins, with the evidence.
+interconnect, network, storage, h2d, network by its receive plateau, cpu, unknown; first match
+wins, with the evidence.
 
 - interconnect: each step's peer traffic (symmetric PCIe bytes, or NVLink bytes) over the link's
   bandwidth x ``collective_efficiency_ratio`` is the time spent waiting for the collective;
   ``window`` splits idle time by it into interconnect waiting and data waiting.
-- network, storage, cpu: node-wide evidence of the step (``node_evidence``).
+- network, storage, cpu: node-wide evidence of the step (``node_evidence``). A link at its
+  capacity is the network before anything else; a flat receive plateau on a virtual link only
+  after storage and h2d, and only where no busy or saturated cores explain the wait.
 - h2d: this GPU's PCIe receive (minus transmit) near link capacity.
 - unknown: starved, nothing saturated.
 
@@ -75,12 +78,17 @@ def link_and_h2d(track: GpuTrack, g: pb.GpuSample, t: float, step: Step, *, firs
 def step_cause(s: Step, config: DetectorConfig) -> str:
     """The data cause one starved step votes for, first match wins."""
     e = s.evidence
-    if e.network:
+    if e.network and not e.network_plateau:
         return "network"
     if e.storage:
         return "storage"
     if s.h2d_ratio is not None and s.h2d_ratio >= config.h2d_link_ratio:
         return "h2d"
+    # A flat receive plateau is what a capped remote store looks like, but also what a loader
+    # limited by anything else downloads at: its consumption rate, steady. So it yields to busy or
+    # saturated cores (a CPU-bound loader), and wins only over CPU pressure on half-idle cores.
+    if e.network and not (e.cpu and e.cpu_saturated):
+        return "network"
     if e.cpu:
         return "cpu"
     return "unknown"

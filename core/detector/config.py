@@ -87,6 +87,16 @@ class DetectorConfig:
     network_link_ratio: float = 0.8
     # ... and at least this many times its transmit.
     network_rx_tx_factor: float = 4.0
+    # network, plateau (a remote store's cap, a link whose rate the node cannot tell): a NIC or RDMA
+    # port's receive rate over the window's last steps (at least network_plateau_steps of them)
+    # flat — (highest - lowest) / median at most network_plateau_spread_ratio — ...
+    network_plateau_steps: int = 3
+    network_plateau_spread_ratio: float = 0.1
+    # ... at a median of at least this many bytes per second (an idle NIC's noise never counts) ...
+    network_plateau_floor_bytes_per_second: float = 1e6
+    # ... and at least this many times its transmit (a loader downloads; a collective or a server
+    # over TCP sends about what it receives).
+    network_plateau_rx_tx_factor: float = 10.0
     # storage: a disk busy (io_ticks) this share of the time ...
     storage_busy_ratio: float = 0.9
     # ... or at this share of its provisioned IOPS or throughput (`volumes`) ...
@@ -149,6 +159,11 @@ class DetectorConfig:
                 values[key] = tuple(value)
             elif key == "idle_memory_bytes":
                 values[key] = int(_number(value, source, key, allow_zero=True))
+            elif key == "network_plateau_steps":
+                steps = _number(value, source, key, allow_zero=False)
+                if steps != int(steps) or steps < 2:
+                    raise DetectorConfigError(f"{source}: {key}: expected a whole number of steps >= 2, got {value!r}")
+                values[key] = int(steps)
             else:
                 values[key] = _number(value, source, key, allow_zero=key.endswith(("_ratio", "_sigmas", "_seconds")))
                 if key.endswith("_ratio") and values[key] > 1:

@@ -10,6 +10,8 @@ values that decided them. Host-to-device is per GPU and decided in ``causes``.
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 from nodeagent.core.detector.config import DetectorConfig
@@ -29,6 +31,10 @@ class NodeEvidence:
     disk_read_bytes_per_second: float | None = None
     # The values behind the flags, by name (``network_*``, ``storage_*``, ``cpu_*``).
     values: dict[str, float | str] = field(default_factory=dict)
+    # The network flag came from a flat receive plateau (no link at its capacity), and the cpu
+    # flag from busy or saturated cores (not from CPU pressure alone): ``causes`` orders them.
+    network_plateau: bool = False
+    cpu_saturated: bool = False
 
     # cause -> its values, made once per step and shared by the GPUs' verdicts (read-only there).
     _by_cause: dict[str, dict[str, float | str]] = field(default_factory=dict, compare=False, repr=False)
@@ -66,6 +72,7 @@ class NodeEvidenceTracker:
         self.config = config
         self._info = pb.NodeInfo()
         self._virtual: set[str] = set()
+        self._nominal: set[str] = set()
         self._previous: _Counters | None = None
         self._await_baseline: dict[str, float] = {}
         # Per-core CPU: the last snapshot (time, {core: (busy, all)}) and what it showed.
@@ -73,17 +80,26 @@ class NodeEvidenceTracker:
         self._saturated_cores: int | None = None
         self._max_core_busy: float | None = None
         self._cores_time = -math.inf
+        # Per link, the (receive, transmit) bytes per second of the window's last steps.
+        self._link_rates: dict[str, deque[tuple[float, float]]] = {}
 
     def learn(self, info: pb.NodeInfo) -> None:
         self._info = info
         # A virtual NIC (veth, bond, VLAN, a cloud's virtio without speed) counts where its rate is
         # known, from the configuration or the agent (--link-speed); loopback never leaves the node.
+        virtual = {n.name for n in info.nics if n.virtual or n.kind not in ("", "physical")}
         self._virtual = {
             n.name
             for n in info.nics
-            if (n.virtual or n.kind not in ("", "physical"))
-            and (n.kind == "loopback" or self._capacity(n.name, "nic") is None)
+            if n.name in virtual and (n.kind == "loopback" or self._capacity(n.name, "nic") is None)
         }
+        # The links a receive plateau can name: virtual NICs that count. Their speed is nominal
+        # (a veth says 10 Gb/s, a virtio NIC what the hypervisor likes; nothing enforces it), so a
+        # cap lies elsewhere — a shaper, the cloud's limit, the store. A physical port's rate is
+        # what it negotiated, and a flat rate far below it is as likely a loader's own pace (a
+        # software-bound pipeline reading steadily) as a store's cap: there the operator gives
+        # the cap (link_capacity_bytes_per_second) and the share rule decides.
+        self._nominal = virtual - self._virtual
 
     def observe_cores(self, report: pb.NodeReport) -> None:
         """Per-core CPU, at most once per window step (it is a large part of a report)."""
@@ -113,9 +129,19 @@ class NodeEvidenceTracker:
         seconds = now.time - before.time
         values: dict[str, float | str] = {}
         network, rx_total = self._network(before, now, seconds, values)
+        plateau = not network and self._plateau(values)
         storage, read_total = self._storage(before, now, seconds, values)
-        cpu = self._cpu(before, now, seconds, assigned_gpus, values)
-        return NodeEvidence(network, storage, cpu, rx_total, read_total, values)
+        cpu, cpu_saturated = self._cpu(before, now, seconds, assigned_gpus, values)
+        return NodeEvidence(
+            network or plateau,
+            storage,
+            cpu,
+            rx_total,
+            read_total,
+            values,
+            network_plateau=plateau,
+            cpu_saturated=cpu_saturated,
+        )
 
     # ---- counters ------------------------------------------------------------------------
 
@@ -154,17 +180,23 @@ class NodeEvidenceTracker:
         total: float | None = None
         flagged = False
         links = [(name, "nic", v) for name, v in now.nics.items()] + [(n, "rdma", v) for n, v in now.rdma.items()]
+        rated: dict[str, deque[tuple[float, float]]] = {}
+        steps = max(config.window_steps, config.network_plateau_steps)
         for name, kind, (rx_now, tx_now) in links:
             old = (before.nics if kind == "nic" else before.rdma).get(name)
             if old is None:
                 continue
             rx, tx = rate(old[0], rx_now, seconds), rate(old[1], tx_now, seconds)
             if rx is None or tx is None:
-                continue
+                continue  # a reset counter: the link's plateau starts over
             capacity = self._capacity(name, kind)
             if capacity is not None and max(rx, tx) > capacity * config.link_overrun_factor:
                 values["network_bad_reading"] = name  # faster than the link can carry: no rate
                 continue
+            if name in self._nominal:
+                history = self._link_rates.get(name) or deque(maxlen=steps)
+                history.append((rx, tx))
+                rated[name] = history
             total = rx if total is None else total + rx
             if capacity is None:
                 continue
@@ -178,7 +210,36 @@ class NodeEvidenceTracker:
             values["network_link"] = best[1]
             values["network_rx_bytes_per_second"] = round(best[2])
             values["network_tx_bytes_per_second"] = round(best[3])
+        self._link_rates = rated
         return flagged, total
+
+    def _plateau(self, values: dict[str, float | str]) -> bool:
+        """A link receiving at a flat rate over the window's last steps, far above its noise and its
+        transmit: the cap of a remote store or of a link whose rate nobody gave (a loader that could
+        take more would take more as soon as it could; a capped one takes the cap, step after step).
+        """
+        config = self.config
+        best: tuple[float, str, float, float] | None = None
+        for name, history in self._link_rates.items():
+            if len(history) < config.network_plateau_steps:
+                continue
+            rx = [r for r, _ in history]
+            median = statistics.median(rx)
+            if median < config.network_plateau_floor_bytes_per_second:
+                continue
+            spread = (max(rx) - min(rx)) / median
+            tx = statistics.median(t for _, t in history)
+            flat = spread <= config.network_plateau_spread_ratio
+            if flat and median >= config.network_plateau_rx_tx_factor * tx and (best is None or median > best[0]):
+                best = (median, name, spread, tx)
+        if best is None:
+            return False
+        values["network_pattern"] = "plateau"
+        values["network_plateau_link"] = best[1]
+        values["network_plateau_rx_bytes_per_second"] = round(best[0])
+        values["network_plateau_tx_bytes_per_second"] = round(best[3])
+        values["network_plateau_spread_ratio"] = round(best[2], 4)
+        return True
 
     def _capacity(self, name: str, kind: str) -> float | None:
         configured = self.config.link_capacity_bytes_per_second.get(name)
@@ -257,7 +318,8 @@ class NodeEvidenceTracker:
 
     def _cpu(
         self, before: _Counters, now: _Counters, seconds: float, assigned_gpus: int, values: dict[str, float | str]
-    ) -> bool:
+    ) -> tuple[bool, bool]:
+        """Whether the CPU is short, and whether cores are busy or saturated (not pressure alone)."""
         config = self.config
         busy: float | None = None
         if (
@@ -281,14 +343,15 @@ class NodeEvidenceTracker:
             and pressure >= config.cpu_pressure_ratio
             and (busy is None or busy >= config.cpu_pressure_busy_ratio)
         )
-        if (busy is not None and busy >= config.cpu_busy_ratio) or pressed:
+        busy_cores = busy is not None and busy >= config.cpu_busy_ratio
+        if busy_cores or pressed:
             values["cpu_pattern"] = "node-saturated"
-            return True
+            return True, busy_cores or bool(saturated)
         if saturated:
             single = saturated <= max(1, assigned_gpus) and (busy is None or busy < config.single_thread_cpu_ratio)
             values["cpu_pattern"] = "single-threaded-loader" if single else "loader-cores-saturated"
-            return True
-        return False
+            return True, True
+        return False, False
 
 
 def _busy(c: pb.CpuTimes) -> float:

@@ -167,6 +167,10 @@ def test_config_from_mapping_checks_keys_and_types() -> None:
     assert config.moderate_ratio == 0.1 and config.window_steps == 12 and config.enter_steps == 8
     assert config.link_capacity_bytes_per_second == {"eth0": 25e9 / 8, "mlx5_0/1": 1e9}
     assert config.volumes["nvme1n1"] == VolumeLimits(iops=120000.0)
+    plateau = DetectorConfig.from_mapping(
+        {"network_plateau_steps": 4, "network_plateau_floor_bytes_per_second": 5e6}, source="x"
+    )
+    assert plateau.network_plateau_steps == 4 and isinstance(plateau.network_plateau_steps, int)
     bad = [
         ({"moderate_ratoi": 0.1}, "unknown key 'moderate_ratoi'"),
         ({"moderate_ratio": "high"}, "moderate_ratio: expected a number"),
@@ -175,6 +179,8 @@ def test_config_from_mapping_checks_keys_and_types() -> None:
         ({"link_capacity_bytes_per_second": {"eth0": "fast"}}, "link_capacity_bytes_per_second.eth0: not a link rate"),
         ({"volumes": {"sda": {"iops": 1, "latency": 2}}}, "volumes.sda: unknown key 'latency'"),
         ({"window_seconds": 5}, "window_seconds must be at least evaluate_seconds"),
+        ({"network_plateau_steps": 2.5}, "network_plateau_steps: expected a whole number of steps >= 2"),
+        ({"network_plateau_steps": 1}, "network_plateau_steps: expected a whole number of steps >= 2"),
     ]
     for mapping, message in bad:
         with pytest.raises(DetectorConfigError, match=r"^collector\.toml \[detector\]: ") as err:

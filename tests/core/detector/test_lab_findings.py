@@ -130,3 +130,65 @@ def test_a_nic_receiving_faster_than_its_link_is_a_bad_reading_not_the_network()
     assert speed, "the simulated node reports its NIC's speed"
     assert (v.state, v.cause) == ("starved", "unknown")
     assert v.evidence["network_bad_reading"] in speed
+
+
+def _eth0_receiving(rx_bytes_per_second: float, *, veth: bool = True, burst_every: int = 0) -> Edit:
+    """eth0 (a veth with the kernel's nominal 10 Gb/s when ``veth``) receiving at a flat rate, 1%
+    of it sent back; with ``burst_every`` the same bytes arrive in bursts every that many seconds."""
+
+    def edit(report: pb.NodeReport, tick: int) -> None:
+        for info in report.info.nics:
+            if info.name == "eth0" and veth:
+                info.virtual, info.kind, info.speed_bytes_per_second = True, "veth", 1.25e9
+        arrived = tick if not burst_every else tick - tick % burst_every
+        for nic in report.nics:
+            if nic.name == "eth0":
+                nic.rx_bytes_total = round(arrived * rx_bytes_per_second)
+                nic.tx_bytes_total = round(tick * rx_bytes_per_second / 100)
+
+    return edit
+
+
+def _both(*edits: Edit) -> Edit:
+    def edit(report: pb.NodeReport, tick: int) -> None:
+        for e in edits:
+            e(report, tick)
+
+    return edit
+
+
+def test_a_flat_receive_plateau_on_a_virtual_link_is_the_network() -> None:
+    # The lab's network-unrated run: a veth saying 10 Gb/s shaped to 80 Mb/s, the loader waiting
+    # on it; 0.8% of the nominal speed, flat step after step.
+    v = verdict("software-bound", _eth0_receiving(10e6))
+    assert (v.state, v.cause) == ("starved", "network")
+    assert v.evidence["network_pattern"] == "plateau"
+    assert v.evidence["network_plateau_link"] == "eth0"
+    assert abs(float(v.evidence["network_plateau_rx_bytes_per_second"]) - 10e6) < 0.05 * 10e6
+
+
+def test_a_plateau_outweighs_cpu_pressure_on_half_idle_cores() -> None:
+    # As recorded: other work kept the CPUs 81% busy with PSI cpu 0.20 while the link was the cap.
+    v = verdict("software-bound", _both(_eth0_receiving(10e6), _cpu_pressure(0.2, 0.81)))
+    assert (v.state, v.cause) == ("starved", "network")
+
+
+def test_steady_traffic_with_saturated_cpus_stays_the_cpu() -> None:
+    # A CPU-bound loader downloads at the pace it decodes: flat too, but the cores explain the wait.
+    v = verdict("software-bound", _both(_eth0_receiving(10e6), _cpu_pressure(0.4, 0.95)))
+    assert (v.state, v.cause) == ("starved", "cpu")
+    assert v.evidence["cpu_pattern"] == "node-saturated"
+
+
+def test_idle_noise_and_bursty_traffic_never_make_a_plateau() -> None:
+    quiet = verdict("software-bound", _eth0_receiving(20e3))  # below the floor: a NIC's chatter
+    assert (quiet.state, quiet.cause) == ("starved", "unknown")
+    bursty = verdict("software-bound", _eth0_receiving(10e6, burst_every=7))  # not flat
+    assert (bursty.state, bursty.cause) == ("starved", "unknown")
+
+
+def test_a_plateau_far_below_a_physical_ports_rate_is_not_taken_for_the_network() -> None:
+    # On a physical port a steady rate far below its negotiated speed is as likely a software-bound
+    # loader's own pace as a store's cap (the simulator's software-bound reads RDMA that way).
+    v = verdict("software-bound", _eth0_receiving(10e6, veth=False))
+    assert (v.state, v.cause) == ("starved", "unknown")
