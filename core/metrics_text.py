@@ -10,7 +10,8 @@ format (a test parses it with prometheus_client's parser and ``promtool check me
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 
 
 class TextFamily:
@@ -75,3 +76,40 @@ def sample_line(name: str, labels: str, value: float) -> str:
     if labels:
         return f"{name}{{{labels}}} {number(value)}\n"
     return f"{name} {number(value)}\n"
+
+
+Labels = tuple[tuple[str, str], ...]
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = re.compile(r"\\(.)")
+# A reader keeps this many label sets; a node's pages repeat a few hundred.
+_MAX_LABEL_SETS = 10_000
+
+
+class SampleReader:
+    """Reads back the sample lines this module writes (``sample_line``, ``TextFamily.add``):
+    ``(name, labels, value)``. Remote write sends what a scrape of the same page would see; a page
+    repeats one label set per GPU across its families, so each set is parsed once and kept."""
+
+    def __init__(self) -> None:
+        self._label_sets: dict[str, Labels] = {}
+
+    def samples(self, families: Iterable[TextFamily]) -> Iterator[tuple[str, Labels, float]]:
+        for family in families:
+            for line in family.lines:
+                head, _, value = line.rstrip("\n").rpartition(" ")
+                name, _, text = head.partition("{")
+                yield name, self._labels(text[:-1]), float(value)
+
+    def _labels(self, text: str) -> Labels:
+        found = self._label_sets.get(text)
+        if found is None:
+            if len(self._label_sets) >= _MAX_LABEL_SETS:
+                self._label_sets.clear()
+            found = tuple((m[1], _UNESCAPE.sub(_unescaped, m[2])) for m in _LABEL.finditer(text))
+            self._label_sets[text] = found
+        return found
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    char = match[1]
+    return "\n" if char == "n" else char

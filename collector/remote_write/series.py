@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_text import TextFamily, render
+from nodeagent.core.metrics_text import SampleReader, TextFamily
 from nodeagent.prompb import remote_pb2 as prompb
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -26,6 +24,7 @@ class NodeSeries:
         self.info: pb.NodeInfo | None = None
         self.gpu_labels: dict[int, dict[str, str]] = {}
         self.last_xid: dict[int, int] = {}
+        self.reader = SampleReader()
 
     def series(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> list[prompb.TimeSeries]:
         """Every series of this report, stamped with the report's time."""
@@ -43,12 +42,10 @@ class NodeSeries:
         millis = int(report.time_unix_seconds * 1000)
         out: list[prompb.TimeSeries] = []
         node = ("node", self.node_id)
-        # The families are written as the agent's /metrics text; prometheus_client's parser reads
-        # them back into samples, so the series carry exactly the names and labels a scrape sees.
-        for family in text_string_to_metric_families(render(self._families(report))):
-            for sample in family.samples:
-                labels = sorted({**sample.labels, "node": self.node_id, "__name__": sample.name}.items())
-                out.append(_series(labels, sample.value, millis))
+        # The families are the agent's /metrics text; read back, the series carry exactly the names
+        # and labels a scrape of that page sees.
+        for name, labels, value in self.reader.samples(self._families(report)):
+            out.append(_series(sorted((*labels, node, ("__name__", name))), value, millis))
         if verdict is not None:
             out.extend(_verdict_series(verdict, node, millis))
         return out
@@ -73,7 +70,6 @@ def _verdict_series(v: NodeVerdict, node: tuple[str, str], millis: int) -> Itera
     yield _series(sorted((("__name__", "nodeagent_node_state"), node, *state)), 1.0, millis)
     if v.starvation_ratio is not None:
         yield _series((("__name__", "nodeagent_node_starvation_ratio"), node), v.starvation_ratio, millis)
-    yield _series((("__name__", "nodeagent_node_data_starved_seconds_total"), node), v.gpu_seconds_lost, millis)
     for g in v.gpus:
         gpu = ("gpu", str(g.index))
         gstate = (("cause", g.cause or ""), ("state", g.state), ("tier", g.tier or ""), ("uuid", g.uuid))
