@@ -52,10 +52,21 @@ def main() -> None:
     )
     parser.add_argument(
         "--remote-write", choices=("on", "off"), default="off",
-        help="Remote write of every report to a local receiver that takes and discards them.",
+        help="Remote write to a local receiver that takes and discards what it is sent.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--remote-write-resolution-seconds", type=float, default=0.0,
+        help="serve's --remote-write-resolution-seconds: 0 sends every report (the dearest case).",
     )  # fmt: skip
     args = parser.parse_args()
-    print(f"history {args.history}, remote write {args.remote_write}")
+    print(
+        f"history {args.history}, remote write {args.remote_write}"
+        + (
+            f" (one sample per series every {args.remote_write_resolution_seconds:g} s)"
+            if args.remote_write == "on"
+            else ""
+        )
+    )
     receiver = _Sink() if args.remote_write == "on" else None
     wire, exposition = _sizes()
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
@@ -67,7 +78,8 @@ def main() -> None:
         for load in (int(x) for x in args.loads.split(",")):
             extra = [] if args.history == "on" else ["--no-history"]
             if receiver is not None:
-                extra += ["--remote-write-url", receiver.url, "--remote-write-resolution-seconds", "0"]
+                extra += ["--remote-write-url", receiver.url,
+                          "--remote-write-resolution-seconds", f"{args.remote_write_resolution_seconds:g}"]  # fmt: skip
             row = _step(_collector(Path(tmp) / f"c{load}.db") + extra, load, args.seconds, args.processes)
             floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")], load, args.seconds,
                           args.processes)  # fmt: skip
@@ -122,7 +134,9 @@ def _print_history_size(db: Path, nodes: int, seconds: float) -> None:
 
 def _collector(db: Path) -> list[str]:
     return [sys.executable, "-m", "nodeagent.collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
-            "--http-listen", "127.0.0.1:0", "--db", str(db)]  # fmt: skip
+            "--http-listen", "127.0.0.1:0", "--db", str(db),
+            # Every simulated node streams from 127.0.0.1: the per-source bound is for real fleets.
+            "--max-streams-per-source", "100000"]  # fmt: skip
 
 
 def _step(server_command: list[str], load: int, seconds: float, processes: int) -> dict[str, float]:
