@@ -6,14 +6,12 @@ decides what they see) and checks the line they read and the status a script get
 
 from __future__ import annotations
 
-import asyncio
 import ctypes.util
 import datetime as dt
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from nodeagent.collector.fleet_view import render_fleet
 from nodeagent.collector.replay_cli import render as render_replay
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, free_port, processes
+from tests.fakes.ingest_server import serve_ingest
 from tests.fakes.trees import REPO
 
 _ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -171,7 +170,7 @@ def test_the_sender_logs_a_periodic_delivery_summary() -> None:
             report = pb.AgentMessage.FromString(message).report
             await context.write(pb.Ack(epoch=report.epoch, acked_seq=report.seq))
 
-    port = _serve(ack_all, 8)
+    port = serve_ingest(ack_all, 8)
     spool = Spool()
     for seq in range(1, 11):
         spool.append(seq, pb.NodeReport(node_id="n", epoch=spool.epoch, seq=seq).SerializeToString())
@@ -193,7 +192,7 @@ def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error() ->
         await context.read()
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
-    port = _serve(refuse, 8)
+    port = serve_ingest(refuse, 8)
     spool = Spool()
     for seq in range(1, 2001):
         spool.append(seq, pb.NodeReport(node_id="n", epoch=spool.epoch, seq=seq).SerializeToString())
@@ -208,29 +207,6 @@ def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error() ->
     for entry in ended:
         assert entry["error"] == "UNAUTHENTICATED: missing or wrong bearer token", entry
     assert len(ended) < 5, "a failure that repeats is rate-limited"
-
-
-def _serve(behaviour: object, seconds: float) -> int:
-    ready = threading.Event()
-    port: list[int] = []
-
-    async def main() -> None:
-        server = grpc.aio.server()
-        handler = grpc.stream_stream_rpc_method_handler(
-            behaviour, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
-        )
-        server.add_generic_rpc_handlers(
-            [grpc.method_handlers_generic_handler("nodeagent.v1.Ingest", {"Stream": handler})]
-        )
-        port.append(server.add_insecure_port("127.0.0.1:0"))
-        await server.start()
-        ready.set()
-        await asyncio.sleep(seconds)
-        await server.stop(0)
-
-    threading.Thread(target=asyncio.run, args=(main(),), daemon=True).start()
-    ready.wait(10)
-    return port[0]
 
 
 def _seconds(start: str, end: str) -> float:

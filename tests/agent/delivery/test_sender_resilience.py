@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from nodeagent.agent.delivery.sender import Sender, SenderConfig
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.core.transport.channel import ClientSecurity
 from nodeagent.v1 import nodeagent_pb2 as pb
+from tests.fakes.ingest_server import serve_ingest
 
 FAST = SenderConfig(backoff_initial_seconds=0.01, backoff_max_seconds=0.05)
 
@@ -25,30 +24,6 @@ def _spool(count: int) -> Spool:
     return spool
 
 
-def _serve(behaviour: object, seconds: float) -> int:
-    """Run an ingest server with ``behaviour`` in a thread for ``seconds``; returns its port."""
-    ready = threading.Event()
-    port: list[int] = []
-
-    async def main() -> None:
-        server = grpc.aio.server()
-        handler = grpc.stream_stream_rpc_method_handler(
-            behaviour, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
-        )
-        server.add_generic_rpc_handlers(
-            [grpc.method_handlers_generic_handler("nodeagent.v1.Ingest", {"Stream": handler})]
-        )
-        port.append(server.add_insecure_port("127.0.0.1:0"))
-        await server.start()
-        ready.set()
-        await asyncio.sleep(seconds)
-        await server.stop(0)
-
-    threading.Thread(target=asyncio.run, args=(main(),), daemon=True).start()
-    ready.wait(10)
-    return port[0]
-
-
 def test_streams_ended_mid_batch_do_not_kill_the_sender() -> None:
     sessions: list[int] = []
 
@@ -58,7 +33,7 @@ def test_streams_ended_mid_batch_do_not_kill_the_sender() -> None:
             await context.read()
         await context.abort(grpc.StatusCode.ABORTED, "replaced by a newer stream of the same node")
 
-    port = _serve(abort_after_three, 6)
+    port = serve_ingest(abort_after_three, 6)
     sender = Sender(_spool(5000), [f"127.0.0.1:{port}"], hello=lambda: pb.NodeInfo(node_id="n"), config=FAST)
     sender.start()
     time.sleep(3)
@@ -81,7 +56,7 @@ def test_a_token_file_briefly_empty_costs_a_session_not_the_sender(tmp_path: Pat
             await context.write(pb.Ack(node_id="n", epoch=spool.epoch, acked_seq=seq))
 
     spool = _spool(3)
-    port = _serve(ack_everything, 8)
+    port = serve_ingest(ack_everything, 8)
     token.write_text("")  # mid-rotation: truncated, not yet rewritten
     sender = Sender(
         spool, [f"127.0.0.1:{port}"], hello=lambda: pb.NodeInfo(node_id="n"),
