@@ -149,9 +149,12 @@ class HistoryBatch:
     minutes: list[MinuteRow] = field(default_factory=list)
     # node id -> (delete reports before, delete minutes before), unix seconds.
     prune: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # (reports before, minutes before) for every node, by the collector's clock: a node that stopped
+    # reporting is never pruned by its own newest report, and its history must still go.
+    sweep: tuple[float, float] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.reports or self.minutes or self.prune)
+        return bool(self.reports or self.minutes or self.prune or self.sweep)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import structlog
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.flush_stats import FlushStats
-from nodeagent.collector.ingest.history import HistoryBatch, HistoryConfig, NodeHistory
+from nodeagent.collector.ingest.history import PRUNE_EVERY_SECONDS, HistoryBatch, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.store import INTEGER_MAX, NodeRow, StoreWriter
 from nodeagent.collector.node_timeline import NodeTimeline
 from nodeagent.core.alert_signals import AlertSignal
@@ -144,6 +144,7 @@ class Ingest:
         self.history_config = history or HistoryConfig()
         # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
         self._history_pending: set[str] = set()
+        self._swept_at = 0.0  # the collector's clock at the last retention sweep over every node
         self._history_seed = writer.call_sync(writer.store.history_seed) if self.history_config.enabled else {}
         for row in writer.call_sync(writer.store.load):
             marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
@@ -295,6 +296,10 @@ class Ingest:
         now = self.clock()
         batch, marks = self._take_batch()
         history = self._take_history(batch, math.inf if final else time.monotonic())
+        if self.history_config.enabled and now - self._swept_at >= PRUNE_EVERY_SECONDS:
+            config = self.history_config
+            history.sweep = (now - config.reports_seconds, now - config.retention_seconds)
+            self._swept_at = now
         signals = self.alerting.take(now, self._last_seen)
         started = time.perf_counter()
         try:
@@ -303,6 +308,8 @@ class Ingest:
             self.flush_stats.failures_total += 1
             self._put_back(batch, marks, signals)
             self._put_back_history(history)
+            if history.sweep is not None:
+                self._swept_at = 0.0  # sweep again at the next flush
             raise
         self.flush_stats.observe(time.perf_counter() - started, len(batch), wrote=bool(batch or signals))
         for node_id, error in refused.items():

@@ -253,6 +253,10 @@ class Store:
         for node_id, (reports_before, minutes_before) in batch.prune.items():
             conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
             conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))
+        if batch.sweep is not None:
+            reports_before, minutes_before = batch.sweep
+            conn.execute("DELETE FROM history_reports WHERE time<?", (reports_before,))
+            conn.execute("DELETE FROM history_minutes WHERE minute<?", (minutes_before,))
 
     def history_seed(self) -> dict[str, tuple[list[MinuteRow], list[StoredReport]]]:
         """Per node: its newest stored minute (every GPU's row and the node's) and the stored

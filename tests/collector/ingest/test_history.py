@@ -23,7 +23,7 @@ from nodeagent.collector.ingest.store import StoreWriter
 from nodeagent.collector.replay import Replay
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.trace import format_report
-from nodeagent.tools.simulator.simulation import Simulation
+from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME, Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for
 
@@ -45,9 +45,13 @@ def _reports(count: int) -> list[pb.NodeReport]:
     return out
 
 
-def _ingest(path: Path, config: HistoryConfig | None = None) -> tuple[StoreWriter, Ingest]:
+def _ingest(
+    path: Path, config: HistoryConfig | None = None, clock: float = DEFAULT_START_TIME
+) -> tuple[StoreWriter, Ingest]:
+    """An ingest whose clock stands at ``clock`` (the simulated reports' own start by default):
+    its retention sweep judges rows against that clock, as a collector judges fresh reports."""
     writer = StoreWriter(path)
-    return writer, Ingest(writer, Alerting(AlertConfig(), []), history=config)
+    return writer, Ingest(writer, Alerting(AlertConfig(), []), history=config, clock=lambda: clock)
 
 
 def _stream(ingest: Ingest, reports: list[pb.NodeReport]) -> None:
@@ -134,6 +138,28 @@ def test_retention_prunes_exactly_what_is_older(tmp_path: Path) -> None:
     assert [r.seq for r in reports_after] == [r.seq for r in reports_before if r.time_unix_seconds >= report_cut]
     # The stored reports are the reports themselves.
     assert pb.NodeReport.FromString(reports_after[-1].raw).seq == reports_before[-1].seq
+
+
+def test_a_node_that_stopped_reporting_is_swept_by_the_collectors_clock(tmp_path: Path) -> None:
+    config = HistoryConfig(reports_seconds=300.0, retention_seconds=1800.0)
+    writer, ingest = _ingest(tmp_path / "c.db", config)
+    _stream(ingest, _reports(int(1200 / STEP_SECONDS)))  # 20 minutes, then the node falls silent
+    writer.close()
+    # Later, another node's flushes run on a clock past the silent node's newest report: its rows
+    # older than the retention (and its reports older than their window) go, though it sends nothing.
+    later = DEFAULT_START_TIME + 1200 + 900
+    writer, ingest = _ingest(tmp_path / "c.db", config, clock=later)
+    store = writer.store
+    minutes_before = writer.call_sync(store.history_minutes, NODE, None, 0.0, None)
+    asyncio.run(ingest.flush())
+    minutes_after = writer.call_sync(store.history_minutes, NODE, None, 0.0, None)
+    reports_after = writer.call_sync(store.history_reports, NODE, 0.0, None)
+    writer.close()
+    assert minutes_before and min(r.minute for r in minutes_before) < later - 1800
+    assert [(r.gpu, r.minute) for r in minutes_after] == [
+        (r.gpu, r.minute) for r in minutes_before if r.minute >= later - 1800
+    ]
+    assert minutes_after and reports_after == []  # every stored report is older than later - 300
 
 
 def test_history_survives_a_sigkill_and_is_served(tmp_path: Path) -> None:
