@@ -360,7 +360,10 @@ def test_sample_json_gives_unread_operstate_as_null() -> None:
 
 def _commands(group: click.Group, prefix: str) -> list[tuple[str, click.Command]]:
     out: list[tuple[str, click.Command]] = [(prefix, group)]
-    for name, command in group.commands.items():
+    context = click.Context(group, info_name=prefix)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None, f"{prefix} {name}"
         if isinstance(command, click.Group):
             out += _commands(command, f"{prefix} {name}")
         else:

@@ -22,6 +22,7 @@ was expected.
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -77,7 +78,28 @@ class Resolved:
 
 class WholeHelpGroup(click.Group):
     """A group whose command list shows each command's whole first sentence (wrapped), where
-    click would cut it to the terminal's width minus the names and end it with "..."."""
+    click would cut it to the terminal's width minus the names and end it with "...".
+
+    ``lazy_commands``: command name -> ``"module:attribute"`` of commands imported only when the
+    command line names them (or help lists them), click's documented lazy-loading pattern. The
+    daemon then carries only its own command's modules: ``diag``'s checks and ``top``'s rich are
+    megabytes resident that ``run`` never uses."""
+
+    def __init__(self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            module, _, attribute = self.lazy_commands[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy_commands[cmd_name]} is not a click command")
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         commands = [(name, cmd) for name in self.list_commands(ctx) if (cmd := self.get_command(ctx, name))]
@@ -254,10 +276,11 @@ def _check_file(
     def commands(group: click.Group, names: tuple[str, ...], table: object, where: str) -> None:
         if not isinstance(table, Mapping):
             raise SettingsError(f"{source}: {where}: expected a table of [{where}.NAME] tables, got {shown(table)}")
-        known = dict(subcommands(group, _context(ctx, names, group)))
+        group_ctx = _context(ctx, names, group)
+        known = group.list_commands(group_ctx)
         for name, body in table.items():
             here = f"{where}.{name}"
-            cmd = known.get(name)
+            cmd = group.get_command(group_ctx, name) if name in known else None
             if cmd is None:
                 raise SettingsError(f"{source}: {here}: unknown command{_suggest(name, known)}")
             if not names and name == layout.service:
@@ -265,10 +288,13 @@ def _check_file(
             if not isinstance(body, Mapping):
                 raise SettingsError(f"{source}: {here}: expected a table, got {shown(body)}")
             for key, value in body.items():
-                if isinstance(cmd, click.Group) and isinstance(value, Mapping) and key in cmd.commands:
+                sub_names = (
+                    cmd.list_commands(_context(ctx, (*names, name), cmd)) if isinstance(cmd, click.Group) else []
+                )
+                if isinstance(cmd, click.Group) and isinstance(value, Mapping) and key in sub_names:
                     commands(cmd, (*names, name), {key: value}, here)
                 elif not take((*names, name), cmd, key, value, f"{here}.{key}"):
-                    known_keys = [*settable(cmd), *(cmd.commands if isinstance(cmd, click.Group) else ())]
+                    known_keys = [*settable(cmd), *sub_names]
                     raise SettingsError(f"{source}: {here}.{key}: unknown key{_suggest(key, known_keys)}")
 
     section_values: dict[str, Any] = {}
