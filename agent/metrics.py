@@ -23,19 +23,16 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from prometheus_client.core import Metric
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import CollectorRegistry
-
 from nodeagent import __version__
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.pod_resources import PodResources
+from nodeagent.agent.process_metrics import ProcessFamilies
 from nodeagent.core import rates
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
 from nodeagent.core.metrics_http import GZIP_LEVEL
-from nodeagent.core.metrics_text import TextFamily, escape, format_value, label, label_text, render, sample_line
+from nodeagent.core.metrics_text import TextFamily, label, label_text, render, sample_line
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FAMILY_GROUPS: Final = ("gpu", "nvlink", "node", "agent")
@@ -165,11 +162,9 @@ class AgentExposition:
         if unknown:
             raise ValueError(f"unknown metric family group {sorted(unknown)[0]!r} (known: {', '.join(FAMILY_GROUPS)})")
         self.metrics = metrics
-        # Every family is written as text straight from the report and the agent's state, but
-        # process_* (CPU, memory, descriptors), which prometheus_client's collector reads.
-        self.registry = CollectorRegistry(auto_describe=False)
-        if "agent" in self.groups:
-            ProcessCollector(registry=self.registry)
+        # Every family is written as text straight from the report and the agent's state;
+        # process_* (CPU, memory, descriptors) from the agent's /proc entries.
+        self.process = ProcessFamilies() if "agent" in self.groups else None
 
         self._page: tuple[int, bytes] = (-1, b"")
         self._gzipped: tuple[int, bytes] = (-1, b"")
@@ -213,10 +208,9 @@ class AgentExposition:
                 families.extend(node_families(report, telemetry.info))
         if "agent" in groups:
             families.extend(self.metrics.families())
-        text = render(families)
-        if "agent" in groups:
-            text += encode(self.registry.collect())
-        return text.encode()
+        if self.process is not None:
+            families.extend(self.process.families())
+        return render(families).encode()
 
     def health(self) -> tuple[bool, str]:
         """Healthy while sampling ticks keep completing."""
@@ -320,28 +314,3 @@ def _highways(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo 
                         labels = f'{label("device", port.device)},port="{port.port}"'
                         family.lines.append(sample_line(family.name, labels, rate / speed))
     yield from (nic_rx, nic_tx, ib_rx, ib_tx)
-
-
-def encode(families: Iterable[Metric]) -> str:
-    """Text format 0.0.4 of prometheus_client families, the library's way (HELP, TYPE, samples
-    with sorted labels) without its encoder's validation of every label of every sample. The
-    output is checked with prometheus_client's parser and promtool."""
-    out: list[str] = []
-    written: dict[int, tuple[dict[str, str], str]] = {}  # id(labels) -> (labels, text): keeps ids unique
-    for family in families:
-        name, kind = family.name, family.type
-        if kind == "counter":
-            name += "_total"
-        doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-        for sample in family.samples:
-            labels = sample.labels
-            if not labels:
-                out.append(f"{sample.name} {format_value(sample.value)}\n")
-                continue
-            entry = written.get(id(labels))
-            if entry is None:
-                text = ",".join(f'{k}="{escape(v)}"' for k, v in sorted(labels.items()))
-                entry = written[id(labels)] = (labels, text)
-            out.append(f"{sample.name}{{{entry[1]}}} {format_value(sample.value)}\n")
-    return "".join(out)
