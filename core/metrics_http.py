@@ -2,25 +2,36 @@
 
 The agent and the collector both serve their metrics this way. The server runs beside the work
 it reports on (the sampling loop, the collector's event loop): a scrape renders what is in memory
-at that moment and never makes the work wait on a slow or stuck scraper. Each request gets a
-thread (requests time out after ``REQUEST_TIMEOUT_SECONDS``); the text is gzipped when the
-client asks, as Prometheus does.
+at that moment and never makes the work wait on a slow or stuck scraper. Each connection gets a
+thread; the text is gzipped when the client asks, as Prometheus does.
+
+HTTP/1.1 comes from h11 (the protocol state machine behind httpcore and uvicorn) over
+socketserver's threads, not from http.server: that one parses every request's headers with the
+email package, imports http.client and with it ssl (4.5 MB resident in the agent, which needs
+OpenSSL only for HTTPS, and then loads it), and closes the connection after each reply. Here a
+scraper keeps its connection between scrapes (keep-alive), and a connection idle or stalled for
+``REQUEST_TIMEOUT_SECONDS`` is closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
 import socketserver
-import ssl
+import sys
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import h11
 import structlog
 
 from nodeagent.core.transport.channel import parse_target
+
+if TYPE_CHECKING:
+    import ssl
 
 log = structlog.get_logger("nodeagent.http")
 
@@ -29,18 +40,35 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT_SECONDS = 30.0
 # Fast compression: at 10,000 nodes the text is tens of megabytes, and the CPU is the ingest's.
 GZIP_LEVEL = 1
+# A request's line and headers together; scrapers send a few hundred bytes.
+MAX_REQUEST_HEAD_BYTES = 16 * 1024
+_RECEIVE_BYTES = 65536
 
 Health = Callable[[], tuple[bool, str]]
 # Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
 # serve it, or (401 or 403, why). /healthz and the plain index stay open; `pages` (the collector's
 # fleet page) are guarded like /metrics.
 Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
-PEER_CERT_KEY = "nodeagent.peer_cert"
-_STATUS_LINES = {401: "401 Unauthorized", 403: "403 Forbidden"}
-StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 # More pages behind the same guard: (path, query string) -> (status line, content type, body), or
 # None where the path is none of them (the collector's fleet view).
 Pages = Callable[[str, str], tuple[str, str, bytes] | None]
+_TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
+    peer_cert: dict[str, Any] | None  # the client certificate that chained to the client CA
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = (("Content-Type", _TEXT),)
 
 
 class MetricsHttpServer:
@@ -68,7 +96,7 @@ class MetricsHttpServer:
         self.guard = guard
         self.pages = pages
         self.port = 0
-        self._server: WSGIServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -79,9 +107,8 @@ class MetricsHttpServer:
     def start(self) -> int:
         """Bind and serve; ``OSError`` when the address cannot be bound. Returns the port."""
         server_class = _Server6 if ":" in self.host else _Server
-        server = server_class((self.host, self._port), _QuietHandler)
-        server.set_app(self._app)
-        server.ssl_context = self.ssl_context
+        server = server_class((self.host, self._port), _Connection)
+        server.owner = self
         self.port = int(server.server_address[1])
         self._server = server
         self._thread = threading.Thread(
@@ -94,67 +121,62 @@ class MetricsHttpServer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_connections()
             self._server = None
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
 
-    # ---- requests (one thread each) ----
+    # ---- requests (one thread per connection) ----
 
-    def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        method = environ.get("REQUEST_METHOD", "GET")
-        if method not in ("GET", "HEAD"):
-            return _reply(start_response, "405 Method Not Allowed", b"use GET\n", [("Allow", "GET, HEAD")])
-        body = self._route(environ, start_response)
-        return [b""] if method == "HEAD" else body  # the headers (Content-Length too) without the body
-
-    def _route(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        path = environ.get("PATH_INFO", "/")
+    def respond(self, request: Request) -> Reply:
+        if request.method not in ("GET", "HEAD"):
+            return Reply(405, b"use GET\n", (("Content-Type", _TEXT), ("Allow", "GET, HEAD")))
+        path = request.path
         if path == "/metrics":
-            refused = self._refused(environ)
+            refused = self._refused(request)
             if refused is not None:
                 code, detail = refused
-                headers = [("Content-Type", "text/plain; charset=utf-8")]
+                headers: tuple[tuple[str, str], ...] = (("Content-Type", _TEXT),)
                 if code == 401:
-                    headers.append(("WWW-Authenticate", 'Bearer realm="nodeagent"'))
-                return _reply(start_response, _STATUS_LINES[code], f"{detail}\n".encode(), headers)
-            return self._metrics(environ, start_response)
+                    headers += (("WWW-Authenticate", 'Bearer realm="nodeagent"'),)
+                return Reply(code, f"{detail}\n".encode(), headers)
+            return self._metrics(request)
         if path == "/healthz" and self.health is not None:
             try:
                 ok, detail = self.health()
             except Exception as err:  # a failing check is an unhealthy process, not a 500
                 ok, detail = False, f"health check failed: {type(err).__name__}: {err}"
-            status = "200 OK" if ok else "503 Service Unavailable"
-            return _reply(start_response, status, f"{detail}\n".encode())
+            return Reply(200 if ok else 503, f"{detail}\n".encode())
         if self.pages is not None:
-            refused = self._refused(environ)
+            refused = self._refused(request)
             if refused is not None:
-                return _reply(start_response, _STATUS_LINES[refused[0]], f"{refused[1]}\n".encode())
+                return Reply(refused[0], f"{refused[1]}\n".encode())
             try:
-                found = self.pages(path, environ.get("QUERY_STRING", ""))
+                found = self.pages(path, request.query)
             except Exception as err:
                 log.error("page failed", path=path, error=f"{type(err).__name__}: {err}")
-                return _reply(start_response, "500 Internal Server Error", b"page failed; see the log\n")
+                return Reply(500, b"page failed; see the log\n")
             if found is not None:
                 status, content_type, body = found
-                return _reply(start_response, status, body, [("Content-Type", content_type)])
+                return Reply(int(status.split(" ", 1)[0]), body, (("Content-Type", content_type),))
         if path == "/":
             links = "/metrics\n/healthz\n" if self.health is not None else "/metrics\n"
-            return _reply(start_response, "200 OK", f"{self.name}\n{links}".encode())
-        return _reply(start_response, "404 Not Found", b"not found\n")
+            return Reply(200, f"{self.name}\n{links}".encode())
+        return Reply(404, b"not found\n")
 
-    def _refused(self, environ: dict[str, Any]) -> tuple[int, str] | None:
+    def _refused(self, request: Request) -> tuple[int, str] | None:
         if self.guard is None:
             return None
         token: str | None = None
-        authorization = environ.get("HTTP_AUTHORIZATION")
+        authorization = request.headers.get("authorization")
         if authorization is not None:
-            scheme, _, given = str(authorization).partition(" ")
+            scheme, _, given = authorization.partition(" ")
             token = given.strip() if scheme.lower() == "bearer" else ""
-        return self.guard(token, environ.get(PEER_CERT_KEY))
+        return self.guard(token, request.peer_cert)
 
-    def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        wants_gzip = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
+    def _metrics(self, request: Request) -> Reply:
+        wants_gzip = "gzip" in request.headers.get("accept-encoding", "")
         try:
             if wants_gzip and self.metrics_gzip is not None:
                 body = self.metrics_gzip()
@@ -164,62 +186,134 @@ class MetricsHttpServer:
                     body = gzip.compress(body, compresslevel=GZIP_LEVEL)
         except Exception as err:
             log.error("metrics failed", error=f"{type(err).__name__}: {err}")
-            return _reply(start_response, "500 Internal Server Error", b"metrics failed; see the log\n")
-        headers = [("Content-Type", TEXT_CONTENT_TYPE)]
+            return Reply(500, b"metrics failed; see the log\n")
         if wants_gzip:
-            headers.append(("Content-Encoding", "gzip"))
-        return _reply(start_response, "200 OK", body, headers)
+            return Reply(200, body, (("Content-Type", TEXT_CONTENT_TYPE), ("Content-Encoding", "gzip")))
+        return Reply(200, body, (("Content-Type", TEXT_CONTENT_TYPE),))
 
 
-def _reply(
-    start_response: StartResponse, status: str, body: bytes, headers: list[tuple[str, str]] | None = None
-) -> list[bytes]:
-    headers = headers or [("Content-Type", "text/plain; charset=utf-8")]
-    start_response(status, [*headers, ("Content-Length", str(len(body)))])
-    return [body]
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    # Request threads are fire and forget: a stuck scraper cannot hold up a shutdown.
+class _Server(socketserver.ThreadingTCPServer):
+    # Connection threads are fire and forget: a stuck scraper cannot hold up a shutdown.
     daemon_threads = True
+    block_on_close = False
     allow_reuse_address = True
-    ssl_context: ssl.SSLContext | None = None
+    owner: MetricsHttpServer
 
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the host's FQDN, which can wait on DNS; nothing here needs it.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-        self.setup_environ()
+    def __init__(self, address: tuple[str, int], handler: type[socketserver.BaseRequestHandler]) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(address, handler)
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # TLS is set up here, in the request's own thread: a client that stalls in the
-        # handshake holds up only itself, not the accept loop.
-        if self.ssl_context is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(REQUEST_TIMEOUT_SECONDS)
-        with self.ssl_context.wrap_socket(request, server_side=True) as tls:
-            super().finish_request(tls, client_address)
+    def track(self, sock: socket.socket, is_open: bool) -> None:
+        with self._open_lock:
+            if is_open:
+                self._open.add(sock)
+            else:
+                self._open.discard(sock)
+
+    def close_connections(self) -> None:
+        """Ends the kept-alive connections too: a stopped server answers nobody."""
+        with self._open_lock:
+            open_now = list(self._open)
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that goes away or fails the TLS handshake is the client's business.
-        log.debug("http request failed", client=str(client_address))
+        log.debug("http request failed", client=str(client_address), error=str(sys.exc_info()[1]))
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = REQUEST_TIMEOUT_SECONDS
+class _Connection(socketserver.BaseRequestHandler):
+    """One client connection: requests in turn until the client closes it, asks to, times out or
+    breaks the protocol."""
 
-    def get_environ(self) -> dict[str, Any]:
-        environ = super().get_environ()
-        if isinstance(self.connection, ssl.SSLSocket):
-            # The client certificate, when it sent one that chains to the client CA.
-            environ[PEER_CERT_KEY] = self.connection.getpeercert() or None
-        return environ
+    server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes are routine: no line per request."""
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(REQUEST_TIMEOUT_SECONDS)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        owner = self.server.owner
+        peer_cert = None
+        if owner.ssl_context is not None:
+            # TLS is set up here, in the connection's own thread: a client that stalls in the
+            # handshake holds up only itself, not the accept loop.
+            tls = owner.ssl_context.wrap_socket(sock, server_side=True)
+            peer_cert = tls.getpeercert() or None
+            sock = tls
+        self.server.track(sock, True)
+        try:
+            self._serve(sock, owner, peer_cert)
+        finally:
+            self.server.track(sock, False)
+            if sock is not self.request:
+                sock.close()
+
+    def _serve(self, sock: socket.socket, owner: MetricsHttpServer, peer_cert: dict[str, Any] | None) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
+        while True:
+            try:
+                request = _next_request(conn, sock, peer_cert)
+            except h11.RemoteProtocolError as err:
+                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # h11 lets a server answer a broken request
+                    _send(conn, sock, Reply(err.error_status_hint, b"bad request\n"), head_only=False)
+                return
+            except (OSError, TimeoutError):
+                return  # closed, reset or idle past the timeout
+            if request is None:
+                return
+            try:
+                reply = owner.respond(request)
+            except Exception as err:  # one bad request must not end the server's thread silently
+                log.error("http request failed", path=request.path, error=f"{type(err).__name__}: {err}")
+                reply = Reply(500, b"request failed; see the log\n")
+            try:
+                _send(conn, sock, reply, head_only=request.method == "HEAD")
+            except OSError:
+                return
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return  # the client asked to close, or sent a body we did not read
+            conn.start_next_cycle()
+
+
+def _next_request(conn: h11.Connection, sock: socket.socket, peer_cert: dict[str, Any] | None) -> Request | None:
+    """The next request, its body (if any) read and dropped; None when the client closed."""
+    request: Request | None = None
+    body_bytes = 0
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(_RECEIVE_BYTES))
+        elif isinstance(event, h11.Request):
+            path, _, query = event.target.decode("ascii", "replace").partition("?")
+            headers = {name.decode("ascii"): value.decode("latin-1") for name, value in event.headers}
+            request = Request(event.method.decode("ascii", "replace"), path, query, headers, peer_cert)
+        elif isinstance(event, h11.Data):
+            body_bytes += len(event.data)
+            if body_bytes > MAX_REQUEST_HEAD_BYTES:  # nothing here reads a body: a big one is refused
+                raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        else:  # ConnectionClosed
+            return None
+
+
+def _send(conn: h11.Connection, sock: socket.socket, reply: Reply, *, head_only: bool) -> None:
+    headers = [*reply.headers, ("Content-Length", str(len(reply.body)))]
+    head = conn.send(h11.Response(status_code=reply.status, headers=headers)) or b""
+    body = b""
+    if not head_only:  # a HEAD reply has the headers (Content-Length too) without the body
+        body = conn.send(h11.Data(data=reply.body)) or b""
+    end = conn.send(h11.EndOfMessage()) or b""
+    if len(body) < _RECEIVE_BYTES:
+        sock.sendall(head + body + end)
+    else:  # a big page (the collector's at fleet scale) is not copied to prepend the head
+        sock.sendall(head)
+        sock.sendall(body)
+        if end:
+            sock.sendall(end)
