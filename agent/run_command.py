@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import platform
 import signal
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 import structlog
@@ -38,6 +38,9 @@ from nodeagent.core.transport.security import check_token_transport, is_loopback
 from nodeagent.core.wire.identity import check_node_id
 from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
+
+if TYPE_CHECKING:
+    import ssl  # imported where HTTPS is configured: OpenSSL is megabytes resident
 
 log = structlog.get_logger("nodeagent.run")
 
@@ -98,6 +101,8 @@ def _metrics_tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
         return None
     if cert is None or key is None:
         raise ValueError("--metrics-tls-cert and --metrics-tls-key go together")
+    import ssl  # noqa: PLC0415  (OpenSSL only where HTTPS is configured)
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:

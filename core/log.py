@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import sys
 
-import structlog
+from nodeagent.core.lean_imports import hidden
+
+with hidden("rich"):  # see core/lean_imports.py
+    import structlog
 
 
 def configure_logging(level: str = "warning") -> None:

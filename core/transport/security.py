@@ -22,16 +22,18 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
-import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
 
 from nodeagent.core.transport.channel import ClientSecurity, parse_target, read_token
+
+if TYPE_CHECKING:
+    import ssl  # imported where HTTPS is configured: OpenSSL is megabytes resident
 
 log = structlog.get_logger("nodeagent.security")
 
@@ -122,6 +124,8 @@ class ServerSecurity:
         """
         if self.cert_file is None or self.key_file is None:
             return None
+        import ssl  # noqa: PLC0415  (OpenSSL only where HTTPS is configured)
+
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)

@@ -1,0 +1,74 @@
+"""What the daemon imports: its resident memory has a budget (45 MB with the GPU reader and
+/metrics on), and every module that `nodeagent run` loads but never uses stays resident."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Loaded by the command line and the run command's modules, as `nodeagent run` loads them.
+_PROBE = """
+import json, sys
+import click
+from nodeagent.agent.cli import cli
+assert cli.get_command(click.Context(cli), "run") is not None
+import nodeagent.agent.run_command
+maps = open("/proc/self/maps").read()
+print(json.dumps({"modules": sorted(sys.modules), "libcrypto": "libcrypto" in maps, "libssl": "libssl" in maps}))
+"""
+
+# Heavy and unused by the daemon: a test line per reason.
+_NOT_LOADED = {
+    "rich": "structlog's rich tracebacks (top alone uses rich)",
+    "pygments": "structlog's rich tracebacks",
+    "ssl": "asyncio's own TLS; gRPC has its own and /metrics imports ssl for HTTPS only",
+    "_ssl": "OpenSSL through Python's ssl",
+    "_hashlib": "OpenSSL's digests (blake2b is built in)",
+    "prometheus_client": "the process_* families are read from /proc",
+    "http.server": "h11 serves /metrics",
+    "email": "http.server's header parsing",
+    "nodeagent.agent.diag": "diag's checks (lazy commands)",
+    "nodeagent.agent.top_command": "top's live view",
+    "nodeagent.tools": "the simulator (only with --simulate)",
+}
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True)
+    return dict(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize("module", sorted(_NOT_LOADED))
+def test_run_does_not_load(loaded: dict[str, object], module: str) -> None:
+    modules = loaded["modules"]
+    assert isinstance(modules, list)
+    found = [name for name in modules if name == module or name.startswith(module + ".")]
+    assert not found, f"{found[0]} is loaded by `nodeagent run`: {_NOT_LOADED[module]}"
+
+
+def test_run_does_not_map_openssl(loaded: dict[str, object]) -> None:
+    assert not loaded["libcrypto"] and not loaded["libssl"]
+
+
+def test_what_run_leaves_out_still_works_in_the_same_process() -> None:
+    """Hidden only while the daemon's libraries are imported: rich, ssl and OpenSSL's hashlib
+    still import afterwards, for top, for HTTPS and for anyone who asks."""
+    probe = """
+import click, hashlib, ssl
+from nodeagent.agent.cli import cli
+import rich.console, structlog.dev
+assert cli.get_command(click.Context(cli), "top") is not None
+assert cli.get_command(click.Context(cli), "diag") is not None
+ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+print(hashlib.blake2b(b"node\\0target", digest_size=8).hexdigest())
+"""
+    done = subprocess.run([sys.executable, "-c", probe], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    import hashlib
+
+    # The collector order (rendezvous) hashes the same with or without OpenSSL's digests.
+    assert done.stdout.strip() == hashlib.blake2b(b"node\0target", digest_size=8).hexdigest()
