@@ -9,8 +9,9 @@ HTTP/1.1 comes from h11 (the protocol state machine behind httpcore and uvicorn)
 socketserver's threads, not from http.server: that one parses every request's headers with the
 email package, imports http.client and with it ssl (4.5 MB resident in the agent, which needs
 OpenSSL only for HTTPS, and then loads it), and closes the connection after each reply. Here a
-scraper keeps its connection between scrapes (keep-alive), and a connection idle or stalled for
-``REQUEST_TIMEOUT_SECONDS`` is closed.
+scraper keeps its connection between scrapes (keep-alive): a connection is closed when a request
+stalls for ``REQUEST_TIMEOUT_SECONDS`` or none comes for ``IDLE_TIMEOUT_SECONDS``, and at most
+``MAX_CONNECTIONS`` are served at once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ log = structlog.get_logger("nodeagent.http")
 # Prometheus text exposition format 0.0.4: what every Prometheus and compatible scraper reads.
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT_SECONDS = 30.0
+# A kept-alive connection waits this long for its next request: longer than any scrape interval
+# (Prometheus keeps idle connections for 5 minutes), so each scrape reuses its connection.
+IDLE_TIMEOUT_SECONDS = 300.0
+# Connections served at once (a thread each); beyond it a client gets 503 and a closed socket.
+MAX_CONNECTIONS = 64
 # Fast compression: at 10,000 nodes the text is tens of megabytes, and the CPU is the ingest's.
 GZIP_LEVEL = 1
 # A request's line and headers together; scrapers send a few hundred bytes.
@@ -204,12 +210,16 @@ class _Server(socketserver.ThreadingTCPServer):
         self._open_lock = threading.Lock()
         super().__init__(address, handler)
 
-    def track(self, sock: socket.socket, is_open: bool) -> None:
+    def track(self, sock: socket.socket, is_open: bool) -> bool:
+        """Counts the connection in (False: there are too many) or out."""
         with self._open_lock:
-            if is_open:
-                self._open.add(sock)
-            else:
+            if not is_open:
                 self._open.discard(sock)
+            elif len(self._open) >= MAX_CONNECTIONS:
+                return False
+            else:
+                self._open.add(sock)
+            return True
 
     def close_connections(self) -> None:
         """Ends the kept-alive connections too: a stopped server answers nobody."""
@@ -246,7 +256,13 @@ class _Connection(socketserver.BaseRequestHandler):
             tls = owner.ssl_context.wrap_socket(sock, server_side=True)
             peer_cert = tls.getpeercert() or None
             sock = tls
-        self.server.track(sock, True)
+        if not self.server.track(sock, True):
+            with contextlib.suppress(OSError):
+                reply = Reply(503, b"too many connections\n", (("Content-Type", _TEXT), ("Connection", "close")))
+                _send(h11.Connection(h11.SERVER), sock, reply, head_only=False)
+            if sock is not self.request:
+                sock.close()
+            return
         try:
             self._serve(sock, owner, peer_cert)
         finally:
@@ -285,10 +301,17 @@ def _next_request(conn: h11.Connection, sock: socket.socket, peer_cert: dict[str
     """The next request, its body (if any) read and dropped; None when the client closed."""
     request: Request | None = None
     body_bytes = 0
+    waiting = conn.their_state is h11.IDLE  # between requests: the idle timeout, then the request's
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            conn.receive_data(sock.recv(_RECEIVE_BYTES))
+            if waiting:
+                sock.settimeout(IDLE_TIMEOUT_SECONDS)
+            data = sock.recv(_RECEIVE_BYTES)
+            if waiting:
+                sock.settimeout(REQUEST_TIMEOUT_SECONDS)
+                waiting = False
+            conn.receive_data(data)
         elif isinstance(event, h11.Request):
             path, _, query = event.target.decode("ascii", "replace").partition("?")
             headers = {name.decode("ascii"): value.decode("latin-1") for name, value in event.headers}

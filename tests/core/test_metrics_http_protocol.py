@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -86,3 +87,28 @@ def test_stop_ends_the_connections_it_kept() -> None:
     with pytest.raises((http.client.HTTPException, OSError)):
         conn.getresponse()
     conn.close()
+
+
+def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.core import metrics_http
+
+    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE)
+    served.start()
+    kept = [_connection(served) for _ in range(2)]
+    try:
+        for conn in kept:  # two kept-alive scrapers fill the cap
+            conn.request("GET", "/metrics")
+            assert conn.getresponse().read() == PAGE
+        assert _raw(served, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 503 ")
+        kept[0].close()
+        deadline = time.monotonic() + 5
+        while (reply := _raw(served, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).startswith(
+            b"HTTP/1.1 503 "
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reply.startswith(b"HTTP/1.1 200 ")  # a closed connection frees its place
+    finally:
+        for conn in kept:
+            conn.close()
+        served.stop()
