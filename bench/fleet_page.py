@@ -9,7 +9,13 @@ times over HTTP, best of ``--repeat``:
 - ``/`` (the page's HTML), ``/api/fleet`` (the rows the page draws, worst first), and
   ``/api/node/NAME`` (a node's detail, timeline and alerts).
 
-    python bench/fleet_page.py [--nodes 1000] [--repeat 5]
+With ``--history-minutes M`` it first times what a restart costs before the collector serves:
+a database holding N nodes' last M minutes of a UTC day (9 rows a minute each, as 8-GPU nodes
+write; at most 1440), read by the one query that starts each node's GPU-hours lost today
+(``Store.lost_on_last_day``), beside the start-up's existing read of each node's open minute
+(``Store.history_seed``) and the whole ``Ingest`` start-up.
+
+    python bench/fleet_page.py [--nodes 1000] [--repeat 5] [--history-minutes 0]
 """
 
 from __future__ import annotations
@@ -17,15 +23,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from nodeagent.collector.ingest.history import HistoryConfig
-from nodeagent.collector.ingest.report_path import NodeState
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.ingest.history import (
+    DAY_SECONDS,
+    MINUTE_SECONDS,
+    NODE_ROW,
+    HistoryBatch,
+    HistoryConfig,
+    MinuteRow,
+)
+from nodeagent.collector.ingest.report_path import Ingest, NodeState
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
-from nodeagent.collector.ingest.store import NodeRow
+from nodeagent.collector.ingest.store import NodeRow, Store, StoreWriter
 from nodeagent.collector.node_timeline import MAX_POINTS, POINT_SECONDS
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -38,9 +54,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--history-minutes", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        if args.history_minutes > 0:
+            _bench_start_up(Path(tmp) / "history.db", args.nodes, args.history_minutes)
         asyncio.run(_bench(Path(tmp), args.nodes, args.repeat))
+
+
+def _bench_start_up(path: Path, count: int, minutes: int) -> None:
+    # The last minutes of yesterday (UTC), so that they can be a whole day: a collector restarted
+    # just before midnight reads that much.
+    newest = int(time.time() // DAY_SECONDS) * DAY_SECONDS - MINUTE_SECONDS
+    first = max(newest - (min(minutes, 1440) - 1) * MINUTE_SECONDS, newest + MINUTE_SECONDS - DAY_SECONDS)
+    store = Store(path)
+    values = {"utilization_mean": 0.6, "starvation_ratio": 0.3, "gpu_seconds_lost": 18.0}
+    for index in range(count):
+        node_id = f"node-{index:05d}"
+        batch = HistoryBatch(
+            minutes=[
+                MinuteRow(node_id, gpu, minute, 60, dict(values), "starved", "network", (), minute + 59.0)
+                for minute in range(first, newest + 1, MINUTE_SECONDS)
+                for gpu in (NODE_ROW, *range(8))
+            ]
+        )
+        row = NodeRow(node_id=node_id, first_seen=newest, last_seen=newest, gpu_count=8)
+        store.write([row], functools.partial(store.write_history, batch))
+    store.close()
+    label = f"{count} nodes, {count * ((newest - first) // MINUTE_SECONDS + 1) * 9} minute rows of the day"
+    writer = StoreWriter(path)
+    for name, query in (
+        ("lost_on_last_day", writer.store.lost_on_last_day),
+        ("history_seed", writer.store.history_seed),
+    ):
+        started = time.perf_counter()
+        writer.call_sync(query)
+        print(f"{label}  start-up {name:<18} {(time.perf_counter() - started) * 1000:8.1f} ms")
+    started = time.perf_counter()
+    Ingest(writer, Alerting(AlertConfig(), []))
+    print(f"{label}  start-up Ingest() whole   {(time.perf_counter() - started) * 1000:8.1f} ms")
+    writer.close()
 
 
 async def _bench(tmp: Path, count: int, repeat: int) -> None:

@@ -5,13 +5,16 @@ Each page is a small HTML shell (``fleet_assets``) whose script fetches the JSON
 itself; nothing is fetched from anywhere else. The JSON is made from what the collector keeps in
 memory (each node's row, its detector's latest verdict), on the HTTP server's thread, like
 ``/metrics``; a node's timeline comes from the collector's history (its per-minute rows) and
-alerts from the alert book, both on the store's thread. The pages sit behind the same binding,
-TLS and credentials as ``/metrics``.
+alerts from the alert book, both on the store's thread. GPU-hours lost today are the count kept
+beside each node's detector (``node_timeline``), which a collector with a history starts at
+start-up from what the history holds of the day: the page reads no SQLite for them. The pages
+sit behind the same binding, TLS and credentials as ``/metrics``.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
@@ -19,6 +22,7 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.fleet_assets import page
 from nodeagent.collector.ingest.history import NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.report_path import NodeState
+from nodeagent.collector.node_timeline import DAY_SECONDS
 from nodeagent.core.verdict_words import evidence_words, verdict_sentence
 
 if TYPE_CHECKING:
@@ -65,19 +69,35 @@ class FleetPage:
     def fleet(self, state: str | None = None, cause: str | None = None) -> dict[str, Any]:
         now = self.server.ingest.clock()
         fresh_after = now - self.server.ingest.detector_config.window_seconds
-        rows = [_row(node, fresh_after) for node in list(self.server.ingest.nodes.values())]
+        source = self.lost_today_source(now)
+        rows = [_row(node, fresh_after, now) for node in list(self.server.ingest.nodes.values())]
         states = _counts(r["state"] for r in rows)
         causes = _counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
         shown.sort(key=_worst_first)
-        return {"time_unix_seconds": now, "states": states, "causes": causes, "nodes": shown}
+        return {
+            "time_unix_seconds": now, "gpu_hours_lost_today_source": source, "states": states, "causes": causes,
+            "nodes": shown,
+        }  # fmt: skip
+
+    def lost_today_source(self, now: float) -> str:
+        """Where GPU-hours lost today come from: ``history`` (the day as stored, then counted live),
+        or ``memory since HH:MM UTC`` (``--no-history``: counted since this collector started, or
+        since midnight UTC once it has run through one)."""
+        ingest = self.server.ingest
+        if ingest.history_config.enabled:
+            return "history"
+        since = max(ingest.counting_since, now // DAY_SECONDS * DAY_SECONDS)
+        return "memory since " + time.strftime("%H:%M UTC", time.gmtime(since))
 
     def node(self, node_id: str) -> dict[str, Any] | None:
         node = self.server.ingest.nodes.get(node_id)
         if node is None:
             return None
-        fresh_after = self.server.ingest.clock() - self.server.ingest.detector_config.window_seconds
-        out = _row(node, fresh_after)
+        now = self.server.ingest.clock()
+        fresh_after = now - self.server.ingest.detector_config.window_seconds
+        out = _row(node, fresh_after, now)
+        out["gpu_hours_lost_today_source"] = self.lost_today_source(now)
         detector = node.detector
         verdict = detector.verdict.to_plain() if detector is not None else None
         out["verdict"] = verdict
@@ -116,7 +136,7 @@ class FleetPage:
         return sorted(alerts, key=lambda a: (a.ends_at is not None, -a.starts_at))
 
 
-def _row(node: NodeState, fresh_after: float) -> dict[str, Any]:
+def _row(node: NodeState, fresh_after: float, now: float) -> dict[str, Any]:
     row = node.row
     detector = node.detector
     verdict = detector.verdict if detector is not None else None
@@ -134,7 +154,7 @@ def _row(node: NodeState, fresh_after: float) -> dict[str, Any]:
         "state": state,
         "cause": verdict.cause if fresh and verdict is not None else None,
         "starvation_ratio": verdict.starvation_ratio if fresh and verdict is not None else None,
-        "gpu_hours_lost_today": round(node.timeline.lost_today_seconds / 3600, 3),
+        "gpu_hours_lost_today": round(node.timeline.lost_today_seconds_at(now) / 3600, 3),
         "gpu_count": row.gpu_count,
         "gpus": gpus,
     }

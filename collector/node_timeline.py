@@ -4,7 +4,12 @@ One point per ``POINT_SECONDS`` of the node's reports (its detector's verdict wh
 advanced): state, starvation ratio, the busy share of its GPUs and the highways' rates. Bounded
 (``MAX_POINTS``, two hours), so 10,000 nodes cost tens of megabytes. It also counts the GPU time
 lost since midnight UTC, across detector restarts (a new agent epoch starts the detector's own
-count from zero).
+count from zero) and, with a history, across collector restarts: the count then starts from what
+the history stored of the day (``seed_lost_today``), and adds only the verdicts of detectors made
+after the restart, which the history had not seen (docs/views.md).
+
+Days are the reports' own (their ``time_unix_seconds``), as the history's minutes are; only what
+the page shows is judged by the collector's clock (``lost_today_seconds_at``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from nodeagent.core.detector.node import NodeDetector
 
 POINT_SECONDS: Final = 60.0
 MAX_POINTS: Final = 120
-_DAY_SECONDS: Final = 86_400.0
+DAY_SECONDS: Final = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +56,22 @@ class NodeTimeline:
     _last_lost: float = 0.0
     _next_point: float = -math.inf
 
+    def seed_lost_today(self, day_start_unix_seconds: float, lost_seconds: float) -> None:
+        """Start the day's count from ``lost_seconds`` already lost on the UTC day that starts at
+        ``day_start_unix_seconds``: at start-up, before any report of the node is counted."""
+        self._day = int(day_start_unix_seconds // DAY_SECONDS)
+        self.lost_today_seconds = lost_seconds
+
+    def lost_today_seconds_at(self, now_unix_seconds: float) -> float:
+        """The day's count as of ``now``: 0 once the node's counted day is over (a node that has not
+        reported since before midnight UTC lost nothing today that anyone saw)."""
+        return self.lost_today_seconds if int(now_unix_seconds // DAY_SECONDS) <= self._day else 0.0
+
     def record(self, detector: NodeDetector) -> None:
         """Called when the detector's window advanced."""
         verdict = detector.verdict
         t = verdict.time_unix_seconds
-        day = int(t // _DAY_SECONDS)
+        day = int(t // DAY_SECONDS)
         if day != self._day:
             self._day, self.lost_today_seconds = day, 0.0
         lost = verdict.gpu_seconds_lost

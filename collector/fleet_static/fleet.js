@@ -75,8 +75,12 @@ async function drawFleet() {
       history.replaceState(null, "", "?" + params.toString()); drawFleet();
     };
   }
+  // Without a history the day's count is only what this collector saw since it started: say so.
+  const lostSource = data.gpu_hours_lost_today_source === "history" ? "" :
+    ` <span class="muted" id="lost-source">(${esc(data.gpu_hours_lost_today_source)})</span>`;
   document.getElementById("nodes").innerHTML =
-    `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today</th><th>GPUs (busy share)</th></tr>` +
+    `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today${lostSource}</th>` +
+    `<th>GPUs (busy share)</th></tr>` +
     data.nodes.map((n) => `<tr class="node ${esc(n.state)}" data-node="${esc(n.node_id)}">` +
       `<td><a href="/node/${encodeURIComponent(n.node_id)}">${esc(n.node_id)}</a></td><td>${badge(n.state)}</td>` +
       `<td class="cause">${esc(n.cause ?? "")}</td><td>${pct(n.starvation_ratio)}</td>` +

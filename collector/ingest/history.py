@@ -24,6 +24,7 @@ from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 MINUTE_SECONDS: Final = 60
+DAY_SECONDS: Final = 86_400  # a UTC day: unix time has no leap seconds
 NODE_ROW: Final = -1
 # Full-resolution reports kept per node, and per-minute rows (``serve --history-*``).
 DEFAULT_REPORTS_SECONDS: Final = 3600.0

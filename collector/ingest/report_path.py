@@ -146,13 +146,21 @@ class Ingest:
         self._history_pending: set[str] = set()
         self._swept_at = 0.0  # the collector's clock at the last retention sweep over every node
         self._history_seed = writer.call_sync(writer.store.history_seed) if self.history_config.enabled else {}
+        # Each node's GPU time lost on its last stored day, read here, before any report of this
+        # run is accepted (let alone flushed into the history): the day's count starts from it
+        # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
+        lost_days = writer.call_sync(writer.store.lost_on_last_day) if self.history_config.enabled else {}
+        # Since when this collector counts GPU time lost in memory alone (``--no-history``).
+        self.counting_since = clock()
         for row in writer.call_sync(writer.store.load):
             marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
             row.watermarks = {}
             committed = _bare(row)
-            self.nodes[row.node_id] = NodeState(
-                row=row, seen=dict(marks), durable=marks, latest=row.latest, committed=committed
-            )
+            node = NodeState(row=row, seen=dict(marks), durable=marks, latest=row.latest, committed=committed)
+            lost_day = lost_days.get(row.node_id)
+            if lost_day is not None:
+                node.timeline.seed_lost_today(*lost_day)
+            self.nodes[row.node_id] = node
 
     # ---- streams ----
 

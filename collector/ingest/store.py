@@ -32,7 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodeagent.collector.ingest.history import VALUES, HistoryBatch, MinuteRow, StoredReport, minute_from, minute_values
+from nodeagent.collector.ingest.history import (
+    DAY_SECONDS,
+    NODE_ROW,
+    VALUES,
+    HistoryBatch,
+    MinuteRow,
+    StoredReport,
+    minute_from,
+    minute_values,
+)
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T = TypeVar("T")
@@ -278,6 +287,21 @@ class Store:
             )
             out[node_id] = [minute_from(values) for values in rows]
         return out
+
+    def lost_on_last_day(self) -> dict[str, tuple[int, float]]:
+        """Per node with stored minutes: the UTC day of its newest one (the day's start, unix
+        seconds) and the GPU-seconds lost that day (its node rows' sum), what the fleet page's
+        day count starts from after a restart. One query; each node's part is a range of the
+        primary key (its newest minute, then that day's minutes), never a scan of older days."""
+        sql = (
+            "WITH newest AS MATERIALIZED (SELECT n.node_id AS node_id,"
+            "   (SELECT MAX(m.minute) FROM history_minutes m WHERE m.node_id = n.node_id) AS minute FROM nodes n)"
+            " SELECT node_id, minute / ? * ? AS day, (SELECT TOTAL(h.gpu_seconds_lost) FROM history_minutes h"
+            "   WHERE h.node_id = newest.node_id AND h.minute >= newest.minute / ? * ? AND h.gpu = ?)"
+            " FROM newest WHERE minute IS NOT NULL"
+        )
+        rows = self.conn.execute(sql, (DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, NODE_ROW))
+        return {str(node_id): (int(day), float(lost)) for node_id, day, lost in rows}
 
     def history_minutes(self, node_id: str, gpu: int | None, since: float, until: float | None) -> list[MinuteRow]:
         """The node's minute rows in [since, until), by gpu (-1, the node, first) then minute;

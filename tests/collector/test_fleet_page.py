@@ -6,16 +6,28 @@ import asyncio
 import json
 import re
 import shutil
+import signal
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
+
 from nodeagent.collector.fleet_page import FleetPage
 from nodeagent.collector.ingest.history import HistoryConfig
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.node_timeline import NodeTimeline
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.wire.framing import frame_report
+from nodeagent.tools.simulator import Simulation
+from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.conftest import require
-from tests.fakes.fleet import feed_simulated
+from tests.fakes.fleet import Collector, feed_simulated, free_port, processes
+from tests.fakes.ingest_client import send_messages
 
 FLEET = {"web-starved": "ordinary-cloud", "web-healthy": "healthy", "web-idle": "idle"}
 SECONDS = 240  # simulated, ending now: the ordinary cloud is starved within the first window
@@ -79,10 +91,93 @@ def test_fleet_json_sorts_worst_first_and_filters(tmp_path: Path) -> None:
 
 
 def test_without_a_history_the_timeline_is_the_collectors_memory(tmp_path: Path) -> None:
-    node = _serve(tmp_path, lambda server, _base: FleetPage(server).node("web-starved"), history=False)
+    def work(server: CollectorServer, _base: str) -> tuple[dict[str, Any], dict[str, Any], float]:
+        page = FleetPage(server)
+        return page.node("web-starved") or {}, page.fleet(), server.ingest.counting_since
+
+    node, fleet, started = _serve(tmp_path, work, history=False)
     assert node["timeline_source"] == "memory"
     assert len(node["timeline"]) >= 3  # one point a minute of reports
     assert node["timeline"][-1]["state"] == "starved"
+    # GPU-hours lost today are what this collector counted since it started, and say so.
+    since = time.strftime("%H:%M", time.gmtime(max(started, fleet["time_unix_seconds"] // 86400 * 86400)))
+    assert fleet["gpu_hours_lost_today_source"] == node["gpu_hours_lost_today_source"] == f"memory since {since} UTC"
+
+
+def _starved_reports(node_id: str, count: int) -> list[pb.NodeReport]:
+    """``count`` reports a second of a starved 8-GPU node, ending now but never before today's
+    midnight UTC (the day's figure is what is under test)."""
+    now = time.time()
+    start = max(now - count, now // 86400 * 86400)
+    sim = Simulation("ordinary-cloud", node_id=node_id, seed=1, start_time=start)
+    out = []
+    for seq in range(1, count + 1):
+        report = sim.step(0.0 if seq == 1 else 1.0)
+        report.epoch, report.seq = 1, seq
+        out.append(report)
+    return out
+
+
+def _stream(collector: Collector, reports: list[pb.NodeReport]) -> None:
+    """One agent stream of ``reports`` (NodeInfo on its first, as an agent's first report after
+    it connects): it ends once the collector acknowledged every one, so all are durable."""
+    node_id = reports[0].node_id
+    info = Simulation("ordinary-cloud", node_id=node_id).info()
+    first = pb.NodeReport()
+    first.CopyFrom(reports[0])
+    first.info.CopyFrom(info)
+    hello = pb.AgentMessage(hello=info).SerializeToString()
+    frames = [frame_report(r.SerializeToString()) for r in [first, *reports[1:]]]
+    with grpc.insecure_channel(collector.address) as channel:
+        assert send_messages(channel, [hello, *frames]) == grpc.StatusCode.OK
+
+
+def _fleet_row(collector: Collector, node_id: str) -> dict[str, Any]:
+    """The node's row of ``/api/fleet``, with the figure's source (the fleet's) beside it."""
+    with urllib.request.urlopen(f"http://{collector.http_address}/api/fleet", timeout=10) as reply:
+        fleet = json.loads(reply.read())
+    row = next(n for n in fleet["nodes"] if n["node_id"] == node_id)
+    return {**row, "gpu_hours_lost_today_source": fleet["gpu_hours_lost_today_source"]}
+
+
+def _lost_hours_from_scratch(reports: list[pb.NodeReport]) -> float:
+    """GPU-hours a collector that never saw the node before counts over ``reports`` (a new detector)."""
+    detector, timeline = NodeDetector(reports[0].node_id, DetectorConfig()), NodeTimeline()
+    first = pb.NodeReport()
+    first.CopyFrom(reports[0])
+    first.info.CopyFrom(Simulation("ordinary-cloud", node_id=first.node_id).info())
+    for report in [first, *reports[1:]]:
+        before = detector.verdict
+        if detector.observe(report) is not before:
+            timeline.record(detector)
+    return timeline.lost_today_seconds / 3600
+
+
+def test_gpu_hours_lost_today_survive_a_collector_restart(tmp_path: Path) -> None:
+    """Restarted on the same database, the collector starts each node's day from its history:
+    the day's figure is what was lost before the restart plus what is lost after it."""
+    node_id = "restart-starved"
+    day = time.time() // 86400
+    reports = _starved_reports(node_id, 300)
+    before_part, after_part = reports[:180], reports[180:]
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        _stream(collector, before_part)
+        before = _fleet_row(collector, node_id)
+        collector.kill(signal.SIGTERM)  # a restart, an upgrade: the collector stops, then starts again
+        collector.start()
+        restarted = _fleet_row(collector, node_id)
+        _stream(collector, after_part)
+        after = _fleet_row(collector, node_id)
+    if time.time() // 86400 != day:
+        pytest.skip("the UTC day changed while the test ran: the day's figure started again at midnight")
+    after_only = _lost_hours_from_scratch(after_part)
+    one_report = 8 * 1.0 / 3600 + 0.001  # 8 GPUs for a second, and the JSON's rounding to 3 decimals
+    assert before["gpu_hours_lost_today"] > 0.05 and after_only > 0.05
+    assert restarted["gpu_hours_lost_today"] == pytest.approx(before["gpu_hours_lost_today"], abs=one_report)
+    assert after["gpu_hours_lost_today"] == pytest.approx(before["gpu_hours_lost_today"] + after_only, abs=one_report)
+    assert before["gpu_hours_lost_today_source"] == after["gpu_hours_lost_today_source"] == "history"
 
 
 def test_pages_in_headless_chromium(tmp_path: Path) -> None:
