@@ -10,13 +10,15 @@ client asks, as Prometheus does.
 from __future__ import annotations
 
 import gzip
+import queue
 import socket
 import socketserver
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+import urllib.parse
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import structlog
 
@@ -29,18 +31,21 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT_SECONDS = 30.0
 # Fast compression: at 10,000 nodes the text is tens of megabytes, and the CPU is the ingest's.
 GZIP_LEVEL = 1
+# How long a request thread that has answered waits for the next connection (see _Server).
+IDLE_THREAD_SECONDS = 60.0
 
 Health = Callable[[], tuple[bool, str]]
 # Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
 # serve it, or (401 or 403, why). /healthz and the plain index stay open; `pages` (the collector's
 # fleet page) are guarded like /metrics.
 Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
-PEER_CERT_KEY = "nodeagent.peer_cert"
 _STATUS_LINES = {401: "401 Unauthorized", 403: "403 Forbidden"}
-StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 # More pages behind the same guard: (path, query string) -> (status line, content type, body), or
 # None where the path is none of them (the collector's fleet view).
 Pages = Callable[[str, str], tuple[str, str, bytes] | None]
+# What a request gets: (status line, headers but Content-Length, body).
+Reply = tuple[str, list[tuple[str, str]], bytes]
+_PLAIN = [("Content-Type", "text/plain; charset=utf-8")]
 
 
 class MetricsHttpServer:
@@ -57,6 +62,7 @@ class MetricsHttpServer:
         guard: Guard | None = None,
         metrics_gzip: Callable[[], bytes] | None = None,
         pages: Pages | None = None,
+        request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
         self.metrics = metrics
@@ -67,8 +73,9 @@ class MetricsHttpServer:
         self.name = name
         self.guard = guard
         self.pages = pages
+        self.request_timeout_seconds = request_timeout_seconds
         self.port = 0
-        self._server: WSGIServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -79,9 +86,8 @@ class MetricsHttpServer:
     def start(self) -> int:
         """Bind and serve; ``OSError`` when the address cannot be bound. Returns the port."""
         server_class = _Server6 if ":" in self.host else _Server
-        server = server_class((self.host, self._port), _QuietHandler)
-        server.set_app(self._app)
-        server.ssl_context = self.ssl_context
+        server = server_class((self.host, self._port), _Handler)
+        server.owner = self
         self.port = int(server.server_address[1])
         self._server = server
         self._thread = threading.Thread(
@@ -101,60 +107,51 @@ class MetricsHttpServer:
 
     # ---- requests (one thread each) ----
 
-    def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        method = environ.get("REQUEST_METHOD", "GET")
-        if method not in ("GET", "HEAD"):
-            return _reply(start_response, "405 Method Not Allowed", b"use GET\n", [("Allow", "GET, HEAD")])
-        body = self._route(environ, start_response)
-        return [b""] if method == "HEAD" else body  # the headers (Content-Length too) without the body
-
-    def _route(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        path = environ.get("PATH_INFO", "/")
+    def route(self, path: str, query: str, request: _Handler) -> Reply:
         if path == "/metrics":
-            refused = self._refused(environ)
+            refused = self._refused(request)
             if refused is not None:
                 code, detail = refused
-                headers = [("Content-Type", "text/plain; charset=utf-8")]
+                headers = list(_PLAIN)
                 if code == 401:
                     headers.append(("WWW-Authenticate", 'Bearer realm="nodeagent"'))
-                return _reply(start_response, _STATUS_LINES[code], f"{detail}\n".encode(), headers)
-            return self._metrics(environ, start_response)
+                return _STATUS_LINES[code], headers, f"{detail}\n".encode()
+            return self._metrics(request)
         if path == "/healthz" and self.health is not None:
             try:
                 ok, detail = self.health()
             except Exception as err:  # a failing check is an unhealthy process, not a 500
                 ok, detail = False, f"health check failed: {type(err).__name__}: {err}"
-            status = "200 OK" if ok else "503 Service Unavailable"
-            return _reply(start_response, status, f"{detail}\n".encode())
+            return ("200 OK" if ok else "503 Service Unavailable"), _PLAIN, f"{detail}\n".encode()
         if self.pages is not None:
-            refused = self._refused(environ)
+            refused = self._refused(request)
             if refused is not None:
-                return _reply(start_response, _STATUS_LINES[refused[0]], f"{refused[1]}\n".encode())
+                return _STATUS_LINES[refused[0]], _PLAIN, f"{refused[1]}\n".encode()
             try:
-                found = self.pages(path, environ.get("QUERY_STRING", ""))
+                found = self.pages(path, query)
             except Exception as err:
                 log.error("page failed", path=path, error=f"{type(err).__name__}: {err}")
-                return _reply(start_response, "500 Internal Server Error", b"page failed; see the log\n")
+                return "500 Internal Server Error", _PLAIN, b"page failed; see the log\n"
             if found is not None:
                 status, content_type, body = found
-                return _reply(start_response, status, body, [("Content-Type", content_type)])
+                return status, [("Content-Type", content_type)], body
         if path == "/":
             links = "/metrics\n/healthz\n" if self.health is not None else "/metrics\n"
-            return _reply(start_response, "200 OK", f"{self.name}\n{links}".encode())
-        return _reply(start_response, "404 Not Found", b"not found\n")
+            return "200 OK", _PLAIN, f"{self.name}\n{links}".encode()
+        return "404 Not Found", _PLAIN, b"not found\n"
 
-    def _refused(self, environ: dict[str, Any]) -> tuple[int, str] | None:
+    def _refused(self, request: _Handler) -> tuple[int, str] | None:
         if self.guard is None:
             return None
         token: str | None = None
-        authorization = environ.get("HTTP_AUTHORIZATION")
+        authorization = request.headers.get("Authorization")
         if authorization is not None:
             scheme, _, given = str(authorization).partition(" ")
             token = given.strip() if scheme.lower() == "bearer" else ""
-        return self.guard(token, environ.get(PEER_CERT_KEY))
+        return self.guard(token, request.peer_cert())
 
-    def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        wants_gzip = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
+    def _metrics(self, request: _Handler) -> Reply:
+        wants_gzip = "gzip" in request.headers.get("Accept-Encoding", "")
         try:
             if wants_gzip and self.metrics_gzip is not None:
                 body = self.metrics_gzip()
@@ -164,42 +161,69 @@ class MetricsHttpServer:
                     body = gzip.compress(body, compresslevel=GZIP_LEVEL)
         except Exception as err:
             log.error("metrics failed", error=f"{type(err).__name__}: {err}")
-            return _reply(start_response, "500 Internal Server Error", b"metrics failed; see the log\n")
+            return "500 Internal Server Error", _PLAIN, b"metrics failed; see the log\n"
         headers = [("Content-Type", TEXT_CONTENT_TYPE)]
         if wants_gzip:
             headers.append(("Content-Encoding", "gzip"))
-        return _reply(start_response, "200 OK", body, headers)
+        return "200 OK", headers, body
 
 
-def _reply(
-    start_response: StartResponse, status: str, body: bytes, headers: list[tuple[str, str]] | None = None
-) -> list[bytes]:
-    headers = headers or [("Content-Type", "text/plain; charset=utf-8")]
-    start_response(status, [*headers, ("Content-Length", str(len(body)))])
-    return [body]
+class _Server(ThreadingHTTPServer):
+    """Each connection on a thread of its own, as ThreadingHTTPServer does, but a thread that has
+    answered waits ``IDLE_THREAD_SECONDS`` for the next connection before it ends: starting a
+    thread costs more CPU than the rest of a cached scrape. The threads are daemons (a stuck
+    scraper cannot hold up a shutdown, which concurrent.futures' joined workers would) and there is
+    no cap (a stalled client holds only its own thread, never a scrape that comes after it)."""
 
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    # Request threads are fire and forget: a stuck scraper cannot hold up a shutdown.
-    daemon_threads = True
     allow_reuse_address = True
-    ssl_context: ssl.SSLContext | None = None
+    owner: MetricsHttpServer
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._waiting: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+        self._idle_threads = 0
+        self._idle_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._idle_lock:
+            if self._idle_threads:  # an idle thread takes it (under the lock: it cannot time out now)
+                self._idle_threads -= 1
+                self._waiting.put((request, client_address))
+                return
+        threading.Thread(target=self._serve, args=(request, client_address), daemon=True).start()
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        while True:
+            self.process_request_thread(request, client_address)  # answers, closes, never raises
+            with self._idle_lock:
+                self._idle_threads += 1
+            try:
+                request, client_address = self._waiting.get(timeout=IDLE_THREAD_SECONDS)
+                continue
+            except queue.Empty:
+                pass
+            with self._idle_lock:
+                try:  # handed one between the timeout and the lock
+                    request, client_address = self._waiting.get_nowait()
+                except queue.Empty:
+                    self._idle_threads -= 1
+                    return
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN, which can wait on DNS; nothing here needs it.
         socketserver.TCPServer.server_bind(self)
         host, port = self.server_address[:2]
         self.server_name, self.server_port = str(host), int(port)
-        self.setup_environ()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # TLS is set up here, in the request's own thread: a client that stalls in the
         # handshake holds up only itself, not the accept loop.
-        if self.ssl_context is None:
+        context = self.owner.ssl_context
+        if context is None:
             super().finish_request(request, client_address)
             return
-        request.settimeout(REQUEST_TIMEOUT_SECONDS)
-        with self.ssl_context.wrap_socket(request, server_side=True) as tls:
+        request.settimeout(self.owner.request_timeout_seconds)
+        with context.wrap_socket(request, server_side=True) as tls:
             super().finish_request(tls, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -211,15 +235,51 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = REQUEST_TIMEOUT_SECONDS
+class _Handler(BaseHTTPRequestHandler):
+    """One request per connection (HTTP/1.0, as a scrape needs), answered by the owner's ``route``."""
 
-    def get_environ(self) -> dict[str, Any]:
-        environ = super().get_environ()
+    server: _Server
+    # Headers and body are two writes: the body must not wait for the client to ACK the headers.
+    disable_nagle_algorithm = True
+
+    def setup(self) -> None:
+        self.timeout = self.server.owner.request_timeout_seconds  # a client that stalls is dropped
+        super().setup()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False  # a malformed request: answered 400 by http.server
+        if self.command not in ("GET", "HEAD"):
+            self._send(("405 Method Not Allowed", [*_PLAIN, ("Allow", "GET, HEAD")], b"use GET\n"))
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        self._send(self._reply())
+
+    def do_HEAD(self) -> None:
+        self._send(self._reply(), body=False)  # the headers (Content-Length too) without the body
+
+    def _reply(self) -> Reply:
+        path, _, query = self.path.partition("?")
+        return self.server.owner.route(urllib.parse.unquote(path, "iso-8859-1"), query, self)
+
+    def _send(self, reply: Reply, body: bool = True) -> None:
+        status, headers, content = reply
+        code, _, reason = status.partition(" ")
+        self.send_response(int(code), reason)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        if body:
+            self.wfile.write(content)
+
+    def peer_cert(self) -> dict[str, Any] | None:
+        """The client certificate, when it sent one that chains to the client CA."""
         if isinstance(self.connection, ssl.SSLSocket):
-            # The client certificate, when it sent one that chains to the client CA.
-            environ[PEER_CERT_KEY] = self.connection.getpeercert() or None
-        return environ
+            return self.connection.getpeercert() or None
+        return None
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are routine: no line per request."""

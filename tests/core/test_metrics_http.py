@@ -1,0 +1,135 @@
+"""What the /metrics server answers: every method, path, header and failure a scraper or a person
+with curl can meet (the server is shared by the agent and the collector)."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nodeagent.core import metrics_http
+from nodeagent.core.metrics_http import TEXT_CONTENT_TYPE, MetricsHttpServer
+
+PAGE = b"# HELP m A gauge.\n# TYPE m gauge\nm 1\n" * 50
+
+
+def _guard(token: str | None, _peer: dict[str, Any] | None) -> tuple[int, str] | None:
+    if token is None:
+        return 401, "no credential"
+    return None if token == "scrape" else (403, "not a scraper")
+
+
+@pytest.fixture
+def server() -> Iterator[MetricsHttpServer]:
+    healthy = {"ok": True}
+
+    def health() -> tuple[bool, str]:
+        return (True, "ok") if healthy["ok"] else (False, "no sampling tick completed for 31.0 s")
+
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, health=health, name="test-agent")
+    served.start()
+    served.healthy = healthy  # type: ignore[attr-defined]
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def _request(
+    server: MetricsHttpServer, method: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request(method, path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_metrics_plain_and_gzipped_when_asked(server: MetricsHttpServer) -> None:
+    status, headers, body = _request(server, "GET", "/metrics")
+    assert (status, headers["content-type"], body) == (200, TEXT_CONTENT_TYPE, PAGE)
+    assert headers["content-length"] == str(len(PAGE)) and "content-encoding" not in headers
+    status, headers, body = _request(server, "GET", "/metrics", {"Accept-Encoding": "gzip"})
+    assert (status, headers["content-encoding"], headers["content-type"]) == (200, "gzip", TEXT_CONTENT_TYPE)
+    assert headers["content-length"] == str(len(body)) and gzip.decompress(body) == PAGE
+
+
+def test_the_cached_gzip_is_served_when_the_owner_keeps_one() -> None:
+    packed = gzip.compress(PAGE)
+    served = MetricsHttpServer("127.0.0.1:0", lambda: b"plain\n", metrics_gzip=lambda: packed)
+    served.start()
+    try:
+        assert _request(served, "GET", "/metrics", {"Accept-Encoding": "gzip, deflate"})[2] == packed
+        assert _request(served, "GET", "/metrics")[2] == b"plain\n"
+    finally:
+        served.stop()
+
+
+def test_head_gives_the_headers_of_get_without_the_body(server: MetricsHttpServer) -> None:
+    status, headers, body = _request(server, "HEAD", "/metrics")
+    assert (status, body, headers["content-length"]) == (200, b"", str(len(PAGE)))
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS", "PURGE"])
+def test_other_methods_are_refused_with_405_and_allow(server: MetricsHttpServer, method: str) -> None:
+    status, headers, body = _request(server, method, "/metrics")
+    assert (status, headers["allow"], body) == (405, "GET, HEAD", b"use GET\n")
+
+
+def test_health_index_and_unknown_paths(server: MetricsHttpServer) -> None:
+    assert _request(server, "GET", "/healthz")[::2] == (200, b"ok\n")
+    server.healthy["ok"] = False  # type: ignore[attr-defined]
+    assert _request(server, "GET", "/healthz")[::2] == (503, b"no sampling tick completed for 31.0 s\n")
+    assert _request(server, "GET", "/")[::2] == (200, b"test-agent\n/metrics\n/healthz\n")
+    assert _request(server, "GET", "/metrics?x=1")[2] == PAGE  # the query string is not the path
+    assert _request(server, "GET", "/nothing")[::2] == (404, b"not found\n")
+
+
+def test_a_failing_page_or_health_check_is_a_500_or_503_not_a_dropped_connection() -> None:
+    def broken() -> bytes:
+        raise RuntimeError("boom")
+
+    def sick() -> tuple[bool, str]:
+        raise OSError("gone")
+
+    served = MetricsHttpServer("127.0.0.1:0", broken, health=sick)
+    served.start()
+    try:
+        assert _request(served, "GET", "/metrics")[::2] == (500, b"metrics failed; see the log\n")
+        assert _request(served, "GET", "/healthz")[::2] == (503, b"health check failed: OSError: gone\n")
+    finally:
+        served.stop()
+
+
+def test_the_guard_sees_the_bearer_token_and_answers_401_or_403() -> None:
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, guard=_guard)
+    served.start()
+    try:
+        status, headers, body = _request(served, "GET", "/metrics")
+        assert (status, headers["www-authenticate"], body) == (401, 'Bearer realm="nodeagent"', b"no credential\n")
+        assert _request(served, "GET", "/metrics", {"Authorization": "Bearer other"})[::2] == (403, b"not a scraper\n")
+        assert _request(served, "GET", "/metrics", {"Authorization": "Basic scrape"})[0] == 403
+        assert _request(served, "GET", "/metrics", {"Authorization": "bearer  scrape "})[::2] == (200, PAGE)
+    finally:
+        served.stop()
+
+
+def test_a_client_that_sends_nothing_is_dropped_after_the_request_timeout() -> None:
+    assert metrics_http.REQUEST_TIMEOUT_SECONDS == 30.0  # the default; a short one here
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, request_timeout_seconds=0.5)
+    served.start()
+    try:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=20) as silent:
+            started = time.monotonic()
+            assert silent.recv(100) == b""  # closed by the server, with no reply
+            assert time.monotonic() - started < 15
+        assert _request(served, "GET", "/metrics")[2] == PAGE  # the server goes on serving others
+    finally:
+        served.stop()
