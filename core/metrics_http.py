@@ -243,8 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def setup(self) -> None:
-        self.timeout = self.server.owner.request_timeout_seconds  # a client that stalls is dropped
         super().setup()
+        self.connection.settimeout(self.server.owner.request_timeout_seconds)  # a client that stalls is dropped
 
     def parse_request(self) -> bool:
         if not super().parse_request():
