@@ -2,9 +2,9 @@
 
 The agent and the collector both serve their metrics this way. The server runs beside the work
 it reports on (the sampling loop, the collector's event loop): a scrape renders what is in memory
-at that moment and never makes the work wait on a slow or stuck scraper. Each request gets a
-thread (requests time out after ``REQUEST_TIMEOUT_SECONDS``); the text is gzipped when the
-client asks, as Prometheus does.
+at that moment and never makes the work wait on a slow or stuck scraper. Each connection gets a
+thread (a client silent for ``REQUEST_TIMEOUT_SECONDS`` is dropped) and is kept alive for the
+next scrape; the text is gzipped when the client asks, as Prometheus does.
 """
 
 from __future__ import annotations
@@ -236,9 +236,13 @@ class _Server6(_Server):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """One request per connection (HTTP/1.0, as a scrape needs), answered by the owner's ``route``."""
+    """A connection's requests, answered by the owner's ``route``. HTTP/1.1 keeps the connection
+    open for the next request (Prometheus scrapes over one kept-alive connection: no connect, no
+    thread hand-over per scrape) until the client closes it, asks to, or stays silent for the
+    request timeout."""
 
     server: _Server
+    protocol_version = "HTTP/1.1"
     # Headers and body are two writes: the body must not wait for the client to ACK the headers.
     disable_nagle_algorithm = True
 
@@ -249,7 +253,10 @@ class _Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False  # a malformed request: answered 400 by http.server
+        if self.headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in self.headers:
+            self.close_connection = True  # a body is never read: the connection cannot carry another request
         if self.command not in ("GET", "HEAD"):
+            self.close_connection = True
             self._send(("405 Method Not Allowed", [*_PLAIN, ("Allow", "GET, HEAD")], b"use GET\n"))
             return False
         return True
@@ -271,6 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in headers:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(content)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if body:
             self.wfile.write(content)

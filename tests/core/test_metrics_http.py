@@ -133,3 +133,41 @@ def test_a_client_that_sends_nothing_is_dropped_after_the_request_timeout() -> N
         assert _request(served, "GET", "/metrics")[2] == PAGE  # the server goes on serving others
     finally:
         served.stop()
+
+
+def test_a_kept_alive_connection_serves_scrape_after_scrape(server: MetricsHttpServer) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        for _ in range(3):  # as Prometheus scrapes: one connection, request after request
+            connection.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            response = connection.getresponse()
+            assert response.status == 200 and gzip.decompress(response.read()) == PAGE
+            assert not response.will_close
+        first = connection.sock
+        connection.request("HEAD", "/healthz")
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (200, b"")
+        assert connection.sock is first  # the same connection throughout
+    finally:
+        connection.close()
+
+
+def test_a_request_with_a_body_or_a_refused_method_closes_the_connection(server: MetricsHttpServer) -> None:
+    for method, body in (("GET", b"x=1"), ("POST", b"")):
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            connection.request(method, "/metrics", body=body, headers={"Content-Length": str(len(body))})
+            response = connection.getresponse()
+            response.read()
+            assert response.will_close  # the unread body is never taken for the next request
+        finally:
+            connection.close()
+
+
+def test_http_1_0_clients_get_one_answer_per_connection(server: MetricsHttpServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := raw.recv(65536):  # the server closes once it has answered
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(PAGE)
