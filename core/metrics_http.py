@@ -180,9 +180,10 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(address, handler)
-        self._waiting: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+        self._waiting: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()  # None: end
         self._idle_threads = 0
         self._idle_lock = threading.Lock()
+        self._closed = False
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._idle_lock:
@@ -196,18 +197,29 @@ class _Server(ThreadingHTTPServer):
         while True:
             self.process_request_thread(request, client_address)  # answers, closes, never raises
             with self._idle_lock:
+                if self._closed:
+                    return
                 self._idle_threads += 1
             try:
-                request, client_address = self._waiting.get(timeout=IDLE_THREAD_SECONDS)
-                continue
+                handed = self._waiting.get(timeout=IDLE_THREAD_SECONDS)
             except queue.Empty:
-                pass
-            with self._idle_lock:
-                try:  # handed one between the timeout and the lock
-                    request, client_address = self._waiting.get_nowait()
-                except queue.Empty:
-                    self._idle_threads -= 1
-                    return
+                with self._idle_lock:
+                    try:  # handed one between the timeout and the lock
+                        handed = self._waiting.get_nowait()
+                    except queue.Empty:
+                        self._idle_threads -= 1
+                        return
+            if handed is None:
+                return
+            request, client_address = handed
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._idle_lock:  # the idle threads end now, not after their wait
+            self._closed = True
+            for _ in range(self._idle_threads):
+                self._waiting.put(None)
+            self._idle_threads = 0
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN, which can wait on DNS; nothing here needs it.

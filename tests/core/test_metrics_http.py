@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -171,3 +172,19 @@ def test_http_1_0_clients_get_one_answer_per_connection(server: MetricsHttpServe
         while chunk := raw.recv(65536):  # the server closes once it has answered
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(PAGE)
+
+
+def test_a_request_thread_serves_the_next_connection_and_ends_with_the_server() -> None:
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE)
+    served.start()
+    threads_before = threading.active_count()
+    try:
+        for _ in range(20):  # one connection after another: one thread, handed each in turn
+            assert _request(served, "GET", "/metrics")[2] == PAGE
+        assert threading.active_count() <= threads_before + 2
+    finally:
+        served.stop()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > threads_before - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the accept loop and the idle request thread end with stop()
+    assert threading.active_count() <= threads_before - 1
