@@ -179,11 +179,12 @@ class _Server(ThreadingHTTPServer):
     owner: MetricsHttpServer
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
+        # Before binding: a bind that fails calls server_close, which reads them.
         self._waiting: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()  # None: end
         self._idle_threads = 0
         self._idle_lock = threading.Lock()
         self._closed = False
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._idle_lock:

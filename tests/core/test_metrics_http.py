@@ -188,3 +188,12 @@ def test_a_request_thread_serves_the_next_connection_and_ends_with_the_server() 
     while threading.active_count() > threads_before - 1 and time.monotonic() < deadline:
         time.sleep(0.05)  # the accept loop and the idle request thread end with stop()
     assert threading.active_count() <= threads_before - 1
+
+
+def test_an_address_in_use_is_an_os_error() -> None:
+    """The agent and the collector turn it into their one-line "cannot listen" exit."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(OSError):
+            MetricsHttpServer(f"127.0.0.1:{busy.getsockname()[1]}", lambda: PAGE).start()
