@@ -195,5 +195,5 @@ def test_an_address_in_use_is_an_os_error() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="in use"):
             MetricsHttpServer(f"127.0.0.1:{busy.getsockname()[1]}", lambda: PAGE).start()
