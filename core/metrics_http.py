@@ -256,7 +256,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     server: _Server
     protocol_version = "HTTP/1.1"
-    # Headers and body are two writes: the body must not wait for the client to ACK the headers.
+    # The headers and a body of up to 64 KiB (a gzipped page) leave in one send; a larger body
+    # is a second write, which must not wait for the client to ACK the first.
+    wbufsize = 64 * 1024
     disable_nagle_algorithm = True
 
     def setup(self) -> None:
