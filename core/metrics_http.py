@@ -284,7 +284,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self) -> Reply:
         path, _, query = self.path.partition("?")
-        return self.server.owner.route(urllib.parse.unquote(path, "iso-8859-1"), query, self)
+        try:
+            return self.server.owner.route(urllib.parse.unquote(path, "iso-8859-1"), query, self)
+        except Exception as err:  # a failing guard: an answer, not a dropped connection
+            log.error("request failed", path=path, error=f"{type(err).__name__}: {err}")
+            return "500 Internal Server Error", _PLAIN, b"request failed; see the log\n"
 
     def _send(self, reply: Reply, body: bool = True) -> None:
         status, headers, content = reply

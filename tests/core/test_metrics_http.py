@@ -197,3 +197,15 @@ def test_an_address_in_use_is_an_os_error() -> None:
         busy.listen()
         with pytest.raises(OSError, match="in use"):
             MetricsHttpServer(f"127.0.0.1:{busy.getsockname()[1]}", lambda: PAGE).start()
+
+
+def test_a_failing_guard_is_a_500() -> None:
+    def broken(_token: str | None, _peer: dict[str, Any] | None) -> tuple[int, str] | None:
+        raise KeyError("no such scraper")
+
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, guard=broken)
+    served.start()
+    try:
+        assert _request(served, "GET", "/metrics")[::2] == (500, b"request failed; see the log\n")
+    finally:
+        served.stop()
