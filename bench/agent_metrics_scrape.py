@@ -1,26 +1,27 @@
 """What the agent's /metrics costs: CPU per scrape and peak RSS, beside the agent's tick cost.
 
-Runs ``nodeagent run --metrics-listen`` on the fake NVML the test suite builds (8x H100 SXM5 with
-GPM and 18 NVLinks each) and this machine's /proc and /sys, once with every family group and once
-without the per-link NVLink group, and measures from the agent's /proc/PID/stat:
+Builds the fake NVML the test suite uses (8x H100 SXM5 with GPM and 18 NVLinks each) on this
+machine's /proc and /sys, and measures the default page (per-link NVLink off) and the page with
+every family group (``--metrics-nvlink``):
 
-- tick: the agent's CPU per sampling tick with nobody scraping (the sender retrying an absent
-  collector included, so an upper bound);
-- fresh scrape: one gzipped scrape per tick (ticks of 0.25 s here), as Prometheus does at any
-  interval of a tick or more (each scrape writes the page of a new tick), less the ticks' own CPU;
-- repeat scrape: scrapes within one tick (a second Prometheus of an HA pair, a person with curl),
-  which serve the page already written;
-- peak RSS (VmHWM);
-- page write and gzip: in a process of its own on the same fake NVML, the CPU time
-  (``time.process_time``) one write of a fresh tick's page takes inside the agent, and its
-  gzip, the least of ``--writes`` tries (the machine's load adds to the others, never takes off):
-  the part of a fresh scrape that is the page, without HTTP.
+- fresh scrape: the CPU one scrape costs when it meets a new tick's page (what every Prometheus
+  scrape costs at an interval of a tick or more): writing the page, its gzip and the HTTP.
+  A process of its own serves the agent's page (the same AgentExposition and MetricsHttpServer,
+  on two sampled ticks) and counts every scrape as a new tick; ``--scrapes`` gzipped scrapes from
+  this process, over one kept-alive connection as Prometheus scrapes, and a quarter as many over
+  a new connection each (curl); its CPU from /proc/PID/stat, with no sampling loop beside it;
+- page write and gzip: in that process, ``time.process_time`` of one page write and of its gzip,
+  the least of ``--writes`` tries (the machine's load adds to the others, never takes off);
+- tick, repeat scrape, peak RSS: a live ``nodeagent run --metrics-listen`` with 0.25 s ticks,
+  from its /proc/PID/stat: its CPU per tick with nobody scraping (the sender retrying an absent
+  collector included, so an upper bound), per scrape within one tick (the page already written:
+  a second Prometheus of an HA pair), and VmHWM.
 
 dcgm-exporter is printed beside it as its users report it (NVIDIA publishes no per-scrape cost):
 NVIDIA/gpu-operator#340 shows 135-155 MiB and 3-9 millicores per dcgm-exporter pod, and
 NVIDIA/gpu-monitoring-tools#133 71 MiB and 15-20% of a core.
 
-    python bench/agent_metrics_scrape.py [--seconds 15] [--repeat-scrapes 200] [--json]
+    python bench/agent_metrics_scrape.py [--seconds 8] [--scrapes 2000] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import http.client
 import json
 import os
 import socket
@@ -51,14 +53,15 @@ DCGM_EXPORTER_REPORTED = "dcgm-exporter as reported: 135-155 MiB RSS, 3-9 millic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=15.0, help="Length of each measuring window.")
+    parser.add_argument("--seconds", type=float, default=8.0, help="Length of the live agent's idle window.")
     parser.add_argument("--repeat-scrapes", type=int, default=200)
+    parser.add_argument("--scrapes", type=int, default=2000, help="Fresh scrapes of each page.")
     parser.add_argument("--writes", type=int, default=200, help="Page writes timed in process.")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--page-write", metavar="GROUPS", help=argparse.SUPPRESS)  # the in-process child
+    parser.add_argument("--serve", metavar="GROUPS", help=argparse.SUPPRESS)  # the page's own process
     args = parser.parse_args()
-    if args.page_write is not None:
-        print(json.dumps(page_write(args.page_write.split(","), args.writes)))
+    if args.serve is not None:
+        serve(args.serve.split(","), args.writes)
         return
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import h100_sxm5
@@ -72,24 +75,62 @@ def main() -> None:
         state.write(state_path)
         env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_STATE": str(state_path)}
         for name, flags, groups in (
-            ("all groups", [], "gpu,nvlink,node,agent"),
-            ("without per-link NVLink", ["--no-metrics-nvlink"], "gpu,node,agent"),
+            ("default", ["--no-metrics-nvlink"], "gpu,node,agent"),
+            ("with per-link NVLink", ["--metrics-nvlink"], "gpu,nvlink,node,agent"),
         ):
-            child = [sys.executable, __file__, "--page-write", groups, "--writes", str(args.writes)]
-            written = json.loads(subprocess.run(child, env=env, check=True, capture_output=True, timeout=300).stdout)
-            results.append({"page": name, **measure(env, flags, args.seconds, args.repeat_scrapes), **written})
+            fresh = fresh_scrapes(env, groups, args.scrapes, args.writes)
+            results.append({"page": name, **fresh, **measure(env, flags, args.seconds, args.repeat_scrapes)})
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"8x H100 (fake NVML, GPM, 18 NVLinks each), this machine's host; {INTERVAL_SECONDS:g} s ticks")
-    print(f"{'page':<24} {'samples':>7} {'KB gz':>6} {'tick ms':>8} {'fresh scrape ms':>15} "
-          f"{'repeat scrape ms':>16} {'page write ms':>13} {'+ gzip ms':>9} {'peak RSS MB':>11}")  # fmt: skip
+    print("8x H100 (fake NVML, GPM, 18 NVLinks each), this machine's host; CPU ms per scrape of the agent")
+    print(f"{'page':<21} {'samples':>7} {'KB gz':>5} {'fresh scrape':>12} {'new conn':>8} {'page write':>10} "
+          f"{'+ gzip':>6} {'repeat':>6} {'tick':>6} {'peak RSS MB':>11}")  # fmt: skip
     for r in results:
-        print(f"{r['page']:<24} {r['samples']:>7} {r['gzip_bytes'] / 1e3:>6.0f} {r['tick_cpu_seconds'] * 1e3:>8.2f} "
-              f"{r['fresh_scrape_cpu_seconds'] * 1e3:>15.2f} {r['repeat_scrape_cpu_seconds'] * 1e3:>16.2f} "
-              f"{r['page_write_cpu_seconds'] * 1e3:>13.2f} {r['page_gzip_cpu_seconds'] * 1e3:>9.2f} "
+        fresh, new_connection = r["fresh_scrape_cpu_seconds"], r["fresh_scrape_new_connection_cpu_seconds"]
+        print(f"{r['page']:<21} {r['samples']:>7} {r['gzip_bytes'] / 1e3:>5.0f} "
+              f"{fresh * 1e3:>12.2f} {new_connection * 1e3:>8.2f} "
+              f"{r['page_write_cpu_seconds'] * 1e3:>10.2f} {r['page_gzip_cpu_seconds'] * 1e3:>6.2f} "
+              f"{r['repeat_scrape_cpu_seconds'] * 1e3:>6.2f} {r['tick_cpu_seconds'] * 1e3:>6.2f} "
               f"{r['peak_rss_bytes'] / 1e6:>11.1f}")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
+
+
+def fresh_scrapes(env: dict[str, str], groups: str, scrapes: int, writes: int) -> dict[str, Any]:
+    """CPU per fresh scrape of the page's own server process, kept alive and on new connections."""
+    command = [sys.executable, __file__, "--serve", groups, "--writes", str(writes)]
+    server = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        written = json.loads(server.stdout.readline())
+        port = written.pop("port")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(20):  # warm: the request thread, the label caches
+            _get(connection)
+        cpu = _cpu_seconds(server.pid)
+        for _ in range(scrapes):
+            _get(connection)
+        kept = (_cpu_seconds(server.pid) - cpu) / max(scrapes, 1)
+        connection.close()
+        fresh_connections = max(scrapes // 4, 1)
+        cpu = _cpu_seconds(server.pid)
+        for _ in range(fresh_connections):
+            with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=10)) as once:
+                _get(once)
+        new = (_cpu_seconds(server.pid) - cpu) / fresh_connections
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return {**written, "fresh_scrape_cpu_seconds": kept, "fresh_scrape_new_connection_cpu_seconds": new}
+
+
+def _get(connection: http.client.HTTPConnection) -> bytes:
+    connection.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})  # as Prometheus asks
+    with connection.getresponse() as reply:
+        body = reply.read()
+        if reply.status != 200:
+            raise SystemExit(f"/metrics answered {reply.status}")
+        return body
 
 
 def measure(env: dict[str, str], flags: list[str], seconds: float, repeat: int) -> dict[str, Any]:
@@ -109,35 +150,33 @@ def measure(env: dict[str, str], flags: list[str], seconds: float, repeat: int) 
         idle_cpu, idle_wall = _cpu_seconds(proc.pid) - cpu, time.perf_counter() - wall
         ticks = _reports(_scrape(url)) - before
         idle_rate = idle_cpu / idle_wall
-        # One scrape per tick: every scrape writes a new page.
-        scrapes, cpu, wall = 0, _cpu_seconds(proc.pid), time.perf_counter()
-        while time.perf_counter() - wall < seconds:
-            _scrape(url)
-            scrapes += 1
-            time.sleep(INTERVAL_SECONDS)
-        fresh = _cpu_seconds(proc.pid) - cpu - idle_rate * (time.perf_counter() - wall)
-        # Scrapes within a tick: the page is written already.
+        # Scrapes within a tick, over one kept-alive connection: the page is written already.
+        host, _, port_text = url.split("/")[2].partition(":")
+        connection = http.client.HTTPConnection(host, int(port_text), timeout=10)
+        _get(connection)
         cpu, wall = _cpu_seconds(proc.pid), time.perf_counter()
         for _ in range(repeat):
-            _scrape(url)
+            _get(connection)
         cached = _cpu_seconds(proc.pid) - cpu - idle_rate * (time.perf_counter() - wall)
+        connection.close()
         rss = _status_kib(proc.pid, "VmHWM") * 1024
     samples = sum(1 for line in page.splitlines() if line and not line.startswith("#"))
     return {
         "samples": samples, "gzip_bytes": len(gzip.compress(page.encode(), compresslevel=1)),
-        "tick_cpu_seconds": idle_cpu / max(ticks, 1), "fresh_scrape_cpu_seconds": max(fresh, 0.0) / max(scrapes, 1),
-        "repeat_scrape_cpu_seconds": max(cached, 0.0) / repeat, "peak_rss_bytes": rss,
+        "tick_cpu_seconds": idle_cpu / max(ticks, 1), "repeat_scrape_cpu_seconds": max(cached, 0.0) / repeat,
+        "peak_rss_bytes": rss,
     }  # fmt: skip
 
 
-def page_write(groups: list[str], writes: int) -> dict[str, float]:
-    """The agent's page of one tick (every collector on this host and the fake NVML), written
-    ``writes`` times in this process: the least CPU of a write, and of its gzip."""
+def serve(groups: list[str], writes: int) -> None:
+    """The agent's page of one tick (every collector on this host and the fake NVML) behind the
+    agent's HTTP server, every scrape a new tick. First prints (one JSON line) the port and the
+    least CPU of ``writes`` page writes and of their gzip; serves until stdin closes."""
     from nodeagent.agent.collectors import available
     from nodeagent.agent.delivery.spool import Spool
     from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
     from nodeagent.agent.sampler import Sampler
-    from nodeagent.core.metrics_http import GZIP_LEVEL
+    from nodeagent.core.metrics_http import GZIP_LEVEL, MetricsHttpServer
 
     class NoSender:
         connected_to = None
@@ -160,7 +199,16 @@ def page_write(groups: list[str], writes: int) -> dict[str, float]:
         written = time.process_time()
         gzip.compress(page, compresslevel=GZIP_LEVEL)
         write, packing = min(write, written - started), min(packing, time.process_time() - written)
-    return {"page_write_cpu_seconds": write, "page_gzip_cpu_seconds": packing}
+
+    def fresh_gzip() -> bytes:
+        telemetry.produced_total += 1  # each scrape meets a new tick (one integer; no sampling here)
+        return exposition.render_gzip()
+
+    http = MetricsHttpServer("127.0.0.1:0", exposition.render, metrics_gzip=fresh_gzip, health=exposition.health)
+    port = http.start()
+    print(json.dumps({"port": port, "page_write_cpu_seconds": write, "page_gzip_cpu_seconds": packing}), flush=True)
+    sys.stdin.read()
+    http.stop()
 
 
 def _scrape(url: str) -> str:

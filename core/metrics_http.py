@@ -24,6 +24,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -59,6 +60,7 @@ Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
 # None where the path is none of them (the collector's fleet view).
 Pages = Callable[[str, str], tuple[str, str, bytes] | None]
 _TEXT = "text/plain; charset=utf-8"
+_KNOWN_STATUS = frozenset(HTTPStatus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +93,10 @@ class MetricsHttpServer:
         guard: Guard | None = None,
         metrics_gzip: Callable[[], bytes] | None = None,
         pages: Pages | None = None,
+        request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
+        self.request_timeout_seconds = request_timeout_seconds
         self.metrics = metrics
         # The page already gzipped, where its owner keeps one (the agent's changes once a tick).
         self.metrics_gzip = metrics_gzip
@@ -246,7 +250,7 @@ class _Connection(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
-        sock.settimeout(REQUEST_TIMEOUT_SECONDS)
+        sock.settimeout(self.server.owner.request_timeout_seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         owner = self.server.owner
         peer_cert = None
@@ -272,9 +276,10 @@ class _Connection(socketserver.BaseRequestHandler):
 
     def _serve(self, sock: socket.socket, owner: MetricsHttpServer, peer_cert: dict[str, Any] | None) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
+        served = 0
         while True:
             try:
-                request = _next_request(conn, sock, peer_cert)
+                request = _next_request(conn, sock, peer_cert, owner.request_timeout_seconds, kept_alive=served > 0)
             except h11.RemoteProtocolError as err:
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # h11 lets a server answer a broken request
                     _send(conn, sock, Reply(err.error_status_hint, b"bad request\n"), head_only=False)
@@ -295,13 +300,23 @@ class _Connection(socketserver.BaseRequestHandler):
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return  # the client asked to close, or sent a body we did not read
             conn.start_next_cycle()
+            served += 1
 
 
-def _next_request(conn: h11.Connection, sock: socket.socket, peer_cert: dict[str, Any] | None) -> Request | None:
-    """The next request, its body (if any) read and dropped; None when the client closed."""
+def _next_request(
+    conn: h11.Connection,
+    sock: socket.socket,
+    peer_cert: dict[str, Any] | None,
+    timeout_seconds: float,
+    *,
+    kept_alive: bool,
+) -> Request | None:
+    """The next request, its body (if any) read and dropped; None when the client closed. A new
+    connection's first request has the request timeout; a kept-alive one waits for its next
+    request for the idle timeout, then the request has the request timeout."""
     request: Request | None = None
     body_bytes = 0
-    waiting = conn.their_state is h11.IDLE  # between requests: the idle timeout, then the request's
+    waiting = kept_alive
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
@@ -309,7 +324,7 @@ def _next_request(conn: h11.Connection, sock: socket.socket, peer_cert: dict[str
                 sock.settimeout(IDLE_TIMEOUT_SECONDS)
             data = sock.recv(_RECEIVE_BYTES)
             if waiting:
-                sock.settimeout(REQUEST_TIMEOUT_SECONDS)
+                sock.settimeout(timeout_seconds)
                 waiting = False
             conn.receive_data(data)
         elif isinstance(event, h11.Request):
@@ -328,7 +343,8 @@ def _next_request(conn: h11.Connection, sock: socket.socket, peer_cert: dict[str
 
 def _send(conn: h11.Connection, sock: socket.socket, reply: Reply, *, head_only: bool) -> None:
     headers = [*reply.headers, ("Content-Length", str(len(reply.body)))]
-    head = conn.send(h11.Response(status_code=reply.status, headers=headers)) or b""
+    reason = HTTPStatus(reply.status).phrase.encode() if reply.status in _KNOWN_STATUS else b""
+    head = conn.send(h11.Response(status_code=reply.status, headers=headers, reason=reason)) or b""
     body = b""
     if not head_only:  # a HEAD reply has the headers (Content-Length too) without the body
         body = conn.send(h11.Data(data=reply.body)) or b""

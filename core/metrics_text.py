@@ -29,13 +29,33 @@ class TextFamily:
         """``labels``: already rendered (``label()`` joined by commas)."""
         self.lines.append(f"{self.name}{{{labels}}} {format_value(value)}\n")
 
+    def header(self) -> str:
+        """The HELP and TYPE lines, written once per family for the process: a page is the same
+        hundred-odd families every scrape."""
+        key = (self.name, self.kind, self.help)
+        text = _HEADERS.get(key)
+        if text is None:
+            if len(_HEADERS) >= _MAX_HEADERS:
+                _HEADERS.clear()
+            help_text = self.help.replace("\\", r"\\").replace("\n", r"\n")
+            text = _HEADERS[key] = f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n"
+        return text
+
     def render(self) -> str:
-        help_text = self.help.replace("\\", r"\\").replace("\n", r"\n")
-        return f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n" + "".join(self.lines)
+        return self.header() + "".join(self.lines)
+
+
+_HEADERS: dict[tuple[str, str, str], str] = {}
+_MAX_HEADERS = 10_000  # a help text built from data (a device name) must not grow it for ever
 
 
 def render(families: Iterable[TextFamily]) -> str:
-    return "".join(family.render() for family in families)
+    """The families' text, joined once (not a string per family and then the page)."""
+    parts: list[str] = []
+    for family in families:
+        parts.append(family.header())
+        parts.extend(family.lines)
+    return "".join(parts)
 
 
 def label(name: str, value: str) -> str:
@@ -61,8 +81,11 @@ def format_value(value: float) -> str:
 def number(value: float) -> str:
     """A sample's value: an int as its digits (exact past 2^53, where a float is not), a float as
     ``format_value`` writes it. Counters from the kernel and NVML are ints, most of a page."""
-    if type(value) is int:
+    kind = type(value)
+    if kind is int:
         return str(value)
+    if kind is float and value - value == 0.0:  # finite (inf - inf and NaN - NaN are NaN)
+        return repr(value)
     return format_value(value)
 
 

@@ -186,6 +186,22 @@ def _labels(
     return {**labels, **job_labels(gpu), **pods.get(labels["UUID"], {})}
 
 
+# Each GPU's label text by its label set: the same few sets come back every scrape (a GPU's
+# labels change with its job), and sorting and escaping them was a tenth of the page's cost.
+_LABEL_TEXTS: dict[tuple[tuple[str, str], ...], str] = {}
+_MAX_LABEL_TEXTS: Final = 4096
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    key = tuple(labels.items())
+    text = _LABEL_TEXTS.get(key)
+    if text is None:
+        if len(_LABEL_TEXTS) >= _MAX_LABEL_TEXTS:
+            _LABEL_TEXTS.clear()
+        text = _LABEL_TEXTS[key] = label_text(labels)
+    return text
+
+
 def dcgm_families(
     report: pb.NodeReport,
     labels_by_gpu: Mapping[int, dict[str, str]],
@@ -196,7 +212,7 @@ def dcgm_families(
     adds one line per GPU: the page's cost is a getter and a format per value. ``pods``: the
     kubelet's ``pod``, ``namespace`` and ``container`` labels by GPU UUID."""
     pods = pods or {}
-    live = [(g, label_text(_labels(g, labels_by_gpu, pods))) for g in report.gpus
+    live = [(g, _label_text(_labels(g, labels_by_gpu, pods))) for g in report.gpus
             if g.index in labels_by_gpu and not g.lost]  # fmt: skip
     for name, kind, doc, get in GPU_FAMILIES:
         family = TextFamily(name, kind, doc)

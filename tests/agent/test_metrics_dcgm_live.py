@@ -145,6 +145,7 @@ def scraped(fake_nvml_dir: Path, shared_fixtures: Path, tmp_path_factory: pytest
         "--node-id", "gpu-node-1",
         "--interval", "0.5", "--deadline", "240", "--procfs", str(tree / "proc"), "--sysfs", str(tree / "sys"),
         "--metrics-listen", f"127.0.0.1:{agent_port}", "--pod-resources-socket", str(socket),
+        "--metrics-nvlink",  # off by default; the dashboard's per-link panel needs it
     ]  # fmt: skip
     rules = tmp / "gpu-node-rules.yml"
     shutil.copy(SHIPPED / "gpu-node-rules.yml", rules)

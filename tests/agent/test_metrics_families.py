@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.gpu.collector import GpuCollector
 from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-from nodeagent.agent.run_command import _check_metrics_listen, _metrics_listen
+from nodeagent.agent.run_command import _check_metrics_listen, _metrics_listen, run
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import free_port
@@ -162,6 +162,14 @@ def test_xid_errors_keep_the_last_xid_of_each_gpu() -> None:
             report.events.add(kind="xid", subject="gpu:4", attributes={"xid": xid})
         telemetry.publish(report)
     assert _gpu_values(_exposition(telemetry, ("gpu",)).render().decode())[("DCGM_FI_DEV_XID_ERRORS", 4)] == 79
+
+
+def test_per_link_nvlink_is_off_by_default_and_every_other_group_on() -> None:
+    """dcgm-exporter gives no per-link families by default, and they are three quarters of an
+    8-GPU page and of its scrape's CPU (bench/agent_metrics_scrape.py)."""
+    defaults = {param.name: param.default for param in run.params}
+    assert defaults["metrics_nvlink"] is False
+    assert all(defaults[f"metrics_{group}"] is True for group in ("gpu", "node", "agent"))
 
 
 def test_metrics_listen_takes_a_bare_host_for_dcgm_exporters_port() -> None:

@@ -50,7 +50,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with processes() as started:
         started.append(collector.start())
         for node, scenario, extra in (
-            (STARVED, "ordinary-cloud", ["--metrics-listen", f"127.0.0.1:{agent_port}"]),
+            # --metrics-nvlink (off by default): every family docs/metrics.md lists is served.
+            (STARVED, "ordinary-cloud", ["--metrics-listen", f"127.0.0.1:{agent_port}", "--metrics-nvlink"]),
             (HEALTHY, "fast-cloud", []),
         ):
             agent = Agent(

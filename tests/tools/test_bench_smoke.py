@@ -43,15 +43,17 @@ def test_diag_speed_benchmark_runs_on_the_fake_8_gpu_nodes(fake_nvml_dir: Path) 
 def test_agent_metrics_benchmark_measures_both_pages(fake_nvml_dir: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "agent_metrics_scrape.py"), "--seconds", "1", "--repeat-scrapes", "5",
-         "--writes", "5", "--json"],
+         "--writes", "5", "--scrapes", "20", "--json"],
         capture_output=True, text=True, timeout=180, check=True,
     )  # fmt: skip
     results = json.loads(out.stdout)
-    assert [r["page"] for r in results] == ["all groups", "without per-link NVLink"]
-    assert results[0]["samples"] > results[1]["samples"] > 300  # 8 GPUs x 29 DCGM families and the host
+    assert [r["page"] for r in results] == ["default", "with per-link NVLink"]
+    assert results[1]["samples"] > results[0]["samples"] > 300  # 8 GPUs x 29 DCGM families and the host
     assert all(r["peak_rss_bytes"] > 10e6 for r in results)
     assert all(r["page_gzip_cpu_seconds"] > 0 and 0 < r["page_write_cpu_seconds"] < 1 for r in results)
-    assert results[0]["page_write_cpu_seconds"] > results[1]["page_write_cpu_seconds"]  # 1000 more samples
+    assert all(0 <= r["fresh_scrape_cpu_seconds"] < 1 and 0 <= r["fresh_scrape_new_connection_cpu_seconds"] < 1
+               for r in results)  # fmt: skip
+    assert results[1]["page_write_cpu_seconds"] > results[0]["page_write_cpu_seconds"]  # 1000 more samples
 
 
 def _fake_gpu_env(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
