@@ -4,9 +4,11 @@ Simulated 8-GPU nodes (nodeagent.tools.simulator, with the detector's verdicts) 
 1 s; the reports and verdicts are made first and not timed. Then, as the collector's
 remote-write thread does it:
 
-- series: each node's ``NodeSeries`` turns each report and its verdict into series;
-- WriteRequest: the reports' series gathered into requests of ``--batch-samples``;
-- SerializeToString: each request's bytes;
+- series: each node's ``NodeSeries`` fills its template ``WriteRequest`` with a report and its
+  verdict (the agent's page written and read back, each series' value and timestamp set); the
+  page's text alone is timed apart too (written a second time, not counted in the total);
+- SerializeToString: the filled template's bytes, once per report;
+- WriteRequest: a batch of ``--batch-samples``, the reports' bytes joined;
 - snappy: cramjam's raw block compression, as posted.
 
 Prints CPU microseconds (this process's CPU time, not wall time: the machine may be loaded) per
@@ -23,7 +25,7 @@ import cProfile
 import json
 import pstats
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypedDict, TypeVar
 
 import cramjam
@@ -32,7 +34,9 @@ from nodeagent.collector.remote_write.series import NodeSeries
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
-from nodeagent.prompb import remote_pb2 as prompb
+from nodeagent.core.exposition.dcgm import dcgm_families, nvlink_families
+from nodeagent.core.exposition.node import node_families
+from nodeagent.core.metrics_text import TextFamily
 from nodeagent.tools.simulator import SCENARIOS, Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -66,8 +70,10 @@ def main() -> None:
         samples = result["samples"]
         print(f"{args.nodes} nodes x {args.reports} reports ({args.scenario}): {samples} samples, "
               f"{samples / len(reports):.0f} per report")  # fmt: skip
-        for stage in ("series", "write_request", "serialize", "snappy", "total"):
-            print(f"{stage:>14}: {result['us_per_sample'][stage]:6.2f} us CPU per sample")
+        cost = result["us_per_sample"]
+        for stage in ("series", "serialize", "write_request", "snappy", "total"):
+            print(f"{stage:>14}: {cost[stage]:6.2f} us CPU per sample")
+        print(f"(of series, the agent's page text alone: {cost['page_text']:.2f} us)")
         total = result["us_per_sample"]["total"]
         print(f"one core: {1e6 / total:,.0f} samples/s, {1e6 / total / (samples / len(reports)):,.0f} reports/s")
     if args.profile:
@@ -78,50 +84,56 @@ def main() -> None:
 
 def measure(reports: Reports, batch_samples: int) -> Cost:
     nodes: dict[str, NodeSeries] = {}
-
-    def series() -> list[list[prompb.TimeSeries]]:
-        out = []
-        for report, verdict in reports:
-            node = nodes.get(report.node_id)
-            if node is None:
-                node = nodes[report.node_id] = NodeSeries(report.node_id)
-            out.append(node.series(report, verdict))
-        return out
-
-    per_report, series_seconds = _cpu(series)
-    batches: list[list[list[prompb.TimeSeries]]] = [[]]
+    series_seconds = serialize_seconds = page_seconds = 0.0
+    encoded: list[tuple[bytes, int]] = []
+    clock = time.process_time
+    for report, verdict in reports:
+        node = nodes.get(report.node_id)
+        if node is None:
+            node = nodes[report.node_id] = NodeSeries(report.node_id)
+        start = clock()
+        template = node.fill(report, verdict)
+        filled = clock()
+        body = template.SerializeToString()
+        done = clock()
+        # The same page again, written only: the part of "series" that is the agent's exposition.
+        for _ in _page(node, report):
+            pass
+        series_seconds += filled - start
+        serialize_seconds += done - filled
+        page_seconds += clock() - done
+        encoded.append((body, len(template.timeseries)))
+    # Batches as the sender cuts them; a batch's body is its reports' bytes joined.
+    batches: list[list[bytes]] = [[]]
     count = 0
-    for item in per_report:
-        if batches[-1] and count + len(item) > batch_samples:
+    for body, samples in encoded:
+        if batches[-1] and count + samples > batch_samples:
             batches.append([])
             count = 0
-        batches[-1].append(item)
-        count += len(item)
-
-    def build() -> list[prompb.WriteRequest]:
-        requests = []
-        for batch in batches:
-            request = prompb.WriteRequest()
-            for item in batch:
-                request.timeseries.extend(item)
-            requests.append(request)
-        return requests
-
-    requests, build_seconds = _cpu(build)
-    bodies, serialize_seconds = _cpu(lambda: [request.SerializeToString() for request in requests])
+        batches[-1].append(body)
+        count += samples
+    bodies, build_seconds = _cpu(lambda: [b"".join(batch) for batch in batches])
     compressed, snappy_seconds = _cpu(lambda: [bytes(cramjam.snappy.compress_raw(body)) for body in bodies])
-    samples = sum(len(item) for item in per_report)
+    samples = sum(count for _, count in encoded)
     stages = {"series": series_seconds, "write_request": build_seconds, "serialize": serialize_seconds,
               "snappy": snappy_seconds}  # fmt: skip
     stages["total"] = sum(stages.values())
+    stages["page_text"] = page_seconds
     return {
         "samples": samples,
         "reports": len(reports),
-        "requests": len(requests),
+        "requests": len(bodies),
         "bytes_per_sample": sum(map(len, bodies)) / samples,
         "snappy_bytes_per_sample": sum(map(len, compressed)) / samples,
         "us_per_sample": {stage: seconds / samples * 1e6 for stage, seconds in stages.items()},
     }
+
+
+def _page(node: NodeSeries, report: pb.NodeReport) -> Iterator[TextFamily]:
+    """The agent's /metrics families of the report (core/exposition/), as ``NodeSeries`` writes them."""
+    yield from dcgm_families(report, node.gpu_labels, node.last_xid)
+    yield from nvlink_families(report, node.gpu_labels)
+    yield from node_families(report, node.info)
 
 
 def _cpu(work: Callable[[], T]) -> tuple[T, float]:

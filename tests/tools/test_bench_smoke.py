@@ -113,6 +113,7 @@ def test_remote_write_cost_benchmark_times_every_stage() -> None:
     result = json.loads(out.stdout)
     assert result["reports"] == 6 and result["samples"] > 6 * 100  # 8 GPUs x the DCGM families and the host
     stages = result["us_per_sample"]
-    assert set(stages) == {"series", "write_request", "serialize", "snappy", "total"}
+    assert set(stages) == {"series", "write_request", "serialize", "snappy", "total", "page_text"}
     assert stages["total"] > 0 and all(value >= 0 for value in stages.values())
+    assert 0 < stages["page_text"] < stages["series"]
     assert 0 < result["snappy_bytes_per_sample"] < result["bytes_per_sample"]
