@@ -73,13 +73,10 @@ class NodeSeries:
                 xid = event.attributes.get("xid", "")
                 if xid.isdigit():
                     self.last_xid[int(event.subject[4:])] = int(xid)
-        keys: list[SeriesKey] = []
-        values: list[float] = []
         # The families are the agent's /metrics text; read back, the series carry exactly the names,
         # labels and values a scrape of that page sees.
-        for series, value in series_values(self._families(report)):
-            keys.append(series)
-            values.append(value)
+        page, values = series_values(self._families(report))
+        keys: list[SeriesKey] = list(page)
         if verdict is not None:
             for labels, value in _verdict_series(verdict, self._node):
                 keys.append(labels)

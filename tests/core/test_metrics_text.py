@@ -47,8 +47,8 @@ def test_the_reader_reads_what_prometheus_client_reads() -> None:
 
 def test_series_values_and_parse_series_read_what_the_reader_reads() -> None:
     """Remote write keys its series on the text before the value and parses it once."""
-    ours = [(*parse_series(series), value) for series, value in series_values(_families())]
+    series, values = series_values(_families())
+    ours = [(*parse_series(text), value) for text, value in zip(series, values, strict=True)]
     assert ours == list(SampleReader().samples(_families()))
-    series = [series for series, _ in series_values(_families())]
     assert series[0] == 'DCGM_FI_DEV_GPU_TEMP{UUID="GPU-0",gpu="0",modelName="NVIDIA H100 80GB HBM3"}'
     assert series[-1] == "nodeagent_odd"
