@@ -136,3 +136,19 @@ class SampleReader:
 def _unescaped(match: re.Match[str]) -> str:
     char = match[1]
     return "\n" if char == "n" else char
+
+
+def series_values(families: Iterable[TextFamily]) -> tuple[list[str], list[float]]:
+    """The sample lines of ``families`` as their series and their values, in order. A series is
+    the line's text before its value (``name{labels}``, or the name alone), the same text on every
+    page for the same series, so a reader can key what it knows of a series on it and parse it
+    (``parse_series``) only the first time. Values read as ``SampleReader`` reads them."""
+    split = [line.rpartition(" ") for family in families for line in family.lines]
+    # float() takes the trailing newline.
+    return [series for series, _, _ in split], [float(value) for _, _, value in split]
+
+
+def parse_series(series: str) -> tuple[str, Labels]:
+    """A ``series_values`` series text as its name and labels, unescaped as ``SampleReader`` does."""
+    name, _, text = series.partition("{")
+    return name, tuple((m[1], _UNESCAPE.sub(_unescaped, m[2])) for m in _LABEL.finditer(text[:-1]))

@@ -1,33 +1,67 @@
 """A report and its verdict as remote-write series: the agent's ``/metrics`` families (dcgm-exporter's
 ``DCGM_FI_*``, node_exporter's ``node_*``, from ``core/exposition/``) plus a ``node`` label, and the
-detector's series under the collector's ``/metrics`` names."""
+detector's series under the collector's ``/metrics`` names, serialized as a ``WriteRequest``.
+
+Cost: building a ``TimeSeries`` with its eight or so ``Label`` messages for every sample was
+most of the remote-write thread's CPU (about 19 us a sample of 22, and it shares the interpreter
+lock with the ingest loop). A node sends the same series report after report, so each node keeps
+one ``WriteRequest`` holding its series, labels made once, and a report only sets each sample's
+value and timestamp and serializes it. The template is rebuilt from labels kept per series when
+the set of series changes (per-core CPU times every 30 s, a lost GPU, a verdict's state label).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_text import SampleReader, TextFamily
+from nodeagent.core.metrics_text import TextFamily, parse_series, series_values
 from nodeagent.prompb import remote_pb2 as prompb
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 Labels = tuple[tuple[str, str], ...]
+# What identifies a series in a node's template: a sample line's ``name{labels}`` text (the
+# agent's page), or a verdict series' sorted labels, ``__name__`` and ``node`` included.
+SeriesKey = str | Labels
+# Labels kept per node; a node's page has a few hundred series (a thousand or two with per-link
+# NVLink and per-core CPU times), verdicts add a set per state a GPU takes.
+MAX_SERIES_PER_NODE = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedReport:
+    """One report's series: a serialized ``WriteRequest`` and how many samples it holds (one a series)."""
+
+    body: bytes
+    samples: int
 
 
 class NodeSeries:
-    """One node's topology and last XIDs (reports carry them only when they change)."""
+    """One node's topology, last XIDs (reports carry them only when they change) and series template."""
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self.info: pb.NodeInfo | None = None
         self.gpu_labels: dict[int, dict[str, str]] = {}
         self.last_xid: dict[int, int] = {}
-        self.reader = SampleReader()
+        self._node = ("node", node_id)
+        # The series of the last report, in its order, and each one's only sample in the template.
+        self._keys: list[SeriesKey] = []
+        self._template = prompb.WriteRequest()
+        self._samples: list[prompb.Sample] = []
+        # Each series' labels as a serialized one-series WriteRequest, to rebuild templates from.
+        self._parts: dict[SeriesKey, bytes] = {}
 
-    def series(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> list[prompb.TimeSeries]:
+    def encode(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> EncodedReport:
         """Every series of this report, stamped with the report's time."""
+        request = self.fill(report, verdict)
+        return EncodedReport(request.SerializeToString(), len(self._keys))
+
+    def fill(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> prompb.WriteRequest:
+        """The node's template with this report's values and time: valid until the next call."""
         if report.HasField("info"):
             # A copy: a reference into the received message would keep all of it in memory.
             self.info = pb.NodeInfo()
@@ -39,41 +73,69 @@ class NodeSeries:
                 xid = event.attributes.get("xid", "")
                 if xid.isdigit():
                     self.last_xid[int(event.subject[4:])] = int(xid)
-        millis = int(report.time_unix_seconds * 1000)
-        out: list[prompb.TimeSeries] = []
-        node = ("node", self.node_id)
-        # The families are the agent's /metrics text; read back, the series carry exactly the names
-        # and labels a scrape of that page sees.
-        for name, labels, value in self.reader.samples(self._families(report)):
-            out.append(_series(sorted((*labels, node, ("__name__", name))), value, millis))
+        # The families are the agent's /metrics text; read back, the series carry exactly the names,
+        # labels and values a scrape of that page sees.
+        page, values = series_values(self._families(report))
+        keys: list[SeriesKey] = list(page)
         if verdict is not None:
-            out.extend(_verdict_series(verdict, node, millis))
-        return out
+            for labels, value in _verdict_series(verdict, self._node):
+                keys.append(labels)
+                values.append(value)
+        if keys != self._keys:
+            self._rebuild(keys)
+        millis = int(report.time_unix_seconds * 1000)
+        for sample, value in zip(self._samples, values, strict=True):
+            sample.value = value
+            sample.timestamp = millis
+        return self._template
 
     def _families(self, report: pb.NodeReport) -> Iterator[TextFamily]:
         yield from dcgm_families(report, self.gpu_labels, self.last_xid)
         yield from nvlink_families(report, self.gpu_labels)
         yield from node_families(report, self.info)
 
+    def _rebuild(self, keys: list[SeriesKey]) -> None:
+        """A template for these series, in this order. Each series' labels are a serialized
+        one-series ``WriteRequest`` made once and kept: joined, they parse as the request of all
+        of them (protobuf merges concatenated messages), and each gets an empty sample to fill."""
+        parts = self._parts
+        if len(parts) + len(keys) > MAX_SERIES_PER_NODE:
+            parts.clear()
+        joined = []
+        for key in keys:
+            part = parts.get(key)
+            if part is None:
+                part = parts[key] = self._labels_only(key)
+            joined.append(part)
+        template = prompb.WriteRequest.FromString(b"".join(joined))
+        self._samples = [series.samples.add() for series in template.timeseries]
+        self._keys, self._template = keys, template
 
-def _series(labels: list[tuple[str, str]] | Labels, value: float, millis: int) -> prompb.TimeSeries:
-    ts = prompb.TimeSeries()
-    for name, text in labels:
-        ts.labels.add(name=name, value=text)
-    ts.samples.add(value=value, timestamp=millis)
-    return ts
+    def _labels_only(self, key: SeriesKey) -> bytes:
+        request = prompb.WriteRequest()
+        series = request.timeseries.add()
+        for name, text in self._labels(key):
+            series.labels.add(name=name, value=text)
+        return request.SerializeToString()
+
+    def _labels(self, key: SeriesKey) -> Labels:
+        """The series' labels sorted by name, as remote write wants them."""
+        if isinstance(key, str):
+            name, labels = parse_series(key)
+            return tuple(sorted((*labels, self._node, ("__name__", name))))
+        return key
 
 
-def _verdict_series(v: NodeVerdict, node: tuple[str, str], millis: int) -> Iterator[prompb.TimeSeries]:
-    """The collector's /metrics names (collector/metrics_fleet.py) for the verdict."""
+def _verdict_series(v: NodeVerdict, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:
+    """The collector's /metrics names (collector/metrics_fleet.py) for the verdict: sorted labels, value."""
     state = (("cause", v.cause or ""), ("state", v.state), ("tier", v.tier or ""))
-    yield _series(sorted((("__name__", "nodeagent_node_state"), node, *state)), 1.0, millis)
+    yield tuple(sorted((("__name__", "nodeagent_node_state"), node, *state))), 1.0
     if v.starvation_ratio is not None:
-        yield _series((("__name__", "nodeagent_node_starvation_ratio"), node), v.starvation_ratio, millis)
+        yield (("__name__", "nodeagent_node_starvation_ratio"), node), v.starvation_ratio
     for g in v.gpus:
         gpu = ("gpu", str(g.index))
         gstate = (("cause", g.cause or ""), ("state", g.state), ("tier", g.tier or ""), ("uuid", g.uuid))
-        yield _series(sorted((("__name__", "nodeagent_gpu_state"), gpu, node, *gstate)), 1.0, millis)
+        yield tuple(sorted((("__name__", "nodeagent_gpu_state"), gpu, node, *gstate))), 1.0
         if g.starvation_ratio is not None:
-            yield _series((("__name__", "nodeagent_gpu_starvation_ratio"), gpu, node), g.starvation_ratio, millis)
-        yield _series((("__name__", "nodeagent_gpu_data_starved_seconds_total"), gpu, node), g.gpu_seconds_lost, millis)
+            yield (("__name__", "nodeagent_gpu_starvation_ratio"), gpu, node), g.starvation_ratio
+        yield (("__name__", "nodeagent_gpu_data_starved_seconds_total"), gpu, node), g.gpu_seconds_lost

@@ -58,7 +58,7 @@ class Node:
             if self.seq == 1:
                 report.info.CopyFrom(self.sim.info())
             verdict = self.detector.observe(report)
-            self.series_total += len(self.series.series(report, verdict))
+            self.series_total += self.series.encode(report, verdict).samples
             out.append(report)
         self.sent.extend(out)
         return out

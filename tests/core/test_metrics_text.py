@@ -6,7 +6,15 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.core.metrics_text import SampleReader, TextFamily, label_text, render, sample_line
+from nodeagent.core.metrics_text import (
+    SampleReader,
+    TextFamily,
+    label_text,
+    parse_series,
+    render,
+    sample_line,
+    series_values,
+)
 
 
 def _families() -> list[TextFamily]:
@@ -35,3 +43,12 @@ def test_the_reader_reads_what_prometheus_client_reads() -> None:
     # Read again: the label sets come from the reader's cache, the values from the new lines.
     again = list(reader.samples(_families()))
     assert [(name, dict(labels), value) for name, labels, value in again] == ours
+
+
+def test_series_values_and_parse_series_read_what_the_reader_reads() -> None:
+    """Remote write keys its series on the text before the value and parses it once."""
+    series, values = series_values(_families())
+    ours = [(*parse_series(text), value) for text, value in zip(series, values, strict=True)]
+    assert ours == list(SampleReader().samples(_families()))
+    assert series[0] == 'DCGM_FI_DEV_GPU_TEMP{UUID="GPU-0",gpu="0",modelName="NVIDIA H100 80GB HBM3"}'
+    assert series[-1] == "nodeagent_odd"

@@ -105,3 +105,17 @@ def test_gpu_real_tick_cost_and_nvidia_smi_columns(
     line = gpu_real.summarise("matmul", snaps, rows)[0]
     assert line.startswith("| matmul | GPU 0 | 1 | 90.0% |")
     assert line.endswith("| 97.0% | 2.1 GB |")
+
+
+def test_remote_write_cost_benchmark_times_every_stage() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "remote_write_cost.py"), "--nodes", "2", "--reports", "3", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    assert result["reports"] == 6 and result["samples"] > 6 * 100  # 8 GPUs x the DCGM families and the host
+    stages = result["us_per_sample"]
+    assert set(stages) == {"series", "write_request", "serialize", "snappy", "total", "page_text"}
+    assert stages["total"] > 0 and all(value >= 0 for value in stages.values())
+    assert 0 < stages["page_text"] < stages["series"]
+    assert 0 < result["snappy_bytes_per_sample"] < result["bytes_per_sample"]

@@ -1,0 +1,189 @@
+"""A receiver gets the same bytes from the template encoder as from building every series from
+the agent's page, sample by sample, as remote write first did (the reference below): for full
+8-GPU reports, while the set of series changes, and through the sender's batches."""
+
+from __future__ import annotations
+
+import time
+
+import cramjam
+
+from nodeagent.collector.remote_write.config import RemoteWriteConfig
+from nodeagent.collector.remote_write.sender import RemoteWriter
+from nodeagent.collector.remote_write.series import NodeSeries
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
+from nodeagent.core.exposition.node import node_families
+from nodeagent.core.metrics_text import SampleReader
+from nodeagent.prompb import remote_pb2 as prompb
+from nodeagent.tools.simulator import Simulation
+from nodeagent.v1 import nodeagent_pb2 as pb
+from tests.fakes.http_receiver import http_receiver
+
+
+class ReferenceSeries:
+    """Remote write's first encoder: the page read back by ``SampleReader``, one ``TimeSeries``
+    built label by label for every sample, the verdict's series after."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node = ("node", node_id)
+        self.node_id = node_id
+        self.info: pb.NodeInfo | None = None
+        self.labels: dict[int, dict[str, str]] = {}
+        self.last_xid: dict[int, int] = {}
+        self.reader = SampleReader()
+
+    def series(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> list[prompb.TimeSeries]:
+        if report.HasField("info"):
+            self.info = pb.NodeInfo()
+            self.info.CopyFrom(report.info)
+            self.labels = gpu_labels(report.info, self.node_id)
+        for event in report.events:
+            if event.kind == "xid" and event.subject.startswith("gpu:") and event.subject[4:].isdigit():
+                xid = event.attributes.get("xid", "")
+                if xid.isdigit():
+                    self.last_xid[int(event.subject[4:])] = int(xid)
+        millis = int(report.time_unix_seconds * 1000)
+        families = [
+            *dcgm_families(report, self.labels, self.last_xid),
+            *nvlink_families(report, self.labels),
+            *node_families(report, self.info),
+        ]
+        out = [
+            _series(sorted((*labels, self.node, ("__name__", name))), value, millis)
+            for name, labels, value in self.reader.samples(families)
+        ]
+        if verdict is not None:
+            v, node = verdict, self.node
+            state = (("cause", v.cause or ""), ("state", v.state), ("tier", v.tier or ""))
+            out.append(_series(sorted((("__name__", "nodeagent_node_state"), node, *state)), 1.0, millis))
+            if v.starvation_ratio is not None:
+                out.append(_series([("__name__", "nodeagent_node_starvation_ratio"), node], v.starvation_ratio, millis))
+            for g in v.gpus:
+                gpu = ("gpu", str(g.index))
+                gstate = (("cause", g.cause or ""), ("state", g.state), ("tier", g.tier or ""), ("uuid", g.uuid))
+                out.append(_series(sorted((("__name__", "nodeagent_gpu_state"), gpu, node, *gstate)), 1.0, millis))
+                if g.starvation_ratio is not None:
+                    ratio = [("__name__", "nodeagent_gpu_starvation_ratio"), gpu, node]
+                    out.append(_series(ratio, g.starvation_ratio, millis))
+                lost = [("__name__", "nodeagent_gpu_data_starved_seconds_total"), gpu, node]
+                out.append(_series(lost, g.gpu_seconds_lost, millis))
+        return out
+
+
+def _series(labels: list[tuple[str, str]], value: float, millis: int) -> prompb.TimeSeries:
+    ts = prompb.TimeSeries()
+    for name, text in labels:
+        ts.labels.add(name=name, value=text)
+    ts.samples.add(value=value, timestamp=millis)
+    return ts
+
+
+def _reference_request(series: list[prompb.TimeSeries]) -> bytes:
+    request = prompb.WriteRequest()
+    request.timeseries.extend(series)
+    return request.SerializeToString()
+
+
+def _reports(
+    scenario: str, node_id: str, count: int, step_seconds: float = 1.0
+) -> list[tuple[pb.NodeReport, NodeVerdict]]:
+    sim = Simulation(scenario, node_id=node_id, seed=3)
+    detector = NodeDetector(node_id, DetectorConfig())
+    out = []
+    for seq in range(1, count + 1):
+        report = sim.step(step_seconds)
+        report.epoch, report.seq = 1, seq
+        if seq == 1:
+            report.info.CopyFrom(sim.info())
+            # A label value the exposition escapes.
+            report.info.hostname = 'rack "7"\\node\n2'
+        _add_links_and_cores(report, seq)
+        out.append((report, detector.observe(report)))
+    return out
+
+
+def _add_links_and_cores(report: pb.NodeReport, seq: int) -> None:
+    """What the simulator leaves out and a real node has: per-link NVLink counters (the ``link``
+    label inside a GPU's labels) and per-core CPU times, with counters past 2^53."""
+    for gpu in report.gpus:
+        for link in range(12):
+            gpu.nvlinks.add(
+                link=link, active=link != 11, rx_bytes_total=2**60 + seq * 977 + link, tx_bytes_total=seq * 1013,
+                replay_errors_total=link % 3, crc_flit_errors_total=0,
+            )  # fmt: skip
+    for core in ("", *(str(i) for i in range(16))):
+        report.host.cpus.add(cpu=core, user_seconds_total=seq * 0.37 + len(core), idle_seconds_total=seq / 3)
+
+
+def _assert_same(ours: bytes, theirs: bytes) -> None:
+    if ours != theirs:  # decoded first, for a readable difference
+        assert prompb.WriteRequest.FromString(ours) == prompb.WriteRequest.FromString(theirs)
+    assert ours == theirs
+
+
+def test_a_full_8gpu_report_is_the_same_write_request_byte_for_byte() -> None:
+    ours, reference = NodeSeries("rw-same"), ReferenceSeries("rw-same")
+    for report, verdict in _reports("ordinary-cloud", "rw-same", 5):
+        encoded = ours.encode(report, verdict)
+        series = reference.series(report, verdict)
+        assert encoded.samples == len(series)
+        _assert_same(encoded.body, _reference_request(series))
+    decoded = prompb.WriteRequest.FromString(encoded.body)
+    names = {lb.value for ts in decoded.timeseries for lb in ts.labels if lb.name == "__name__"}
+    # All eight GPUs, their links, the host, the verdict: a full report, not an empty template.
+    assert {"DCGM_FI_DEV_GPU_UTIL", "nodeagent_gpu_nvlink_up", "node_cpu_seconds_total", "node_load1"} <= names
+    assert {"nodeagent_node_state", "nodeagent_gpu_starvation_ratio"} <= names
+    gpus = {lb.value for ts in decoded.timeseries for lb in ts.labels if lb.name == "gpu"}
+    assert gpus == {str(i) for i in range(8)}
+    assert {ts.samples[0].timestamp for ts in decoded.timeseries} == {int(report.time_unix_seconds * 1000)}
+
+
+def test_a_changing_set_of_series_stays_the_same_as_the_reference() -> None:
+    """A lost GPU and one that comes back, a field a GPU stops giving, an XID, a verdict that moves
+    from idle to warmup to busy (its state is a label), and no verdict at all."""
+    ours, reference = NodeSeries("rw-change"), ReferenceSeries("rw-change")
+    reports = _reports("job-start", "rw-change", 50, step_seconds=4.0)
+    states = set()
+    for index, (report, verdict) in enumerate(reports):
+        given: NodeVerdict | None = verdict
+        if 5 <= index < 8:
+            report.gpus[2].lost = True
+        if 10 <= index < 13:
+            report.gpus[5].ClearField("power_watts")
+        if index == 15:
+            event = report.events.add(kind="xid", subject="gpu:1")
+            event.attributes["xid"] = "79"
+        if index == 18:
+            given = None
+        states.add(verdict.state)
+        encoded = ours.encode(report, given)
+        _assert_same(encoded.body, _reference_request(reference.series(report, given)))
+    assert {"idle", "warmup", "busy"} <= states
+
+
+def test_the_sender_posts_the_batch_the_reference_builds() -> None:
+    """Reports of two nodes in one batch: the joined per-report bytes are the WriteRequest of all
+    their series, in order, as one message built from them would be serialized."""
+    reports = [*_reports("healthy", "rw-a", 3), *_reports("storage-bound", "rw-b", 3)]
+    reference = {"rw-a": ReferenceSeries("rw-a"), "rw-b": ReferenceSeries("rw-b")}
+    expected = _reference_request(
+        [ts for report, verdict in reports for ts in reference[report.node_id].series(report, verdict)]
+    )
+    with http_receiver() as receiver:
+        writer = RemoteWriter(RemoteWriteConfig(url=receiver.url, resolution_seconds=0, batch_samples=100_000))
+        for report, verdict in reports:  # offered before the thread starts: one batch
+            writer.offer(report, verdict)
+        writer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while writer.stats.queued_samples or writer.stats.samples_sent_total == 0:
+                assert time.monotonic() < deadline, writer.stats
+                time.sleep(0.05)
+        finally:
+            writer.stop()
+    assert len(receiver.accepted) == 1
+    _assert_same(bytes(cramjam.snappy.decompress_raw(receiver.accepted[0])), expected)
+    assert writer.stats.samples_sent_total == len(prompb.WriteRequest.FromString(expected).timeseries)
