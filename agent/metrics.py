@@ -17,7 +17,6 @@ families, each of which can be turned off:
 
 from __future__ import annotations
 
-import gzip
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -31,7 +30,7 @@ from nodeagent.agent.process_metrics import ProcessFamilies
 from nodeagent.core import rates
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_http import GZIP_LEVEL
+from nodeagent.core.metrics_http import gzip_bytes
 from nodeagent.core.metrics_text import TextFamily, label, label_text, render, sample_line
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -182,7 +181,7 @@ class AgentExposition:
             page = self._current()
             tick, packed = self._gzipped
             if tick != self._page[0] or tick <= 0:
-                packed = gzip.compress(page, compresslevel=GZIP_LEVEL)
+                packed = gzip_bytes(page)
                 self._gzipped = (self._page[0], packed)
             return packed
 
