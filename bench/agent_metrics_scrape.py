@@ -13,9 +13,11 @@ every family group (``--metrics-nvlink``):
 - page write and gzip: in that process, ``time.process_time`` of one page write and of its gzip,
   the least of ``--writes`` tries (the machine's load adds to the others, never takes off);
 - tick, repeat scrape, peak RSS: a live ``nodeagent run --metrics-listen`` with 0.25 s ticks,
-  from its /proc/PID/stat: its CPU per tick with nobody scraping (the sender retrying an absent
-  collector included, so an upper bound), per scrape within one tick (the page already written:
-  a second Prometheus of an HA pair), and VmHWM.
+  streaming to a real collector on loopback (as in service: its reports acked, its spool
+  small), from its /proc/PID/stat: its CPU per tick with nobody scraping (streaming included),
+  per scrape within one tick (the page already written: a second Prometheus of an HA pair), and
+  VmHWM. ``--agent-python /usr/bin/python3.11`` runs it on Debian's interpreter, the one the
+  .deb's environment uses, with this environment's packages.
 
 dcgm-exporter is printed beside it as its users report it (NVIDIA publishes no per-scrape cost):
 NVIDIA/gpu-operator#340 shows 135-155 MiB and 3-9 millicores per dcgm-exporter pod, and
@@ -58,6 +60,10 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=2000, help="Fresh scrapes of each page.")
     parser.add_argument("--writes", type=int, default=200, help="Page writes timed in process.")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--agent-python", metavar="PATH",
+        help="Run the live agent on this interpreter (same Python ABI) with this environment's packages.",
+    )  # fmt: skip
     parser.add_argument("--serve", metavar="GROUPS", help=argparse.SUPPRESS)  # the page's own process
     args = parser.parse_args()
     if args.serve is not None:
@@ -79,7 +85,9 @@ def main() -> None:
             ("with per-link NVLink", ["--metrics-nvlink"], "gpu,nvlink,node,agent"),
         ):
             fresh = fresh_scrapes(env, groups, args.scrapes, args.writes)
-            results.append({"page": name, **fresh, **measure(env, flags, args.seconds, args.repeat_scrapes)})
+            results.append(
+                {"page": name, **fresh, **measure(env, flags, args.seconds, args.repeat_scrapes, args.agent_python)}
+            )
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -94,6 +102,19 @@ def main() -> None:
               f"{r['repeat_scrape_cpu_seconds'] * 1e3:>6.2f} {r['tick_cpu_seconds'] * 1e3:>6.2f} "
               f"{r['peak_rss_bytes'] / 1e6:>11.1f}")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
+
+
+def _agent_command(python: str | None) -> list[str]:
+    """``python -m nodeagent.agent``, on another interpreter of the same ABI with this environment's
+    packages when ``python`` is given (Debian's python3.11, which the .deb's environment uses)."""
+    if python is None:
+        return [sys.executable, "-m", "nodeagent.agent"]
+    site_dir = next(p for p in sys.path if p.endswith("site-packages"))
+    launch = (
+        f"import runpy, site, sys; site.addsitedir({site_dir!r}); sys.argv[0] = 'nodeagent'; "
+        "runpy.run_module('nodeagent.agent', run_name='__main__')"
+    )
+    return [python, "-c", launch]
 
 
 def fresh_scrapes(env: dict[str, str], groups: str, scrapes: int, writes: int) -> dict[str, Any]:
@@ -133,15 +154,20 @@ def _get(connection: http.client.HTTPConnection) -> bytes:
         return body
 
 
-def measure(env: dict[str, str], flags: list[str], seconds: float, repeat: int) -> dict[str, Any]:
-    port = _free_port()
-    command = [
-        sys.executable, "-m", "nodeagent.agent", "run", "--collector", f"127.0.0.1:{_free_port()}",
-        "--node-id", "bench",
+def measure(
+    env: dict[str, str], flags: list[str], seconds: float, repeat: int, python: str | None = None
+) -> dict[str, Any]:
+    """The live agent, streaming to a real collector (as it runs in service: its spool acked)."""
+    port, collector_port = _free_port(), _free_port()
+    agent = [
+        *_agent_command(python), "run", "--collector", f"127.0.0.1:{collector_port}", "--node-id", "bench",
         "--interval", str(INTERVAL_SECONDS), "--metrics-listen", f"127.0.0.1:{port}", *flags,
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}/metrics"
-    with _process(command, env) as proc:
+    with tempfile.TemporaryDirectory() as tmp, _process(
+        [sys.executable, "-m", "nodeagent.collector", "serve", "--listen", f"127.0.0.1:{collector_port}",
+         "--db", str(Path(tmp) / "collector.db")], env,
+    ), _process(agent, env) as proc:  # fmt: skip
         page = _wait_page(url, "DCGM_FI_PROF_SM_ACTIVE{", proc)
         # Nobody scraping: the ticks alone.
         before = _reports(_scrape(url))
@@ -176,7 +202,7 @@ def serve(groups: list[str], writes: int) -> None:
     from nodeagent.agent.delivery.spool import Spool
     from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
     from nodeagent.agent.sampler import Sampler
-    from nodeagent.core.metrics_http import GZIP_LEVEL, MetricsHttpServer
+    from nodeagent.core.metrics_http import MetricsHttpServer, gzip_bytes
 
     class NoSender:
         connected_to = None
@@ -197,7 +223,7 @@ def serve(groups: list[str], writes: int) -> None:
         started = time.process_time()
         page = exposition.render()
         written = time.process_time()
-        gzip.compress(page, compresslevel=GZIP_LEVEL)
+        gzip_bytes(page)
         write, packing = min(write, written - started), min(packing, time.process_time() - written)
 
     def fresh_gzip() -> bytes:
