@@ -15,6 +15,8 @@ only has effect on a library's first import, so the programs make these imports 
 - hashlib and hmac without OpenSSL, in the agent: they load libcrypto (4 MB) for OpenSSL's
   digests; the agent hashes only with blake2b (its collector order) and compares tokens with
   ``compare_digest``, which CPython has built in.
+- shutil without bz2 and lzma, in the agent: shutil imports them (and liblzma) for its archive
+  functions, which the agent never calls; pynvml imports shutil through ctypes.util.
 """
 
 from __future__ import annotations
