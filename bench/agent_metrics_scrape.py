@@ -16,8 +16,8 @@ every family group (``--metrics-nvlink``):
   streaming to a real collector on loopback (as in service: its reports acked, its spool
   small), from its /proc/PID/stat: its CPU per tick with nobody scraping (streaming included),
   per scrape within one tick (the page already written: a second Prometheus of an HA pair), and
-  VmHWM. ``--agent-python /usr/bin/python3.11`` runs it on Debian's interpreter, the one the
-  .deb's environment uses, with this environment's packages.
+  VmHWM. ``--agent-python /usr/bin/python3.11`` runs both processes on Debian's interpreter, the
+  one the .deb's environment uses, with this environment's packages.
 
 dcgm-exporter is printed beside it as its users report it (NVIDIA publishes no per-scrape cost):
 NVIDIA/gpu-operator#340 shows 135-155 MiB and 3-9 millicores per dcgm-exporter pod, and
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--agent-python", metavar="PATH",
-        help="Run the live agent on this interpreter (same Python ABI) with this environment's packages.",
+        help="Run the agent and its page's server on this interpreter (same ABI), with this environment's packages.",
     )  # fmt: skip
     parser.add_argument("--serve", metavar="GROUPS", help=argparse.SUPPRESS)  # the page's own process
     args = parser.parse_args()
@@ -84,7 +84,7 @@ def main() -> None:
             ("default", ["--no-metrics-nvlink"], "gpu,node,agent"),
             ("with per-link NVLink", ["--metrics-nvlink"], "gpu,nvlink,node,agent"),
         ):
-            fresh = fresh_scrapes(env, groups, args.scrapes, args.writes)
+            fresh = fresh_scrapes(env, groups, args.scrapes, args.writes, args.agent_python)
             results.append(
                 {"page": name, **fresh, **measure(env, flags, args.seconds, args.repeat_scrapes, args.agent_python)}
             )
@@ -117,9 +117,23 @@ def _agent_command(python: str | None) -> list[str]:
     return [python, "-c", launch]
 
 
-def fresh_scrapes(env: dict[str, str], groups: str, scrapes: int, writes: int) -> dict[str, Any]:
+def _script_command(python: str | None) -> list[str]:
+    """This script, on ``python`` (with this environment's packages) when given."""
+    if python is None:
+        return [sys.executable, __file__]
+    site_dir = next(p for p in sys.path if p.endswith("site-packages"))
+    launch = (
+        f"import runpy, site, sys; site.addsitedir({site_dir!r}); sys.argv[0] = {__file__!r}; "
+        f"runpy.run_path({__file__!r}, run_name='__main__')"
+    )
+    return [python, "-c", launch]
+
+
+def fresh_scrapes(
+    env: dict[str, str], groups: str, scrapes: int, writes: int, python: str | None = None
+) -> dict[str, Any]:
     """CPU per fresh scrape of the page's own server process, kept alive and on new connections."""
-    command = [sys.executable, __file__, "--serve", groups, "--writes", str(writes)]
+    command = [*_script_command(python), "--serve", groups, "--writes", str(writes)]
     server = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
