@@ -280,8 +280,14 @@ class Store:
     def last_minutes(self) -> dict[str, list[MinuteRow]]:
         """Each node's newest stored minute (every GPU's row and the node's)."""
         out: dict[str, list[MinuteRow]] = {}
-        newest = "SELECT node_id, MAX(minute) FROM history_minutes GROUP BY node_id"
+        # Per node a seek to the end of its part of the primary key (node_id, minute, gpu), not a
+        # GROUP BY, which reads every retained minute of every node at each start-up.
+        newest = (
+            "SELECT n.node_id, (SELECT MAX(m.minute) FROM history_minutes m WHERE m.node_id = n.node_id) FROM nodes n"
+        )
         for node_id, minute in self.conn.execute(newest).fetchall():
+            if minute is None:
+                continue
             rows = self.conn.execute(
                 "SELECT * FROM history_minutes WHERE node_id=? AND minute=? ORDER BY gpu", (node_id, minute)
             )
