@@ -234,6 +234,12 @@ class _Server(socketserver.ThreadingTCPServer):
                 self._open.add(sock)
             return True
 
+    def replace(self, old: socket.socket, new: socket.socket) -> None:
+        """The connection's TLS socket in place of the plain one it wraps (and detaches)."""
+        with self._open_lock:
+            self._open.discard(old)
+            self._open.add(new)
+
     def close_connections(self) -> None:
         """Ends the kept-alive connections too: a stopped server answers nobody."""
         with self._open_lock:
@@ -262,24 +268,27 @@ class _Connection(socketserver.BaseRequestHandler):
         sock.settimeout(self.server.owner.request_timeout_seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         owner = self.server.owner
-        peer_cert = None
-        if owner.ssl_context is not None:
-            # TLS is set up here, in the connection's own thread: a client that stalls in the
-            # handshake holds up only itself, not the accept loop.
-            tls = owner.ssl_context.wrap_socket(sock, server_side=True)
-            peer_cert = tls.getpeercert() or None
-            sock = tls
+        # Counted before any TLS handshake: clients that only open connections (or stall in the
+        # handshake) take at most MAX_CONNECTIONS threads.
         if not self.server.track(sock, True):
-            with contextlib.suppress(OSError):
-                reply = Reply(503, b"too many connections\n", (("Content-Type", _TEXT), ("Connection", "close")))
-                _send(h11.Connection(h11.SERVER), sock, reply, head_only=False)
-            if sock is not self.request:
-                sock.close()
+            if owner.ssl_context is None:  # over TLS the refusal is the closed socket
+                with contextlib.suppress(OSError):
+                    reply = Reply(503, b"too many connections\n", (("Content-Type", _TEXT), ("Connection", "close")))
+                    _send(h11.Connection(h11.SERVER), sock, reply, head_only=False)
             return
+        tracked = sock
         try:
+            peer_cert = None
+            if owner.ssl_context is not None:
+                # TLS is set up here, in the connection's own thread: a client that stalls in the
+                # handshake holds up only itself, not the accept loop.
+                tls = owner.ssl_context.wrap_socket(sock, server_side=True)
+                self.server.replace(sock, tls)
+                tracked = sock = tls
+                peer_cert = tls.getpeercert() or None
             self._serve(sock, owner, peer_cert)
         finally:
-            self.server.track(sock, False)
+            self.server.track(tracked, False)
             if sock is not self.request:
                 sock.close()
 

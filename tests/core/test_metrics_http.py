@@ -6,15 +6,18 @@ from __future__ import annotations
 import gzip
 import http.client
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeagent.core import metrics_http
 from nodeagent.core.metrics_http import TEXT_CONTENT_TYPE, MetricsHttpServer
+from tests.fakes.certs import Authority
 
 PAGE = b"# HELP m A gauge.\n# TYPE m gauge\nm 1\n" * 50
 
@@ -265,4 +268,41 @@ def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatc
     finally:
         for conn in kept:
             conn.close()
+        served.stop()
+
+
+def test_over_tls_connections_that_never_handshake_take_no_more_than_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that opens connections and sends nothing holds a thread each until the request
+    timeout: over TLS too, at most MAX_CONNECTIONS of them, and a real scraper gets in once they go."""
+    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
+    ca = Authority(tmp_path, "test")
+    pem = ca.issue("localhost", ips=("127.0.0.1",), server=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pem.cert, pem.key)
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, ssl_context=context)
+    served.start()
+    client = ssl.create_default_context(cafile=str(ca.cert_file))
+    silent = [socket.create_connection(("127.0.0.1", served.port), timeout=10) for _ in range(2)]
+    try:
+        time.sleep(0.2)  # both are counted, each in its handshake
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as third:
+            assert third.recv(100) == b""  # refused: closed before any handshake
+        for sock in silent:
+            sock.close()
+        deadline, status = time.monotonic() + 10, 0
+        while status != 200 and time.monotonic() < deadline:
+            connection = http.client.HTTPSConnection("127.0.0.1", served.port, context=client, timeout=10)
+            try:
+                connection.request("GET", "/metrics")
+                status = connection.getresponse().status
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.05)
+            finally:
+                connection.close()
+        assert status == 200
+    finally:
+        for sock in silent:
+            sock.close()
         served.stop()
