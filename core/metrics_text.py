@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 
 class TextFamily:
@@ -104,33 +104,6 @@ def sample_line(name: str, labels: str, value: float) -> str:
 Labels = tuple[tuple[str, str], ...]
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _UNESCAPE = re.compile(r"\\(.)")
-# A reader keeps this many label sets; a node's pages repeat a few hundred.
-_MAX_LABEL_SETS = 10_000
-
-
-class SampleReader:
-    """Reads back the sample lines this module writes (``sample_line``, ``TextFamily.add``):
-    ``(name, labels, value)``. Remote write sends what a scrape of the same page would see; a page
-    repeats one label set per GPU across its families, so each set is parsed once and kept."""
-
-    def __init__(self) -> None:
-        self._label_sets: dict[str, Labels] = {}
-
-    def samples(self, families: Iterable[TextFamily]) -> Iterator[tuple[str, Labels, float]]:
-        for family in families:
-            for line in family.lines:
-                head, _, value = line.rstrip("\n").rpartition(" ")
-                name, _, text = head.partition("{")
-                yield name, self._labels(text[:-1]), float(value)
-
-    def _labels(self, text: str) -> Labels:
-        found = self._label_sets.get(text)
-        if found is None:
-            if len(self._label_sets) >= _MAX_LABEL_SETS:
-                self._label_sets.clear()
-            found = tuple((m[1], _UNESCAPE.sub(_unescaped, m[2])) for m in _LABEL.finditer(text))
-            self._label_sets[text] = found
-        return found
 
 
 def _unescaped(match: re.Match[str]) -> str:
@@ -142,13 +115,13 @@ def series_values(families: Iterable[TextFamily]) -> tuple[list[str], list[float
     """The sample lines of ``families`` as their series and their values, in order. A series is
     the line's text before its value (``name{labels}``, or the name alone), the same text on every
     page for the same series, so a reader can key what it knows of a series on it and parse it
-    (``parse_series``) only the first time. Values read as ``SampleReader`` reads them."""
+    (``parse_series``) only the first time. Values as the text format's readers take them (float)."""
     split = [line.rpartition(" ") for family in families for line in family.lines]
     # float() takes the trailing newline.
     return [series for series, _, _ in split], [float(value) for _, _, value in split]
 
 
 def parse_series(series: str) -> tuple[str, Labels]:
-    """A ``series_values`` series text as its name and labels, unescaped as ``SampleReader`` does."""
+    """A ``series_values`` series text as its name and its labels, in page order and unescaped."""
     name, _, text = series.partition("{")
     return name, tuple((m[1], _UNESCAPE.sub(_unescaped, m[2])) for m in _LABEL.finditer(text[:-1]))

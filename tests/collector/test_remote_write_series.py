@@ -4,6 +4,7 @@ the agent's page, sample by sample, as remote write first did (the reference bel
 
 from __future__ import annotations
 
+import re
 import time
 
 import cramjam
@@ -16,7 +17,7 @@ from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_text import SampleReader
+from nodeagent.core.metrics_text import TextFamily
 from nodeagent.prompb import remote_pb2 as prompb
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -24,8 +25,9 @@ from tests.fakes.http_receiver import http_receiver
 
 
 class ReferenceSeries:
-    """Remote write's first encoder: the page read back by ``SampleReader``, one ``TimeSeries``
-    built label by label for every sample, the verdict's series after."""
+    """Remote write's first encoder: the page read back line by line (as Prometheus reads it:
+    names as written, where prometheus_client's parser adds ``_total`` to dcgm-exporter's
+    counters), one ``TimeSeries`` built label by label for every sample, the verdict's after."""
 
     def __init__(self, node_id: str) -> None:
         self.node = ("node", node_id)
@@ -33,7 +35,6 @@ class ReferenceSeries:
         self.info: pb.NodeInfo | None = None
         self.labels: dict[int, dict[str, str]] = {}
         self.last_xid: dict[int, int] = {}
-        self.reader = SampleReader()
 
     def series(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> list[prompb.TimeSeries]:
         if report.HasField("info"):
@@ -53,7 +54,7 @@ class ReferenceSeries:
         ]
         out = [
             _series(sorted((*labels, self.node, ("__name__", name))), value, millis)
-            for name, labels, value in self.reader.samples(families)
+            for name, labels, value in _samples(families)
         ]
         if verdict is not None:
             v, node = verdict, self.node
@@ -71,6 +72,25 @@ class ReferenceSeries:
                 lost = [("__name__", "nodeagent_gpu_data_starved_seconds_total"), gpu, node]
                 out.append(_series(lost, g.gpu_seconds_lost, millis))
         return out
+
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def _samples(families: list[TextFamily]) -> list[tuple[str, list[tuple[str, str]], float]]:
+    """(name, labels, value) of every sample line, labels unescaped."""
+    out = []
+    for family in families:
+        for line in family.lines:
+            head, _, value = line.rstrip("\n").rpartition(" ")
+            name, _, text = head.partition("{")
+            labels = [(m[1], re.sub(r"\\(.)", _unescaped, m[2])) for m in _LABEL.finditer(text[:-1])]
+            out.append((name, labels, float(value)))
+    return out
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    return "\n" if match[1] == "n" else match[1]
 
 
 def _series(labels: list[tuple[str, str]], value: float, millis: int) -> prompb.TimeSeries:

@@ -7,7 +7,6 @@ import math
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.core.metrics_text import (
-    SampleReader,
     TextFamily,
     label_text,
     parse_series,
@@ -30,9 +29,12 @@ def _families() -> list[TextFamily]:
     return [gpu, odd]
 
 
-def test_the_reader_reads_what_prometheus_client_reads() -> None:
-    reader = SampleReader()
-    ours = [(name, dict(labels), value) for name, labels, value in reader.samples(_families())]
+def test_series_values_and_parse_series_read_what_prometheus_client_reads() -> None:
+    """Remote write keys its series on the text before the value and parses it once."""
+    series, values = series_values(_families())
+    ours = [
+        (name, dict(labels), value) for (name, labels), value in zip(map(parse_series, series), values, strict=True)
+    ]
     theirs = [
         (sample.name, sample.labels, sample.value)
         for family in text_string_to_metric_families(render(_families()))
@@ -40,15 +42,5 @@ def test_the_reader_reads_what_prometheus_client_reads() -> None:
     ]
     assert ours == theirs
     assert ours[3][1] == {"empty": "", "path": 'C:\\dir "x"\nnext'}
-    # Read again: the label sets come from the reader's cache, the values from the new lines.
-    again = list(reader.samples(_families()))
-    assert [(name, dict(labels), value) for name, labels, value in again] == ours
-
-
-def test_series_values_and_parse_series_read_what_the_reader_reads() -> None:
-    """Remote write keys its series on the text before the value and parses it once."""
-    series, values = series_values(_families())
-    ours = [(*parse_series(text), value) for text, value in zip(series, values, strict=True)]
-    assert ours == list(SampleReader().samples(_families()))
     assert series[0] == 'DCGM_FI_DEV_GPU_TEMP{UUID="GPU-0",gpu="0",modelName="NVIDIA H100 80GB HBM3"}'
     assert series[-1] == "nodeagent_odd"
