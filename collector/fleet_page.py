@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.fleet_assets import page
-from nodeagent.collector.ingest.history import NODE_ROW, MinuteRow
+from nodeagent.collector.ingest.history import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.report_path import NodeState
-from nodeagent.collector.node_timeline import DAY_SECONDS
 from nodeagent.core.verdict_words import evidence_words, verdict_sentence
 
 if TYPE_CHECKING:

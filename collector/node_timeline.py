@@ -19,11 +19,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from nodeagent.collector.ingest.history import DAY_SECONDS
 from nodeagent.core.detector.node import NodeDetector
 
 POINT_SECONDS: Final = 60.0
 MAX_POINTS: Final = 120
-DAY_SECONDS: Final = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
