@@ -153,6 +153,10 @@ def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> No
         sample.remapped_rows_failure = bool(failure)
     if power is not None:
         sample.power_watts = power / 1000.0
+    # The GPU's sums over its links, kept beside the links: a reader of the report (the /metrics
+    # page's DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL) then need not walk 18 link messages per GPU.
+    rx_sum: int | None = None
+    tx_sum: int | None = None
     for link in range(plan.link_count):
         nvlink = sample.nvlinks.add(link=link)
         state = get(FI_NVLINK_GET_STATE, link)
@@ -161,14 +165,20 @@ def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> No
         if plan.nvlink_bytes is not None:
             tx_field, rx_field, unit = plan.nvlink_bytes
             tx, rx = get(tx_field, link), get(rx_field, link)
-            _set(nvlink, "tx_bytes_total", None if tx is None else tx * unit)
-            _set(nvlink, "rx_bytes_total", None if rx is None else rx * unit)
+            if tx is not None:
+                nvlink.tx_bytes_total = tx * unit
+                tx_sum = (tx_sum or 0) + tx * unit
+            if rx is not None:
+                nvlink.rx_bytes_total = rx * unit
+                rx_sum = (rx_sum or 0) + rx * unit
         _set(nvlink, "replay_errors_total", get(FI_NVLINK_ERROR_DL_REPLAY, link))
         _set(nvlink, "recovery_errors_total", get(FI_NVLINK_ERROR_DL_RECOVERY, link))
         _set(nvlink, "crc_flit_errors_total", get(FI_NVLINK_ERROR_DL_CRC, link))
         crc_data = _crc_data_field(link)
         if crc_data is not None:
             _set(nvlink, "crc_data_errors_total", get(crc_data))
+    _set(sample, "nvlink_rx_bytes_total", rx_sum)
+    _set(sample, "nvlink_tx_bytes_total", tx_sum)
 
 
 def fill_gpm(metrics: Mapping[int, float], sample: pb.GpuSample) -> None:

@@ -18,55 +18,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
-from nodeagent.core.metrics_text import TextFamily, label_text, number
+from nodeagent.core.metrics_text import TextFamily, format_value, label_text, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-_MIB: Final = 1024 * 1024
-# A GPU's value in a family: an int stays an int (written as its digits), None for no sample.
+# A family's value from a GPU's sample: a field as NVML gave it, a field in DCGM's unit, or a
+# function of the sample (None for no sample).
 Getter = Callable[[pb.GpuSample], float | None]
-
-
-def _opt(name: str, scale: float = 1.0) -> Getter:
-    if scale == 1.0:
-
-        def get_raw(gpu: pb.GpuSample) -> float | None:
-            return getattr(gpu, name) if gpu.HasField(name) else None
-
-        return get_raw
-
-    def get(gpu: pb.GpuSample) -> float | None:
-        return getattr(gpu, name) * scale if gpu.HasField(name) else None
-
-    return get
-
-
-def _mib(name: str) -> Getter:
-    # DCGM reports whole MiB (it divides NVML's bytes by 2^20).
-    def get(gpu: pb.GpuSample) -> float | None:
-        return getattr(gpu, name) // _MIB if gpu.HasField(name) else None
-
-    return get
-
-
-def _kib(name: str) -> Getter:
-    # NVML's PCIe byte counters, in the KB (1024 bytes) DCGM counts them in.
-    def get(gpu: pb.GpuSample) -> float | None:
-        return getattr(gpu, name) // 1024 if gpu.HasField(name) else None
-
-    return get
+AS_IS, PERCENT, MIB, KIB = "", "%", "MiB", "KiB"
 
 
 def _nvlink_bandwidth_total(gpu: pb.GpuSample) -> float | None:
-    """Bytes over all links, both directions: per-link counters where the GPU has them, else the
-    report's per-GPU sums."""
+    """Bytes over all links, both directions: the per-GPU sums the agent's report carries, else
+    the per-link counters (a report from an agent that sent no sums)."""
+    if gpu.HasField("nvlink_rx_bytes_total") or gpu.HasField("nvlink_tx_bytes_total"):
+        return gpu.nvlink_rx_bytes_total + gpu.nvlink_tx_bytes_total
     links = gpu.nvlinks
     # Unset counters read 0, so the sum is right either way; whether any link has a counter only
     # matters when the sum is 0 (a traffic-free GPU, or one with no per-link counters).
     total = sum(link.rx_bytes_total + link.tx_bytes_total for link in links)
     if total or any(link.HasField("rx_bytes_total") or link.HasField("tx_bytes_total") for link in links):
         return total
-    if gpu.HasField("nvlink_rx_bytes_total") or gpu.HasField("nvlink_tx_bytes_total"):
-        return gpu.nvlink_rx_bytes_total + gpu.nvlink_tx_bytes_total
     return None
 
 
@@ -74,63 +45,65 @@ def _row_remap_failure(gpu: pb.GpuSample) -> float | None:
     return (1 if gpu.remapped_rows_failure else 0) if gpu.HasField("remapped_rows_failure") else None
 
 
-# (name, type, help as dcgm-exporter's CSV has it, value of one GPU)
-GPU_FAMILIES: Final[tuple[tuple[str, str, str, Getter], ...]] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", _opt("sm_clock_mhz")),
-    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", _opt("memory_clock_mhz")),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", _opt("memory_temperature_celsius")),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", _opt("temperature_celsius")),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", _opt("power_watts")),
+# (name, type, help as dcgm-exporter's CSV has it, the GpuSample field or a function of the sample,
+# the field's unit on the page: as NVML gave it, percent of a ratio, whole MiB or KiB of bytes as
+# DCGM divides them)
+GPU_FAMILIES: Final[tuple[tuple[str, str, str, str | Getter, str], ...]] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz", AS_IS),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "memory_clock_mhz", AS_IS),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "memory_temperature_celsius", AS_IS),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temperature_celsius", AS_IS),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_watts", AS_IS),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).",
-     _opt("energy_millijoules_total")),
+     "energy_millijoules_total", AS_IS),
     ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter", "Total number of bytes transmitted through PCIe TX (in KB) via NVML.",
-     _kib("pcie_tx_bytes_total")),
+     "pcie_tx_bytes_total", KIB),
     ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter", "Total number of bytes received through PCIe RX (in KB) via NVML.",
-     _kib("pcie_rx_bytes_total")),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", _opt("pcie_replay_total")),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", _opt("utilization_gpu_ratio", 100.0)),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", _opt("utilization_memory_ratio", 100.0)),
-    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", _opt("utilization_encoder_ratio", 100.0)),
-    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", _opt("utilization_decoder_ratio", 100.0)),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _mib("memory_free_bytes")),
-    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", _mib("memory_used_bytes")),
-    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", _mib("memory_reserved_bytes")),
+     "pcie_rx_bytes_total", KIB),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", "pcie_replay_total", AS_IS),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization_gpu_ratio", PERCENT),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "utilization_memory_ratio", PERCENT),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "utilization_encoder_ratio", PERCENT),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "utilization_decoder_ratio", PERCENT),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "memory_free_bytes", MIB),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "memory_used_bytes", MIB),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", "memory_reserved_bytes", MIB),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes.",
-     _nvlink_bandwidth_total),
+     _nvlink_bandwidth_total, AS_IS),
     ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors",
-     _opt("remapped_rows_uncorrectable_total")),
+     "remapped_rows_uncorrectable_total", AS_IS),
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors",
-     _opt("remapped_rows_correctable_total")),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", _row_remap_failure),
+     "remapped_rows_correctable_total", AS_IS),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", _row_remap_failure, AS_IS),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
-     _opt("graphics_active_ratio")),
+     "graphics_active_ratio", AS_IS),
     ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.",
-     _opt("sm_active_ratio")),
+     "sm_active_ratio", AS_IS),
     ("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.",
-     _opt("sm_occupancy_ratio")),
+     "sm_occupancy_ratio", AS_IS),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.",
-     _opt("tensor_active_ratio")),
+     "tensor_active_ratio", AS_IS),
     ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
-     "Ratio of cycles the device memory interface is active sending or receiving data.", _opt("dram_active_ratio")),
+     "Ratio of cycles the device memory interface is active sending or receiving data.", "dram_active_ratio", AS_IS),
     ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
      "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - "
-     "in bytes per second.", _opt("gpm_pcie_tx_bytes_per_second")),
+     "in bytes per second.", "gpm_pcie_tx_bytes_per_second", AS_IS),
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
      "The rate of data received over the PCIe bus - including both protocol headers and data payloads - "
-     "in bytes per second.", _opt("gpm_pcie_rx_bytes_per_second")),
+     "in bytes per second.", "gpm_pcie_rx_bytes_per_second", AS_IS),
     ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge",
      "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
-     _opt("gpm_nvlink_tx_bytes_per_second")),
+     "gpm_nvlink_tx_bytes_per_second", AS_IS),
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge",
      "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
-     _opt("gpm_nvlink_rx_bytes_per_second")),
+     "gpm_nvlink_rx_bytes_per_second", AS_IS),
 )  # fmt: skip
 
 XID_FAMILY: Final = "DCGM_FI_DEV_XID_ERRORS"
 
 # dcgm-exporter's counters keep their names without "_total" (and promtool's naming lint flags
 # them, as it does dcgm-exporter's own output); the exposition writes their TYPE lines as they are.
-DCGM_COUNTERS: Final = tuple(name for name, kind, _, _ in GPU_FAMILIES if kind == "counter")
+DCGM_COUNTERS: Final = tuple(name for name, kind, *_ in GPU_FAMILIES if kind == "counter")
 
 _LINK_ERRORS: Final = (
     ("replay", "replay_errors_total", "replay (DL replay)"),
@@ -209,24 +182,55 @@ def dcgm_families(
     pods: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[TextFamily]:
     """The GPU families of one report. Each GPU's label text is written once, then every family
-    adds one line per GPU: the page's cost is a getter and a format per value. ``pods``: the
-    kubelet's ``pod``, ``namespace`` and ``container`` labels by GPU UUID."""
+    adds one line per GPU. ``pods``: the kubelet's ``pod``, ``namespace`` and ``container``
+    labels by GPU UUID.
+
+    A page is 30 families x 8 GPUs, and a scrape writes it anew each tick, so the loop does the
+    least per value: a field that is not zero is set (only a zero needs ``HasField``, which costs
+    three times a read), and the field's type and unit, known from the schema, pick how its text
+    is written."""
     pods = pods or {}
     live = [(g, _label_text(_labels(g, labels_by_gpu, pods))) for g in report.gpus
             if g.index in labels_by_gpu and not g.lost]  # fmt: skip
-    for name, kind, doc, get in GPU_FAMILIES:
+    for name, kind, doc, source, unit in GPU_FAMILIES:
         family = TextFamily(name, kind, doc)
         lines = family.lines
-        for gpu, labels in live:
-            value = get(gpu)
-            if value is not None:
-                lines.append(f"{name}{{{labels}}} {number(value)}\n")
+        if not isinstance(source, str):
+            for gpu, labels in live:
+                value = source(gpu)
+                if value is not None:
+                    lines.append(f"{name}{{{labels}}} {number(value)}\n")
+        elif unit in (MIB, KIB):  # integer fields (bytes)
+            shift = 20 if unit == MIB else 10
+            for gpu, labels in live:
+                value = getattr(gpu, source)
+                if value or gpu.HasField(source):
+                    lines.append(f"{name}{{{labels}}} {value >> shift}\n")
+        elif unit == PERCENT or source in _FLOAT_FIELDS:
+            scale = 100.0 if unit == PERCENT else 1.0
+            for gpu, labels in live:
+                value = getattr(gpu, source)
+                if value or gpu.HasField(source):
+                    value *= scale
+                    # repr is the text format's float where finite (inf - inf and NaN - NaN are NaN)
+                    text = repr(value) if value - value == 0.0 else format_value(value)
+                    lines.append(f"{name}{{{labels}}} {text}\n")
+        else:
+            for gpu, labels in live:
+                value = getattr(gpu, source)
+                if value or gpu.HasField(source):
+                    lines.append(f"{name}{{{labels}}} {value}\n")
         yield family
     xid = TextFamily(XID_FAMILY, "gauge", "Value of the last XID error encountered.")
     for gpu, labels in live:
         # The agent watches XID events from its start: 0 until one comes, as DCGM shows.
         xid.lines.append(f"{XID_FAMILY}{{{labels}}} {last_xid.get(gpu.index, 0)}\n")
     yield xid
+
+
+_FLOAT_FIELDS: Final = frozenset(
+    f.name for f in pb.GpuSample.DESCRIPTOR.fields if f.cpp_type in (f.CPPTYPE_DOUBLE, f.CPPTYPE_FLOAT)
+)
 
 
 def nvlink_families(

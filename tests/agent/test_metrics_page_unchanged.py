@@ -1,11 +1,12 @@
 """The page writer's shortcuts (HELP/TYPE lines written once, one join per page, a float's repr
-without a detour, each GPU's label text kept by its label set) leave every byte of the page as
-the plain way writes it: a full 8-GPU page with every group, written both ways, is the same."""
+without a detour, each GPU's label text kept by its label set, a GPU family's value read without
+HasField unless it is zero, in the text its schema type and unit pick) leave every byte of the page
+as the plain way writes it: a full 8-GPU page with every group, written both ways, is the same."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
 import pytest
 
@@ -31,6 +32,34 @@ def _plain_number(value: float) -> str:
     if math.isnan(value):
         return "NaN"
     return "+Inf" if value > 0 else "-Inf"
+
+
+def _plain_gpu_value(gpu: pb.GpuSample, source: str | dcgm.Getter, unit: str) -> float | None:
+    """A GPU family's value the plain way: HasField, the value, its unit's arithmetic."""
+    if not isinstance(source, str):
+        return source(gpu)
+    if not gpu.HasField(source):
+        return None
+    value = getattr(gpu, source)
+    scale = {dcgm.AS_IS: 1, dcgm.PERCENT: 100.0}
+    return value * scale[unit] if unit in scale else value // (2**20 if unit == dcgm.MIB else 2**10)
+
+
+def _plain_dcgm_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]],
+                         last_xid: Mapping[int, int], pods: Mapping[str, Mapping[str, str]] | None = None,
+                         ) -> Iterator[TextFamily]:  # fmt: skip
+    live = [g for g in report.gpus if g.index in labels_by_gpu and not g.lost]
+    texts = {g.index: label_text(dcgm._labels(g, labels_by_gpu, pods or {})) for g in live}
+    for name, kind, doc, source, unit in dcgm.GPU_FAMILIES:
+        family = TextFamily(name, kind, doc)
+        for gpu in live:
+            value = _plain_gpu_value(gpu, source, unit)
+            if value is not None:
+                family.lines.append(f"{name}{{{texts[gpu.index]}}} {_plain_number(value)}\n")
+        yield family
+    xid = TextFamily(dcgm.XID_FAMILY, "gauge", "Value of the last XID error encountered.")
+    xid.lines.extend(f"{dcgm.XID_FAMILY}{{{texts[g.index]}}} {last_xid.get(g.index, 0)}\n" for g in live)
+    yield xid
 
 
 def _plain_render(families: Iterable[TextFamily]) -> str:
@@ -74,6 +103,10 @@ def telemetry(fake_nvml: FakeNvml, make_gpu_collector: type[GpuCollector]) -> Ag
     published = AgentTelemetry("gpu-node-1", 1.0)
     for t in range(2):
         fake_nvml.state.advance(1.0)  # type: ignore[union-attr]
+        for index, gpu in enumerate(fake_nvml.state.gpus):  # type: ignore[union-attr]
+            # Counters past a MiB and traffic on the links: every unit's arithmetic shows.
+            gpu.add_traffic(1.0, pcie_rx=3.3e9 + index * 12345, pcie_tx=1.1e9, nvlink_rx_per_link=2e9 + index)
+            gpu.util_gpu, gpu.util_mem, gpu.util_enc, gpu.mem_used = 37 + index, 11, 3, (5 + index) * 1024**3 + 12345
         fake_nvml.write()
         report = pb.NodeReport(time_unix_seconds=1000.0 + t)
         if t == 0:
@@ -97,6 +130,7 @@ def _plain_page(telemetry: AgentTelemetry, monkeypatch: pytest.MonkeyPatch) -> s
         for module in (metrics_text, dcgm, node):
             plain.setattr(module, "number", _plain_number)
         plain.setattr(agent_metrics, "render", _plain_render)
+        plain.setattr(agent_metrics, "dcgm_families", _plain_dcgm_families)
         plain.setattr(dcgm, "_label_text", label_text)
         return _page(telemetry)
 
@@ -107,6 +141,8 @@ def test_a_full_8_gpu_page_is_byte_for_byte_what_the_plain_writer_writes(
     plain = _plain_page(telemetry, monkeypatch)
     assert plain.count("DCGM_FI_PROF_SM_ACTIVE{") == 8 and plain.count("nodeagent_gpu_nvlink_up{") == 8 * 18
     assert "node_disk_discarded_sectors_total" in plain and "+Inf" not in plain
+    pcie_rx = [line for line in plain.splitlines() if line.startswith("DCGM_FI_DEV_PCIE_RX_THROUGHPUT{")]
+    assert len(pcie_rx) == 8 and not any(line.endswith("} 0") for line in pcie_rx)
     assert _page(telemetry) == plain
     assert _page(telemetry) == plain  # and again, from the kept label texts and headers
 

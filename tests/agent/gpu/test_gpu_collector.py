@@ -103,6 +103,10 @@ def test_values_equal_the_fake_state_and_rates_follow_the_counters(
             assert link.rx_bytes_total == want_link.rx_kib * 1024
             assert (link.replay_errors_total, link.recovery_errors_total) == (1, 2)
             assert (link.crc_flit_errors_total, link.crc_data_errors_total) == (3, 4)
+        # The GPU's sums over its links ride beside them (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL reads them).
+        assert sample.HasField("nvlink_tx_bytes_total") and sample.HasField("nvlink_rx_bytes_total")
+        assert sample.nvlink_tx_bytes_total == sum(link.tx_kib for link in want.links) * 1024
+        assert sample.nvlink_rx_bytes_total == sum(link.rx_kib for link in want.links) * 1024
         assert not sample.HasField("sm_active_ratio")  # A100: no GPM
     assert list(second.gpus[7].clock_event_reason_names) == ["gpu_idle"]
 
@@ -185,6 +189,7 @@ def test_nvlink5_byte_counters_replace_the_throughput_fields_a_gpu_refuses(
     scan(collector)
     reports = [tick(collector, 1000.0 + t) for t in range(3)]
     assert not reports[0].gpus[0].nvlinks[1].HasField("tx_bytes_total")  # the tick that found out
+    assert not reports[0].gpus[0].HasField("nvlink_tx_bytes_total")  # no link counted: no sum either
     for report in reports[1:]:
         links = report.gpus[0].nvlinks
         assert [link.tx_bytes_total for link in links] == [10 * 1024 * i for i in range(12)]
