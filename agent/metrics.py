@@ -209,7 +209,9 @@ class AgentExposition:
             families.extend(self.metrics.families())
         if self.process is not None:
             families.extend(self.process.families())
-        return render(families).encode()
+        # A family with no sample (InfiniBand on a node without it, rates on the first tick) is
+        # left out, as the Go exporters (dcgm-exporter, node_exporter) leave it out.
+        return render([family for family in families if family.lines]).encode()
 
     def health(self) -> tuple[bool, str]:
         """Healthy while sampling ticks keep completing."""

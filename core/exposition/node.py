@@ -140,6 +140,8 @@ class _Devices(dict[str, str]):
 
 
 def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[TextFamily]:
+    """Every host family of the report. A family the host has nothing for (InfiniBand on a node
+    without it) has no lines; the page leaves it out, as node_exporter does."""
     devices = _Devices()
     yield from _network(report, info, devices)
     yield from _infiniband(report, info)
@@ -150,13 +152,18 @@ def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[T
     yield from _pressure(report)
 
 
+# (family, help, NicSample field): node_exporter's netdev counters (all integers).
+_NETDEV_FAMILIES: Final = tuple(
+    (f"node_network_{suffix}_total", f"Network device statistic {suffix}.", field) for suffix, field in _NETDEV
+)
+
+
 def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices) -> Iterator[TextFamily]:
-    nics = list(report.nics)  # each walk of a repeated field costs about a microsecond: walk a list
-    for suffix, field in _NETDEV:
-        name = f"node_network_{suffix}_total"
-        family = _family(name, f"Network device statistic {suffix}.", "counter")
-        for nic in nics:
-            _add(family, devices[nic.name], getattr(nic, field))
+    # Each walk of a repeated field makes a wrapper per message: walk the NICs once.
+    nics = [(nic, devices[nic.name]) for nic in report.nics]
+    for name, doc, field in _NETDEV_FAMILIES:
+        family = TextFamily(name, "counter", doc)
+        family.lines.extend([f"{name}{{{labels}}} {getattr(nic, field)}\n" for nic, labels in nics])
         yield family
     up = _family("node_network_up", "Value is 1 if operstate is 'up', 0 otherwise.", "gauge")
     carrier = _family("node_network_carrier", "Network device property: carrier", "gauge")
@@ -166,8 +173,7 @@ def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices)
     # A speed the operator configured is the agent's own knowledge, not the kernel's: node_exporter
     # would not show it, so it goes to the highway families only.
     configured = {n.name for n in info.nics if n.speed_source == "config"} if info is not None else set()
-    for nic in nics:
-        labels = devices[nic.name]
+    for nic, labels in nics:
         if nic.operstate:
             _add(up, labels, 1 if nic.operstate == "up" else 0)
         if nic.HasField("carrier"):
@@ -182,6 +188,9 @@ def _network(report: pb.NodeReport, info: pb.NodeInfo | None, devices: _Devices)
 
 
 def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[TextFamily]:
+    ports = list(report.rdma_ports)
+    if not ports:  # no families at all: each would be empty
+        return
     prefix = "node_infiniband_"
     state = _family(
         prefix + "state_id",
@@ -195,7 +204,7 @@ def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Tex
     rate = _family(prefix + "rate_bytes_per_second", "Maximum signal transfer rate", "gauge")
     counters = [(_family(prefix + name, doc, "counter"), file, scale) for name, file, scale, doc in _IB_COUNTERS]
     rates = {(p.device, p.port): p for p in info.rdma_ports} if info is not None else {}
-    for port in report.rdma_ports:
+    for port in ports:
         labels = f'{label("device", port.device)},port="{port.port}"'
         if port.HasField("state_id"):
             _add(state, labels, port.state_id)
@@ -207,34 +216,49 @@ def _infiniband(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[Tex
             port_rate = described.rate_bytes_per_second
         if port_rate is not None:
             _add(rate, labels, port_rate)
+        values = dict(port.counters)  # one copy of the map, not a lookup through it per counter
         for family, file, scale in counters:
-            if file in port.counters:
-                _add(family, labels, port.counters[file] * scale)
+            value = values.get(file)
+            if value is not None:
+                family.lines.append(f"{family.name}{{{labels}}} {value * scale}\n")
     yield from (state, physical, rate)
     yield from (family for family, _, _ in counters)
 
 
+_OPTIONAL_DISK_FIELDS: Final = frozenset(f.name for f in pb.DiskSample.DESCRIPTOR.fields if f.has_presence)
+# (family, type, help, DiskSample field, scale, whether the field may be unset)
+_DISK_FAMILIES: Final = tuple(
+    (f"node_disk_{suffix}", "gauge" if suffix == "io_now" else "counter", doc, field, scale,
+     field in _OPTIONAL_DISK_FIELDS)
+    for suffix, field, scale, doc in _DISK
+)  # fmt: skip
+
+
 def _disks(report: pb.NodeReport, devices: _Devices) -> Iterator[TextFamily]:
-    disks = list(report.disks)
-    for suffix, field, scale, doc in _DISK:
-        name = f"node_disk_{suffix}"
-        family = _family(name, doc, "gauge" if suffix == "io_now" else "counter")
-        for disk in disks:
-            if field not in _OPTIONAL_DISK_FIELDS or disk.HasField(field):
-                _add(family, devices[disk.name], getattr(disk, field) * scale)
+    disks = [(disk, devices[disk.name]) for disk in report.disks]
+    for name, kind, doc, field, scale, optional in _DISK_FAMILIES:
+        family = TextFamily(name, kind, doc)
+        lines = family.lines
+        for disk, labels in disks:
+            value = getattr(disk, field)
+            if value or not optional or disk.HasField(field):
+                # Counts stay integers; milliseconds and bytes scaled to seconds and sectors are floats.
+                lines.append(f"{name}{{{labels}}} {value if scale == 1 else number(value * scale)}\n")
         yield family
 
 
-_OPTIONAL_DISK_FIELDS: Final = frozenset(f.name for f in pb.DiskSample.DESCRIPTOR.fields if f.has_presence)
+# (mode, CpuTimes field)
+_CPU_FIELDS: Final = tuple((mode, f"{mode}_seconds_total") for mode in _CPU_MODES)
 
 
 def _cpu(report: pb.NodeReport) -> Iterator[TextFamily]:
     name = "node_cpu_seconds_total"
-    family = _family(name, "Seconds the CPUs spent in each mode.", "counter")
+    family = TextFamily(name, "counter", "Seconds the CPUs spent in each mode.")
+    lines = family.lines
     for cpu in report.host.cpus:
         cpu_label = label("cpu", cpu.cpu)
-        for mode in _CPU_MODES:
-            _add(family, f'{cpu_label},mode="{mode}"', getattr(cpu, f"{mode}_seconds_total"))
+        for mode, field in _CPU_FIELDS:
+            lines.append(f'{name}{{{cpu_label},mode="{mode}"}} {number(getattr(cpu, field))}\n')
     yield family
 
 
