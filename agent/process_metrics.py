@@ -29,12 +29,27 @@ class ProcessFamilies:
     def __init__(self, procfs: Path = Path("/proc")) -> None:
         self.procfs = procfs
         self.start_time_seconds = _start_time(procfs)
+        # Kept open: a scrape then reads statm with one pread and lists fd/ without resolving a
+        # path (an open() through Python's io stack cost more than the six lines' text).
+        self._statm = _open(procfs / "self" / "statm", os.O_RDONLY)
+        self._fd_dir = _open(procfs / "self" / "fd", os.O_RDONLY | os.O_DIRECTORY)
+
+    def close(self) -> None:
+        for fd in (self._statm, self._fd_dir):
+            if fd is not None:
+                os.close(fd)
+        self._statm = self._fd_dir = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def families(self) -> Iterator[TextFamily]:
         if self.start_time_seconds is None:  # no /proc (another OS, a sandbox): none, as the library does
             return
         try:
-            size_pages, resident_pages = (self.procfs / "self" / "statm").read_bytes().split()[:2]
+            if self._statm is None:
+                raise OSError("statm not open")
+            size_pages, resident_pages = os.pread(self._statm, 256, 0).split()[:2]
         except (OSError, ValueError):
             pass
         else:
@@ -55,8 +70,11 @@ class ProcessFamilies:
             "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
             times.user + times.system,
         )  # fmt: skip
+        if self._fd_dir is None:
+            return
         try:
-            open_fds = len(os.listdir(self.procfs / "self" / "fd"))
+            # The listing holds one descriptor of its own while it runs, as the library's does.
+            open_fds = len(os.listdir(self._fd_dir))
         except OSError:
             return
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -65,6 +83,13 @@ class ProcessFamilies:
             "process_max_fds", "gauge", "Maximum number of open file descriptors.",
             float("inf") if soft_limit == resource.RLIM_INFINITY else float(soft_limit),
         )  # fmt: skip
+
+
+def _open(path: Path, flags: int) -> int | None:
+    try:
+        return os.open(path, flags)
+    except OSError:
+        return None
 
 
 def _one(name: str, kind: str, doc: str, value: float) -> TextFamily:
