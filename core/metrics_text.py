@@ -31,21 +31,23 @@ class TextFamily:
 
     def header(self) -> str:
         """The HELP and TYPE lines, written once per family for the process: a page is the same
-        hundred-odd families every scrape."""
-        key = (self.name, self.kind, self.help)
-        text = _HEADERS.get(key)
-        if text is None:
-            if len(_HEADERS) >= _MAX_HEADERS:
-                _HEADERS.clear()
-            help_text = self.help.replace("\\", r"\\").replace("\n", r"\n")
-            text = _HEADERS[key] = f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n"
+        hundred-odd families every scrape. Kept by name (a string's hash is kept with it), and
+        used while the family's type and help are the ones they were written from."""
+        kept = _HEADERS.get(self.name)
+        if kept is not None and kept[0] == self.kind and kept[1] == self.help:
+            return kept[2]
+        if len(_HEADERS) >= _MAX_HEADERS:
+            _HEADERS.clear()
+        help_text = self.help.replace("\\", r"\\").replace("\n", r"\n")
+        text = f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n"
+        _HEADERS[self.name] = (self.kind, self.help, text)
         return text
 
     def render(self) -> str:
         return self.header() + "".join(self.lines)
 
 
-_HEADERS: dict[tuple[str, str, str], str] = {}
+_HEADERS: dict[str, tuple[str, str, str]] = {}
 _MAX_HEADERS = 10_000  # a help text built from data (a device name) must not grow it for ever
 
 
