@@ -17,6 +17,7 @@ families, each of which can be turned off:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -88,15 +89,15 @@ class AgentMetrics:
         self.spool = spool
         self.sender = sender
         self.targets = targets
+        # Lines and label texts that stay the same for the process, written once.
+        build = label_text({"version": __version__, "component": "agent", "node": telemetry.node_id})
+        self._build_line = sample_line("nodeagent_build_info", build, 1)
+        self._target_labels = [(target, label("target", target)) for target in targets]
 
     def families(self) -> Iterator[TextFamily]:
         telemetry, stats = self.telemetry, self.spool.stats()
         info = TextFamily("nodeagent_build_info", "gauge", "The running nodeagent.")
-        info.lines.append(
-            sample_line(
-                info.name, label_text({"version": __version__, "component": "agent", "node": telemetry.node_id}), 1
-            )
-        )
+        info.lines.append(self._build_line)
         yield info
         yield _scalar("nodeagent_agent_reports_total", "counter", "Reports produced since the agent started.",
                       telemetry.produced_total)  # fmt: skip
@@ -132,8 +133,8 @@ class AgentMetrics:
             "nodeagent_agent_sender_connected", "gauge", "1 for the collector the agent streams to now."
         )
         current = self.sender.connected_to
-        for target in self.targets:
-            connected.lines.append(sample_line(connected.name, label("target", target), 1 if target == current else 0))
+        for target, labels in self._target_labels:
+            connected.lines.append(f"{connected.name}{{{labels}}} {1 if target == current else 0}\n")
         yield connected
         yield _scalar(
             "nodeagent_agent_sender_reconnects_total", "counter",
@@ -230,11 +231,16 @@ def _collectors(report: pb.NodeReport) -> Iterator[TextFamily]:
         "nodeagent_agent_collector_success", "gauge", "1 when the collector succeeded in the latest tick."
     )
     for status in report.collectors:
-        labels = label("collector", status.name)
+        labels = _collector_label(status.name)
         duration.lines.append(sample_line(duration.name, labels, status.duration_seconds))
-        success.lines.append(sample_line(success.name, labels, 1 if status.success else 0))
+        success.lines.append(f"{success.name}{{{labels}}} {1 if status.success else 0}\n")
     yield duration
     yield success
+
+
+@functools.lru_cache(maxsize=256)
+def _collector_label(name: str) -> str:
+    return label("collector", name)
 
 
 def _sample(report: pb.NodeReport) -> Iterator[TextFamily]:
@@ -245,10 +251,12 @@ def _sample(report: pb.NodeReport) -> Iterator[TextFamily]:
     memory = TextFamily("nodeagent_agent_gpu_memory_used_bytes", "gauge", "GPU memory in use at the latest sample.")
     for gpu in report.gpus:
         labels = f'gpu="{gpu.index}"'
-        if gpu.HasField("utilization_gpu_ratio"):
-            utilization.lines.append(sample_line(utilization.name, labels, gpu.utilization_gpu_ratio))
-        if gpu.HasField("memory_used_bytes"):
-            memory.lines.append(sample_line(memory.name, labels, gpu.memory_used_bytes))
+        # A value that is not zero is set: HasField only for a zero.
+        ratio, used = gpu.utilization_gpu_ratio, gpu.memory_used_bytes
+        if ratio or gpu.HasField("utilization_gpu_ratio"):
+            utilization.lines.append(sample_line(utilization.name, labels, ratio))
+        if used or gpu.HasField("memory_used_bytes"):
+            memory.lines.append(f"{memory.name}{{{labels}}} {used}\n")
     yield utilization
     yield memory
     rx = TextFamily("nodeagent_agent_network_receive_bytes_total", "counter", "Bytes received by the NIC.")
