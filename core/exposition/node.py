@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from nodeagent.core.metrics_text import TextFamily, label, number
+from nodeagent.core.metrics_text import TextFamily, format_value, label, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # (node_exporter suffix after node_network_, NicSample field)
@@ -249,16 +249,40 @@ def _disks(report: pb.NodeReport, devices: _Devices) -> Iterator[TextFamily]:
 
 # (mode, CpuTimes field)
 _CPU_FIELDS: Final = tuple((mode, f"{mode}_seconds_total") for mode in _CPU_MODES)
+assert _CPU_MODES == ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")  # _cpu's order
 
 
 def _cpu(report: pb.NodeReport) -> Iterator[TextFamily]:
+    """A node has up to a few hundred CPUs, 8 lines each: most of a big node's host families, so
+    each CPU's 8 values are read as attributes and written in one go (repr is the text format's
+    float where finite); a line stays one entry (remote write reads the lines)."""
     name = "node_cpu_seconds_total"
     family = TextFamily(name, "counter", "Seconds the CPUs spent in each mode.")
     lines = family.lines
     for cpu in report.host.cpus:
-        cpu_label = label("cpu", cpu.cpu)
-        for mode, field in _CPU_FIELDS:
-            lines.append(f'{name}{{{cpu_label},mode="{mode}"}} {number(getattr(cpu, field))}\n')
+        p = f'{name}{{{label("cpu", cpu.cpu)},mode="'
+        user, nice, system, idle = (
+            cpu.user_seconds_total,
+            cpu.nice_seconds_total,
+            cpu.system_seconds_total,
+            cpu.idle_seconds_total,
+        )
+        iowait, irq, softirq, steal = (
+            cpu.iowait_seconds_total,
+            cpu.irq_seconds_total,
+            cpu.softirq_seconds_total,
+            cpu.steal_seconds_total,
+        )
+        total = user + nice + system + idle + iowait + irq + softirq + steal
+        if total - total == 0.0:  # all finite (an inf or NaN makes the sum inf or NaN)
+            lines += (
+                f'{p}user"}} {user!r}\n', f'{p}nice"}} {nice!r}\n', f'{p}system"}} {system!r}\n',
+                f'{p}idle"}} {idle!r}\n', f'{p}iowait"}} {iowait!r}\n', f'{p}irq"}} {irq!r}\n',
+                f'{p}softirq"}} {softirq!r}\n', f'{p}steal"}} {steal!r}\n',
+            )  # fmt: skip
+        else:
+            for mode, field in _CPU_FIELDS:
+                lines.append(f'{p}{mode}"}} {format_value(getattr(cpu, field))}\n')
     yield family
 
 
