@@ -12,6 +12,9 @@ every family group (``--metrics-nvlink``):
   a new connection each (curl); its CPU from /proc/PID/stat, with no sampling loop beside it;
 - page write and gzip: in that process, ``time.process_time`` of one page write and of its gzip,
   the least of ``--writes`` tries (the machine's load adds to the others, never takes off);
+- a DGX H100's host: the default page with this host's sample grown to a DGX H100's (224 CPUs,
+  8 InfiniBand ports with every counter, 10 NICs, 10 NVMe disks), served the same way: what the
+  host families add on a big node (this machine has 2 CPUs and no InfiniBand);
 - tick, repeat scrape, peak RSS: a live ``nodeagent run --metrics-listen`` with 0.25 s ticks,
   streaming to a real collector on loopback (as in service: its reports acked, its spool
   small), from its /proc/PID/stat: its CPU per tick with nobody scraping (streaming included),
@@ -65,9 +68,10 @@ def main() -> None:
         help="Run the agent and its page's server on this interpreter (same ABI), with this environment's packages.",
     )  # fmt: skip
     parser.add_argument("--serve", metavar="GROUPS", help=argparse.SUPPRESS)  # the page's own process
+    parser.add_argument("--dgx-host", action="store_true", help=argparse.SUPPRESS)  # its host grown to a DGX's
     args = parser.parse_args()
     if args.serve is not None:
-        serve(args.serve.split(","), args.writes)
+        serve(args.serve.split(","), args.writes, dgx_host=args.dgx_host)
         return
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import h100_sxm5
@@ -88,19 +92,24 @@ def main() -> None:
             results.append(
                 {"page": name, **fresh, **measure(env, flags, args.seconds, args.repeat_scrapes, args.agent_python)}
             )
+        big = fresh_scrapes(env, "gpu,node,agent", args.scrapes, args.writes, args.agent_python, dgx_host=True)
+        results.append({"page": "default, DGX H100 host", **big})
     if args.json:
         print(json.dumps(results, indent=2))
         return
     print("8x H100 (fake NVML, GPM, 18 NVLinks each), this machine's host; CPU ms per scrape of the agent")
-    print(f"{'page':<21} {'samples':>7} {'KB gz':>5} {'fresh scrape':>12} {'new conn':>8} {'page write':>10} "
+    print(f"{'page':<22} {'samples':>7} {'KB gz':>5} {'fresh scrape':>12} {'new conn':>8} {'page write':>10} "
           f"{'+ gzip':>6} {'repeat':>6} {'tick':>6} {'peak RSS MB':>11}")  # fmt: skip
     for r in results:
         fresh, new_connection = r["fresh_scrape_cpu_seconds"], r["fresh_scrape_new_connection_cpu_seconds"]
-        print(f"{r['page']:<21} {r['samples']:>7} {r['gzip_bytes'] / 1e3:>5.0f} "
-              f"{fresh * 1e3:>12.2f} {new_connection * 1e3:>8.2f} "
-              f"{r['page_write_cpu_seconds'] * 1e3:>10.2f} {r['page_gzip_cpu_seconds'] * 1e3:>6.2f} "
-              f"{r['repeat_scrape_cpu_seconds'] * 1e3:>6.2f} {r['tick_cpu_seconds'] * 1e3:>6.2f} "
-              f"{r['peak_rss_bytes'] / 1e6:>11.1f}")  # fmt: skip
+        live = ""  # the live agent runs on this host only
+        if "tick_cpu_seconds" in r:
+            live = (f"{r['repeat_scrape_cpu_seconds'] * 1e3:>6.2f} {r['tick_cpu_seconds'] * 1e3:>6.2f} "
+                    f"{r['peak_rss_bytes'] / 1e6:>11.1f}")  # fmt: skip
+        write, packing = r["page_write_cpu_seconds"], r["page_gzip_cpu_seconds"]
+        print(f"{r['page']:<22} {r['samples']:>7} {r['gzip_bytes'] / 1e3:>5.0f} "
+              f"{fresh * 1e3:>12.2f} {new_connection * 1e3:>8.2f} {write * 1e3:>10.2f} {packing * 1e3:>6.2f} "
+              f"{live}")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
 
 
@@ -130,10 +139,12 @@ def _script_command(python: str | None) -> list[str]:
 
 
 def fresh_scrapes(
-    env: dict[str, str], groups: str, scrapes: int, writes: int, python: str | None = None
+    env: dict[str, str], groups: str, scrapes: int, writes: int, python: str | None = None, *, dgx_host: bool = False
 ) -> dict[str, Any]:
     """CPU per fresh scrape of the page's own server process, kept alive and on new connections."""
     command = [*_script_command(python), "--serve", groups, "--writes", str(writes)]
+    if dgx_host:
+        command.append("--dgx-host")
     server = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
@@ -208,10 +219,11 @@ def measure(
     }  # fmt: skip
 
 
-def serve(groups: list[str], writes: int) -> None:
+def serve(groups: list[str], writes: int, *, dgx_host: bool = False) -> None:
     """The agent's page of one tick (every collector on this host and the fake NVML) behind the
-    agent's HTTP server, every scrape a new tick. First prints (one JSON line) the port and the
-    least CPU of ``writes`` page writes and of their gzip; serves until stdin closes."""
+    agent's HTTP server, every scrape a new tick. First prints (one JSON line) the port, the page's
+    samples and gzipped bytes, and the least CPU of ``writes`` page writes and of their gzip;
+    serves until stdin closes. ``dgx_host``: both ticks' host grown to a DGX H100's."""
     from nodeagent.agent.collectors import available
     from nodeagent.agent.delivery.spool import Spool
     from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
@@ -225,7 +237,10 @@ def serve(groups: list[str], writes: int) -> None:
     sampler = Sampler(sorted(available()), node_id="bench")
     telemetry = AgentTelemetry("bench", INTERVAL_SECONDS)
     for _ in range(2):  # the second tick has rates and the first's topology
-        telemetry.publish(sampler.tick())
+        report = sampler.tick()
+        if dgx_host:
+            _grow_to_dgx_host(report)
+        telemetry.publish(report)
         time.sleep(INTERVAL_SECONDS)
     sampler.close()
     spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
@@ -246,9 +261,39 @@ def serve(groups: list[str], writes: int) -> None:
 
     http = MetricsHttpServer("127.0.0.1:0", exposition.render, metrics_gzip=fresh_gzip, health=exposition.health)
     port = http.start()
-    print(json.dumps({"port": port, "page_write_cpu_seconds": write, "page_gzip_cpu_seconds": packing}), flush=True)
+    samples = sum(1 for line in page.splitlines() if line and not line.startswith(b"#"))
+    written = {"port": port, "page_write_cpu_seconds": write, "page_gzip_cpu_seconds": packing}
+    print(json.dumps({**written, "samples": samples, "gzip_bytes": len(gzip_bytes(page))}), flush=True)
     sys.stdin.read()
     http.stop()
+
+
+# A DGX H100's host: 2 x 56-core Xeon 8480C with SMT, 8 ConnectX-7 InfiniBand ports for the
+# GPUs, NICs and NVMe drives (the boot pair and the data cache).
+DGX_CPUS, DGX_IB_PORTS, DGX_NICS, DGX_DISKS = 224, 8, 10, 10
+
+
+def _grow_to_dgx_host(report: Any) -> None:
+    """This host's sample grown to a DGX H100's: each CPU, NIC and disk copied with new names, and
+    InfiniBand ports with every counter node_exporter reads."""
+    from nodeagent.core.exposition.node import _IB_COUNTERS
+
+    host = report.host
+    cpus = list(host.cpus)
+    for index in range(len(cpus), DGX_CPUS):
+        host.cpus.add().CopyFrom(cpus[index % len(cpus)])
+        host.cpus[-1].cpu = str(index)
+        host.cpus[-1].user_seconds_total += index * 1.37
+    for field, count in ((report.nics, DGX_NICS), (report.disks, DGX_DISKS)):
+        have = list(field)
+        for index in range(len(have), count):
+            field.add().CopyFrom(have[index % len(have)])
+            field[-1].name = f"{have[index % len(have)].name}x{index}"
+    for index in range(DGX_IB_PORTS):
+        port = report.rdma_ports.add(device=f"mlx5_{index}", port=1, state_id=4, phys_state_id=5,
+                                     rate_bytes_per_second=50e9, rx_bytes_total=4 * 10**12 + index)  # fmt: skip
+        for _, counter, _, _ in _IB_COUNTERS:
+            port.counters[counter] = 10**9 + 7 * index
 
 
 def _scrape(url: str) -> str:
