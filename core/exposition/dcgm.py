@@ -273,14 +273,17 @@ def _per_link(gpus: list[tuple[pb.GpuSample, dict[str, str]]]) -> Iterator[TextF
         before, after = _link_labels(labels)
         for link in gpu.nvlinks:
             series = f'{{{before}link="{link.link}"{after}}} '
-            if link.HasField("active"):
-                up.lines.append(f"nodeagent_gpu_nvlink_up{series}{1 if link.active else 0}\n")
-            if link.HasField("rx_bytes_total"):
-                rx.lines.append(f"{rx.name}{series}{link.rx_bytes_total}\n")
-            if link.HasField("tx_bytes_total"):
-                tx.lines.append(f"{tx.name}{series}{link.tx_bytes_total}\n")
+            # As in dcgm_families: a value that is not zero is set, HasField only for a zero.
+            active, received, sent = link.active, link.rx_bytes_total, link.tx_bytes_total
+            if active or link.HasField("active"):
+                up.lines.append(f"nodeagent_gpu_nvlink_up{series}{1 if active else 0}\n")
+            if received or link.HasField("rx_bytes_total"):
+                rx.lines.append(f"{rx.name}{series}{received}\n")
+            if sent or link.HasField("tx_bytes_total"):
+                tx.lines.append(f"{tx.name}{series}{sent}\n")
             for family, field in errors:
-                if link.HasField(field):
-                    family.lines.append(f"{family.name}{series}{getattr(link, field)}\n")
+                value = getattr(link, field)
+                if value or link.HasField(field):
+                    family.lines.append(f"{family.name}{series}{value}\n")
     yield from (rx, tx, up)
     yield from (family for family, _ in errors)

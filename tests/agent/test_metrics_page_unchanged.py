@@ -62,6 +62,25 @@ def _plain_dcgm_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict
     yield xid
 
 
+def _plain_nvlink_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]],
+                           pods: Mapping[str, Mapping[str, str]] | None = None) -> Iterator[TextFamily]:  # fmt: skip
+    """Per link, HasField and the value, each link's labels sorted anew."""
+    kinds = [("receive_bytes_total", "rx_bytes_total"), ("transmit_bytes_total", "tx_bytes_total"), ("up", "active")]
+    kinds += [(f"{kind}_errors_total", field) for kind, field, _ in dcgm._LINK_ERRORS]
+    live = [g for g in report.gpus if g.index in labels_by_gpu and not g.lost and g.nvlinks]
+    for suffix, field in kinds:
+        name = f"nodeagent_gpu_nvlink_{suffix}"
+        family = TextFamily(name, "gauge" if suffix == "up" else "counter", "")
+        for gpu in live:
+            labels = dcgm._labels(gpu, labels_by_gpu, pods or {})
+            for link in gpu.nvlinks:
+                if link.HasField(field):
+                    text = label_text({**labels, "link": str(link.link)})
+                    family.lines.append(f"{name}{{{text}}} {_plain_number(int(getattr(link, field)))}\n")
+        family.help = next(f.help for f in dcgm._per_link([]) if f.name == name)
+        yield family
+
+
 def _plain_render(families: Iterable[TextFamily]) -> str:
     """Each family's HELP and TYPE escaped anew, its lines joined, then the page joined."""
     out = []
@@ -131,6 +150,7 @@ def _plain_page(telemetry: AgentTelemetry, monkeypatch: pytest.MonkeyPatch) -> s
             plain.setattr(module, "number", _plain_number)
         plain.setattr(agent_metrics, "render", _plain_render)
         plain.setattr(agent_metrics, "dcgm_families", _plain_dcgm_families)
+        plain.setattr(agent_metrics, "nvlink_families", _plain_nvlink_families)
         plain.setattr(dcgm, "_label_text", label_text)
         return _page(telemetry)
 
