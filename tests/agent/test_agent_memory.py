@@ -30,7 +30,7 @@ _NOT_LOADED = {
     "lzma": "shutil's archive codecs",
     "bz2": "shutil's archive codecs",
     "prometheus_client": "the process_* families are read from /proc",
-    "http.server": "h11 serves /metrics",
+    "http.server": "core/metrics_http.py serves /metrics on httptools",
     "email": "http.server's header parsing",
     "nodeagent.agent.diag": "diag's checks (lazy commands)",
     "nodeagent.agent.top_command": "top's live view",

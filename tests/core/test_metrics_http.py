@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import io
 import socket
 import ssl
 import threading
@@ -19,6 +20,7 @@ from nodeagent.core import metrics_http
 from nodeagent.core.metrics_http import TEXT_CONTENT_TYPE, MetricsHttpServer
 from tests.fakes.certs import Authority
 
+BIG_HEAD = metrics_http.MAX_REQUEST_HEAD_BYTES
 PAGE = b"# HELP m A gauge.\n# TYPE m gauge\nm 1\n" * 50
 
 
@@ -305,4 +307,123 @@ def test_over_tls_connections_that_never_handshake_take_no_more_than_the_cap(
     finally:
         for sock in silent:
             sock.close()
+        served.stop()
+
+
+class _Kept(io.BytesIO):
+    def close(self) -> None:  # http.client closes it after each response; the next one follows
+        pass
+
+
+class _Recorded:
+    """What a server wrote on one connection, read back as responses in turn."""
+
+    def __init__(self, data: bytes) -> None:
+        self.file = _Kept(data)
+
+    def makefile(self, _mode: str) -> io.BytesIO:
+        return self.file
+
+    def responses(self, *methods: str) -> list[tuple[int, dict[str, str], bytes]]:
+        answers = []
+        for method in methods:
+            response = http.client.HTTPResponse(self, method=method)  # type: ignore[arg-type]
+            response.begin()
+            answers.append((response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()))
+        assert self.file.read() == b"", "more answers than requests"
+        return answers
+
+
+def test_pipelined_requests_in_one_packet_are_answered_in_order(server: MetricsHttpServer) -> None:
+    """Several requests in one write (pipelining): each answered, in the order sent; a broken one
+    after them is answered with 400 after theirs, and ends the connection."""
+    data = _raw(
+        server,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+        b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"NOT HTTP\r\n\r\n",
+    )
+    answers = _Recorded(data).responses("GET", "GET", "HEAD", "POST", "GET", "GET")
+    assert [(status, body) for status, _, body in answers] == [
+        (200, PAGE),
+        (200, b"ok\n"),
+        (200, b""),
+        (405, b"use GET\n"),
+        (404, b"not found\n"),
+        (400, b"bad request\n"),
+    ]
+    assert answers[2][1]["content-length"] == str(len(PAGE))
+    assert [headers.get("connection") for _, headers, _ in answers] == [None] * 5 + ["close"]
+
+
+@pytest.mark.parametrize(
+    ("request_head", "method", "expected"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "GET", (200, b"ok\n")),
+        (b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", "GET", (200, b"ok\n")),  # 1.0: closed anyway
+        # Nothing here switches protocols: answered as a plain request, then closed.
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", "GET", (200, b"ok\n")),
+        (b"CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n", "CONNECT", (405, b"use GET\n")),
+    ],
+)
+def test_the_connection_closes_after_one_reply_where_the_client_cannot_keep_it(
+    server: MetricsHttpServer, request_head: bytes, method: str, expected: tuple[int, bytes]
+) -> None:
+    """The request after it, in the same packet, is not answered: the server says `Connection:
+    close` and closes (a kept connection would leave `_raw` waiting into its timeout)."""
+    data = _raw(server, request_head + b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    ((status, headers, body),) = _Recorded(data).responses(method)
+    assert (status, body) == expected and headers["connection"] == "close"
+
+
+@pytest.mark.parametrize(
+    ("request_head", "status"),
+    [
+        (b"GET /metrics HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host (RFC 9112 3.2)
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n", 400),
+        (b"GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+        (b"GET /metrics\r\n\r\n", 505),  # HTTP/0.9
+        # A head over the limit, whole in one packet and unfinished across several.
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (BIG_HEAD + 1) + b"\r\n\r\n", 431),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Many: a\r\n" * 4000, 431),
+    ],
+)
+def test_a_request_outside_the_protocol_or_the_limits_gets_its_error_and_a_closed_connection(
+    server: MetricsHttpServer, request_head: bytes, status: int
+) -> None:
+    ((answered, headers, _),) = _Recorded(_raw(server, request_head)).responses("GET")
+    assert (answered, headers["connection"]) == (status, "close")
+
+
+def test_kept_alive_connections_wait_the_idle_timeout_and_a_request_begun_the_request_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a reply the connection waits IDLE_TIMEOUT_SECONDS for the next request, not the
+    request timeout; a request that has begun must then finish within the request timeout."""
+    served = MetricsHttpServer("127.0.0.1:0", lambda: b"m 1\n", request_timeout_seconds=0.3)
+    served.start()
+    scrape = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+            sock.sendall(scrape)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            time.sleep(1.0)  # past the request timeout, well within the idle one
+            sock.sendall(scrape)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHo")  # begun, never finished
+            started = time.monotonic()
+            assert sock.recv(65536) == b""  # dropped, with no reply
+            assert time.monotonic() - started < 8
+        monkeypatch.setattr(metrics_http, "IDLE_TIMEOUT_SECONDS", 0.3)
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+            sock.sendall(scrape)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()
+            assert sock.recv(65536) == b""  # idle past IDLE_TIMEOUT_SECONDS: closed
+            assert time.monotonic() - started < 8
+    finally:
         served.stop()
