@@ -175,6 +175,28 @@ def _label_text(labels: dict[str, str]) -> str:
     return text
 
 
+# The label text of a GPU with no job and no pod is its dcgm-exporter labels' alone, kept by that
+# labels dict (the same object from one topology report to the next): no merge, no key to build.
+# The entry holds the dict, so its id cannot be reused while the entry lives.
+_BARE_TEXTS: dict[int, tuple[dict[str, str], str]] = {}
+
+
+def _gpu_label_text(
+    gpu: pb.GpuSample, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
+) -> str:
+    labels = labels_by_gpu[gpu.index]
+    if gpu.processes or (pods and labels["UUID"] in pods):
+        return _label_text(_labels(gpu, labels_by_gpu, pods))
+    kept = _BARE_TEXTS.get(id(labels))
+    if kept is not None and kept[0] is labels:
+        return kept[1]
+    if len(_BARE_TEXTS) >= _MAX_LABEL_TEXTS:
+        _BARE_TEXTS.clear()
+    text = label_text(labels)
+    _BARE_TEXTS[id(labels)] = (labels, text)
+    return text
+
+
 def dcgm_families(
     report: pb.NodeReport,
     labels_by_gpu: Mapping[int, dict[str, str]],
@@ -190,7 +212,7 @@ def dcgm_families(
     three times a read), and the field's type and unit, known from the schema, pick how its text
     is written."""
     pods = pods or {}
-    live = [(g, _label_text(_labels(g, labels_by_gpu, pods))) for g in report.gpus
+    live = [(g, _gpu_label_text(g, labels_by_gpu, pods)) for g in report.gpus
             if g.index in labels_by_gpu and not g.lost]  # fmt: skip
     for name, kind, doc, source, unit in GPU_FAMILIES:
         family = TextFamily(name, kind, doc)
