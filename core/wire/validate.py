@@ -190,9 +190,12 @@ def _numbers(name: str, values: list[Any], field_type: int) -> None:
 
 
 def _learn(field: FieldDescriptor, value: object) -> tuple[int, int]:
-    # A map field's value is a Mapping in every protobuf runtime. Asking the descriptor instead
-    # (``message_type.GetOptions().map_entry``) imports descriptor_pb2: 0.8 MB resident in the agent.
-    kind_limit = _kind(field, is_map=isinstance(value, Mapping))
+    # A map field is a repeated message field whose value is a Mapping, in every protobuf runtime.
+    # Asking the descriptor instead (``message_type.GetOptions().map_entry``) imports descriptor_pb2:
+    # 0.8 MB resident in the agent. Only containers meet the isinstance (each type it meets stays in
+    # the ABC's cache).
+    is_map = field.message_type is not None and field.is_repeated and isinstance(value, Mapping)
+    kind_limit = _kind(field, is_map=is_map)
     _KINDS[field] = kind_limit
     return kind_limit
 
