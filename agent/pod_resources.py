@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import grpc
 import structlog
 
-from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc
+if TYPE_CHECKING:
+    # Imported once the socket exists: a node without a kubelet never loads the API's classes.
+    from nodeagent.podresources.v1 import api_pb2
 
 DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_REFRESH_SECONDS: Final = 10.0
@@ -72,6 +74,8 @@ class PodResources:
         if not os.path.exists(self.socket_path):
             self._labels = {}
             return
+        from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: PLC0415
+
         try:
             with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
                 response = api_pb2_grpc.PodResourcesListerStub(channel).List(

@@ -15,6 +15,9 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 _CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
 _TIME_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# CpuTimes' fields, named once: setattr interns its name, and a name built on every call is
+# interned and dropped again each time (see cpu_times).
+_TIME_ATTRIBUTES = tuple(f"{name}_seconds_total" for name in _TIME_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +56,8 @@ def parse_loadavg(text: str) -> tuple[float, float, float] | None:
 
 def cpu_times(cpu: str, ticks: tuple[int, ...]) -> pb.CpuTimes:
     times = pb.CpuTimes(cpu=cpu)
-    for name, value in zip(_TIME_FIELDS, ticks, strict=False):
-        setattr(times, f"{name}_seconds_total", value / _CLK_TCK)
+    for attribute, value in zip(_TIME_ATTRIBUTES, ticks, strict=False):
+        setattr(times, attribute, value / _CLK_TCK)
     return times
 
 

@@ -21,7 +21,6 @@ was expected.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -334,6 +333,8 @@ def _env_values(cmd: click.Command, ctx: click.Context) -> dict[str, tuple[objec
 
 
 def _suggest(key: str, known: Any) -> str:
+    import difflib  # noqa: PLC0415  (only for a mistyped key; the daemon's memory has a budget)
+
     names = sorted(str(k) for k in known)
     close = difflib.get_close_matches(key, names, n=1)
     if close:

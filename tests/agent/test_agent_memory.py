@@ -16,6 +16,16 @@ import click
 from nodeagent.agent.cli import cli
 assert cli.get_command(click.Context(cli), "run") is not None
 import nodeagent.agent.run_command
+# What a tick does beyond the imports, where it could load more: the report's repair walks its
+# maps, and the kubelet's pod-resources API is asked only once its socket exists.
+from nodeagent.agent.pod_resources import PodResources
+from nodeagent.core.wire.validate import repair
+from nodeagent.v1 import nodeagent_pb2 as pb
+report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+report.rdma_ports.add(device="mlx5_0", port=1).counters["symbol_error"] = 2**64 - 1
+report.events.add(kind="k").attributes["key"] = "value"
+assert len(repair(report)) == 1 and not report.rdma_ports[0].counters
+PodResources("/nonexistent/kubelet.sock").refresh()
 maps = open("/proc/self/maps").read()
 print(json.dumps({"modules": sorted(sys.modules), "libcrypto": "libcrypto" in maps, "libssl": "libssl" in maps}))
 """
@@ -35,6 +45,9 @@ _NOT_LOADED = {
     "nodeagent.agent.diag": "diag's checks (lazy commands)",
     "nodeagent.agent.top_command": "top's live view",
     "nodeagent.tools": "the simulator (only with --simulate)",
+    "difflib": "the settings' suggestion for a mistyped key",
+    "google.protobuf.descriptor_pb2": "descriptor options (repair tells a map by its value)",
+    "nodeagent.podresources": "the kubelet's pod-resources API (while its socket does not exist)",
 }
 
 

@@ -41,3 +41,22 @@ def test_a_clean_report_is_left_alone() -> None:
     before = report.SerializeToString()
     assert repair(report) == []
     assert report.SerializeToString() == before
+
+
+def test_maps_are_checked_by_the_kind_of_their_values() -> None:
+    # Counter maps refuse a negative count sent as unsigned, string maps a value past the long
+    # string bound; both refuse a long key, and a value that would be wrong in a list is fine here.
+    counters = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    counters.rdma_ports.add(device="mlx5_0", port=1).counters["symbol_error"] = 2**63
+    attributes = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    attributes.events.add(kind="k").attributes["detail"] = "v" * 4097
+    keys = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    keys.events.add(kind="k").attributes["k" * 257] = "v"
+    fine = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    fine.events.add(kind="k").attributes["detail"] = "v" * 4096
+    fine.rdma_ports.add(device="mlx5_0", port=1).counters["symbol_error"] = 2**63 - 1
+    assert repair(counters) == ["rdma_ports[0].counters: a negative count sent as unsigned"]
+    assert repair(attributes) == ["events[0].attributes: a value longer than 4096 characters"]
+    assert repair(keys) == ["events[0].attributes: a key longer than 256 characters"]
+    assert repair(fine) == []
+    assert not counters.rdma_ports[0].counters and not attributes.events[0].attributes
