@@ -22,6 +22,16 @@ every family group (``--metrics-nvlink``):
   VmHWM. ``--agent-python /usr/bin/python3.11`` runs both processes on Debian's interpreter, the
   one the .deb's environment uses, with this environment's packages.
 
+Before it measures, the bench compiles the package's modules (this environment may run with
+PYTHONDONTWRITEBYTECODE, and compiling at import costs resident memory an installed package does
+not pay) and drops the page cache of the environment's shared libraries: a library pip has just
+written in one piece sits in the page cache in large folios, and a process that maps it counts
+them whole (about 5 MB more for gRPC's cygrpc right after ``make setup``).
+
+Where Debian's prometheus-node-exporter is installed, the bench also scrapes it (its default
+collectors, on this host) the same way and prints its CPU per scrape: the program whose host
+families the agent's page replaces, as a reference run on the same machine.
+
 dcgm-exporter is printed beside it as its users report it (NVIDIA publishes no per-scrape cost):
 NVIDIA/gpu-operator#340 shows 135-155 MiB and 3-9 millicores per dcgm-exporter pod, and
 NVIDIA/gpu-monitoring-tools#133 71 MiB and 15-20% of a core.
@@ -32,11 +42,13 @@ NVIDIA/gpu-monitoring-tools#133 71 MiB and 15-20% of a core.
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import gzip
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -76,6 +88,7 @@ def main() -> None:
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import h100_sxm5
 
+    _as_installed()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         lib_dir = build_fake_nvml(Path(tmp) / "nvml")
@@ -94,8 +107,9 @@ def main() -> None:
             )
         big = fresh_scrapes(env, "gpu,node,agent", args.scrapes, args.writes, args.agent_python, dgx_host=True)
         results.append({"page": "default, DGX H100 host", **big})
+    reference = node_exporter_scrapes(args.scrapes // 4)
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"pages": results, "node_exporter": reference}, indent=2))
         return
     print("8x H100 (fake NVML, GPM, 18 NVLinks each), this machine's host; CPU ms per scrape of the agent")
     print(f"{'page':<22} {'samples':>7} {'KB gz':>5} {'fresh scrape':>12} {'new conn':>8} {'page write':>10} "
@@ -110,7 +124,26 @@ def main() -> None:
         print(f"{r['page']:<22} {r['samples']:>7} {r['gzip_bytes'] / 1e3:>5.0f} "
               f"{fresh * 1e3:>12.2f} {new_connection * 1e3:>8.2f} {write * 1e3:>10.2f} {packing * 1e3:>6.2f} "
               f"{live}")  # fmt: skip
+    if reference is not None:
+        print(f"node_exporter {reference['version']} on this host (default collectors, "
+              f"{reference['samples']} samples): {reference['scrape_cpu_seconds'] * 1e3:.2f} ms CPU per scrape, "
+              "kept alive, gzipped")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
+
+
+def _as_installed() -> None:
+    """The package's modules compiled, and the environment's shared libraries out of the page
+    cache (clean pages only: the next process reads them back as a reboot would leave them)."""
+    for folder in ("agent", "core", "collector", "proto", "tools"):
+        compileall.compile_dir(REPO / folder, quiet=1)
+    site_dir = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    for library in site_dir.rglob("*.so*"):
+        with contextlib.suppress(OSError):
+            fd = os.open(library, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def _agent_command(python: str | None) -> list[str]:
@@ -168,6 +201,38 @@ def fresh_scrapes(
         server.terminate()
         server.wait(timeout=30)
     return {**written, "fresh_scrape_cpu_seconds": kept, "fresh_scrape_new_connection_cpu_seconds": new}
+
+
+def node_exporter_scrapes(scrapes: int) -> dict[str, Any] | None:
+    """node_exporter's CPU per scrape on this host, over one kept-alive connection; None where it
+    is not installed."""
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if binary is None:
+        return None
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    port = _free_port()
+    with _process([binary, f"--web.listen-address=127.0.0.1:{port}"], dict(os.environ)) as proc:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                page = gzip.decompress(_get(connection))
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    return None
+                time.sleep(0.2)
+        for _ in range(10):
+            _get(connection)
+        cpu = _cpu_seconds(proc.pid)
+        for _ in range(scrapes):
+            _get(connection)
+        per_scrape = (_cpu_seconds(proc.pid) - cpu) / max(scrapes, 1)
+        connection.close()
+    samples = sum(1 for line in page.splitlines() if line and not line.startswith(b"#"))
+    words = (version.stdout + version.stderr).split()
+    named = words[words.index("version") + 1] if "version" in words else "?"
+    return {"version": named, "samples": samples, "scrape_cpu_seconds": per_scrape}
 
 
 def _get(connection: http.client.HTTPConnection) -> bytes:
