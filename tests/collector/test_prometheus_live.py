@@ -148,6 +148,8 @@ def test_prometheus_scrapes_the_collector_and_a_rule_finds_the_starved_node(flee
     try:
         starved = _query_until(base, "node:nodeagent_gpus_starved:count", 40, proc, tmp_path)
         alerts = _query_until(base, 'ALERTS{alertname="NodeagentGPUDataStarved"}', 20, proc, tmp_path)
+        # Each target's first scrape comes at its own offset within the interval: wait for both.
+        _query_until(base, 'up{job="nodeagent-agent"}', 20, proc, tmp_path)
         up = _query(base, "up")
     finally:
         proc.terminate()
