@@ -12,6 +12,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.core.wire.validate import NEGATIVE_UINT
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FieldKey = tuple[int, int]  # (field id, scopeId)
@@ -177,8 +178,10 @@ def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> No
         crc_data = _crc_data_field(link)
         if crc_data is not None:
             _set(nvlink, "crc_data_errors_total", get(crc_data))
-    _set(sample, "nvlink_rx_bytes_total", rx_sum)
-    _set(sample, "nvlink_tx_bytes_total", tx_sum)
+    # A sum past 2^63 would read as a negative count sent as unsigned (and past 2^64 not fit):
+    # 18 links get there 18 times sooner than one. Then it is left out, and readers sum the links.
+    _set(sample, "nvlink_rx_bytes_total", rx_sum if rx_sum is not None and rx_sum < NEGATIVE_UINT else None)
+    _set(sample, "nvlink_tx_bytes_total", tx_sum if tx_sum is not None and tx_sum < NEGATIVE_UINT else None)
 
 
 def fill_gpm(metrics: Mapping[int, float], sample: pb.GpuSample) -> None:

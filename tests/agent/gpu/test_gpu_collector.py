@@ -13,6 +13,7 @@ from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.collector import GpuCollector
 from nodeagent.agent.gpu.view import gpu_rows
+from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import PROFILES, a100_sxm4, a800_sxm4, h100_sxm5
@@ -171,6 +172,25 @@ def test_a800_without_pcie_counters_uses_sampled_throughput_and_asks_once(
     for gpu in range(8):
         assert fake_nvml.field_requests(gpu, gpu_fields.FI_PCIE_COUNT_RX_BYTES) == 1  # refused once, not retried
         assert fake_nvml.field_requests(gpu, gpu_fields.FI_NVLINK_THROUGHPUT_DATA_TX) == 3 * 8
+
+
+def test_a_gpus_nvlink_sum_past_what_the_wire_carries_is_left_out_not_the_gpu(
+    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+) -> None:
+    state = fake_nvml.load(a100_sxm4())
+    # 12 links, each well inside 2^63: GPU 0's sums pass 2^64, GPU 1's 2^63.
+    for gpu, share in ((0, 5), (1, 11)):
+        for link in state.gpus[gpu].links:
+            link.rx_kib = link.tx_kib = (1 << 63) // share // 1024
+    fake_nvml.write()
+    collector = make_gpu_collector()
+    scan(collector)
+    report = tick(collector, 1000.0)
+    assert repair(report) == []  # nothing on the wire that reads as a negative count
+    for gpu in report.gpus[:2]:
+        assert not gpu.lost and len(gpu.nvlinks) == 12 and gpu.nvlinks[0].rx_bytes_total > 0
+        assert not gpu.HasField("nvlink_rx_bytes_total") and not gpu.HasField("nvlink_tx_bytes_total")
+    assert report.gpus[2].HasField("nvlink_rx_bytes_total")  # the GPUs with small counters keep theirs
 
 
 def test_nvlink5_byte_counters_replace_the_throughput_fields_a_gpu_refuses(
