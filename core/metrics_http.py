@@ -403,10 +403,9 @@ class _RequestReader:
 
     def _receive(self) -> None:
         # A new connection's first request has the request timeout; a kept-alive one waits for
-        # its next request for the idle timeout, then the rest of the request has the request
-        # timeout. Set only when it changes (each setting is a system call): a scrape that comes
-        # in one packet costs none. The reply is written under the timeout in force: a client
-        # that stops reading holds its thread no longer than one that stops writing.
+        # its next request for the idle timeout, then the rest of the request and its reply have
+        # the request timeout (a client that stops reading holds its thread no longer than one
+        # that stops writing). Set only when it changes (each setting is a system call).
         timeout_seconds = IDLE_TIMEOUT_SECONDS if self._served and not self._started else self._request_timeout_seconds
         if timeout_seconds != self._timeout_seconds:
             self._sock.settimeout(timeout_seconds)
@@ -415,6 +414,9 @@ class _RequestReader:
         if not data:
             self._ended = True
             return
+        if self._timeout_seconds != self._request_timeout_seconds:
+            self._sock.settimeout(self._request_timeout_seconds)
+            self._timeout_seconds = self._request_timeout_seconds
         # httptools keeps a head's unfinished header itself, with no limit: what is fed while a
         # head is unfinished is counted. Bytes that came in the packet that finished the request
         # before are not (where they start is not known), so at most one receive more gets in.

@@ -19,6 +19,7 @@ import pytest
 from nodeagent.core import metrics_http
 from nodeagent.core.metrics_http import TEXT_CONTENT_TYPE, MetricsHttpServer
 from tests.fakes.certs import Authority
+from tests.fakes.fleet import wait_for
 
 BIG_HEAD = metrics_http.MAX_REQUEST_HEAD_BYTES
 PAGE = b"# HELP m A gauge.\n# TYPE m gauge\nm 1\n" * 50
@@ -397,6 +398,27 @@ def test_a_request_outside_the_protocol_or_the_limits_gets_its_error_and_a_close
 ) -> None:
     ((answered, headers, _),) = _Recorded(_raw(server, request_head)).responses("GET")
     assert (answered, headers["connection"]) == (status, "close")
+
+
+def test_a_reply_on_a_kept_alive_connection_has_the_request_timeout_not_the_idle_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that asks again and then stops reading holds its thread (and one of the
+    MAX_CONNECTIONS) for the request timeout, as on a new connection, not for the idle wait."""
+    monkeypatch.setattr(metrics_http, "IDLE_TIMEOUT_SECONDS", 30.0)
+    page = b"m 1\n" * (16 << 20)  # 64 MiB: more than the socket buffers hold
+    served = MetricsHttpServer("127.0.0.1:0", lambda: page, request_timeout_seconds=0.3)
+    served.start()
+    try:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+            sock.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive; the reply is never read
+            started = time.monotonic()
+            assert wait_for(lambda: not served._server._open, 20, interval=0.05)  # type: ignore[union-attr]
+            assert time.monotonic() - started < 10
+    finally:
+        served.stop()
 
 
 def test_kept_alive_connections_wait_the_idle_timeout_and_a_request_begun_the_request_timeout(
