@@ -229,11 +229,14 @@ def dcgm_families(
                 if value or gpu.HasField(source):
                     lines.append(f"{name}{{{labels}}} {value >> shift}\n")
         elif unit == PERCENT or source in _FLOAT_FIELDS:
-            scale = 100.0 if unit == PERCENT else 1.0
+            percent = unit == PERCENT
             for gpu, labels in live:
                 value = getattr(gpu, source)
                 if value or gpu.HasField(source):
-                    value *= scale
+                    if percent:
+                        # NVML's whole percent, kept as a ratio: 0.57 * 100 is 56.99999999999999,
+                        # where DCGM shows 57. Nine places undo the ratio's rounding, no more.
+                        value = round(value * 100.0, 9)
                     # repr is the text format's float where finite (inf - inf and NaN - NaN are NaN)
                     text = repr(value) if value - value == 0.0 else format_value(value)
                     lines.append(f"{name}{{{labels}}} {text}\n")

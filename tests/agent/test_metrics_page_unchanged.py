@@ -41,8 +41,9 @@ def _plain_gpu_value(gpu: pb.GpuSample, source: str | dcgm.Getter, unit: str) ->
     if not gpu.HasField(source):
         return None
     value = getattr(gpu, source)
-    scale = {dcgm.AS_IS: 1, dcgm.PERCENT: 100.0}
-    return value * scale[unit] if unit in scale else value // (2**20 if unit == dcgm.MIB else 2**10)
+    if unit == dcgm.PERCENT:
+        return round(value * 100.0, 9)  # NVML's whole percent back from the ratio
+    return value if unit == dcgm.AS_IS else value // (2**20 if unit == dcgm.MIB else 2**10)
 
 
 def _plain_dcgm_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]],
@@ -125,7 +126,8 @@ def telemetry(fake_nvml: FakeNvml, make_gpu_collector: type[GpuCollector]) -> Ag
         for index, gpu in enumerate(fake_nvml.state.gpus):  # type: ignore[union-attr]
             # Counters past a MiB and traffic on the links: every unit's arithmetic shows.
             gpu.add_traffic(1.0, pcie_rx=3.3e9 + index * 12345, pcie_tx=1.1e9, nvlink_rx_per_link=2e9 + index)
-            gpu.util_gpu, gpu.util_mem, gpu.util_enc, gpu.mem_used = 37 + index, 11, 3, (5 + index) * 1024**3 + 12345
+            # 57% and 29% come back from the ratio as 56.99999999999999 and 28.999999999999996
+            gpu.util_gpu, gpu.util_mem, gpu.util_enc, gpu.mem_used = 50 + index, 29, 3, (5 + index) * 1024**3 + 12345
         fake_nvml.write()
         report = pb.NodeReport(time_unix_seconds=1000.0 + t)
         if t == 0:
@@ -161,6 +163,9 @@ def test_a_full_8_gpu_page_is_byte_for_byte_what_the_plain_writer_writes(
     plain = _plain_page(telemetry, monkeypatch)
     assert plain.count("DCGM_FI_PROF_SM_ACTIVE{") == 8 and plain.count("nodeagent_gpu_nvlink_up{") == 8 * 18
     assert "node_disk_discarded_sectors_total" in plain and "+Inf" not in plain
+    util = [line.rsplit(" ", 1)[1] for line in plain.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert util == [f"{50 + index}.0" for index in range(8)]  # the whole percent NVML gave, as DCGM shows it
+    assert plain.count("DCGM_FI_DEV_MEM_COPY_UTIL{") == plain.count("} 29.0\n") == 8
     pcie_rx = [line for line in plain.splitlines() if line.startswith("DCGM_FI_DEV_PCIE_RX_THROUGHPUT{")]
     assert len(pcie_rx) == 8 and not any(line.endswith("} 0") for line in pcie_rx)
     assert _page(telemetry) == plain
