@@ -12,6 +12,7 @@ change). A test compares this page with the library's on the same process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from collections.abc import Iterator
@@ -29,15 +30,25 @@ class ProcessFamilies:
     def __init__(self, procfs: Path = Path("/proc")) -> None:
         self.procfs = procfs
         self.start_time_seconds = _start_time(procfs)
-        # Kept open: a scrape then reads statm with one pread and lists fd/ without resolving a
-        # path (an open() through Python's io stack cost more than the six lines' text).
-        self._statm = _open(procfs / "self" / "statm", os.O_RDONLY)
-        self._fd_dir = _open(procfs / "self" / "fd", os.O_RDONLY | os.O_DIRECTORY)
+        self._statm: int | None = None
+        self._fd_dir: int | None = None
+        self._pid = 0
+        self._open_own()
+
+    def _open_own(self) -> None:
+        """Kept open: a scrape then reads statm with one pread and lists fd/ without resolving a
+        path (an open() through Python's io stack cost more than the six lines' text). They name
+        the process that opened them, so a forked child opens its own."""
+        self.close()
+        self._pid = os.getpid()
+        self._statm = _open(self.procfs / "self" / "statm", os.O_RDONLY)
+        self._fd_dir = _open(self.procfs / "self" / "fd", os.O_RDONLY | os.O_DIRECTORY)
 
     def close(self) -> None:
         for fd in (self._statm, self._fd_dir):
             if fd is not None:
-                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._statm = self._fd_dir = None
 
     def __del__(self) -> None:
@@ -46,6 +57,8 @@ class ProcessFamilies:
     def families(self) -> Iterator[TextFamily]:
         if self.start_time_seconds is None:  # no /proc (another OS, a sandbox): none, as the library does
             return
+        if os.getpid() != self._pid:
+            self._open_own()
         try:
             if self._statm is None:
                 raise OSError("statm not open")

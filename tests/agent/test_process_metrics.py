@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from prometheus_client.exposition import generate_latest
@@ -39,3 +40,28 @@ def test_same_families_help_types_and_values_as_prometheus_client() -> None:
 def test_no_proc_at_all_gives_no_process_families(tmp_path: Path) -> None:
     # Another OS, a sandbox without /proc: no process_* at all, as prometheus_client does.
     assert list(ProcessFamilies(procfs=tmp_path).families()) == []
+
+
+def test_a_forked_child_reports_its_own_process() -> None:
+    """The kept /proc/self descriptors name the process that opened them: a child opens its own."""
+    families = ProcessFamilies()
+    assert "process_open_fds" in _parsed(render(families.families()))
+    go_read, go_write = os.pipe()
+    result_read, result_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: wait for the parent's extra descriptors, then read its own page
+        try:
+            os.read(go_read, 1)
+            ours = _parsed(render(families.families()))["process_open_fds"][2]
+            os.write(result_write, f"{ours} {len(os.listdir('/proc/self/fd'))}".encode())
+        finally:
+            os._exit(0)
+    extra = [os.pipe() for _ in range(20)]  # the parent's table grows by 40; the child's does not
+    try:
+        os.write(go_write, b"x")
+        reported, listed = (float(word) for word in os.read(result_read, 100).split())
+        os.waitpid(child, 0)
+    finally:
+        for fd in (go_read, go_write, result_read, result_write, *(fd for pair in extra for fd in pair)):
+            os.close(fd)
+    assert abs(reported - listed) <= 2  # the child's own table (give or take the listing's)
