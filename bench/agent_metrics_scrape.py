@@ -184,12 +184,7 @@ def fresh_scrapes(
         written = json.loads(server.stdout.readline())
         port = written.pop("port")
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        for _ in range(20):  # warm: the request thread, the label caches
-            _get(connection)
-        cpu = _cpu_seconds(server.pid)
-        for _ in range(scrapes):
-            _get(connection)
-        kept = (_cpu_seconds(server.pid) - cpu) / max(scrapes, 1)
+        kept = _kept_alive_cpu(connection, server.pid, scrapes, warm=20)  # warm: the request thread, label caches
         connection.close()
         fresh_connections = max(scrapes // 4, 1)
         cpu = _cpu_seconds(server.pid)
@@ -222,17 +217,26 @@ def node_exporter_scrapes(scrapes: int) -> dict[str, Any] | None:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     return None
                 time.sleep(0.2)
-        for _ in range(10):
-            _get(connection)
-        cpu = _cpu_seconds(proc.pid)
-        for _ in range(scrapes):
-            _get(connection)
-        per_scrape = (_cpu_seconds(proc.pid) - cpu) / max(scrapes, 1)
+        per_scrape = _kept_alive_cpu(connection, proc.pid, scrapes, warm=10)
         connection.close()
-    samples = sum(1 for line in page.splitlines() if line and not line.startswith(b"#"))
+    samples = _samples(page.decode())
     words = (version.stdout + version.stderr).split()
     named = words[words.index("version") + 1] if "version" in words else "?"
     return {"version": named, "samples": samples, "scrape_cpu_seconds": per_scrape}
+
+
+def _kept_alive_cpu(connection: http.client.HTTPConnection, pid: int, scrapes: int, *, warm: int) -> float:
+    """CPU seconds of process ``pid`` per scrape over one kept-alive connection, after ``warm``."""
+    for _ in range(warm):
+        _get(connection)
+    cpu = _cpu_seconds(pid)
+    for _ in range(scrapes):
+        _get(connection)
+    return (_cpu_seconds(pid) - cpu) / max(scrapes, 1)
+
+
+def _samples(page: str) -> int:
+    return sum(1 for line in page.splitlines() if line and not line.startswith("#"))
 
 
 def _get(connection: http.client.HTTPConnection) -> bytes:
@@ -276,7 +280,7 @@ def measure(
         cached = _cpu_seconds(proc.pid) - cpu - idle_rate * (time.perf_counter() - wall)
         connection.close()
         rss = _status_kib(proc.pid, "VmHWM") * 1024
-    samples = sum(1 for line in page.splitlines() if line and not line.startswith("#"))
+    samples = _samples(page)
     return {
         "samples": samples, "gzip_bytes": len(gzip.compress(page.encode(), compresslevel=1)),
         "tick_cpu_seconds": idle_cpu / max(ticks, 1), "repeat_scrape_cpu_seconds": max(cached, 0.0) / repeat,
@@ -326,7 +330,7 @@ def serve(groups: list[str], writes: int, *, dgx_host: bool = False) -> None:
 
     http = MetricsHttpServer("127.0.0.1:0", exposition.render, metrics_gzip=fresh_gzip, health=exposition.health)
     port = http.start()
-    samples = sum(1 for line in page.splitlines() if line and not line.startswith(b"#"))
+    samples = _samples(page.decode())
     written = {"port": port, "page_write_cpu_seconds": write, "page_gzip_cpu_seconds": packing}
     print(json.dumps({**written, "samples": samples, "gzip_bytes": len(gzip_bytes(page))}), flush=True)
     sys.stdin.read()
