@@ -1,3 +1,3 @@
-from nodeagent.agent.cli import main
+from nodeagent.agent.cli.main import main
 
 main()

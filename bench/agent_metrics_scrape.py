@@ -293,11 +293,11 @@ def serve(groups: list[str], writes: int, *, dgx_host: bool = False) -> None:
     agent's HTTP server, every scrape a new tick. First prints (one JSON line) the port, the page's
     samples and gzipped bytes, and the least CPU of ``writes`` page writes and of their gzip;
     serves until stdin closes. ``dgx_host``: both ticks' host grown to a DGX H100's."""
-    from nodeagent.agent.collectors import available
     from nodeagent.agent.delivery.spool import Spool
-    from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-    from nodeagent.agent.sampler import Sampler
-    from nodeagent.core.metrics_http import MetricsHttpServer, gzip_bytes
+    from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
+    from nodeagent.agent.sampling.sampler import Sampler
+    from nodeagent.agent.sources import available
+    from nodeagent.core.exposition.http_server import MetricsHttpServer, gzip_bytes
 
     class NoSender:
         connected_to = None

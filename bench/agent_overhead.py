@@ -46,9 +46,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def agent_worker(procfs: str, sysfs: str, cycles: int, gpus: bool) -> dict[str, float]:
     """Runs in the child: the agent's sampling cycles, measured from inside."""
-    from nodeagent.agent.collectors import Roots
     from nodeagent.agent.gpu import nvml
-    from nodeagent.agent.sampler import Sampler
+    from nodeagent.agent.sampling.sampler import Sampler
+    from nodeagent.agent.sources import Roots
 
     sampler = Sampler([*AGENT_COLLECTORS, *(["gpu"] if gpus else [])], roots=Roots(procfs, sysfs))
     for _ in range(5):  # warm-up: discovery, descriptor cache, first allocations

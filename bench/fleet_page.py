@@ -31,7 +31,7 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.ingest.history import (
+from nodeagent.collector.history.rollup import (
     DAY_SECONDS,
     MINUTE_SECONDS,
     NODE_ROW,
@@ -41,8 +41,8 @@ from nodeagent.collector.ingest.history import (
 )
 from nodeagent.collector.ingest.report_path import Ingest, NodeState
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
-from nodeagent.collector.ingest.store import NodeRow, Store, StoreWriter
-from nodeagent.collector.node_timeline import MAX_POINTS, POINT_SECONDS
+from nodeagent.collector.store.database import NodeRow, Store, StoreWriter
+from nodeagent.collector.views.node_timeline import MAX_POINTS, POINT_SECONDS
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.tools.simulator import Simulation

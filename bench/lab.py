@@ -325,7 +325,7 @@ def replay_timeline(trace: Path, config: dict[str, Any]) -> list[dict[str, Any]]
     """The node's verdict after every report of the trace, through a detector with ``config``."""
     from nodeagent.core.detector.config import DetectorConfig
     from nodeagent.core.detector.node import NodeDetector
-    from nodeagent.core.trace import read_trace
+    from nodeagent.core.wire.trace import read_trace
 
     detector: NodeDetector | None = None
     out = []

@@ -4,7 +4,7 @@ Fills a collector's memory (a real ``Ingest`` on a scratch SQLite file) with N 8
 each have a detector verdict and window evidence (from the ordinary-cloud simulation: starved,
 every family present), then times, on this thread:
 
-- the fleet families written by ``nodeagent.collector.metrics_fleet`` (what /metrics serves);
+- the fleet families written by ``nodeagent.collector.views.metrics_fleet`` (what /metrics serves);
 - the same samples through prometheus_client's own encoder (the reference: what the families
   would cost written the library's way);
 - gzip level 1 of the text, as the HTTP server does when the scraper asks (Prometheus does).
@@ -34,8 +34,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.report_path import Ingest, NodeState
-from nodeagent.collector.ingest.store import NodeRow, StoreWriter
-from nodeagent.collector.metrics_fleet import FleetMetrics
+from nodeagent.collector.store.database import NodeRow, StoreWriter
+from nodeagent.collector.views.metrics_fleet import FleetMetrics
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.tools.simulator import Simulation

@@ -36,7 +36,7 @@ from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_text import TextFamily
+from nodeagent.core.exposition.text import TextFamily
 from nodeagent.tools.simulator import SCENARIOS, Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 

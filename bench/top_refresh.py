@@ -19,9 +19,9 @@ import time
 
 from rich.console import Console
 
-from nodeagent.agent.collectors import enabled_names
-from nodeagent.agent.sampler import Sampler
-from nodeagent.agent.top_command import _SimulatedNode, _Top
+from nodeagent.agent.cli.top import _SimulatedNode, _Top
+from nodeagent.agent.sampling.sampler import Sampler
+from nodeagent.agent.sources import enabled_names
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 

@@ -1,3 +1,3 @@
-from nodeagent.collector.cli import main
+from nodeagent.collector.cli.main import main
 
 main()

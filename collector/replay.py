@@ -13,7 +13,7 @@ from typing import Any
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.lifecycle import RESOLVED, alert_labels, next_transition
 from nodeagent.collector.alerts.report_rules import NodeRules
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import CAUSES, STATES, NodeVerdict

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from nodeagent.agent.collectors import Roots, enabled_names
 from nodeagent.agent.config import AgentConfig
-from nodeagent.agent.sampler import Sampler
+from nodeagent.agent.sampling.sampler import Sampler
+from nodeagent.agent.sources import Roots, enabled_names
 from tests.fakes.trees import SHARED_FIXTURES, materialize
 
 pytest_plugins = ["tests.fakes.nvml.plugin", "tests.fakes.alertmanager"]

@@ -18,8 +18,8 @@ from pathlib import Path
 import click
 import pytest
 
-from nodeagent.agent import cli as agent_cli
-from nodeagent.collector import cli as collector_cli
+from nodeagent.agent.cli import main as agent_cli
+from nodeagent.collector.cli import main as collector_cli
 from tests.fakes.fleet import free_port
 from tests.fakes.trees import REPO
 
@@ -29,7 +29,10 @@ PACKAGING_README = REPO / "packaging" / "README.md"
 MAX_README_BYTES = 10_000
 
 PROGRAMS: dict[str, click.Group] = {"nodeagent": agent_cli.cli, "nodeagent-collector": collector_cli.cli}
-ENTRY_POINTS = {"nodeagent": "nodeagent.agent.cli:main", "nodeagent-collector": "nodeagent.collector.cli:main"}
+ENTRY_POINTS = {
+    "nodeagent": "nodeagent.agent.cli.main:main",
+    "nodeagent-collector": "nodeagent.collector.cli.main:main",
+}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # A path into the code from the repository root: a module (`agent/gpu/nvml.py`) or a folder
@@ -143,11 +146,11 @@ def test_every_module_path_the_docs_name_exists() -> None:
 def test_a_moved_module_or_folder_is_caught() -> None:
     # What a page written before a move would name, and what the pattern must leave alone.
     text = (
-        "`agent/gpu/nvml.py`, `collector/alerts/`, (core/rates.py) and tools/simulator/nosuch.py;\n"
+        "`agent/gpu/nvml.py`, `collector/alerts/`, (core/quantities/rates.py) and tools/simulator/nosuch.py;\n"
         "not `tests/core/test_layers.py`, `nodeagent.agent`, `agent/diag/profiles/*.toml` only as a folder."
     )
     paths = _module_paths(text)
-    expected = ["agent/gpu/nvml.py", "collector/alerts/", "core/rates.py", "tools/simulator/nosuch.py"]
+    expected = ["agent/gpu/nvml.py", "collector/alerts/", "core/quantities/rates.py", "tools/simulator/nosuch.py"]
     assert paths == [*expected, "agent/diag/profiles/"]
     assert [path for path in paths if not (REPO / path).exists()] == ["tools/simulator/nosuch.py"]
 

@@ -22,9 +22,9 @@ from structlog.testing import capture_logs
 
 from nodeagent.agent.delivery.sender import Sender, SenderConfig
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.render import render
-from nodeagent.collector.fleet_view import render_fleet
-from nodeagent.collector.replay_cli import render as render_replay
+from nodeagent.agent.views.sample_table import render
+from nodeagent.collector.cli.replay import render as render_replay
+from nodeagent.collector.views.fleet_table import render_fleet
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.ingest_server import serve_ingest
@@ -86,7 +86,7 @@ def test_serve_without_db_uses_the_state_directory_and_says_so(tmp_path: Path) -
 
 
 def test_the_state_directory_as_root_is_var_lib(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodeagent.collector.cli import default_db_path
+    from nodeagent.collector.cli.main import default_db_path
 
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", "/somewhere")
@@ -372,8 +372,8 @@ def _commands(group: click.Group, prefix: str) -> list[tuple[str, click.Command]
 
 
 def test_every_command_and_option_has_help() -> None:
-    from nodeagent.agent.cli import cli as agent_cli
-    from nodeagent.collector.cli import cli as collector_cli
+    from nodeagent.agent.cli.main import cli as agent_cli
+    from nodeagent.collector.cli.main import cli as collector_cli
 
     missing = []
     for path, command in _commands(agent_cli, "nodeagent") + _commands(collector_cli, "nodeagent-collector"):

@@ -29,10 +29,10 @@ from typing import Any
 
 import click
 
-from nodeagent.collector.client import fetch
-from nodeagent.collector.fleet_view import alert_rows, node_rows, render_fleet
+from nodeagent.collector.cli.client import fetch
+from nodeagent.collector.views.fleet_table import alert_rows, node_rows, render_fleet
+from nodeagent.core.quantities.units import format_bits
 from nodeagent.core.transport.channel import ClientSecurity
-from nodeagent.core.units import format_bits
 from nodeagent.core.wire.identity import NODE_ID_RE
 
 SIMULATED = (("rental-10g-pcie", "ordinary-cloud"), ("rental-50g-nvlink", "fast-cloud"))

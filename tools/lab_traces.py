@@ -2,7 +2,7 @@
 (``bench/lab.py --record DIR``), each labelled with the loop's own timers, scored like the
 simulator's suite.
 
-A trace ``NAME.jsonl`` (JSON Lines, ``nodeagent.core.trace``) comes with ``NAME.label.json``:
+A trace ``NAME.jsonl`` (JSON Lines, ``nodeagent.core.wire.trace``) comes with ``NAME.label.json``:
 the scenario, the state and cause the verdict must reach (``later``: the state after the first
 pass over a dataset, whose end is ``first_pass_end_unix_seconds``), the loop's wait share per
 wall-clock second (``truth_per_second``: ``[unix second, share]``) and over the run, and the
@@ -21,7 +21,7 @@ from typing import Any
 
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
-from nodeagent.core.trace import read_trace
+from nodeagent.core.wire.trace import read_trace
 from nodeagent.tools.accuracy import TraceResult
 
 

@@ -1,6 +1,6 @@
 """``nodeagent diag``: a one-shot health check of the node against what was rented.
 
-``command.diag_command`` is the CLI; ``run.run_diag(DiagOptions)`` the same without it. Checks
+Its command line is ``agent/cli/diag.py``; ``run.run_diag(DiagOptions)`` runs it without one. Checks
 live in ``checks/`` (one module per area), expectations in ``profile.py`` (built-in profiles in
 ``profiles/``), the storage probe in ``probe.py``.
 """

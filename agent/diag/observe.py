@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nodeagent.agent.collectors import Roots, enabled_names
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.kernel_files import raise_open_file_limit
-from nodeagent.agent.sampler import Sampler
+from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.sampling.sampler import Sampler
+from nodeagent.agent.sources import Roots, enabled_names
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 

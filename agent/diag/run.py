@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.agent.collectors import Roots
 from nodeagent.agent.diag.checks import AREAS, DiagContext
 from nodeagent.agent.diag.checks import collector as collector_check
 from nodeagent.agent.diag.kernel_log import KernelLog, read_kernel_log
@@ -15,6 +14,7 @@ from nodeagent.agent.diag.model import NODE, CheckResult, DiagReport, failed, pa
 from nodeagent.agent.diag.observe import observe
 from nodeagent.agent.diag.probe import ProbeError, ProbeOptions, ProbeResult, run_probe
 from nodeagent.agent.diag.profile import ProbeExpectations, Profile
+from nodeagent.agent.sources import Roots
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """GPUs as a person or a script reads them: one JSON-friendly row per GPU, and a compact table.
 
-Rates come from the cumulative counters of two consecutive reports through ``nodeagent.core.rates`` (None
+Rates come from the cumulative counters of two consecutive reports through ``nodeagent.core.quantities.rates`` (None
 on the first report and over a reset). Where a GPU has no counter for something, the rate falls
 back to GPM (measured by the GPU over the tick), then to the driver's sampled throughput; the
 ``*_rate_source`` keys say which one a value came from.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nodeagent.core import rates
-from nodeagent.core.units import format_bits
+from nodeagent.core.quantities import rates
+from nodeagent.core.quantities.units import format_bits
 from nodeagent.core.wire.clock_events import THROTTLE_REASONS
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.alert_signals import AlertSignal
 
 FIRING: Final = "firing"
 UPDATED: Final = "updated"

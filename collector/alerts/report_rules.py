@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.rule_state import NOT_FIRING, Burst, Counter, Instance, Sustained
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 GPU_LOST = "GPULost"

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import structlog
 
 from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryBatch, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.flush_stats import FlushStats
-from nodeagent.collector.ingest.history import PRUNE_EVERY_SECONDS, HistoryBatch, HistoryConfig, NodeHistory
-from nodeagent.collector.ingest.store import INTEGER_MAX, NodeRow, StoreWriter
-from nodeagent.collector.node_timeline import NodeTimeline
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.collector.store.database import INTEGER_MAX, NodeRow, StoreWriter
+from nodeagent.collector.views.node_timeline import NodeTimeline
+from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict

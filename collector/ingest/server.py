@@ -28,17 +28,17 @@ from grpc_reflection.v1alpha import reflection
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
-from nodeagent.collector.fleet_page import FleetPage
-from nodeagent.collector.ingest.history import HistoryConfig
-from nodeagent.collector.ingest.query import QueryService
-from nodeagent.collector.ingest.reflection import enable_operator_reflection
+from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES, Ingest, StreamHandle, StreamRefusedError
-from nodeagent.collector.ingest.state_files import make_private
-from nodeagent.collector.ingest.store import StoreWriter
-from nodeagent.collector.metrics import MetricsExposition
+from nodeagent.collector.query.reflection import enable_operator_reflection
+from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.sender import RemoteWriter
-from nodeagent.core.metrics_http import MetricsHttpServer
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.store.files import make_private
+from nodeagent.collector.views.fleet_page import FleetPage
+from nodeagent.collector.views.metrics import MetricsExposition
+from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
     Access,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_text import TextFamily, parse_series, series_values
+from nodeagent.core.exposition.text import TextFamily, parse_series, series_values
 from nodeagent.prompb import remote_pb2 as prompb
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -127,7 +127,7 @@ class NodeSeries:
 
 
 def _verdict_series(v: NodeVerdict, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:
-    """The collector's /metrics names (collector/metrics_fleet.py) for the verdict: sorted labels, value."""
+    """The collector's /metrics names (collector/views/metrics_fleet.py) for the verdict: sorted labels, value."""
     state = (("cause", v.cause or ""), ("state", v.state), ("tier", v.tier or ""))
     yield tuple(sorted((("__name__", "nodeagent_node_state"), node, *state))), 1.0
     if v.starvation_ratio is not None:

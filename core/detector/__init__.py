@@ -5,5 +5,7 @@ warm-up), ``idle_share`` (2: busy share, short gaps), ``throttle`` and ``causes`
 then interconnect, network, storage, h2d, cpu, unknown, first match wins, with the node-wide
 evidence of ``node_evidence``), ``hysteresis`` (4: enter, stay, leave, tier) and ``node`` (5: the
 roll-up per node). Beside them: ``gpu_track`` (one GPU's state and the order the steps run in),
-``window`` (the steps' sums), ``verdict`` (the records) and ``config`` (the thresholds).
+``window`` (the steps' sums), ``verdict`` (the records) and ``config`` (the thresholds). What
+others read of its output: ``alert_signals`` (what rules hand to the alert book) and
+``verdict_words`` (a verdict as the sentence both views show).
 """

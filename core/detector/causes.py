@@ -21,8 +21,8 @@ import math
 from typing import TYPE_CHECKING
 
 from nodeagent.core.detector.verdict import DATA_CAUSES
-from nodeagent.core.rates import delta
-from nodeagent.core.units import pcie_bytes_per_second
+from nodeagent.core.quantities.rates import delta
+from nodeagent.core.quantities.units import pcie_bytes_per_second
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.throttle import count_throttled
 from nodeagent.core.detector.verdict import GpuVerdict
 from nodeagent.core.detector.window import Step
-from nodeagent.core.units import pcie_bytes_per_second
+from nodeagent.core.quantities.units import pcie_bytes_per_second
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 

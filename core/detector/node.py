@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.detector.gpu_track import GpuTrack
 from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker

@@ -2,7 +2,7 @@
 counters of two window steps.
 
 Each time the detector's window advances, the node's counters at that report are compared with
-those at the previous step (rates through ``nodeagent.core.rates``: a counter that went down gives no
+those at the previous step (rates through ``nodeagent.core.quantities.rates``: a counter that went down gives no
 rate). The result says which node-wide data causes hold (network, storage, cpu) and keeps the
 values that decided them. Host-to-device is per GPU and decided in ``causes``.
 """
@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.rates import delta, rate
+from nodeagent.core.quantities.rates import delta, rate
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _MIN_READS_PER_SECOND_FOR_BASELINE = 10.0

@@ -1,1 +1,3 @@
-"""Prometheus families built from a report, shared by the agent's /metrics and the collector's remote write."""
+"""Prometheus exposition, shared by the agent's /metrics and the collector's: the families built
+from a report (dcgm-exporter's ``dcgm``, node_exporter's ``node``; the collector's remote write uses
+them too), the text format written directly (``text``) and the small HTTP server (``http_server``)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
-from nodeagent.core.metrics_text import TextFamily, format_value, label_text, number
+from nodeagent.core.exposition.text import TextFamily, format_value, label_text, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # A family's value from a GPU's sample: a field as NVML gave it, a field in DCGM's unit, or a

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from nodeagent.core.metrics_text import TextFamily, format_value, label, number
+from nodeagent.core.exposition.text import TextFamily, format_value, label, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # (node_exporter suffix after node_network_, NicSample field)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nodeagent.core.units import RateError, parse_link_rate
+from nodeagent.core.quantities.units import RateError, parse_link_rate
 
 
 def read_toml(path: Path, error: Callable[[str], Exception]) -> dict[str, Any]:

@@ -13,12 +13,12 @@ import pytest
 _PROBE = """
 import json, sys
 import click
-from nodeagent.agent.cli import cli
+from nodeagent.agent.cli.main import cli
 assert cli.get_command(click.Context(cli), "run") is not None
-import nodeagent.agent.run_command
+import nodeagent.agent.cli.run
 # What a tick does beyond the imports, where it could load more: the report's repair walks its
 # maps, and the kubelet's pod-resources API is asked only once its socket exists.
-from nodeagent.agent.pod_resources import PodResources
+from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
 report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
@@ -40,10 +40,10 @@ _NOT_LOADED = {
     "lzma": "shutil's archive codecs",
     "bz2": "shutil's archive codecs",
     "prometheus_client": "the process_* families are read from /proc",
-    "http.server": "core/metrics_http.py serves /metrics on httptools",
+    "http.server": "core/exposition/http_server.py serves /metrics on httptools",
     "email": "http.server's header parsing",
     "nodeagent.agent.diag": "diag's checks (lazy commands)",
-    "nodeagent.agent.top_command": "top's live view",
+    "nodeagent.agent.cli.top": "top's live view",
     "nodeagent.tools": "the simulator (only with --simulate)",
     "difflib": "the settings' suggestion for a mistyped key",
     "google.protobuf.descriptor_pb2": "descriptor options (repair tells a map by its value)",
@@ -74,7 +74,7 @@ def test_what_run_leaves_out_still_works_in_the_same_process() -> None:
     and lzma still import afterwards, for top, for HTTPS and for anyone who asks."""
     probe = """
 import bz2, click, hashlib, lzma, ssl
-from nodeagent.agent.cli import cli
+from nodeagent.agent.cli.main import cli
 import rich.console, structlog.dev
 assert cli.get_command(click.Context(cli), "top") is not None
 assert cli.get_command(click.Context(cli), "diag") is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent.collectors import Roots
+from nodeagent.agent.sources import Roots
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nodeagent.agent.cli.run import _check_metrics_listen, _metrics_listen, run
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.gpu.collector import GpuCollector
-from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-from nodeagent.agent.run_command import _check_metrics_listen, _metrics_listen, run
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import free_port
@@ -50,7 +50,7 @@ def _gpu_values(text: str) -> Values:
 
 
 @pytest.fixture
-def sample_gpus(fake_nvml: FakeNvml, make_gpu_collector: type[GpuCollector]) -> object:
+def sample_gpus(fake_nvml: FakeNvml, make_gpu_collector: type[GpuSource]) -> object:
     """Two ticks of the GPU collector on a state, published; returns the page's text."""
 
     def run(state: object, ticks: int = 2) -> str:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.agent.collectors import Roots
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.sources import Roots
 from tests.conftest import require
 from tests.fakes.trees import materialize
 
@@ -95,8 +95,8 @@ def node_exporter_text(tree: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def agent_text(tree: Path) -> str:
-    from nodeagent.agent.collectors import enabled_names
-    from nodeagent.agent.sampler import Sampler
+    from nodeagent.agent.sampling.sampler import Sampler
+    from nodeagent.agent.sources import enabled_names
 
     names = [n for n in enabled_names({}) if n != "gpu"]
     sampler = Sampler(names, node_id="fixture", roots=Roots(procfs=str(tree / "proc"), sysfs=str(tree / "sys")))

@@ -10,13 +10,13 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import pytest
 
-from nodeagent.agent import metrics as agent_metrics
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.gpu.collector import GpuCollector
-from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-from nodeagent.core import metrics_text
+from nodeagent.agent.exposition import page as agent_metrics
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.core.exposition import dcgm, node
-from nodeagent.core.metrics_text import TextFamily, label_text, number
+from nodeagent.core.exposition import text as metrics_text
+from nodeagent.core.exposition.text import TextFamily, label_text, number
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import h100_sxm5
@@ -114,7 +114,7 @@ def _host(report: pb.NodeReport, t: int) -> None:
 
 
 @pytest.fixture
-def telemetry(fake_nvml: FakeNvml, make_gpu_collector: type[GpuCollector]) -> AgentTelemetry:
+def telemetry(fake_nvml: FakeNvml, make_gpu_collector: type[GpuSource]) -> AgentTelemetry:
     fake_nvml.load(h100_sxm5(8))
     collector = make_gpu_collector()
     info = pb.NodeInfo(hostname="gpu-node-1")

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
-from nodeagent.agent.pod_resources import PodResources
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.kubelet import FakeKubelet, serving
 

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from nodeagent.agent.process_metrics import ProcessFamilies
-from nodeagent.core.metrics_text import render
+from nodeagent.agent.exposition.process import ProcessFamilies
+from nodeagent.core.exposition.text import render
 
 
 def _parsed(text: str) -> dict[str, tuple[str, str, float]]:

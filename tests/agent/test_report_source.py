@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.agent.report_source import ReportSequence, ReportSource
-from nodeagent.agent.sampler import Sampler
+from nodeagent.agent.sampling.report_source import ReportSequence, ReportSource
+from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.tools.simulator.source import SimulatedSampler
 
 

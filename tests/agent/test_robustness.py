@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nodeagent.agent.collectors import Roots
 from nodeagent.agent.config import AgentConfig
-from nodeagent.agent.derive import snapshot
+from nodeagent.agent.sources import Roots
+from nodeagent.agent.views.snapshots import snapshot
 from tests.fakes.trees import NET_DEV_HEADER, write_tree
 
 GOOD_NET_DEV = (
@@ -85,7 +85,7 @@ def test_unreadable_attribute_loses_only_that_value(tmp_path: Path, make_sampler
 
 
 def test_a_collector_that_raises_loses_only_its_section(tmp_path: Path, make_sampler, monkeypatch) -> None:
-    from nodeagent.agent.collectors import meminfo
+    from nodeagent.agent.sources import meminfo
 
     root = write_tree(tmp_path, {"proc/meminfo": "MemTotal: 1 kB\n", "proc/loadavg": "1.0 2.0 3.0 1/1 1\n"})
 
@@ -121,7 +121,7 @@ def test_kernel_files_reopen_after_enodev(tmp_path: Path, monkeypatch) -> None:
     import errno
     import os
 
-    from nodeagent.agent.kernel_files import KernelFiles
+    from nodeagent.agent.sampling.kernel_files import KernelFiles
 
     path = tmp_path / "speed"
     path.write_text("25000\n")
@@ -147,7 +147,7 @@ def test_kernel_files_reopen_after_enodev(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_procfs_files_longer_than_one_read_are_read_whole() -> None:
-    from nodeagent.agent.kernel_files import KernelFiles
+    from nodeagent.agent.sampling.kernel_files import KernelFiles
 
     # /proc/self/maps of a Python process spans several pages, and procfs hands out about
     # one page per read: a reader that stops at the first short read loses the rest.

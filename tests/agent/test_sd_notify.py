@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent import sd_notify
+from nodeagent.agent.service import sd_notify
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from nodeagent.agent.cli import cli
-from nodeagent.agent.top_view import ViewState, frame
+from nodeagent.agent.cli.main import cli
+from nodeagent.agent.views.top_frame import ViewState, frame
 from tests.conftest import require
 
 NODEAGENT = Path(sys.executable).parent / "nodeagent"

@@ -16,10 +16,10 @@ from typing import Any
 import grpc
 import pytest
 
-from nodeagent.collector.fleet_page import FleetPage
-from nodeagent.collector.ingest.history import HistoryConfig
+from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
-from nodeagent.collector.node_timeline import NodeTimeline
+from nodeagent.collector.views.fleet_page import FleetPage
+from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.wire.framing import frame_report

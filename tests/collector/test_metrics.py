@@ -23,14 +23,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from nodeagent.collector import metrics as collector_metrics
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
-from nodeagent.collector.ingest.store import StoreWriter
-from nodeagent.collector.metrics_fleet import FleetMetrics
-from nodeagent.core.metrics_text import TextFamily, format_value, label, render
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.views import metrics as collector_metrics
+from nodeagent.collector.views.metrics_fleet import FleetMetrics
+from nodeagent.core.exposition.text import TextFamily, format_value, label, render
 from nodeagent.core.transport.security import ServerSecurity
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.tools.simulator import Simulation

@@ -16,10 +16,10 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.ingest.history import MINUTE_SECONDS, NODE_ROW, OPEN_WRITE_SECONDS
+from nodeagent.collector.history.rollup import MINUTE_SECONDS, NODE_ROW, OPEN_WRITE_SECONDS
 from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
-from nodeagent.collector.ingest.store import StoreWriter
-from nodeagent.collector.node_timeline import NodeTimeline
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME, Simulation

@@ -26,7 +26,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.conftest import require

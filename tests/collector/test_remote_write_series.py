@@ -17,7 +17,7 @@ from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
-from nodeagent.core.metrics_text import TextFamily
+from nodeagent.core.exposition.text import TextFamily
 from nodeagent.prompb import remote_pb2 as prompb
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nodeagent.core.trace import format_report
+from nodeagent.core.wire.trace import format_report
 from nodeagent.tools.simulator import Simulation
 from tests.fakes.trees import REPO
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.collector.replay import replay_alerts
-from nodeagent.core.alert_signals import AlertSignal
-from nodeagent.core.trace import TraceError, format_report, read_trace
+from nodeagent.core.detector.alert_signals import AlertSignal
+from nodeagent.core.wire.trace import TraceError, format_report, read_trace
 
 
 def nodeagent(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,7 +23,7 @@ def nodeagent(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def collector(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from nodeagent.collector.cli import main; main()"
+    code = "from nodeagent.collector.cli.main import main; main()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False)
 
 

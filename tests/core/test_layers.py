@@ -34,10 +34,10 @@ ALLOWED = {
 # The command lines may offer the tools (`nodeagent run --simulate`, `nodeagent record --simulate`,
 # `nodeagent-collector demo|loadgen`): these modules, and only these, reach up to them.
 TOOLS_FROM_COMMAND_LINES = {
-    "nodeagent.agent.record_cli",
-    "nodeagent.agent.run_command",
-    "nodeagent.agent.top_command",
-    "nodeagent.collector.cli",
+    "nodeagent.agent.cli.record",
+    "nodeagent.agent.cli.run",
+    "nodeagent.agent.cli.top",
+    "nodeagent.collector.cli.main",
 }
 
 
@@ -114,22 +114,22 @@ def test_a_crossing_import_is_caught(tmp_path: Path) -> None:
     """The checker itself: each forbidden direction fails, a permitted one passes."""
     cases = {
         "nodeagent.collector.x": ("from nodeagent.agent.delivery import sender\n", True),
-        "nodeagent.agent.y": ("def f():\n    import nodeagent.collector.cli\n", True),
+        "nodeagent.agent.y": ("def f():\n    import nodeagent.collector.cli.main\n", True),
         "nodeagent.core.z": ("from ..agent import cli\n", True),
         "nodeagent.core.w": ("from nodeagent import collector\n", True),
-        "nodeagent.agent.gpu.v": ("from ..delivery import spool\nfrom nodeagent.core import units\n", False),
+        "nodeagent.agent.gpu.v": ("from ..delivery import spool\nfrom nodeagent.core.quantities import units\n", False),
         "nodeagent.agent.u": ("from nodeagent.tools import simulator\n", True),
     }
     assert_caught(tmp_path, cases, violations)
 
 
 # The one module that touches SQLite (docs/architecture.md): its tables, reads and writes.
-SQLITE_OWNER = "nodeagent.collector.ingest.store"
+SQLITE_OWNER = "nodeagent.collector.store.database"
 # Module, source, and whether it breaks that rule.
 SQLITE_CASES = {
     "nodeagent.collector.alerts.x": ("import sqlite3\n", True),
     "nodeagent.collector.y": ("def f():\n    from sqlite3 import connect\n", True),
-    "nodeagent.collector.z": ("from nodeagent.collector.ingest.store import AlertTables\n", False),
+    "nodeagent.collector.z": ("from nodeagent.collector.store.database import AlertTables\n", False),
 }
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.core import metrics_http
-from nodeagent.core.metrics_http import TEXT_CONTENT_TYPE, MetricsHttpServer
+from nodeagent.core.exposition import http_server as metrics_http
+from nodeagent.core.exposition.http_server import TEXT_CONTENT_TYPE, MetricsHttpServer
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import wait_for
 
@@ -250,7 +250,7 @@ def test_stop_ends_the_connections_it_kept() -> None:
 
 
 def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodeagent.core import metrics_http
+    from nodeagent.core.exposition import http_server as metrics_http
 
     monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
     served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.core.metrics_http import MetricsHttpServer
+from nodeagent.core.exposition.http_server import MetricsHttpServer
 
 
 def _pages(path: str, query: str) -> tuple[str, str, bytes] | None:

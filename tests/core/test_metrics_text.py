@@ -6,7 +6,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.core.metrics_text import (
+from nodeagent.core.exposition.text import (
     TextFamily,
     label_text,
     parse_series,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nodeagent.agent.collectors import Roots
-from nodeagent.agent.derive import snapshot
-from nodeagent.core.rates import MAX_U32, delta, is_saturated, rate
+from nodeagent.agent.sources import Roots
+from nodeagent.agent.views.snapshots import snapshot
+from nodeagent.core.quantities.rates import MAX_U32, delta, is_saturated, rate
 from tests.fakes.trees import NET_DEV_HEADER, rewrite, write_tree
 
 NET_DEV = (

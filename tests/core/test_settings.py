@@ -18,9 +18,9 @@ import pytest
 import structlog
 import yaml
 
-from nodeagent.agent import cli as agent_cli
-from nodeagent.collector import cli as collector_cli
-from nodeagent.core.command_line import run_cli
+from nodeagent.agent.cli import main as agent_cli
+from nodeagent.collector.cli import main as collector_cli
+from nodeagent.core.program.command_line import run_cli
 from nodeagent.core.settings.framework import ConfiguredGroup, Layout, settable
 from nodeagent.core.settings.show import config_command, redact
 from tests.fakes.fleet import Collector, free_port, processes

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodeagent.agent.cli import cli
-from nodeagent.agent.collectors import Roots
-from nodeagent.core.command_line import run_cli
+from nodeagent.agent.cli.main import cli
+from nodeagent.agent.sources import Roots
+from nodeagent.core.program.command_line import run_cli
 from tests.fakes.trees import NET_DEV_HEADER, write_tree
 
 

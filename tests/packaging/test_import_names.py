@@ -39,8 +39,8 @@ def test_installs_only_the_nodeagent_package(tmp_path: Path) -> None:
     assert found["from_files"] == ["nodeagent"]
     assert found["top_level"] == ["nodeagent"]
     installed = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    assert (installed / "nodeagent" / "agent" / "cli.py").is_file()
-    assert (installed / "nodeagent" / "collector" / "cli.py").is_file()
+    assert (installed / "nodeagent" / "agent" / "cli" / "main.py").is_file()
+    assert (installed / "nodeagent" / "collector" / "cli" / "main.py").is_file()
     assert (installed / "nodeagent" / "core" / "wire" / "validate.py").is_file()
     assert (installed / "nodeagent" / "agent" / "diag" / "profiles" / "8xH100-sxm-ib.toml").is_file()
     assert not (installed / "agent").exists() and not (installed / "collector").exists()

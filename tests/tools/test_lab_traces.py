@@ -7,7 +7,7 @@ import pytest
 
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
-from nodeagent.core.trace import read_trace
+from nodeagent.core.wire.trace import read_trace
 from nodeagent.tools.accuracy import summarize
 from nodeagent.tools.lab_traces import LabTrace, lab_traces, score_lab_trace
 from tests.fakes.trees import REPO

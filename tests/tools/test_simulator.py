@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from nodeagent.agent.derive import snapshot
-from nodeagent.agent.report_source import ReportSequence
+from nodeagent.agent.sampling.report_source import ReportSequence
+from nodeagent.agent.views.snapshots import snapshot
 from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation, UnknownScenarioError
 from nodeagent.tools.simulator.model import flow
 from nodeagent.tools.simulator.source import SimulatedSampler

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from nodeagent.core.units import pcie_bytes_per_second
+from nodeagent.core.quantities.units import pcie_bytes_per_second
 
 
 @dataclass(frozen=True, slots=True)

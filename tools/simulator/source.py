@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodeagent.agent.report_source import ReportSequence
+from nodeagent.agent.sampling.report_source import ReportSequence
 from nodeagent.tools.simulator.simulation import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class SimulatedSampler:
-    """The simulated ``ReportSource`` (``nodeagent.agent.report_source``)."""
+    """The simulated ``ReportSource`` (``nodeagent.agent.sampling.report_source``)."""
 
     def __init__(
         self,

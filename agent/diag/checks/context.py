@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.agent.collectors import Roots
 from nodeagent.agent.diag.kernel_log import KernelLog
 from nodeagent.agent.diag.observe import Observation
 from nodeagent.agent.diag.profile import Profile
+from nodeagent.agent.sources import Roots
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
-from nodeagent.core.units import format_bits
+from nodeagent.core.quantities.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 DROP_RATIO_LIMIT = 0.01  # dropped packets per packet since boot above which to warn

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import CheckResult, failed, passed, plural, skipped, summarize, warned
-from nodeagent.core.units import format_bits
+from nodeagent.core.quantities.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Counters that count link-level retransmissions and retraining: growth means failing now.

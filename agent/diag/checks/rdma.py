@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
 from nodeagent.agent.diag.profile import RdmaExpectations
-from nodeagent.core.units import format_bits
+from nodeagent.core.quantities.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 STATE_ACTIVE = 4  # sysfs `state` "4: ACTIVE"

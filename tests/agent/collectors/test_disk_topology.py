@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nodeagent.agent.collectors import Roots
+from nodeagent.agent.sources import Roots
 from tests.fakes.trees import write_tree
 
 DISKSTATS = """ 259       0 nvme0n1 10 0 80 1 0 0 0 0 0 1 1

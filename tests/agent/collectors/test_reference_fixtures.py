@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.agent.collectors import Roots
-from nodeagent.agent.derive import snapshot
+from nodeagent.agent.sources import Roots
+from nodeagent.agent.views.snapshots import snapshot
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 

@@ -402,7 +402,7 @@ def test_a_failed_spool_disk_is_exported_and_queued_as_a_report_event(
 
     from nodeagent.agent.delivery import segments
     from nodeagent.agent.delivery.sender import Sender
-    from nodeagent.agent.metrics import AgentExposition, AgentMetrics, AgentTelemetry
+    from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
     from nodeagent.v1 import nodeagent_pb2 as pb
 
     spool = Spool(directory=tmp_path)

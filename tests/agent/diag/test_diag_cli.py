@@ -203,7 +203,7 @@ def test_diag_that_breaks_exits_2_not_1(tmp_path: Path, monkeypatch: pytest.Monk
     def broken(_options: object) -> None:
         raise RuntimeError("sysfs vanished")
 
-    monkeypatch.setattr("nodeagent.agent.diag.command.run_diag", broken)
+    monkeypatch.setattr("nodeagent.agent.cli.diag.run_diag", broken)
     run = run_diag("--window", "0")
     assert run.exit_code == 2
     assert run.err.strip() == "nodeagent: error: diag could not run: RuntimeError: sysfs vanished"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent.collectors import Roots
+from nodeagent.agent.sources import Roots
 from tests.fakes.diag import DiagRun, roots_args, run_diag
 from tests.fakes.trees import materialize, rewrite
 

@@ -11,24 +11,24 @@ import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.collector import GpuCollector
+from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import PROFILES, a100_sxm4, a800_sxm4, h100_sxm5
 
-MakeCollector = Callable[..., GpuCollector]
+MakeCollector = Callable[..., GpuSource]
 GIB = 1024**3
 
 
-def scan(collector: GpuCollector) -> pb.NodeInfo:
+def scan(collector: GpuSource) -> pb.NodeInfo:
     info = pb.NodeInfo()
     collector.scan(info)
     return info
 
 
-def tick(collector: GpuCollector, t: float) -> pb.NodeReport:
+def tick(collector: GpuSource, t: float) -> pb.NodeReport:
     report = pb.NodeReport(time_unix_seconds=t)
     collector.collect(report)
     return report

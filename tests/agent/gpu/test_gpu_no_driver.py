@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.agent.gpu.collector import GpuCollector
+from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.agent.gpu.view import render_gpu_table
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
@@ -40,7 +40,7 @@ def test_table_says_why_there_are_no_gpus() -> None:
 
 
 def test_unscripted_fake_plays_a_machine_without_a_driver(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuCollector]
+    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
 ) -> None:
     """Loaded into the test process but given no state, the fake must look like no driver at all,
     so tests that never asked for GPUs see what they would see on a GPU-less CI machine."""

@@ -16,7 +16,7 @@ import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.collector import GpuCollector
+from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from tests.conftest import require
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, exported_symbols, nvml_include_dir
@@ -148,7 +148,7 @@ def test_field_metric_and_reason_ids_are_nvml_h_ones() -> None:
 
 
 def test_calls_made_are_listed_and_counted_as_the_library_saw_them(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuCollector]
+    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
 ) -> None:
     """Run every path (each profile, GPM, fallbacks, events, a lost GPU) and compare both ledgers."""
     for profile in (a100_sxm4, a800_sxm4, h100_sxm5):

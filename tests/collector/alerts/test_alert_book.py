@@ -12,8 +12,8 @@ import pytest
 
 from nodeagent.collector.alerts.book import FIRING, RESOLVED, UPDATED, AlertBook, fingerprint
 from nodeagent.collector.alerts.sinks import SinkDispatcher
-from nodeagent.collector.ingest.store import AlertTables
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.collector.store.database import AlertTables
+from nodeagent.core.detector.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 
 T0 = 1_800_000_000.0

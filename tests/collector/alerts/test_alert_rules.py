@@ -12,8 +12,8 @@ import pytest
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
-from nodeagent.collector.ingest.store import AlertTables
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.collector.store.database import AlertTables
+from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T0 = 1_800_000_000.0
@@ -324,11 +324,11 @@ def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_col
     crafts them: each hardware fault of an 8xA100 node raises its alert."""
     import time as wall
 
-    from nodeagent.agent.gpu.collector import GpuCollector
+    from nodeagent.agent.gpu.source import GpuSource
     from tests.fakes.nvml.state import a100_sxm4
 
     state = fake_nvml.load(a100_sxm4())
-    collector: GpuCollector = make_gpu_collector()
+    collector: GpuSource = make_gpu_collector()
     collector.scan(pb.NodeInfo())
     config = AlertConfig(check_seconds=1, nvlink_check_seconds=1, thermal_sustain_seconds=1)
     rules = NodeRules("node-a", config)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.sinks import AlertmanagerSink, SinkDispatcher
-from nodeagent.collector.ingest.store import AlertTables
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.collector.store.database import AlertTables
+from nodeagent.core.detector.alert_signals import AlertSignal
 from tests.fakes.alertmanager import alerts as _alerts
 from tests.fakes.alertmanager import wait as _wait
 

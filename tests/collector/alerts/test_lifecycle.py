@@ -6,9 +6,9 @@ import sqlite3
 from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
-from nodeagent.collector.ingest.store import AlertTables
 from nodeagent.collector.replay import replay_alerts
-from nodeagent.core.alert_signals import AlertSignal
+from nodeagent.collector.store.database import AlertTables
+from nodeagent.core.detector.alert_signals import AlertSignal
 
 
 def _evaluations() -> list[tuple[float, list[AlertSignal]]]:

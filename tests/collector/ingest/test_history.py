@@ -17,12 +17,12 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.ingest.history import NODE_ROW, HistoryBatch, HistoryConfig
+from nodeagent.collector.history.rollup import NODE_ROW, HistoryBatch, HistoryConfig
 from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
-from nodeagent.collector.ingest.store import StoreWriter
 from nodeagent.collector.replay import Replay
+from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.trace import format_report
+from nodeagent.core.wire.trace import format_report
 from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME, Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for

@@ -22,7 +22,7 @@ import pytest
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.report_path import Ingest, StreamHandle, StreamRefusedError
-from nodeagent.collector.ingest.store import StoreWriter
+from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc

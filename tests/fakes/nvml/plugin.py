@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from nodeagent.agent.collectors import Roots, SourceContext
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.collector import GpuCollector
-from nodeagent.agent.kernel_files import KernelFiles
+from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.sources import Roots, SourceContext
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, build_fake_nvml
 from tests.fakes.nvml.state import FakeNvmlState
 
@@ -137,13 +137,13 @@ def fake_nvml(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.fixture
-def make_gpu_collector() -> Iterator[Callable[..., GpuCollector]]:
+def make_gpu_collector() -> Iterator[Callable[..., GpuSource]]:
     """Build GPU collectors (over a given procfs root); closed after the test."""
-    made: list[GpuCollector] = []
+    made: list[GpuSource] = []
 
-    def build(procfs: Path | str = "/proc") -> GpuCollector:
+    def build(procfs: Path | str = "/proc") -> GpuSource:
         ctx = SourceContext(roots=Roots(procfs=str(procfs)), files=KernelFiles(), config=AgentConfig())
-        collector = GpuCollector(ctx)
+        collector = GpuSource(ctx)
         made.append(collector)
         return collector
 

@@ -12,11 +12,11 @@ import sys
 
 from google.protobuf.json_format import MessageToDict
 
-from nodeagent.agent.collectors import Roots, SourceContext
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.collector import GpuCollector
-from nodeagent.agent.kernel_files import KernelFiles
+from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.sources import Roots, SourceContext
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
@@ -24,7 +24,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ticks", type=int, default=2)
     args = parser.parse_args()
-    collector = GpuCollector(SourceContext(roots=Roots(), files=KernelFiles(), config=AgentConfig()))
+    collector = GpuSource(SourceContext(roots=Roots(), files=KernelFiles(), config=AgentConfig()))
     info = pb.NodeInfo()
     collector.scan(info)
     reports = []

@@ -1,0 +1,416 @@
+"""``nodeagent run``: the daemon. Sample every interval, spool, and let the sender deliver.
+
+The sampling loop runs on the main thread and never waits on the network: each report goes into
+the spool, and the sender thread drains it to the collector. ``--max-reports`` and
+``--deadline`` make a run finite, for tests and for checks of a delivery path: the agent stops
+sampling after N reports and exits 0 once all are acknowledged, 1 if the deadline passes first.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+import structlog
+
+from nodeagent.agent.cli.options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.delivery.sender import Sender
+from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
+from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from nodeagent.agent.exposition.pod_resources import PodResources
+from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.sampling.report_source import ReportSequence, ReportSource
+from nodeagent.agent.sampling.sampler import Sampler
+from nodeagent.agent.service import sd_notify
+from nodeagent.agent.sources import Roots
+from nodeagent.core.exposition.http_server import MetricsHttpServer
+from nodeagent.core.transport.channel import ClientSecurity, parse_target
+from nodeagent.core.transport.security import check_token_transport, is_loopback
+from nodeagent.core.wire.identity import check_node_id
+from nodeagent.core.wire.validate import repair
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+if TYPE_CHECKING:
+    import ssl  # imported where HTTPS is configured: OpenSSL is megabytes resident
+
+log = structlog.get_logger("nodeagent.run")
+
+EXIT_UNDELIVERED = 1
+# Upper bound of what the AgentStatus section adds to a report (three varints and tags).
+_AGENT_STATUS_BYTES = 40
+# On a plain stop (SIGTERM, --deadline without --max-reports), how long to wait for last acks;
+# whatever is still unacknowledged stays in the on-disk spool for the next start.
+DRAIN_SECONDS = 2.0
+# dcgm-exporter's port: a scrape config written for it keeps working when the agent replaces it.
+DEFAULT_METRICS_PORT = 9400
+
+
+def _targets(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    for target in value:
+        try:
+            parse_target(target)
+        except ValueError as err:
+            raise click.BadParameter(str(err)) from err
+    return value
+
+
+def _metrics_listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``HOST:PORT``, or a bare ``HOST`` (``[V6]``) for dcgm-exporter's port, 9400."""
+    if value is None:
+        return None
+    try:
+        parse_target(value, any_port=True)
+        return value
+    except ValueError as err:
+        with_port = f"{value}:{DEFAULT_METRICS_PORT}"
+        if value.count(":") != 0 and not (value.startswith("[") and value.endswith("]")):
+            raise click.BadParameter(str(err)) from err
+        try:
+            parse_target(with_port, any_port=True)
+        except ValueError:
+            raise click.BadParameter(str(err)) from err
+        return with_port
+
+
+def _check_metrics_listen(listen: str | None, *, insecure: bool, tls: bool = False) -> None:
+    # The same stance as the collector's listeners: loopback, or TLS, unless the operator says otherwise.
+    if listen is None:
+        return
+    host, _port = parse_target(listen, any_port=True)
+    if is_loopback(host) or tls:
+        return
+    if not insecure:
+        raise ValueError(
+            f"refusing /metrics on non-loopback address {host} without --metrics-insecure"
+            " (or --metrics-tls-cert/--metrics-tls-key for HTTPS)"
+        )
+    log.warning("serving /metrics on a non-loopback address over plain HTTP (--metrics-insecure)", listen=listen)
+
+
+def _metrics_tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--metrics-tls-cert and --metrics-tls-key go together")
+    import ssl  # noqa: PLC0415  (OpenSSL only where HTTPS is configured)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        raise ValueError(f"cannot load --metrics-tls-cert {cert} / --metrics-tls-key {key}: {err}") from err
+    return context
+
+
+def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    try:
+        return check_node_id(value if value is not None else platform.node())
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+
+
+@click.command()
+@click.option(
+    "--collector", "collectors", multiple=True, required=True, callback=_targets, metavar="HOST:PORT",
+    help="Collector to stream to; repeat for failover (picked by rendezvous hashing of the node id).",
+)  # fmt: skip
+@click.option("--node-id", callback=_node_id, help="Node identity (default: the host name).")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds per report.")
+@click.option("--spool-dir", type=click.Path(path_type=Path, file_okay=False), help="Keep unsent reports on disk here.")
+@click.option(
+    "--spool-max-bytes", type=click.IntRange(min=64 * 1024), default=DEFAULT_MAX_BYTES, show_default=True,
+    help="Most bytes of unsent reports kept; past it the oldest are dropped (and counted).",
+)  # fmt: skip
+@click.option(
+    "--spool-max-age", type=click.FloatRange(min=1.0), default=DEFAULT_MAX_AGE_SECONDS, show_default=True,
+    help="Seconds a report may wait before it is dropped.",
+)  # fmt: skip
+@click.option("--simulate", "scenario", metavar="SCENARIO", help="Simulated node instead of this machine's sources.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
+@click.option(
+    "--time-scale", type=click.FloatRange(min=0.01, max=10_000), default=1.0, show_default=True,
+    help="With --simulate: simulated seconds per wall-clock second (a demo can show an hour in a minute).",
+)  # fmt: skip
+@click.option("--max-reports", type=click.IntRange(min=1), help="Stop after N reports; exit 0 once all are acked.")
+@click.option(
+    "--deadline", type=click.FloatRange(min=0.1), help="Seconds to run at most (exit 1 if reports are unacked)."
+)
+@click.option("--procfs", default="/proc", show_default=True, callback=root_dir("--procfs"), help="procfs root.")
+@click.option("--sysfs", default="/sys", show_default=True, callback=root_dir("--sysfs"), help="sysfs root.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Agent configuration (TOML).")
+@click.option("--link-speed", multiple=True, metavar="IFACE=RATE", help="Link speed of an interface, e.g. eth0=50G.")
+@click.option("--tls-ca", type=click.Path(path_type=Path), help="CA of the collector's certificate: use TLS.")
+@click.option("--tls-cert", type=click.Path(path_type=Path), help="Client certificate naming this node (mutual TLS).")
+@click.option("--tls-key", type=click.Path(path_type=Path), help="Client private key (mutual TLS).")
+@click.option("--tls-server-name", help="Name to check the collector's certificate against.")
+@click.option("--token-file", type=click.Path(path_type=Path), help="File holding the collector's bearer token.")
+@click.option(
+    "--insecure", is_flag=True,
+    help="Send the bearer token to a non-loopback collector without TLS (logs a warning; a trusted network only).",
+)  # fmt: skip
+@click.option(
+    "--metrics-listen", callback=_metrics_listen, metavar="HOST:PORT",
+    help="Serve the agent's own /metrics and /healthz here (default: off; loopback unless --metrics-insecure).",
+)  # fmt: skip
+@click.option(
+    "--metrics-insecure", is_flag=True,
+    help="Allow --metrics-listen on a non-loopback address (plain HTTP: anyone who reaches it reads the node's load).",
+)  # fmt: skip
+@click.option(
+    "--metrics-tls-cert", type=click.Path(path_type=Path), help="Serve /metrics over HTTPS with this certificate."
+)
+@click.option("--metrics-tls-key", type=click.Path(path_type=Path), help="Private key of --metrics-tls-cert.")
+@click.option("--metrics-gpu/--no-metrics-gpu", default=True, show_default=True, help="dcgm-exporter's GPU families.")
+@click.option(
+    "--metrics-nvlink/--no-metrics-nvlink", default=False, show_default=True,
+    help="nodeagent's per-link NVLink families (bytes, errors, state; dcgm-exporter has none by default). "
+    "Three quarters of an 8-GPU page and of its scrape's CPU.",
+)  # fmt: skip
+@click.option(
+    "--metrics-node/--no-metrics-node", default=True, show_default=True,
+    help="node_exporter's network, InfiniBand, disk, pressure, CPU and memory families.",
+)  # fmt: skip
+@click.option(
+    "--metrics-agent/--no-metrics-agent", default=True, show_default=True,
+    help="nodeagent's own families (health, delivery, highways, process).",
+)  # fmt: skip
+@click.option(
+    "--pod-resources-socket", default=DEFAULT_POD_RESOURCES_SOCKET, show_default=True, metavar="PATH",
+    help="The kubelet's pod-resources socket: pod, namespace and container labels on the GPU families "
+    "(read every 10 s; off while the file does not exist, or with an empty value).",
+)  # fmt: skip
+@collector_flags
+def run(
+    collectors: tuple[str, ...],
+    node_id: str,
+    interval: float,
+    spool_dir: Path | None,
+    spool_max_bytes: int,
+    spool_max_age: float,
+    scenario: str | None,
+    seed: int,
+    time_scale: float,
+    max_reports: int | None,
+    deadline: float | None,
+    procfs: str,
+    sysfs: str,
+    config_path: Path | None,
+    link_speed: tuple[str, ...],
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_server_name: str | None,
+    token_file: Path | None,
+    insecure: bool,
+    metrics_listen: str | None,
+    metrics_insecure: bool,
+    metrics_tls_cert: Path | None,
+    metrics_tls_key: Path | None,
+    metrics_gpu: bool,
+    metrics_nvlink: bool,
+    metrics_node: bool,
+    metrics_agent: bool,
+    pod_resources_socket: str,
+    **flags: bool | None,
+) -> None:
+    """Sample this node (or a simulated one) and stream reports to a collector."""
+    started = time.monotonic()
+    security = ClientSecurity(
+        ca_file=tls_ca, cert_file=tls_cert, key_file=tls_key, token_file=token_file, server_name=tls_server_name
+    )
+    try:
+        security.check()
+        check_token_transport(collectors, security, insecure=insecure)
+        metrics_tls = _metrics_tls(metrics_tls_cert, metrics_tls_key)
+        _check_metrics_listen(metrics_listen, insecure=metrics_insecure, tls=metrics_tls is not None)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    config = agent_config(config_path, link_speed)
+    names = enabled_collectors(flags)
+    raise_open_file_limit()
+    try:
+        spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
+    except OSError as err:
+        raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
+    # The source stamps the reports; it carries on where the spool (and its disk segments) left off.
+    sequence = ReportSequence(spool.epoch, spool.next_seq)
+    source: ReportSource
+    if scenario is not None:
+        # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
+        from nodeagent.tools.simulator import UnknownScenarioError  # noqa: PLC0415
+        from nodeagent.tools.simulator.source import SimulatedSampler  # noqa: PLC0415
+
+        try:
+            source = SimulatedSampler(
+                scenario, node_id=node_id, sequence=sequence, seed=seed, clock=_scaled_clock(time_scale)
+            )
+        except UnknownScenarioError as err:
+            raise click.BadParameter(str(err), param_hint="--simulate") from err
+    else:
+        source = Sampler(
+            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence
+        )
+    sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
+    stop = threading.Event()
+    _on_signals(stop)
+    telemetry = AgentTelemetry(node_id, interval)
+    try:
+        chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
+        groups = [group for group, on in chosen if on]
+        pods = None
+        if metrics_listen is not None and pod_resources_socket and (metrics_gpu or metrics_nvlink):
+            pods = PodResources(pod_resources_socket)
+        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors, groups, metrics_tls, pods)
+    except click.BadParameter:
+        spool.close()
+        source.close()
+        raise
+    sender.start()
+    if pods is not None:
+        pods.start()
+    sd_notify.ready()
+    log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=list(collectors))
+    end = started + deadline if deadline is not None else None
+    try:
+        produced = _sample_loop(source, spool, interval, stop, max_reports, end, telemetry)
+        delivered = _finish(sender, max_reports, end, stop)
+    finally:
+        sd_notify.stopping()
+        if http is not None:
+            http.stop()
+        if pods is not None:
+            pods.close()
+        sender.stop()
+        spool.close()
+        source.close()
+    stats = spool.stats()
+    if max_reports is not None or deadline is not None:
+        # A finite run ends with one JSON line saying what became of every report.
+        summary = {
+            "node_id": node_id, "epoch": spool.epoch, "produced": produced, "last_seq": stats.last_seq,
+            "acked_seq": stats.acked_seq, "unacked": stats.reports, "dropped_total": stats.dropped_total,
+            "dropped_unresolved": stats.dropped_unresolved,
+        }  # fmt: skip
+        click.echo(json.dumps(summary))
+    if max_reports is not None and not delivered:
+        click.echo(
+            f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
+        )
+        raise click.exceptions.Exit(EXIT_UNDELIVERED)
+
+
+def _sample_loop(
+    source: ReportSource,
+    spool: Spool,
+    interval: float,
+    stop: threading.Event,
+    max_reports: int | None,
+    end: float | None,
+    telemetry: AgentTelemetry | None = None,
+) -> int:
+    produced = 0
+    next_tick = time.monotonic()
+    while not stop.is_set():
+        if end is not None and time.monotonic() >= end:
+            break
+        report = source.tick()
+        _sanitize(report)
+        for problem in spool.take_events():  # a failing spool disk, reports lost to damage
+            report.events.add(
+                time_unix_seconds=report.time_unix_seconds, kind="spool_degraded", severity="warning",
+                subject="agent", message=problem[:512],
+            )  # fmt: skip
+        spool.make_room(report.ByteSize() + _AGENT_STATUS_BYTES, report.time_unix_seconds)
+        stats = spool.stats()
+        report.agent.spool_dropped_reports_total = stats.dropped_total
+        report.agent.spool_reports = stats.reports
+        report.agent.spool_bytes = stats.bytes
+        spool.append(report.seq, report.SerializeToString(), report.time_unix_seconds)
+        if telemetry is not None:
+            telemetry.publish(report)
+        # Only a completed tick feeds the watchdog: a source hung in NVML gets the agent restarted.
+        sd_notify.watchdog()
+        produced += 1
+        if max_reports is not None and produced >= max_reports:
+            break
+        next_tick += interval
+        now = time.monotonic()
+        if next_tick < now - interval:  # fell behind (a slow source): skip, do not burst
+            next_tick = now
+        stop.wait(max(0.0, next_tick - now))
+    return produced
+
+
+def _sanitize(report: pb.NodeReport) -> None:
+    """Drop, with an event saying so, any value the collector would refuse (see ``repair``)."""
+    for problem in repair(report):
+        log.warning("value dropped from report", seq=report.seq, problem=problem)
+        report.events.add(
+            time_unix_seconds=report.time_unix_seconds, kind="invalid_value_dropped", severity="warning",
+            subject="agent", message=problem[:512],
+        )  # fmt: skip
+
+
+def _metrics_server(
+    listen: str | None,
+    telemetry: AgentTelemetry,
+    spool: Spool,
+    sender: Sender,
+    targets: tuple[str, ...],
+    groups: list[str],
+    tls: ssl.SSLContext | None,
+    pods: PodResources | None = None,
+) -> MetricsHttpServer | None:
+    if listen is None:
+        return None
+    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets), groups, pods)
+    http = MetricsHttpServer(
+        listen, exposition.render, health=exposition.health, ssl_context=tls, name="nodeagent",
+        metrics_gzip=exposition.render_gzip,
+    )  # fmt: skip
+    try:
+        http.start()
+    except OSError as err:
+        message = f"cannot listen on {listen}: {err.strerror or err}"
+        raise click.BadParameter(message, param_hint="--metrics-listen") from err
+    log.info("serving metrics", listen=http.address)
+    return http
+
+
+def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: threading.Event) -> bool:
+    if max_reports is not None and not stop.is_set():
+        return sender.wait_all_acked(end if end is not None else float("inf"), stop)
+    return sender.wait_all_acked(time.monotonic() + DRAIN_SECONDS)
+
+
+def _hello(source: ReportSource, node_id: str) -> pb.NodeInfo:
+    hello = pb.NodeInfo()
+    hello.CopyFrom(source.info)
+    hello.node_id = node_id
+    return hello
+
+
+def _scaled_clock(scale: float) -> Callable[[], float]:
+    """Wall-clock time sped up ``scale`` times from now on (1.0: the wall clock itself)."""
+    if scale == 1.0:
+        return time.time
+    origin = time.time()
+    return lambda: origin + (time.time() - origin) * scale
+
+
+def _on_signals(stop: threading.Event) -> None:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,287 @@
+"""NVIDIA GPUs through NVML: topology at scan, one GpuSample per GPU per tick.
+
+Per GPU and tick: utilization, memory, compute processes with their jobs, every counter in one
+batched field-value call (PCIe bytes and replays, NVLink state, bytes and errors per link, ECC,
+row remapping, power), clock-event reasons, temperature, SM clock, PCIe link, and on GPM-capable
+GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink rates over the
+tick. XID and double-bit ECC events arrive from a background thread and go out in the next report.
+
+A node without a driver is not an error: the reason lands in ``info.gpu.unavailable_reason`` and
+once in an event, and everything else keeps working. A lost GPU is reported lost (with one
+critical event) while the others keep being sampled.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from nodeagent.agent.gpu import fields as gpu_fields
+from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
+from nodeagent.agent.gpu.processes import ProcessReader
+from nodeagent.agent.sources.base import Source, SourceContext
+from nodeagent.agent.sources.registry import register
+from nodeagent.core.wire.clock_events import clock_event_reason_names
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+_ARCHITECTURES = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin"}
+
+
+@dataclass(slots=True)
+class _GpuState:
+    """What the collector keeps per GPU between ticks (mutable on purpose: GPM's last sample,
+    whether the loss was reported)."""
+
+    index: int
+    uuid: str
+    gpu: nvml.Gpu
+    info: pb.GpuInfo
+    # Two GPM buffers, refilled in turn: metrics come from the newest and the one before.
+    gpm_buffers: list[nvml.GpmSample] = field(default_factory=list)
+    gpm_newest: int = -1  # which buffer holds the last good sample; -1: none yet
+    lost_reported: bool = False
+    plan: gpu_fields.TickPlan | None = None
+    plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
+
+    def tick_plan(self) -> gpu_fields.TickPlan:
+        """This tick's field requests; remade only when the GPU refused another field."""
+        if self.plan is None or self.plan_refusals != len(self.gpu.unsupported_fields):
+            self.plan = gpu_fields.tick_plan(self.info.nvlink_count, self.gpu.unsupported_fields)
+            self.plan_refusals = len(self.gpu.unsupported_fields)
+        return self.plan
+
+    def drop_gpm(self) -> None:
+        for buffer in self.gpm_buffers:
+            buffer.free()
+        self.gpm_buffers = []
+        self.gpm_newest = -1
+
+
+@register
+class GpuSource(Source):
+    name = "gpu"
+    help = "NVIDIA GPUs through NVML: utilization, memory, jobs, GPM, PCIe, NVLink, health, XID events"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self.unavailable_reason = ""
+        self._reported_reason = ""
+        self._gpus: list[_GpuState] = []
+        self._watcher: EventWatcher | None = None
+        self._processes = ProcessReader(ctx.roots.procfs)
+
+    def scan(self, info: pb.NodeInfo) -> None:
+        topology = info.gpu
+        topology.Clear()
+        reason = nvml.init()
+        count = nvml.device_count() if not reason else None
+        if not reason and count is None:
+            reason = "NVML could not count the GPUs"
+        self.unavailable_reason = reason
+        if reason or count is None:
+            topology.unavailable_reason = reason
+            self._forget_gpus()
+            return
+        driver = nvml.driver_info()
+        topology.driver_version = driver.driver_version
+        topology.nvml_version = driver.nvml_version
+        if driver.cuda_driver_version is not None:
+            topology.cuda_driver_version = driver.cuda_driver_version
+        previous = {state.index: state for state in self._gpus}
+        states = [s for s in (self._open(i, previous.get(i)) for i in range(count)) if s is not None]
+        kept = {id(state) for state in states}
+        for dropped in previous.values():
+            if id(dropped) not in kept:
+                dropped.drop_gpm()
+        topology.gpus.extend(state.info for state in states)
+        watched = [(s.index, s.uuid) for s in states]
+        if self._watcher is None or watched != [(s.index, s.uuid) for s in self._gpus]:
+            self._restart_watcher(states)
+        self._gpus = states
+
+    def collect(self, report: pb.NodeReport) -> None:
+        if self.unavailable_reason:
+            if self._reported_reason != self.unavailable_reason:
+                report.events.add(
+                    time_unix_seconds=report.time_unix_seconds or time.time(),
+                    kind="gpu_unavailable",
+                    severity="info",
+                    subject="gpu",
+                    message=self.unavailable_reason,
+                )
+                self._reported_reason = self.unavailable_reason
+            return
+        self._reported_reason = ""
+        if self._watcher is not None:
+            report.events.extend(self._watcher.drain())
+        pids: set[int] = set()
+        for state in self._gpus:
+            report.gpus.append(self._sample(state, report, pids))
+        self._processes.retain(pids)
+
+    def close(self) -> None:
+        """Stop the event thread and free GPM buffers; NVML itself shuts down at exit."""
+        self._forget_gpus()
+
+    # -- scan helpers --
+
+    def _open(self, index: int, previous: _GpuState | None) -> _GpuState | None:
+        gpu = nvml.Gpu.open(index)
+        if gpu is None:
+            return None
+        if gpu.lost:
+            # A GPU lost before or during the scan keeps its identity from the last scan.
+            if previous is not None:
+                previous.gpu.lost = True
+                return previous
+            return _GpuState(index=index, uuid="", gpu=gpu, info=pb.GpuInfo(index=index))
+        uuid = gpu.uuid() or ""
+        if previous is not None and previous.uuid == uuid and not previous.gpu.lost:
+            return previous  # same board: keep what it said it does not support, and GPM state
+        return _GpuState(index=index, uuid=uuid, gpu=gpu, info=self._describe(index, uuid, gpu))
+
+    @staticmethod
+    def _describe(index: int, uuid: str, gpu: nvml.Gpu) -> pb.GpuInfo:
+        ident = gpu.identity()
+        info = pb.GpuInfo(index=index, uuid=uuid, name=ident.name or "", serial=ident.serial or "")
+        info.pci_bus_id = ident.pci_bus_id or ""
+        if ident.architecture is not None:
+            info.architecture = _ARCHITECTURES.get(ident.architecture, str(ident.architecture))
+        memory = gpu.memory()
+        if memory is not None:
+            info.memory_total_bytes = memory.total_bytes
+        if ident.pcie_max_generation is not None:
+            info.pcie_max_generation = ident.pcie_max_generation
+        if ident.pcie_max_width is not None:
+            info.pcie_max_width = ident.pcie_max_width
+        links = int(gpu.field_values(gpu_fields.LINK_COUNT_REQUEST).get((gpu_fields.FI_NVLINK_LINK_COUNT, 0), 0))
+        info.nvlink_count = links
+        if links:
+            speed = gpu_fields.link_speed_bytes(gpu.field_values(gpu_fields.link_speed_requests(links)), links)
+            if speed is not None:
+                info.nvlink_speed_bytes_per_second = speed
+        info.gpm_supported = ident.gpm_supported
+        return info
+
+    def _restart_watcher(self, states: list[_GpuState]) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        watcher = EventWatcher([WatchedGpu(s.index, s.uuid, s.gpu) for s in states])
+        self._watcher = watcher if watcher.start() else None
+
+    def _forget_gpus(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        for state in self._gpus:
+            state.drop_gpm()
+        self._gpus = []
+
+    # -- per tick --
+
+    def _sample(self, state: _GpuState, report: pb.NodeReport, pids: set[int]) -> pb.GpuSample:
+        sample = pb.GpuSample(index=state.index, uuid=state.uuid)
+        if not state.gpu.lost:
+            self._fill(state, sample, pids)
+        if not state.gpu.lost:
+            return sample
+        # Lost now or earlier: report only that; partial values of this tick mean nothing.
+        state.drop_gpm()
+        if not state.lost_reported:
+            state.lost_reported = True
+            report.events.add(
+                time_unix_seconds=report.time_unix_seconds or time.time(),
+                kind="gpu_lost",
+                severity="critical",
+                subject=f"gpu:{state.index}",
+                message=f"GPU {state.index} ({state.uuid or 'unknown uuid'}) is lost (NVML: GPU is lost)",
+                attributes={"uuid": state.uuid, "pci_bus_id": state.info.pci_bus_id},
+            )
+        return pb.GpuSample(index=state.index, uuid=state.uuid, lost=True)
+
+    def _fill(self, state: _GpuState, sample: pb.GpuSample, pids: set[int]) -> None:
+        gpu = state.gpu
+        util = gpu.utilization()
+        if util is not None:
+            sample.utilization_gpu_ratio = util.gpu_ratio
+            sample.utilization_memory_ratio = util.memory_ratio
+        memory = gpu.memory()
+        if memory is not None:
+            sample.memory_used_bytes = memory.used_bytes
+            sample.memory_total_bytes = memory.total_bytes
+            if memory.free_bytes is not None:
+                sample.memory_free_bytes = memory.free_bytes
+            if memory.reserved_bytes is not None:
+                sample.memory_reserved_bytes = memory.reserved_bytes
+        encoder, decoder = gpu.encoder_decoder_utilization()
+        if encoder is not None:
+            sample.utilization_encoder_ratio = encoder
+        if decoder is not None:
+            sample.utilization_decoder_ratio = decoder
+        for proc in gpu.processes() or ():
+            pids.add(proc.pid)
+            info = self._processes.info(proc.pid)
+            entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)
+            if proc.used_memory_bytes is not None:
+                entry.used_memory_bytes = proc.used_memory_bytes
+            job = info.job
+            entry.job.CopyFrom(
+                pb.JobRef(
+                    slurm_job_id=job.slurm_job_id,
+                    k8s_pod_uid=job.k8s_pod_uid,
+                    container_id=job.container_id,
+                    cgroup=job.cgroup,
+                )
+            )
+        plan = state.tick_plan()
+        gpu_fields.fill_sample(gpu.field_values(plan.requests), plan, sample)
+        if (gpu_fields.FI_PCIE_COUNT_RX_BYTES, 0) in gpu.unsupported_fields:
+            rx, tx = gpu.pcie_throughput()
+            if rx is not None:
+                sample.pcie_rx_bytes_per_second = rx
+            if tx is not None:
+                sample.pcie_tx_bytes_per_second = tx
+        reasons = gpu.clock_event_reasons()
+        if reasons is not None:
+            sample.clock_event_reasons = reasons
+            sample.clock_event_reason_names.extend(clock_event_reason_names(reasons))
+        temperature = gpu.temperature_celsius()
+        if temperature is not None:
+            sample.temperature_celsius = float(temperature)
+        sm_clock = gpu.sm_clock_mhz()
+        if sm_clock is not None:
+            sample.sm_clock_mhz = sm_clock
+        memory_clock = gpu.memory_clock_mhz()
+        if memory_clock is not None:
+            sample.memory_clock_mhz = memory_clock
+        generation, width = gpu.pcie_link()
+        if generation is not None:
+            sample.pcie_link_generation = generation
+        if width is not None:
+            sample.pcie_link_width = width
+        if state.info.HasField("pcie_max_generation"):
+            sample.pcie_max_link_generation = state.info.pcie_max_generation
+        if state.info.HasField("pcie_max_width"):
+            sample.pcie_max_link_width = state.info.pcie_max_width
+        if state.info.gpm_supported:
+            self._gpm(state, sample)
+
+    @staticmethod
+    def _gpm(state: _GpuState, sample: pb.GpuSample) -> None:
+        """GPM metrics cover the interval between this tick's sample and the previous one."""
+        if not state.gpm_buffers:
+            buffers = [nvml.GpmSample.alloc(), nvml.GpmSample.alloc()]
+            state.gpm_buffers = [b for b in buffers if b is not None]
+            if len(state.gpm_buffers) < 2:
+                state.drop_gpm()
+                return
+        previous = state.gpm_newest
+        target = 1 - previous if previous >= 0 else 0
+        if not state.gpu.gpm_sample(state.gpm_buffers[target]):
+            state.gpm_newest = -1
+            return
+        state.gpm_newest = target
+        if previous >= 0:
+            older, newer = state.gpm_buffers[previous], state.gpm_buffers[target]
+            gpu_fields.fill_gpm(state.gpu.gpm_metrics(older, newer, gpu_fields.GPM_METRICS), sample)

@@ -1,0 +1,8 @@
+"""Sources of a node report, one module each, registered by name."""
+
+from nodeagent.agent.gpu import source as gpu  # noqa: F401 - registers
+from nodeagent.agent.sources import cpu, diskstats, infiniband, meminfo, netdev, pressure  # noqa: F401 - registers
+from nodeagent.agent.sources.base import Roots, Source, SourceContext
+from nodeagent.agent.sources.registry import UnknownSourceError, available, enabled_names
+
+__all__ = ["Roots", "Source", "SourceContext", "UnknownSourceError", "available", "enabled_names"]

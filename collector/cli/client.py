@@ -1,0 +1,87 @@
+"""The query commands' side of the wire: flags to reach a collector, and one call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import grpc
+
+from nodeagent.core.program.command_line import RuntimeFailure
+from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
+from nodeagent.core.transport.security import check_token_transport
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_COLLECTOR = "127.0.0.1:50051"
+
+_REQUESTS: dict[str, Any] = {
+    "ListNodes": pb.ListNodesRequest,
+    "ListAlerts": pb.ListAlertsRequest,
+    "LatestReport": pb.LatestReportRequest,
+    "History": pb.HistoryRequest,
+    "Jobs": pb.JobsRequest,
+}
+
+
+def client_options(func: F) -> F:
+    """``--collector`` and how to reach it (TLS, token), for commands that query a collector."""
+    decorators = [
+        click.option("--collector", default=DEFAULT_COLLECTOR, show_default=True, help="Collector HOST:PORT."),
+        click.option("--tls-ca", type=click.Path(path_type=Path), help="CA of the collector's certificate: use TLS."),
+        click.option("--tls-cert", type=click.Path(path_type=Path), help="Operator client certificate (mutual TLS)."),
+        click.option("--tls-key", type=click.Path(path_type=Path), help="Operator client key (mutual TLS)."),
+        click.option("--tls-server-name", help="Name to check the collector's certificate against."),
+        click.option("--token-file", type=click.Path(path_type=Path), help="File holding the operator's bearer token."),
+        click.option(
+            "--insecure", is_flag=True, help="Send the token to a non-loopback collector without TLS (warns)."
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=5.0,
+            show_default=True,
+            help="Seconds to wait for the collector's answer.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
+    """Call one Query method; a one-line ``ClickException`` when the collector cannot answer."""
+    target = str(options["collector"])
+    security = ClientSecurity(
+        ca_file=options["tls_ca"], cert_file=options["tls_cert"], key_file=options["tls_key"],
+        token_file=options["token_file"], server_name=options["tls_server_name"],
+    )  # fmt: skip
+    try:
+        parse_target(target)
+        security.check()
+        check_token_transport([target], security, insecure=bool(options["insecure"]))
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+
+
+def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float = 5.0, **fields: Any) -> Any:
+    """One Query call; ``RuntimeFailure`` (one line, exit 1) when the collector cannot answer."""
+    request = _REQUESTS[method](**fields)
+    try:
+        return asyncio.run(_call(target, security, method, request, timeout))
+    except grpc.aio.AioRpcError as err:
+        status = f"{err.code().name}: {err.details()}"
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise RuntimeFailure(f"cannot reach the collector at {target}: {status}") from err
+        raise RuntimeFailure(f"the collector at {target} refused {method}: {status}") from err
+
+
+async def _call(target: str, security: ClientSecurity, method: str, request: Any, timeout: float) -> Any:
+    async with open_channel(target, security) as channel:
+        stub = pb_grpc.QueryStub(channel)
+        return await getattr(stub, method)(request, timeout=timeout, metadata=security.metadata())

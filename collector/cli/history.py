@@ -1,0 +1,144 @@
+"""``nodeagent-collector history NODE``: a node's per-minute rows from a running collector."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from typing import Any
+
+import click
+
+from nodeagent.collector.cli.client import client_options, query
+from nodeagent.collector.history.rollup import MINUTE_SECONDS, VALUES
+from nodeagent.collector.views.fleet_table import iso_time
+from nodeagent.core.quantities.units import parse_duration_seconds
+
+
+class Duration(click.ParamType[float]):
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration_seconds(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+class TimePoint(click.ParamType[float]):
+    """Unix seconds or an ISO 8601 time."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            return datetime.fromisoformat(str(value)).timestamp()
+        except ValueError:
+            self.fail(f"{value!r} is neither unix seconds nor an ISO 8601 time", param, ctx)
+
+
+def history_rows(response: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for row in response.rows:
+        plain: dict[str, Any] = {"time_unix_seconds": row.time_unix_seconds, "gpu": None if row.gpu < 0 else row.gpu}
+        plain["samples"] = row.samples
+        plain.update({name: row.values.get(name) for name in VALUES})
+        plain.update(state=row.state, cause=row.cause or None, jobs=list(row.jobs))
+        rows.append(plain)
+    return rows
+
+
+@click.command()
+@click.argument("node")
+@client_options
+@click.option(
+    "--gpu", type=click.IntRange(min=0, max=1023), help="One GPU's rows (default: the node's and every GPU's)."
+)
+@click.option(
+    "--since", type=Duration(), default="2h", show_default=True,
+    help="How far back from the node's newest stored minute (e.g. 30m, 2h, 14d).",
+)  # fmt: skip
+@click.option("--until", type=TimePoint(), help="End (unix seconds or ISO 8601); default: the newest minute.")
+@click.option("--step", type=Duration(), default="1m", show_default=True, help="Rows per step (whole minutes).")
+@click.option("--json", "as_json", is_flag=True, help="JSON rows.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV rows.")
+def history(
+    node: str, gpu: int | None, since: float, until: float | None, step: float, as_json: bool, as_csv: bool,
+    **options: object,
+) -> None:  # fmt: skip
+    """A node's history: per-minute utilization, I/O, CPU and the detector's verdict."""
+    if step < MINUTE_SECONDS or step % MINUTE_SECONDS:
+        raise click.BadParameter(f"{step:g} s is not a whole number of minutes", param_hint="--step")
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv exclude each other")
+    fields: dict[str, Any] = {"node_id": node, "last_seconds": since, "step_seconds": int(step)}
+    if until is not None:
+        fields["until_unix_seconds"] = until
+    if gpu is not None:
+        fields["gpu"] = gpu
+    rows = history_rows(query(options, "History", **fields))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if as_csv:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["time_unix_seconds"], lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "jobs": " ".join(row["jobs"])})
+        click.echo(out.getvalue(), nl=False)
+        return
+    if not rows:
+        click.echo(f"no history of node {node!r}")
+        return
+    click.echo(f"{'TIME':<20} {'GPU':>4} {'UTIL':>6} {'MIN':>6} {'STARVED':>8} {'LOST_S':>8} {'STATE':<10} CAUSE")
+    for row in rows:
+        util, low, ratio = row["utilization_mean"], row["utilization_min"], row["starvation_ratio"]
+        click.echo(
+            f"{iso_time(row['time_unix_seconds']):<20} {'node' if row['gpu'] is None else row['gpu']:>4} "
+            f"{_pct(util):>6} {_pct(low):>6} {_pct(ratio):>8} {row['gpu_seconds_lost'] or 0.0:>8.1f} "
+            f"{row['state']:<10} {row['cause'] or '-'}"
+        )
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+@click.command()
+@client_options
+@click.option(
+    "--since", type=Duration(), default="24h", show_default=True, help="How far back from the newest stored minute."
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON rows.")
+def jobs(since: float, as_json: bool, **options: object) -> None:
+    """GPU-hours and GPU-hours lost per job (by cause), from the history."""
+    response = query(options, "Jobs", last_seconds=since)
+    rows = [
+        {
+            "job": j.job, "gpu_hours": j.gpu_hours, "gpu_hours_lost": j.gpu_hours_lost,
+            "gpu_hours_lost_by_cause": dict(sorted(j.gpu_hours_lost_by_cause.items())), "nodes": list(j.nodes),
+            "first_unix_seconds": j.first_unix_seconds, "last_unix_seconds": j.last_unix_seconds,
+        }
+        for j in response.jobs
+    ]  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no job in the history")
+        return
+    click.echo(f"{'JOB':<24} {'GPU_HOURS':>10} {'LOST':>8} {'LOST%':>6}  BY CAUSE")
+    for row in rows:
+        share = row["gpu_hours_lost"] / row["gpu_hours"] * 100 if row["gpu_hours"] else 0.0
+        causes = " ".join(f"{k}={v:.2f}" for k, v in row["gpu_hours_lost_by_cause"].items()) or "-"
+        click.echo(f"{row['job']:<24} {row['gpu_hours']:>10.2f} {row['gpu_hours_lost']:>8.2f} {share:>5.1f}%  {causes}")

@@ -1,0 +1,81 @@
+"""What a collector knows, as rows for JSON and as the fleet table people read."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from nodeagent.core.quantities.units import format_bits
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
+    return [
+        {
+            "node_id": n.node_id,
+            "hostname": n.hostname,
+            "agent_version": n.agent_version,
+            "connected": n.connected,
+            "gpu_count": n.gpu_count,
+            "reports_total": n.reports_total,
+            "duplicates_total": n.duplicates_total,
+            "gap_reports_total": n.gap_reports_total,
+            "spool_dropped_reports_total": n.spool_dropped_reports_total,
+            "epoch": n.epoch,
+            "last_seq": n.last_seq,
+            "first_seen": n.first_seen_unix_seconds,
+            "last_seen": n.last_seen_unix_seconds,
+            "state": n.state,
+            "cause": n.cause or None,
+            "tier": n.tier or None,
+            "starvation_ratio": n.starvation_ratio if n.HasField("starvation_ratio") else None,
+            "interconnect_ratio": n.interconnect_ratio if n.HasField("interconnect_ratio") else None,
+            "gpu_hours_lost": n.gpu_seconds_lost / 3600,
+            "needed_ingest_bytes_per_second": (
+                n.needed_ingest_bytes_per_second if n.HasField("needed_ingest_bytes_per_second") else None
+            ),
+            "starved_gpus": [int(i) for i in n.starved_gpus.split(",") if i],
+            "jobs": list(n.jobs),
+            "evidence": dict(n.evidence),
+        }
+        for n in response.nodes
+    ]
+
+
+def alert_rows(response: pb.ListAlertsResponse) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": a.name, "node_id": a.node_id, "key": a.key, "severity": a.severity,
+            "state": "resolved" if a.HasField("ends_at_unix_seconds") else "firing",
+            "labels": dict(a.labels), "annotations": dict(a.annotations),
+            "starts_at": a.starts_at_unix_seconds,
+            "ends_at": a.ends_at_unix_seconds if a.HasField("ends_at_unix_seconds") else None,
+        }
+        for a in response.alerts
+    ]  # fmt: skip
+
+
+def render_fleet(rows: list[dict[str, Any]]) -> str:
+    """The fleet at a glance: per node its verdict, why, and what it costs."""
+    lines = [
+        f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
+        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20}"
+    ]
+    for row in rows:
+        ratio = row["starvation_ratio"]
+        # A node with no GPU is not an idle GPU node: nothing there can wait for data.
+        state = "no-gpu" if not row["gpu_count"] and row["state"] in ("idle", "", None) else row["state"] or "-"
+        needs = row["needed_ingest_bytes_per_second"]
+        lines.append(
+            f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
+            f"{state:<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
+            f"{row['gpu_hours_lost']:>10.2f} {format_bits(needs) if needs else '-':>10} "
+            f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20}"
+        )
+    return "\n".join(lines)
+
+
+def iso_time(seconds: float) -> str:
+    if not seconds:
+        return "-"
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")

@@ -1,0 +1,188 @@
+"""The collector's ``/metrics`` and ``/healthz``.
+
+``/metrics`` is two parts, both made at scrape time from what the collector keeps anyway:
+
+- the collector's own families (ingest, store flushes, firing alerts, alert deliveries, the
+  process), through a prometheus_client registry and its encoder;
+- the fleet's per-node and per-GPU families (``nodeagent.collector.views.metrics_fleet``), written directly:
+  at 10,000 nodes they are half a million samples, which prometheus_client's encoder would take
+  seconds of the collector's CPU to write.
+
+The scrape runs on the HTTP server's threads. It never touches SQLite itself: firing alerts come
+from the alert book on the store's thread (an in-memory call queued behind the current flush).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+import structlog
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from nodeagent import __version__
+from nodeagent.collector.ingest.flush_stats import Histogram
+from nodeagent.collector.views.metrics_fleet import FleetMetrics
+
+if TYPE_CHECKING:
+    from nodeagent.collector.ingest.server import CollectorServer
+
+log = structlog.get_logger("nodeagent.collector")
+
+# How long a scrape waits for the alert book behind a flush before leaving the alerts out.
+ALERTS_TIMEOUT_SECONDS: Final = 5.0
+# /healthz fails when no flush has completed for this long (a stuck disk or event loop).
+FLUSH_STALE_SECONDS: Final = 15.0
+
+
+class CollectorMetrics(Collector):
+    """The collector's own families, read from the server at scrape time."""
+
+    def __init__(self, server: CollectorServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        server, ingest = self.server, self.server.ingest
+        info = GaugeMetricFamily("nodeagent_build_info", "The running nodeagent.", labels=["version", "component"])
+        info.add_metric([__version__, "collector"], 1.0)
+        yield info
+        yield CounterMetricFamily(
+            "nodeagent_ingest_reports", "New reports accepted and stored, all nodes, since start.",
+            value=ingest.reports_total,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "nodeagent_ingest_duplicate_reports", "Reports received again and acknowledged without storing them.",
+            value=ingest.duplicates_total,
+        )  # fmt: skip
+        rejected = CounterMetricFamily(
+            "nodeagent_ingest_streams_rejected", "Agent streams refused, by gRPC status and reason.",
+            labels=["code", "reason"],
+        )  # fmt: skip
+        for (code, reason), count in sorted(dict(server.rejected).items()):
+            rejected.add_metric([code, reason], count)
+        yield rejected
+        yield CounterMetricFamily(
+            "nodeagent_ingest_streams_replaced", "Streams ended because a newer stream of the same node arrived.",
+            value=server.replaced_total,
+        )  # fmt: skip
+        nodes = list(ingest.nodes.values())
+        yield GaugeMetricFamily(
+            "nodeagent_ingest_streams_connected", "Agent streams open now.",
+            value=sum(1 for node in nodes if node.stream is not None),
+        )  # fmt: skip
+        yield GaugeMetricFamily("nodeagent_ingest_nodes", "Nodes this collector knows.", value=len(nodes))
+        stats = ingest.flush_stats
+        yield _histogram(
+            "nodeagent_store_flush_duration_seconds",
+            "Time to write one batch to SQLite and commit it (flushes that wrote something).",
+            stats.duration_seconds,
+        )  # fmt: skip
+        yield _histogram("nodeagent_store_flush_rows", "Nodes written per flush that wrote something.", stats.rows)
+        yield CounterMetricFamily(
+            "nodeagent_store_flushes_empty", "Flushes with nothing to write (not in the flush histograms).",
+            value=stats.empty_total,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "nodeagent_store_flush_failures", "Flushes that failed (the collector stops acknowledging).",
+            value=stats.failures_total,
+        )  # fmt: skip
+        yield from self._alerts()
+
+    def _alerts(self) -> Iterator[Metric]:
+        alerting = self.server.alerting
+        firing = GaugeMetricFamily(
+            "nodeagent_alerts_firing", "Alerts firing now: 1 per alert (subject: the part of the node it is about).",
+            labels=["alertname", "node", "severity", "subject"],
+        )  # fmt: skip
+        try:
+            alerts = self.server.writer.call_sync(alerting.recent, False, timeout=ALERTS_TIMEOUT_SECONDS)
+        except TimeoutError:
+            log.warning("metrics: the alert book did not answer in time; alerts left out of this scrape")
+            alerts = None
+        if alerts is not None:
+            for alert in alerts:
+                firing.add_metric([alert.name, alert.node_id, alert.severity, alert.labels.get("subject", "")], 1.0)
+            yield firing
+        stats = alerting.dispatcher.stats()
+        deliveries = CounterMetricFamily(
+            "nodeagent_alert_deliveries", "Alert transitions handed to each sink, by result.",
+            labels=["sink", "result"],
+        )  # fmt: skip
+        for sink, counts in sorted(stats.sinks.items()):
+            deliveries.add_metric([sink, "delivered"], counts.delivered_total)
+            deliveries.add_metric([sink, "failed"], counts.failed_total)
+        yield deliveries
+        yield CounterMetricFamily(
+            "nodeagent_alert_transitions_dropped",
+            "Transitions not queued for the sinks because the queue was full (sent again on the next start).",
+            value=stats.dropped_total,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "nodeagent_alert_queued_transitions", "Transitions waiting for the sinks.", value=stats.queued
+        )
+        yield from _remote_write(self.server)
+
+
+def _remote_write(server: CollectorServer) -> Iterator[Metric]:
+    if not server.remote_writers:
+        return
+    samples = CounterMetricFamily(
+        "nodeagent_remote_write_samples", "Samples for each remote-write receiver, by what became of them.",
+        labels=["url", "result"],
+    )  # fmt: skip
+    requests = CounterMetricFamily(
+        "nodeagent_remote_write_requests", "Remote-write requests, by result.", labels=["url", "result"]
+    )
+    queued = GaugeMetricFamily("nodeagent_remote_write_queued_samples", "Samples waiting.", labels=["url"])
+    for writer in server.remote_writers:
+        url, s = writer.config.url, writer.stats
+        samples.add_metric([url, "sent"], s.samples_sent_total)
+        samples.add_metric([url, "dropped_queue_full"], s.samples_dropped_queue_full_total)
+        samples.add_metric([url, "refused"], s.samples_refused_total)
+        requests.add_metric([url, "sent"], s.requests_total - s.request_failures_total)
+        requests.add_metric([url, "failed"], s.request_failures_total)
+        queued.add_metric([url], s.queued_samples)
+    cpu = CounterMetricFamily(
+        "nodeagent_remote_write_cpu_seconds", "CPU of each receiver's sender thread.", labels=["url"]
+    )
+    for writer in server.remote_writers:
+        cpu.add_metric([writer.config.url], writer.stats.cpu_seconds_total)
+    yield from (samples, requests, queued, cpu)
+
+
+class MetricsExposition:
+    """What ``/metrics`` and ``/healthz`` answer for one collector server."""
+
+    def __init__(self, server: CollectorServer) -> None:
+        self.server = server
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(CollectorMetrics(server))
+        ProcessCollector(registry=self.registry)
+        self.fleet = FleetMetrics(server.ingest)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry) + self.fleet.render().encode()
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy while the gRPC server serves and flushes keep completing."""
+        server = self.server
+        if not server.serving:
+            return False, "gRPC server not serving"
+        flusher = server.flusher
+        if flusher is None or flusher.done():
+            return False, "store flusher stopped"
+        last = server.ingest.flush_stats.last_monotonic or server.started_monotonic
+        age = time.monotonic() - last
+        if age > FLUSH_STALE_SECONDS:
+            return False, f"no store flush completed for {age:.1f} s"
+        return True, "ok"
+
+
+def _histogram(name: str, help_text: str, histogram: Histogram) -> HistogramMetricFamily:
+    buckets = histogram.cumulative()
+    # _count is the +Inf bucket's count, so the two agree even when a flush lands mid-scrape.
+    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=histogram.sum)

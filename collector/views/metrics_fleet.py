@@ -1,0 +1,201 @@
+"""The fleet's families on ``/metrics``: per node and per GPU, from the collector's memory.
+
+Rendered at scrape time from what ingest already keeps (each node's row of counters, the
+detector's latest verdict and the node-wide inputs of its last window step); nothing is updated
+per report for the sake of metrics. Runs on the HTTP server's thread: it takes a copy of the node
+table (one C-level call, atomic under the GIL) and reads only objects that the event loop
+replaces whole (verdicts, evidence) or plain numbers (row counters).
+
+A node's verdict families are shown while its last report is younger than the detector's window;
+after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
+so those series end rather than repeat a stale state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.core.detector.node_evidence import NodeEvidence
+from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
+from nodeagent.core.exposition.text import TextFamily, escape, label, render
+
+# name -> (type, help). Order is the order on /metrics.
+NODE_FAMILIES: Final = {
+    "nodeagent_node_connected": ("gauge", "1 while the node's agent has a stream open to this collector."),
+    "nodeagent_node_last_report_timestamp_seconds": ("gauge", "When the node's last new report arrived (Unix time)."),
+    "nodeagent_node_gpus": ("gauge", "GPUs the node reported in its topology."),
+    "nodeagent_node_reports_total": ("counter", "New reports stored for the node (duplicates excluded)."),
+    "nodeagent_node_duplicate_reports_total": ("counter", "Reports of the node received again (acked, not stored)."),
+    "nodeagent_node_gap_reports_total": ("counter", "Sequence numbers skipped in the node's reports (never received)."),
+    "nodeagent_node_spool_dropped_reports_total": (
+        "counter", "Reports the node's agent dropped unsent because its spool was full (as the agent reports it).",
+    ),
+}  # fmt: skip
+VERDICT_FAMILIES: Final = {
+    "nodeagent_node_state": (
+        "gauge", "The detector's verdict for the node: 1 for its current state, with cause and tier while starved.",
+    ),
+    "nodeagent_node_starvation_ratio": ("gauge", "Share of the node's assigned GPU time lost to data causes (window)."),
+    "nodeagent_node_interconnect_wait_ratio": ("gauge", "Share of the node's assigned GPU time in collectives."),
+    "nodeagent_node_needed_ingest_bytes_per_second": (
+        "gauge", "For network and storage causes: the ingest that would keep the node's GPUs busy.",
+    ),
+    "nodeagent_node_network_receive_bytes_per_second": ("gauge", "Received over all physical NICs and RDMA ports."),
+    "nodeagent_node_link_receive_bytes_per_second": ("gauge", "Received on the link nearest its capacity."),
+    "nodeagent_node_link_transmit_bytes_per_second": ("gauge", "Sent on the link nearest its capacity."),
+    "nodeagent_node_link_receive_capacity_ratio": ("gauge", "Receive rate over capacity, on the link nearest it."),
+    "nodeagent_node_disk_read_bytes_per_second": ("gauge", "Read from all disks."),
+    "nodeagent_node_disk_reads_per_second": ("gauge", "Read operations per second of the disk nearest saturation."),
+    "nodeagent_node_disk_busy_ratio": ("gauge", "Share of time the disk nearest saturation was busy."),
+    "nodeagent_node_disk_read_await_seconds": ("gauge", "Mean read latency of the disk nearest saturation."),
+    "nodeagent_node_disk_provisioned_ratio": (
+        "gauge", "IOPS or throughput over the volume's provisioned peak (configured volumes only).",
+    ),
+    "nodeagent_node_io_pressure_ratio": ("gauge", "PSI io 'some': share of time tasks stalled on I/O."),
+    "nodeagent_node_cpu_busy_ratio": ("gauge", "Share of the node's CPU time busy."),
+    "nodeagent_node_cpu_pressure_ratio": ("gauge", "PSI cpu 'some': share of time runnable tasks waited for a CPU."),
+    "nodeagent_node_cpu_saturated_cores": ("gauge", "Cores busy above the saturation threshold."),
+    "nodeagent_node_cpu_max_core_busy_ratio": ("gauge", "Busy share of the busiest core."),
+}  # fmt: skip
+GPU_FAMILIES: Final = {
+    "nodeagent_gpu_state": (
+        "gauge", "The detector's verdict for the GPU: 1 for its current state, with cause and tier while starved.",
+    ),
+    "nodeagent_gpu_starvation_ratio": ("gauge", "Share of the GPU's assigned time lost to data causes (window)."),
+    "nodeagent_gpu_interconnect_wait_ratio": ("gauge", "Share of the GPU's assigned time waiting for collectives."),
+    "nodeagent_gpu_data_starved_seconds_total": (
+        "counter", "GPU time lost waiting for data while starved (GPU-seconds; /3600 for GPU-hours).",
+    ),
+}  # fmt: skip
+
+# Evidence value name -> family, for the plain numbers of NodeEvidence.values.
+_NODE_VALUES: Final = {
+    "storage_io_pressure_ratio": "nodeagent_node_io_pressure_ratio",
+    "cpu_busy_ratio": "nodeagent_node_cpu_busy_ratio",
+    "cpu_pressure_ratio": "nodeagent_node_cpu_pressure_ratio",
+    "cpu_saturated_cores": "nodeagent_node_cpu_saturated_cores",
+    "cpu_max_core_busy_ratio": "nodeagent_node_cpu_max_core_busy_ratio",
+}
+_LINK_VALUES: Final = {
+    "network_rx_bytes_per_second": "nodeagent_node_link_receive_bytes_per_second",
+    "network_tx_bytes_per_second": "nodeagent_node_link_transmit_bytes_per_second",
+    "network_rx_link_ratio": "nodeagent_node_link_receive_capacity_ratio",
+}
+_DISK_VALUES: Final = {
+    "storage_iops": "nodeagent_node_disk_reads_per_second",
+    "storage_busy_ratio": "nodeagent_node_disk_busy_ratio",
+    "storage_await_seconds": "nodeagent_node_disk_read_await_seconds",
+    "storage_provisioned_ratio": "nodeagent_node_disk_provisioned_ratio",
+}
+
+
+class FleetMetrics:
+    def __init__(self, ingest: Ingest, clock: Callable[[], float] | None = None) -> None:
+        self.ingest = ingest
+        self.clock = clock or ingest.clock
+        self._node_labels: dict[str, str] = {}
+
+    def render(self) -> str:
+        """Every fleet family in the text format, at this moment."""
+        families = {
+            name: TextFamily(name, kind, help_text)
+            for table in (NODE_FAMILIES, VERDICT_FAMILIES, GPU_FAMILIES)
+            for name, (kind, help_text) in table.items()
+        }
+        fresh_after = self.clock() - self.ingest.detector_config.window_seconds
+        nodes = list(self.ingest.nodes.values())  # a copy: the event loop may add nodes meanwhile
+        if len(self._node_labels) > 2 * len(nodes) + 1000:
+            self._node_labels.clear()
+        for node in nodes:
+            labels = self._node_label(node.row.node_id)
+            self._row(families, node, labels)
+            detector = node.detector
+            if detector is not None and node.row.last_seen >= fresh_after:
+                verdict = detector.verdict
+                if verdict.time_unix_seconds:
+                    _verdict(families, verdict, labels)
+                    for gpu in verdict.gpus:
+                        _gpu(families, gpu, labels)
+                _evidence(families, detector.evidence, labels)
+        return render(families.values())
+
+    def _node_label(self, node_id: str) -> str:
+        text = self._node_labels.get(node_id)
+        if text is None:
+            text = self._node_labels[node_id] = label("node", node_id)
+        return text
+
+    @staticmethod
+    def _row(families: dict[str, TextFamily], node: NodeState, labels: str) -> None:
+        row = node.row
+        families["nodeagent_node_connected"].add(labels, 1.0 if node.stream is not None else 0.0)
+        if row.last_seen:
+            families["nodeagent_node_last_report_timestamp_seconds"].add(labels, row.last_seen)
+        if row.gpu_count:
+            families["nodeagent_node_gpus"].add(labels, row.gpu_count)
+        families["nodeagent_node_reports_total"].add(labels, row.reports_total)
+        families["nodeagent_node_duplicate_reports_total"].add(labels, row.duplicates_total)
+        families["nodeagent_node_gap_reports_total"].add(labels, row.gap_reports_total)
+        families["nodeagent_node_spool_dropped_reports_total"].add(labels, row.spool_dropped_total)
+
+
+def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str) -> None:
+    families["nodeagent_node_state"].add(f"{labels},{_state_labels(v.state, v.cause, v.tier)}", 1.0)
+    if v.starvation_ratio is not None:
+        families["nodeagent_node_starvation_ratio"].add(labels, v.starvation_ratio)
+    if v.interconnect_ratio is not None:
+        families["nodeagent_node_interconnect_wait_ratio"].add(labels, v.interconnect_ratio)
+    if v.needed_ingest_bytes_per_second is not None:
+        families["nodeagent_node_needed_ingest_bytes_per_second"].add(labels, v.needed_ingest_bytes_per_second)
+
+
+def _gpu(families: dict[str, TextFamily], g: GpuVerdict, node_labels: str) -> None:
+    labels = f'{node_labels},gpu="{g.index}"'
+    state = f'{_state_labels(g.state, g.cause, g.tier)},uuid="{escape(g.uuid)}"'
+    families["nodeagent_gpu_state"].add(f"{labels},{state}", 1.0)
+    if g.starvation_ratio is not None:
+        families["nodeagent_gpu_starvation_ratio"].add(labels, g.starvation_ratio)
+    if g.interconnect_ratio is not None:
+        families["nodeagent_gpu_interconnect_wait_ratio"].add(labels, g.interconnect_ratio)
+    families["nodeagent_gpu_data_starved_seconds_total"].add(labels, g.gpu_seconds_lost)
+
+
+def _evidence(families: dict[str, TextFamily], e: NodeEvidence, labels: str) -> None:
+    if e.network_rx_bytes_per_second is not None:
+        families["nodeagent_node_network_receive_bytes_per_second"].add(labels, e.network_rx_bytes_per_second)
+    if e.disk_read_bytes_per_second is not None:
+        families["nodeagent_node_disk_read_bytes_per_second"].add(labels, e.disk_read_bytes_per_second)
+    values = e.values
+    if not values:
+        return
+    for key, family in _NODE_VALUES.items():
+        value = values.get(key)
+        if isinstance(value, int | float):
+            families[family].add(labels, value)
+    _named(families, values, "network_link", "link", _LINK_VALUES, labels)
+    _named(families, values, "storage_disk", "disk", _DISK_VALUES, labels)
+
+
+def _named(
+    families: dict[str, TextFamily],
+    values: dict[str, float | str],
+    name_key: str,
+    label_name: str,
+    table: dict[str, str],
+    node_labels: str,
+) -> None:
+    """Values about one link or disk (the one nearest saturation), labelled with its name."""
+    name = values.get(name_key)
+    if not isinstance(name, str):
+        return
+    labels = f"{node_labels},{label(label_name, name)}"
+    for key, family in table.items():
+        value = values.get(key)
+        if isinstance(value, int | float):
+            families[family].add(labels, value)
+
+
+def _state_labels(state: str, cause: str | None, tier: str | None) -> str:
+    return f'state="{state}",cause="{cause or ""}",tier="{tier or ""}"'

@@ -1,0 +1,2 @@
+"""Numbers with units: link rates and durations, counters turned into rates (resets and
+saturation)."""
