@@ -154,6 +154,11 @@ def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
         def offered() -> int:
             return starved.series_total + healthy.series_total
 
+        def latest() -> float:
+            """Where to query: the newest report's time. Under load the simulated reports run ahead
+            of the wall clock, and a query at time.time() would miss the newest samples."""
+            return max(time.time(), *(node.sent[-1].time_unix_seconds for node in (starved, healthy) if node.sent))
+
         def settled() -> bool:
             text = collector.metrics()
             return _counter(text, "sent") + _counter(text, "dropped_queue_full") == offered()
@@ -164,7 +169,7 @@ def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
                 node.stream(collector.address, node.reports(20))
             assert wait_for(settled, 60, 0.2), collector.metrics()[-2000:]
         assert _counter(collector.metrics(), "dropped_queue_full") == 0
-        now = time.time()
+        now = latest()
         assert prometheus.stored_samples(STARVED, now) == starved.series_total
         # GPU 3 of the healthy node: every value the simulator produced, at its report's time.
         result = prometheus.query(f'DCGM_FI_DEV_GPU_UTIL{{node="{HEALTHY}",gpu="3"}}[2h]', now)
@@ -193,7 +198,7 @@ def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
         prometheus.start()
         assert wait_for(settled, 90, 0.5), collector.metrics()[-2000:]
         assert _counter(collector.metrics(), "dropped_queue_full") == 0
-        assert prometheus.stored_samples(STARVED, time.time()) == starved.series_total
+        assert prometheus.stored_samples(STARVED, latest()) == starved.series_total
 
         # An overflow: every sample is either stored or counted as dropped, none twice.
         prometheus.stop()
@@ -204,7 +209,7 @@ def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
         assert wait_for(settled, 90, 0.5), collector.metrics()[-2000:]
         dropped = _counter(collector.metrics(), "dropped_queue_full")
         assert dropped > 0
-        assert prometheus.stored_samples(STARVED, time.time()) + dropped == starved.series_total
+        assert prometheus.stored_samples(STARVED, latest()) + dropped == starved.series_total
         assert collector.reports(STARVED) == REPORTS + 130  # ingest never waited for Prometheus
 
 

@@ -318,7 +318,11 @@ def test_precedence_of_every_layer_in_config_show(
 
 def test_collector_serve_listens_where_the_file_says(tmp_path: Path) -> None:
     config = tmp_path / "collector.toml"
-    config.write_text(f'listen = "127.0.0.1:0"\ndb = "{tmp_path / "c.db"}"\n[alerts]\nnode_down_seconds = 30.0\n')
+    # Its own HTTP port too: a collector already serving on this machine holds the default one.
+    config.write_text(
+        f'listen = "127.0.0.1:0"\nhttp_listen = "127.0.0.1:0"\ndb = "{tmp_path / "c.db"}"\n'
+        "[alerts]\nnode_down_seconds = 30.0\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
     env["NODEAGENT_CONFIG"] = str(config)
     with subprocess.Popen(
@@ -330,8 +334,8 @@ def test_collector_serve_listens_where_the_file_says(tmp_path: Path) -> None:
             line = process.stdout.readline()
         finally:
             process.terminate()
-            process.wait(timeout=30)
-    assert re.fullmatch(r"listening on 127\.0\.0\.1:\d+\n", line), line
+            _out, err = process.communicate(timeout=30)
+    assert re.fullmatch(r"listening on 127\.0\.0\.1:\d+\n", line), (line, err)
     assert (tmp_path / "c.db").exists()
 
 

@@ -25,6 +25,8 @@ PROBE_SECONDS = 1.5
 ROUNDS = 3
 # Well below what this machine's disk does through the loop device (10-18k 4 KiB reads/s).
 CAP_IOPS = 2000
+# Below this the probe's 1.5 s window holds too few reads to judge 10%.
+MIN_CAP_IOPS = 100
 FIO_FILE_MIB = 128
 
 
@@ -124,7 +126,10 @@ def diag_probe(directory: Path, wrap: Wrap) -> dict[str, Any]:
 @pytest.mark.root
 def test_probe_iops_match_fio_on_a_loop_device_mount(loop_mount: tuple[Path, str]) -> None:
     mountpoint, device = loop_mount
-    fio_iops(mountpoint, seconds=0.5)  # lays out fio's file
+    uncapped = fio_iops(mountpoint, seconds=0.5)  # lays out fio's file, and says what this disk does now
+    # The cap must bind: a busy machine's disk can do less than CAP_IOPS through the loop device.
+    cap = min(CAP_IOPS, int(uncapped / 2))
+    require(cap >= MIN_CAP_IOPS, f"this disk does {uncapped:.0f} 4 KiB reads/s now, too few to hold a cap")
     # The volume is provisioned at CAP_IOPS, as cloud volumes are: the disk below drifts with
     # whatever else this machine runs, the cap much less. Each probe is held against the fio
     # runs just before and after it; a stall of the shared disk can still spoil one round, so
@@ -132,7 +137,7 @@ def test_probe_iops_match_fio_on_a_loop_device_mount(loop_mount: tuple[Path, str
     fios: list[float] = []
     reports: list[dict[str, Any]] = []
     try:
-        with iops_cap(device, CAP_IOPS) as capped:
+        with iops_cap(device, cap) as capped:
             fios.append(fio_iops(mountpoint, capped))
             for _ in range(ROUNDS):
                 reports.append(diag_probe(mountpoint, capped))
@@ -142,7 +147,7 @@ def test_probe_iops_match_fio_on_a_loop_device_mount(loop_mount: tuple[Path, str
         return
     probes = [report["probe"] for report in reports]
     ratios = [p["read_iops"] / ((fios[i] + fios[i + 1]) / 2) for i, p in enumerate(probes)]
-    assert statistics.median(fios) > CAP_IOPS * 0.8, fios
+    assert statistics.median(fios) > cap * 0.8, (fios, cap)
     assert statistics.median(ratios) == pytest.approx(1.0, rel=0.10), (ratios, fios)
     report, probe = reports[-1], probes[-1]
     assert probe["path"] == str(mountpoint) and probe["file_created"] and probe["queue_depth"] == 1
