@@ -138,6 +138,16 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
                 _registered_method=True)
+        self.StreamHistory = channel.unary_stream(
+                '/nodeagent.v1.Query/StreamHistory',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
+                _registered_method=True)
+        self.ForgetNode = channel.unary_unary(
+                '/nodeagent.v1.Query/ForgetNode',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -176,6 +186,23 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamHistory(self, request, context):
+        """The rows of History in pages (each well under the message size limit), read as they are
+        sent: a node's 14 days do not fit one message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForgetNode(self, request, context):
+        """Retire a node (docs/collector.md): its row, watermark and live state go and its NodeDown
+        resolves; its history stays for the history's own retention. A connected node is refused
+        (FAILED_PRECONDITION); an unknown one is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +230,16 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.Jobs,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.SerializeToString,
+            ),
+            'StreamHistory': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamHistory,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.SerializeToString,
+            ),
+            'ForgetNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetNode,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -341,6 +378,60 @@ class Query:
             '/nodeagent.v1.Query/Jobs',
             nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/nodeagent.v1.Query/StreamHistory',
+            nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/ForgetNode',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,
