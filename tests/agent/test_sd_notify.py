@@ -95,7 +95,7 @@ def test_no_watchdog_interval(monkeypatch: pytest.MonkeyPatch, usec: str | None,
 
 def test_a_child_process_reaches_the_socket(path_socket: socket.socket) -> None:
     """The daemon is a separate process from whoever listens: the same path a service takes."""
-    code = "from agent import sd_notify; raise SystemExit(0 if sd_notify.ready() else 1)"
+    code = "from nodeagent.agent.service import sd_notify; raise SystemExit(0 if sd_notify.ready() else 1)"
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy(), timeout=60)
     assert path_socket.recv(4096) == b"READY=1"
 
