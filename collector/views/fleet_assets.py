@@ -15,7 +15,7 @@ from typing import Final
 
 REFRESH_SECONDS: Final = 5
 
-_STATIC: Final = resources.files("nodeagent.collector") / "fleet_static"
+_STATIC: Final = resources.files("nodeagent.collector.views") / "fleet_static"
 
 
 @functools.cache
