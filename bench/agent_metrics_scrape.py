@@ -297,7 +297,8 @@ def serve(groups: list[str], writes: int, *, dgx_host: bool = False) -> None:
     from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
     from nodeagent.agent.sampling.sampler import Sampler
     from nodeagent.agent.sources import available
-    from nodeagent.core.exposition.http_server import MetricsHttpServer, gzip_bytes
+    from nodeagent.core.exposition.http_reply import gzip_bytes
+    from nodeagent.core.exposition.http_server import MetricsHttpServer
 
     class NoSender:
         connected_to = None

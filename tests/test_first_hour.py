@@ -86,7 +86,7 @@ def test_serve_without_db_uses_the_state_directory_and_says_so(tmp_path: Path) -
 
 
 def test_the_state_directory_as_root_is_var_lib(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodeagent.collector.cli.main import default_db_path
+    from nodeagent.collector.store.database import default_db_path
 
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", "/somewhere")

@@ -39,12 +39,7 @@ COMMANDS = {
 }
 
 
-@click.group(
-    cls=ConfiguredGroup,
-    layout=AGENT_LAYOUT,
-    lazy_commands=COMMANDS,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+@click.group(cls=ConfiguredGroup, layout=AGENT_LAYOUT, lazy_commands=COMMANDS)
 @click.version_option(__version__, prog_name="nodeagent")
 @click.option(
     "--log-level",

@@ -1,43 +1,36 @@
-"""``nodeagent run``: the daemon. Sample every interval, spool, and let the sender deliver.
+"""``nodeagent run``: the daemon's command line. Its flags, their checks, and what a run prints.
 
-The sampling loop runs on the main thread and never waits on the network: each report goes into
-the spool, and the sender thread drains it to the collector. ``--max-reports`` and
-``--deadline`` make a run finite, for tests and for checks of a delivery path: the agent stops
-sampling after N reports and exits 0 once all are acknowledged, 1 if the deadline passes first.
+The flags are checked here (one line and exit status 2 for a bad one), the spool is opened and
+the source built (this machine's sources, or the simulator with ``--simulate``); the daemon
+itself is ``agent/service/daemon.py``. ``--max-reports`` and ``--deadline`` make a run finite, for
+tests and for checks of a delivery path: the agent stops sampling after N reports and exits 0
+once all are acknowledged, 1 if the deadline passes first, after one JSON line saying what
+became of every report.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 import structlog
 
 from nodeagent.agent.cli.options import agent_config, collector_flags, enabled_collectors, root_dir
-from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
-from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
 from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
-from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
 from nodeagent.agent.sampling.report_source import ReportSequence, ReportSource
 from nodeagent.agent.sampling.sampler import Sampler
-from nodeagent.agent.service import sd_notify
+from nodeagent.agent.service.daemon import DaemonSettings, MetricsListenError, run_daemon
 from nodeagent.agent.sources import Roots
-from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.security import check_token_transport, is_loopback
 from nodeagent.core.wire.identity import check_node_id
-from nodeagent.core.wire.validate import repair
-from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     import ssl  # imported where HTTPS is configured: OpenSSL is megabytes resident
@@ -45,11 +38,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("nodeagent.run")
 
 EXIT_UNDELIVERED = 1
-# Upper bound of what the AgentStatus section adds to a report (three varints and tags).
-_AGENT_STATUS_BYTES = 40
-# On a plain stop (SIGTERM, --deadline without --max-reports), how long to wait for last acks;
-# whatever is still unacknowledged stays in the on-disk spool for the next start.
-DRAIN_SECONDS = 2.0
 # dcgm-exporter's port: a scrape config written for it keeps working when the agent replaces it.
 DEFAULT_METRICS_PORT = 9400
 
@@ -260,39 +248,18 @@ def run(
         source = Sampler(
             names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence
         )
-    sender = Sender(spool, collectors, hello=lambda: _hello(source, node_id), security=security)
-    stop = threading.Event()
-    _on_signals(stop)
-    telemetry = AgentTelemetry(node_id, interval)
+    chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
+    settings = DaemonSettings(
+        node_id=node_id, interval_seconds=interval, collectors=collectors, security=security, max_reports=max_reports,
+        stop_at=started + deadline if deadline is not None else None, metrics_listen=metrics_listen,
+        metrics_tls=metrics_tls, metrics_groups=tuple(group for group, on in chosen if on),
+        pod_resources_socket=pod_resources_socket,
+    )  # fmt: skip
     try:
-        chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
-        groups = [group for group, on in chosen if on]
-        pods = None
-        if metrics_listen is not None and pod_resources_socket and (metrics_gpu or metrics_nvlink):
-            pods = PodResources(pod_resources_socket)
-        http = _metrics_server(metrics_listen, telemetry, spool, sender, collectors, groups, metrics_tls, pods)
-    except click.BadParameter:
-        spool.close()
-        source.close()
-        raise
-    sender.start()
-    if pods is not None:
-        pods.start()
-    sd_notify.ready()
-    log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=list(collectors))
-    end = started + deadline if deadline is not None else None
-    try:
-        produced = _sample_loop(source, spool, interval, stop, max_reports, end, telemetry)
-        delivered = _finish(sender, max_reports, end, stop)
-    finally:
-        sd_notify.stopping()
-        if http is not None:
-            http.stop()
-        if pods is not None:
-            pods.close()
-        sender.stop()
-        spool.close()
-        source.close()
+        outcome = run_daemon(source, spool, settings)
+    except MetricsListenError as err:
+        raise click.BadParameter(str(err), param_hint="--metrics-listen") from err
+    produced = outcome.produced
     stats = spool.stats()
     if max_reports is not None or deadline is not None:
         # A finite run ends with one JSON line saying what became of every report.
@@ -302,102 +269,11 @@ def run(
             "dropped_unresolved": stats.dropped_unresolved,
         }  # fmt: skip
         click.echo(json.dumps(summary))
-    if max_reports is not None and not delivered:
+    if max_reports is not None and not outcome.delivered:
         click.echo(
             f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
         )
         raise click.exceptions.Exit(EXIT_UNDELIVERED)
-
-
-def _sample_loop(
-    source: ReportSource,
-    spool: Spool,
-    interval: float,
-    stop: threading.Event,
-    max_reports: int | None,
-    end: float | None,
-    telemetry: AgentTelemetry | None = None,
-) -> int:
-    produced = 0
-    next_tick = time.monotonic()
-    while not stop.is_set():
-        if end is not None and time.monotonic() >= end:
-            break
-        report = source.tick()
-        _sanitize(report)
-        for problem in spool.take_events():  # a failing spool disk, reports lost to damage
-            report.events.add(
-                time_unix_seconds=report.time_unix_seconds, kind="spool_degraded", severity="warning",
-                subject="agent", message=problem[:512],
-            )  # fmt: skip
-        spool.make_room(report.ByteSize() + _AGENT_STATUS_BYTES, report.time_unix_seconds)
-        stats = spool.stats()
-        report.agent.spool_dropped_reports_total = stats.dropped_total
-        report.agent.spool_reports = stats.reports
-        report.agent.spool_bytes = stats.bytes
-        spool.append(report.seq, report.SerializeToString(), report.time_unix_seconds)
-        if telemetry is not None:
-            telemetry.publish(report)
-        # Only a completed tick feeds the watchdog: a source hung in NVML gets the agent restarted.
-        sd_notify.watchdog()
-        produced += 1
-        if max_reports is not None and produced >= max_reports:
-            break
-        next_tick += interval
-        now = time.monotonic()
-        if next_tick < now - interval:  # fell behind (a slow source): skip, do not burst
-            next_tick = now
-        stop.wait(max(0.0, next_tick - now))
-    return produced
-
-
-def _sanitize(report: pb.NodeReport) -> None:
-    """Drop, with an event saying so, any value the collector would refuse (see ``repair``)."""
-    for problem in repair(report):
-        log.warning("value dropped from report", seq=report.seq, problem=problem)
-        report.events.add(
-            time_unix_seconds=report.time_unix_seconds, kind="invalid_value_dropped", severity="warning",
-            subject="agent", message=problem[:512],
-        )  # fmt: skip
-
-
-def _metrics_server(
-    listen: str | None,
-    telemetry: AgentTelemetry,
-    spool: Spool,
-    sender: Sender,
-    targets: tuple[str, ...],
-    groups: list[str],
-    tls: ssl.SSLContext | None,
-    pods: PodResources | None = None,
-) -> MetricsHttpServer | None:
-    if listen is None:
-        return None
-    exposition = AgentExposition(AgentMetrics(telemetry, spool, sender, targets), groups, pods)
-    http = MetricsHttpServer(
-        listen, exposition.render, health=exposition.health, ssl_context=tls, name="nodeagent",
-        metrics_gzip=exposition.render_gzip,
-    )  # fmt: skip
-    try:
-        http.start()
-    except OSError as err:
-        message = f"cannot listen on {listen}: {err.strerror or err}"
-        raise click.BadParameter(message, param_hint="--metrics-listen") from err
-    log.info("serving metrics", listen=http.address)
-    return http
-
-
-def _finish(sender: Sender, max_reports: int | None, end: float | None, stop: threading.Event) -> bool:
-    if max_reports is not None and not stop.is_set():
-        return sender.wait_all_acked(end if end is not None else float("inf"), stop)
-    return sender.wait_all_acked(time.monotonic() + DRAIN_SECONDS)
-
-
-def _hello(source: ReportSource, node_id: str) -> pb.NodeInfo:
-    hello = pb.NodeInfo()
-    hello.CopyFrom(source.info)
-    hello.node_id = node_id
-    return hello
 
 
 def _scaled_clock(scale: float) -> Callable[[], float]:
@@ -406,11 +282,3 @@ def _scaled_clock(scale: float) -> Callable[[], float]:
         return time.time
     origin = time.time()
     return lambda: origin + (time.time() - origin) * scale
-
-
-def _on_signals(stop: threading.Event) -> None:
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)

@@ -29,7 +29,7 @@ from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.agent.exposition.process import ProcessFamilies
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
-from nodeagent.core.exposition.http_server import gzip_bytes
+from nodeagent.core.exposition.http_reply import gzip_bytes
 from nodeagent.core.exposition.node import node_families
 from nodeagent.core.exposition.text import TextFamily, label, label_text, render, sample_line
 from nodeagent.core.quantities import rates

@@ -1,2 +1,4 @@
 """The `nodeagent-collector` command line: the group (`main.py`, each command imported when it is
-named), the query commands' client, `replay`, `history` and `jobs`."""
+named), one module per command or pair of commands (`serve`; `nodes` and `alerts`; `demo` and
+`loadgen`, the only one that offers the tools; `replay`; `history` and `jobs`) and the query
+commands' client."""

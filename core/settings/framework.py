@@ -38,6 +38,7 @@ CONFIG_ENV = "NODEAGENT_CONFIG"
 COMMAND_TABLE = "command"
 CONFIG_FLAG = "--config"
 _HELP_ARGS = frozenset({"-h", "--help", "--version"})
+_HELP_OPTION_NAMES = {"help_option_names": ["-h", "--help"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,8 @@ class ConfiguredGroup(WholeHelpGroup):
     """A program's root group: its commands take their defaults from its file and environment."""
 
     def __init__(self, *args: Any, layout: Layout, **kwargs: Any) -> None:
+        # Both programs take -h for --help, on every command (click hands it down to each context).
+        kwargs["context_settings"] = {**_HELP_OPTION_NAMES, **(kwargs.get("context_settings") or {})}
         super().__init__(*args, **kwargs)
         self.layout = layout
 

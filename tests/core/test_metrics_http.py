@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
+from nodeagent.core.exposition import http_connection
 from nodeagent.core.exposition import http_server as metrics_http
-from nodeagent.core.exposition.http_server import TEXT_CONTENT_TYPE, MetricsHttpServer
+from nodeagent.core.exposition.http_reply import TEXT_CONTENT_TYPE
+from nodeagent.core.exposition.http_server import MetricsHttpServer
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import wait_for
 
-BIG_HEAD = metrics_http.MAX_REQUEST_HEAD_BYTES
+BIG_HEAD = http_connection.MAX_REQUEST_HEAD_BYTES
 PAGE = b"# HELP m A gauge.\n# TYPE m gauge\nm 1\n" * 50
 
 
@@ -250,8 +252,6 @@ def test_stop_ends_the_connections_it_kept() -> None:
 
 
 def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodeagent.core.exposition import http_server as metrics_http
-
     monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
     served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE)
     served.start()
@@ -405,7 +405,7 @@ def test_a_reply_on_a_kept_alive_connection_has_the_request_timeout_not_the_idle
 ) -> None:
     """A client that asks again and then stops reading holds its thread (and one of the
     MAX_CONNECTIONS) for the request timeout, as on a new connection, not for the idle wait."""
-    monkeypatch.setattr(metrics_http, "IDLE_TIMEOUT_SECONDS", 30.0)
+    monkeypatch.setattr(http_connection, "IDLE_TIMEOUT_SECONDS", 30.0)
     page = b"m 1\n" * (16 << 20)  # 64 MiB: more than the socket buffers hold
     served = MetricsHttpServer("127.0.0.1:0", lambda: page, request_timeout_seconds=0.3)
     served.start()
@@ -440,7 +440,7 @@ def test_kept_alive_connections_wait_the_idle_timeout_and_a_request_begun_the_re
             started = time.monotonic()
             assert sock.recv(65536) == b""  # dropped, with no reply
             assert time.monotonic() - started < 8
-        monkeypatch.setattr(metrics_http, "IDLE_TIMEOUT_SECONDS", 0.3)
+        monkeypatch.setattr(http_connection, "IDLE_TIMEOUT_SECONDS", 0.3)
         with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
             sock.sendall(scrape)
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")

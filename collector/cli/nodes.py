@@ -1,0 +1,48 @@
+"""``nodeagent-collector nodes`` and ``alerts``: what a running collector knows of the fleet,
+asked over its query service (``client.py``) and shown as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from nodeagent.collector.cli.client import client_options, query
+from nodeagent.collector.views.fleet_table import alert_rows, iso_time, node_rows, render_fleet
+
+
+@click.command()
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+def nodes(as_json: bool, **options: object) -> None:
+    """The nodes a running collector knows."""
+    response = query(options, "ListNodes")
+    rows = node_rows(response)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(render_fleet(rows))
+
+
+@click.command()
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option("--all", "include_resolved", is_flag=True, help="Recently resolved alerts too.")
+def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
+    """The alerts of a running collector: firing ones (and, with --all, recently resolved)."""
+    response = query(options, "ListAlerts", include_resolved=include_resolved)
+    rows = alert_rows(response)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no alerts" if include_resolved else "no firing alerts")
+        return
+    click.echo(f"{'ALERT':<20} {'NODE':<20} {'SEVERITY':<9} {'STATE':<9} {'SINCE':<20} SUMMARY")
+    for row in rows:
+        annotations: dict[str, str] = row["annotations"]
+        summary = annotations.get("summary", "")
+        click.echo(
+            f"{row['name']!s:<20} {row['node_id']!s:<20} {row['severity']!s:<9} {row['state']!s:<9} "
+            f"{iso_time(float(str(row['starts_at']))):<20} {summary}"
+        )

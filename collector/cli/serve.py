@@ -1,0 +1,286 @@
+"""``nodeagent-collector serve``: the collector itself. Its flags are the top-level keys of
+collector.toml; it receives agent streams, stores them and answers queries until SIGTERM or SIGINT.
+
+Only this command's modules load here: the daemon carries none of the demo's, the load
+generator's or the query commands' (``tests/collector/test_serve_imports.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import click
+import structlog
+
+from nodeagent.collector.config import CollectorConfigError, load_collector_config
+from nodeagent.collector.history.rollup import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
+from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
+from nodeagent.collector.ingest.server import (
+    DEFAULT_HELLO_TIMEOUT_SECONDS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_STREAMS_PER_SOURCE,
+    CollectorServer,
+    HttpListenError,
+    ServerConfig,
+)
+from nodeagent.collector.remote_write.config import (
+    DEFAULT_BATCH_SAMPLES,
+    DEFAULT_QUEUE_SAMPLES,
+    DEFAULT_RESOLUTION_SECONDS,
+    RemoteWriteConfig,
+    RemoteWriteConfigError,
+)
+from nodeagent.collector.store.database import default_db_path
+from nodeagent.core.transport.channel import parse_target
+from nodeagent.core.transport.security import SecurityConfigError, ServerSecurity
+
+log = structlog.get_logger("nodeagent.collector")
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:9477"
+
+
+def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        parse_target(value, any_port=True)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+    return value
+
+
+@click.command()
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, callback=_listen, help="gRPC address (HOST:PORT).")
+@click.option(
+    "--http-listen", default=DEFAULT_HTTP_LISTEN, show_default=True, callback=_listen,
+    help="HTTP address of /metrics and /healthz (HOST:PORT; HTTPS with --tls-cert).",
+)  # fmt: skip
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=(
+        "SQLite file (default: collector.db in the state directory: $STATE_DIRECTORY, else "
+        "/var/lib/nodeagent as root, else $XDG_STATE_HOME/nodeagent)."
+    ),
+)
+@click.option("--insecure", is_flag=True, help="Allow plaintext on a non-loopback address.")
+@click.option("--tls-cert", type=click.Path(path_type=Path), help="Server certificate (PEM).")
+@click.option("--tls-key", type=click.Path(path_type=Path), help="Server private key (PEM).")
+@click.option("--tls-client-ca", type=click.Path(path_type=Path), help="CA for client certificates: mutual TLS.")
+@click.option("--token-file", type=click.Path(path_type=Path), help="File holding the bearer token agents must send.")
+@click.option(
+    "--operator-identity", "operator_identities", multiple=True, metavar="NAME",
+    help="Client certificate name (DNS/URI SAN, else CN) that may query; repeatable; needs --tls-client-ca.",
+)  # fmt: skip
+@click.option(
+    "--operator-token-file", type=click.Path(path_type=Path), help="File holding the bearer token that may query."
+)
+@click.option(
+    "--scrape-identity", "scrape_identities", multiple=True, metavar="NAME",
+    help="Client certificate name that may read /metrics; repeatable; needs --tls-client-ca.",
+)  # fmt: skip
+@click.option(
+    "--scrape-token-file", type=click.Path(path_type=Path), help="File holding the bearer token that may read /metrics."
+)
+@click.option(
+    "--max-message-bytes",
+    type=click.IntRange(min=4096, max=64 * 1024 * 1024),
+    default=DEFAULT_MAX_MESSAGE_BYTES,
+    show_default=True,
+    help="Largest gRPC message accepted or sent; a bigger report closes its stream (RESOURCE_EXHAUSTED).",
+)
+@click.option(
+    "--flush-seconds", type=click.FloatRange(min=0.001, max=5.0), default=0.05, show_default=True,
+    help="How often received reports are committed to the database and acknowledged.",
+)  # fmt: skip
+@click.option(
+    "--max-nodes", type=click.IntRange(min=1, max=10_000_000), default=DEFAULT_MAX_NODES, show_default=True,
+    help="Nodes this collector holds; a stream of a node beyond them is refused (RESOURCE_EXHAUSTED).",
+)  # fmt: skip
+@click.option(
+    "--hello-timeout-seconds", type=click.FloatRange(min=0.1, max=600.0), default=DEFAULT_HELLO_TIMEOUT_SECONDS,
+    show_default=True, help="A stream that has not said hello by then is closed (DEADLINE_EXCEEDED).",
+)  # fmt: skip
+@click.option(
+    "--max-streams-per-source", type=click.IntRange(min=1, max=1_000_000), default=DEFAULT_MAX_STREAMS_PER_SOURCE,
+    show_default=True, help="Streams one peer address may hold at once; more are refused (RESOURCE_EXHAUSTED).",
+)  # fmt: skip
+@click.option(
+    "--history/--no-history", default=True, show_default=True,
+    help="Keep per-minute rows and recent reports in the store (docs/history.md).",
+)  # fmt: skip
+@click.option(
+    "--history-reports-seconds", type=click.FloatRange(min=0.0, max=7 * 86400.0), default=DEFAULT_REPORTS_SECONDS,
+    show_default=True, help="Seconds of full-resolution reports kept per node (0: none).",
+)  # fmt: skip
+@click.option(
+    "--history-retention-seconds", type=click.FloatRange(min=60.0, max=3650 * 86400.0),
+    default=DEFAULT_RETENTION_SECONDS, show_default=True, help="Seconds of per-minute rows kept per node.",
+)  # fmt: skip
+@click.option(
+    "--remote-write-url", "remote_write_urls", multiple=True,
+    help="Push every node's series to this Prometheus remote-write receiver (repeatable; docs/history.md).",
+)  # fmt: skip
+@click.option(
+    "--remote-write-resolution-seconds", type=click.FloatRange(min=0.0, max=3600.0),
+    default=DEFAULT_RESOLUTION_SECONDS, show_default=True,
+    help="One sample per series every this many seconds of a node's reports (0: every report).",
+)  # fmt: skip
+@click.option(
+    "--remote-write-queue-samples", type=click.IntRange(min=DEFAULT_BATCH_SAMPLES, max=1_000_000_000),
+    default=DEFAULT_QUEUE_SAMPLES, show_default=True,
+    help="Samples held per receiver while it is down or slow; beyond them the oldest are dropped (counted).",
+)  # fmt: skip
+@click.option(
+    "--remote-write-bearer-token-file", type=click.Path(path_type=Path), help="Bearer token for the receiver."
+)
+@click.option("--remote-write-basic-auth-user", default="", help="Basic auth user for the receiver.")
+@click.option("--remote-write-basic-auth-password-file", type=click.Path(path_type=Path), help="Its password.")
+@click.option("--remote-write-tls-ca", type=click.Path(path_type=Path), help="CA of an https receiver's certificate.")
+@click.option("--remote-write-tls-cert", type=click.Path(path_type=Path), help="Client certificate (mutual TLS).")
+@click.option("--remote-write-tls-key", type=click.Path(path_type=Path), help="Client key (mutual TLS).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
+@click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
+@click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
+def serve(
+    listen: str,
+    http_listen: str,
+    db_path: Path | None,
+    insecure: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    token_file: Path | None,
+    operator_identities: tuple[str, ...],
+    operator_token_file: Path | None,
+    scrape_identities: tuple[str, ...],
+    scrape_token_file: Path | None,
+    max_message_bytes: int,
+    flush_seconds: float,
+    max_nodes: int,
+    hello_timeout_seconds: float,
+    max_streams_per_source: int,
+    history: bool,
+    history_reports_seconds: float,
+    history_retention_seconds: float,
+    remote_write_urls: tuple[str, ...],
+    remote_write_resolution_seconds: float,
+    remote_write_queue_samples: int,
+    remote_write_bearer_token_file: Path | None,
+    remote_write_basic_auth_user: str,
+    remote_write_basic_auth_password_file: Path | None,
+    remote_write_tls_ca: Path | None,
+    remote_write_tls_cert: Path | None,
+    remote_write_tls_key: Path | None,
+    config_path: Path | None,
+    alertmanager_url: str | None,
+    webhook_url: str | None,
+) -> None:
+    """Receive agent streams, store what they say, answer queries."""
+    security = ServerSecurity(
+        cert_file=tls_cert, key_file=tls_key, client_ca_file=tls_client_ca, token_file=token_file, insecure=insecure,
+        operator_identities=operator_identities, operator_token_file=operator_token_file,
+        scrape_identities=scrape_identities, scrape_token_file=scrape_token_file,
+    )  # fmt: skip
+    host, _port = parse_target(listen, any_port=True)
+    http_host, _port = parse_target(http_listen, any_port=True)
+    try:
+        warnings = security.check(host)
+    except (SecurityConfigError, ValueError) as err:
+        raise click.UsageError(str(err)) from err
+    try:
+        http_warnings = [w.replace("plaintext", "plain HTTP", 1) for w in security.check(http_host)]
+        warnings += [w for w in http_warnings if w not in warnings]  # the role warnings once, not per listener
+    except SecurityConfigError as err:
+        raise click.BadParameter(str(err), param_hint="--http-listen") from err
+    remote_write = tuple(
+        RemoteWriteConfig(
+            url, resolution_seconds=remote_write_resolution_seconds, queue_samples=remote_write_queue_samples,
+            bearer_token_file=remote_write_bearer_token_file, basic_auth_user=remote_write_basic_auth_user,
+            basic_auth_password_file=remote_write_basic_auth_password_file, tls_ca=remote_write_tls_ca,
+            tls_cert=remote_write_tls_cert, tls_key=remote_write_tls_key,
+        )
+        for url in remote_write_urls
+    )  # fmt: skip
+    for rw in remote_write:
+        try:
+            rw.check()
+        except RemoteWriteConfigError as err:
+            raise click.BadParameter(str(err), param_hint="--remote-write-url") from err
+    overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}
+    try:
+        settings = load_collector_config(config_path, sink_overrides=overrides)
+    except CollectorConfigError as err:
+        raise click.UsageError(str(err)) from err
+    for warning in warnings:
+        log.warning(warning)
+    if db_path is None:
+        db_path = default_db_path()
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.BadParameter(f"cannot create {db_path.parent}: {err.strerror}", param_hint="--db") from err
+    if db_path.parent and not db_path.parent.is_dir():
+        raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
+    config = ServerConfig(
+        listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
+        flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
+        hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
+        history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
+        remote_write=remote_write,
+    )  # fmt: skip
+    asyncio.run(_serve(config))
+
+
+def _bind_error(listen: str) -> str:
+    """Why gRPC could not bind ``listen``: it says only "Failed to bind", so ask the OS."""
+    host, port = parse_target(listen, any_port=True)
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return str(err.strerror or err)
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(address)
+            except OSError as err:
+                return str(err.strerror or err).lower()
+    return "gRPC could not bind it"
+
+
+async def _serve(config: ServerConfig) -> None:
+    server = CollectorServer(config)
+    try:
+        port = await server.start()
+    except HttpListenError as err:
+        raise click.ClickException(str(err)) from err
+    except RuntimeError as err:
+        raise click.ClickException(f"cannot listen on {config.listen}: {_bind_error(config.listen)}") from err
+    host, _ = parse_target(config.listen, any_port=True)
+    # One plain line on stdout, so scripts and tests learn the port when --listen asked for :0.
+    click.echo(f"listening on {host}:{port}", err=False)
+    http = server.http.address if server.http is not None else None
+    if http is not None:
+        click.echo(f"http on {http}", err=False)
+    click.echo(f"database {config.db_path}", err=False)
+    sys.stdout.flush()
+    log.info("collector serving", listen=f"{host}:{port}", http=http, db=str(config.db_path), tls=config.security.tls)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(server.wait())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    log.info("collector stopping")
+    await server.stop()
+    for task in (waiter, stopper):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
