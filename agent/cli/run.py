@@ -269,7 +269,9 @@ def run(
             "dropped_unresolved": stats.dropped_unresolved,
         }  # fmt: skip
         click.echo(json.dumps(summary))
-    if max_reports is not None and not outcome.delivered:
+    if (max_reports is not None or deadline is not None) and not outcome.delivered:
+        # `--deadline` alone samples until it passes, then drains: what is still unacknowledged
+        # after the drain fails the run as it does with `--max-reports`.
         click.echo(
             f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
         )

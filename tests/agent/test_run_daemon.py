@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -60,3 +61,26 @@ def _drain(sock: socket.socket, into: list[str]) -> None:
             continue
         if into[-1] == "STOPPING=1":
             return
+
+
+def test_a_deadline_alone_fails_the_run_when_reports_stay_unacknowledged(tmp_path: Path) -> None:
+    """`--deadline` without `--max-reports`: exit 1 when the drain leaves reports unacknowledged,
+    0 when the collector took everything (its help says so)."""
+    argv = [sys.executable, "-m", "nodeagent.agent", "run", "--simulate", "healthy", "--node-id", "d-1",
+            "--interval", "0.1", "--no-collector.gpu", "--deadline", "1.5"]  # fmt: skip
+    nobody = subprocess.run(
+        [*argv, "--collector", f"127.0.0.1:{free_port()}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    summary = json.loads(nobody.stdout.splitlines()[-1])
+    assert summary["produced"] > 0 and summary["unacked"] == summary["produced"]
+    assert nobody.returncode == 1, nobody.stderr[-2000:]
+    assert nobody.stderr.splitlines()[-1].startswith("nodeagent: error: ")
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        served = subprocess.run(
+            [*argv, "--collector", collector.address], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        )
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert json.loads(served.stdout.splitlines()[-1])["unacked"] == 0

@@ -69,3 +69,32 @@ def test_a_token_file_briefly_empty_costs_a_session_not_the_sender(tmp_path: Pat
     sender.stop()
     assert delivered
     assert acked[-1] == 3
+
+
+def test_a_collector_that_stops_acknowledging_is_left_for_a_new_stream() -> None:
+    """The ack watchdog: a stream that keeps taking reports but acknowledges nothing more for
+    ``ack_timeout_seconds`` is closed and a new one opened; there everything is delivered."""
+    sessions: list[float] = []
+
+    async def stall_the_first_session(_requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        sessions.append(time.monotonic())
+        first = len(sessions) == 1
+        await context.read()  # hello
+        while (message := await context.read()) is not grpc.aio.EOF:  # type: ignore[comparison-overlap]
+            seq = pb.AgentMessage.FromString(message).report.seq
+            if not first or seq <= 10:  # the first session goes quiet after seq 10, reading on
+                await context.write(pb.Ack(node_id="n", epoch=spool.epoch, acked_seq=seq))
+
+    spool = _spool(50)
+    port = serve_ingest(stall_the_first_session, 20)
+    config = SenderConfig(backoff_initial_seconds=0.01, backoff_max_seconds=0.05, ack_timeout_seconds=1.0)
+    sender = Sender(spool, [f"127.0.0.1:{port}"], hello=lambda: pb.NodeInfo(node_id="n"), config=config)
+    sender.start()
+    try:
+        delivered = sender.wait_all_acked(time.monotonic() + 15)
+    finally:
+        sender.stop()
+    assert delivered, (len(sessions), spool.stats())
+    assert len(sessions) >= 2
+    # Not before the watchdog's timeout: the first session was given its second.
+    assert sessions[1] - sessions[0] >= 1.0
