@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import random
 import ssl
 import threading
 import time
@@ -38,6 +37,7 @@ from nodeagent import __version__
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.series import EncodedReport, NodeSeries
 from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.transport.backoff import Backoff
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
@@ -115,7 +115,8 @@ class RemoteWriter:
     # ---- the thread ----
 
     def _run(self) -> None:
-        backoff = self.config.backoff_seconds
+        # Full jitter: many collectors behind one receiver do not come back in step.
+        backoff = Backoff(self.config.backoff_seconds, self.config.max_backoff_seconds)
         while not self._stop.is_set():
             self.stats.cpu_seconds_total = time.thread_time()
             self._build()
@@ -126,12 +127,10 @@ class RemoteWriter:
                 continue
             outcome = self._post(batch)
             if outcome == "retry":
-                # Full jitter: many collectors behind one receiver do not come back in step.
-                if self._wait_building(random.uniform(0, backoff)):
+                if self._wait_building(backoff.next()):
                     return
-                backoff = min(backoff * 2, self.config.max_backoff_seconds)
                 continue
-            backoff = self.config.backoff_seconds
+            backoff.reset()
             self._release(batch, sent=outcome == "sent")
 
     def _wait_building(self, seconds: float) -> bool:
