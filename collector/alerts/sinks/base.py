@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nodeagent import __version__
+from nodeagent.core.transport.backoff import Backoff
 
 if TYPE_CHECKING:
     from nodeagent.collector.alerts.book import Alert, Transition
@@ -60,7 +61,9 @@ class DeferredSink(Protocol):
 class RetryPolicy:
     # Attempts after the first one.
     retries: int = 5
-    # Wait before the first retry; doubles each time, capped at max_backoff_seconds.
+    # Wait before the first retry; doubles each time, capped at max_backoff_seconds. Equal jitter
+    # (each wait between half of that and all of it): a few retries still span a receiver's restart,
+    # and collectors that lost the same receiver do not all retry at the same instant.
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
     # Per attempt: connect plus response.
@@ -73,19 +76,19 @@ class HttpPoster:
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
+        # Each post starts its retries over; a sink posts from one thread (its dispatcher's).
+        self._backoff = Backoff(policy.backoff_seconds, policy.max_backoff_seconds, jitter="equal")
         self._closed = threading.Event()
         self.attempts_total = 0
 
     def post(self, url: str, body: Any, headers: Mapping[str, str] | None = None) -> int:
         """Status of the accepted attempt (2xx); ``SinkError`` after the last failed one."""
         data = json.dumps(body, separators=(",", ":")).encode()
-        wait = self.policy.backoff_seconds
+        self._backoff.reset()
         last = ""
         for attempt in range(self.policy.retries + 1):
-            if attempt:
-                if self._closed.wait(wait):
-                    raise SinkError(f"POST {url}: stopped while retrying (last: {last})")
-                wait = min(wait * 2, self.policy.max_backoff_seconds)
+            if attempt and self._closed.wait(self._backoff.next()):
+                raise SinkError(f"POST {url}: stopped while retrying (last: {last})")
             self.attempts_total += 1
             status, last = self._attempt(url, data, headers or {})
             if 200 <= status < 300:
