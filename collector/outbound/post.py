@@ -73,5 +73,8 @@ def post(
 
 def _reason(err: urllib.error.HTTPError) -> str:
     """ ": " and the first line of the receiver's reason, or nothing."""
-    lines = err.read(REASON_BYTES).decode(errors="replace").strip().splitlines()
+    try:
+        lines = err.read(REASON_BYTES).decode(errors="replace").strip().splitlines()
+    except (OSError, http.client.HTTPException):  # the status came and the body did not: the status decides
+        return ""
     return f": {lines[0]}" if lines else ""

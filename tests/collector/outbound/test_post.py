@@ -4,6 +4,7 @@ leaves for logs, against a real HTTP server."""
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
@@ -60,3 +61,29 @@ def test_no_answer_is_status_0_and_names_the_cause() -> None:
     assert dropped == Answer(0, "RemoteDisconnected: Remote end closed connection without response")
     assert refused.status == 0 and refused.retry
     assert refused.detail.startswith("ConnectionRefusedError: ")
+
+
+def test_a_status_whose_reason_never_comes_is_still_that_status() -> None:
+    # A receiver that answers 503 and then stalls before the body: the read of its reason times
+    # out. That is still a 503 (retry), not an exception out of the sender's thread.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        stalled: list[socket.socket] = []
+
+        def answer_and_stall() -> None:
+            connection, _ = server.accept()
+            stalled.append(connection)
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\n")
+
+        thread = threading.Thread(target=answer_and_stall, daemon=True)
+        thread.start()
+        try:
+            answer = post(f"http://127.0.0.1:{server.getsockname()[1]}/", b"x", {}, timeout_seconds=0.3)
+        finally:
+            thread.join(5)
+            for connection in stalled:
+                connection.close()
+    assert answer == Answer(503, "HTTP 503")
+    assert answer.retry
