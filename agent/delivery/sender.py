@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ import structlog
 
 from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
+from nodeagent.core.transport.backoff import Backoff
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER, STREAM_METHOD, frame_report, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -141,6 +141,8 @@ class Sender:
 
     async def _deliver(self) -> None:
         assert self._stop is not None
+        backoff = Backoff(self.config.backoff_initial_seconds, self.config.backoff_max_seconds)
+        # Rounds through every collector without an ack since the last that had one.
         failures = 0
         while not self._stop.is_set():
             delivered = False
@@ -154,10 +156,7 @@ class Sender:
                 if delivered:
                     break
             failures = 0 if delivered else failures + 1
-            delay = random.uniform(
-                0, min(self.config.backoff_max_seconds, self.config.backoff_initial_seconds * 2**failures)
-            )
-            await self._sleep(delay)
+            await self._sleep(backoff.delay(failures))
 
     async def _session(self, target: str) -> bool:
         """One stream to one collector; True when it got at least one ack (the collector works)."""

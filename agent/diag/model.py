@@ -8,9 +8,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+# A run that could not be made (a bad flag, an unreadable profile) exits 2 from the command line
+# (core/program/command_line.py: EXIT_USAGE), as every command's bad input does.
 EXIT_HEALTHY: Final = 0  # every check passed or warned
 EXIT_UNHEALTHY: Final = 1  # at least one FAIL
-EXIT_COULD_NOT_RUN: Final = 2  # bad flag, unreadable profile, diag itself broke
 
 NODE: Final = "node"  # the subject of checks about the node as a whole
 

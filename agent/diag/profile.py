@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from nodeagent.core.settings.readers import link_rate
+from nodeagent.core.settings.readers import link_rate, read_toml
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2
@@ -107,33 +106,25 @@ def builtin_profiles() -> dict[str, str]:
     for entry in sorted(_profiles_dir().iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
             name = entry.name.removesuffix(".toml")
-            out[name] = str(tomllib.loads(entry.read_text()).get("description", ""))
+            out[name] = str(read_toml(entry, ProfileError).get("description", ""))
     return out
 
 
 def load_profile(spec: str) -> Profile:
-    """A built-in profile by name, or a profile file by path."""
+    """A built-in profile by name, or a profile file by path; read as every configuration file is
+    (``read_toml``: ``rental.toml: no such file``, ``rental.toml: not valid TOML: ...``)."""
     builtin = _profiles_dir() / f"{spec}.toml"
     if "/" not in spec and not spec.endswith(".toml"):
         if not builtin.is_file():
             known = ", ".join(builtin_profiles())
             raise ProfileError(f"{spec}: no such built-in profile (built-in: {known}; or give a .toml path)")
-        return parse_profile(builtin.read_text(), source=f"{spec} ({builtin})", name=spec)
+        return parse_profile(read_toml(builtin, ProfileError), source=f"{spec} ({builtin})", name=spec)
     path = Path(spec)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ProfileError(f"{path}: cannot read profile: {err.strerror or err}") from err
-    except UnicodeDecodeError as err:
-        raise ProfileError(f"{path}: not a text file: {err.reason}") from err
-    return parse_profile(text, source=str(path), name=str(path))
+    return parse_profile(read_toml(path, ProfileError), source=str(path), name=str(path))
 
 
-def parse_profile(text: str, source: str, name: str | None = None) -> Profile:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ProfileError(f"{source}: not valid TOML: {err}") from err
+def parse_profile(raw: Mapping[str, Any], source: str, name: str | None = None) -> Profile:
+    """A profile's tables (a TOML file's, as read) checked key by key; ``source`` names it in errors."""
     sections: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "description":

@@ -11,7 +11,7 @@ from typing import Any
 
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.agent.views.plain_json import to_plain
-from nodeagent.core.quantities.rates import delta, rate, ratio
+from nodeagent.core.quantities.rates import delta, disk_busy_ratio, rate, ratio
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 Snapshot = dict[str, Any]
@@ -139,13 +139,14 @@ def _disks(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo, se
         writes = delta(old.writes_completed_total, disk.writes_completed_total) if old else None
         read_ms = delta(old.read_time_milliseconds_total, disk.read_time_milliseconds_total) if old else None
         write_ms = delta(old.write_time_milliseconds_total, disk.write_time_milliseconds_total) if old else None
-        busy_ms = delta(old.io_time_milliseconds_total, disk.io_time_milliseconds_total) if old else None
         queue_ms = (
             delta(old.io_weighted_time_milliseconds_total, disk.io_weighted_time_milliseconds_total) if old else None
         )
         row["read_latency_seconds"] = _per_op(read_ms, reads)
         row["write_latency_seconds"] = _per_op(write_ms, writes)
-        row["utilization_ratio"] = min(1.0, busy_ms / 1000 / seconds) if busy_ms is not None and seconds > 0 else None
+        row["utilization_ratio"] = (
+            disk_busy_ratio(old.io_time_milliseconds_total, disk.io_time_milliseconds_total, seconds) if old else None
+        )
         row["queue_depth"] = queue_ms / 1000 / seconds if queue_ms is not None and seconds > 0 else None
         rows.append(row)
     return rows

@@ -21,28 +21,24 @@ raw block format the spec asks for.
 from __future__ import annotations
 
 import base64
-import http.client
-import random
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from dataclasses import dataclass
 
 import cramjam
 import structlog
 
-from nodeagent import __version__
+from nodeagent.collector.outbound.post import post
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.series import EncodedReport, NodeSeries
 from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.transport.backoff import Backoff
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
 
-USER_AGENT = f"nodeagent-collector/{__version__}"
 # Reports handed over and not yet turned into series: a bound of its own, so a stuck thread
 # cannot hold the ingest path's memory.
 MAX_PENDING_REPORTS = 10_000
@@ -86,7 +82,7 @@ class RemoteWriter:
         self._last_pushed: dict[str, float] = {}
         self._next_id = 0
         self._last_refusal_log = -REFUSAL_LOG_SECONDS
-        self._headers = self._auth_headers()
+        self._headers = self._request_headers()
         self._ssl = self._ssl_context()
         self._thread = threading.Thread(target=self._run, name="nodeagent-remote-write", daemon=True)
 
@@ -115,7 +111,8 @@ class RemoteWriter:
     # ---- the thread ----
 
     def _run(self) -> None:
-        backoff = self.config.backoff_seconds
+        # Full jitter: many collectors behind one receiver do not come back in step.
+        backoff = Backoff(self.config.backoff_seconds, self.config.max_backoff_seconds)
         while not self._stop.is_set():
             self.stats.cpu_seconds_total = time.thread_time()
             self._build()
@@ -126,12 +123,10 @@ class RemoteWriter:
                 continue
             outcome = self._post(batch)
             if outcome == "retry":
-                # Full jitter: many collectors behind one receiver do not come back in step.
-                if self._wait_building(random.uniform(0, backoff)):
+                if self._wait_building(backoff.next()):
                     return
-                backoff = min(backoff * 2, self.config.max_backoff_seconds)
                 continue
-            backoff = self.config.backoff_seconds
+            backoff.reset()
             self._release(batch, sent=outcome == "sent")
 
     def _wait_building(self, seconds: float) -> bool:
@@ -189,31 +184,15 @@ class RemoteWriter:
     def _post(self, batch: list[_Item]) -> str:
         """ "sent", "refused" (a 4xx other than 429: never retried) or "retry"."""
         body = bytes(cramjam.snappy.compress_raw(b"".join(item.body for item in batch)))
-        http_request = urllib.request.Request(self.config.url, data=body, method="POST")
-        for name, value in {
-            "Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
-            "X-Prometheus-Remote-Write-Version": "0.1.0", "User-Agent": USER_AGENT, **self._headers,
-        }.items():  # fmt: skip
-            http_request.add_header(name, value)
         self.stats.requests_total += 1
-        try:
-            with urllib.request.urlopen(http_request, timeout=self.config.timeout_seconds, context=self._ssl) as answer:
-                answer.read()
+        answer = post(
+            self.config.url, body, self._headers, timeout_seconds=self.config.timeout_seconds, context=self._ssl
+        )
+        if answer.accepted:
             return "sent"
-        except urllib.error.HTTPError as err:
-            self.stats.request_failures_total += 1
-            reason = err.read(300).decode(errors="replace").strip().splitlines()
-            detail = f"HTTP {err.code}" + (f": {reason[0]}" if reason else "")
-            if err.code == 429 or err.code >= 500:
-                self._log_failure(detail, retrying=True)
-                return "retry"
-            self._log_failure(detail, retrying=False)
-            return "refused"
-        except (OSError, http.client.HTTPException) as err:
-            self.stats.request_failures_total += 1
-            cause = err.reason if isinstance(err, urllib.error.URLError) else err
-            self._log_failure(f"{type(cause).__name__}: {cause}", retrying=True)
-            return "retry"
+        self.stats.request_failures_total += 1
+        self._log_failure(answer.detail, retrying=answer.retry)
+        return "retry" if answer.retry else "refused"
 
     def _log_failure(self, detail: str, *, retrying: bool) -> None:
         now = time.monotonic()
@@ -225,15 +204,20 @@ class RemoteWriter:
         else:
             log.error("remote write refused by the receiver; samples dropped", url=self.config.url, error=detail)
 
-    def _auth_headers(self) -> dict[str, str]:
+    def _request_headers(self) -> dict[str, str]:
+        """Remote Write 1.0's headers and the receiver's credentials, if any."""
         config = self.config
+        headers = {
+            "Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
+            "X-Prometheus-Remote-Write-Version": "0.1.0",
+        }  # fmt: skip
         if config.bearer_token_file is not None:
-            return {"Authorization": f"Bearer {config.bearer_token_file.read_text().strip()}"}
-        if config.basic_auth_user and config.basic_auth_password_file is not None:
+            headers["Authorization"] = f"Bearer {config.bearer_token_file.read_text().strip()}"
+        elif config.basic_auth_user and config.basic_auth_password_file is not None:
             password = config.basic_auth_password_file.read_text().strip()
             token = base64.b64encode(f"{config.basic_auth_user}:{password}".encode()).decode()
-            return {"Authorization": f"Basic {token}"}
-        return {}
+            headers["Authorization"] = f"Basic {token}"
+        return headers
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         config = self.config

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.quantities.rates import delta, rate
+from nodeagent.core.quantities.rates import delta, disk_busy_ratio, rate
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _MIN_READS_PER_SECOND_FOR_BASELINE = 10.0
@@ -271,12 +271,12 @@ class NodeEvidenceTracker:
             if old is None:
                 continue
             iops, throughput = rate(old[0], reads, seconds), rate(old[1], read_bytes, seconds)
-            busy_ms, ops, wait_ms = delta(old[3], io_ms), delta(old[0], reads), delta(old[2], read_ms)
-            if iops is None or throughput is None or busy_ms is None:
+            busy, ops, wait_ms = disk_busy_ratio(old[3], io_ms, seconds), delta(old[0], reads), delta(old[2], read_ms)
+            if iops is None or throughput is None or busy is None:
                 continue
             total = throughput if total is None else total + throughput
             figures = {
-                "busy_ratio": min(1.0, busy_ms / 1000 / seconds),
+                "busy_ratio": busy,
                 "iops": iops,
                 "read_bytes_per_second": throughput,
             }

@@ -15,7 +15,6 @@ from typing import Any, Final
 STATES: Final = ("busy", "idle", "throttled", "warmup", "lost", "starved")
 CAUSES: Final = ("network", "storage", "cpu", "h2d", "interconnect", "unknown")
 DATA_CAUSES: Final = frozenset({"network", "storage", "cpu", "h2d", "unknown"})
-TIERS: Final = ("moderate", "high")
 
 Evidence = Mapping[str, float | str]
 

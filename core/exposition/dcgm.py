@@ -47,7 +47,8 @@ def _row_remap_failure(gpu: pb.GpuSample) -> float | None:
 
 # (name, type, help as dcgm-exporter's CSV has it, the GpuSample field or a function of the sample,
 # the field's unit on the page: as NVML gave it, percent of a ratio, whole MiB or KiB of bytes as
-# DCGM divides them)
+# DCGM divides them). Counters keep dcgm-exporter's names, without "_total" (promtool's naming lint
+# flags them, as it does dcgm-exporter's own output), and their TYPE lines are written as they are.
 GPU_FAMILIES: Final[tuple[tuple[str, str, str, str | Getter, str], ...]] = (
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz", AS_IS),
     ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "memory_clock_mhz", AS_IS),
@@ -100,10 +101,6 @@ GPU_FAMILIES: Final[tuple[tuple[str, str, str, str | Getter, str], ...]] = (
 )  # fmt: skip
 
 XID_FAMILY: Final = "DCGM_FI_DEV_XID_ERRORS"
-
-# dcgm-exporter's counters keep their names without "_total" (and promtool's naming lint flags
-# them, as it does dcgm-exporter's own output); the exposition writes their TYPE lines as they are.
-DCGM_COUNTERS: Final = tuple(name for name, kind, *_ in GPU_FAMILIES if kind == "counter")
 
 _LINK_ERRORS: Final = (
     ("replay", "replay_errors_total", "replay (DL replay)"),

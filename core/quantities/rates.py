@@ -49,6 +49,17 @@ def ratio(part: float | None, whole: float | None) -> float | None:
     return part / whole
 
 
+def disk_busy_ratio(previous_ms: int | None, current_ms: int | None, seconds: float) -> float | None:
+    """Share of the interval a disk was busy (iostat's %util), from its milliseconds-doing-I/O
+    counter (/proc/diskstats' io_ticks, ``io_time_milliseconds_total``); None over a reset, an
+    unknown value or an empty interval. At most 1: the counter moves in whole jiffies and the
+    interval is the reports' times, so a saturated disk can show a hair more than the interval."""
+    busy_ms = delta(previous_ms, current_ms)
+    if busy_ms is None or seconds <= 0:
+        return None
+    return min(1.0, busy_ms / 1000 / seconds)
+
+
 def is_saturated(name: str, value: int) -> bool:
     """True for a fixed-width counter stuck at its maximum value."""
     bits = IB_COUNTER_BITS.get(name)

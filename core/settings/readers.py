@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodeagent.core.quantities.units import RateError, parse_link_rate
 
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
-def read_toml(path: Path, error: Callable[[str], Exception]) -> dict[str, Any]:
-    """The file's tables, or ``error`` with one line saying why it cannot be used."""
+
+def read_toml(path: Traversable, error: Callable[[str], Exception]) -> dict[str, Any]:
+    """The file's tables, or ``error`` with one line saying why it cannot be used. ``path`` is a
+    ``Path``, or a package's data file (``importlib.resources``: diag's built-in profiles)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as err:

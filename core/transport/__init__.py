@@ -1,1 +1,2 @@
-"""The gRPC transport: targets, channel options, TLS material and tokens, the loopback rule."""
+"""How the programs reach others: the gRPC transport (targets, channel options, TLS material and
+tokens, the loopback rule) and the backoff every retry waits by (``backoff``)."""

@@ -1,16 +1,18 @@
 """A receiver gets the same bytes from the template encoder as from building every series from
 the agent's page, sample by sample, as remote write first did (the reference below): for full
-8-GPU reports, while the set of series changes, and through the sender's batches."""
+8-GPU reports, while the set of series changes, and through the sender's batches, which it
+retries or drops by the receiver's answer."""
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 import cramjam
 
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
-from nodeagent.collector.remote_write.sender import RemoteWriter
+from nodeagent.collector.remote_write.sender import RemoteWriter, RemoteWriteStats
 from nodeagent.collector.remote_write.series import NodeSeries
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -194,16 +196,35 @@ def test_the_sender_posts_the_batch_the_reference_builds() -> None:
     )
     with http_receiver() as receiver:
         writer = RemoteWriter(RemoteWriteConfig(url=receiver.url, resolution_seconds=0, batch_samples=100_000))
-        for report, verdict in reports:  # offered before the thread starts: one batch
-            writer.offer(report, verdict)
-        writer.start()
-        try:
-            deadline = time.monotonic() + 30
-            while writer.stats.queued_samples or writer.stats.samples_sent_total == 0:
-                assert time.monotonic() < deadline, writer.stats
-                time.sleep(0.05)
-        finally:
-            writer.stop()
+        _push(writer, reports, done=lambda stats: stats.samples_sent_total > 0)
     assert len(receiver.accepted) == 1
     _assert_same(bytes(cramjam.snappy.decompress_raw(receiver.accepted[0])), expected)
     assert writer.stats.samples_sent_total == len(prompb.WriteRequest.FromString(expected).timeseries)
+
+
+def test_the_sender_retries_a_503_and_drops_what_a_400_refuses() -> None:
+    reports = _reports("healthy", "rw-a", 2)
+    with http_receiver([503, 400], error_body="out of order sample") as receiver:
+        writer = RemoteWriter(RemoteWriteConfig(url=receiver.url, resolution_seconds=0, backoff_seconds=0.01))
+        _push(writer, reports, done=lambda stats: stats.samples_refused_total > 0)
+    assert [attempt.outcome for attempt in receiver.attempts] == [503, 400]
+    stats = writer.stats
+    assert (stats.requests_total, stats.request_failures_total, stats.samples_sent_total) == (2, 2, 0)
+    assert stats.samples_refused_total > 0
+
+
+def _push(
+    writer: RemoteWriter, reports: list[tuple[pb.NodeReport, NodeVerdict]], done: Callable[[RemoteWriteStats], bool]
+) -> None:
+    """Offer the reports before the thread starts (one batch), then run it until the queue is empty
+    and ``done`` holds."""
+    for report, verdict in reports:
+        writer.offer(report, verdict)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while writer.stats.queued_samples or not done(writer.stats):
+            assert time.monotonic() < deadline, writer.stats
+            time.sleep(0.05)
+    finally:
+        writer.stop()

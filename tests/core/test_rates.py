@@ -6,7 +6,10 @@ from pathlib import Path
 
 from nodeagent.agent.sources import Roots
 from nodeagent.agent.views.snapshots import snapshot
-from nodeagent.core.quantities.rates import MAX_U32, delta, is_saturated, rate
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node_evidence import NodeEvidenceTracker
+from nodeagent.core.quantities.rates import MAX_U32, delta, disk_busy_ratio, is_saturated, rate
+from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.trees import NET_DEV_HEADER, rewrite, write_tree
 
 NET_DEV = (
@@ -24,6 +27,34 @@ def test_delta_and_rate_refuse_a_counter_that_went_down() -> None:
     assert rate(2**64 - 10, 5, 1.0) is None
     assert rate(5, 10, 0.0) is None
     assert rate(None, 10, 1.0) is None
+
+
+def test_disk_busy_ratio_is_the_busy_share_of_the_interval() -> None:
+    assert disk_busy_ratio(1_000, 1_250, 1.0) == 0.25
+    assert disk_busy_ratio(1_000, 2_000, 4.0) == 0.25
+    assert disk_busy_ratio(1_000, 2_010, 1.0) == 1.0  # a jiffy past the interval: saturated, not more
+    assert disk_busy_ratio(2_000, 1_000, 1.0) is None  # reset
+    assert disk_busy_ratio(None, 1_000, 1.0) is None
+    assert disk_busy_ratio(1_000, 1_250, 0.0) is None
+
+
+def test_the_sample_view_and_the_detector_read_the_same_busy_ratio() -> None:
+    def report(seq: int, t: float, io_ms: int) -> pb.NodeReport:
+        r = pb.NodeReport(node_id="n", epoch=1, seq=seq, time_unix_seconds=t)
+        r.disks.add(
+            name="nvme0n1",
+            reads_completed_total=100 * seq,
+            read_bytes_total=4096 * seq,
+            io_time_milliseconds_total=io_ms,
+        )
+        return r
+
+    first, second = report(1, 100.0, 5_000), report(2, 102.0, 6_500)
+    tracker = NodeEvidenceTracker(DetectorConfig())
+    tracker.step(first, assigned_gpus=1)
+    evidence = tracker.step(second, assigned_gpus=1)
+    shown = snapshot(first, second, pb.NodeInfo(node_id="n"))["disks"][0]["utilization_ratio"]
+    assert shown == evidence.values["storage_busy_ratio"] == disk_busy_ratio(5_000, 6_500, 2.0) == 0.75
 
 
 def test_saturation_of_fixed_width_counters() -> None:

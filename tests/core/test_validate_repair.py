@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
-from nodeagent.core.wire.validate import check_report, repair
+import pytest
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from nodeagent.core.wire import validate
+from nodeagent.core.wire.validate import LONG_STRINGS, REPEATED_LIMITS, check_report, repair
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
@@ -60,3 +65,37 @@ def test_maps_are_checked_by_the_kind_of_their_values() -> None:
     assert repair(keys) == ["events[0].attributes: a key longer than 256 characters"]
     assert repair(fine) == []
     assert not counters.rdma_ports[0].counters and not attributes.events[0].attributes
+
+
+def _fields(message: Descriptor, seen: set[str] | None = None) -> Iterator[FieldDescriptor]:
+    """Every field of a message and of the messages under it (map entries stay inside their map)."""
+    seen = set() if seen is None else seen
+    if message.full_name in seen:
+        return
+    seen.add(message.full_name)
+    for field in message.fields:
+        yield field
+        if field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            yield from _fields(field.message_type, seen)
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def test_every_field_an_agent_sends_has_a_rule() -> None:
+    # A field of a kind the validator has no rule for (a repeated double, an int32, bytes) fails
+    # here, not in a collector that meets it: give it its rule in validate.py first.
+    fields = [*_fields(pb.NodeReport.DESCRIPTOR), *_fields(pb.NodeInfo.DESCRIPTOR)]
+    for field in fields:
+        validate._kind(field, is_map=_is_map(field))
+    # The bounds name fields that exist and are of their kind.
+    by_name = {f"{f.containing_type.name}.{f.name}": f for f in fields}
+    assert all(by_name[name].is_repeated for name in REPEATED_LIMITS)
+    assert all(by_name[name].type == FieldDescriptor.TYPE_STRING for name in LONG_STRINGS)
+
+
+def test_a_kind_without_a_rule_is_refused_loudly() -> None:
+    gpu = pb.HistoryRequest.DESCRIPTOR.fields_by_name["gpu"]  # int32: no report field has one
+    with pytest.raises(TypeError, match=r"HistoryRequest\.gpu"):
+        validate._kind(gpu, is_map=False)

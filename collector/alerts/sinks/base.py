@@ -1,4 +1,4 @@
-"""What every sink is: the ``Sink`` protocol, its error, and the HTTP helper the network sinks share.
+"""What every sink is: the ``Sink`` protocol, its error, and the JSON POST with retries the network sinks share.
 
 Sinks import the alert types for annotations only (``nodeagent.collector.alerts.book`` imports this module), so
 nothing here runs code from ``nodeagent.collector.alerts.book``.
@@ -6,22 +6,18 @@ nothing here runs code from ``nodeagent.collector.alerts.book``.
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from nodeagent import __version__
+from nodeagent.collector.outbound.post import post
+from nodeagent.core.transport.backoff import Backoff
 
 if TYPE_CHECKING:
     from nodeagent.collector.alerts.book import Alert, Transition
-
-USER_AGENT = f"nodeagent-collector/{__version__}"
 
 
 class SinkError(Exception):
@@ -60,7 +56,9 @@ class DeferredSink(Protocol):
 class RetryPolicy:
     # Attempts after the first one.
     retries: int = 5
-    # Wait before the first retry; doubles each time, capped at max_backoff_seconds.
+    # Wait before the first retry; doubles each time, capped at max_backoff_seconds. Equal jitter
+    # (each wait between half of that and all of it): a few retries still span a receiver's restart,
+    # and collectors that lost the same receiver do not all retry at the same instant.
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
     # Per attempt: connect plus response.
@@ -68,53 +66,36 @@ class RetryPolicy:
 
 
 class HttpPoster:
-    """POSTs JSON with retries: on connection errors, timeouts, 5xx and 429; never on other 4xx
-    (the receiver refused the content, another attempt would be refused too)."""
+    """POSTs JSON with retries (``nodeagent.collector.outbound.post`` says which answers retry: no
+    answer, 5xx and 429; another 4xx is the receiver refusing the content, never retried)."""
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
+        # Each post starts its retries over; a sink posts from one thread (its dispatcher's).
+        self._backoff = Backoff(policy.backoff_seconds, policy.max_backoff_seconds, jitter="equal")
         self._closed = threading.Event()
         self.attempts_total = 0
 
     def post(self, url: str, body: Any, headers: Mapping[str, str] | None = None) -> int:
         """Status of the accepted attempt (2xx); ``SinkError`` after the last failed one."""
         data = json.dumps(body, separators=(",", ":")).encode()
-        wait = self.policy.backoff_seconds
+        sent_headers = {"Content-Type": "application/json", **(headers or {})}
+        self._backoff.reset()
         last = ""
         for attempt in range(self.policy.retries + 1):
-            if attempt:
-                if self._closed.wait(wait):
-                    raise SinkError(f"POST {url}: stopped while retrying (last: {last})")
-                wait = min(wait * 2, self.policy.max_backoff_seconds)
+            if attempt and self._closed.wait(self._backoff.next()):
+                raise SinkError(f"POST {url}: stopped while retrying (last: {last})")
             self.attempts_total += 1
-            status, last = self._attempt(url, data, headers or {})
-            if 200 <= status < 300:
-                return status
-            if status and status != 429 and status < 500:
+            answer = post(url, data, sent_headers, timeout_seconds=self.policy.timeout_seconds)
+            if answer.accepted:
+                return answer.status
+            last = answer.detail
+            if not answer.retry:
                 raise SinkError(f"POST {url}: refused: {last}")
         raise SinkError(f"POST {url}: gave up after {self.policy.retries + 1} attempts (last: {last})")
 
     def close(self) -> None:
         self._closed.set()
-
-    def _attempt(self, url: str, data: bytes, headers: Mapping[str, str]) -> tuple[int, str]:
-        """(status, what happened); status 0 when no HTTP answer came back."""
-        request = urllib.request.Request(url, data=data, method="POST")
-        request.add_header("Content-Type", "application/json")
-        request.add_header("User-Agent", USER_AGENT)
-        for name, value in headers.items():
-            request.add_header(name, value)
-        try:
-            with urllib.request.urlopen(request, timeout=self.policy.timeout_seconds) as response:
-                response.read()
-                return int(response.status), f"HTTP {response.status}"
-        except urllib.error.HTTPError as err:
-            detail = err.read(200).decode(errors="replace").strip().splitlines()
-            return err.code, f"HTTP {err.code}" + (f": {detail[0]}" if detail else "")
-        except (OSError, http.client.HTTPException) as err:
-            # URLError (refused, DNS), timeouts, a connection dropped before the answer.
-            reason = err.reason if isinstance(err, urllib.error.URLError) else err
-            return 0, f"{type(reason).__name__}: {reason}".rstrip(": ")
 
 
 def rfc3339(unix_seconds: float) -> str:

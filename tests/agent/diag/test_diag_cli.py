@@ -101,9 +101,7 @@ def test_bad_flags_are_one_line_and_exit_2(args: list[str], needle: str) -> None
 def test_missing_profile_file_through_the_real_process() -> None:
     done = run_process("--profile", "/does/not/exist.toml")
     assert done.returncode == 2
-    assert done.stderr.strip() == (
-        "nodeagent: error: /does/not/exist.toml: cannot read profile: No such file or directory"
-    )
+    assert done.stderr.strip() == "nodeagent: error: /does/not/exist.toml: no such file"
 
 
 def test_builtin_profiles_load_and_are_listed() -> None:
