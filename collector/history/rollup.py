@@ -448,22 +448,3 @@ def resample(rows: Sequence[MinuteRow], step_seconds: int) -> list[MinuteRow]:
         current.samples += row.samples
         current.state, current.cause, current.jobs, current.last_time = row.state, row.cause, row.jobs, row.last_time
     return out
-
-
-def minute_values(row: MinuteRow) -> tuple[object, ...]:
-    """The row as the store's columns."""
-    return (
-        row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
-        row.state, row.cause, ",".join(row.jobs), row.last_time,
-    )  # fmt: skip
-
-
-def minute_from(values: Sequence[object]) -> MinuteRow:
-    node_id, gpu, minute, samples = values[:4]
-    numbers = values[4 : 4 + len(VALUES)]
-    state, cause, jobs, last_time = values[4 + len(VALUES) :]
-    row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
-    row.values = {name: float(str(v)) for name, v in zip(VALUES, numbers, strict=True) if v is not None}
-    row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
-    row.jobs = tuple(j for j in str(jobs).split(",") if j)
-    return row

@@ -25,7 +25,8 @@ import structlog
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryBatch, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.flush_stats import FlushStats
-from nodeagent.collector.store.database import INTEGER_MAX, NodeRow, StoreWriter
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
 from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
@@ -129,7 +130,7 @@ class Ingest:
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
-        writer.call_sync(alerting.open, writer.store.alert_tables())
+        writer.call_sync(alerting.open, writer.store.alerts)
         self.flush_seconds = flush_seconds
         self.clock = clock
         self.nodes: dict[str, NodeState] = {}
@@ -145,14 +146,14 @@ class Ingest:
         # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
         self._history_pending: set[str] = set()
         self._swept_at = 0.0  # the collector's clock at the last retention sweep over every node
-        self._history_seed = writer.call_sync(writer.store.history_seed) if self.history_config.enabled else {}
+        self._history_seed = writer.call_sync(writer.store.history.seed) if self.history_config.enabled else {}
         # Each node's GPU time lost on its last stored day, read here, before any report of this
         # run is accepted (let alone flushed into the history): the day's count starts from it
         # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
-        lost_days = writer.call_sync(writer.store.lost_on_last_day) if self.history_config.enabled else {}
+        lost_days = writer.call_sync(writer.store.history.lost_on_last_day) if self.history_config.enabled else {}
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()
-        for row in writer.call_sync(writer.store.load):
+        for row in writer.call_sync(writer.store.nodes.load):
             marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
             row.watermarks = {}
             committed = _bare(row)
@@ -341,7 +342,7 @@ class Ingest:
 
         def before_commit() -> None:
             if history:
-                store.write_history(history)
+                store.history.write(history)
             self.alerting.write(signals, now)
 
         if batch or signals or history:

@@ -120,7 +120,7 @@ class FleetPage:
         store = server.writer.store
         try:
             rows = server.writer.call_sync(
-                store.history_minutes, node.row.node_id, NODE_ROW, since, None, timeout=HISTORY_TIMEOUT_SECONDS
+                store.history.minutes, node.row.node_id, NODE_ROW, since, None, timeout=HISTORY_TIMEOUT_SECONDS
             )
         except TimeoutError:
             return memory

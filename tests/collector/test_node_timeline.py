@@ -73,7 +73,7 @@ class _Run:
 
     def stored_lost(self, since: float) -> float:
         """The history's GPU-seconds lost in the node's minutes from ``since``."""
-        rows = self.writer.call_sync(self.writer.store.history_minutes, NODE, NODE_ROW, since, None)
+        rows = self.writer.call_sync(self.writer.store.history.minutes, NODE, NODE_ROW, since, None)
         return sum(r.values.get("gpu_seconds_lost", 0.0) for r in rows)
 
     def settle(self) -> None:

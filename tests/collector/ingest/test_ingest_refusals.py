@@ -287,7 +287,7 @@ async def _row_refused(tmp_path: Path) -> None:
         ingest.accept(streams["broken"], small_report("broken", 2), b"")
     with pytest.raises(StreamRefusedError):
         ingest.attach(StreamHandle("broken", "test"), pb.NodeInfo(node_id="broken"))
-    stored = {row.node_id: row for row in writer.call_sync(writer.store.load)}
+    stored = {row.node_id: row for row in writer.call_sync(writer.store.nodes.load)}
     writer.close()
     assert ingest.failing_since is None and ingest.flush_stats.failures_total == 0
     assert ingest.durable_seq(streams["fine"]) == 2
