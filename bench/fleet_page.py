@@ -31,14 +31,9 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import (
-    DAY_SECONDS,
-    MINUTE_SECONDS,
-    NODE_ROW,
-    HistoryBatch,
-    HistoryConfig,
-    MinuteRow,
-)
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.report_path import Ingest, NodeState
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.database import Store, StoreWriter

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import structlog
 
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryBatch, HistoryConfig, NodeHistory
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from nodeagent.collector.history.rollup import MINUTE_SECONDS, MinuteRow, resample
+from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, resample
 from nodeagent.collector.ingest.report_path import Ingest
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow

@@ -13,14 +13,8 @@ import sqlite3
 import zlib
 from collections.abc import Sequence
 
-from nodeagent.collector.history.rollup import (
-    DAY_SECONDS,
-    NODE_ROW,
-    VALUES,
-    HistoryBatch,
-    MinuteRow,
-    StoredReport,
-)
+from nodeagent.collector.history.batch import HistoryBatch, StoredReport
+from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.store.nodes import INTEGER_MAX
 
 SCHEMA = f"""

@@ -19,7 +19,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.alerts.book import Alert
-from nodeagent.collector.history.rollup import DAY_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.report_path import NodeState
 from nodeagent.collector.views.fleet_assets import page
 from nodeagent.core.detector.verdict_words import evidence_words, verdict_sentence

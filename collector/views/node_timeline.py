@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from nodeagent.collector.history.rollup import DAY_SECONDS
+from nodeagent.collector.history.minutes import DAY_SECONDS
 from nodeagent.core.detector.node import NodeDetector
 
 POINT_SECONDS: Final = 60.0

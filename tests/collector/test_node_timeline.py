@@ -16,7 +16,8 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import MINUTE_SECONDS, NODE_ROW, OPEN_WRITE_SECONDS
+from nodeagent.collector.history.minutes import MINUTE_SECONDS, NODE_ROW
+from nodeagent.collector.history.rollup import OPEN_WRITE_SECONDS
 from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views.node_timeline import NodeTimeline

@@ -17,7 +17,9 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import NODE_ROW, HistoryBatch, HistoryConfig
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.minutes import NODE_ROW
+from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
 from nodeagent.collector.replay import Replay
 from nodeagent.collector.store.database import StoreWriter
