@@ -25,6 +25,7 @@ from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Full-resolution reports kept per node, and per-minute rows (``serve --history-*``).
@@ -231,8 +232,7 @@ class NodeHistory:
                     sums[_RATIO] = v.starvation_ratio
                     counts[_RATIO] += 1
                 # The detector's count is cumulative since it started; a lower one is a new detector.
-                before = self.lost.get(gpu.index, 0.0)
-                delta = v.gpu_seconds_lost - before if v.gpu_seconds_lost >= before else v.gpu_seconds_lost
+                delta = increase_across_reset(self.lost.get(gpu.index, 0.0), v.gpu_seconds_lost)
                 self.lost[gpu.index] = v.gpu_seconds_lost
                 sums[_LOST] += delta
                 counts[_LOST] += 1

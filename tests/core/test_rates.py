@@ -6,7 +6,15 @@ from pathlib import Path
 
 from nodeagent.agent.sources import Roots
 from nodeagent.agent.views.snapshots import snapshot
-from nodeagent.core.quantities.rates import MAX_U32, delta, is_saturated, rate
+from nodeagent.core.quantities.rates import (
+    MAX_U32,
+    delta,
+    increase_across_reset,
+    increases,
+    is_saturated,
+    rate,
+    sum_rate,
+)
 from tests.fakes.trees import NET_DEV_HEADER, rewrite, write_tree
 
 NET_DEV = (
@@ -24,6 +32,32 @@ def test_delta_and_rate_refuse_a_counter_that_went_down() -> None:
     assert rate(2**64 - 10, 5, 1.0) is None
     assert rate(5, 10, 0.0) is None
     assert rate(None, 10, 1.0) is None
+
+
+def test_a_sum_of_counters_has_no_rate_when_any_of_them_was_reset() -> None:
+    assert sum_rate([(100, 300), (1000, 1200)], 2.0) == 200.0
+    assert sum_rate([(100, 300), (1000, 5)], 2.0) is None  # one NIC's driver reloaded
+    assert sum_rate([(2**64 - 10, 5)], 1.0) is None
+    assert sum_rate([], 5.0) == 0.0
+    assert sum_rate([(100, 300)], 0.0) is None
+    # Summed as floats, one pair at a time (what the history's rates have always been): past 2^53
+    # a float drops the ones an exact integer sum would keep.
+    assert sum_rate(iter([(0, 2**53), (0, 1), (0, 1)]), 1.0) == 2.0**53
+
+
+def test_counters_read_together_have_no_increases_when_any_went_down() -> None:
+    before = {"user": 10.0, "idle": 100.0, "iowait": 5.0}
+    assert increases(before, {"user": 12.0, "idle": 104.0, "iowait": 5.0}) == {"user": 2.0, "idle": 4.0, "iowait": 0.0}
+    assert increases(before, {"user": 12.0, "idle": 104.0, "iowait": 4.5}) is None  # iowait dipped: a reset
+    assert increases({}, {}) == {}
+
+
+def test_a_count_that_restarts_from_zero_counts_its_new_value_across_the_reset() -> None:
+    assert increase_across_reset(30.0, 42.5) == 12.5
+    assert increase_across_reset(30.0, 30.0) == 0.0
+    # A new detector replaced the old one: all it counted since is new.
+    assert increase_across_reset(30.0, 4.0) == 4.0
+    assert delta(30, 4) is None  # unlike a counter's reset, which gives nothing
 
 
 def test_saturation_of_fixed_width_counters() -> None:
