@@ -34,7 +34,8 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.rollup import HistoryConfig
-from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.database import Store, StoreWriter
 from nodeagent.collector.store.nodes import NodeRow

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, resample
-from nodeagent.collector.ingest.report_path import Ingest
+from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.core.detector.verdict import NodeVerdict

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
-from nodeagent.collector.ingest.report_path import NodeState
+from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.views.fleet_assets import page
 from nodeagent.core.detector.verdict_words import evidence_words, verdict_sentence
 

@@ -20,7 +20,8 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import NODE_ROW
 from nodeagent.collector.history.rollup import HistoryConfig
-from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
@@ -64,8 +65,8 @@ def _stream(ingest: Ingest, reports: list[pb.NodeReport]) -> None:
         for i, report in enumerate(reports):
             ingest.accept(stream, report, report.SerializeToString())
             if i % 200 == 199:
-                await ingest.flush()
-        await ingest.flush(final=True)
+                await ingest.flusher.flush()
+        await ingest.flusher.flush(final=True)
 
     asyncio.run(run())
 
@@ -153,7 +154,7 @@ def test_a_node_that_stopped_reporting_is_swept_by_the_collectors_clock(tmp_path
     writer, ingest = _ingest(tmp_path / "c.db", config, clock=later)
     store = writer.store
     minutes_before = writer.call_sync(store.history.minutes, NODE, None, 0.0, None)
-    asyncio.run(ingest.flush())
+    asyncio.run(ingest.flusher.flush())
     minutes_after = writer.call_sync(store.history.minutes, NODE, None, 0.0, None)
     reports_after = writer.call_sync(store.history.reports, NODE, 0.0, None)
     writer.close()
@@ -225,7 +226,7 @@ def test_a_restart_rebuilds_the_open_minute_from_the_stored_reports(tmp_path: Pa
     async def first_part() -> None:
         for report in reports[:137]:
             ingest.accept(stream, report, report.SerializeToString())
-            await ingest.flush()  # each report durable, the open minute written only now and then
+            await ingest.flusher.flush()  # each report durable, the open minute written only now and then
 
     asyncio.run(first_part())
     writer.close()  # no final flush: as a SIGKILL leaves it
