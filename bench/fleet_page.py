@@ -12,8 +12,8 @@ times over HTTP, best of ``--repeat``:
 With ``--history-minutes M`` it first times what a restart costs before the collector serves:
 a database holding N nodes' last M minutes of a UTC day (9 rows a minute each, as 8-GPU nodes
 write; at most 1440), read by the one query that starts each node's GPU-hours lost today
-(``Store.lost_on_last_day``), beside the start-up's existing read of each node's open minute
-(``Store.history_seed``) and the whole ``Ingest`` start-up.
+(``Store.history.lost_on_last_day``), beside the start-up's existing read of each node's open minute
+(``Store.history.seed``) and the whole ``Ingest`` start-up.
 
     python bench/fleet_page.py [--nodes 1000] [--repeat 5] [--history-minutes 0]
 """
@@ -31,17 +31,14 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import (
-    DAY_SECONDS,
-    MINUTE_SECONDS,
-    NODE_ROW,
-    HistoryBatch,
-    HistoryConfig,
-    MinuteRow,
-)
-from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
-from nodeagent.collector.store.database import NodeRow, Store, StoreWriter
+from nodeagent.collector.store.database import Store, StoreWriter
+from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.node_timeline import MAX_POINTS, POINT_SECONDS
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -79,13 +76,13 @@ def _bench_start_up(path: Path, count: int, minutes: int) -> None:
             ]
         )
         row = NodeRow(node_id=node_id, first_seen=newest, last_seen=newest, gpu_count=8)
-        store.write([row], functools.partial(store.write_history, batch))
+        store.write([row], functools.partial(store.history.write, batch))
     store.close()
     label = f"{count} nodes, {count * ((newest - first) // MINUTE_SECONDS + 1) * 9} minute rows of the day"
     writer = StoreWriter(path)
     for name, query in (
-        ("lost_on_last_day", writer.store.lost_on_last_day),
-        ("history_seed", writer.store.history_seed),
+        ("lost_on_last_day", writer.store.history.lost_on_last_day),
+        ("history_seed", writer.store.history.seed),
     ):
         started = time.perf_counter()
         writer.call_sync(query)

@@ -33,8 +33,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.ingest.report_path import Ingest, NodeState
-from nodeagent.collector.store.database import NodeRow, StoreWriter
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector

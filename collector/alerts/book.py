@@ -4,7 +4,7 @@ in SQLite and hands every transition to the sinks once it is durable.
 Durability contract with the ingest store, which owns the connection and its transactions:
 
 1. ``observe`` (and ``resolve_node``) write alert rows and an outbox row per transition through
-   the store's ``AlertTables`` (``collector/store/database.py`` holds their SQL), inside the store's
+   the store's ``AlertTables`` (``collector/store/alert_tables.py`` holds their SQL), inside the store's
    open transaction. The book never commits.
 2. After the store has committed, it calls ``committed()``: the transitions of that transaction go
    to the sinks. (After a rollback it calls ``rolled_back()``: they are forgotten.)
@@ -30,7 +30,7 @@ import structlog
 
 from nodeagent.collector.alerts.lifecycle import FIRING, RESOLVED, UPDATED, alert_labels, next_transition
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, rfc3339
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 
 DEFAULT_RETENTION_SECONDS: Final = 7 * 86400.0

@@ -15,7 +15,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.dispatcher import SinkDispatcher
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 

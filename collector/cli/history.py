@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from nodeagent.collector.cli.client import client_options, query
-from nodeagent.collector.history.rollup import MINUTE_SECONDS, VALUES
+from nodeagent.collector.history.minutes import MINUTE_SECONDS, VALUES
 from nodeagent.collector.views.fleet_table import iso_time
 from nodeagent.core.quantities.units import parse_duration_seconds
 

@@ -19,7 +19,7 @@ import structlog
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
 from nodeagent.collector.history.rollup import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
-from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES
+from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.server import (
     DEFAULT_HELLO_TIMEOUT_SECONDS,
     DEFAULT_MAX_MESSAGE_BYTES,

@@ -9,23 +9,25 @@ idempotent. After a restart the node's last stored minute seeds the open one, so
 minute sent again after the restart add to it instead of replacing it.
 
 Minutes are the report's own time (``time_unix_seconds``), so a simulation or a replayed trace
-lands where its reports say. Rates (NIC, RDMA, disk, CPU) are from consecutive reports of the
-node; a counter that went down is a reset and gives no rate for that interval.
+lands where its reports say. Rates (NIC, RDMA, disk, CPU) are from reports of the node
+``RATE_EVERY_SECONDS`` apart (``node_rates``). The columns and how each merges are in ``minutes``;
+what a flush takes away, in ``batch``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.collector.history.batch import HistoryBatch, StoredReport
+from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-MINUTE_SECONDS: Final = 60
-DAY_SECONDS: Final = 86_400  # a UTC day: unix time has no leap seconds
-NODE_ROW: Final = -1
 # Full-resolution reports kept per node, and per-minute rows (``serve --history-*``).
 DEFAULT_REPORTS_SECONDS: Final = 3600.0
 DEFAULT_RETENTION_SECONDS: Final = 14 * 86400.0
@@ -39,54 +41,8 @@ OPEN_WRITE_WALL_SECONDS: Final = 1.0
 # NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
 RATE_EVERY_SECONDS: Final = 5.0
 
-# The numeric columns of a minute row, in the table's order. GPU rows fill the GPU ones, the node
-# row (gpu -1) the node ones and the GPU means over its GPUs. Every one is a mean over the
-# minute's reports, except ``utilization_min`` (a minimum) and ``gpu_seconds_lost`` (a sum).
-GPU_VALUES: Final = (
-    "utilization_mean", "utilization_min", "sm_active_mean", "memory_used_bytes", "power_watts",
-    "temperature_celsius",
-)  # fmt: skip
-NODE_VALUES: Final = (
-    "nic_rx_bytes_per_second", "nic_tx_bytes_per_second", "rdma_rx_bytes_per_second", "rdma_tx_bytes_per_second",
-    "disk_read_iops", "disk_write_iops", "disk_read_bytes_per_second", "disk_written_bytes_per_second",
-    "cpu_busy_ratio", "cpu_iowait_ratio", "pressure_cpu_some_ratio", "pressure_io_some_ratio",
-    "pressure_memory_some_ratio",
-)  # fmt: skip
-VERDICT_VALUES: Final = ("starvation_ratio", "gpu_seconds_lost")
-VALUES: Final = GPU_VALUES + NODE_VALUES + VERDICT_VALUES
-_LAST: Final = frozenset({"starvation_ratio"})  # the verdict's ratio at the minute's end, not a mean
-_SUM: Final = frozenset({"gpu_seconds_lost"})
-_MIN: Final = frozenset({"utilization_min"})
-
-
-@dataclass(slots=True)
-class MinuteRow:
-    """One GPU's (or the node's, gpu -1) minute: what ``Query.History`` returns, one per step."""
-
-    node_id: str
-    gpu: int
-    minute: int  # unix seconds at the minute's start
-    samples: int = 0
-    values: dict[str, float] = field(default_factory=dict)
-    state: str = ""
-    cause: str = ""
-    jobs: tuple[str, ...] = ()
-    # The newest report in the row (its time): after a restart, stored reports past it are rolled
-    # up again, so a minute written a few seconds before a kill still gets every durable report.
-    last_time: float = 0.0
-
-    def to_plain(self) -> dict[str, object]:
-        return {
-            "time_unix_seconds": self.minute, "gpu": None if self.gpu == NODE_ROW else self.gpu,
-            "samples": self.samples, **{name: self.values.get(name) for name in VALUES},
-            "state": self.state, "cause": self.cause or None, "jobs": list(self.jobs),
-        }  # fmt: skip
-
-
-_INDEX: Final = {name: i for i, name in enumerate(VALUES)}
-_UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (_INDEX[n] for n in GPU_VALUES)
-_RATIO, _LOST = _INDEX["starvation_ratio"], _INDEX["gpu_seconds_lost"]
-_KIND: Final = tuple("min" if n in _MIN else "sum" if n in _SUM else "last" if n in _LAST else "mean" for n in VALUES)
+_UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
+_RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
 
 
 class _Open:
@@ -113,8 +69,8 @@ class _Open:
             row.last_time,
         )
         for name, value in row.values.items():
-            i = _INDEX[name]
-            acc.sums[i] = value * row.samples if _KIND[i] == "mean" else value
+            i = INDEX[name]
+            acc.sums[i] = value * row.samples if KIND[i] == "mean" else value
             acc.counts[i] = row.samples
         return acc
 
@@ -127,35 +83,10 @@ class _Open:
         for i, name in enumerate(VALUES):
             n = self.counts[i]
             if n:
-                values[name] = self.sums[i] / n if _KIND[i] == "mean" else self.sums[i]
+                values[name] = self.sums[i] / n if KIND[i] == "mean" else self.sums[i]
         return MinuteRow(
             node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time
         )
-
-
-@dataclass(frozen=True, slots=True)
-class StoredReport:
-    node_id: str
-    time_unix_seconds: float
-    epoch: int
-    seq: int
-    raw: bytes
-
-
-@dataclass(slots=True)
-class HistoryBatch:
-    """What one flush writes of the history: reports, minute rows, and per-node prune cutoffs."""
-
-    reports: list[StoredReport] = field(default_factory=list)
-    minutes: list[MinuteRow] = field(default_factory=list)
-    # node id -> (delete reports before, delete minutes before), unix seconds.
-    prune: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # (reports before, minutes before) for every node, by the collector's clock: a node that stopped
-    # reporting is never pruned by its own newest report, and its history must still go.
-    sweep: tuple[float, float] | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.reports or self.minutes or self.prune or self.sweep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +232,7 @@ class NodeHistory:
                     sums[_RATIO] = v.starvation_ratio
                     counts[_RATIO] += 1
                 # The detector's count is cumulative since it started; a lower one is a new detector.
-                before = self.lost.get(gpu.index, 0.0)
-                delta = v.gpu_seconds_lost - before if v.gpu_seconds_lost >= before else v.gpu_seconds_lost
+                delta = increase_across_reset(self.lost.get(gpu.index, 0.0), v.gpu_seconds_lost)
                 self.lost[gpu.index] = v.gpu_seconds_lost
                 sums[_LOST] += delta
                 counts[_LOST] += 1
@@ -321,7 +251,7 @@ class NodeHistory:
         host = report.host
         for name, pressure in _PRESSURES:
             if host.HasField(pressure):
-                node.add(_INDEX[name], getattr(host, pressure).some_avg10_ratio)
+                node.add(INDEX[name], getattr(host, pressure).some_avg10_ratio)
         # Rates against the report RATE_EVERY_SECONDS back: the same mean over a minute as one
         # per report, at a fraction of the cost.
         base = self.previous
@@ -332,9 +262,9 @@ class NodeHistory:
         if seconds < RATE_EVERY_SECONDS:
             return
         self.previous = _kept(report)
-        for name, value in _rates(base, report, seconds).items():
+        for name, value in node_rates(base, report, seconds).items():
             if value is not None:
-                node.add(_INDEX[name], value)
+                node.add(INDEX[name], value)
 
 
 _PRESSURES: Final = (
@@ -349,121 +279,3 @@ def _kept(report: pb.NodeReport) -> pb.NodeReport:
     copy = pb.NodeReport()
     copy.CopyFrom(report)
     return copy
-
-
-def _delta(before: float, after: float) -> float | None:
-    return after - before if after >= before else None
-
-
-def _sum_rate(pairs: Iterable[tuple[float, float]], seconds: float) -> float | None:
-    total = 0.0
-    for before, after in pairs:
-        delta = _delta(before, after)
-        if delta is None:
-            return None
-        total += delta
-    return total / seconds
-
-
-def _rates(before: pb.NodeReport, after: pb.NodeReport, seconds: float) -> dict[str, float | None]:
-    nics = {n.name: n for n in before.nics}
-    nic_pairs = [(nics[n.name], n) for n in after.nics if n.name in nics]
-    ports = {(p.device, p.port): p for p in before.rdma_ports}
-    port_pairs = [(ports[(p.device, p.port)], p) for p in after.rdma_ports if (p.device, p.port) in ports]
-    disks = {d.name: d for d in before.disks}
-    disk_pairs = [(disks[d.name], d) for d in after.disks if d.name in disks]
-    out: dict[str, float | None] = {
-        "nic_rx_bytes_per_second": _sum_rate(((a.rx_bytes_total, b.rx_bytes_total) for a, b in nic_pairs), seconds),
-        "nic_tx_bytes_per_second": _sum_rate(((a.tx_bytes_total, b.tx_bytes_total) for a, b in nic_pairs), seconds),
-        "disk_read_iops": _sum_rate(
-            ((a.reads_completed_total, b.reads_completed_total) for a, b in disk_pairs), seconds
-        ),
-        "disk_write_iops": _sum_rate(
-            ((a.writes_completed_total, b.writes_completed_total) for a, b in disk_pairs), seconds
-        ),
-        "disk_read_bytes_per_second": _sum_rate(
-            ((a.read_bytes_total, b.read_bytes_total) for a, b in disk_pairs), seconds
-        ),
-        "disk_written_bytes_per_second": _sum_rate(
-            ((a.written_bytes_total, b.written_bytes_total) for a, b in disk_pairs), seconds
-        ),
-    }
-    if port_pairs:
-        out["rdma_rx_bytes_per_second"] = _sum_rate(
-            ((a.rx_bytes_total, b.rx_bytes_total) for a, b in port_pairs), seconds
-        )
-        out["rdma_tx_bytes_per_second"] = _sum_rate(
-            ((a.tx_bytes_total, b.tx_bytes_total) for a, b in port_pairs), seconds
-        )
-    if not nic_pairs:
-        out.pop("nic_rx_bytes_per_second"), out.pop("nic_tx_bytes_per_second")
-    if not disk_pairs:
-        for name in (
-            "disk_read_iops",
-            "disk_write_iops",
-            "disk_read_bytes_per_second",
-            "disk_written_bytes_per_second",
-        ):
-            out.pop(name)
-    if before.host.HasField("cpu_total") and after.host.HasField("cpu_total"):
-        a, b = before.host.cpu_total, after.host.cpu_total
-        fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-        deltas = {f: getattr(b, f"{f}_seconds_total") - getattr(a, f"{f}_seconds_total") for f in fields}
-        total = sum(deltas.values())
-        if total > 0 and min(deltas.values()) >= 0:
-            out["cpu_busy_ratio"] = 1.0 - (deltas["idle"] + deltas["iowait"]) / total
-            out["cpu_iowait_ratio"] = deltas["iowait"] / total
-    return out
-
-
-def resample(rows: Sequence[MinuteRow], step_seconds: int) -> list[MinuteRow]:
-    """Minute rows (ordered by gpu, then minute) merged into ``step_seconds`` buckets: means
-    weighted by samples, the minimum of minima, sums of sums, the last state, cause and ratio."""
-    if step_seconds <= MINUTE_SECONDS:
-        return list(rows)
-    out: list[MinuteRow] = []
-    current: MinuteRow | None = None
-    weights: dict[str, int] = {}
-    for row in rows:
-        bucket = row.minute // step_seconds * step_seconds
-        if current is None or current.gpu != row.gpu or current.minute != bucket:
-            current = MinuteRow(row.node_id, row.gpu, bucket)
-            weights = {}
-            out.append(current)
-        for name, value in row.values.items():
-            old = current.values.get(name)
-            weight = weights.get(name, 0)
-            kind = _KIND[_INDEX[name]]
-            if old is None:
-                current.values[name] = value
-            elif kind == "min":
-                current.values[name] = min(old, value)
-            elif kind == "sum":
-                current.values[name] = old + value
-            elif kind == "last":
-                current.values[name] = value
-            else:
-                current.values[name] = (old * weight + value * row.samples) / max(1, weight + row.samples)
-            weights[name] = weight + row.samples
-        current.samples += row.samples
-        current.state, current.cause, current.jobs, current.last_time = row.state, row.cause, row.jobs, row.last_time
-    return out
-
-
-def minute_values(row: MinuteRow) -> tuple[object, ...]:
-    """The row as the store's columns."""
-    return (
-        row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
-        row.state, row.cause, ",".join(row.jobs), row.last_time,
-    )  # fmt: skip
-
-
-def minute_from(values: Sequence[object]) -> MinuteRow:
-    node_id, gpu, minute, samples = values[:4]
-    numbers = values[4 : 4 + len(VALUES)]
-    state, cause, jobs, last_time = values[4 + len(VALUES) :]
-    row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
-    row.values = {name: float(str(v)) for name, v in zip(VALUES, numbers, strict=True) if v is not None}
-    row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
-    row.jobs = tuple(j for j in str(jobs).split(",") if j)
-    return row

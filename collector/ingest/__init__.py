@@ -1,4 +1,6 @@
 """The collector's way in: the gRPC server (``server``: ingest stream, query and health services,
-roles and stream bounds), the per-report path (``report_path``: validate, deduplicate, acknowledge
-once durable) and its flush statistics. The store, the history and the query service have rooms
-of their own beside this one."""
+roles and stream bounds), the per-report path (``intake``: deduplicate, update the node, hand the
+report to the detector, alerts, timeline and history), what it holds of each node and stream
+(``node_state``, with the node and seq bounds), and the flush that makes it durable and then
+acknowledges (``flush``, with ``flush_stats``). The store, the history and the query service have
+rooms of their own beside this one."""

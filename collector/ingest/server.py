@@ -29,7 +29,8 @@ from grpc_reflection.v1alpha import reflection
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.rollup import HistoryConfig
-from nodeagent.collector.ingest.report_path import DEFAULT_MAX_NODES, Ingest, StreamHandle, StreamRefusedError
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
@@ -150,7 +151,7 @@ class CollectorServer:
         await server.start()
         self._server = server
         self.started_monotonic = time.monotonic()
-        self._flusher = asyncio.create_task(self.ingest.run_flusher())
+        self._flusher = asyncio.create_task(self.ingest.flusher.run())
         for remote in self.remote_writers:
             remote.start()
         self.serving = True
@@ -198,7 +199,7 @@ class CollectorServer:
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
-        await self.ingest.flush(final=True)
+        await self.ingest.flusher.flush(final=True)
         for remote in self.remote_writers:
             await asyncio.to_thread(remote.stop)
         self.writer.call_sync(self.alerting.close)
@@ -233,7 +234,7 @@ class CollectorServer:
     async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):
             await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
-        if self.ingest.store_failing_for() > STORE_FAILING_REFUSE_SECONDS:
+        if self.ingest.flusher.failing_for() > STORE_FAILING_REFUSE_SECONDS:
             await self._refuse(
                 context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
             )

@@ -9,9 +9,10 @@ from typing import Any
 
 import grpc
 
-from nodeagent.collector.history.rollup import MINUTE_SECONDS, MinuteRow, resample
-from nodeagent.collector.ingest.report_path import Ingest
-from nodeagent.collector.store.database import NodeRow, Store
+from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, resample
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.store.history_tables import HistoryTables
+from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -82,7 +83,7 @@ class QueryService(pb_grpc.QueryServicer):
         await self._authorize(context)
         if request.step_seconds % MINUTE_SECONDS:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"step {request.step_seconds} s is not whole minutes")
-        rows = await self.ingest.writer.call(history_rows, self.ingest.writer.store, request)
+        rows = await self.ingest.writer.call(history_rows, self.ingest.writer.store.history, request)
         response = pb.HistoryResponse()
         for row in rows:
             out = response.rows.add(
@@ -96,7 +97,8 @@ class QueryService(pb_grpc.QueryServicer):
         self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[pb.JobsRequest, pb.JobsResponse]
     ) -> pb.JobsResponse:
         await self._authorize(context)
-        groups = await self.ingest.writer.call(self.ingest.writer.store.job_minutes, request.last_seconds or 86400.0)
+        history = self.ingest.writer.store.history
+        groups = await self.ingest.writer.call(history.job_minutes, request.last_seconds or 86400.0)
         totals: dict[str, pb.JobTotal] = {}
         nodes: dict[str, set[str]] = {}
         for jobs, cause, node_id, minutes, lost_seconds, first, last in groups:
@@ -136,17 +138,17 @@ async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerCon
         await context.abort(_STATUS[decision.access], decision.detail)
 
 
-def history_rows(store: Store, request: pb.HistoryRequest) -> list[MinuteRow]:
+def history_rows(history: HistoryTables, request: pb.HistoryRequest) -> list[MinuteRow]:
     """On the store's thread: the rows a ``HistoryRequest`` asks for."""
     since = request.since_unix_seconds
     if request.last_seconds > 0:
-        newest = store.newest_minute(request.node_id)
+        newest = history.newest_minute(request.node_id)
         if newest is None:
             return []
         since = newest + MINUTE_SECONDS - request.last_seconds
     until = request.until_unix_seconds or None
     gpu = request.gpu if request.HasField("gpu") else None
-    return resample(store.history_minutes(request.node_id, gpu, since, until), request.step_seconds)
+    return resample(history.minutes(request.node_id, gpu, since, until), request.step_seconds)
 
 
 def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:

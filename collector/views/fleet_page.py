@@ -19,8 +19,8 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.alerts.book import Alert
-from nodeagent.collector.history.rollup import DAY_SECONDS, NODE_ROW, MinuteRow
-from nodeagent.collector.ingest.report_path import NodeState
+from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.views.fleet_assets import page
 from nodeagent.core.detector.verdict_words import evidence_words, verdict_sentence
 
@@ -120,7 +120,7 @@ class FleetPage:
         store = server.writer.store
         try:
             rows = server.writer.call_sync(
-                store.history_minutes, node.row.node_id, NODE_ROW, since, None, timeout=HISTORY_TIMEOUT_SECONDS
+                store.history.minutes, node.row.node_id, NODE_ROW, since, None, timeout=HISTORY_TIMEOUT_SECONDS
             )
         except TimeoutError:
             return memory

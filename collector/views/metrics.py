@@ -75,7 +75,7 @@ class CollectorMetrics(Collector):
             value=sum(1 for node in nodes if node.stream is not None),
         )  # fmt: skip
         yield GaugeMetricFamily("nodeagent_ingest_nodes", "Nodes this collector knows.", value=len(nodes))
-        stats = ingest.flush_stats
+        stats = ingest.flusher.stats
         yield _histogram(
             "nodeagent_store_flush_duration_seconds",
             "Time to write one batch to SQLite and commit it (flushes that wrote something).",
@@ -175,7 +175,7 @@ class MetricsExposition:
         flusher = server.flusher
         if flusher is None or flusher.done():
             return False, "store flusher stopped"
-        last = server.ingest.flush_stats.last_monotonic or server.started_monotonic
+        last = server.ingest.flusher.stats.last_monotonic or server.started_monotonic
         age = time.monotonic() - last
         if age > FLUSH_STALE_SECONDS:
             return False, f"no store flush completed for {age:.1f} s"

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from nodeagent.collector.ingest.report_path import Ingest, NodeState
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.core.exposition.text import TextFamily, escape, label, render

@@ -19,8 +19,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from nodeagent.collector.history.rollup import DAY_SECONDS
+from nodeagent.collector.history.minutes import DAY_SECONDS
 from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.quantities.rates import increase_across_reset
 
 POINT_SECONDS: Final = 60.0
 MAX_POINTS: Final = 120
@@ -76,7 +77,7 @@ class NodeTimeline:
             self._day, self.lost_today_seconds = day, 0.0
         lost = verdict.gpu_seconds_lost
         # A new detector (a restarted agent) counts from zero again.
-        self.lost_today_seconds += lost - self._last_lost if lost >= self._last_lost else lost
+        self.lost_today_seconds += increase_across_reset(self._last_lost, lost)
         self._last_lost = lost
         if t < self._next_point:
             return

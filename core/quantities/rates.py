@@ -4,9 +4,19 @@ A cumulative counter that goes down between two samples was reset (driver reload
 replaced, 32-bit wrap): that interval has no rate. Never a negative rate, never one of
 2^64 bytes. A fixed-width counter pinned at its maximum is saturated (InfiniBand PMA
 counters stop instead of wrapping); its deltas mean nothing until it is cleared.
+
+Counters read together for one figure (a node's NICs summed, a CPU's time by mode): one reset
+among them and that interval has no figure. A count known to start again from zero (the
+detector's GPU-seconds lost, when a new detector replaces the old) is the exception: across its
+reset, the increase is its whole new value.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K")
 
 MAX_U32 = (1 << 32) - 1
 
@@ -40,6 +50,31 @@ def rate(previous: int | float | None, current: int | float | None, seconds: flo
     if previous is None or current is None or seconds <= 0 or current < previous:
         return None
     return (current - previous) / seconds
+
+
+def sum_rate(pairs: Iterable[tuple[float, float]], seconds: float) -> float | None:
+    """Per-second increase of several counters summed, from (previous, current) pairs; None when
+    any of them was reset or the interval is empty (no pairs: 0.0)."""
+    if seconds <= 0:
+        return None
+    total = 0.0
+    for previous, current in pairs:
+        if current < previous:
+            return None
+        total += current - previous
+    return total / seconds
+
+
+def increases(previous: Mapping[K, float], current: Mapping[K, float]) -> dict[K, float] | None:
+    """Each counter's increase, by ``current``'s keys (all in ``previous``); None when any of
+    them went down."""
+    out = {key: value - previous[key] for key, value in current.items()}
+    return None if any(increase < 0 for increase in out.values()) else out
+
+
+def increase_across_reset(previous: float, current: float) -> float:
+    """Increase of a count that starts again from zero when reset: across a reset, its whole new value."""
+    return current - previous if current >= previous else current
 
 
 def ratio(part: float | None, whole: float | None) -> float | None:

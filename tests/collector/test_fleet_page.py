@@ -56,7 +56,7 @@ def _serve(tmp_path: Path, work: Any, history: bool = True) -> Any:
         await server.start()
         try:
             feed_simulated(server.ingest, FLEET, SECONDS)
-            await server.ingest.flush()
+            await server.ingest.flusher.flush()
             assert server.http is not None
             return await asyncio.to_thread(work, server, f"http://{server.http.address}")
         finally:

@@ -25,7 +25,8 @@ from prometheus_client.samples import Sample
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views import metrics as collector_metrics
@@ -174,7 +175,7 @@ def test_collector_serves_metrics_and_health_on_loopback(tmp_path: Path, monkeyp
             async def stuck() -> None:
                 await never.wait()
 
-            monkeypatch.setattr(server.ingest, "flush", stuck)
+            monkeypatch.setattr(server.ingest.flusher, "flush", stuck)
             await asyncio.sleep(1.0)
             seen["stalled"] = await asyncio.to_thread(_get, f"{base}/healthz")
             assert server.flusher is not None

@@ -16,8 +16,10 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import MINUTE_SECONDS, NODE_ROW, OPEN_WRITE_SECONDS
-from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
+from nodeagent.collector.history.minutes import MINUTE_SECONDS, NODE_ROW
+from nodeagent.collector.history.rollup import OPEN_WRITE_SECONDS
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.config import DetectorConfig
@@ -62,8 +64,8 @@ class _Run:
             for i, report in enumerate(reports):
                 self.ingest.accept(self.stream, report, report.SerializeToString())
                 if i % flush_every == flush_every - 1:
-                    await self.ingest.flush()
-            await self.ingest.flush()
+                    await self.ingest.flusher.flush()
+            await self.ingest.flusher.flush()
 
         asyncio.run(run())
 
@@ -73,12 +75,12 @@ class _Run:
 
     def stored_lost(self, since: float) -> float:
         """The history's GPU-seconds lost in the node's minutes from ``since``."""
-        rows = self.writer.call_sync(self.writer.store.history_minutes, NODE, NODE_ROW, since, None)
+        rows = self.writer.call_sync(self.writer.store.history.minutes, NODE, NODE_ROW, since, None)
         return sum(r.values.get("gpu_seconds_lost", 0.0) for r in rows)
 
     def settle(self) -> None:
         """Every open minute written, as a stopping collector writes them."""
-        asyncio.run(self.ingest.flush(final=True))
+        asyncio.run(self.ingest.flusher.flush(final=True))
 
     def stop(self, killed: bool = False) -> None:
         if not killed:

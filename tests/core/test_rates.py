@@ -8,7 +8,16 @@ from nodeagent.agent.sources import Roots
 from nodeagent.agent.views.snapshots import snapshot
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node_evidence import NodeEvidenceTracker
-from nodeagent.core.quantities.rates import MAX_U32, delta, disk_busy_ratio, is_saturated, rate
+from nodeagent.core.quantities.rates import (
+    MAX_U32,
+    delta,
+    disk_busy_ratio,
+    increase_across_reset,
+    increases,
+    is_saturated,
+    rate,
+    sum_rate,
+)
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.trees import NET_DEV_HEADER, rewrite, write_tree
 
@@ -55,6 +64,32 @@ def test_the_sample_view_and_the_detector_read_the_same_busy_ratio() -> None:
     evidence = tracker.step(second, assigned_gpus=1)
     shown = snapshot(first, second, pb.NodeInfo(node_id="n"))["disks"][0]["utilization_ratio"]
     assert shown == evidence.values["storage_busy_ratio"] == disk_busy_ratio(5_000, 6_500, 2.0) == 0.75
+
+
+def test_a_sum_of_counters_has_no_rate_when_any_of_them_was_reset() -> None:
+    assert sum_rate([(100, 300), (1000, 1200)], 2.0) == 200.0
+    assert sum_rate([(100, 300), (1000, 5)], 2.0) is None  # one NIC's driver reloaded
+    assert sum_rate([(2**64 - 10, 5)], 1.0) is None
+    assert sum_rate([], 5.0) == 0.0
+    assert sum_rate([(100, 300)], 0.0) is None
+    # Summed as floats, one pair at a time (what the history's rates have always been): past 2^53
+    # a float drops the ones an exact integer sum would keep.
+    assert sum_rate(iter([(0, 2**53), (0, 1), (0, 1)]), 1.0) == 2.0**53
+
+
+def test_counters_read_together_have_no_increases_when_any_went_down() -> None:
+    before = {"user": 10.0, "idle": 100.0, "iowait": 5.0}
+    assert increases(before, {"user": 12.0, "idle": 104.0, "iowait": 5.0}) == {"user": 2.0, "idle": 4.0, "iowait": 0.0}
+    assert increases(before, {"user": 12.0, "idle": 104.0, "iowait": 4.5}) is None  # iowait dipped: a reset
+    assert increases({}, {}) == {}
+
+
+def test_a_count_that_restarts_from_zero_counts_its_new_value_across_the_reset() -> None:
+    assert increase_across_reset(30.0, 42.5) == 12.5
+    assert increase_across_reset(30.0, 30.0) == 0.0
+    # A new detector replaced the old one: all it counted since is new.
+    assert increase_across_reset(30.0, 4.0) == 4.0
+    assert delta(30, 4) is None  # unlike a counter's reset, which gives nothing
 
 
 def test_saturation_of_fixed_width_counters() -> None:

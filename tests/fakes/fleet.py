@@ -156,7 +156,7 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
 def feed_simulated(ingest: Any, scenarios: dict[str, str], seconds: float, step_seconds: float = 1.0) -> None:
     """``seconds`` of reports, ending now, from one simulated node per ``node id -> scenario``,
     straight into an in-process collector's ``Ingest`` (its detector, timeline and alert rules)."""
-    from nodeagent.collector.ingest.report_path import StreamHandle
+    from nodeagent.collector.ingest.node_state import StreamHandle
     from nodeagent.tools.simulator import Simulation
 
     start = time.time() - seconds

@@ -12,7 +12,7 @@ import pytest
 
 from nodeagent.collector.alerts.book import FIRING, RESOLVED, UPDATED, AlertBook, fingerprint
 from nodeagent.collector.alerts.sinks import SinkDispatcher
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 

@@ -12,7 +12,7 @@ import pytest
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
 

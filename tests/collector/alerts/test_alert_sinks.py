@@ -22,7 +22,7 @@ from nodeagent.collector.alerts.sinks import (
     build_sinks,
 )
 from nodeagent.collector.alerts.sinks.webhook import IDEMPOTENCY_HEADER
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 from tests.fakes.alert_sinks import CapturingSink
 from tests.fakes.http_receiver import DROP, http_receiver

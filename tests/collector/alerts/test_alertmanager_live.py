@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.sinks import AlertmanagerSink, SinkDispatcher
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 from tests.fakes.alertmanager import alerts as _alerts
 from tests.fakes.alertmanager import wait as _wait

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.replay import replay_alerts
-from nodeagent.collector.store.database import AlertTables
+from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 
 

@@ -305,7 +305,7 @@ def test_database_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
         server = CollectorServer(ServerConfig(listen="127.0.0.1:0", db_path=path))
         await server.start()
         try:
-            await server.ingest.flush()
+            await server.ingest.flusher.flush()
             return {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir() if p.name.startswith(path.name)}
         finally:
             await server.stop(0.1)

@@ -17,8 +17,11 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import NODE_ROW, HistoryBatch, HistoryConfig
-from nodeagent.collector.ingest.report_path import Ingest, StreamHandle
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.minutes import NODE_ROW
+from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
@@ -62,8 +65,8 @@ def _stream(ingest: Ingest, reports: list[pb.NodeReport]) -> None:
         for i, report in enumerate(reports):
             ingest.accept(stream, report, report.SerializeToString())
             if i % 200 == 199:
-                await ingest.flush()
-        await ingest.flush(final=True)
+                await ingest.flusher.flush()
+        await ingest.flusher.flush(final=True)
 
     asyncio.run(run())
 
@@ -72,7 +75,7 @@ def test_minutes_agree_with_a_replay_of_the_same_reports(tmp_path: Path) -> None
     reports = _reports(REPORTS)
     writer, ingest = _ingest(tmp_path / "c.db")
     _stream(ingest, reports)
-    rows = writer.call_sync(writer.store.history_minutes, NODE, None, 0.0, None)
+    rows = writer.call_sync(writer.store.history.minutes, NODE, None, 0.0, None)
     writer.close()
     # What the minutes should say, from the reports and a replay over them.
     replay = Replay(DetectorConfig())
@@ -123,16 +126,16 @@ def test_retention_prunes_exactly_what_is_older(tmp_path: Path) -> None:
     writer, ingest = _ingest(tmp_path / "c.db", config)
     _stream(ingest, _reports(int(3600 / STEP_SECONDS)))
     store = writer.store
-    before = writer.call_sync(store.history_minutes, NODE, None, 0.0, None)
-    reports_before = writer.call_sync(store.history_reports, NODE, 0.0, None)
+    before = writer.call_sync(store.history.minutes, NODE, None, 0.0, None)
+    reports_before = writer.call_sync(store.history.reports, NODE, 0.0, None)
     # The flushes pruned as they went: nothing older than retention (plus the prune period) left.
     newest = max(r.time_unix_seconds for r in reports_before)
     assert min(r.minute for r in before) >= newest - 1800 - 60 - 30
     assert min(r.time_unix_seconds for r in reports_before) >= newest - 300 - 30
     minute_cut, report_cut = float(sorted({r.minute for r in before})[5]), newest - 120.0
-    writer.call_sync(store.write_history, HistoryBatch(prune={NODE: (report_cut, minute_cut)}))
-    after = writer.call_sync(store.history_minutes, NODE, None, 0.0, None)
-    reports_after = writer.call_sync(store.history_reports, NODE, 0.0, None)
+    writer.call_sync(store.history.write, HistoryBatch(prune={NODE: (report_cut, minute_cut)}))
+    after = writer.call_sync(store.history.minutes, NODE, None, 0.0, None)
+    reports_after = writer.call_sync(store.history.reports, NODE, 0.0, None)
     writer.close()
     assert [(r.gpu, r.minute) for r in after] == [(r.gpu, r.minute) for r in before if r.minute >= minute_cut]
     assert [r.seq for r in reports_after] == [r.seq for r in reports_before if r.time_unix_seconds >= report_cut]
@@ -150,10 +153,10 @@ def test_a_node_that_stopped_reporting_is_swept_by_the_collectors_clock(tmp_path
     later = DEFAULT_START_TIME + 1200 + 900
     writer, ingest = _ingest(tmp_path / "c.db", config, clock=later)
     store = writer.store
-    minutes_before = writer.call_sync(store.history_minutes, NODE, None, 0.0, None)
-    asyncio.run(ingest.flush())
-    minutes_after = writer.call_sync(store.history_minutes, NODE, None, 0.0, None)
-    reports_after = writer.call_sync(store.history_reports, NODE, 0.0, None)
+    minutes_before = writer.call_sync(store.history.minutes, NODE, None, 0.0, None)
+    asyncio.run(ingest.flusher.flush())
+    minutes_after = writer.call_sync(store.history.minutes, NODE, None, 0.0, None)
+    reports_after = writer.call_sync(store.history.reports, NODE, 0.0, None)
     writer.close()
     assert minutes_before and min(r.minute for r in minutes_before) < later - 1800
     assert [(r.gpu, r.minute) for r in minutes_after] == [
@@ -213,7 +216,7 @@ def test_a_restart_rebuilds_the_open_minute_from_the_stored_reports(tmp_path: Pa
     reports = _reports(200)
     writer, ingest = _ingest(tmp_path / "whole.db")
     _stream(ingest, reports)
-    whole = writer.call_sync(writer.store.history_minutes, NODE, None, 0.0, None)
+    whole = writer.call_sync(writer.store.history.minutes, NODE, None, 0.0, None)
     writer.close()
 
     writer, ingest = _ingest(tmp_path / "killed.db")
@@ -223,13 +226,13 @@ def test_a_restart_rebuilds_the_open_minute_from_the_stored_reports(tmp_path: Pa
     async def first_part() -> None:
         for report in reports[:137]:
             ingest.accept(stream, report, report.SerializeToString())
-            await ingest.flush()  # each report durable, the open minute written only now and then
+            await ingest.flusher.flush()  # each report durable, the open minute written only now and then
 
     asyncio.run(first_part())
     writer.close()  # no final flush: as a SIGKILL leaves it
     writer, ingest = _ingest(tmp_path / "killed.db")
     _stream(ingest, reports[130:])  # the agent sends again what it had no ack for
-    again = writer.call_sync(writer.store.history_minutes, NODE, None, 0.0, None)
+    again = writer.call_sync(writer.store.history.minutes, NODE, None, 0.0, None)
     writer.close()
     assert [(r.gpu, r.minute, r.samples) for r in again] == [(r.gpu, r.minute, r.samples) for r in whole]
     for a, b in zip(again, whole, strict=True):
@@ -243,7 +246,7 @@ def test_replay_of_stored_reports_is_the_replay_of_the_trace(tmp_path: Path) -> 
     reports = _reports(int(1800 / STEP_SECONDS))
     writer, ingest = _ingest(tmp_path / "c.db")
     _stream(ingest, reports)
-    rows = writer.call_sync(writer.store.history_minutes, NODE, NODE_ROW, 0.0, None)
+    rows = writer.call_sync(writer.store.history.minutes, NODE, NODE_ROW, 0.0, None)
     writer.close()
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(format_report(r) + "\n" for r in reports))

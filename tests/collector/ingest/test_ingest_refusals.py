@@ -21,7 +21,8 @@ import pytest
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.ingest.report_path import Ingest, StreamHandle, StreamRefusedError
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -280,16 +281,16 @@ async def _row_refused(tmp_path: Path) -> None:
         ingest.accept(stream, small_report(node, 1), b"")
     # A value SQLite cannot hold, however it got there.
     ingest.nodes["broken"].row.spool_dropped_total = 2**64
-    await ingest.flush()
+    await ingest.flusher.flush()
     ingest.accept(streams["fine"], small_report("fine", 2), b"")
-    await ingest.flush()
+    await ingest.flusher.flush()
     with pytest.raises(StreamRefusedError) as refused:
         ingest.accept(streams["broken"], small_report("broken", 2), b"")
     with pytest.raises(StreamRefusedError):
         ingest.attach(StreamHandle("broken", "test"), pb.NodeInfo(node_id="broken"))
-    stored = {row.node_id: row for row in writer.call_sync(writer.store.load)}
+    stored = {row.node_id: row for row in writer.call_sync(writer.store.nodes.load)}
     writer.close()
-    assert ingest.failing_since is None and ingest.flush_stats.failures_total == 0
+    assert ingest.flusher.failing_since is None and ingest.flusher.stats.failures_total == 0
     assert ingest.durable_seq(streams["fine"]) == 2
     assert ingest.durable_seq(streams["broken"]) == 0
     assert (refused.value.code, refused.value.reason) == ("UNAVAILABLE", "node_unstorable")

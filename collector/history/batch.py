@@ -1,0 +1,37 @@
+"""What one flush writes of the history, and a stored report as the store gives it back.
+
+``NodeHistory.take`` fills a ``HistoryBatch`` per node, the ingest path merges them into one, and
+the store writes it in the flush transaction (``collector/store/history_tables.py``); a flush
+that does not commit hands each node its part back (``NodeHistory.put_back``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nodeagent.collector.history.minutes import MinuteRow
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReport:
+    node_id: str
+    time_unix_seconds: float
+    epoch: int
+    seq: int
+    raw: bytes
+
+
+@dataclass(slots=True)
+class HistoryBatch:
+    """What one flush writes of the history: reports, minute rows, and per-node prune cutoffs."""
+
+    reports: list[StoredReport] = field(default_factory=list)
+    minutes: list[MinuteRow] = field(default_factory=list)
+    # node id -> (delete reports before, delete minutes before), unix seconds.
+    prune: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # (reports before, minutes before) for every node, by the collector's clock: a node that stopped
+    # reporting is never pruned by its own newest report, and its history must still go.
+    sweep: tuple[float, float] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.reports or self.minutes or self.prune or self.sweep)

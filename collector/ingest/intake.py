@@ -1,0 +1,218 @@
+"""The per-report path: take each validated report once, update its node, hand it to the stages.
+
+Every node's state lives in memory (``node_state``). A report is new when its seq is above the
+node's watermark for its epoch (reports arrive in order on a stream, so one number per epoch is
+the whole dedup state); anything at or below it is a duplicate, counted and acknowledged again,
+never stored twice. A new report goes to the alert rules, the node's detector (and, when its
+window advances, the timeline and the alert book), the node's history and the report observers
+(remote write); the flusher (``flush``) then writes the changed nodes in one SQLite transaction
+every ``flush_seconds`` and acknowledges once durable.
+
+One stream can move its node's state only so far (the bounds in ``node_state``), and a node
+whose row cannot be written is set aside by itself: its streams are refused, every other node's
+reports go on being stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.ingest.flush import Flusher
+from nodeagent.collector.ingest.node_state import (
+    DEFAULT_MAX_NODES,
+    MAX_EPOCHS,
+    MAX_EPOCHS_PER_STREAM,
+    MAX_SEQ_JUMP,
+    NodeState,
+    StreamHandle,
+    StreamRefusedError,
+    bare,
+    forget_oldest_epoch,
+    refuse_unstorable,
+)
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+class Ingest:
+    """Every node this collector holds, and the path each report of theirs takes into it."""
+
+    def __init__(
+        self,
+        writer: StoreWriter,
+        alerting: Alerting,
+        *,
+        detector_config: DetectorConfig | None = None,
+        flush_seconds: float = 0.05,
+        clock: Callable[[], float] = time.time,
+        max_nodes: int = DEFAULT_MAX_NODES,
+        history: HistoryConfig | None = None,
+    ) -> None:
+        self.writer = writer
+        self.max_nodes = max_nodes
+        self.alerting = alerting
+        self.detector_config = detector_config or DetectorConfig()
+        writer.call_sync(alerting.open, writer.store.alerts)
+        self.clock = clock
+        self.nodes: dict[str, NodeState] = {}
+        self.reports_total = 0
+        self.duplicates_total = 0
+        # Called with every new report and its node's verdict (remote write): each only queues.
+        self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
+        self.history_config = history or HistoryConfig()
+        self.flusher = Flusher(
+            self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config
+        )
+        self._history_seed = writer.call_sync(writer.store.history.seed) if self.history_config.enabled else {}
+        # Each node's GPU time lost on its last stored day, read here, before any report of this
+        # run is accepted (let alone flushed into the history): the day's count starts from it
+        # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
+        lost_days = writer.call_sync(writer.store.history.lost_on_last_day) if self.history_config.enabled else {}
+        # Since when this collector counts GPU time lost in memory alone (``--no-history``).
+        self.counting_since = clock()
+        for row in writer.call_sync(writer.store.nodes.load):
+            marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
+            row.watermarks = {}
+            committed = bare(row)
+            node = NodeState(row=row, seen=dict(marks), durable=marks, latest=row.latest, committed=committed)
+            lost_day = lost_days.get(row.node_id)
+            if lost_day is not None:
+                node.timeline.seed_lost_today(*lost_day)
+            self.nodes[row.node_id] = node
+
+    # ---- streams ----
+
+    def attach(self, stream: StreamHandle, hello: pb.NodeInfo) -> StreamHandle | None:
+        """Make ``stream`` the node's stream; returns the stream it replaces, if any.
+
+        ``StreamRefusedError`` when the collector holds ``max_nodes`` others already, or when this
+        node's row could not be stored (until a restart reloads it from what was committed)."""
+        node = self.nodes.get(stream.node_id)
+        if node is None and len(self.nodes) >= self.max_nodes:
+            raise StreamRefusedError(
+                "RESOURCE_EXHAUSTED", "max_nodes",
+                f"this collector holds {len(self.nodes)} nodes, its limit (--max-nodes); "
+                f"node {stream.node_id!r} must go to another collector",
+            )  # fmt: skip
+        node = self._node(stream.node_id)
+        refuse_unstorable(node)
+        previous = node.stream
+        node.stream = stream
+        # Acknowledge at once what is already durable of the node's latest epoch (even nothing):
+        # reports committed just before the collector went away were never acked, and an agent
+        # whose spool dropped them meanwhile waits for this ack to learn whether they are stored.
+        durable = node.durable.get(node.row.epoch, 0)
+        stream.attach_ack = (node.row.epoch, durable)
+        if durable:
+            stream.epoch = node.row.epoch
+        stream.wake.set()
+        if hello.hostname:
+            node.row.hostname = hello.hostname
+            node.row.agent_version = hello.agent_version
+        if hello.gpu.gpus:
+            node.row.gpu_count = len(hello.gpu.gpus)
+        self.alerting.observe_info(stream.node_id, hello)
+        return previous
+
+    def detach(self, stream: StreamHandle) -> None:
+        node = self.nodes.get(stream.node_id)
+        if node is not None and node.stream is stream:
+            node.stream = None
+        self.flusher.forget(stream)
+
+    def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:
+        """Take one validated report; False when it was a duplicate.
+
+        ``StreamRefusedError`` (and nothing changed) for a report that would move the node further
+        than one agent can: a seq jump above ``MAX_SEQ_JUMP``, a third epoch on one stream."""
+        node = self.nodes[stream.node_id]
+        epoch, seq = report.epoch, report.seq
+        refuse_unstorable(node)
+        mark = node.seen.get(epoch, 0)
+        if seq - mark > MAX_SEQ_JUMP:
+            raise StreamRefusedError(
+                "INVALID_ARGUMENT", "seq_jump",
+                f"seq {seq} in epoch {epoch} is more than {MAX_SEQ_JUMP} past the stored seq {mark}",
+            )  # fmt: skip
+        if epoch not in stream.epochs:
+            if len(stream.epochs) >= MAX_EPOCHS_PER_STREAM:
+                raise StreamRefusedError(
+                    "INVALID_ARGUMENT", "too_many_epochs",
+                    f"epoch {epoch} would be epoch number {len(stream.epochs) + 1} on one stream "
+                    f"(at most {MAX_EPOCHS_PER_STREAM})",
+                )  # fmt: skip
+            stream.epochs.add(epoch)
+        if stream.epoch != epoch:  # acks count per epoch
+            stream.epoch, stream.acked_sent, stream.ack_wanted = epoch, 0, 0
+        stream.ack_wanted = max(stream.ack_wanted, seq)
+        self.flusher.wants_ack(stream)
+        row = node.row
+        if seq <= mark:
+            row.duplicates_total = min(INTEGER_MAX, row.duplicates_total + 1)
+            if seq <= node.durable.get(epoch, 0):
+                stream.wake.set()  # already durable: its ack need not wait for the next flush
+            self.duplicates_total += 1
+            self.flusher.changed(row.node_id)
+            return False
+        if mark and seq > mark + 1:
+            # Saturates: a count that cannot be stored would stop every flush of this node.
+            row.gap_reports_total = min(INTEGER_MAX, row.gap_reports_total + seq - mark - 1)
+        if not mark and len(node.seen) >= MAX_EPOCHS:
+            forget_oldest_epoch(node)
+        node.seen[epoch] = seq
+        node.dirty_epochs.add(epoch)
+        now = self.clock()
+        if not row.first_seen:
+            row.first_seen = now
+        row.last_seen = now
+        row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
+        row.epoch, row.last_seq = epoch, seq
+        row.spool_dropped_total = report.agent.spool_dropped_reports_total
+        if report.HasField("info"):
+            row.info = report.info.SerializeToString()
+            row.hostname = report.info.hostname or row.hostname
+            row.agent_version = report.info.agent_version or row.agent_version
+            row.gpu_count = len(report.info.gpu.gpus)
+            self.alerting.observe_info(row.node_id, report.info)
+        self.alerting.observe(row.node_id, report)
+        detector = node.detector
+        if detector is None or node.detector_epoch != epoch:
+            # A new epoch is a restarted agent: its clock (or a simulation's) starts afresh, and
+            # the old windows say nothing about it.
+            detector = node.detector = NodeDetector(row.node_id, self.detector_config)
+            node.detector_epoch = epoch
+        before = detector.verdict
+        if detector.observe(report) is not before:  # a new verdict (the window advanced)
+            self.alerting.add(detector.signals())
+            node.timeline.record(detector)
+        if self.history_config.enabled:
+            if node.history is None:
+                node.history = NodeHistory(row.node_id, self.history_config)
+                seed = self._history_seed.pop(row.node_id, None)
+                if seed is not None:
+                    node.history.restore(*seed)
+            node.history.observe(report, raw, detector.verdict)
+        for observer in self.report_observers:
+            observer(report, detector.verdict)
+        node.latest = raw
+        self.reports_total += 1
+        self.flusher.changed(row.node_id)
+        return True
+
+    def durable_seq(self, stream: StreamHandle) -> int:
+        node = self.nodes.get(stream.node_id)
+        return node.durable.get(stream.epoch, 0) if node is not None else 0
+
+    def _node(self, node_id: str) -> NodeState:
+        node = self.nodes.get(node_id)
+        if node is None:
+            node = NodeState(row=NodeRow(node_id=node_id))
+            self.nodes[node_id] = node
+        return node

@@ -1,0 +1,182 @@
+"""The history tables: per-minute rows per GPU and per node (``history_minutes``, gpu -1 for the
+node) and the recent reports themselves, zlib-compressed (``history_reports``).
+
+``collector/history/`` builds what goes in; a flush writes it, and prunes what is past retention,
+in the same transaction as the node rows (``HistoryTables.write``). Everything else here reads:
+the start-up's seed of each node's open minute, the queries over minutes, and the stored reports
+that ``replay --node`` runs over.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections.abc import Sequence
+
+from nodeagent.collector.history.batch import HistoryBatch, StoredReport
+from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.store.nodes import INTEGER_MAX
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS history_minutes (
+    node_id TEXT NOT NULL,
+    gpu INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+    {", ".join(f"{name} REAL" for name in VALUES)},
+    state TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    jobs TEXT NOT NULL,
+    last_time REAL NOT NULL,
+    PRIMARY KEY (node_id, minute, gpu)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history_reports (
+    node_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    epoch INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    report BLOB NOT NULL,
+    UNIQUE (node_id, time, epoch, seq)
+);
+"""
+_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (8 + len(VALUES)))})"
+_INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
+REPORT_COMPRESSION_LEVEL = 1
+
+
+class HistoryTables:
+    """``history_minutes`` and ``history_reports`` on one connection (the store's, or a read-only one)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def write(self, batch: HistoryBatch) -> None:
+        """Inside the flush transaction (``Store.write``'s ``before_commit``): minutes, reports, pruning."""
+        conn = self._conn
+        conn.executemany(_UPSERT_MINUTE, [minute_values(row) for row in batch.minutes])
+        conn.executemany(
+            _INSERT_REPORT,
+            [
+                (r.node_id, r.time_unix_seconds, r.epoch, r.seq, zlib.compress(r.raw, REPORT_COMPRESSION_LEVEL))
+                for r in batch.reports
+            ],
+        )
+        for node_id, (reports_before, minutes_before) in batch.prune.items():
+            conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
+            conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))
+        if batch.sweep is not None:
+            reports_before, minutes_before = batch.sweep
+            conn.execute("DELETE FROM history_reports WHERE time<?", (reports_before,))
+            conn.execute("DELETE FROM history_minutes WHERE minute<?", (minutes_before,))
+
+    def seed(self) -> dict[str, tuple[list[MinuteRow], list[StoredReport]]]:
+        """Per node: its newest stored minute (every GPU's row and the node's) and the stored
+        reports newer than that minute's last write, from which its open minute is rebuilt."""
+        out: dict[str, tuple[list[MinuteRow], list[StoredReport]]] = {}
+        for node_id, rows in self.last_minutes().items():
+            last = max(row.last_time for row in rows)
+            later = [r for r in self.reports(node_id, last, None) if r.time_unix_seconds > last]
+            out[node_id] = (rows, later)
+        return out
+
+    def last_minutes(self) -> dict[str, list[MinuteRow]]:
+        """Each node's newest stored minute (every GPU's row and the node's)."""
+        out: dict[str, list[MinuteRow]] = {}
+        # Per node a seek to the end of its part of the primary key (node_id, minute, gpu), not a
+        # GROUP BY, which reads every retained minute of every node at each start-up.
+        newest = (
+            "SELECT n.node_id, (SELECT MAX(m.minute) FROM history_minutes m WHERE m.node_id = n.node_id) FROM nodes n"
+        )
+        for node_id, minute in self._conn.execute(newest).fetchall():
+            if minute is None:
+                continue
+            rows = self._conn.execute(
+                "SELECT * FROM history_minutes WHERE node_id=? AND minute=? ORDER BY gpu", (node_id, minute)
+            )
+            out[node_id] = [minute_from(values) for values in rows]
+        return out
+
+    def lost_on_last_day(self) -> dict[str, tuple[int, float]]:
+        """Per node with stored minutes: the UTC day of its newest one (the day's start, unix
+        seconds) and the GPU-seconds lost that day (its node rows' sum), what the fleet page's
+        day count starts from after a restart. One query; each node's part is a range of the
+        primary key (its newest minute, then that day's minutes), never a scan of older days."""
+        sql = (
+            "WITH newest AS MATERIALIZED (SELECT n.node_id AS node_id,"
+            "   (SELECT MAX(m.minute) FROM history_minutes m WHERE m.node_id = n.node_id) AS minute FROM nodes n)"
+            " SELECT node_id, minute / ? * ? AS day, (SELECT TOTAL(h.gpu_seconds_lost) FROM history_minutes h"
+            "   WHERE h.node_id = newest.node_id AND h.minute >= newest.minute / ? * ? AND h.gpu = ?)"
+            " FROM newest WHERE minute IS NOT NULL"
+        )
+        rows = self._conn.execute(sql, (DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, NODE_ROW))
+        return {str(node_id): (int(day), float(lost)) for node_id, day, lost in rows}
+
+    def minutes(self, node_id: str, gpu: int | None, since: float, until: float | None) -> list[MinuteRow]:
+        """The node's minute rows in [since, until), by gpu (-1, the node, first) then minute;
+        ``gpu`` None: every GPU's and the node's."""
+        sql = "SELECT * FROM history_minutes WHERE node_id=? AND minute>=? AND minute<?"
+        args: list[object] = [node_id, since, INTEGER_MAX if until is None else until]
+        if gpu is not None:
+            sql += " AND gpu=?"
+            args.append(gpu)
+        return [minute_from(values) for values in self._conn.execute(sql + " ORDER BY gpu, minute", args)]
+
+    def newest_minute(self, node_id: str) -> int | None:
+        row = self._conn.execute("SELECT MAX(minute) FROM history_minutes WHERE node_id=?", (node_id,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def reports(self, node_id: str, since: float, until: float | None) -> list[StoredReport]:
+        """The node's stored full-resolution reports in [since, until), oldest first."""
+        rows = self._conn.execute(
+            "SELECT node_id, time, epoch, seq, report FROM history_reports WHERE node_id=? AND time>=? AND time<?"
+            " ORDER BY time, epoch, seq",
+            (node_id, since, float("inf") if until is None else until),
+        )
+        return [StoredReport(n, t, e, s, zlib.decompress(blob)) for n, t, e, s, blob in rows]
+
+    def last_reports(self, node_id: str, since_seconds: float) -> list[bytes]:
+        """The node's stored reports of the last ``since_seconds`` before its newest, oldest
+        first, serialized (what ``replay --node`` runs over)."""
+        conn = self._conn
+        newest = conn.execute("SELECT MAX(time) FROM history_reports WHERE node_id=?", (node_id,)).fetchone()[0]
+        if newest is None:
+            return []
+        rows = conn.execute(
+            "SELECT report FROM history_reports WHERE node_id=? AND time>=? ORDER BY time, epoch, seq",
+            (node_id, newest - since_seconds),
+        ).fetchall()
+        return [zlib.decompress(blob) for (blob,) in rows]
+
+    def job_minutes(self, last_seconds: float) -> list[tuple[str, str, str, int, float, int, int]]:
+        """GPU minutes that name a job, grouped: (jobs, cause, node, minutes, GPU-seconds lost,
+        first minute, last minute), over ``last_seconds`` before the newest stored minute."""
+        newest = self._conn.execute("SELECT MAX(minute) FROM history_minutes").fetchone()[0]
+        if newest is None:
+            return []
+        return list(
+            self._conn.execute(
+                "SELECT jobs, cause, node_id, COUNT(*), TOTAL(gpu_seconds_lost), MIN(minute), MAX(minute)"
+                " FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=? GROUP BY jobs, cause, node_id",
+                (newest + 60 - last_seconds,),
+            )
+        )
+
+
+def minute_values(row: MinuteRow) -> tuple[object, ...]:
+    """The row as the table's columns."""
+    return (
+        row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
+        row.state, row.cause, ",".join(row.jobs), row.last_time,
+    )  # fmt: skip
+
+
+def minute_from(values: Sequence[object]) -> MinuteRow:
+    """A row of the table as a ``MinuteRow``."""
+    node_id, gpu, minute, samples = values[:4]
+    numbers = values[4 : 4 + len(VALUES)]
+    state, cause, jobs, last_time = values[4 + len(VALUES) :]
+    row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
+    row.values = {name: float(str(v)) for name, v in zip(VALUES, numbers, strict=True) if v is not None}
+    row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
+    row.jobs = tuple(j for j in str(jobs).split(",") if j)
+    return row
