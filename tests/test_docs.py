@@ -7,6 +7,7 @@ starts are run as written, on ports and paths of the test's own."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import subprocess
@@ -155,6 +156,38 @@ def test_a_moved_module_or_folder_is_caught() -> None:
     assert [path for path in paths if not (REPO / path).exists()] == ["tools/simulator/nosuch.py"]
 
 
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+PROGRAM_FOLDERS = ("agent", "collector", "core", "tools")
+
+
+def test_every_room_says_what_it_owns_and_every_module_is_on_the_map() -> None:
+    """Each package folder's ``__init__.py`` has a docstring, and docs/architecture.md names every
+    module: by its path, or on a line that names its folder (``diag/checks/``) and its file."""
+    page = ARCHITECTURE.read_text()
+    silent, unnamed = [], []
+    for top in PROGRAM_FOLDERS:
+        for path in sorted((REPO / top).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            if path.name == "__init__.py":
+                if not ast.get_docstring(ast.parse(path.read_text())):
+                    silent.append(str(path.relative_to(REPO)))
+            elif path.name != "__main__.py" and not _on_the_map(page, top, path.relative_to(REPO / top)):
+                unnamed.append(str(path.relative_to(REPO)))
+    assert silent == []
+    assert unnamed == []
+
+
+def test_a_module_missing_from_the_map_is_caught() -> None:
+    page = "| x | `cli/`: `main.py`, `run.py` |\n| y | `gpu/nvml.py`; `agent/config.py` |\n"
+    assert _on_the_map(page, "agent", Path("cli/run.py"))
+    assert _on_the_map(page, "agent", Path("gpu/nvml.py"))
+    assert _on_the_map(page, "agent", Path("config.py"))
+    assert not _on_the_map(page, "agent", Path("cli/top.py"))
+    assert not _on_the_map(page, "agent", Path("gpu/view.py"))
+    assert not _on_the_map(page, "agent", Path("sampling/run.py"))  # run.py is named, but under cli/
+
+
 # ---- helpers ----
 
 
@@ -238,3 +271,18 @@ def _anchors(page: Path) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
     headings = re.findall(r"^#+ (.+)$", _prose(page.read_text()), re.MULTILINE)
     return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def _on_the_map(page: str, top: str, rel: Path) -> bool:
+    """Whether ``page`` names the module ``top/rel``: its path from ``top`` (or from the root), or
+    its file name on a line that names its folder."""
+
+    def token(text: str) -> str:
+        return rf"(?<![\w.-])(?:{top}/)?{re.escape(text)}(?![\w-])"
+
+    if re.search(token(rel.as_posix()), page):
+        return True
+    if rel.parent == Path():
+        return False
+    folder, name = token(rel.parent.as_posix() + "/"), rf"(?<![\w./-]){re.escape(rel.name)}(?![\w-])"
+    return any(re.search(folder, line) and re.search(name, line) for line in page.splitlines())
