@@ -28,6 +28,7 @@ from nodeagent.collector.ingest.server import (
     HttpListenError,
     ServerConfig,
 )
+from nodeagent.collector.query.bounds import DEFAULT_MAX_QUERIES_PER_CALLER, MAX_QUERIES_IN_FLIGHT, QueryBounds
 from nodeagent.collector.remote_write.config import (
     DEFAULT_BATCH_SAMPLES,
     DEFAULT_QUEUE_SAMPLES,
@@ -112,6 +113,11 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     show_default=True, help="Streams one peer address may hold at once; more are refused (RESOURCE_EXHAUSTED).",
 )  # fmt: skip
 @click.option(
+    "--max-queries-per-caller", type=click.IntRange(min=1, max=MAX_QUERIES_IN_FLIGHT),
+    default=DEFAULT_MAX_QUERIES_PER_CALLER, show_default=True,
+    help="Store queries (history, jobs, alerts) one caller may run at once; more are refused (RESOURCE_EXHAUSTED).",
+)  # fmt: skip
+@click.option(
     "--history/--no-history", default=True, show_default=True,
     help="Keep per-minute rows and recent reports in the store (docs/history.md).",
 )  # fmt: skip
@@ -166,6 +172,7 @@ def serve(
     max_nodes: int,
     hello_timeout_seconds: float,
     max_streams_per_source: int,
+    max_queries_per_caller: int,
     history: bool,
     history_reports_seconds: float,
     history_retention_seconds: float,
@@ -233,7 +240,7 @@ def serve(
         flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
         hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
         history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
-        remote_write=remote_write,
+        remote_write=remote_write, query=QueryBounds(max_per_caller=max_queries_per_caller),
     )  # fmt: skip
     asyncio.run(_serve(config))
 

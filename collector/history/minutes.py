@@ -68,17 +68,33 @@ class MinuteRow:
 def resample(rows: Sequence[MinuteRow], step_seconds: int) -> list[MinuteRow]:
     """Minute rows (ordered by gpu, then minute) merged into ``step_seconds`` buckets: means
     weighted by samples, the minimum of minima, sums of sums, the last state, cause and ratio."""
-    if step_seconds <= MINUTE_SECONDS:
-        return list(rows)
-    out: list[MinuteRow] = []
-    current: MinuteRow | None = None
-    weights: dict[str, int] = {}
-    for row in rows:
-        bucket = row.minute // step_seconds * step_seconds
+    steps = Steps(step_seconds)
+    out = [done for row in rows if (done := steps.add(row)) is not None]
+    last = steps.close()
+    return out if last is None else [*out, last]
+
+
+class Steps:
+    """``resample`` as the rows come, for answers read a page at a time: ``add`` takes the next
+    row (ordered by gpu, then minute) and returns the step it completed, if any; ``close`` the
+    last one."""
+
+    def __init__(self, step_seconds: int) -> None:
+        self.step_seconds = step_seconds
+        self._current: MinuteRow | None = None
+        self._weights: dict[str, int] = {}
+
+    def add(self, row: MinuteRow) -> MinuteRow | None:
+        if self.step_seconds <= MINUTE_SECONDS:
+            return row
+        done = None
+        current = self._current
+        weights = self._weights
+        bucket = row.minute // self.step_seconds * self.step_seconds
         if current is None or current.gpu != row.gpu or current.minute != bucket:
-            current = MinuteRow(row.node_id, row.gpu, bucket)
-            weights = {}
-            out.append(current)
+            done = current
+            current = self._current = MinuteRow(row.node_id, row.gpu, bucket)
+            weights = self._weights = {}
         for name, value in row.values.items():
             old = current.values.get(name)
             weight = weights.get(name, 0)
@@ -96,4 +112,8 @@ def resample(rows: Sequence[MinuteRow], step_seconds: int) -> list[MinuteRow]:
             weights[name] = weight + row.samples
         current.samples += row.samples
         current.state, current.cause, current.jobs, current.last_time = row.state, row.cause, row.jobs, row.last_time
-    return out
+        return done
+
+    def close(self) -> MinuteRow | None:
+        done, self._current = self._current, None
+        return done

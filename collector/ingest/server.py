@@ -31,12 +31,14 @@ from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
+from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.sender import RemoteWriter
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
+from nodeagent.collector.store.reader import StoreReader
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.collector.views.metrics import MetricsExposition
 from nodeagent.core.exposition.http_server import MetricsHttpServer
@@ -47,6 +49,7 @@ from nodeagent.core.transport.security import (
     ServerSecurity,
     certificate_names,
     http_certificate_names,
+    peer_source,
     token_ok,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
@@ -89,6 +92,7 @@ class ServerConfig:
     max_nodes: int = DEFAULT_MAX_NODES
     history: HistoryConfig = field(default_factory=HistoryConfig)
     remote_write: tuple[RemoteWriteConfig, ...] = ()
+    query: QueryBounds = field(default_factory=QueryBounds)
 
 
 class CollectorServer:
@@ -96,6 +100,8 @@ class CollectorServer:
         self.config = config
         make_private(config.db_path)
         self.writer = StoreWriter(config.db_path)
+        # Queries read beside the writer, never on its thread (the flush's commit gates the acks).
+        self.reader = StoreReader(config.db_path)
         self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
         self.ingest = Ingest(
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
@@ -115,6 +121,7 @@ class CollectorServer:
         self.policy = AccessPolicy(config.security)
         self._server: grpc.aio.Server | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self.queries: QueryService | None = None
         self.port = 0
 
     async def start(self) -> int:
@@ -134,7 +141,11 @@ class CollectorServer:
         ]
         server = grpc.aio.server(options=options)
         server.add_generic_rpc_handlers([self._ingest_handler()])
-        pb_grpc.add_QueryServicer_to_server(QueryService(self.ingest, self.policy), server)
+        config = self.config
+        self.queries = QueryService(
+            self.ingest, self.policy, self.reader, bounds=config.query, max_message_bytes=config.max_message_bytes
+        )
+        pb_grpc.add_QueryServicer_to_server(self.queries, server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         for name in ("", INGEST_SERVICE, QUERY_SERVICE):
@@ -203,6 +214,7 @@ class CollectorServer:
         for remote in self.remote_writers:
             await asyncio.to_thread(remote.stop)
         self.writer.call_sync(self.alerting.close)
+        self.reader.close()
         self.writer.close()
 
     # ---- ingest ----
@@ -214,7 +226,7 @@ class CollectorServer:
         return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        source = _source(context.peer())
+        source = peer_source(context.peer())
         held = self.streams_by_source.get(source, 0)
         if held >= self.config.max_streams_per_source:
             await self._refuse(
@@ -368,10 +380,3 @@ class CollectorServer:
         self.rejected[key] = self.rejected.get(key, 0) + 1
         log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
         await context.abort(code, detail[:512])
-
-
-def _source(peer: str) -> str:
-    """The address of a gRPC peer without its port: ``ipv4:10.0.0.7:5123`` -> ``ipv4:10.0.0.7``."""
-    if peer.startswith(("ipv4:", "ipv6:")):
-        return peer.rpartition(":")[0]
-    return peer  # unix sockets and the like: the whole name

@@ -1,28 +1,52 @@
 """``nodeagent.v1.Query``: what the collector knows, served from memory, to operators only.
 
 Reports name processes, users and jobs: a node's credentials do not read them (see
-``nodeagent.core.transport.security``)."""
+``nodeagent.core.transport.security``).
+
+History and jobs are read from the store by ``StoreReader``, never on the writer's thread: the
+flush's commit gates every acknowledgement. Each reading query takes a slot (``bounds.InFlight``:
+per caller and in all), its store time is bounded (``QueryBounds.read_seconds``) and so are its
+rows; the merging and the totals run on the reader's thread, not on the event loop."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
-from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, resample
+from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
-from nodeagent.collector.store.history_tables import HistoryTables
+from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, caller_of
+from nodeagent.collector.query.history_pages import HistoryPages, history_answer
+from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.store.nodes import NodeRow
+from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
+T = TypeVar("T")
+P = ParamSpec("P")
+# What a unary answer may take of the message limit (the response's own framing).
+_ANSWER_MARGIN_BYTES = 64
+
 
 class QueryService(pb_grpc.QueryServicer):
-    def __init__(self, ingest: Ingest, policy: AccessPolicy) -> None:
+    def __init__(
+        self, ingest: Ingest, policy: AccessPolicy, reader: StoreReader, *,
+        bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024,
+    ) -> None:  # fmt: skip
         self.ingest = ingest
         self.policy = policy
+        self.reader = reader
+        self.bounds = bounds or QueryBounds()
+        self.in_flight = InFlight(self.bounds)
+        self.max_answer_bytes = max_message_bytes - _ANSWER_MARGIN_BYTES
 
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
@@ -53,7 +77,8 @@ class QueryService(pb_grpc.QueryServicer):
     ) -> pb.ListAlertsResponse:
         await self._authorize(context)
         writer = self.ingest.writer
-        alerts = await writer.call(self.ingest.alerting.recent, request.include_resolved)
+        async with self._slot(context):  # the alert book is the writer's: bounded, not moved
+            alerts = await writer.call(self.ingest.alerting.recent, request.include_resolved)
         response = pb.ListAlertsResponse()
         for alert in alerts:
             record = response.alerts.add(
@@ -81,47 +106,68 @@ class QueryService(pb_grpc.QueryServicer):
         self, request: pb.HistoryRequest, context: grpc.aio.ServicerContext[pb.HistoryRequest, pb.HistoryResponse]
     ) -> pb.HistoryResponse:
         await self._authorize(context)
-        if request.step_seconds % MINUTE_SECONDS:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"step {request.step_seconds} s is not whole minutes")
-        rows = await self.ingest.writer.call(history_rows, self.ingest.writer.store.history, request)
-        response = pb.HistoryResponse()
-        for row in rows:
-            out = response.rows.add(
-                time_unix_seconds=row.minute, gpu=row.gpu, samples=row.samples, state=row.state, cause=row.cause
-            )
-            out.values.update(row.values)
-            out.jobs.extend(row.jobs)
-        return response
+        await _check_step(request, context)
+        async with self._slot(context):
+            return await self._read(context, history_answer, request, self.max_answer_bytes)
+
+    async def StreamHistory(
+        self, request: pb.HistoryRequest, context: grpc.aio.ServicerContext[pb.HistoryRequest, pb.HistoryResponse]
+    ) -> None:
+        """History's rows in pages, each read from the store as the one before it is sent."""
+        await self._authorize(context)
+        await _check_step(request, context)
+        async with self._slot(context):
+            pages = HistoryPages(request)
+            deadline = time.monotonic() + self.bounds.stream_seconds
+            while (page := await self._read(context, pages.next_page)) is not None:
+                try:
+                    # A client that stops reading would hold its slot for ever.
+                    await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"the history stream ran past its {self.bounds.stream_seconds:g} s bound: ask for less "
+                        "(a shorter range, a larger step, one GPU)",
+                    )
 
     async def Jobs(
         self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[pb.JobsRequest, pb.JobsResponse]
     ) -> pb.JobsResponse:
         await self._authorize(context)
-        history = self.ingest.writer.store.history
-        groups = await self.ingest.writer.call(history.job_minutes, request.last_seconds or 86400.0)
-        totals: dict[str, pb.JobTotal] = {}
-        nodes: dict[str, set[str]] = {}
-        for jobs, cause, node_id, minutes, lost_seconds, first, last in groups:
-            names = [j for j in jobs.split(",") if j]
-            for name in names:
-                total = totals.get(name)
-                if total is None:
-                    total = totals[name] = pb.JobTotal(job=name, first_unix_seconds=first, last_unix_seconds=last)
-                share = 1.0 / len(names)
-                total.gpu_hours += minutes * MINUTE_SECONDS / 3600 * share
-                lost = lost_seconds / 3600 * share
-                total.gpu_hours_lost += lost
-                if lost:
-                    key = cause or "unknown"
-                    total.gpu_hours_lost_by_cause[key] = total.gpu_hours_lost_by_cause.get(key, 0.0) + lost
-                total.first_unix_seconds = min(total.first_unix_seconds, first)
-                total.last_unix_seconds = max(total.last_unix_seconds, last + MINUTE_SECONDS)
-                nodes.setdefault(name, set()).add(node_id)
-        response = pb.JobsResponse()
-        for name in sorted(totals, key=lambda n: -totals[n].gpu_hours_lost):
-            totals[name].nodes.extend(sorted(nodes[name]))
-            response.jobs.append(totals[name])
-        return response
+        async with self._slot(context):
+            return await self._read(context, job_totals, request, self.bounds.max_rows, self.max_answer_bytes)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
+        """Hold one of the caller's query slots; ``RESOURCE_EXHAUSTED`` at once when none is free."""
+        caller = caller_of(self.policy, context)
+        try:
+            self.in_flight.take(caller)
+        except QueryRefusedError as refused:
+            await context.abort(refused.code, refused.detail)
+        try:
+            yield
+        finally:
+            self.in_flight.give_back(caller)
+
+    async def _read(
+        self, context: grpc.aio.ServicerContext[Any, Any], func: Callable[Concatenate[ReadContext, P], T],
+        *args: P.args, **kwargs: P.kwargs,
+    ) -> T:  # fmt: skip
+        """``func`` on a reader thread within the query's time bound (or the client's deadline,
+        when nearer); a bound passed, or a refusal, ends the call with its status."""
+        remaining = context.time_remaining()
+        seconds = self.bounds.read_seconds if remaining is None else min(self.bounds.read_seconds, remaining)
+        try:
+            return await self.reader.call(seconds, func, *args, **kwargs)
+        except ReadDeadlineError as err:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the query {err} in the store: ask for less (a shorter range, a larger step, one GPU)",
+            )
+        except QueryRefusedError as refused:
+            await context.abort(refused.code, refused.detail)
+        raise AssertionError("abort returned")
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)
@@ -138,17 +184,9 @@ async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerCon
         await context.abort(_STATUS[decision.access], decision.detail)
 
 
-def history_rows(history: HistoryTables, request: pb.HistoryRequest) -> list[MinuteRow]:
-    """On the store's thread: the rows a ``HistoryRequest`` asks for."""
-    since = request.since_unix_seconds
-    if request.last_seconds > 0:
-        newest = history.newest_minute(request.node_id)
-        if newest is None:
-            return []
-        since = newest + MINUTE_SECONDS - request.last_seconds
-    until = request.until_unix_seconds or None
-    gpu = request.gpu if request.HasField("gpu") else None
-    return resample(history.minutes(request.node_id, gpu, since, until), request.step_seconds)
+async def _check_step(request: pb.HistoryRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    if request.step_seconds % MINUTE_SECONDS:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"step {request.step_seconds} s is not whole minutes")
 
 
 def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:

@@ -9,9 +9,11 @@ that ``replay --node`` runs over.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import zlib
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from typing import cast
 
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, VALUES, MinuteRow
@@ -121,6 +123,24 @@ class HistoryTables:
             args.append(gpu)
         return [minute_from(values) for values in self._conn.execute(sql + " ORDER BY gpu, minute", args)]
 
+    def gpus(self, node_id: str, since: float, until: float | None) -> list[int]:
+        """The GPUs (-1: the node) with minute rows of the node in [since, until), in order."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT gpu FROM history_minutes WHERE node_id=? AND minute>=? AND minute<? ORDER BY gpu",
+            (node_id, since, INTEGER_MAX if until is None else until),
+        ).fetchall()
+        return [int(gpu) for (gpu,) in rows]
+
+    def minutes_page(self, node_id: str, gpu: int, since: float, until: float | None, limit: int) -> list[MinuteRow]:
+        """The first ``limit`` of one GPU's (or the node's) minute rows in [since, until), by
+        minute: ``minutes`` a page at a time (the next page starts past the last minute given)."""
+        rows = self._conn.execute(
+            "SELECT * FROM history_minutes WHERE node_id=? AND minute>=? AND minute<? AND gpu=?"
+            " ORDER BY minute LIMIT ?",
+            (node_id, since, INTEGER_MAX if until is None else until, gpu, limit),
+        ).fetchall()
+        return [minute_from(values) for values in rows]
+
     def newest_minute(self, node_id: str) -> int | None:
         row = self._conn.execute("SELECT MAX(minute) FROM history_minutes WHERE node_id=?", (node_id,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
@@ -147,19 +167,21 @@ class HistoryTables:
         ).fetchall()
         return [zlib.decompress(blob) for (blob,) in rows]
 
-    def job_minutes(self, last_seconds: float) -> list[tuple[str, str, str, int, float, int, int]]:
+    def job_minutes(self, last_seconds: float) -> Generator[tuple[str, str, str, int, float, int, int], None, None]:
         """GPU minutes that name a job, grouped: (jobs, cause, node, minutes, GPU-seconds lost,
-        first minute, last minute), over ``last_seconds`` before the newest stored minute."""
+        first minute, last minute), over ``last_seconds`` before the newest stored minute; as
+        SQLite yields them, so a caller need not hold them all."""
         newest = self._conn.execute("SELECT MAX(minute) FROM history_minutes").fetchone()[0]
         if newest is None:
-            return []
-        return list(
+            return
+        with contextlib.closing(
             self._conn.execute(
                 "SELECT jobs, cause, node_id, COUNT(*), TOTAL(gpu_seconds_lost), MIN(minute), MAX(minute)"
                 " FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=? GROUP BY jobs, cause, node_id",
                 (newest + 60 - last_seconds,),
             )
-        )
+        ) as groups:
+            yield from groups
 
 
 def minute_values(row: MinuteRow) -> tuple[object, ...]:
@@ -176,7 +198,8 @@ def minute_from(values: Sequence[object]) -> MinuteRow:
     numbers = values[4 : 4 + len(VALUES)]
     state, cause, jobs, last_time = values[4 + len(VALUES) :]
     row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
-    row.values = {name: float(str(v)) for name, v in zip(VALUES, numbers, strict=True) if v is not None}
+    # REAL columns: SQLite gives floats (or NULL) back; a query of days reads 100,000s of them.
+    row.values = cast(dict[str, float], {name: v for name, v in zip(VALUES, numbers, strict=True) if v is not None})
     row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
     row.jobs = tuple(j for j in str(jobs).split(",") if j)
     return row

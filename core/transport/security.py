@@ -147,6 +147,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def peer_source(peer: str) -> str:
+    """The address of a gRPC peer without its port: ``ipv4:10.0.0.7:5123`` -> ``ipv4:10.0.0.7``."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rpartition(":")[0]
+    return peer  # unix sockets and the like: the whole name
+
+
 def token_ok(expected: str | None, metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
     if expected is None:
         return True

@@ -1,0 +1,93 @@
+"""What queries may take of a collector: how many run at once (per caller and in all), how long
+a store read may run, how many rows one read may hold, and which caller a call is.
+
+A caller over its share, or a collector at its cap, is answered ``RESOURCE_EXHAUSTED`` at once:
+a query that waited instead would hold its client and its memory for nothing, and a flood of
+them would pile up behind the readers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, presented_token
+
+# Queries (History, StreamHistory, Jobs, ListAlerts) one caller may have running at once.
+DEFAULT_MAX_QUERIES_PER_CALLER = 2
+# ... and every caller together.
+MAX_QUERIES_IN_FLIGHT = 8
+# The most a query may spend reading the store (for a stream: each page).
+QUERY_SECONDS = 10.0
+# The most a StreamHistory may take from its first page to its last, the client's reading included.
+STREAM_SECONDS = 300.0
+# Rows one read may gather before it answers (Jobs: groups of (job, cause, node)).
+MAX_QUERY_ROWS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class QueryBounds:
+    max_per_caller: int = DEFAULT_MAX_QUERIES_PER_CALLER
+    max_in_flight: int = MAX_QUERIES_IN_FLIGHT
+    read_seconds: float = QUERY_SECONDS
+    stream_seconds: float = STREAM_SECONDS
+    max_rows: int = MAX_QUERY_ROWS
+
+
+class QueryRefusedError(Exception):
+    """A query answered with ``code`` and a one-line ``detail`` instead of rows."""
+
+    def __init__(self, code: grpc.StatusCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class InFlight:
+    """Queries running now, by caller and in all."""
+
+    bounds: QueryBounds
+    by_caller: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+    def take(self, caller: str) -> None:
+        """One more query of ``caller``; ``QueryRefusedError`` beyond its share or the cap."""
+        held = self.by_caller.get(caller, 0)
+        if held >= self.bounds.max_per_caller:
+            raise QueryRefusedError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{caller} has {held} queries running, the limit (--max-queries-per-caller): retry when one is done",
+            )
+        if self.total >= self.bounds.max_in_flight:
+            raise QueryRefusedError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the collector runs {self.total} queries, its limit: retry in a moment",
+            )
+        self.by_caller[caller] = held + 1
+        self.total += 1
+
+    def give_back(self, caller: str) -> None:
+        self.total -= 1
+        left = self.by_caller.get(caller, 1) - 1
+        if left > 0:
+            self.by_caller[caller] = left
+        else:
+            self.by_caller.pop(caller, None)
+
+
+def caller_of(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """Who is asking: the names of the client certificate when there is one; else the peer
+    address (without its port), with a digest of the bearer token when one is sent, so two
+    operators sharing the token from two machines are two callers."""
+    names = certificate_names(context.auth_context()) if policy.enabled else frozenset()
+    if names:
+        return f"certificate {','.join(sorted(names))}"
+    source = peer_source(context.peer())
+    token = presented_token(context.invocation_metadata()) if policy.enabled else None
+    if token:
+        return f"{source} (token {hashlib.sha256(token.encode()).hexdigest()[:8]})"
+    return source

@@ -1,0 +1,62 @@
+"""``Query.Jobs``: the history's GPU minutes totalled per job, on a reader thread.
+
+The store groups the minutes by (jobs, cause, node); the totals are summed here as the groups
+come, so what is held is one total per job, never the groups. A read that yields more than the
+bound's rows, or an answer larger than one message, is refused (``RESOURCE_EXHAUSTED``) with a
+line that says to ask for less.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from nodeagent.collector.history.minutes import MINUTE_SECONDS
+from nodeagent.collector.query.bounds import QueryRefusedError
+from nodeagent.collector.store.reader import ReadContext
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+DEFAULT_JOBS_SECONDS = 86400.0
+
+
+def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_bytes: int) -> pb.JobsResponse:
+    """GPU-hours held and lost per job (a GPU-minute shared by n jobs counts 1/n to each), the
+    hours lost by cause, the nodes; the jobs that lost most first."""
+    totals: dict[str, pb.JobTotal] = {}
+    nodes: dict[str, set[str]] = {}
+    groups = reads.history.job_minutes(request.last_seconds or DEFAULT_JOBS_SECONDS)
+    try:
+        for count, (jobs, cause, node_id, minutes, lost_seconds, first, last) in enumerate(groups, 1):
+            if count > max_rows:
+                raise QueryRefusedError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"more than {max_rows} (job, cause, node) groups in the history asked for: ask a shorter --since",
+                )
+            if count % 1000 == 0:
+                reads.check()
+            names = [j for j in jobs.split(",") if j]
+            for name in names:
+                total = totals.get(name)
+                if total is None:
+                    total = totals[name] = pb.JobTotal(job=name, first_unix_seconds=first, last_unix_seconds=last)
+                share = 1.0 / len(names)
+                total.gpu_hours += minutes * MINUTE_SECONDS / 3600 * share
+                lost = lost_seconds / 3600 * share
+                total.gpu_hours_lost += lost
+                if lost:
+                    key = cause or "unknown"
+                    total.gpu_hours_lost_by_cause[key] = total.gpu_hours_lost_by_cause.get(key, 0.0) + lost
+                total.first_unix_seconds = min(total.first_unix_seconds, first)
+                total.last_unix_seconds = max(total.last_unix_seconds, last + MINUTE_SECONDS)
+                nodes.setdefault(name, set()).add(node_id)
+    finally:
+        groups.close()  # the read ends here, not when the generator is collected
+    response = pb.JobsResponse()
+    for name in sorted(totals, key=lambda n: -totals[n].gpu_hours_lost):
+        totals[name].nodes.extend(sorted(nodes[name]))
+        response.jobs.append(totals[name])
+    if response.ByteSize() > max_bytes:
+        raise QueryRefusedError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{len(totals)} jobs are more than one message holds ({max_bytes} bytes): ask a shorter --since",
+        )
+    return response
