@@ -24,6 +24,7 @@ _REQUESTS: dict[str, Any] = {
     "ListAlerts": pb.ListAlertsRequest,
     "LatestReport": pb.LatestReportRequest,
     "History": pb.HistoryRequest,
+    "StreamHistory": pb.HistoryRequest,
     "Jobs": pb.JobsRequest,
 }
 
@@ -55,6 +56,22 @@ def client_options(func: F) -> F:
 
 def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
     """Call one Query method; a one-line ``ClickException`` when the collector cannot answer."""
+    target, security = _reach(options)
+    return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+
+
+def query_pages(options: dict[str, Any], method: str, on_page: Callable[[Any], None], **fields: Any) -> None:
+    """Call one streaming Query method, ``on_page`` for each message as it comes; ``--timeout``
+    bounds the wait for each message, not the whole stream. The same one-line failures as ``query``."""
+    target, security = _reach(options)
+    request = _REQUESTS[method](**fields)
+    try:
+        asyncio.run(_pages(target, security, method, request, float(options["timeout"]), on_page))
+    except grpc.aio.AioRpcError as err:
+        raise _failure(target, method, err) from err
+
+
+def _reach(options: dict[str, Any]) -> tuple[str, ClientSecurity]:
     target = str(options["collector"])
     security = ClientSecurity(
         ca_file=options["tls_ca"], cert_file=options["tls_cert"], key_file=options["tls_key"],
@@ -66,7 +83,7 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
         check_token_transport([target], security, insecure=bool(options["insecure"]))
     except ValueError as err:
         raise click.UsageError(str(err)) from err
-    return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+    return target, security
 
 
 def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float = 5.0, **fields: Any) -> Any:
@@ -75,13 +92,35 @@ def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float 
     try:
         return asyncio.run(_call(target, security, method, request, timeout))
     except grpc.aio.AioRpcError as err:
-        status = f"{err.code().name}: {err.details()}"
-        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise RuntimeFailure(f"cannot reach the collector at {target}: {status}") from err
-        raise RuntimeFailure(f"the collector at {target} refused {method}: {status}") from err
+        raise _failure(target, method, err) from err
+
+
+def _failure(target: str, method: str, err: grpc.aio.AioRpcError) -> RuntimeFailure:
+    status = f"{err.code().name}: {err.details()}"
+    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return RuntimeFailure(f"cannot reach the collector at {target}: {status}")
+    return RuntimeFailure(f"the collector at {target} refused {method}: {status}")
 
 
 async def _call(target: str, security: ClientSecurity, method: str, request: Any, timeout: float) -> Any:
     async with open_channel(target, security) as channel:
         stub = pb_grpc.QueryStub(channel)
         return await getattr(stub, method)(request, timeout=timeout, metadata=security.metadata())
+
+
+async def _pages(
+    target: str, security: ClientSecurity, method: str, request: Any, timeout: float, on_page: Callable[[Any], None]
+) -> None:
+    async with open_channel(target, security) as channel:
+        call = getattr(pb_grpc.QueryStub(channel), method)(request, metadata=security.metadata())
+        while True:
+            try:
+                page = await asyncio.wait_for(call.read(), timeout)
+            except TimeoutError:
+                call.cancel()
+                raise RuntimeFailure(
+                    f"cannot reach the collector at {target}: no answer to {method} within {timeout:g} s"
+                ) from None
+            if page is grpc.aio.EOF:
+                return
+            on_page(page)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 from datetime import datetime
 from typing import Any
 
 import click
 
-from nodeagent.collector.cli.client import client_options, query
+from nodeagent.collector.cli.client import client_options, query, query_pages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, VALUES
 from nodeagent.collector.views.fleet_table import iso_time
 from nodeagent.core.quantities.units import parse_duration_seconds
@@ -85,29 +86,60 @@ def history(
         fields["until_unix_seconds"] = until
     if gpu is not None:
         fields["gpu"] = gpu
-    rows = history_rows(query(options, "History", **fields))
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if as_csv:
+    # Pages as they come (a node's 14 days do not fit one message), printed as they come.
+    out = RowPrinter(node, "json" if as_json else "csv" if as_csv else "table")
+    query_pages(options, "StreamHistory", out.page, **fields)
+    out.close()
+
+
+class RowPrinter:
+    """History rows printed a page at a time, in the same text as all of them printed at once."""
+
+    def __init__(self, node: str, form: str) -> None:
+        self.node = node
+        self.form = form
+        self.rows = 0
+        self._fields: list[str] | None = None
+
+    def page(self, response: Any) -> None:
+        rows = history_rows(response)
+        if not rows:
+            return
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["time_unix_seconds"], lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({**row, "jobs": " ".join(row["jobs"])})
+        if self.form == "json":
+            for i, row in enumerate(rows):
+                out.write(",\n" if self.rows or i else "[\n")
+                out.write(textwrap.indent(json.dumps(row, indent=2), "  "))
+        elif self.form == "csv":
+            writer = csv.DictWriter(out, fieldnames=self._fields or list(rows[0]), lineterminator="\n")
+            if self._fields is None:
+                self._fields = list(rows[0])
+                writer.writeheader()
+            for row in rows:
+                writer.writerow({**row, "jobs": " ".join(row["jobs"])})
+        else:
+            if not self.rows:
+                out.write(
+                    f"{'TIME':<20} {'GPU':>4} {'UTIL':>6} {'MIN':>6} {'STARVED':>8} {'LOST_S':>8} {'STATE':<10} CAUSE\n"
+                )
+            for row in rows:
+                util, low, ratio = row["utilization_mean"], row["utilization_min"], row["starvation_ratio"]
+                out.write(
+                    f"{iso_time(row['time_unix_seconds']):<20} {'node' if row['gpu'] is None else row['gpu']:>4} "
+                    f"{_pct(util):>6} {_pct(low):>6} {_pct(ratio):>8} {row['gpu_seconds_lost'] or 0.0:>8.1f} "
+                    f"{row['state']:<10} {row['cause'] or '-'}\n"
+                )
+        self.rows += len(rows)
         click.echo(out.getvalue(), nl=False)
-        return
-    if not rows:
-        click.echo(f"no history of node {node!r}")
-        return
-    click.echo(f"{'TIME':<20} {'GPU':>4} {'UTIL':>6} {'MIN':>6} {'STARVED':>8} {'LOST_S':>8} {'STATE':<10} CAUSE")
-    for row in rows:
-        util, low, ratio = row["utilization_mean"], row["utilization_min"], row["starvation_ratio"]
-        click.echo(
-            f"{iso_time(row['time_unix_seconds']):<20} {'node' if row['gpu'] is None else row['gpu']:>4} "
-            f"{_pct(util):>6} {_pct(low):>6} {_pct(ratio):>8} {row['gpu_seconds_lost'] or 0.0:>8.1f} "
-            f"{row['state']:<10} {row['cause'] or '-'}"
-        )
+
+    def close(self) -> None:
+        if self.form == "json":
+            click.echo("\n]" if self.rows else "[]")
+        elif self.form == "csv":
+            if self._fields is None:
+                click.echo("time_unix_seconds")
+        elif not self.rows:
+            click.echo(f"no history of node {self.node!r}")
 
 
 def _pct(value: float | None) -> str:
