@@ -28,15 +28,6 @@ STREAM_SECONDS = 300.0
 MAX_QUERY_ROWS = 100_000
 
 
-@dataclass(frozen=True, slots=True)
-class QueryBounds:
-    max_per_caller: int = DEFAULT_MAX_QUERIES_PER_CALLER
-    max_in_flight: int = MAX_QUERIES_IN_FLIGHT
-    read_seconds: float = QUERY_SECONDS
-    stream_seconds: float = STREAM_SECONDS
-    max_rows: int = MAX_QUERY_ROWS
-
-
 class QueryRefusedError(Exception):
     """A query answered with ``code`` and a one-line ``detail`` instead of rows."""
 
@@ -44,6 +35,17 @@ class QueryRefusedError(Exception):
         super().__init__(detail)
         self.code = code
         self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class QueryBounds:
+    """The bounds above, as one collector holds them (``serve --max-queries-per-caller``; tests)."""
+
+    max_per_caller: int = DEFAULT_MAX_QUERIES_PER_CALLER
+    max_in_flight: int = MAX_QUERIES_IN_FLIGHT
+    read_seconds: float = QUERY_SECONDS
+    stream_seconds: float = STREAM_SECONDS
+    max_rows: int = MAX_QUERY_ROWS
 
 
 @dataclass(slots=True)
