@@ -60,15 +60,28 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
     return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
 
 
-def query_pages(options: dict[str, Any], method: str, on_page: Callable[[Any], None], **fields: Any) -> None:
+def query_pages(
+    options: dict[str, Any], method: str, on_page: Callable[[Any], None], *, fallback: str, **fields: Any
+) -> None:
     """Call one streaming Query method, ``on_page`` for each message as it comes; ``--timeout``
-    bounds the wait for each message, not the whole stream. The same one-line failures as ``query``."""
+    bounds the wait for each message, not the whole stream. A collector without the method
+    (an older one) is asked the unary ``fallback`` instead. The same one-line failures as ``query``."""
     target, security = _reach(options)
     request = _REQUESTS[method](**fields)
+    pages = 0
+
+    def count(page: Any) -> None:
+        nonlocal pages
+        pages += 1
+        on_page(page)
+
+    timeout = float(options["timeout"])
     try:
-        asyncio.run(_pages(target, security, method, request, float(options["timeout"]), on_page))
+        asyncio.run(_pages(target, security, method, request, timeout, count))
     except grpc.aio.AioRpcError as err:
-        raise _failure(target, method, err) from err
+        if err.code() != grpc.StatusCode.UNIMPLEMENTED or pages:
+            raise _failure(target, method, err) from err
+        on_page(fetch(target, security, fallback, timeout=timeout, **fields))
 
 
 def _reach(options: dict[str, Any]) -> tuple[str, ClientSecurity]:

@@ -88,7 +88,7 @@ def history(
         fields["gpu"] = gpu
     # Pages as they come (a node's 14 days do not fit one message), printed as they come.
     out = RowPrinter(node, "json" if as_json else "csv" if as_csv else "table")
-    query_pages(options, "StreamHistory", out.page, **fields)
+    query_pages(options, "StreamHistory", out.page, fallback="History", **fields)
     out.close()
 
 
