@@ -190,6 +190,10 @@ class ConnectionServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # The listen backlog (socketserver's is 5): a burst of connections waits in the kernel for
+    # the accept loop, where a full queue drops the scraper's SYN and costs it a second's
+    # retransmit.
+    request_queue_size = 128
     owner: MetricsHttpServer
 
     def __init__(self, address: tuple[str, int], handler: type[socketserver.BaseRequestHandler]) -> None:
