@@ -281,10 +281,7 @@ def test_over_tls_connections_that_never_handshake_take_no_more_than_the_cap(
     timeout: over TLS too, at most MAX_CONNECTIONS of them, and a real scraper gets in once they go."""
     monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
     ca = Authority(tmp_path, "test")
-    pem = ca.issue("localhost", ips=("127.0.0.1",), server=True)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(pem.cert, pem.key)
-    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, ssl_context=context)
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, ssl_context=ca.loopback_server_context())
     served.start()
     client = ssl.create_default_context(cafile=str(ca.cert_file))
     silent = [socket.create_connection(("127.0.0.1", served.port), timeout=10) for _ in range(2)]
