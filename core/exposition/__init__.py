@@ -1,4 +1,5 @@
 """Prometheus exposition, shared by the agent's /metrics and the collector's: the families built
 from a report (dcgm-exporter's ``dcgm``, node_exporter's ``node``; the collector's remote write uses
 them too), the text format written directly (``text``) and the small HTTP server (``http_server``;
-one connection's requests in ``http_connection``, what goes back in ``http_reply``)."""
+its connection slots and their deadlines in ``http_slots``, one connection's requests in
+``http_connection``, what goes back in ``http_reply``)."""

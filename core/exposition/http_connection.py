@@ -7,12 +7,15 @@ budget. A scraper keeps its connection between scrapes (keep-alive; HTTP/1.0 cli
 ``Connection: close`` get theirs closed after the reply), pipelined requests are answered in
 order, and the connection is closed when a request stalls for the server's request timeout or
 none comes for ``IDLE_TIMEOUT_SECONDS``. A request that breaks the protocol, or whose head or
-body is too big, is answered with its error status and the connection closed.
+body is too big, is answered with its error status and the connection closed. Each step tells the
+connection's slot (``http_slots.py``) what it waits on, whose deadline bounds the whole request
+and the whole reply, and whether it is idle (the first to be closed when the slots run out).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import socketserver
 from collections import deque
@@ -26,6 +29,7 @@ from nodeagent.core.exposition.http_reply import Reply, send_reply
 
 if TYPE_CHECKING:
     from nodeagent.core.exposition.http_server import ConnectionServer, MetricsHttpServer
+    from nodeagent.core.exposition.http_slots import Slot
 
 log = structlog.get_logger("nodeagent.http")
 
@@ -56,38 +60,38 @@ class Connection(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
-        sock.settimeout(self.server.owner.request_timeout_seconds)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        owner = self.server.owner
-        # Counted before any TLS handshake: clients that only open connections (or stall in the
-        # handshake) take at most the server's MAX_CONNECTIONS threads.
-        if not self.server.track(sock, True):
-            if owner.ssl_context is None:  # over TLS the refusal is the closed socket
-                with contextlib.suppress(OSError):
-                    send_reply(sock, Reply(503, b"too many connections\n"), head_only=False, keep_alive=False)
+        slots = self.server.slots
+        # Admitted by the accept loop, before this thread and any TLS handshake began.
+        slot = slots.slot(sock)
+        if slot is None:  # closed at its deadline before this thread began
             return
-        tracked = sock
-        try:
+        owner = self.server.owner
+        try:  # the slot is given back however this ends (a client that has reset fails setsockopt)
+            sock.settimeout(owner.request_timeout_seconds)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer_cert = None
             if owner.ssl_context is not None:
                 # TLS is set up here, in the connection's own thread: a client that stalls in the
-                # handshake holds up only itself, not the accept loop.
-                tls = owner.ssl_context.wrap_socket(sock, server_side=True)
-                self.server.replace(sock, tls)
-                tracked = sock = tls
-                peer_cert = tls.getpeercert() or None
-            self._serve(sock, owner, peer_cert)
+                # handshake holds up only itself, not the accept loop, and no longer than the
+                # deadline of its first request.
+                sock = slots.wrap_tls(slot, owner.ssl_context)
+                sock.do_handshake()
+                peer_cert = sock.getpeercert() or None
+            self._serve(sock, slot, owner, peer_cert)
         finally:
-            self.server.track(tracked, False)
+            slots.release(slot)
             if sock is not self.request:
                 sock.close()
 
-    def _serve(self, sock: socket.socket, owner: MetricsHttpServer, peer_cert: dict[str, Any] | None) -> None:
-        reader = RequestReader(sock, peer_cert, owner.request_timeout_seconds)
+    def _serve(
+        self, sock: socket.socket, slot: Slot, owner: MetricsHttpServer, peer_cert: dict[str, Any] | None
+    ) -> None:
+        reader = RequestReader(sock, slot, peer_cert, owner.request_timeout_seconds)
         while True:
             try:
                 ready = reader.next_request()
             except Refused as refused:  # answered, then the connection is closed
+                slot.replying()
                 with contextlib.suppress(OSError):
                     send_reply(sock, Reply(refused.status, refused.body), head_only=False, keep_alive=False)
                 return
@@ -96,15 +100,18 @@ class Connection(socketserver.BaseRequestHandler):
             if ready is None:
                 return
             request, keep_alive = ready
+            slot.working()
             try:
                 reply = owner.respond(request)
             except Exception as err:  # one bad request must not end the server's thread silently
                 log.error("http request failed", path=request.path, error=f"{type(err).__name__}: {err}")
                 reply = Reply(500, b"request failed; see the log\n")
+            slot.replying()
             try:
                 send_reply(sock, reply, head_only=request.method == "HEAD", keep_alive=keep_alive)
             except OSError:
                 return
+            slot.working()
             if not keep_alive:
                 return  # HTTP/1.0, or the client asked to close
 
@@ -142,14 +149,18 @@ class RequestReader:
         "_refusal",
         "_request_timeout_seconds",
         "_served",
+        "_slot",
         "_sock",
         "_started",
         "_timeout_seconds",
         "_url",
     )
 
-    def __init__(self, sock: socket.socket, peer_cert: dict[str, Any] | None, request_timeout_seconds: float) -> None:
+    def __init__(
+        self, sock: socket.socket, slot: Slot, peer_cert: dict[str, Any] | None, request_timeout_seconds: float
+    ) -> None:
         self._sock = sock
+        self._slot = slot
         self._peer_cert = peer_cert
         self._request_timeout_seconds = request_timeout_seconds
         self._timeout_seconds = sock.gettimeout()
@@ -186,8 +197,16 @@ class RequestReader:
         # A new connection's first request has the request timeout; a kept-alive one waits for
         # its next request for the idle timeout, then the rest of the request and its reply have
         # the request timeout (a client that stops reading holds its thread no longer than one
-        # that stops writing). Set only when it changes (each setting is a system call).
-        timeout_seconds = IDLE_TIMEOUT_SECONDS if self._served and not self._started else self._request_timeout_seconds
+        # that stops writing). Set only when it changes (each setting is a system call). That
+        # times each receive alone; the slot's deadline bounds the whole request, set at the
+        # first receive that waits on more of it (the first request's runs from the accept): a
+        # head that comes whole, as every scraper's does, needs none.
+        idle = self._served and not self._started
+        if idle:
+            self._slot.waiting()
+        elif self._slot.deadline == math.inf:
+            self._slot.reading()
+        timeout_seconds = IDLE_TIMEOUT_SECONDS if idle else self._request_timeout_seconds
         if timeout_seconds != self._timeout_seconds:
             self._sock.settimeout(timeout_seconds)
             self._timeout_seconds = timeout_seconds

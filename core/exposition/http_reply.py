@@ -50,10 +50,7 @@ def send_reply(sock: socket.socket, reply: Reply, *, head_only: bool, keep_alive
     """``reply`` written to ``sock``, with its Content-Length, and ``Connection: close`` unless
     the connection stays open; ``head_only`` (a HEAD request): the headers without the body."""
     body = reply.body
-    status_line = _STATUS_LINES.get(reply.status) or b"HTTP/1.1 %d \r\n" % reply.status
-    lines = _HEADER_LINES.get(reply.headers) or _header_lines(reply.headers)
-    end = b"\r\n" if keep_alive else b"Connection: close\r\n\r\n"
-    head = b"%s%sContent-Length: %d\r\n%s" % (status_line, lines, len(body), end)
+    head = _head(reply, keep_alive)
     if head_only:  # a HEAD reply has the headers (Content-Length too) without the body
         sock.sendall(head)
     elif len(body) < _ONE_WRITE_BYTES:
@@ -61,6 +58,19 @@ def send_reply(sock: socket.socket, reply: Reply, *, head_only: bool, keep_alive
     else:  # a big page (the collector's at fleet scale) is not copied to prepend the head
         sock.sendall(head)
         sock.sendall(body)
+
+
+def reply_bytes(reply: Reply) -> bytes:
+    """A small reply whole, head and body, with ``Connection: close``: what the accept loop
+    writes to a connection it refuses."""
+    return _head(reply, False) + reply.body
+
+
+def _head(reply: Reply, keep_alive: bool) -> bytes:
+    status_line = _STATUS_LINES.get(reply.status) or b"HTTP/1.1 %d \r\n" % reply.status
+    lines = _HEADER_LINES.get(reply.headers) or _header_lines(reply.headers)
+    end = b"\r\n" if keep_alive else b"Connection: close\r\n\r\n"
+    return b"%s%sContent-Length: %d\r\n%s" % (status_line, lines, len(reply.body), end)
 
 
 def _header_lines(headers: tuple[tuple[str, str], ...]) -> bytes:

@@ -3,11 +3,13 @@
 The agent and the collector both serve their metrics this way. The server runs beside the work
 it reports on (the sampling loop, the collector's event loop): a scrape renders what is in memory
 at that moment and never makes the work wait on a slow or stuck scraper. Each connection gets a
-thread (socketserver's), at most ``MAX_CONNECTIONS`` at once; the text is gzipped when the client
-asks, as Prometheus does.
+thread (socketserver's), at most ``MAX_CONNECTIONS`` at once and ``MAX_CONNECTIONS_PER_ADDRESS``
+from one client, each request and reply within its deadline (``http_slots.py``); the text is
+gzipped when the client asks, as Prometheus does.
 
-Three modules, one role each: this one is the server (what each path answers, who may read it,
-the listening socket and its connection slots); ``http_connection.py`` one connection (TLS, its
+Four modules, one role each: this one is the server (what each path answers, who may read it,
+the listening socket and its accept loop); ``http_slots.py`` the connection slots (admission,
+deadlines, which idle connection makes room); ``http_connection.py`` one connection (TLS, its
 requests parsed by httptools, keep-alive, pipelining and the timeouts); ``http_reply.py`` what goes
 back (status line, headers, body, the gzip). Not http.server: that one parses every request's
 headers with the email package, imports http.client and with it ssl (4.5 MB resident in the
@@ -35,7 +37,9 @@ from nodeagent.core.exposition.http_reply import (
     PLAIN_TEXT_HEADERS,
     Reply,
     gzip_bytes,
+    reply_bytes,
 )
+from nodeagent.core.exposition.http_slots import Slots
 from nodeagent.core.transport.channel import parse_target
 
 if TYPE_CHECKING:
@@ -43,12 +47,11 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("nodeagent.http")
 
-# How long a socket waits on a request under way, or on its reply being taken, before the
-# connection is closed (the wait for a kept-alive connection's next request: IDLE_TIMEOUT_SECONDS
-# in http_connection.py).
+# How long one receive or send waits on a request under way, or on its reply being taken, before
+# the connection is closed (the wait for a kept-alive connection's next request:
+# IDLE_TIMEOUT_SECONDS in http_connection.py; the whole request's and the whole reply's deadlines,
+# and the connection limits: http_slots.py).
 REQUEST_TIMEOUT_SECONDS = 30.0
-# Connections served at once (a thread each); beyond it a client gets 503 and a closed socket.
-MAX_CONNECTIONS = 64
 
 Health = Callable[[], tuple[bool, str]]
 # Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
@@ -184,43 +187,50 @@ class MetricsHttpServer:
 
 
 class ConnectionServer(socketserver.ThreadingTCPServer):
-    """The listening socket: a thread per connection, and the slots that count them."""
+    """The listening socket and its accept loop: a slot and a thread per connection admitted,
+    a 503 and a close for one refused, and the sweep that closes connections past their deadline."""
 
     # Connection threads are fire and forget: a stuck scraper cannot hold up a shutdown.
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # The listen backlog (socketserver's is 5): a burst of connections waits in the kernel for
+    # the accept loop, which admits or refuses each in microseconds, where a full queue drops
+    # the scraper's SYN and costs it a second's retransmit.
+    request_queue_size = 128
     owner: MetricsHttpServer
 
     def __init__(self, address: tuple[str, int], handler: type[socketserver.BaseRequestHandler]) -> None:
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
+        self.slots = Slots()
         super().__init__(address, handler)
 
-    def track(self, sock: socket.socket, is_open: bool) -> bool:
-        """Counts the connection in (False: there are too many) or out."""
-        with self._open_lock:
-            if not is_open:
-                self._open.discard(sock)
-            elif len(self._open) >= MAX_CONNECTIONS:
-                return False
-            else:
-                self._open.add(sock)
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        # In the accept loop, before any thread or TLS handshake: a refused connection costs no
+        # thread, and takes no slot from the clients it would crowd out.
+        refused = self.slots.admit(request, str(client_address[0]))
+        if refused is None:
             return True
+        log.debug("http connection refused", client=str(client_address), why=refused)
+        if self.owner.ssl_context is None:  # over TLS the refusal is the closed socket
+            _refuse(request, refused)
+        return False
 
-    def replace(self, old: socket.socket, new: socket.socket) -> None:
-        """The connection's TLS socket in place of the plain one it wraps (and detaches)."""
-        with self._open_lock:
-            self._open.discard(old)
-            self._open.add(new)
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to give the slot back: given back here
+            slot = self.slots.slot(request)
+            if slot is not None:
+                self.slots.release(slot)
+            raise
+
+    def service_actions(self) -> None:
+        # The accept loop wakes at least every poll interval (0.2 s) and after each connection.
+        self.slots.sweep()
 
     def close_connections(self) -> None:
         """Ends the kept-alive connections too: a stopped server answers nobody."""
-        with self._open_lock:
-            open_now = list(self._open)
-        for sock in open_now:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self.slots.close_all()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that goes away or fails the TLS handshake is the client's business.
@@ -229,3 +239,14 @@ class ConnectionServer(socketserver.ThreadingTCPServer):
 
 class ConnectionServer6(ConnectionServer):
     address_family = socket.AF_INET6
+
+
+def _refuse(sock: socket.socket, why: str) -> None:
+    """The 503, written without waiting: a new connection's send buffer is empty and takes it whole,
+    and a client that reads nothing cannot hold up the accept loop. What has come of its request
+    is read first, so that the close after is a FIN, not a reset that could reach the client
+    before the 503 does."""
+    with contextlib.suppress(OSError):
+        sock.recv(65536, socket.MSG_DONTWAIT)
+    with contextlib.suppress(OSError):
+        sock.send(reply_bytes(Reply(503, f"{why}\n".encode())), socket.MSG_DONTWAIT)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.core.exposition import http_connection
+from nodeagent.core.exposition import http_connection, http_slots
 from nodeagent.core.exposition import http_server as metrics_http
 from nodeagent.core.exposition.http_reply import TEXT_CONTENT_TYPE
 from nodeagent.core.exposition.http_server import MetricsHttpServer
@@ -252,14 +252,14 @@ def test_stop_ends_the_connections_it_kept() -> None:
 
 
 def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
+    """Where no connection is idle (each has a request under way), a new one is refused."""
+    monkeypatch.setattr(http_slots, "MAX_CONNECTIONS", 2)
     served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE)
     served.start()
-    kept = [http.client.HTTPConnection("127.0.0.1", served.port, timeout=10) for _ in range(2)]
+    kept = [socket.create_connection(("127.0.0.1", served.port), timeout=10) for _ in range(2)]
     try:
-        for conn in kept:  # two kept-alive scrapers fill the cap
-            conn.request("GET", "/metrics")
-            assert conn.getresponse().read() == PAGE
+        for conn in kept:  # two requests begun fill the cap
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHo")
         assert _raw(served, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 503 ")
         kept[0].close()
         deadline = time.monotonic() + 5
@@ -279,12 +279,9 @@ def test_over_tls_connections_that_never_handshake_take_no_more_than_the_cap(
 ) -> None:
     """A client that opens connections and sends nothing holds a thread each until the request
     timeout: over TLS too, at most MAX_CONNECTIONS of them, and a real scraper gets in once they go."""
-    monkeypatch.setattr(metrics_http, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(http_slots, "MAX_CONNECTIONS", 2)
     ca = Authority(tmp_path, "test")
-    pem = ca.issue("localhost", ips=("127.0.0.1",), server=True)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(pem.cert, pem.key)
-    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, ssl_context=context)
+    served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, ssl_context=ca.loopback_server_context())
     served.start()
     client = ssl.create_default_context(cafile=str(ca.cert_file))
     silent = [socket.create_connection(("127.0.0.1", served.port), timeout=10) for _ in range(2)]
@@ -415,7 +412,7 @@ def test_a_reply_on_a_kept_alive_connection_has_the_request_timeout_not_the_idle
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive; the reply is never read
             started = time.monotonic()
-            assert wait_for(lambda: not served._server._open, 20, interval=0.05)  # type: ignore[union-attr]
+            assert wait_for(lambda: not served._server.slots, 20, interval=0.05)  # type: ignore[union-attr]
             assert time.monotonic() - started < 10
     finally:
         served.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,3 +88,11 @@ class Authority:
             )
         )
         return pem
+
+    def loopback_server_context(self) -> ssl.SSLContext:
+        """A server's TLS context with a certificate for localhost and 127.0.0.1 that this
+        authority signed (clients trust ``cert_file``)."""
+        pem = self.issue("localhost", ips=("127.0.0.1",), server=True)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pem.cert, pem.key)
+        return context
