@@ -25,6 +25,7 @@ _REQUESTS: dict[str, Any] = {
     "LatestReport": pb.LatestReportRequest,
     "History": pb.HistoryRequest,
     "Jobs": pb.JobsRequest,
+    "ForgetNode": pb.ForgetNodeRequest,
 }
 
 

@@ -33,6 +33,7 @@ from nodeagent.collector.ingest.node_state import (
     forget_oldest_epoch,
     refuse_unstorable,
 )
+from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
 from nodeagent.core.detector.config import DetectorConfig
@@ -54,6 +55,7 @@ class Ingest:
         clock: Callable[[], float] = time.time,
         max_nodes: int = DEFAULT_MAX_NODES,
         history: HistoryConfig | None = None,
+        retire_after_seconds: float = DEFAULT_RETIRE_AFTER_SECONDS,
     ) -> None:
         self.writer = writer
         self.max_nodes = max_nodes
@@ -67,14 +69,17 @@ class Ingest:
         # Called with every new report and its node's verdict (remote write): each only queues.
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
+        self.retirement = Retirement(retire_after_seconds, started_at=clock())
         self.flusher = Flusher(
-            self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config
-        )
+            self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,
+            retirement=self.retirement,
+        )  # fmt: skip
         self._history_seed = writer.call_sync(writer.store.history.seed) if self.history_config.enabled else {}
         # Each node's GPU time lost on its last stored day, read here, before any report of this
         # run is accepted (let alone flushed into the history): the day's count starts from it
         # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
         lost_days = writer.call_sync(writer.store.history.lost_on_last_day) if self.history_config.enabled else {}
+        self.retirement.forgetters += [alerting.forget, lambda node_id: self._history_seed.pop(node_id, None)]
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()
         for row in writer.call_sync(writer.store.nodes.load):
@@ -95,6 +100,11 @@ class Ingest:
         ``StreamRefusedError`` when the collector holds ``max_nodes`` others already, or when this
         node's row could not be stored (until a restart reloads it from what was committed)."""
         node = self.nodes.get(stream.node_id)
+        if node is not None and node.retiring:
+            raise StreamRefusedError(
+                "UNAVAILABLE", "node_retiring",
+                f"node {stream.node_id!r} is being retired; when it is gone, its next stream makes it a new node",
+            )  # fmt: skip
         if node is None and len(self.nodes) >= self.max_nodes:
             raise StreamRefusedError(
                 "RESOURCE_EXHAUSTED", "max_nodes",
@@ -105,6 +115,7 @@ class Ingest:
         refuse_unstorable(node)
         previous = node.stream
         node.stream = stream
+        node.attached_at = self.clock()
         # Acknowledge at once what is already durable of the node's latest epoch (even nothing):
         # reports committed just before the collector went away were never acked, and an agent
         # whose spool dropped them meanwhile waits for this ack to learn whether they are stored.
@@ -205,6 +216,14 @@ class Ingest:
         self.reports_total += 1
         self.flusher.changed(row.node_id)
         return True
+
+    async def forget(self, node_id: str) -> int:
+        """Retire a node an operator names (``ForgetNode``), at the next flush; the number of its
+        stored reports deleted. ``RetireRefusedError``: unknown here, or connected."""
+        node = self.nodes.get(node_id)
+        if node is None or node.retiring:
+            raise RetireRefusedError("NOT_FOUND", f"node {node_id[:64]!r} is not known here")
+        return await self.retirement.ask(node)
 
     def durable_seq(self, stream: StreamHandle) -> int:
         node = self.nodes.get(stream.node_id)

@@ -92,6 +92,11 @@ class NodeState:
     timeline: NodeTimeline = field(default_factory=NodeTimeline)
     # Its open minute and the reports its next flush writes into the history; None when off.
     history: NodeHistory | None = None
+    # The collector's clock when its latest stream attached: how long a node that said hello but
+    # never sent a report has been silent (``retire``).
+    attached_at: float = 0.0
+    # Set while a flush retires the node: its streams are refused until it is gone.
+    retiring: bool = False
 
 
 def bare(row: NodeRow) -> NodeRow:

@@ -11,6 +11,7 @@ import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, resample
 from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -122,6 +123,19 @@ class QueryService(pb_grpc.QueryServicer):
             totals[name].nodes.extend(sorted(nodes[name]))
             response.jobs.append(totals[name])
         return response
+
+    async def ForgetNode(
+        self,
+        request: pb.ForgetNodeRequest,
+        context: grpc.aio.ServicerContext[pb.ForgetNodeRequest, pb.ForgetNodeResponse],
+    ) -> pb.ForgetNodeResponse:
+        """Retire a node now (``collector/ingest/retire.py``); a connected or unknown one is refused."""
+        await self._authorize(context)
+        try:
+            deleted = await self.ingest.forget(request.node_id)
+        except RetireRefusedError as refused:
+            await context.abort(grpc.StatusCode[refused.code], refused.detail)
+        return pb.ForgetNodeResponse(reports_deleted=deleted)
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)

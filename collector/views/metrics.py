@@ -75,6 +75,13 @@ class CollectorMetrics(Collector):
             value=sum(1 for node in nodes if node.stream is not None),
         )  # fmt: skip
         yield GaugeMetricFamily("nodeagent_ingest_nodes", "Nodes this collector knows.", value=len(nodes))
+        retired = CounterMetricFamily(
+            "nodeagent_collector_nodes_retired", "Nodes retired: forgotten by an operator, or silent past the age.",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason, count in sorted(ingest.retirement.retired_total.items()):
+            retired.add_metric([reason], count)
+        yield retired
         stats = ingest.flusher.stats
         yield _histogram(
             "nodeagent_store_flush_duration_seconds",
