@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.ingest.clock_bounds import ClockBounds, ClockRefusals
 from nodeagent.collector.ingest.flush import Flusher
 from nodeagent.collector.ingest.node_state import (
     DEFAULT_MAX_NODES,
@@ -56,6 +57,7 @@ class Ingest:
         max_nodes: int = DEFAULT_MAX_NODES,
         history: HistoryConfig | None = None,
         retire_after_seconds: float = DEFAULT_RETIRE_AFTER_SECONDS,
+        clock_bounds: ClockBounds | None = None,
     ) -> None:
         self.writer = writer
         self.max_nodes = max_nodes
@@ -66,6 +68,8 @@ class Ingest:
         self.nodes: dict[str, NodeState] = {}
         self.reports_total = 0
         self.duplicates_total = 0
+        # Reports refused for a time too far from this collector's clock (None: no bounds).
+        self.clock_refusals = ClockRefusals(clock_bounds)
         # Called with every new report and its node's verdict (remote write): each only queues.
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
@@ -139,7 +143,8 @@ class Ingest:
         self.flusher.forget(stream)
 
     def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:
-        """Take one validated report; False when it was a duplicate.
+        """Take one validated report; False when it was not stored: a duplicate, or a report whose
+        time is out of the clock bounds (acknowledged all the same, as a stored one is).
 
         ``StreamRefusedError`` (and nothing changed) for a report that would move the node further
         than one agent can: a seq jump above ``MAX_SEQ_JUMP``, a third epoch on one stream."""
@@ -172,6 +177,8 @@ class Ingest:
             self.duplicates_total += 1
             self.flusher.changed(row.node_id)
             return False
+        now = self.clock()
+        refused = self.clock_refusals.judge(node, report.time_unix_seconds, now)
         if mark and seq > mark + 1:
             # Saturates: a count that cannot be stored would stop every flush of this node.
             row.gap_reports_total = min(INTEGER_MAX, row.gap_reports_total + seq - mark - 1)
@@ -179,12 +186,16 @@ class Ingest:
             forget_oldest_epoch(node)
         node.seen[epoch] = seq
         node.dirty_epochs.add(epoch)
-        now = self.clock()
         if not row.first_seen:
             row.first_seen = now
         row.last_seen = now
-        row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
         row.epoch, row.last_seq = epoch, seq
+        if refused:
+            # Its seq is taken (so it is acknowledged once durable, and not counted as a gap), and
+            # nothing else: no stage sees it, the store keeps nothing of it.
+            self.flusher.changed(row.node_id)
+            return False
+        row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
         row.spool_dropped_total = report.agent.spool_dropped_reports_total
         if report.HasField("info"):
             row.info = report.info.SerializeToString()

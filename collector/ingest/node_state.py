@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from nodeagent.collector.history.rollup import NodeHistory
@@ -97,6 +98,13 @@ class NodeState:
     attached_at: float = 0.0
     # Set while a flush retires the node: its streams are refused until it is gone.
     retiring: bool = False
+    # Its newest report's time minus the collector's clock when it arrived (None: none yet), and
+    # its reports refused for a time out of bounds (``clock_bounds``), since this collector started.
+    clock_skew_seconds: float | None = None
+    clock_refused_total: int = 0
+    # When its refusals were last logged, and how many since.
+    clock_logged_at: float = -math.inf
+    clock_unlogged: int = 0
 
 
 def bare(row: NodeRow) -> NodeRow:

@@ -41,7 +41,8 @@ class QueryService(pb_grpc.QueryServicer):
                 first_seen_unix_seconds=row.first_seen, last_seen_unix_seconds=row.last_seen,
                 epoch=row.epoch, last_seq=row.last_seq, connected=node.stream is not None,
                 gpu_count=live.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
-                gap_reports_total=row.gap_reports_total,
+                gap_reports_total=row.gap_reports_total, clock_skew_seconds=node.clock_skew_seconds,
+                clock_refused_reports_total=node.clock_refused_total,
             )  # fmt: skip
             if node.detector is not None:
                 _verdict_into(response.nodes[-1], node.detector.verdict)

@@ -82,6 +82,14 @@ class CollectorMetrics(Collector):
         for reason, count in sorted(ingest.retirement.retired_total.items()):
             retired.add_metric([reason], count)
         yield retired
+        refused = CounterMetricFamily(
+            "nodeagent_collector_reports_refused",
+            "New reports acknowledged but not stored: their time too far from this collector's clock.",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason, count in sorted(ingest.clock_refusals.totals.items()):
+            refused.add_metric([reason], count)
+        yield refused
         stats = ingest.flusher.stats
         yield _histogram(
             "nodeagent_store_flush_duration_seconds",
