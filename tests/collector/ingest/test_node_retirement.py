@@ -1,23 +1,36 @@
 """Nodes leave: an operator forgets one, or one stays silent past the retirement age. Through a
 running collector: its row, watermarks and stored reports go, its NodeDown resolves (in the
 sinks too), it stops counting toward ``--max-nodes``, it is not reloaded after a restart, and
-it comes back as a new node; its per-minute history stays."""
+it comes back as a new node; its per-minute history stays. In process: the retiring flush is
+all or nothing, and silence counts from the collector's start."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
+from nodeagent.collector.ingest.retire import RetireRefusedError
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.v1 import nodeagent_pb2 as pb
+from tests.fakes.alert_sinks import CapturingSink
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for
 from tests.fakes.http_receiver import http_receiver
-from tests.fakes.ingest_client import framed, hello_message, streamed
+from tests.fakes.ingest_client import framed, hello_message, small_report, streamed
 from tests.fakes.trees import REPO
 
 
@@ -149,3 +162,89 @@ def test_nodes_that_come_and_go_never_hold_the_max_nodes_slots_for_good(tmp_path
     assert reloaded and set(reloaded) <= {"c0", "c1", "c2"}
     assert full_after_restart[0] == (grpc.StatusCode.RESOURCE_EXHAUSTED if len(reloaded) == 3 else grpc.StatusCode.OK)
     assert later and "d0" in listed
+
+
+def test_a_retiring_flush_is_all_or_nothing_and_silence_counts_from_the_start(tmp_path: Path) -> None:
+    asyncio.run(_retiring(tmp_path))
+
+
+async def _retiring(tmp_path: Path) -> None:
+    now = [time.time()]
+    sink = CapturingSink()
+    writer = StoreWriter(tmp_path / "c.db")
+    alerting = Alerting(AlertConfig(node_down_seconds=1.0), [sink])
+    ingest = Ingest(writer, alerting, clock=lambda: now[0], retire_after_seconds=3600.0)
+    streams = {node: StreamHandle(node, "test") for node in ("gone", "live")}
+    for node, stream in streams.items():
+        ingest.attach(stream, pb.NodeInfo(node_id=node))
+        ingest.accept(stream, small_report(node, 1, now[0]), small_report(node, 1, now[0]).SerializeToString())
+    await ingest.flusher.flush()
+    # A report whose open minute the next flush does not write (written 1 s of reports ago).
+    ingest.accept(streams["gone"], small_report("gone", 2, now[0] + 1), small_report("gone", 2).SerializeToString())
+    ingest.detach(streams["gone"])
+    now[0] += 2.0
+    await ingest.flusher.flush()  # NodeDown fires for both
+
+    with pytest.raises(RetireRefusedError) as connected:
+        await ingest.forget("live")
+    with pytest.raises(RetireRefusedError) as unknown:
+        await ingest.forget("nobody")
+    store_write = writer.store.write
+
+    def locked(*_args: Any) -> dict[str, str]:
+        raise sqlite3.OperationalError("database is locked")
+
+    writer.store.write = locked  # type: ignore[method-assign]
+    failing = asyncio.create_task(ingest.forget("gone"))
+    await asyncio.sleep(0)
+    with pytest.raises(sqlite3.OperationalError):
+        await ingest.flusher.flush()
+    with pytest.raises(RetireRefusedError) as unavailable:
+        await failing
+    kept = "gone" in ingest.nodes and not ingest.nodes["gone"].retiring
+    writer.store.write = store_write  # type: ignore[method-assign]
+
+    forgotten = asyncio.create_task(ingest.forget("gone"))
+    await asyncio.sleep(0)
+    flush = asyncio.create_task(ingest.flusher.flush())
+    await asyncio.sleep(0)  # the flush has marked it and waits on the store
+    with pytest.raises(StreamRefusedError) as meanwhile:
+        ingest.attach(StreamHandle("gone", "test"), pb.NodeInfo(node_id="gone"))
+    await flush
+    deleted = await forgotten
+    stored = {row.node_id for row in writer.call_sync(writer.store.nodes.load)}
+    minutes = writer.call_sync(writer.store.history.minutes, "gone", None, 0.0, None)
+    reports = writer.call_sync(writer.store.history.reports, "gone", 0.0, None)
+    alerts = {(a.name, a.node_id, a.ends_at is not None) for a in writer.call_sync(alerting.recent, True)}
+    back = StreamHandle("gone", "test")
+    ingest.attach(back, pb.NodeInfo(node_id="gone"))
+    taken_again = ingest.accept(back, small_report("gone", 1, now[0]), b"")
+    writer.call_sync(alerting.close)
+    writer.close()
+
+    assert (connected.value.code, unknown.value.code, unavailable.value.code) == (
+        "FAILED_PRECONDITION", "NOT_FOUND", "UNAVAILABLE",
+    )  # fmt: skip
+    assert "database is locked" in unavailable.value.detail and kept
+    assert (meanwhile.value.code, meanwhile.value.reason) == ("UNAVAILABLE", "node_retiring")
+    assert deleted == 2 and stored == {"live"} and reports == []
+    assert sum(m.samples for m in minutes if m.gpu == -1) == 2  # its open minute went out first
+    assert ("NodeDown", "gone", True) in alerts and ("NodeDown", "live", False) in alerts
+    assert [(t.kind, t.alert.node_id) for t in sink.transitions if t.alert.name == "NodeDown"][-1] == (
+        "resolved", "gone",
+    )  # fmt: skip
+    assert taken_again and ingest.retirement.retired_total == {"forgotten": 1, "silent": 0}
+
+    # A collector started long after the node's last report gives it the whole age from its start.
+    later = [now[0] + 30 * 86400]
+    writer = StoreWriter(tmp_path / "c.db")
+    ingest = Ingest(writer, Alerting(AlertConfig(), []), clock=lambda: later[0], retire_after_seconds=3600.0)
+    await ingest.flusher.flush()
+    at_start = set(ingest.nodes)
+    later[0] += 3600.0
+    await ingest.flusher.flush()
+    after_the_age = set(ingest.nodes)
+    writer.call_sync(ingest.alerting.close)
+    writer.close()
+    assert at_start == {"live"} and after_the_age == set()
+    assert ingest.retirement.retired_total == {"forgotten": 0, "silent": 1}
