@@ -8,9 +8,11 @@ comparison (CLIP, 100M pairs, same code on both):
 - ``rental-50g-nvlink``: 50 Gb/s, NVLink and an RDMA volume (``fast-cloud``).
 
 The simulated nodes run ``--time-scale`` times faster than the wall clock, so a short demo shows
-several minutes of training. Then it prints the fleet table and the alerts, explains each
-starved node in a sentence or two, prints the fleet page's address and keeps it up until Enter
-(``--no-wait``: at once), and stops every process it started.
+several minutes of training: their clocks start that many minutes back and reach the wall clock
+about when the report is printed (the collector refuses reports from the future), then run at
+1x. Then it prints the fleet table and the alerts, explains each starved node in a sentence or
+two, prints the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and
+stops every process it started.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def run_demo(plan: DemoPlan) -> None:
         for node, scenario in SIMULATED:
             _spawn(
                 ["nodeagent", "run", "--collector", address, "--node-id", node, "--simulate", scenario,
-                 "--time-scale", f"{plan.time_scale:g}", "--interval", f"{plan.interval:g}"],
+                 "--time-scale", f"{plan.time_scale:g}", "--time-scale-seconds", f"{plan.seconds:g}",
+                 "--interval", f"{plan.interval:g}"],
                 Path(tmp) / f"{node}.log", started,
             )  # fmt: skip
             click.echo(f"simulated  {node} ({scenario}: 8 GPUs, {plan.time_scale:g}x real time)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,7 +126,13 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option(
     "--time-scale", type=click.FloatRange(min=0.01, max=10_000), default=1.0, show_default=True,
-    help="With --simulate: simulated seconds per wall-clock second (a demo can show an hour in a minute).",
+    help="With --simulate: simulated seconds per wall-clock second (a demo can show an hour in a minute); "
+    "the simulated clock starts in the past so that it never runs ahead of the wall clock.",
+)  # fmt: skip
+@click.option(
+    "--time-scale-seconds", type=click.FloatRange(min=1.0),
+    help="With --time-scale: wall-clock seconds the sped-up run lasts; its clock starts that far back, times the "
+    "scale, and runs at 1x once it reaches now (default: --deadline, else --max-reports intervals, else 120).",
 )  # fmt: skip
 @click.option("--max-reports", type=click.IntRange(min=1), help="Stop after N reports; exit 0 once all are acked.")
 @click.option(
@@ -188,6 +193,7 @@ def run(
     scenario: str | None,
     seed: int,
     time_scale: float,
+    time_scale_seconds: float | None,
     max_reports: int | None,
     deadline: float | None,
     procfs: str,
@@ -236,12 +242,15 @@ def run(
     if scenario is not None:
         # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
         from nodeagent.tools.simulator import UnknownScenarioError  # noqa: PLC0415
-        from nodeagent.tools.simulator.source import SimulatedSampler  # noqa: PLC0415
+        from nodeagent.tools.simulator.source import SimulatedSampler, scaled_clock  # noqa: PLC0415
 
+        if time_scale_seconds is None:
+            # The run ends at its deadline or after its reports, whichever comes first.
+            ends = [s for s in (deadline, max_reports * interval if max_reports else None) if s is not None]
+            time_scale_seconds = min(ends, default=None)
+        clock = scaled_clock(time_scale, time_scale_seconds)
         try:
-            source = SimulatedSampler(
-                scenario, node_id=node_id, sequence=sequence, seed=seed, clock=_scaled_clock(time_scale)
-            )
+            source = SimulatedSampler(scenario, node_id=node_id, sequence=sequence, seed=seed, clock=clock)
         except UnknownScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err
     else:
@@ -276,11 +285,3 @@ def run(
             f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
         )
         raise click.exceptions.Exit(EXIT_UNDELIVERED)
-
-
-def _scaled_clock(scale: float) -> Callable[[], float]:
-    """Wall-clock time sped up ``scale`` times from now on (1.0: the wall clock itself)."""
-    if scale == 1.0:
-        return time.time
-    origin = time.time()
-    return lambda: origin + (time.time() - origin) * scale

@@ -46,6 +46,11 @@ class Alerting:
     def add(self, signals: Iterable[AlertSignal]) -> None:
         self._pending.extend(signals)
 
+    def forget(self, node_id: str) -> None:
+        """A retired node: its rules and its NodeDown state go (its alerts resolved in ``retire``)."""
+        self.rules.pop(node_id, None)
+        self.watch.forget(node_id)
+
     def put_back(self, signals: list[AlertSignal]) -> None:
         """Signals of a batch that did not commit: they go with the next one, in order."""
         self._pending[:0] = signals
@@ -69,6 +74,11 @@ class Alerting:
         if signals:
             self.book.observe(signals, now)
         self.book.record_deliveries()
+
+    def retire(self, node_id: str, now: float) -> None:
+        """Inside the transaction that retires the node: every alert of it still firing resolves."""
+        assert self.book is not None
+        self.book.resolve_node(node_id, None, now)
 
     def committed(self, now: float) -> None:
         assert self.book is not None

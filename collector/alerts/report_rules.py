@@ -255,8 +255,8 @@ class NodeRules:
 
 class NodeDownWatch:
     """NodeDown for the whole fleet: no report for ``node_down_seconds``; resolves when reports
-    come back. A node the caller no longer lists gets no signal (``AlertBook.resolve_node``
-    retires a node taken out of the fleet)."""
+    come back. A node the caller no longer lists gets no signal: a retired node's alerts are
+    resolved by ``AlertBook.resolve_node`` (``collector/ingest/retire.py``), then ``forget``."""
 
     def __init__(self, config: AlertConfig) -> None:
         self.config = config
@@ -277,6 +277,9 @@ class NodeDownWatch:
             }
             out.append(AlertSignal(NODE_DOWN, node_id, "", is_down, CRITICAL, {}, notes if is_down else {}))
         return out
+
+    def forget(self, node_id: str) -> None:
+        self._down.pop(node_id, None)
 
 
 # -- per-instance state --

@@ -26,6 +26,7 @@ _REQUESTS: dict[str, Any] = {
     "History": pb.HistoryRequest,
     "StreamHistory": pb.HistoryRequest,
     "Jobs": pb.JobsRequest,
+    "ForgetNode": pb.ForgetNodeRequest,
 }
 
 

@@ -34,6 +34,7 @@ COMMANDS = {
     "alerts": "nodeagent.collector.cli.nodes:alerts",
     "config": "nodeagent.core.settings.show:config_command",
     "demo": "nodeagent.collector.cli.demo:demo",
+    "forget": "nodeagent.collector.cli.nodes:forget",
     "history": "nodeagent.collector.cli.history:history",
     "jobs": "nodeagent.collector.cli.history:jobs",
     "loadgen": "nodeagent.collector.cli.demo:loadgen",

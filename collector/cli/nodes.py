@@ -1,5 +1,6 @@
 """``nodeagent-collector nodes`` and ``alerts``: what a running collector knows of the fleet,
-asked over its query service (``client.py``) and shown as a table or JSON."""
+asked over its query service (``client.py``) and shown as a table or JSON; ``forget``, which
+retires a node there."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import click
 
 from nodeagent.collector.cli.client import client_options, query
 from nodeagent.collector.views.fleet_table import alert_rows, iso_time, node_rows, render_fleet
+from nodeagent.core.wire.identity import check_node_id
 
 
 @click.command()
@@ -46,3 +48,21 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
             f"{row['name']!s:<20} {row['node_id']!s:<20} {row['severity']!s:<9} {row['state']!s:<9} "
             f"{iso_time(float(str(row['starts_at']))):<20} {summary}"
         )
+
+
+@click.command()
+@click.argument("node_id", metavar="NODE", callback=lambda _ctx, _param, value: _checked_node_id(value))
+@client_options
+def forget(node_id: str, **options: object) -> None:
+    """Retire a node the collector holds: its row, watermarks and stored reports go, its alerts
+    resolve and it stops counting toward --max-nodes (its per-minute history stays). A connected
+    node is refused: stop its agent first."""
+    response = query(options, "ForgetNode", node_id=node_id)
+    click.echo(f"forgot {node_id}: {response.reports_deleted} stored reports deleted; its per-minute history stays")
+
+
+def _checked_node_id(value: str) -> str:
+    try:
+        return check_node_id(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err

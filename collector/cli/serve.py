@@ -19,7 +19,13 @@ import structlog
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
 from nodeagent.collector.history.rollup import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
+from nodeagent.collector.ingest.clock_bounds import (
+    DEFAULT_MAX_CLOCK_AHEAD_SECONDS,
+    DEFAULT_MAX_CLOCK_BEHIND_SECONDS,
+    ClockBounds,
+)
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES
+from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
 from nodeagent.collector.ingest.server import (
     DEFAULT_HELLO_TIMEOUT_SECONDS,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -105,6 +111,21 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     help="Nodes this collector holds; a stream of a node beyond them is refused (RESOURCE_EXHAUSTED).",
 )  # fmt: skip
 @click.option(
+    "--retire-after-seconds", type=click.FloatRange(min=0.0, max=3650 * 86400.0),
+    default=DEFAULT_RETIRE_AFTER_SECONDS, show_default=True,
+    help="A node silent this long (no stream open) is retired: forgotten as by `forget`, freeing its "
+    "--max-nodes slot (0: never).",
+)  # fmt: skip
+@click.option(
+    "--max-clock-ahead-seconds", type=click.FloatRange(min=1.0), default=DEFAULT_MAX_CLOCK_AHEAD_SECONDS,
+    show_default=True, help="A report whose time is further ahead of this collector's clock is acked, not stored.",
+)  # fmt: skip
+@click.option(
+    "--max-clock-behind-seconds", type=click.FloatRange(min=1.0), default=DEFAULT_MAX_CLOCK_BEHIND_SECONDS,
+    show_default=True, help="A report whose time is further behind is acked, not stored (keep it above the agents' "
+    "--spool-max-age).",
+)  # fmt: skip
+@click.option(
     "--hello-timeout-seconds", type=click.FloatRange(min=0.1, max=600.0), default=DEFAULT_HELLO_TIMEOUT_SECONDS,
     show_default=True, help="A stream that has not said hello by then is closed (DEADLINE_EXCEEDED).",
 )  # fmt: skip
@@ -170,6 +191,9 @@ def serve(
     max_message_bytes: int,
     flush_seconds: float,
     max_nodes: int,
+    retire_after_seconds: float,
+    max_clock_ahead_seconds: float,
+    max_clock_behind_seconds: float,
     hello_timeout_seconds: float,
     max_streams_per_source: int,
     max_queries_per_caller: int,
@@ -238,6 +262,8 @@ def serve(
     config = ServerConfig(
         listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
         flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
+        retire_after_seconds=retire_after_seconds,
+        clock_bounds=ClockBounds(max_clock_ahead_seconds, max_clock_behind_seconds),
         hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
         history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
         remote_write=remote_write, query=QueryBounds(max_per_caller=max_queries_per_caller),

@@ -24,6 +24,7 @@ from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle, bare
+from nodeagent.collector.ingest.retire import Retirement, Retiring
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.core.detector.alert_signals import AlertSignal
@@ -47,6 +48,7 @@ class Flusher:
         flush_seconds: float,
         clock: Callable[[], float],
         history: HistoryConfig,
+        retirement: Retirement | None = None,
     ) -> None:
         self.nodes = nodes
         self.writer = writer
@@ -54,6 +56,8 @@ class Flusher:
         self.flush_seconds = flush_seconds
         self.clock = clock
         self.history_config = history
+        # The nodes each flush retires (``retire``): none without one.
+        self.retirement = retirement or Retirement(0.0, clock())
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
@@ -102,8 +106,10 @@ class Flusher:
     async def flush(self, final: bool = False) -> None:
         """One transaction of what changed; ``final`` (a stopping collector): every open minute too."""
         now = self.clock()
+        doomed = self.retirement.take(self.nodes, now)
         batch, marks = self._take_batch()
-        history = self._take_history(batch, math.inf if final else time.monotonic())
+        # A node retired now first has every open minute written (as at a stop): its history stays.
+        history = self._take_history(batch, math.inf if final or doomed else time.monotonic())
         if self.history_config.enabled and now - self._swept_at >= PRUNE_EVERY_SECONDS:
             config = self.history_config
             history.sweep = (now - config.reports_seconds, now - config.retention_seconds)
@@ -111,8 +117,9 @@ class Flusher:
         signals = self.alerting.take(now, self._last_seen)
         started = time.perf_counter()
         try:
-            refused = await self.writer.call(self._write, batch, signals, now, history)
-        except Exception:
+            refused = await self.writer.call(self._write, batch, signals, now, history, doomed)
+        except Exception as err:
+            self.retirement.failed(self.nodes, doomed, f"{type(err).__name__}: {err}")
             self.stats.failures_total += 1
             self._put_back(batch, marks, signals)
             self._put_back_history(history)
@@ -130,12 +137,19 @@ class Flusher:
                 durable = self.nodes[node_id].durable
                 durable[epoch] = max(durable.get(epoch, 0), seq)
         self._send_acks()
+        if doomed:
+            self._retired(doomed)
 
     def _write(
-        self, batch: list[NodeRow], signals: list[AlertSignal], now: float, history: HistoryBatch | None = None
+        self,
+        batch: list[NodeRow],
+        signals: list[AlertSignal],
+        now: float,
+        history: HistoryBatch | None = None,
+        doomed: list[Retiring] | None = None,
     ) -> dict[str, str]:
-        """On the store's thread: one transaction for reports, their history and alerts, then the
-        sinks. Returns the nodes whose rows the store refused (node id -> error)."""
+        """On the store's thread: one transaction for reports, their history, alerts and the
+        nodes retired, then the sinks. Returns the nodes whose rows the store refused (node id -> error)."""
         refused: dict[str, str] = {}
         store = self.writer.store
 
@@ -143,8 +157,10 @@ class Flusher:
             if history:
                 store.history.write(history)
             self.alerting.write(signals, now)
+            if doomed:
+                self.retirement.write(store, self.alerting, doomed, now)
 
-        if batch or signals or history:
+        if batch or signals or history or doomed:
             try:
                 refused = store.write(batch, before_commit)
             except BaseException:
@@ -152,6 +168,13 @@ class Flusher:
                 raise
         self.alerting.committed(now)
         return refused
+
+    def _retired(self, doomed: list[Retiring]) -> None:
+        """The retirement committed: the nodes go from memory, and from what the flusher tracks."""
+        for item in doomed:
+            self._dirty.discard(item.node_id)
+            self._history_pending.discard(item.node_id)
+        self.retirement.finish(self.nodes, doomed)
 
     def _set_aside(self, node_id: str, error: str) -> None:
         """A node whose row the store refused: it is written no more and its streams are refused,

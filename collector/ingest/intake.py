@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.ingest.clock_bounds import ClockBounds, ClockRefusals
 from nodeagent.collector.ingest.flush import Flusher
 from nodeagent.collector.ingest.node_state import (
     DEFAULT_MAX_NODES,
@@ -33,6 +34,7 @@ from nodeagent.collector.ingest.node_state import (
     forget_oldest_epoch,
     refuse_unstorable,
 )
+from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
 from nodeagent.core.detector.config import DetectorConfig
@@ -54,6 +56,8 @@ class Ingest:
         clock: Callable[[], float] = time.time,
         max_nodes: int = DEFAULT_MAX_NODES,
         history: HistoryConfig | None = None,
+        retire_after_seconds: float = DEFAULT_RETIRE_AFTER_SECONDS,
+        clock_bounds: ClockBounds | None = None,
     ) -> None:
         self.writer = writer
         self.max_nodes = max_nodes
@@ -64,17 +68,22 @@ class Ingest:
         self.nodes: dict[str, NodeState] = {}
         self.reports_total = 0
         self.duplicates_total = 0
+        # Reports refused for a time too far from this collector's clock (None: no bounds).
+        self.clock_refusals = ClockRefusals(clock_bounds)
         # Called with every new report and its node's verdict (remote write): each only queues.
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
+        self.retirement = Retirement(retire_after_seconds, started_at=clock())
         self.flusher = Flusher(
-            self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config
-        )
+            self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,
+            retirement=self.retirement,
+        )  # fmt: skip
         self._history_seed = writer.call_sync(writer.store.history.seed) if self.history_config.enabled else {}
         # Each node's GPU time lost on its last stored day, read here, before any report of this
         # run is accepted (let alone flushed into the history): the day's count starts from it
         # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
         lost_days = writer.call_sync(writer.store.history.lost_on_last_day) if self.history_config.enabled else {}
+        self.retirement.forgetters += [alerting.forget, lambda node_id: self._history_seed.pop(node_id, None)]
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()
         for row in writer.call_sync(writer.store.nodes.load):
@@ -95,6 +104,11 @@ class Ingest:
         ``StreamRefusedError`` when the collector holds ``max_nodes`` others already, or when this
         node's row could not be stored (until a restart reloads it from what was committed)."""
         node = self.nodes.get(stream.node_id)
+        if node is not None and node.retiring:
+            raise StreamRefusedError(
+                "UNAVAILABLE", "node_retiring",
+                f"node {stream.node_id!r} is being retired; when it is gone, its next stream makes it a new node",
+            )  # fmt: skip
         if node is None and len(self.nodes) >= self.max_nodes:
             raise StreamRefusedError(
                 "RESOURCE_EXHAUSTED", "max_nodes",
@@ -105,6 +119,7 @@ class Ingest:
         refuse_unstorable(node)
         previous = node.stream
         node.stream = stream
+        node.attached_at = self.clock()
         # Acknowledge at once what is already durable of the node's latest epoch (even nothing):
         # reports committed just before the collector went away were never acked, and an agent
         # whose spool dropped them meanwhile waits for this ack to learn whether they are stored.
@@ -128,7 +143,8 @@ class Ingest:
         self.flusher.forget(stream)
 
     def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:
-        """Take one validated report; False when it was a duplicate.
+        """Take one validated report; False when it was not stored: a duplicate, or a report whose
+        time is out of the clock bounds (acknowledged all the same, as a stored one is).
 
         ``StreamRefusedError`` (and nothing changed) for a report that would move the node further
         than one agent can: a seq jump above ``MAX_SEQ_JUMP``, a third epoch on one stream."""
@@ -161,6 +177,8 @@ class Ingest:
             self.duplicates_total += 1
             self.flusher.changed(row.node_id)
             return False
+        now = self.clock()
+        refused = self.clock_refusals.judge(node, report.time_unix_seconds, now)
         if mark and seq > mark + 1:
             # Saturates: a count that cannot be stored would stop every flush of this node.
             row.gap_reports_total = min(INTEGER_MAX, row.gap_reports_total + seq - mark - 1)
@@ -168,12 +186,16 @@ class Ingest:
             forget_oldest_epoch(node)
         node.seen[epoch] = seq
         node.dirty_epochs.add(epoch)
-        now = self.clock()
         if not row.first_seen:
             row.first_seen = now
         row.last_seen = now
-        row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
         row.epoch, row.last_seq = epoch, seq
+        if refused:
+            # Its seq is taken (so it is acknowledged once durable, and not counted as a gap), and
+            # nothing else: no stage sees it, the store keeps nothing of it.
+            self.flusher.changed(row.node_id)
+            return False
+        row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
         row.spool_dropped_total = report.agent.spool_dropped_reports_total
         if report.HasField("info"):
             row.info = report.info.SerializeToString()
@@ -205,6 +227,14 @@ class Ingest:
         self.reports_total += 1
         self.flusher.changed(row.node_id)
         return True
+
+    async def forget(self, node_id: str) -> int:
+        """Retire a node an operator names (``ForgetNode``), at the next flush; the number of its
+        stored reports deleted. ``RetireRefusedError``: unknown here, or connected."""
+        node = self.nodes.get(node_id)
+        if node is None or node.retiring:
+            raise RetireRefusedError("NOT_FOUND", f"node {node_id[:64]!r} is not known here")
+        return await self.retirement.ask(node)
 
     def durable_seq(self, stream: StreamHandle) -> int:
         node = self.nodes.get(stream.node_id)

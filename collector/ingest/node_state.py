@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from nodeagent.collector.history.rollup import NodeHistory
@@ -92,6 +93,18 @@ class NodeState:
     timeline: NodeTimeline = field(default_factory=NodeTimeline)
     # Its open minute and the reports its next flush writes into the history; None when off.
     history: NodeHistory | None = None
+    # The collector's clock when its latest stream attached: how long a node that said hello but
+    # never sent a report has been silent (``retire``).
+    attached_at: float = 0.0
+    # Set while a flush retires the node: its streams are refused until it is gone.
+    retiring: bool = False
+    # Its newest report's time minus the collector's clock when it arrived (None: none yet), and
+    # its reports refused for a time out of bounds (``clock_bounds``), since this collector started.
+    clock_skew_seconds: float | None = None
+    clock_refused_total: int = 0
+    # When its refusals were last logged, and how many since.
+    clock_logged_at: float = -math.inf
+    clock_unlogged: int = 0
 
 
 def bare(row: NodeRow) -> NodeRow:

@@ -29,8 +29,10 @@ from grpc_reflection.v1alpha import reflection
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.ingest.clock_bounds import ClockBounds
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
+from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
 from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
@@ -90,6 +92,10 @@ class ServerConfig:
     hello_timeout_seconds: float = DEFAULT_HELLO_TIMEOUT_SECONDS
     max_streams_per_source: int = DEFAULT_MAX_STREAMS_PER_SOURCE
     max_nodes: int = DEFAULT_MAX_NODES
+    # Seconds of silence after which a node is retired (0: never).
+    retire_after_seconds: float = DEFAULT_RETIRE_AFTER_SECONDS
+    # How far a report's time may be ahead of or behind the collector's clock (None: any).
+    clock_bounds: ClockBounds | None = field(default_factory=ClockBounds)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     remote_write: tuple[RemoteWriteConfig, ...] = ()
     query: QueryBounds = field(default_factory=QueryBounds)
@@ -105,7 +111,8 @@ class CollectorServer:
         self.alerting = Alerting(config.settings.alerts, config.settings.build_sinks())
         self.ingest = Ingest(
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
-            max_nodes=config.max_nodes, history=config.history,
+            max_nodes=config.max_nodes, history=config.history, retire_after_seconds=config.retire_after_seconds,
+            clock_bounds=config.clock_bounds,
         )  # fmt: skip
         self.remote_writers = [RemoteWriter(rw) for rw in config.remote_write]
         self.ingest.report_observers.extend(writer.offer for writer in self.remote_writers)

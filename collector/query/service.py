@@ -20,6 +20,7 @@ import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, caller_of
 from nodeagent.collector.query.history_pages import HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
@@ -64,7 +65,8 @@ class QueryService(pb_grpc.QueryServicer):
                 first_seen_unix_seconds=row.first_seen, last_seen_unix_seconds=row.last_seen,
                 epoch=row.epoch, last_seq=row.last_seq, connected=node.stream is not None,
                 gpu_count=live.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
-                gap_reports_total=row.gap_reports_total,
+                gap_reports_total=row.gap_reports_total, clock_skew_seconds=node.clock_skew_seconds,
+                clock_refused_reports_total=node.clock_refused_total,
             )  # fmt: skip
             if node.detector is not None:
                 _verdict_into(response.nodes[-1], node.detector.verdict)
@@ -168,6 +170,19 @@ class QueryService(pb_grpc.QueryServicer):
         except QueryRefusedError as refused:
             await context.abort(refused.code, refused.detail)
         raise AssertionError("abort returned")
+
+    async def ForgetNode(
+        self,
+        request: pb.ForgetNodeRequest,
+        context: grpc.aio.ServicerContext[pb.ForgetNodeRequest, pb.ForgetNodeResponse],
+    ) -> pb.ForgetNodeResponse:
+        """Retire a node now (``collector/ingest/retire.py``); a connected or unknown one is refused."""
+        await self._authorize(context)
+        try:
+            deleted = await self.ingest.forget(request.node_id)
+        except RetireRefusedError as refused:
+            await context.abort(grpc.StatusCode[refused.code], refused.detail)
+        return pb.ForgetNodeResponse(reports_deleted=deleted)
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)

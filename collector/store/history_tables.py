@@ -71,6 +71,11 @@ class HistoryTables:
             conn.execute("DELETE FROM history_reports WHERE time<?", (reports_before,))
             conn.execute("DELETE FROM history_minutes WHERE minute<?", (minutes_before,))
 
+    def delete_reports(self, node_id: str) -> int:
+        """A retired node's full-resolution reports go (its minutes stay for their retention);
+        inside the flush transaction. Returns how many were deleted."""
+        return int(self._conn.execute("DELETE FROM history_reports WHERE node_id=?", (node_id,)).rowcount)
+
     def seed(self) -> dict[str, tuple[list[MinuteRow], list[StoredReport]]]:
         """Per node: its newest stored minute (every GPU's row and the node's) and the stored
         reports newer than that minute's last write, from which its open minute is rebuilt."""

@@ -97,3 +97,8 @@ class NodeTables:
         self._conn.executemany(
             _UPSERT_MARK, [(row.node_id, epoch, seq) for row in rows for epoch, seq in row.watermarks.items()]
         )
+
+    def delete(self, node_id: str) -> None:
+        """The node's row and watermarks go (a retired node), inside the transaction the store has open."""
+        self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
+        self._conn.execute("DELETE FROM watermarks WHERE node_id=?", (node_id,))

@@ -37,6 +37,8 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
             "starved_gpus": [int(i) for i in n.starved_gpus.split(",") if i],
             "jobs": list(n.jobs),
             "evidence": dict(n.evidence),
+            "clock_skew_seconds": n.clock_skew_seconds if n.HasField("clock_skew_seconds") else None,
+            "clock_refused_reports_total": n.clock_refused_reports_total,
         }
         for n in response.nodes
     ]
@@ -59,7 +61,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     """The fleet at a glance: per node its verdict, why, and what it costs."""
     lines = [
         f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
-        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20}"
+        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}"
     ]
     for row in rows:
         ratio = row["starvation_ratio"]
@@ -70,9 +72,21 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
             f"{state:<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
             f"{row['gpu_hours_lost']:>10.2f} {format_bits(needs) if needs else '-':>10} "
-            f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20}"
+            f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
+            f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
         )
     return "\n".join(lines)
+
+
+def clock_skew(seconds: float | None) -> str:
+    """A node's clock skew, short: ``+0.2s``, ``-12m``, ``+1.5h``; ``-`` when not known."""
+    if seconds is None:
+        return "-"
+    if abs(seconds) < 60:
+        return f"{seconds:+.1f}s"
+    if abs(seconds) < 3600:
+        return f"{seconds / 60:+.0f}m"
+    return f"{seconds / 3600:+.1f}h"
 
 
 def iso_time(seconds: float) -> str:

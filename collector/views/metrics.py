@@ -75,6 +75,21 @@ class CollectorMetrics(Collector):
             value=sum(1 for node in nodes if node.stream is not None),
         )  # fmt: skip
         yield GaugeMetricFamily("nodeagent_ingest_nodes", "Nodes this collector knows.", value=len(nodes))
+        retired = CounterMetricFamily(
+            "nodeagent_collector_nodes_retired", "Nodes retired: forgotten by an operator, or silent past the age.",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason, count in sorted(ingest.retirement.retired_total.items()):
+            retired.add_metric([reason], count)
+        yield retired
+        refused = CounterMetricFamily(
+            "nodeagent_collector_reports_refused",
+            "New reports acknowledged but not stored: their time too far from this collector's clock.",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason, count in sorted(ingest.clock_refusals.totals.items()):
+            refused.add_metric([reason], count)
+        yield refused
         stats = ingest.flusher.stats
         yield _histogram(
             "nodeagent_store_flush_duration_seconds",

@@ -33,6 +33,12 @@ NODE_FAMILIES: Final = {
     "nodeagent_node_spool_dropped_reports_total": (
         "counter", "Reports the node's agent dropped unsent because its spool was full (as the agent reports it).",
     ),
+    "nodeagent_node_clock_skew_seconds": (
+        "gauge", "The node's newest report's time minus this collector's clock when it arrived (positive: ahead).",
+    ),
+    "nodeagent_node_clock_refused_reports_total": (
+        "counter", "Reports of the node acknowledged but not stored: their time too far from the collector's clock.",
+    ),
 }  # fmt: skip
 VERDICT_FAMILIES: Final = {
     "nodeagent_node_state": (
@@ -140,6 +146,9 @@ class FleetMetrics:
         families["nodeagent_node_duplicate_reports_total"].add(labels, row.duplicates_total)
         families["nodeagent_node_gap_reports_total"].add(labels, row.gap_reports_total)
         families["nodeagent_node_spool_dropped_reports_total"].add(labels, row.spool_dropped_total)
+        if node.clock_skew_seconds is not None:
+            families["nodeagent_node_clock_skew_seconds"].add(labels, node.clock_skew_seconds)
+        families["nodeagent_node_clock_refused_reports_total"].add(labels, node.clock_refused_total)
 
 
 def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str) -> None:

@@ -1,5 +1,6 @@
 """The simulated node: consistent counters through the agent's own rate code, the comparison
-table of the design, determinism, a compact report, and the sampler's interface."""
+table of the design, determinism, a compact report, the sampler's interface, and the sped-up
+clock that never runs ahead of the wall clock."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from nodeagent.agent.sampling.report_source import ReportSequence
 from nodeagent.agent.views.snapshots import snapshot
 from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation, UnknownScenarioError
 from nodeagent.tools.simulator.model import flow
-from nodeagent.tools.simulator.source import SimulatedSampler
+from nodeagent.tools.simulator.source import (
+    DEFAULT_SCALED_SECONDS,
+    MAX_SCALED_LEAD_SECONDS,
+    SimulatedSampler,
+    scaled_clock,
+)
 
 REQUIRED = {
     "healthy", "ordinary-cloud", "fast-cloud", "storage-bound", "cpu-bound", "single-threaded-loader", "h2d-bound",
@@ -131,3 +137,24 @@ def test_simulated_sampler_behaves_like_the_sampler() -> None:
     assert second.time_unix_seconds == pytest.approx(1_800_000_002.5)
     assert second.nics[0].rx_bytes_total > first.nics[0].rx_bytes_total
     assert sampler.node_id == "sim-7" and sampler.sequence.last_seq == 2
+
+
+def test_a_sped_up_clock_starts_in_the_past_and_never_passes_the_wall_clock() -> None:
+    wall = [1_800_000_000.0]
+    clock = scaled_clock(30.0, 10.0, wall=lambda: wall[0])
+    start = clock()
+    readings = []
+    for _ in range(40):  # 20 s of wall clock, half a second at a time
+        wall[0] += 0.5
+        readings.append((wall[0], clock()))
+    assert start == 1_800_000_000.0 - 29 * 10  # far enough back for 10 s at 30x to end now
+    assert all(simulated <= now for now, simulated in readings)
+    assert readings[9][1] - readings[0][1] == pytest.approx(9 * 0.5 * 30)  # 30x while behind
+    assert readings[19][1] == pytest.approx(readings[19][0])  # caught up after the 10 s ...
+    assert [simulated for now, simulated in readings[20:]] == [now for now, _ in readings[20:]]  # ... then 1x
+    # Without a length: DEFAULT_SCALED_SECONDS; never more than MAX_SCALED_LEAD_SECONDS back.
+    assert scaled_clock(20.0, wall=lambda: wall[0])() == wall[0] - 19 * DEFAULT_SCALED_SECONDS
+    assert scaled_clock(10_000.0, 300.0, wall=lambda: wall[0])() == wall[0] - MAX_SCALED_LEAD_SECONDS
+    slow = scaled_clock(0.5, wall=lambda: wall[0])
+    wall[0] += 10
+    assert slow() == wall[0] - 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -13,9 +14,12 @@ from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, cli, free_port, processes, wait_for
 
+# Reports 10 s apart ending about now: the collector refuses times far from its clock.
+T0 = time.time() - 60
+
 
 def _report(seq: int, *, lost: bool) -> bytes:
-    report = pb.NodeReport(node_id="gpu-node", epoch=1, seq=seq, time_unix_seconds=1.8e9 + 10 * seq)
+    report = pb.NodeReport(node_id="gpu-node", epoch=1, seq=seq, time_unix_seconds=T0 + 10 * seq)
     for index in range(2):
         report.gpus.add(index=index, uuid=f"GPU-{index}", lost=lost and index == 1, utilization_gpu_ratio=0.9)
     return frame_report(report.SerializeToString())

@@ -33,7 +33,8 @@ from tests.fakes.trees import REPO
 
 
 def _report(node: str, seq: int) -> bytes:
-    report = pb.NodeReport(node_id=node, epoch=3, seq=seq, time_unix_seconds=1.7e9 + seq)
+    # Made now: the collector refuses times too far from its clock.
+    report = pb.NodeReport(node_id=node, epoch=3, seq=seq, time_unix_seconds=time.time())
     report.gpus.add(index=0, uuid="GPU-0", utilization_gpu_ratio=0.25)
     return frame_report(report.SerializeToString())
 

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,12 +24,19 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
 from nodeagent.collector.store.database import StoreWriter
-from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
+from nodeagent.core.wire.framing import frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
-from tests.fakes.ingest_client import hello_message, send_messages, small_report, tls_channel
+from tests.fakes.ingest_client import (
+    framed,
+    hello_message,
+    send_messages,
+    small_report,
+    streamed,
+    tls_channel,
+)
 from tests.fakes.trees import REPO
 
 GOOD_REPORTS = 160
@@ -220,24 +227,6 @@ def _query_tls(ca: Authority, pem: object) -> list[str]:
     return ["--tls-ca", str(ca.cert_file), "--tls-cert", str(pem.cert), "--tls-key", str(pem.key)]  # type: ignore[attr-defined]
 
 
-def _streamed(channel: grpc.Channel, messages: Sequence[bytes]) -> tuple[grpc.StatusCode, int]:
-    """Stream ``messages`` and half-close: the final status and the highest seq acknowledged."""
-    call = channel.stream_stream(STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString)
-    acked = 0
-    try:
-        for ack in call(iter(messages), timeout=20):
-            acked = max(acked, ack.acked_seq)
-    except grpc.RpcError as err:
-        return err.code(), acked
-    return grpc.StatusCode.OK, acked
-
-
-def _framed(node: str, epoch: int, seq: int) -> bytes:
-    report = small_report(node, seq)
-    report.epoch = epoch
-    return frame_report(report.SerializeToString())
-
-
 POISON = [(1, 1), (1, 2**63 - 1), (2, 1), (2, 5)]
 
 
@@ -245,16 +234,16 @@ def test_one_client_cannot_stop_the_storage_of_the_others(tmp_path: Path) -> Non
     collector = Collector(db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
-        before = _streamed(channel, [hello_message("good"), *(_framed("good", 7, seq) for seq in range(1, 6))])
+        before = streamed(channel, [hello_message("good"), *(framed("good", 7, seq) for seq in range(1, 6))])
         # Each of these passes validation; their gaps add up to 2^63, one past SQLite's INTEGER.
         evil = [
-            _streamed(channel, [hello_message("evil"), *(_framed("evil", e, s) for e, s in POISON)]) for _ in range(2)
+            streamed(channel, [hello_message("evil"), *(framed("evil", e, s) for e, s in POISON)]) for _ in range(2)
         ]
         # Whatever of it was taken, later streams of the evil node can go on only within bounds.
-        rest = _streamed(channel, [hello_message("evil"), *(_framed("evil", e, s) for e, s in POISON[2:])])
+        rest = streamed(channel, [hello_message("evil"), *(framed("evil", e, s) for e, s in POISON[2:])])
         time.sleep(1.0)  # flushes come and go meanwhile
-        after = _streamed(channel, [hello_message("good"), *(_framed("good", 7, seq) for seq in range(6, 11))])
-        other = _streamed(channel, [hello_message("newcomer"), _framed("newcomer", 1, 1)])
+        after = streamed(channel, [hello_message("good"), *(framed("good", 7, seq) for seq in range(6, 11))])
+        other = streamed(channel, [hello_message("newcomer"), framed("newcomer", 1, 1)])
         nodes = {n["node_id"]: n for n in collector.nodes()}
         log = collector.log.read_text() if collector.log else ""
     # Before: every flush failed from the first evil stream on; nothing was acknowledged again.
@@ -302,8 +291,8 @@ def test_a_stream_carries_at_most_two_epochs(tmp_path: Path) -> None:
     collector = Collector(db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
-        three = _streamed(channel, [hello_message("hopper"), *(_framed("hopper", epoch, 1) for epoch in (1, 2, 3))])
-        two = _streamed(channel, [hello_message("hopper"), *(_framed("hopper", epoch, 1) for epoch in (3, 4))])
+        three = streamed(channel, [hello_message("hopper"), *(framed("hopper", epoch, 1) for epoch in (1, 2, 3))])
+        two = streamed(channel, [hello_message("hopper"), *(framed("hopper", epoch, 1) for epoch in (3, 4))])
     assert three[0] == grpc.StatusCode.INVALID_ARGUMENT
     assert two[0] == grpc.StatusCode.OK
 
@@ -361,7 +350,7 @@ def test_unknown_fields_are_neither_kept_nor_stored(tmp_path: Path) -> None:
 
         def phase(prefix: str, count: int, unknown_bytes: int) -> tuple[int, int, set[tuple[grpc.StatusCode, int]]]:
             rss, size = _rss_bytes(pid), _db_bytes(db)
-            results = {_streamed(channel, _flood_messages(f"{prefix}-{i}", unknown_bytes)) for i in range(count)}
+            results = {streamed(channel, _flood_messages(f"{prefix}-{i}", unknown_bytes)) for i in range(count)}
             time.sleep(0.5)
             return _rss_bytes(pid) - rss, _db_bytes(db) - size, results
 
@@ -383,12 +372,12 @@ def test_nodes_beyond_the_bound_are_refused_and_the_others_go_on(tmp_path: Path)
     collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--max-nodes", "3"])
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
-        first = [_streamed(channel, [hello_message(f"n{i}"), _framed(f"n{i}", 1, 1)]) for i in range(3)]
-        beyond = _streamed(channel, [hello_message("n3"), _framed("n3", 1, 1)])
-        again = _streamed(channel, [hello_message("n0"), _framed("n0", 1, 2)])
+        first = [streamed(channel, [hello_message(f"n{i}"), framed(f"n{i}", 1, 1)]) for i in range(3)]
+        beyond = streamed(channel, [hello_message("n3"), framed("n3", 1, 1)])
+        again = streamed(channel, [hello_message("n0"), framed("n0", 1, 2)])
         collector.kill(signal.SIGTERM)
         collector.start()  # the nodes it holds come back from the store, and still count
-        after_restart = _streamed(channel, [hello_message("n3"), _framed("n3", 1, 1)])
+        after_restart = streamed(channel, [hello_message("n3"), framed("n3", 1, 1)])
         listed = {n["node_id"]: n["reports_total"] for n in collector.nodes()}
         log = collector.log.read_text() if collector.log else ""
     assert first == [(grpc.StatusCode.OK, 1)] * 3
