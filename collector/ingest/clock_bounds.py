@@ -28,7 +28,7 @@ DEFAULT_MAX_CLOCK_AHEAD_SECONDS: Final = 300.0
 # drops itself): one so old is still a good report. An hour more covers draining a day's spool and
 # a node clock somewhat behind. Raise it with the agents' --spool-max-age.
 DEFAULT_MAX_CLOCK_BEHIND_SECONDS: Final = 25 * 3600.0
-# The ``reason`` label of ``nodeagent_collector_reports_refused_total``.
+# The ``reason`` label of ``nodeagent_ingest_reports_refused_total``.
 CLOCK_AHEAD: Final = "clock_ahead"
 CLOCK_BEHIND: Final = "clock_behind"
 # A node's refusals are logged at most this often (the first at once), with the count meanwhile.

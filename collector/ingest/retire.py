@@ -35,7 +35,7 @@ log = structlog.get_logger("nodeagent.collector")
 DEFAULT_RETIRE_AFTER_SECONDS: Final = 7 * 86400.0
 # Silent nodes are looked for this often (a walk over every node, as NodeDown's).
 RETIRE_CHECK_SECONDS: Final = 1.0
-# The ``reason`` label of ``nodeagent_collector_nodes_retired_total``.
+# The ``reason`` label of ``nodeagent_ingest_nodes_retired_total``.
 FORGOTTEN: Final = "forgotten"
 SILENT: Final = "silent"
 

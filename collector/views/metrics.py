@@ -76,14 +76,14 @@ class CollectorMetrics(Collector):
         )  # fmt: skip
         yield GaugeMetricFamily("nodeagent_ingest_nodes", "Nodes this collector knows.", value=len(nodes))
         retired = CounterMetricFamily(
-            "nodeagent_collector_nodes_retired", "Nodes retired: forgotten by an operator, or silent past the age.",
+            "nodeagent_ingest_nodes_retired", "Nodes retired: forgotten by an operator, or silent past the age.",
             labels=["reason"],
         )  # fmt: skip
         for reason, count in sorted(ingest.retirement.retired_total.items()):
             retired.add_metric([reason], count)
         yield retired
         refused = CounterMetricFamily(
-            "nodeagent_collector_reports_refused",
+            "nodeagent_ingest_reports_refused",
             "New reports acknowledged but not stored: their time too far from this collector's clock.",
             labels=["reason"],
         )  # fmt: skip

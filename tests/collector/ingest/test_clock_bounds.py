@@ -47,8 +47,8 @@ def test_reports_out_of_the_clock_bounds_are_acked_not_stored(tmp_path: Path) ->
     assert on_time["clock_refused_reports_total"] == 0 and -5 < on_time["clock_skew_seconds"] <= 5
     assert sum(row["samples"] for row in rows if row["gpu"] is None) == 3  # the history took only those
     assert re.search(r"^skewed .* \+1\.0h +12$", table, re.M), table
-    assert _metric(metrics, "nodeagent_collector_reports_refused_total", 'reason="clock_ahead"') == 11
-    assert _metric(metrics, "nodeagent_collector_reports_refused_total", 'reason="clock_behind"') == 1
+    assert _metric(metrics, "nodeagent_ingest_reports_refused_total", 'reason="clock_ahead"') == 11
+    assert _metric(metrics, "nodeagent_ingest_reports_refused_total", 'reason="clock_behind"') == 1
     assert _metric(metrics, "nodeagent_node_clock_refused_reports_total", 'node="skewed"') == 12
     skew = _metric(metrics, "nodeagent_node_clock_skew_seconds", 'node="skewed"')
     assert skew is not None and HOUR < skew < HOUR + 30

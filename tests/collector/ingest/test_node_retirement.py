@@ -51,7 +51,7 @@ def _alerts(collector: Collector) -> list[tuple[str, str, str]]:
 
 
 def _retired(collector: Collector) -> dict[str, float]:
-    found = re.findall(r'^nodeagent_collector_nodes_retired_total\{reason="(\w+)"\} (\S+)$', collector.metrics(), re.M)
+    found = re.findall(r'^nodeagent_ingest_nodes_retired_total\{reason="(\w+)"\} (\S+)$', collector.metrics(), re.M)
     return {reason: float(value) for reason, value in found}
 
 
