@@ -14,6 +14,12 @@ needs the database file to grow a little) could ever succeed again. So when the 
 below what the WAL may still take, each commit is followed by a checkpoint that truncates the
 WAL, and a commit that fails for space tries one too (it succeeds once space returns).
 
+One collector owns the file: ``Store`` takes an exclusive lock on ``<db>.lock`` before it opens
+the database for writing and drops it on close (``core/program/lock_file.py``; a dead owner's
+lock goes with it). A second collector on the same ``--db`` is refused with the holder's pid:
+both would otherwise believe their own watermarks. ``replay --node`` opens the file read-only
+and takes no lock.
+
 All SQLite work happens on one dedicated thread (``StoreWriter``): the event loop never waits on
 the disk, and the connection is never shared between threads. The tables are the store's
 attributes, one object per kind (``nodes``, ``history``, ``alerts``), on its one connection.
@@ -35,6 +41,7 @@ from nodeagent.collector.store import history_tables, nodes
 from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow, NodeTables
+from nodeagent.core.program.lock_file import LockFile
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T = TypeVar("T")
@@ -52,6 +59,15 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # ``LockedError`` when another process holds the database.
+        self.lock = LockFile(lock_path(path), f"database {path}")
+        try:
+            self._open(path)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, path: Path) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -128,7 +144,15 @@ class Store:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            self.lock.release()
+
+
+def lock_path(db_path: Path) -> Path:
+    """The lock file beside the database, held by the collector that writes it."""
+    return db_path.with_name(db_path.name + ".lock")
 
 
 def _out_of_space(err: BaseException) -> bool:
@@ -175,7 +199,11 @@ class StoreWriter:
 
     def __init__(self, path: Path) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodeagent-store")
-        self.store: Store = self._pool.submit(Store, path).result()
+        try:
+            self.store: Store = self._pool.submit(Store, path).result()
+        except BaseException:
+            self._pool.shutdown()
+            raise
 
     async def call(self, func: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, func, *args)

@@ -1,0 +1,76 @@
+"""The collector's database against what can go wrong with it, with real ``serve`` processes.
+
+A second collector on the same file, a flipped bit in a stored watermark, a ``-wal`` deleted
+after a crash, damaged history tables: each is refused, repaired or reported, and never
+silently costs acknowledged reports.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from nodeagent.core.wire.framing import frame_report
+from tests.fakes.fleet import Collector, cli, free_port, processes
+from tests.fakes.ingest_client import hello_message, send_messages, small_report
+from tests.fakes.trees import REPO
+
+NODE = "n1"
+# Reports of the last hour: the history's retention sweep (by the collector's clock) keeps them.
+T0 = time.time() - 3000.0
+
+
+def _report(seq: int, node: str = NODE, epoch: int = 7) -> bytes:
+    """A report of eight busy GPUs (about 0.5 kB compressed) at T0 + seq."""
+    report = small_report(node, seq)
+    report.epoch, report.time_unix_seconds = epoch, T0 + seq
+    for index in range(1, 8):
+        gpu = report.gpus.add(index=index, uuid=f"GPU-{index}", utilization_gpu_ratio=0.4 + index / 100)
+        gpu.processes.add(pid=100 + index, name=f"python-rank-{index}")
+    return frame_report(report.SerializeToString())
+
+
+def _stream(collector: Collector, seqs: range, node: str = NODE, epoch: int = 7) -> grpc.StatusCode:
+    """One stream of these reports, to its end (the collector acks what it stored before closing)."""
+    with grpc.insecure_channel(collector.address) as channel:
+        return send_messages(channel, [hello_message(node), *(_report(s, node, epoch) for s in seqs)])
+
+
+def test_a_second_collector_on_the_same_database_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    first = Collector(db=db, port=free_port())
+    with processes() as started:
+        started.append(first.start())
+        assert _stream(first, range(1, 11)) == grpc.StatusCode.OK
+        second = subprocess.run(
+            [sys.executable, "-m", "nodeagent.collector", "serve", "--listen", f"127.0.0.1:{free_port()}",
+             "--http-listen", "127.0.0.1:0", "--db", str(db)],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        # The first one goes on, and `replay --node` still reads the file beside it.
+        assert _stream(first, range(11, 21)) == grpc.StatusCode.OK
+        stored = first.node(NODE)["reports_total"]
+        replay = cli("collector", "replay", "--node", NODE, "--since", "1h", "--db", str(db), "--json")
+    assert first.proc is not None
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(db) in lines[0] and f"process {first.proc.pid}" in lines[0], lines
+    assert second.stdout == ""
+    assert stored == 20
+    assert [(n["node_id"], n["reports"]) for n in json.loads(replay)["nodes"]] == [(NODE, 20)]
+
+
+def test_a_stopped_collectors_lock_is_taken_by_the_next(tmp_path: Path) -> None:
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        collector.kill(signal.SIGKILL)  # the kernel drops a dead process's lock
+        collector.start()
+        assert _stream(collector, range(1, 4)) == grpc.StatusCode.OK
+        assert collector.node(NODE)["reports_total"] == 3
