@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from nodeagent.collector.store import history_tables, nodes
+from nodeagent.collector.store import history_tables, nodes, watermark_check
 from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow, NodeTables
@@ -73,6 +73,7 @@ class Store:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(nodes.SCHEMA)
+        watermark_check.add_checksums(self.conn)
         self.conn.executescript(history_tables.SCHEMA)
         self.wal_path = path.with_name(path.name + "-wal")
         page_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0]
@@ -142,6 +143,10 @@ class Store:
         is the space the next commit needs. Best effort: it can fail for space too."""
         with contextlib.suppress(sqlite3.Error):
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def repairs(self) -> dict[str, int]:
+        """What the store found damaged and repaired since it opened, by kind."""
+        return {"watermark": self.nodes.watermarks_repaired}
 
     def close(self) -> None:
         try:

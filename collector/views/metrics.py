@@ -90,6 +90,14 @@ class CollectorMetrics(Collector):
             "nodeagent_store_flush_failures", "Flushes that failed (the collector stops acknowledging).",
             value=stats.failures_total,
         )  # fmt: skip
+        repairs = CounterMetricFamily(
+            "nodeagent_collector_store_repairs",
+            "Damaged rows the store found and repaired since start, by what they were (docs/delivery.md).",
+            labels=["what"],
+        )
+        for what, count in sorted(server.writer.store.repairs().items()):
+            repairs.add_metric([what], count)
+        yield repairs
         yield from self._alerts()
 
     def _alerts(self) -> Iterator[Metric]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -74,3 +76,43 @@ def test_a_stopped_collectors_lock_is_taken_by_the_next(tmp_path: Path) -> None:
         collector.start()
         assert _stream(collector, range(1, 4)) == grpc.StatusCode.OK
         assert collector.node(NODE)["reports_total"] == 3
+
+
+def _log_events(collector: Collector) -> list[dict[str, Any]]:
+    """The JSON log lines of the collector's latest run."""
+    assert collector.log is not None
+    return [json.loads(line) for line in collector.log.read_text().splitlines() if line.startswith("{")]
+
+
+def _metric(collector: Collector, sample: str) -> float | None:
+    for line in collector.metrics().splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def test_a_flipped_bit_in_a_stored_watermark_is_repaired_not_obeyed(tmp_path: Path) -> None:
+    """A watermark of 16,404 where 20 reports were stored would have the next 16,000 reports
+    acknowledged and dropped as duplicates: it is repaired from the node row, logged, counted."""
+    db = tmp_path / "c.db"
+    collector = Collector(db=db, port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        assert _stream(collector, range(1, 21)) == grpc.StatusCode.OK
+        collector.kill(signal.SIGTERM)
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE watermarks SET seq = seq | 16384 WHERE node_id = ?", (NODE,))  # bit 14 flipped
+            flipped = conn.execute("SELECT seq FROM watermarks WHERE node_id = ?", (NODE,)).fetchall()
+            integrity = conn.execute("PRAGMA integrity_check").fetchall()
+        conn.close()
+        collector.start()
+        assert _stream(collector, range(21, 31)) == grpc.StatusCode.OK
+        node = collector.node(NODE)
+        repairs = _metric(collector, 'nodeagent_collector_store_repairs_total{what="watermark"}')
+    assert (flipped, integrity) == ([(16404,)], [("ok",)])  # SQLite itself sees nothing wrong
+    assert (node["reports_total"], node["duplicates_total"], node["gap_reports_total"]) == (30, 0, 0)
+    repaired = [e for e in _log_events(collector) if e["event"] == "stored watermark damaged; repaired"]
+    assert [(e["level"], e["node"], e["watermark_seq"], e["node_row_seq"], e["now"]) for e in repaired] == [
+        ("error", NODE, 16404, 20, 20)
+    ]
+    assert repairs == 1.0
