@@ -20,6 +20,11 @@ lock goes with it). A second collector on the same ``--db`` is refused with the 
 both would otherwise believe their own watermarks. ``replay --node`` opens the file read-only
 and takes no lock.
 
+What the store loads is checked as it opens: each commit counts one generation, kept beside the
+file too (``generation``: a database that lost commits it had made, its ``-wal`` deleted after a
+crash, is reported), and the watermarks against their checksums and the node rows
+(``watermark_check``).
+
 All SQLite work happens on one dedicated thread (``StoreWriter``): the event loop never waits on
 the disk, and the connection is never shared between threads. The tables are the store's
 attributes, one object per kind (``nodes``, ``history``, ``alerts``), on its one connection.
@@ -39,6 +44,7 @@ from typing import TypeVar
 
 from nodeagent.collector.store import history_tables, nodes, watermark_check
 from nodeagent.collector.store.alert_tables import AlertTables
+from nodeagent.collector.store.generation import Generation
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow, NodeTables
 from nodeagent.core.program.lock_file import LockFile
@@ -75,6 +81,8 @@ class Store:
         self.conn.executescript(nodes.SCHEMA)
         watermark_check.add_checksums(self.conn)
         self.conn.executescript(history_tables.SCHEMA)
+        # Before anything commits: whether the database lost commits it had made (``generation``).
+        self.generation = Generation(self.conn, path)
         self.wal_path = path.with_name(path.name + "-wal")
         page_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0]
         auto_pages = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
@@ -102,7 +110,9 @@ class Store:
             conn.execute("RELEASE batch")
             if before_commit is not None:
                 before_commit()
+            self.generation.bump(conn)
             conn.execute("COMMIT")
+            self.generation.committed()
             self._checkpoint_if_short_of_space()
         except BaseException as err:
             # SQLite may have rolled back already (a full disk at COMMIT does): rolling back again
@@ -151,6 +161,7 @@ class Store:
     def close(self) -> None:
         try:
             self.conn.close()
+            self.generation.close()
         finally:
             self.lock.release()
 

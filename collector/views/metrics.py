@@ -98,6 +98,11 @@ class CollectorMetrics(Collector):
         for what, count in sorted(server.writer.store.repairs().items()):
             repairs.add_metric([what], count)
         yield repairs
+        yield CounterMetricFamily(
+            "nodeagent_collector_store_lost_commits",
+            "Commits the database had made and no longer held at start (its -wal deleted after a crash?).",
+            value=server.writer.store.generation.lost_commits,
+        )  # fmt: skip
         yield from self._alerts()
 
     def _alerts(self) -> Iterator[Metric]:

@@ -8,6 +8,7 @@ silently costs acknowledged reports.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -116,3 +117,51 @@ def test_a_flipped_bit_in_a_stored_watermark_is_repaired_not_obeyed(tmp_path: Pa
         ("error", NODE, 16404, 20, 20)
     ]
     assert repairs == 1.0
+
+
+def _tables_in_main_file(db: Path, tmp: Path) -> dict[str, int]:
+    """Rows per table in the database file alone, as if its -wal were gone (read from a copy)."""
+    copy = tmp / "main-file-alone.db"
+    shutil.copyfile(db, copy)
+    with sqlite3.connect(copy) as conn:
+        names = [name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        counts = {name: conn.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0] for name in names}
+    conn.close()
+    return counts
+
+
+def test_a_wal_deleted_after_a_crash_is_reported_not_ignored(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    collector = Collector(db=db, port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        assert _stream(collector, range(1, 21)) == grpc.StatusCode.OK
+        collector.kill(signal.SIGKILL)
+        collector.start()  # a crash alone loses nothing and raises no alarm
+        assert collector.node(NODE)["reports_total"] == 20
+        quiet = [e for e in _log_events(collector) if e["level"] == "error"]
+        quiet_count = _metric(collector, "nodeagent_collector_store_lost_commits_total")
+        assert _stream(collector, range(21, 31)) == grpc.StatusCode.OK
+        collector.kill(signal.SIGKILL)
+        # The acknowledged state is in the -wal only: the database file alone has no node.
+        alone = _tables_in_main_file(db, tmp_path)
+        Path(f"{db}-wal").unlink()
+        collector.start()
+        nodes_after = collector.nodes()
+        lost = _metric(collector, "nodeagent_collector_store_lost_commits_total")
+        assert _stream(collector, range(31, 41)) == grpc.StatusCode.OK  # and it goes on
+        node = collector.node(NODE)
+    assert quiet == []
+    assert alone.get("nodes", 0) == 0 and alone.get("watermarks", 0) == 0
+    assert nodes_after == []  # what SQLite does with a missing -wal: all of it gone
+    errors = [e for e in _log_events(collector) if e["level"] == "error"]
+    assert [e["event"] for e in errors] == ["database lost commits it had made: acknowledged reports may be missing"]
+    assert errors[0]["generation"] == 0 and errors[0]["recorded"] == errors[0]["lost_commits"] > 0
+    assert (quiet_count, lost) == (0.0, errors[0]["lost_commits"])
+    assert node["reports_total"] == 10
+    # Reported once: the next start finds the sidecar at the database's generation.
+    with processes() as started:
+        collector.start()
+        started.append(collector)
+        again = _metric(collector, "nodeagent_collector_store_lost_commits_total")
+    assert again == 0.0 and [e for e in _log_events(collector) if e["level"] == "error"] == []
