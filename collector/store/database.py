@@ -198,6 +198,38 @@ def read_stored_reports(path: Path, node_id: str, since_seconds: float) -> list[
     return [pb.NodeReport.FromString(raw) for raw in raws]
 
 
+def reset_history(path: Path) -> tuple[int, int, str]:
+    """Delete the history tables of the database at ``path`` and start them empty, keeping node
+    state, watermarks, alerts and the generation (``nodeagent-collector reset-history``, after
+    damage stopped the history). With the collector stopped: ``LockedError`` while one holds the
+    file; ``StoreUnreadableError`` for a file that is not a collector's database. Returns the
+    file's size before and after, and ``PRAGMA quick_check``'s verdict on what is left."""
+    lock = LockFile(lock_path(path), f"database {path}")
+    try:
+        before = path.stat().st_size
+        conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'nodes'").fetchone() is None:
+                raise StoreUnreadableError("not a collector database (no nodes table)")
+            history_tables.forget_tables(conn)
+        finally:
+            conn.close()
+        # A new connection reads the schema afresh; VACUUM writes only the tables it names, so
+        # the history's pages, damaged or not, are left out of the file.
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("VACUUM")
+            conn.executescript(history_tables.SCHEMA)
+            check = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+        finally:
+            conn.close()
+        return before, path.stat().st_size, check
+    except sqlite3.DatabaseError as err:
+        raise StoreUnreadableError(str(err)) from err
+    finally:
+        lock.release()
+
+
 def default_db_path(euid: int | None = None) -> Path:
     """Where ``serve`` keeps its database without ``--db``: the state directory, never the
     current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""

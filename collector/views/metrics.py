@@ -103,6 +103,13 @@ class CollectorMetrics(Collector):
             "Commits the database had made and no longer held at start (its -wal deleted after a crash?).",
             value=server.writer.store.generation.lost_commits,
         )  # fmt: skip
+        guard = ingest.flusher.history_guard
+        if guard.enabled:
+            yield GaugeMetricFamily(
+                "nodeagent_collector_history_available",
+                "1 while the history is kept; 0 once damage stopped it for this run (HistoryUnavailable).",
+                value=1.0 if guard.available else 0.0,
+            )
         yield from self._alerts()
 
     def _alerts(self) -> Iterator[Metric]:

@@ -165,3 +165,105 @@ def test_a_wal_deleted_after_a_crash_is_reported_not_ignored(tmp_path: Path) -> 
         started.append(collector)
         again = _metric(collector, "nodeagent_collector_store_lost_commits_total")
     assert again == 0.0 and [e for e in _log_events(collector) if e["level"] == "error"] == []
+
+
+def _alerts(collector: Collector, *extra: str) -> list[tuple[str, str, str]]:
+    rows = json.loads(cli("collector", "alerts", "--json", "--collector", collector.address, *extra))
+    return [(a["name"], a["node_id"], a["state"]) for a in rows]
+
+
+def _history_errors(collector: Collector) -> list[dict[str, Any]]:
+    return [e for e in _log_events(collector) if e["event"].startswith("history unavailable")]
+
+
+def _garble_first_leaf(db: Path, table: str) -> None:
+    """Garbage over the b-tree page holding the table's first rows (a bad sector, a stray write)."""
+    with sqlite3.connect(db) as conn:
+        leaves = conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path", (table,)
+        ).fetchall()
+        page_bytes = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    assert len(leaves) >= 2, leaves  # the newest rows stay readable: start-up reads only those
+    with db.open("r+b") as file:
+        file.seek((leaves[0][0] - 1) * page_bytes)
+        file.write(b"\xa5" * page_bytes)
+
+
+def test_damaged_history_stops_the_history_not_ingest_and_can_be_reset(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    collector = Collector(db=db, port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        assert _stream(collector, range(1, 61)) == grpc.StatusCode.OK
+        collector.kill(signal.SIGTERM)  # a clean stop: everything is in the database file
+        _garble_first_leaf(db, "history_reports")
+        with sqlite3.connect(db) as conn:
+            try:
+                conn.execute("SELECT SUM(LENGTH(report)) FROM history_reports").fetchall()
+                damaged = ""
+            except sqlite3.DatabaseError as err:
+                damaged = str(err)
+            node_rows = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
+        conn.close()
+        collector.start()
+        # The flush's retention sweep meets the damage: before, every flush failed from then on.
+        assert _stream(collector, range(61, 81)) == grpc.StatusCode.OK
+        stored = collector.node(NODE)
+        firing = _alerts(collector)
+        available = _metric(collector, "nodeagent_collector_history_available")
+        refused_while_running = subprocess.run(
+            [sys.executable, "-m", "nodeagent.collector", "reset-history", "--db", str(db)],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        collector.kill(signal.SIGTERM)
+        errors = _history_errors(collector)
+        assert damaged == "database disk image is malformed" and node_rows == 1
+        assert (stored["reports_total"], stored["duplicates_total"]) == (80, 0)
+        assert [(e["level"], e["during"]) for e in errors] == [("error", "a flush")]
+        assert "malformed" in errors[0]["error"] and "reset-history" in errors[0]["rebuild"]
+        assert ("HistoryUnavailable", "", "firing") in firing and available == 0.0
+        reset = cli("collector", "reset-history", "--db", str(db))
+        collector.start()
+        assert _stream(collector, range(81, 91)) == grpc.StatusCode.OK
+        after_reset = collector.node(NODE)
+        history = json.loads(
+            cli("collector", "history", NODE, "--since", "1d", "--json", "--collector", collector.address)
+        )
+        alerts_after = _alerts(collector, "--all")
+        available_after = _metric(collector, "nodeagent_collector_history_available")
+    assert refused_while_running.returncode == 2 and "stop the collector first" in refused_while_running.stderr
+    assert "history of" in reset and "deleted" in reset
+    # After the reset: the node, its watermark and the alert's record kept; new history kept again.
+    assert (after_reset["reports_total"], after_reset["duplicates_total"]) == (90, 0)
+    assert sum(row["samples"] for row in history if row["gpu"] is None) == 10
+    assert [a for a in alerts_after if a[0] == "HistoryUnavailable"] == [("HistoryUnavailable", "", "resolved")]
+    assert available_after == 1.0
+    assert _history_errors(collector) == []
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+
+
+def test_a_stored_report_that_does_not_decompress_does_not_stop_the_start(tmp_path: Path) -> None:
+    """The open minute is rebuilt at start from the stored reports past its last write: one of them
+    damaged (a zlib error) stops the history, not the collector."""
+    db = tmp_path / "c.db"
+    collector = Collector(db=db, port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        assert _stream(collector, range(1, 31)) == grpc.StatusCode.OK
+        collector.kill(signal.SIGTERM)
+        with sqlite3.connect(db) as conn:
+            newest = "(SELECT MAX(rowid) FROM history_reports)"
+            conn.execute(f"UPDATE history_reports SET report = X'789c00ff00ff' WHERE rowid = {newest}")
+        conn.close()
+        collector.start()
+        assert _stream(collector, range(31, 41)) == grpc.StatusCode.OK
+        stored = collector.node(NODE)
+        firing = _alerts(collector)
+    assert stored["reports_total"] == 40
+    errors = _history_errors(collector)
+    assert [(e["level"], e["during"]) for e in errors] == [("error", "reading it at start-up")]
+    assert "cannot be read back" in errors[0]["error"]
+    assert ("HistoryUnavailable", "", "firing") in firing
