@@ -14,8 +14,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -25,32 +27,41 @@ from tests.fakes.ingest_client import hello_message, send_messages, small_report
 from tests.fakes.trees import REPO
 
 NODE = "n1"
+T = TypeVar("T")
 # Reports of the last hour: the history's retention sweep (by the collector's clock) keeps them.
 T0 = time.time() - 3000.0
 
 
-def _report(seq: int, node: str = NODE, epoch: int = 7) -> bytes:
-    """A report of eight busy GPUs (about 0.5 kB compressed) at T0 + seq."""
-    report = small_report(node, seq)
-    report.epoch, report.time_unix_seconds = epoch, T0 + seq
+def _report(seq: int) -> bytes:
+    """A report of eight busy GPUs at T0 + seq (epoch 7): about 0.25 kB stored, so 60 of them
+    take several pages of ``history_reports``."""
+    report = small_report(NODE, seq)
+    report.time_unix_seconds = T0 + seq
     for index in range(1, 8):
         gpu = report.gpus.add(index=index, uuid=f"GPU-{index}", utilization_gpu_ratio=0.4 + index / 100)
         gpu.processes.add(pid=100 + index, name=f"python-rank-{index}")
     return frame_report(report.SerializeToString())
 
 
-def _stream(collector: Collector, seqs: range, node: str = NODE, epoch: int = 7) -> grpc.StatusCode:
+def _stream(collector: Collector, seqs: range) -> grpc.StatusCode:
     """One stream of these reports, to its end (the collector acks what it stored before closing)."""
     with grpc.insecure_channel(collector.address) as channel:
-        return send_messages(channel, [hello_message(node), *(_report(s, node, epoch) for s in seqs)])
+        return send_messages(channel, [hello_message(NODE), *(_report(s) for s in seqs)])
+
+
+@contextmanager
+def _collector_with_reports(tmp_path: Path, count: int) -> Iterator[Collector]:
+    """A collector on ``tmp_path / "c.db"`` that stored reports 1..count of NODE; killed at the end."""
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    with processes() as started:
+        started.append(collector.start())
+        assert _stream(collector, range(1, count + 1)) == grpc.StatusCode.OK
+        yield collector
 
 
 def test_a_second_collector_on_the_same_database_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    first = Collector(db=db, port=free_port())
-    with processes() as started:
-        started.append(first.start())
-        assert _stream(first, range(1, 11)) == grpc.StatusCode.OK
+    with _collector_with_reports(tmp_path, 10) as first:
+        db = first.db
         second = subprocess.run(
             [sys.executable, "-m", "nodeagent.collector", "serve", "--listen", f"127.0.0.1:{free_port()}",
              "--http-listen", "127.0.0.1:0", "--db", str(db)],
@@ -92,21 +103,32 @@ def _metric(collector: Collector, sample: str) -> float | None:
     return None
 
 
+def _while_stopped(collector: Collector, edit: Callable[[sqlite3.Connection], T]) -> T:
+    """Stop the collector cleanly (all it holds in the database file), change the file through
+    SQLite as something that is not the collector would, and start the collector again."""
+    collector.kill(signal.SIGTERM)
+    conn = sqlite3.connect(collector.db)
+    try:
+        with conn:
+            out = edit(conn)
+    finally:
+        conn.close()
+    collector.start()
+    return out
+
+
+def _flip_bit_14_of_the_watermark(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+    """The node's watermark with bit 14 flipped; what it reads, and what SQLite's own check says."""
+    conn.execute("UPDATE watermarks SET seq = seq | 16384 WHERE node_id = ?", (NODE,))
+    flipped = conn.execute("SELECT seq FROM watermarks WHERE node_id = ?", (NODE,)).fetchall()
+    return flipped, conn.execute("PRAGMA integrity_check").fetchall()
+
+
 def test_a_flipped_bit_in_a_stored_watermark_is_repaired_not_obeyed(tmp_path: Path) -> None:
     """A watermark of 16,404 where 20 reports were stored would have the next 16,000 reports
     acknowledged and dropped as duplicates: it is repaired from the node row, logged, counted."""
-    db = tmp_path / "c.db"
-    collector = Collector(db=db, port=free_port())
-    with processes() as started:
-        started.append(collector.start())
-        assert _stream(collector, range(1, 21)) == grpc.StatusCode.OK
-        collector.kill(signal.SIGTERM)
-        with sqlite3.connect(db) as conn:
-            conn.execute("UPDATE watermarks SET seq = seq | 16384 WHERE node_id = ?", (NODE,))  # bit 14 flipped
-            flipped = conn.execute("SELECT seq FROM watermarks WHERE node_id = ?", (NODE,)).fetchall()
-            integrity = conn.execute("PRAGMA integrity_check").fetchall()
-        conn.close()
-        collector.start()
+    with _collector_with_reports(tmp_path, 20) as collector:
+        flipped, integrity = _while_stopped(collector, _flip_bit_14_of_the_watermark)
         assert _stream(collector, range(21, 31)) == grpc.StatusCode.OK
         node = collector.node(NODE)
         repairs = _metric(collector, 'nodeagent_collector_store_repairs_total{what="watermark"}')
@@ -131,11 +153,8 @@ def _tables_in_main_file(db: Path, tmp: Path) -> dict[str, int]:
 
 
 def test_a_wal_deleted_after_a_crash_is_reported_not_ignored(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    collector = Collector(db=db, port=free_port())
-    with processes() as started:
-        started.append(collector.start())
-        assert _stream(collector, range(1, 21)) == grpc.StatusCode.OK
+    with _collector_with_reports(tmp_path, 20) as collector:
+        db = collector.db
         collector.kill(signal.SIGKILL)
         collector.start()  # a crash alone loses nothing and raises no alarm
         assert collector.node(NODE)["reports_total"] == 20
@@ -191,11 +210,8 @@ def _garble_first_leaf(db: Path, table: str) -> None:
 
 
 def test_damaged_history_stops_the_history_not_ingest_and_can_be_reset(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    collector = Collector(db=db, port=free_port())
-    with processes() as started:
-        started.append(collector.start())
-        assert _stream(collector, range(1, 61)) == grpc.StatusCode.OK
+    with _collector_with_reports(tmp_path, 60) as collector:
+        db = collector.db
         collector.kill(signal.SIGTERM)  # a clean stop: everything is in the database file
         _garble_first_leaf(db, "history_reports")
         with sqlite3.connect(db) as conn:
@@ -248,17 +264,12 @@ def test_damaged_history_stops_the_history_not_ingest_and_can_be_reset(tmp_path:
 def test_a_stored_report_that_does_not_decompress_does_not_stop_the_start(tmp_path: Path) -> None:
     """The open minute is rebuilt at start from the stored reports past its last write: one of them
     damaged (a zlib error) stops the history, not the collector."""
-    db = tmp_path / "c.db"
-    collector = Collector(db=db, port=free_port())
-    with processes() as started:
-        started.append(collector.start())
-        assert _stream(collector, range(1, 31)) == grpc.StatusCode.OK
-        collector.kill(signal.SIGTERM)
-        with sqlite3.connect(db) as conn:
-            newest = "(SELECT MAX(rowid) FROM history_reports)"
-            conn.execute(f"UPDATE history_reports SET report = X'789c00ff00ff' WHERE rowid = {newest}")
-        conn.close()
-        collector.start()
+    with _collector_with_reports(tmp_path, 30) as collector:
+        newest = "(SELECT MAX(rowid) FROM history_reports)"
+        _while_stopped(
+            collector,
+            lambda conn: conn.execute(f"UPDATE history_reports SET report = X'789c00ff' WHERE rowid = {newest}"),
+        )
         assert _stream(collector, range(31, 41)) == grpc.StatusCode.OK
         stored = collector.node(NODE)
         firing = _alerts(collector)
