@@ -1,4 +1,6 @@
-"""``nodeagent-collector history NODE``: a node's per-minute rows from a running collector."""
+"""``nodeagent-collector history NODE``: a node's per-minute rows from a running collector;
+``jobs``: the history's totals per job; ``reset-history``: a stopped collector's history
+deleted and started afresh, after damage stopped it (docs/history.md)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,18 @@ import io
 import json
 import textwrap
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
 from nodeagent.collector.cli.client import client_options, query, query_pages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, VALUES
+from nodeagent.collector.store.database import StoreUnreadableError, default_db_path
+from nodeagent.collector.store.database import reset_history as reset_stored_history
 from nodeagent.collector.views.fleet_table import iso_time
+from nodeagent.core.program.command_line import RuntimeFailure
+from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.quantities.units import parse_duration_seconds
 
 
@@ -174,3 +181,30 @@ def jobs(since: float, as_json: bool, **options: object) -> None:
         share = row["gpu_hours_lost"] / row["gpu_hours"] * 100 if row["gpu_hours"] else 0.0
         causes = " ".join(f"{k}={v:.2f}" for k, v in row["gpu_hours_lost_by_cause"].items()) or "-"
         click.echo(f"{row['job']:<24} {row['gpu_hours']:>10.2f} {row['gpu_hours_lost']:>8.2f} {share:>5.1f}%  {causes}")
+
+
+@click.command("reset-history")
+@click.option(
+    "--db", "db_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+    help="The collector's SQLite file (default: serve's default).",
+)  # fmt: skip
+def reset_history(db_path: Path | None) -> None:
+    """Delete a stopped collector's history and start it afresh (after HistoryUnavailable).
+
+    The per-minute rows and full-resolution reports go; node state, watermarks and alerts stay.
+    Refused while a collector holds the database."""
+    path = db_path or default_db_path()
+    if not path.is_file():
+        raise click.BadParameter(f"{path}: no such file", param_hint="--db")
+    try:
+        before, after, check = reset_stored_history(path)
+    except LockedError as err:
+        raise click.BadParameter(f"{err}; stop the collector first", param_hint="--db") from err
+    except StoreUnreadableError as err:
+        raise click.BadParameter(f"{path}: {err}", param_hint="--db") from err
+    click.echo(
+        f"history of {path} deleted (per-minute rows and stored reports); nodes, watermarks and alerts kept; "
+        f"{before} -> {after} bytes"
+    )
+    if check != "ok":
+        raise RuntimeFailure(f"{path} is damaged outside the history too (quick_check: {check.splitlines()[0]})")

@@ -40,6 +40,7 @@ COMMANDS = {
     "loadgen": "nodeagent.collector.cli.demo:loadgen",
     "nodes": "nodeagent.collector.cli.nodes:nodes",
     "replay": "nodeagent.collector.cli.replay:replay",
+    "reset-history": "nodeagent.collector.cli.history:reset_history",
     "serve": "nodeagent.collector.cli.serve:serve",
 }
 

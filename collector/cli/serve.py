@@ -43,6 +43,7 @@ from nodeagent.collector.remote_write.config import (
     RemoteWriteConfigError,
 )
 from nodeagent.collector.store.database import default_db_path
+from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.transport.channel import parse_target
 from nodeagent.core.transport.security import SecurityConfigError, ServerSecurity
 
@@ -288,7 +289,10 @@ def _bind_error(listen: str) -> str:
 
 
 async def _serve(config: ServerConfig) -> None:
-    server = CollectorServer(config)
+    try:
+        server = CollectorServer(config)
+    except LockedError as err:  # another collector writes this database
+        raise click.BadParameter(str(err), param_hint="--db") from err
     try:
         port = await server.start()
     except HttpListenError as err:

@@ -7,6 +7,8 @@ raised meanwhile, and the store writes them together. After the commit each node
 moves up and its streams are woken to send their acks. A flush that fails (a lock held too long,
 a full disk) puts all of it back for the next one: nothing is acknowledged meanwhile, and nothing
 is lost. A node whose row the store refuses is set aside by itself (``NodeState.unstorable``).
+A flush whose history the store cannot write (damaged history tables) is written again at once
+without it, and the history stops for the run (``history_guard``): ingest never waits on it.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.flush_stats import FlushStats
+from nodeagent.collector.ingest.history_guard import HISTORY_UNAVAILABLE, HistoryGuard
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle, bare
 from nodeagent.collector.ingest.retire import Retirement, Retiring
 from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.store.history_tables import HistoryDamagedError
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.core.detector.alert_signals import AlertSignal
 
@@ -58,6 +62,7 @@ class Flusher:
         self.history_config = history
         # The nodes each flush retires (``retire``): none without one.
         self.retirement = retirement or Retirement(0.0, clock())
+        self.history_guard = HistoryGuard(history.enabled)
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
@@ -115,6 +120,7 @@ class Flusher:
             history.sweep = (now - config.reports_seconds, now - config.retention_seconds)
             self._swept_at = now
         signals = self.alerting.take(now, self._last_seen)
+        signals.extend(self.history_guard.take_signals())
         started = time.perf_counter()
         try:
             refused = await self.writer.call(self._write, batch, signals, now, history, doomed)
@@ -149,24 +155,39 @@ class Flusher:
         doomed: list[Retiring] | None = None,
     ) -> dict[str, str]:
         """On the store's thread: one transaction for reports, their history, alerts and the
-        nodes retired, then the sinks. Returns the nodes whose rows the store refused (node id -> error)."""
+        nodes retired, then the sinks. Returns the nodes whose rows the store refused (node id -> error).
+
+        When the history cannot be written, SQLite has ended the whole transaction: the same
+        rows and signals, and the HistoryUnavailable alert, are written again at once without it."""
         refused: dict[str, str] = {}
         store = self.writer.store
+        guard = self.history_guard
+        keep = history if history and guard.available else None
 
         def before_commit() -> None:
-            if history:
-                store.history.write(history)
+            if keep is not None:
+                store.history.write(keep)
             self.alerting.write(signals, now)
             if doomed:
                 self.retirement.write(store, self.alerting, doomed, now)
 
-        if batch or signals or history or doomed:
+        wrote_history = False
+        if batch or signals or keep is not None or doomed:
             try:
-                refused = store.write(batch, before_commit)
+                try:
+                    refused = store.write(batch, before_commit)
+                except HistoryDamagedError as err:
+                    self.alerting.rolled_back()
+                    guard.failed(err, "a flush")
+                    signals.extend(guard.take_signals())
+                    keep = None
+                    refused = store.write(batch, before_commit)
             except BaseException:
                 self.alerting.rolled_back()
                 raise
+            wrote_history = keep is not None
         self.alerting.committed(now)
+        guard.committed(wrote_history, self._history_alert_firing)
         return refused
 
     def _retired(self, doomed: list[Retiring]) -> None:
@@ -175,6 +196,9 @@ class Flusher:
             self._dirty.discard(item.node_id)
             self._history_pending.discard(item.node_id)
         self.retirement.finish(self.nodes, doomed)
+
+    def _history_alert_firing(self) -> bool:
+        return any(alert.name == HISTORY_UNAVAILABLE for alert in self.alerting.recent(False))
 
     def _set_aside(self, node_id: str, error: str) -> None:
         """A node whose row the store refused: it is written no more and its streams are refused,

@@ -78,11 +78,13 @@ class Ingest:
             self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,
             retirement=self.retirement,
         )  # fmt: skip
-        self._history_seed = writer.call_sync(writer.store.history.seed) if self.history_config.enabled else {}
+        # History that cannot be read stops the history, not the start (``history_guard``).
+        guard = self.flusher.history_guard
+        self._history_seed = guard.at_start(writer, writer.store.history.seed) or {}
         # Each node's GPU time lost on its last stored day, read here, before any report of this
         # run is accepted (let alone flushed into the history): the day's count starts from it
         # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
-        lost_days = writer.call_sync(writer.store.history.lost_on_last_day) if self.history_config.enabled else {}
+        lost_days = guard.at_start(writer, writer.store.history.lost_on_last_day) or {}
         self.retirement.forgetters += [alerting.forget, lambda node_id: self._history_seed.pop(node_id, None)]
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()

@@ -14,6 +14,17 @@ needs the database file to grow a little) could ever succeed again. So when the 
 below what the WAL may still take, each commit is followed by a checkpoint that truncates the
 WAL, and a commit that fails for space tries one too (it succeeds once space returns).
 
+One collector owns the file: ``Store`` takes an exclusive lock on ``<db>.lock`` before it opens
+the database for writing and drops it on close (``core/program/lock_file.py``; a dead owner's
+lock goes with it). A second collector on the same ``--db`` is refused with the holder's pid:
+both would otherwise believe their own watermarks. ``replay --node`` opens the file read-only
+and takes no lock.
+
+What the store loads is checked as it opens: each commit counts one generation, kept beside the
+file too (``generation``: a database that lost commits it had made, its ``-wal`` deleted after a
+crash, is reported), and the watermarks against their checksums and the node rows
+(``watermark_check``).
+
 All SQLite work happens on one dedicated thread (``StoreWriter``): the event loop never waits on
 the disk, and the connection is never shared between threads. The tables are the store's
 attributes, one object per kind (``nodes``, ``history``, ``alerts``), on its one connection.
@@ -31,10 +42,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from nodeagent.collector.store import history_tables, nodes
+from nodeagent.collector.store import history_tables, nodes, watermark_check
 from nodeagent.collector.store.alert_tables import AlertTables
+from nodeagent.collector.store.generation import Generation
 from nodeagent.collector.store.history_tables import HistoryTables
 from nodeagent.collector.store.nodes import NodeRow, NodeTables
+from nodeagent.core.program.lock_file import LockFile
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T = TypeVar("T")
@@ -52,12 +65,24 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # ``LockedError`` when another process holds the database.
+        self.lock = LockFile(lock_path(path), f"database {path}")
+        try:
+            self._open(path)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, path: Path) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=5000")
         self.conn.executescript(nodes.SCHEMA)
+        watermark_check.add_checksums(self.conn)
         self.conn.executescript(history_tables.SCHEMA)
+        # Before anything commits: whether the database lost commits it had made (``generation``).
+        self.generation = Generation(self.conn, path)
         self.wal_path = path.with_name(path.name + "-wal")
         page_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0]
         auto_pages = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
@@ -85,7 +110,9 @@ class Store:
             conn.execute("RELEASE batch")
             if before_commit is not None:
                 before_commit()
+            self.generation.bump(conn)
             conn.execute("COMMIT")
+            self.generation.committed()
             self._checkpoint_if_short_of_space()
         except BaseException as err:
             # SQLite may have rolled back already (a full disk at COMMIT does): rolling back again
@@ -127,8 +154,21 @@ class Store:
         with contextlib.suppress(sqlite3.Error):
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
+    def repairs(self) -> dict[str, int]:
+        """What the store found damaged and repaired since it opened, by kind."""
+        return {"watermark": self.nodes.watermarks_repaired}
+
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+            self.generation.close()
+        finally:
+            self.lock.release()
+
+
+def lock_path(db_path: Path) -> Path:
+    """The lock file beside the database, held by the collector that writes it."""
+    return db_path.with_name(db_path.name + ".lock")
 
 
 def _out_of_space(err: BaseException) -> bool:
@@ -158,6 +198,38 @@ def read_stored_reports(path: Path, node_id: str, since_seconds: float) -> list[
     return [pb.NodeReport.FromString(raw) for raw in raws]
 
 
+def reset_history(path: Path) -> tuple[int, int, str]:
+    """Delete the history tables of the database at ``path`` and start them empty, keeping node
+    state, watermarks, alerts and the generation (``nodeagent-collector reset-history``, after
+    damage stopped the history). With the collector stopped: ``LockedError`` while one holds the
+    file; ``StoreUnreadableError`` for a file that is not a collector's database. Returns the
+    file's size before and after, and ``PRAGMA quick_check``'s verdict on what is left."""
+    lock = LockFile(lock_path(path), f"database {path}")
+    try:
+        before = path.stat().st_size
+        conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'nodes'").fetchone() is None:
+                raise StoreUnreadableError("not a collector database (no nodes table)")
+            history_tables.forget_tables(conn)
+        finally:
+            conn.close()
+        # A new connection reads the schema afresh; VACUUM writes only the tables it names, so
+        # the history's pages, damaged or not, are left out of the file.
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("VACUUM")
+            conn.executescript(history_tables.SCHEMA)
+            check = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+        finally:
+            conn.close()
+        return before, path.stat().st_size, check
+    except sqlite3.DatabaseError as err:
+        raise StoreUnreadableError(str(err)) from err
+    finally:
+        lock.release()
+
+
 def default_db_path(euid: int | None = None) -> Path:
     """Where ``serve`` keeps its database without ``--db``: the state directory, never the
     current one (systemd's StateDirectory=, /var/lib/nodeagent as root, the XDG one otherwise)."""
@@ -175,7 +247,11 @@ class StoreWriter:
 
     def __init__(self, path: Path) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodeagent-store")
-        self.store: Store = self._pool.submit(Store, path).result()
+        try:
+            self.store: Store = self._pool.submit(Store, path).result()
+        except BaseException:
+            self._pool.shutdown()
+            raise
 
     async def call(self, func: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, func, *args)

@@ -5,6 +5,11 @@ node) and the recent reports themselves, zlib-compressed (``history_reports``).
 in the same transaction as the node rows (``HistoryTables.write``). Everything else here reads:
 the start-up's seed of each node's open minute, the queries over minutes, and the stored reports
 that ``replay --node`` runs over.
+
+Damage to these tables (a malformed page, a report that no longer decompresses) is raised as
+``HistoryDamagedError`` by the flush's write and the start-up reads, so the collector can stop
+its history and go on with ingest (``collector/ingest/history_guard.py``); ``forget_tables``
+takes them out for ``nodeagent-collector reset-history``.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import cast
 
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
@@ -46,6 +51,15 @@ _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
 REPORT_COMPRESSION_LEVEL = 1
 
 
+TABLES = ("history_minutes", "history_reports")
+# SQLite's primary result codes for a damaged file.
+_DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+class HistoryDamagedError(Exception):
+    """The history tables cannot be read or written: damaged pages or values."""
+
+
 class HistoryTables:
     """``history_minutes`` and ``history_reports`` on one connection (the store's, or a read-only one)."""
 
@@ -53,7 +67,14 @@ class HistoryTables:
         self._conn = conn
 
     def write(self, batch: HistoryBatch) -> None:
-        """Inside the flush transaction (``Store.write``'s ``before_commit``): minutes, reports, pruning."""
+        """Inside the flush transaction (``Store.write``'s ``before_commit``): minutes, reports, pruning.
+
+        ``HistoryDamagedError`` when a history page is damaged: SQLite then fails the whole
+        transaction, which the caller writes again without its history."""
+        with _damage("writing the history"):
+            self._write(batch)
+
+    def _write(self, batch: HistoryBatch) -> None:
         conn = self._conn
         conn.executemany(_UPSERT_MINUTE, [minute_values(row) for row in batch.minutes])
         conn.executemany(
@@ -78,12 +99,14 @@ class HistoryTables:
 
     def seed(self) -> dict[str, tuple[list[MinuteRow], list[StoredReport]]]:
         """Per node: its newest stored minute (every GPU's row and the node's) and the stored
-        reports newer than that minute's last write, from which its open minute is rebuilt."""
+        reports newer than that minute's last write, from which its open minute is rebuilt.
+        ``HistoryDamagedError`` when what it reads is damaged."""
         out: dict[str, tuple[list[MinuteRow], list[StoredReport]]] = {}
-        for node_id, rows in self.last_minutes().items():
-            last = max(row.last_time for row in rows)
-            later = [r for r in self.reports(node_id, last, None) if r.time_unix_seconds > last]
-            out[node_id] = (rows, later)
+        with _damage("rebuilding the open minutes", values=True):
+            for node_id, rows in self.last_minutes().items():
+                last = max(row.last_time for row in rows)
+                later = [r for r in self.reports(node_id, last, None) if r.time_unix_seconds > last]
+                out[node_id] = (rows, later)
         return out
 
     def last_minutes(self) -> dict[str, list[MinuteRow]]:
@@ -115,8 +138,9 @@ class HistoryTables:
             "   WHERE h.node_id = newest.node_id AND h.minute >= newest.minute / ? * ? AND h.gpu = ?)"
             " FROM newest WHERE minute IS NOT NULL"
         )
-        rows = self._conn.execute(sql, (DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, NODE_ROW))
-        return {str(node_id): (int(day), float(lost)) for node_id, day, lost in rows}
+        with _damage("reading the GPU time lost on each node's last day", values=True):
+            rows = self._conn.execute(sql, (DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, DAY_SECONDS, NODE_ROW))
+            return {str(node_id): (int(day), float(lost)) for node_id, day, lost in rows}
 
     def minutes(self, node_id: str, gpu: int | None, since: float, until: float | None) -> list[MinuteRow]:
         """The node's minute rows in [since, until), by gpu (-1, the node, first) then minute;
@@ -187,6 +211,40 @@ class HistoryTables:
             )
         ) as groups:
             yield from groups
+
+
+def forget_tables(conn: sqlite3.Connection) -> None:
+    """Take the history tables out of the schema without reading them: DROP TABLE walks a table
+    to free its pages and fails on a damaged one. Their pages are left unused, for the VACUUM
+    that must follow (``reset_history``) to leave out of the file."""
+    conn.execute("PRAGMA writable_schema=ON")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        marks = ",".join("?" * len(TABLES))
+        conn.execute(f"DELETE FROM sqlite_schema WHERE tbl_name IN ({marks})", TABLES)
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.execute("PRAGMA writable_schema=OFF")
+
+
+@contextlib.contextmanager
+def _damage(doing: str, values: bool = False) -> Iterator[None]:
+    """SQLite's word for a damaged file, and with ``values`` a stored value that cannot be read
+    back (a report that does not decompress, a number that is not one), as ``HistoryDamagedError``."""
+    try:
+        yield
+    except sqlite3.DatabaseError as err:
+        code = getattr(err, "sqlite_errorcode", None)
+        # An extended result code keeps its primary code in the low byte.
+        if code is None or code & 0xFF not in _DAMAGE_CODES:
+            raise
+        raise HistoryDamagedError(f"{doing}: {err}") from err
+    except (zlib.error, ValueError, TypeError) as err:
+        if not values:
+            raise
+        raise HistoryDamagedError(f"{doing}: a stored value cannot be read back ({type(err).__name__}: {err})") from err
 
 
 def minute_values(row: MinuteRow) -> tuple[object, ...]:

@@ -1,11 +1,15 @@
 """The node tables: each node's row (``nodes``: its counters, hello and latest report) and, per
-epoch, the highest seq stored (``watermarks``), from which dedup resumes after a restart."""
+epoch, the highest seq stored (``watermarks``, each row with its checksum), from which dedup
+resumes after a restart; ``load`` checks them first (``watermark_check``)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from nodeagent.collector.store import watermark_check
+from nodeagent.collector.store.watermark_check import watermark_crc
 
 # SQLite's INTEGER is a signed 64-bit number; Python's int is not, and binding a bigger one raises.
 INTEGER_MAX = (1 << 63) - 1
@@ -31,6 +35,7 @@ CREATE TABLE IF NOT EXISTS watermarks (
     node_id TEXT NOT NULL,
     epoch INTEGER NOT NULL,
     seq INTEGER NOT NULL,
+    crc INTEGER,
     PRIMARY KEY (node_id, epoch)
 ) WITHOUT ROWID;
 """
@@ -44,7 +49,10 @@ ON CONFLICT(node_id) DO UPDATE SET
     epoch=excluded.epoch, last_seq=excluded.last_seq, gpu_count=excluded.gpu_count,
     info=COALESCE(excluded.info, nodes.info), latest=COALESCE(excluded.latest, nodes.latest)
 """
-_UPSERT_MARK = "INSERT INTO watermarks VALUES (?,?,?) ON CONFLICT(node_id, epoch) DO UPDATE SET seq=excluded.seq"
+_UPSERT_MARK = (
+    "INSERT INTO watermarks (node_id, epoch, seq, crc) VALUES (?,?,?,?)"
+    " ON CONFLICT(node_id, epoch) DO UPDATE SET seq=excluded.seq, crc=excluded.crc"
+)
 
 
 @dataclass(slots=True)
@@ -79,23 +87,35 @@ class NodeTables:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        # Watermark rows found damaged and repaired by ``load`` (``watermark_check``).
+        self.watermarks_repaired = 0
 
     def load(self) -> list[NodeRow]:
-        """Every stored node with its watermarks."""
+        """Every stored node with its watermarks, checked (and repaired, loudly) first."""
         rows: dict[str, NodeRow] = {}
         for values in self._conn.execute("SELECT * FROM nodes"):
             row = NodeRow(*values)
             rows[row.node_id] = row
-        for node_id, epoch, seq in self._conn.execute("SELECT node_id, epoch, seq FROM watermarks"):
-            if node_id in rows:
-                rows[node_id].watermarks[epoch] = seq
+        marks = self._conn.execute("SELECT node_id, epoch, seq, crc FROM watermarks").fetchall()
+        kept, repairs = watermark_check.verify({n: (row.epoch, row.last_seq) for n, row in rows.items()}, marks)
+        if repairs:
+            watermark_check.write_repairs(self._conn, repairs)
+            self.watermarks_repaired += len(repairs)
+        for node_id, row in rows.items():
+            row.watermarks = kept[node_id]
+            row.last_seq = min(row.last_seq, kept[node_id].get(row.epoch, row.last_seq))
         return list(rows.values())
 
     def write(self, rows: Sequence[NodeRow]) -> None:
         """Upsert the rows and their watermarks, inside the transaction the store has open."""
         self._conn.executemany(_UPSERT_NODE, [row.values() for row in rows])
         self._conn.executemany(
-            _UPSERT_MARK, [(row.node_id, epoch, seq) for row in rows for epoch, seq in row.watermarks.items()]
+            _UPSERT_MARK,
+            [
+                (row.node_id, epoch, seq, watermark_crc(row.node_id, epoch, seq))
+                for row in rows
+                for epoch, seq in row.watermarks.items()
+            ],
         )
 
     def delete(self, node_id: str) -> None:

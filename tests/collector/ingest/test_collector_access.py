@@ -316,8 +316,12 @@ def test_database_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
         tightened = asyncio.run(scenario(old))
     finally:
         os.umask(previous)
-    assert fresh == {"c.db": 0o600, "c.db-wal": 0o600, "c.db-shm": 0o600}
-    assert tightened == {"old.db": 0o600, "old.db-wal": 0o600, "old.db-shm": 0o600}
+    # The lock and the generation files beside it (collector/store/generation.py) too.
+    beside = (".lock", ".generation")
+    assert fresh == {"c.db": 0o600, "c.db-wal": 0o600, "c.db-shm": 0o600, **{"c.db" + s: 0o600 for s in beside}}
+    assert tightened == {
+        "old.db": 0o600, "old.db-wal": 0o600, "old.db-shm": 0o600, **{"old.db" + s: 0o600 for s in beside}
+    }  # fmt: skip
 
 
 def test_a_token_is_not_sent_in_plaintext_beyond_loopback(tmp_path: Path) -> None:

@@ -381,7 +381,8 @@ def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesyst
 
 def _fill(path: Path) -> Path:
     """Write zeros to ``path`` until the filesystem has no space left."""
-    with path.open("wb") as out:
+    # Unbuffered: a buffered file still holding bytes would raise ENOSPC again at close.
+    with path.open("wb", buffering=0) as out:
         try:
             for _ in range(1024):
                 out.write(b"\0" * 65536)
