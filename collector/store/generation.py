@@ -18,7 +18,7 @@ in that window.
 
 At start, a database whose generation is below the sidecar's lost commits. The store logs an
 error naming both numbers and what may be missing, counts the lost commits
-(``nodeagent_collector_store_lost_commits_total``) and goes on with what the database holds: the
+(``nodeagent_store_lost_commits_total``) and goes on with what the database holds: the
 loss has happened whatever the collector does, and refusing to start would stop ingest for the
 whole fleet (agents' spools would fill and drop) without bringing anything back. The sidecar is
 then set to the database's generation, so the same loss is reported once. Replacing the

@@ -16,7 +16,7 @@ one whose checksum holds but which disagrees with the node row goes to the lower
 dropped); a missing one is made from the node row. A watermark of an older epoch that fails its
 checksum has nothing to be checked against and is deleted: that epoch's reports, if an agent
 sends them again, are stored again. Each repair is written back at once, logged at error level
-with both values, and counted (``nodeagent_collector_store_repairs_total{what="watermark"}``).
+with both values, and counted (``nodeagent_store_repairs_total{what="watermark"}``).
 """
 
 from __future__ import annotations

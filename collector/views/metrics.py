@@ -106,7 +106,7 @@ class CollectorMetrics(Collector):
             value=stats.failures_total,
         )  # fmt: skip
         repairs = CounterMetricFamily(
-            "nodeagent_collector_store_repairs",
+            "nodeagent_store_repairs",
             "Damaged rows the store found and repaired since start, by what they were (docs/delivery.md).",
             labels=["what"],
         )
@@ -114,14 +114,14 @@ class CollectorMetrics(Collector):
             repairs.add_metric([what], count)
         yield repairs
         yield CounterMetricFamily(
-            "nodeagent_collector_store_lost_commits",
+            "nodeagent_store_lost_commits",
             "Commits the database had made and no longer held at start (its -wal deleted after a crash?).",
             value=server.writer.store.generation.lost_commits,
         )  # fmt: skip
         guard = ingest.flusher.history_guard
         if guard.enabled:
             yield GaugeMetricFamily(
-                "nodeagent_collector_history_available",
+                "nodeagent_store_history_available",
                 "1 while the history is kept; 0 once damage stopped it for this run (HistoryUnavailable).",
                 value=1.0 if guard.available else 0.0,
             )

@@ -131,7 +131,7 @@ def test_a_flipped_bit_in_a_stored_watermark_is_repaired_not_obeyed(tmp_path: Pa
         flipped, integrity = _while_stopped(collector, _flip_bit_14_of_the_watermark)
         assert _stream(collector, range(21, 31)) == grpc.StatusCode.OK
         node = collector.node(NODE)
-        repairs = _metric(collector, 'nodeagent_collector_store_repairs_total{what="watermark"}')
+        repairs = _metric(collector, 'nodeagent_store_repairs_total{what="watermark"}')
     assert (flipped, integrity) == ([(16404,)], [("ok",)])  # SQLite itself sees nothing wrong
     assert (node["reports_total"], node["duplicates_total"], node["gap_reports_total"]) == (30, 0, 0)
     repaired = [e for e in _log_events(collector) if e["event"] == "stored watermark damaged; repaired"]
@@ -159,7 +159,7 @@ def test_a_wal_deleted_after_a_crash_is_reported_not_ignored(tmp_path: Path) -> 
         collector.start()  # a crash alone loses nothing and raises no alarm
         assert collector.node(NODE)["reports_total"] == 20
         quiet = [e for e in _log_events(collector) if e["level"] == "error"]
-        quiet_count = _metric(collector, "nodeagent_collector_store_lost_commits_total")
+        quiet_count = _metric(collector, "nodeagent_store_lost_commits_total")
         assert _stream(collector, range(21, 31)) == grpc.StatusCode.OK
         collector.kill(signal.SIGKILL)
         # The acknowledged state is in the -wal only: the database file alone has no node.
@@ -167,7 +167,7 @@ def test_a_wal_deleted_after_a_crash_is_reported_not_ignored(tmp_path: Path) -> 
         Path(f"{db}-wal").unlink()
         collector.start()
         nodes_after = collector.nodes()
-        lost = _metric(collector, "nodeagent_collector_store_lost_commits_total")
+        lost = _metric(collector, "nodeagent_store_lost_commits_total")
         assert _stream(collector, range(31, 41)) == grpc.StatusCode.OK  # and it goes on
         node = collector.node(NODE)
     assert quiet == []
@@ -182,7 +182,7 @@ def test_a_wal_deleted_after_a_crash_is_reported_not_ignored(tmp_path: Path) -> 
     with processes() as started:
         collector.start()
         started.append(collector)
-        again = _metric(collector, "nodeagent_collector_store_lost_commits_total")
+        again = _metric(collector, "nodeagent_store_lost_commits_total")
     assert again == 0.0 and [e for e in _log_events(collector) if e["level"] == "error"] == []
 
 
@@ -227,7 +227,7 @@ def test_damaged_history_stops_the_history_not_ingest_and_can_be_reset(tmp_path:
         assert _stream(collector, range(61, 81)) == grpc.StatusCode.OK
         stored = collector.node(NODE)
         firing = _alerts(collector)
-        available = _metric(collector, "nodeagent_collector_history_available")
+        available = _metric(collector, "nodeagent_store_history_available")
         refused_while_running = subprocess.run(
             [sys.executable, "-m", "nodeagent.collector", "reset-history", "--db", str(db)],
             cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
@@ -247,7 +247,7 @@ def test_damaged_history_stops_the_history_not_ingest_and_can_be_reset(tmp_path:
             cli("collector", "history", NODE, "--since", "1d", "--json", "--collector", collector.address)
         )
         alerts_after = _alerts(collector, "--all")
-        available_after = _metric(collector, "nodeagent_collector_history_available")
+        available_after = _metric(collector, "nodeagent_store_history_available")
     assert refused_while_running.returncode == 2 and "stop the collector first" in refused_while_running.stderr
     assert "history of" in reset and "deleted" in reset
     # After the reset: the node, its watermark and the alert's record kept; new history kept again.
