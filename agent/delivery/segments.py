@@ -93,7 +93,6 @@ class Recovered:
     dropped_total: int = 0
     last_seq: int = 0
     records: list[Record] = field(default_factory=list)
-    torn: int = 0
     # Reports found lost in this recovery (already included in dropped_total).
     lost: int = 0
     # Runs of seqs dropped after they may have been sent, not yet known lost (flat: first, last, ...).
@@ -275,7 +274,6 @@ class SegmentStore:
         for path, first_seq, counted in self._segment_files():
             found = scan(path.read_bytes())
             if found.damaged_bytes:
-                out.torn += 1
                 log.warning(
                     "spool segment has damaged bytes; resynchronised on the next valid record",
                     segment=path.name, damaged_bytes=found.damaged_bytes,
@@ -322,7 +320,7 @@ class SegmentStore:
 
     def begin(self, epoch: int, acked_seq: int, dropped_total: int) -> None:
         self.epoch, self.acked_seq, self.dropped_total = epoch, acked_seq, dropped_total
-        self._write_state(force=True)
+        self._write_state()
 
     def append(self, record: Record) -> None:
         self.last_seq = record.seq
@@ -400,7 +398,7 @@ class SegmentStore:
                 os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
-        self._write_state(force=True)
+        self._write_state()
 
     # ---- helpers ----
 
@@ -445,7 +443,7 @@ class SegmentStore:
             return
         # The state that explains their absence (acked, or dropped and counted) goes first: a crash
         # between the two must not leave reports that are neither spooled nor accounted for.
-        self._write_state(force=True)
+        self._write_state()
         if self._fd is not None and self._segments[-1] in finished:
             os.close(self._fd)  # everything in it is done: the next append starts a new one
             self._fd = None
@@ -455,12 +453,12 @@ class SegmentStore:
 
     def _maybe_write_state(self, now: float) -> None:
         if self._state_dirty and now - self._last_state >= STATE_INTERVAL_SECONDS:
-            self._write_state(force=True)
+            self._write_state()
 
     def _write_floor(self) -> None:
         # Degraded: the one thing that must reach the disk is how far the seqs went.
         try:
-            self._write_state(force=True)
+            self._write_state()
         except OSError as err:
             if not self._floor_failed:
                 self._floor_failed = True
@@ -469,9 +467,7 @@ class SegmentStore:
                     error=str(err),
                 )
 
-    def _write_state(self, *, force: bool) -> None:
-        if not force:
-            return
+    def _write_state(self) -> None:
         state = {
             "epoch": self.epoch,
             "acked_seq": self.acked_seq,
