@@ -8,11 +8,11 @@ is acknowledged, still spooled, or counted as dropped. A dropped report that may
 says it does not have it: until then it is "unresolved" (``nodeagent.agent.delivery.unresolved``);
 the sender tells the spool where each stream begins, what it sent, and the stream's first ack.
 
-With a directory the spool is also written to disk (see ``nodeagent.agent.delivery.segments``), so
-unacknowledged reports survive an agent restart and the epoch and sequence carry on where they
-stopped; the bound then holds for what the directory takes on disk (records, their headers,
-acknowledged records a segment still holds, the state file). Without one it lives in memory
-only, and a restart starts a new epoch. When the disk fails (full, I/O errors) the spool logs
+With a directory the spool is also written to disk (``nodeagent.agent.delivery.segment_store``),
+so unacknowledged reports survive an agent restart and the epoch and sequence carry on where
+they stopped; the bound then holds for what the directory takes on disk (records, their
+headers, acknowledged records a segment still holds, the state file). Without one it lives in
+memory only, and a restart starts a new epoch. When the disk fails (full, I/O errors) the spool logs
 it, counts it (``disk_failures_total``) and goes on in memory until the agent restarts.
 
 Records stay in seq order (the sampler counts up by one and reports leave only from the oldest
@@ -31,7 +31,9 @@ from pathlib import Path
 
 import structlog
 
-from nodeagent.agent.delivery.segments import Record, Recovered, SegmentStore, segment_bytes_for
+from nodeagent.agent.delivery.record import Record
+from nodeagent.agent.delivery.recovery import Recovered
+from nodeagent.agent.delivery.segment_store import SegmentStore, segment_bytes_for
 from nodeagent.agent.delivery.unresolved import SeqRanges
 
 log = structlog.get_logger("nodeagent.spool")

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent.delivery.segments import HEADER_BYTES, Record, SegmentStore, decode_all, encode
+from nodeagent.agent.delivery.record import HEADER_BYTES, Record, encode
+from nodeagent.agent.delivery.recovery import decode_all
+from nodeagent.agent.delivery.segment_store import SegmentStore
 from nodeagent.agent.delivery.spool import MIN_DISK_BYTES, Spool
 
 
@@ -142,8 +144,6 @@ def test_a_report_larger_than_the_spool_is_dropped_alone(tmp_path: Path) -> None
 
 
 def test_a_kill_right_after_a_drop_still_accounts_for_every_report(tmp_path: Path) -> None:
-    from nodeagent.agent.delivery.segments import SegmentStore
-
     store = SegmentStore(tmp_path, segment_bytes=300)
     store.recover()
     store.begin(epoch=9, acked_seq=0, dropped_total=0)
@@ -174,7 +174,7 @@ def _record_offsets(path: Path) -> dict[int, int]:
 
 
 def test_short_write_is_detected_and_its_seq_never_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodeagent.agent.delivery import segments
+    from nodeagent.agent.delivery import disk_io
 
     spool = Spool(directory=tmp_path)
     _fill(spool, 5)
@@ -183,9 +183,9 @@ def test_short_write_is_detected_and_its_seq_never_reused(tmp_path: Path, monkey
     def half_write(fd: int, data: bytes | memoryview) -> int:
         return real_write(fd, bytes(data)[: len(data) // 2])  # a filesystem that just filled up
 
-    monkeypatch.setattr(segments.os, "write", half_write)
+    monkeypatch.setattr(disk_io.os, "write", half_write)
     _fill(spool, 1)  # report 6: no exception, kept in memory, may be sent
-    monkeypatch.setattr(segments.os, "write", real_write)
+    monkeypatch.setattr(disk_io.os, "write", real_write)
     _fill(spool, 1)
     assert [r.seq for r in spool.records_from(0, 100)] == [1, 2, 3, 4, 5, 6, 7]
     assert spool.stats().disk_failures_total == 1
@@ -204,7 +204,7 @@ def test_short_write_is_detected_and_its_seq_never_reused(tmp_path: Path, monkey
 def test_full_disk_degrades_to_memory_instead_of_raising(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from nodeagent.agent.delivery import segments
+    from nodeagent.agent.delivery import disk_io
 
     spool = Spool(directory=tmp_path)
     _fill(spool, 3)
@@ -212,7 +212,7 @@ def test_full_disk_degrades_to_memory_instead_of_raising(tmp_path: Path, monkeyp
     def no_space(fd: int, data: bytes | memoryview) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(segments.os, "write", no_space)
+    monkeypatch.setattr(disk_io.os, "write", no_space)
     _fill(spool, 3)
     spool.ack(spool.epoch, 4)
     assert [r.seq for r in spool.records_from(0, 100)] == [5, 6]
@@ -306,7 +306,7 @@ def test_state_and_segments_are_private_whatever_the_umask(tmp_path: Path) -> No
 def test_a_kill_while_degraded_never_reuses_a_seq(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from nodeagent.agent.delivery import segments
+    from nodeagent.agent.delivery import disk_io
 
     spool = Spool(directory=tmp_path)
     _fill(spool, 4)
@@ -316,7 +316,7 @@ def test_a_kill_while_degraded_never_reuses_a_seq(tmp_path: Path, monkeypatch: p
 
     # Appending to a file fails and so does writing a new state file; the state file already
     # there is rewritten in place (pwrite into blocks it has).
-    monkeypatch.setattr(segments.os, "write", disk_full)
+    monkeypatch.setattr(disk_io.os, "write", disk_full)
     _fill(spool, 6)  # 5..10 in memory only
     spool.ack(spool.epoch, 7)
     _fill(spool, 1)  # 11: its append writes the state, acked mark included
@@ -375,7 +375,7 @@ def test_a_kill_right_after_a_degraded_restart_still_never_reuses_a_seq(
 ) -> None:
     import errno
 
-    from nodeagent.agent.delivery import segments
+    from nodeagent.agent.delivery import disk_io
 
     spool = Spool(directory=tmp_path)
     _fill(spool, 2)
@@ -383,7 +383,7 @@ def test_a_kill_right_after_a_degraded_restart_still_never_reuses_a_seq(
     def no_space(fd: int, data: bytes | memoryview) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(segments.os, "write", no_space)
+    monkeypatch.setattr(disk_io.os, "write", no_space)
     _fill(spool, 3)  # 3..5 in memory only
     spool.close()
     monkeypatch.undo()
@@ -400,7 +400,7 @@ def test_a_failed_spool_disk_is_exported_and_queued_as_a_report_event(
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nodeagent.agent.delivery import segments
+    from nodeagent.agent.delivery import disk_io
     from nodeagent.agent.delivery.sender import Sender
     from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
     from nodeagent.v1 import nodeagent_pb2 as pb
@@ -419,7 +419,7 @@ def test_a_failed_spool_disk_is_exported_and_queued_as_a_report_event(
     before = values()
     assert (before["nodeagent_agent_spool_disk_failures_total"], before["nodeagent_agent_spool_on_disk"]) == (0, 1)
     assert 0 < before["nodeagent_agent_spool_disk_bytes"] <= spool.max_bytes
-    monkeypatch.setattr(segments.os, "write", no_space)
+    monkeypatch.setattr(disk_io.os, "write", no_space)
     _fill(spool, 1)
     after = values()
     assert (after["nodeagent_agent_spool_disk_failures_total"], after["nodeagent_agent_spool_on_disk"]) == (1, 0)
