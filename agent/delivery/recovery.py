@@ -9,7 +9,8 @@ resynchronises on the next valid record, and it counts the seqs lost in between 
 ``segment_file``). Damage after the last valid record is a write cut short by a crash (one
 report, produced and never synced) or destroyed records that may have left the agent: either
 way their seqs are never handed out again, and they are counted. Seqs the state file names
-beyond every record were only in memory (the disk had failed): counted too. The store appends
+beyond every record were only in memory (the disk had failed): counted too; so are markers
+above the state file's last seq, drops whose count had not reached it yet. The store appends
 after a restart to a new segment, so damaged bytes are never followed by new data in the same
 file.
 """
@@ -98,6 +99,8 @@ def recover(directory: Path, state: State) -> Recovered:
                 out.renames.append((segment, lost))
             segment.last_seq = max(segment.last_seq, end)
         out.records.extend(r for r in found.records if r.seq > done and r.data)
+        if state.epoch:
+            out.dropped_total += _uncounted_markers(found, state)
     # Seqs handed out past every record on disk (in memory only while the disk was failing).
     memory_only = max(0, handed_out - max(last_valid, done, state.counted_through))
     if not (scans and scans[-1][1].damaged_bytes):
@@ -109,6 +112,17 @@ def recover(directory: Path, state: State) -> Recovered:
     out.done_through = done
     out.segments = [segment for segment, _ in scans]
     return out
+
+
+def _uncounted_markers(found: Scan, state: State) -> int:
+    """Reports too large for the spool whose drop the state file never counted.
+
+    Such a drop is counted in memory and its marker record synced at once, but the count
+    reaches the state file up to a second later. A state file holds the drop count and the
+    last seq handed out of the same moment, so the markers above its last seq are the drops
+    its count lacks (a kill came first). Counted here, they are in the state file that the
+    spool writes as it starts, with a last seq above them, and never counted again."""
+    return sum(1 for r in found.records if not r.data and r.seq > state.last_seq)
 
 
 def scan(blob: bytes) -> Scan:
