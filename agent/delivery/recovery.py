@@ -5,8 +5,8 @@ empty marker record), so the seqs on disk run without gaps from the acknowledged
 last one produced. A gap found next to damaged bytes is therefore exactly the reports the damage
 destroyed. Recovery reads every whole record whose checksum matches; after a bad one it
 resynchronises on the next valid record, and it counts the seqs lost in between as dropped
-(once: the segment is renamed ``seg-<first>.lost-<n>.log`` to say how many were counted, see
-``segment_file``). Damage after the last valid record is a write cut short by a crash (one
+(once: the segment is renamed ``seg-<first>.lost-<n>.log``, ``n`` the seqs it lacked when
+counted, see ``segment_file``). Damage after the last valid record is a write cut short by a crash (one
 report, produced and never synced) or destroyed records that may have left the agent: either
 way their seqs are never handed out again, and they are counted. Seqs the state file names
 beyond every record were only in memory (the disk had failed): counted too; so are markers
@@ -92,11 +92,14 @@ def recover(directory: Path, state: State) -> Recovered:
         end = scans[index + 1][0].first_seq - 1 if index + 1 < len(scans) else handed_out
         if found.damaged_bytes:
             present = {r.seq for r in found.records}
-            expected = range(max(segment.first_seq, done + 1), end + 1)
-            lost = sum(1 for seq in expected if seq not in present)
-            if lost > segment.lost_counted:
-                out.lost += lost - segment.lost_counted
-                out.renames.append((segment, lost))
+            missing = [seq for seq in range(segment.first_seq, end + 1) if seq not in present]
+            # Lost: the seqs not done (acked, dropped) when destroyed, and not missing already at
+            # an earlier count (the name's n; the acked mark may have passed those since).
+            lost = min(sum(1 for seq in missing if seq > done), len(missing) - segment.lost_counted)
+            if lost > 0:
+                out.lost += lost
+            if len(missing) > segment.lost_counted:
+                out.renames.append((segment, len(missing)))
             segment.last_seq = max(segment.last_seq, end)
         out.records.extend(r for r in found.records if r.seq > done and r.data)
         if state.epoch:

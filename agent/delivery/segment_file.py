@@ -2,8 +2,10 @@
 
 A segment is ``seg-<first seq, 20 digits>.log``: the records (``record``) of consecutive seqs
 from its first one on. Once a recovery has counted the seqs that damage destroyed in it, and
-that count is durable, it is renamed ``seg-<first>.lost-<n>.log``, so a later recovery counts
-only what is lost beyond those ``n``.
+that count is durable, it is renamed ``seg-<first>.lost-<n>.log``, ``n`` the seqs it lacked
+then (the ones counted, and any destroyed after they were acknowledged or dropped), so a later
+recovery counts only what is lost beyond those ``n``. (An older agent's ``n`` is only the
+first kind: a later recovery then errs high, never low.)
 """
 
 from __future__ import annotations

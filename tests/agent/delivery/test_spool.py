@@ -284,6 +284,28 @@ def test_a_record_above_the_acked_mark_corrupt_after_a_kill(tmp_path: Path) -> N
     assert again.stats().dropped_total == 1
 
 
+def test_second_damage_in_a_segment_whose_first_was_counted_is_counted_too(tmp_path: Path) -> None:
+    # Found by test_spool_model.py: the segment's name said one loss was counted, and once the
+    # acked mark passed that loss, a new one in the same segment hid behind the old count.
+    spool = Spool(directory=tmp_path)
+    _fill(spool, 3)
+    segment = next(tmp_path.glob("seg-*.log"))
+    offsets = _record_offsets(segment)
+    _flip(segment, offsets[1] + HEADER_BYTES + 1)
+    # No close(): killed.
+    again = Spool(directory=tmp_path)  # counts 1; the segment is renamed .lost-1
+    assert ([r.seq for r in again.records_from(0, 100)], again.stats().dropped_total) == ([2, 3], 1)
+    again.ack(again.epoch, 2)
+    again.close()
+    (segment,) = tmp_path.glob("seg-*.lost-1.log")
+    _flip(segment, offsets[3] + HEADER_BYTES + 1)  # a second bad spot, in report 3
+    third = Spool(directory=tmp_path)
+    assert (third.all_acked(), third.stats().dropped_total, third.next_seq) == (True, 2, 4)
+    third.close()
+    fourth = Spool(directory=tmp_path)  # and each is counted once
+    assert (fourth.stats().dropped_total, fourth.next_seq) == (2, 4)
+
+
 def test_disk_use_stays_within_the_bound(tmp_path: Path) -> None:
     bound = 64 * 1024
     spool = Spool(max_bytes=bound, directory=tmp_path)
