@@ -22,6 +22,7 @@ from dataclasses import dataclass
 MAGIC = b"NR"
 HEADER = struct.Struct("<2sII")  # magic, length, crc32
 _META = struct.Struct("<Qd")  # seq, produced_at
+_SEQ = struct.Struct("<Q")
 HEADER_BYTES = HEADER.size + _META.size
 # A record header claiming more than this is damage, not a write cut short.
 MAX_RECORD_BYTES = 256 * 1024 * 1024
@@ -54,3 +55,12 @@ def parse_at(blob: bytes, view: memoryview, offset: int) -> tuple[Record, int] |
         return None
     seq, produced_at = _META.unpack_from(meta)
     return Record(seq=seq, produced_at=produced_at, data=bytes(payload)), start + length
+
+
+def seq_at(blob: bytes, offset: int) -> int | None:
+    """The seq that a header at ``offset`` names, where its magic and seq field are there;
+    nothing else is checked (the header of a damaged record can still say which it was)."""
+    if len(blob) - offset < HEADER.size + _SEQ.size or blob[offset : offset + len(MAGIC)] != MAGIC:
+        return None
+    seq: int = _SEQ.unpack_from(blob, offset + HEADER.size)[0]
+    return seq

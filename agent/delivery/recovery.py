@@ -22,7 +22,7 @@ from pathlib import Path
 
 import structlog
 
-from nodeagent.agent.delivery.record import HEADER, HEADER_BYTES, MAGIC, MAX_RECORD_BYTES, Record, parse_at
+from nodeagent.agent.delivery.record import HEADER, HEADER_BYTES, MAGIC, MAX_RECORD_BYTES, Record, parse_at, seq_at
 from nodeagent.agent.delivery.segment_file import Segment, segment_files
 from nodeagent.agent.delivery.state_file import State
 
@@ -56,6 +56,7 @@ class Scan:
     tail_bytes: int = 0  # of those, the ones after the last valid record
     tail_torn: bool = False  # the tail looks like a write cut short (never synced, never sent)
     tail_one_record: bool = False  # the tail is exactly one whole record with a bad checksum
+    tail_seqs: list[int] = field(default_factory=list)  # what the headers still readable in it name
     smallest_record_bytes: int = 0
 
 
@@ -87,7 +88,7 @@ def recover(directory: Path, state: State) -> Recovered:
     # failing disk), or what a destroyed tail of the newest segment may have held.
     handed_out = max(last_valid, state.last_seq)
     if scans and scans[-1][1].tail_bytes:
-        handed_out = max(handed_out, last_valid + _records_in_tail(scans[-1][1]))
+        handed_out = max(handed_out, last_valid + _records_in_tail(scans[-1][1], last_valid))
     for index, (segment, found) in enumerate(scans):
         end = scans[index + 1][0].first_seq - 1 if index + 1 < len(scans) else handed_out
         if found.damaged_bytes:
@@ -148,6 +149,7 @@ def scan(blob: bytes) -> Scan:
             out.tail_bytes = len(blob) - offset
             out.tail_torn = _looks_torn(blob, offset)
             out.tail_one_record = _one_whole_record(blob, offset)
+            out.tail_seqs = _header_seqs(blob, offset)
             break
         out.damaged_bytes += resume - offset
         offset = resume
@@ -187,15 +189,31 @@ def _one_whole_record(blob: bytes, offset: int) -> bool:
     return bool(magic == MAGIC and offset + HEADER_BYTES + length == len(blob))
 
 
-def _records_in_tail(tail: Scan) -> int:
-    """How many reports the damaged tail of the newest segment stands for.
+def _header_seqs(blob: bytes, offset: int) -> list[int]:
+    seqs = []
+    at = blob.find(MAGIC, offset)
+    while at >= 0:
+        seq = seq_at(blob, at)
+        if seq is not None:
+            seqs.append(seq)
+        at = blob.find(MAGIC, at + 1)
+    return seqs
+
+
+def _records_in_tail(tail: Scan, last_valid: int) -> int:
+    """How many reports the damaged tail of the newest segment stands for, after ``last_valid``.
 
     A write cut short (a kill or power cut while appending) is one report, produced and never
     synced: gone, so counted, and its seq is not handed out again either, since damage that only
     looks like it (a flipped length field) may be a record that was sent. A whole record with a
     bad checksum is one. Anything else may have held as many records as the smallest record seen
-    fits into it: never fewer than were there."""
+    fits into it: never fewer than were there. Whatever it looks like, a header in it that still
+    names a later seq (as many as could fit) means records up to that one: a flipped length field
+    that claims more than the file holds makes damaged records behind it look like one write cut
+    short."""
+    most = tail.tail_bytes // HEADER_BYTES + 1
+    shown = [seq - last_valid for seq in tail.tail_seqs if 0 < seq - last_valid <= most]
     if tail.tail_torn or tail.tail_one_record:
-        return 1
+        return max([1, *shown])
     smallest = tail.smallest_record_bytes or HEADER_BYTES
-    return max(1, -(-tail.tail_bytes // smallest))
+    return max([1, -(-tail.tail_bytes // smallest), *shown])

@@ -379,6 +379,22 @@ def test_a_flipped_length_in_the_last_record_after_a_kill_never_reuses_its_seq(t
     assert again.stats().dropped_total == 1
 
 
+def test_a_flipped_length_in_front_of_more_damage_is_not_taken_for_one_write_cut_short(tmp_path: Path) -> None:
+    # Found by test_spool_model.py: record 5's length now claims more bytes than the file holds,
+    # so the damaged tail from it on looked like one write cut short; record 6, damaged too, was
+    # neither counted nor kept from being handed out again, although it may have been sent.
+    spool = Spool(directory=tmp_path)
+    _fill(spool, 6)
+    # No close(): killed, so the state file does not name the last seq.
+    segment = next(tmp_path.glob("seg-*.log"))
+    offsets = _record_offsets(segment)
+    _flip(segment, offsets[5] + 4)  # the length field's third byte: about 16 MiB more
+    _flip(segment, offsets[6] + HEADER_BYTES + 1)
+    again = Spool(directory=tmp_path)
+    assert [r.seq for r in again.records_from(0, 100)] == [1, 2, 3, 4]
+    assert (again.next_seq, again.stats().dropped_total) == (7, 2)
+
+
 def test_a_spool_directory_that_cannot_be_set_up_on_a_full_disk_leaves_a_memory_spool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
