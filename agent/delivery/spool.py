@@ -8,11 +8,11 @@ is acknowledged, still spooled, or counted as dropped. A dropped report that may
 says it does not have it: until then it is "unresolved" (``nodeagent.agent.delivery.unresolved``);
 the sender tells the spool where each stream begins, what it sent, and the stream's first ack.
 
-With a directory the spool is also written to disk (see ``nodeagent.agent.delivery.segments``), so
-unacknowledged reports survive an agent restart and the epoch and sequence carry on where they
-stopped; the bound then holds for what the directory takes on disk (records, their headers,
-acknowledged records a segment still holds, the state file). Without one it lives in memory
-only, and a restart starts a new epoch. When the disk fails (full, I/O errors) the spool logs
+With a directory the spool is also written to disk (``nodeagent.agent.delivery.segment_store``),
+so unacknowledged reports survive an agent restart and the epoch and sequence carry on where
+they stopped; the bound then holds for what the directory takes on disk (records, their
+headers, acknowledged records a segment still holds, the state file). Without one it lives in
+memory only, and a restart starts a new epoch. When the disk fails (full, I/O errors) the spool logs
 it, counts it (``disk_failures_total``) and goes on in memory until the agent restarts.
 
 Records stay in seq order (the sampler counts up by one and reports leave only from the oldest
@@ -31,8 +31,10 @@ from pathlib import Path
 
 import structlog
 
-from nodeagent.agent.delivery.segments import Record, Recovered, SegmentStore, segment_bytes_for
-from nodeagent.agent.delivery.unresolved import SeqRanges
+from nodeagent.agent.delivery.record import Record
+from nodeagent.agent.delivery.recovery import Recovered
+from nodeagent.agent.delivery.segment_store import SegmentStore, segment_bytes_for
+from nodeagent.agent.delivery.unresolved import DropLedger
 
 log = structlog.get_logger("nodeagent.spool")
 
@@ -81,13 +83,7 @@ class Spool:
         self._bytes = 0
         self._disk_failures_total = 0
         self._events: list[str] = []
-        # Drops to settle at the next stream's first ack, and drops of reports the current stream sent.
-        self._unresolved = SeqRanges()
-        self._unresolved_stream = SeqRanges()
-        self._sent_before = 0  # the highest seq an earlier stream (or agent run) may have sent
-        self._sent_now = 0  # the highest seq the current stream sent
-        self._streaming = False
-        self._attach_seq: int | None = None  # what the current stream's first ack said is stored
+        self._drops = DropLedger()
         self._store, recovered = _open_store(directory, max_bytes) if directory is not None else (None, None)
         if directory is not None and self._store is None:
             # The directory could not even be set up (a full or failing disk): a spool in memory,
@@ -97,23 +93,21 @@ class Spool:
         if self._store is not None and recovered is not None:
             self.epoch = recovered.epoch or _new_epoch()
             self._acked_seq = recovered.acked_seq
-            self._dropped_total = recovered.dropped_total
             self._last_seq = recovered.last_seq
-            self._unresolved = SeqRanges(recovered.unresolved)
-            self._sent_before = recovered.last_seq  # any of them may have left the agent
+            # Every seq up to last_seq may have left the agent.
+            self._drops = DropLedger(recovered.dropped_total, recovered.unresolved, sent_before=recovered.last_seq)
             for record in recovered.records:
                 self._records.append(record)
                 self._bytes += len(record.data)
             if recovered.lost:
                 self._events.append(f"{recovered.lost} reports lost to spool damage, counted as dropped")
             try:
-                self._store.begin(self.epoch, self._acked_seq, self._dropped_total)
+                self._store.begin(self.epoch, self._acked_seq, self._drops.dropped_total)
             except OSError as err:
                 self._degrade_locked(err)
         else:
             self.epoch = _new_epoch()
             self._acked_seq = 0
-            self._dropped_total = 0
             self._last_seq = 0
 
     # ---- the sampler's side ----
@@ -150,10 +144,11 @@ class Spool:
                 # A report larger than the whole spool cannot be kept: it is the one dropped.
                 self._make_room_locked(0)  # room for the marker that keeps its seq on disk
                 self._last_seq = seq
-                self._dropped_total += 1
+                self._drops.dropped_unsent()
                 if self._store is not None:
                     # Counted, but not "skipped through": older reports are still waiting.
-                    self._store_call(lambda s: s.note_dropped(seq, self._dropped_total, produced_at))
+                    dropped = self._drops.dropped_total
+                    self._store_call(lambda s: s.note_dropped(seq, dropped, produced_at))
                 return
             if self._store is not None:
                 # On disk before the sender can see it; when the disk fails, in memory, with its seq
@@ -197,7 +192,7 @@ class Spool:
                 removed += 1
             # Reports this stream sent before the spool dropped them: reports arrive in order,
             # so an ack at or past them means they are stored.
-            if self._unresolved_stream.take_through(self._acked_seq):
+            if self._drops.acked(self._acked_seq):
                 self._note_resolved_locked()
             if self._store is not None:
                 acked = self._acked_seq
@@ -207,18 +202,16 @@ class Spool:
     def stream_started(self) -> None:
         """A new stream: call before it sends anything."""
         with self._lock:
-            self._end_stream_locked()
-            self._streaming = True
+            self._drops.stream_started()
 
     def stream_ended(self) -> None:
         with self._lock:
-            self._end_stream_locked()
-            self._streaming = False
+            self._drops.stream_ended()
 
     def sending(self, seq: int) -> None:
         """The current stream is about to write the report ``seq`` (it may leave even if the write fails)."""
         with self._lock:
-            self._sent_now = max(self._sent_now, seq)
+            self._drops.sending(seq)
 
     def attached(self, epoch: int, stored_seq: int) -> int:
         """The stream's first ack: the collector had ``stored_seq`` of ``epoch`` before it began.
@@ -226,10 +219,7 @@ class Spool:
         Settles every drop that waited for it; returns how many of them were lost (now counted)."""
         with self._lock:
             stored = stored_seq if epoch == self.epoch else 0  # none of this epoch: none of ours
-            self._attach_seq = stored
-            self._unresolved.take_through(stored)
-            lost = self._unresolved.take_all()
-            self._dropped_total += lost
+            lost = self._drops.attached(stored)
             self._note_resolved_locked()
             return lost
 
@@ -238,13 +228,13 @@ class Spool:
             return SpoolStats(
                 reports=self._live_count(),
                 bytes=self._bytes,
-                dropped_total=self._dropped_total,
+                dropped_total=self._drops.dropped_total,
                 acked_seq=self._acked_seq,
                 last_seq=self._last_seq,
                 disk_failures_total=self._disk_failures_total,
                 on_disk=self._on_disk(),
                 disk_bytes=self._store.disk_bytes if self._on_disk() and self._store is not None else 0,
-                dropped_unresolved=len(self._unresolved) + len(self._unresolved_stream),
+                dropped_unresolved=len(self._drops),
             )
 
     def take_events(self) -> list[str]:
@@ -323,39 +313,15 @@ class Spool:
             self._drop_oldest_locked()
 
     def _drop_oldest_locked(self) -> None:
-        record = self._pop_oldest_locked()
-        seq = record.seq
-        if self._streaming and seq <= self._sent_now:
-            # Sent on this stream: its acks, or the next stream's first one, will say.
-            self._dropped_total += self._unresolved_stream.add(seq)
-        elif seq <= self._sent_before:
-            if self._streaming and self._attach_seq is not None:
-                # Not sent on this stream, whose first ack said what earlier ones delivered.
-                self._dropped_total += 0 if seq <= self._attach_seq else 1
-            else:
-                self._dropped_total += self._unresolved.add(seq)
-        else:
-            self._dropped_total += 1  # never sent: lost
+        seq = self._pop_oldest_locked().seq
+        self._drops.dropped(seq)
         if self._store is not None:
-            dropped, unresolved = self._dropped_total, self._unresolved_flat()
+            dropped, unresolved = self._drops.dropped_total, self._drops.flat()
             self._store_call(lambda s: s.note_skipped(seq, dropped, unresolved))
-
-    def _end_stream_locked(self) -> None:
-        # What the ended stream sent and the spool dropped is settled by the next stream's first ack.
-        self._dropped_total += self._unresolved.merge(self._unresolved_stream)
-        self._sent_before = max(self._sent_before, self._sent_now)
-        self._sent_now = 0
-        self._attach_seq = None
-
-    def _unresolved_flat(self) -> list[int]:
-        # Both kinds, for the state file: after a restart every one waits for the next first ack.
-        runs = self._unresolved.flat() + self._unresolved_stream.flat()
-        pairs = sorted(zip(runs[::2], runs[1::2], strict=True))
-        return [seq for pair in pairs for seq in pair]
 
     def _note_resolved_locked(self) -> None:
         if self._store is not None:
-            dropped, unresolved = self._dropped_total, self._unresolved_flat()
+            dropped, unresolved = self._drops.dropped_total, self._drops.flat()
             self._store_call(lambda s: s.note_resolved(dropped, unresolved))
 
     def _pop_oldest_locked(self) -> Record:

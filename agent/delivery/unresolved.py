@@ -7,6 +7,11 @@ knows: the ack a collector sends first on every stream says what it had stored b
 stream began, and an ack on the stream that sent a report covers it (reports arrive in order).
 Only then are the lost ones counted.
 
+``DropLedger`` decides what each drop counts as. A report no stream can have sent is lost at
+once. One the current stream sent waits for that stream's acks, or, once it ends, for the next
+stream's first ack; one that only an earlier stream (or agent run) may have sent waits for the
+next first ack, or is settled by the current stream's if that came already.
+
 Memory stays bounded: at most ``MAX_RANGES`` runs (drops come oldest first, so they are long
 runs); past that the oldest run is settled at once as lost (never too few counted).
 """
@@ -17,6 +22,83 @@ from collections.abc import Iterable
 
 # The spool keeps two sets of runs and the state file holds both: 2 x 8 runs of 20-digit seqs fit it.
 MAX_RANGES = 8
+
+
+class DropLedger:
+    """The spool's drop count, and the drops that wait for the collector's word.
+
+    Not locked: the spool calls it under its own lock."""
+
+    def __init__(self, dropped_total: int = 0, unresolved: Iterable[int] = (), sent_before: int = 0) -> None:
+        self.dropped_total = dropped_total
+        # Drops to settle at the next stream's first ack, and drops of reports the current stream sent.
+        self._unresolved = SeqRanges(unresolved)
+        self._unresolved_stream = SeqRanges()
+        self._sent_before = sent_before  # the highest seq an earlier stream (or agent run) may have sent
+        self._sent_now = 0  # the highest seq the current stream sent
+        self._streaming = False
+        self._attach_seq: int | None = None  # what the current stream's first ack said is stored
+
+    def __len__(self) -> int:
+        """How many drops wait for the collector's word."""
+        return len(self._unresolved) + len(self._unresolved_stream)
+
+    def stream_started(self) -> None:
+        self._end_stream()
+        self._streaming = True
+
+    def stream_ended(self) -> None:
+        self._end_stream()
+        self._streaming = False
+
+    def sending(self, seq: int) -> None:
+        self._sent_now = max(self._sent_now, seq)
+
+    def dropped(self, seq: int) -> None:
+        """The spool dropped the report ``seq`` (the oldest it held)."""
+        if self._streaming and seq <= self._sent_now:
+            # Sent on this stream: its acks, or the next stream's first one, will say.
+            self.dropped_total += self._unresolved_stream.add(seq)
+        elif seq <= self._sent_before:
+            if self._streaming and self._attach_seq is not None:
+                # Not sent on this stream, whose first ack said what earlier ones delivered.
+                self.dropped_total += 0 if seq <= self._attach_seq else 1
+            else:
+                self.dropped_total += self._unresolved.add(seq)
+        else:
+            self.dropped_total += 1  # never sent: lost
+
+    def dropped_unsent(self) -> None:
+        """A report dropped before it could be sent (larger than the whole spool): lost."""
+        self.dropped_total += 1
+
+    def acked(self, acked_seq: int) -> bool:
+        """The current stream's collector stored everything up to ``acked_seq``: True when that
+        settled a drop (reports arrive in order, so the ones this stream sent are stored)."""
+        return bool(self._unresolved_stream.take_through(acked_seq))
+
+    def attached(self, stored_seq: int) -> int:
+        """The current stream's first ack: the collector had everything up to ``stored_seq``.
+
+        Settles every drop that waited for it; returns how many of them were lost (now counted)."""
+        self._attach_seq = stored_seq
+        self._unresolved.take_through(stored_seq)
+        lost = self._unresolved.take_all()
+        self.dropped_total += lost
+        return lost
+
+    def flat(self) -> list[int]:
+        """Both kinds, for the state file: after a restart every one waits for the next first ack."""
+        runs = self._unresolved.flat() + self._unresolved_stream.flat()
+        pairs = sorted(zip(runs[::2], runs[1::2], strict=True))
+        return [seq for pair in pairs for seq in pair]
+
+    def _end_stream(self) -> None:
+        # What the ended stream sent and the spool dropped is settled by the next stream's first ack.
+        self.dropped_total += self._unresolved.merge(self._unresolved_stream)
+        self._sent_before = max(self._sent_before, self._sent_now)
+        self._sent_now = 0
+        self._attach_seq = None
 
 
 class SeqRanges:

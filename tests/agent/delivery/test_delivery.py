@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 
-from nodeagent.agent.delivery.segments import decode_all
+from nodeagent.agent.delivery.recovery import decode_all
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 
 FAST = ["--interval", "0.03", "--no-collector.gpu"]

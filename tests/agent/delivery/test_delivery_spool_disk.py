@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nodeagent.agent.delivery.segments import HEADER_BYTES, decode_all, encode
+from nodeagent.agent.delivery.record import HEADER_BYTES, encode
+from nodeagent.agent.delivery.recovery import decode_all
 from tests.conftest import require
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 
