@@ -27,6 +27,7 @@ from nodeagent.agent.sampling.report_source import ReportSequence, ReportSource
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.service.daemon import DaemonSettings, MetricsListenError, run_daemon
 from nodeagent.agent.sources import Roots
+from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.security import check_token_transport, is_loopback
 from nodeagent.core.wire.identity import check_node_id
@@ -236,6 +237,8 @@ def run(
         spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
     except OSError as err:
         raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
+    except LockedError as err:
+        raise click.BadParameter(str(err), param_hint="--spool-dir") from err
     # The source stamps the reports; it carries on where the spool (and its disk segments) left off.
     sequence = ReportSequence(spool.epoch, spool.next_seq)
     source: ReportSource

@@ -39,12 +39,15 @@ from nodeagent.agent.delivery.disk_io import (
 from nodeagent.agent.delivery.record import HEADER_BYTES, Record, encode
 from nodeagent.agent.delivery.segment_file import Segment, segment_path
 from nodeagent.agent.delivery.state_file import STATE_RESERVE_BYTES, State, read_state, write_state
+from nodeagent.core.program.lock_file import LockFile
 
 log = structlog.get_logger("nodeagent.spool")
 
 SEGMENT_BYTES = 4 * 1024 * 1024
 MIN_SEGMENT_BYTES = 16 * 1024
 STATE_INTERVAL_SECONDS = 1.0
+# The lock file beside the segments (core/program/lock_file.py), as Prometheus has in its TSDB folder.
+LOCK_NAME = "lock"
 
 
 def segment_bytes_for(max_bytes: int) -> int:
@@ -58,6 +61,9 @@ class SegmentStore:
         self.directory = directory
         self.segment_bytes = segment_bytes
         private_directory(directory)
+        # One agent per directory: a second would hand out the same epoch and seqs
+        # (``LockedError`` names the one that holds it).
+        self._lock = LockFile(directory / LOCK_NAME, f"spool directory {directory}")
         self._segments: list[Segment] = []
         self._fd: int | None = None
         self._written = 0
@@ -187,6 +193,7 @@ class SegmentStore:
             os.close(self._fd)
             self._fd = None
         self._write_state()
+        self._lock.release()
 
     def reclaim(self) -> bool:
         """Delete the segment being written too, when all of it is done; True if that freed any."""

@@ -84,3 +84,34 @@ def test_a_deadline_alone_fails_the_run_when_reports_stay_unacknowledged(tmp_pat
         )
     assert served.returncode == 0, served.stderr[-2000:]
     assert json.loads(served.stdout.splitlines()[-1])["unacked"] == 0
+
+
+def test_a_second_agent_on_the_same_spool_directory_is_refused(tmp_path: Path) -> None:
+    """Two agents on one spool would hand out the same epoch and seqs: the second is refused in
+    one line, exit 2; once the first is killed, its lock is gone with it."""
+    spool = tmp_path / "spool"
+    argv = [sys.executable, "-m", "nodeagent.agent", "run", "--simulate", "healthy", "--node-id", "s-1",
+            "--no-collector.gpu", "--interval", "0.1", "--spool-dir", str(spool),
+            "--collector", f"127.0.0.1:{free_port()}"]  # fmt: skip
+    first = subprocess.Popen([*argv, "--deadline", "60"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not ((spool / "lock").exists() and (spool / "lock").read_text().strip() == str(first.pid)):
+            assert first.poll() is None and time.monotonic() < deadline, "the first agent never took the spool"
+            time.sleep(0.1)
+        second = subprocess.run(
+            [*argv, "--deadline", "5"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert second.returncode == 2, second.stderr
+        assert second.stderr == (
+            f"nodeagent: error: Invalid value for --spool-dir: spool directory {spool} is in use by process "
+            f"{first.pid} (lock file {spool / 'lock'})\n"
+        )
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    third = subprocess.run(
+        [*argv, "--deadline", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert third.returncode == 1, third.stderr  # it ran (nothing acknowledged it), not refused
+    assert json.loads(third.stdout.splitlines()[-1])["produced"] > 0
