@@ -65,7 +65,9 @@ def test_two_scenarios_get_the_right_verdict_and_leave_nothing(fake_nvml_dir: ob
 
 def test_ctrl_c_removes_the_namespaces_and_processes(fake_nvml_dir: object) -> None:
     require_root_tools("ip", "tc")
-    proc = subprocess.Popen([*LAB, "--scenarios", "network", "--seconds", "30"], cwd=REPO,
+    # Long enough that the lab is still running when the Ctrl-C comes, however slowly a busy
+    # machine makes its namespaces (with 30 s it once finished first, and exited 0).
+    proc = subprocess.Popen([*LAB, "--scenarios", "network", "--seconds", "600"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     tag = f"na-b-{proc.pid % 100000}"
     try:
