@@ -498,8 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("lab: needs root (network namespaces, tc, loop devices, cgroups)", file=sys.stderr)
         return 1
-    # Ctrl-C and SIGTERM unwind the same way: every rig's cleanup runs.
+    # Ctrl-C and SIGTERM unwind the same way: every rig's cleanup runs. SIGINT is set here too, not
+    # left as inherited: started from a background job of a shell, it would be ignored.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     nvml_dir = None
     if not args.gpu:
         from tests.fakes.nvml.build import FakeNvmlUnavailable, build_fake_nvml
