@@ -12,7 +12,7 @@ collector's peak resident memory; and what the flood got (answers, rows, refusal
 Reports sent in the flood window that are acknowledged late are waited for (up to
 ``--drain-seconds``); one never acknowledged counts as its wait until then.
 
-``--slow-http-clients N`` also holds N slow clients on the collector's HTTP port during the
+``--slow-http-clients N`` also holds N slow clients on the collector's and a real agent's HTTP port during the
 flood (each writes its request a byte every half second and never finishes it; one closed by
 the collector is reopened) while a scraper asks /metrics afresh every half second: it prints the
 share of those scrapes answered 200 within 5 s.
@@ -68,6 +68,10 @@ def main() -> None:
     parser.add_argument("--drain-seconds", type=float, default=60.0, help="Wait this long for late acks.")
     parser.add_argument("--slow-http-clients", type=int, default=0)
     parser.add_argument(
+        "--slow-sources", type=int, default=1,
+        help="Addresses the slow clients connect from (127.0.0.2 and up); the scrapes come from 127.0.0.1.",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-queries-per-caller", type=int, default=None,
         help="Passed to serve (a collector that has the flag): let the flood's one address run more at once.",
     )  # fmt: skip
@@ -88,13 +92,33 @@ def main() -> None:
             assert server.stdout is not None
             address = server.stdout.readline().split()[-1]
             http = server.stdout.readline().split()[-1]
-            asyncio.run(_run(args, address, http, nodes[0], psutil.Process(server.pid)))
+            targets = {"collector": http}
+            agent = None
+            if args.slow_http_clients:
+                # A real agent streaming to the same collector, for its own /metrics under the same clients.
+                agent_http = f"127.0.0.1:{_free_port()}"
+                agent = subprocess.Popen(
+                    [sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run", "--collector",
+                     address, "--node-id", "metrics-agent", "--simulate", "healthy", "--interval", "1",
+                     "--metrics-listen", agent_http],
+                    cwd=REPO, stdout=subprocess.DEVNULL,
+                )  # fmt: skip
+                _wait_for_metrics(agent_http)
+                targets["agent"] = agent_http
+            try:
+                asyncio.run(_run(args, address, targets, nodes[0], psutil.Process(server.pid)))
+            finally:
+                if agent is not None:
+                    agent.terminate()
+                    agent.wait(timeout=30)
         finally:
             server.terminate()
             server.wait(timeout=30)
 
 
-async def _run(args: argparse.Namespace, address: str, http: str, node: str, collector: psutil.Process) -> None:
+async def _run(
+    args: argparse.Namespace, address: str, targets: dict[str, str], node: str, collector: psutil.Process
+) -> None:
     memory = _PeakMemory(collector)
     memory.start()
     async with grpc.aio.insecure_channel(address) as channel:
@@ -106,7 +130,7 @@ async def _run(args: argparse.Namespace, address: str, http: str, node: str, col
         await asyncio.sleep(args.quiet_seconds)
         quiet = agent.window(quiet_from, time.monotonic()), memory.mark()
         flood_from = time.monotonic()
-        flood = await asyncio.to_thread(_flood_in_a_process, args, address, http, node)
+        flood = await asyncio.to_thread(_flood_in_a_process, args, address, targets, node)
         flood_to = time.monotonic()
         drained = await agent.drain(flood_to, args.drain_seconds)
         flooded = agent.window(flood_from, flood_to), memory.mark()
@@ -128,11 +152,12 @@ async def _run(args: argparse.Namespace, address: str, http: str, node: str, col
     print(f"flood ({seconds:.1f} s), answers by method and status: "
           + ", ".join(f"{k} {v}" for k, v in sorted(flood.items()) if not k.startswith("http"))
           + f"; history rows received {rows:,} ({history_method})")  # fmt: skip
-    if args.slow_http_clients:
-        asked, ok = flood.get("http_asked", 0), flood.get("http_200", 0)
-        print(f"/metrics during the flood with {args.slow_http_clients} slow clients held: {ok} of {asked} fresh "
-              f"scrapes answered 200 within 5 s ({ok / asked if asked else 0.0:.2f}); slow clients reopened "
-              f"{flood.get('http_slow_reopened', 0)} times")  # fmt: skip
+    for name in targets if args.slow_http_clients else ():
+        asked, ok = flood.get(f"http_asked {name}", 0), flood.get(f"http_200 {name}", 0)
+        print(f"{name} /metrics during the flood with {args.slow_http_clients} slow clients held (from "
+              f"{args.slow_sources} address(es)): {ok} of {asked} fresh scrapes from 127.0.0.1 answered 200 within "
+              f"5 s ({ok / asked if asked else 0.0:.2f}); slow clients reopened "
+              f"{flood.get(f'http_slow_reopened {name}', 0)} times")  # fmt: skip
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -235,21 +260,24 @@ class _SteadyAgent:
 # ---- the flood, in its own process ----
 
 
-def _flood_in_a_process(args: argparse.Namespace, address: str, http: str, node: str) -> dict[str, Any]:
+def _flood_in_a_process(args: argparse.Namespace, address: str, targets: dict[str, str], node: str) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
-        return dict(pool.apply(_flood, (vars(args), address, http, node)))
+        return dict(pool.apply(_flood, (vars(args), address, targets, node)))
 
 
-def _flood(args: dict[str, Any], address: str, http: str, node: str) -> dict[str, Any]:
+def _flood(args: dict[str, Any], address: str, targets: dict[str, str], node: str) -> dict[str, Any]:
     stop = threading.Event()
     counts: Counter[str] = Counter()
     http_threads = []
-    if args["slow_http_clients"]:
+    for name, http in targets.items() if args["slow_http_clients"] else ():
         host, port = http.rsplit(":", 1)
-        for _ in range(args["slow_http_clients"]):
-            http_threads.append(threading.Thread(target=_slow_client, args=(host, int(port), stop, counts)))
-        http_threads.append(threading.Thread(target=_scraper, args=(http, stop, counts)))
+        for i in range(args["slow_http_clients"]):
+            source = f"127.0.0.{2 + i % args['slow_sources']}"
+            http_threads.append(
+                threading.Thread(target=_slow_client, args=(host, int(port), source, name, stop, counts))
+            )
+        http_threads.append(threading.Thread(target=_scraper, args=(http, name, stop, counts)))
     for thread in http_threads:
         thread.daemon = True
         thread.start()
@@ -314,31 +342,50 @@ async def _history_method(query: pb_grpc.QueryStub, node: str) -> str:
     return "StreamHistory"
 
 
-def _slow_client(host: str, port: int, stop: threading.Event, counts: Counter[str]) -> None:
-    """Holds a connection that writes its request a byte every half second and never ends it."""
+def _slow_client(host: str, port: int, source: str, name: str, stop: threading.Event, counts: Counter[str]) -> None:
+    """Holds a connection from ``source`` that writes its request a byte every half second and
+    never ends it."""
     request = b"GET /metrics HTTP/1.1\r\nHost: bench\r\nUser-Agent: slow" + b"w" * 10_000
     while not stop.is_set():
         try:
-            with socket.create_connection((host, port), timeout=5) as sock:
+            with socket.create_connection((host, port), timeout=5, source_address=(source, 0)) as sock:
                 for i in range(len(request)):
                     if stop.wait(0.5):
                         return
                     sock.sendall(request[i : i + 1])
         except OSError:
             pass
-        counts["http_slow_reopened"] += 1
+        counts[f"http_slow_reopened {name}"] += 1
 
 
-def _scraper(http: str, stop: threading.Event, counts: Counter[str]) -> None:
+def _scraper(http: str, name: str, stop: threading.Event, counts: Counter[str]) -> None:
+    """A fresh scrape every half second, as Prometheus from its own address (127.0.0.1)."""
     while not stop.wait(0.5):
-        counts["http_asked"] += 1
+        counts[f"http_asked {name}"] += 1
         try:
             with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as answer:
                 answer.read()
                 if answer.status == 200:
-                    counts["http_200"] += 1
+                    counts[f"http_200 {name}"] += 1
         except OSError:
             pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_metrics(http: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{http}/metrics", timeout=5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"the agent's /metrics at {http} never answered")
 
 
 if __name__ == "__main__":
