@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeReport(_message.Message):
-    __slots__ = ("node_id", "epoch", "seq", "time_unix_seconds", "info", "collectors", "nics", "rdma_ports", "disks", "host", "gpus", "events", "agent")
+    __slots__ = ("node_id", "epoch", "seq", "time_unix_seconds", "info", "collectors", "nics", "rdma_ports", "disks", "host", "gpus", "events", "agent", "jobs")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class NodeReport(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     epoch: int
     seq: int
@@ -34,7 +35,30 @@ class NodeReport(_message.Message):
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     agent: AgentStatus
-    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., seq: _Optional[int] = ..., time_unix_seconds: _Optional[float] = ..., info: _Optional[_Union[NodeInfo, _Mapping]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., nics: _Optional[_Iterable[_Union[NicSample, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortSample, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskSample, _Mapping]]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., agent: _Optional[_Union[AgentStatus, _Mapping]] = ...) -> None: ...
+    jobs: _containers.RepeatedCompositeFieldContainer[JobSample]
+    def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., seq: _Optional[int] = ..., time_unix_seconds: _Optional[float] = ..., info: _Optional[_Union[NodeInfo, _Mapping]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., nics: _Optional[_Iterable[_Union[NicSample, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortSample, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskSample, _Mapping]]] = ..., host: _Optional[_Union[HostSample, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., agent: _Optional[_Union[AgentStatus, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[JobSample, _Mapping]]] = ...) -> None: ...
+
+class JobSample(_message.Message):
+    __slots__ = ("job", "source", "world_size", "ranks", "node_rank", "gpus", "cgroup", "cpu_pressure", "io_pressure")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_FIELD_NUMBER: _ClassVar[int]
+    CPU_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    IO_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    source: str
+    world_size: int
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    node_rank: int
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    cgroup: str
+    cpu_pressure: Pressure
+    io_pressure: Pressure
+    def __init__(self, job: _Optional[str] = ..., source: _Optional[str] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., node_rank: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., cgroup: _Optional[str] = ..., cpu_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., io_pressure: _Optional[_Union[Pressure, _Mapping]] = ...) -> None: ...
 
 class AgentStatus(_message.Message):
     __slots__ = ("spool_dropped_reports_total", "spool_reports", "spool_bytes")
@@ -385,16 +409,26 @@ class GpuInfo(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., nvlink_count: _Optional[int] = ..., nvlink_speed_bytes_per_second: _Optional[float] = ..., pcie_max_generation: _Optional[int] = ..., pcie_max_width: _Optional[int] = ..., gpm_supported: _Optional[bool] = ..., serial: _Optional[str] = ..., architecture: _Optional[str] = ...) -> None: ...
 
 class JobRef(_message.Message):
-    __slots__ = ("slurm_job_id", "k8s_pod_uid", "container_id", "cgroup")
+    __slots__ = ("slurm_job_id", "k8s_pod_uid", "container_id", "cgroup", "job_key", "world_size", "rank", "local_rank", "node_rank")
     SLURM_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     K8S_POD_UID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     CGROUP_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     slurm_job_id: str
     k8s_pod_uid: str
     container_id: str
     cgroup: str
-    def __init__(self, slurm_job_id: _Optional[str] = ..., k8s_pod_uid: _Optional[str] = ..., container_id: _Optional[str] = ..., cgroup: _Optional[str] = ...) -> None: ...
+    job_key: str
+    world_size: int
+    rank: int
+    local_rank: int
+    node_rank: int
+    def __init__(self, slurm_job_id: _Optional[str] = ..., k8s_pod_uid: _Optional[str] = ..., container_id: _Optional[str] = ..., cgroup: _Optional[str] = ..., job_key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
     __slots__ = ("pid", "used_memory_bytes", "name", "user", "job")
@@ -576,7 +610,7 @@ class ListNodesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeSummary(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total")
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -609,6 +643,8 @@ class NodeSummary(_message.Message):
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     CLOCK_SKEW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLOCK_REFUSED_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WAITING_ON_FIELD_NUMBER: _ClassVar[int]
+    WAITING_JOB_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -634,7 +670,9 @@ class NodeSummary(_message.Message):
     evidence: _containers.ScalarMap[str, str]
     clock_skew_seconds: float
     clock_refused_reports_total: int
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ...) -> None: ...
+    waiting_on: _containers.RepeatedScalarFieldContainer[str]
+    waiting_job: str
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)
@@ -789,3 +827,56 @@ class JobsResponse(_message.Message):
     JOBS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobTotal]
     def __init__(self, jobs: _Optional[_Iterable[_Union[JobTotal, _Mapping]]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobVerdict(_message.Message):
+    __slots__ = ("job", "source", "state", "nodes", "gpus", "world_size", "ranks_reported", "straggler_nodes", "cause", "job_wide", "wait_ratio", "gpu_seconds_lost", "needed_bytes_per_second", "evidence", "time_unix_seconds", "notes")
+    class EvidenceEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_REPORTED_FIELD_NUMBER: _ClassVar[int]
+    STRAGGLER_NODES_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    JOB_WIDE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_RATIO_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_LOST_FIELD_NUMBER: _ClassVar[int]
+    NEEDED_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    source: str
+    state: str
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    gpus: int
+    world_size: int
+    ranks_reported: int
+    straggler_nodes: _containers.RepeatedScalarFieldContainer[str]
+    cause: str
+    job_wide: bool
+    wait_ratio: float
+    gpu_seconds_lost: float
+    needed_bytes_per_second: float
+    evidence: _containers.ScalarMap[str, str]
+    time_unix_seconds: float
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[str] = ..., source: _Optional[str] = ..., state: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., gpus: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_reported: _Optional[int] = ..., straggler_nodes: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ..., job_wide: _Optional[bool] = ..., wait_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_bytes_per_second: _Optional[float] = ..., evidence: _Optional[_Mapping[str, str]] = ..., time_unix_seconds: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobVerdict]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobVerdict, _Mapping]]] = ...) -> None: ...

@@ -138,6 +138,11 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/nodeagent.v1.Query/ListJobs',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
         self.StreamHistory = channel.unary_stream(
                 '/nodeagent.v1.Query/StreamHistory',
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
@@ -181,6 +186,13 @@ class QueryServicer:
 
     def Jobs(self, request, context):
         """GPU-hours and GPU-hours lost per job, from the history's minutes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobs(self, request, context):
+        """The live verdict of every multi-node job (docs/jobs.md), from the job roll-up in memory.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -230,6 +242,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.Jobs,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.SerializeToString,
             ),
             'StreamHistory': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamHistory,
@@ -378,6 +395,33 @@ class Query:
             '/nodeagent.v1.Query/Jobs',
             nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/ListJobs',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
