@@ -34,22 +34,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.lab_rig import ENV_EXTRA, LabError, install_interrupts, loop_device, popen, stop, toml, wait_until  # noqa: E402
 
 # Short windows so a verdict comes within half a minute; the rest is the default.
 DETECTOR: dict[str, Any] = {
@@ -62,11 +62,6 @@ DETECTOR: dict[str, Any] = {
 NETWORK_RATE = "80mbit"  # tc's word; the job needs about twice this
 NETWORK_RATE_BYTES_PER_SECOND = 80e6 / 8
 THROTTLE_IOPS = 300
-_ENV_EXTRA = {"PYTHONUNBUFFERED": "1"}
-
-
-class LabError(RuntimeError):
-    """The lab cannot run a scenario here (one line: why)."""
 
 
 @dataclass
@@ -95,36 +90,6 @@ class Scenario:
 # ---- rigs --------------------------------------------------------------------------------------
 
 
-def _sh(*args: str, timeout: float = 30) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=timeout).stdout
-
-
-def _popen(command: list[str], log: Path) -> subprocess.Popen[str]:
-    with log.open("w") as handle:
-        # A session of its own: the whole group (loader workers too) goes at the end.
-        return subprocess.Popen(
-            command,
-            cwd=REPO,
-            env={**os.environ, **_ENV_EXTRA},
-            stdout=subprocess.PIPE,
-            stderr=handle,
-            text=True,
-            start_new_session=True,
-        )
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-
 def _network(rated: bool) -> Callable[[contextlib.ExitStack, Path], Rig]:
     def rig(stack: contextlib.ExitStack, tmp: Path) -> Rig:
         from tests.fakes.netns import VethPair, sh, veth_pair
@@ -134,9 +99,9 @@ def _network(rated: bool) -> Callable[[contextlib.ExitStack, Path], Rig]:
         sh(*pair.exec_a("tc", "qdisc", "add", "dev", pair.dev_a, "root", "tbf", "rate", NETWORK_RATE,
                         "burst", "32kb", "latency", "100ms"))  # fmt: skip
         size = 64 << 20
-        server = _popen(pair.exec_a(sys.executable, str(REPO / "bench" / "lab_server.py"), pair.addr_a, "8015",
+        server = popen(pair.exec_a(sys.executable, str(REPO / "bench" / "lab_server.py"), pair.addr_a, "8015",
                                     str(size)), tmp / "server.log")  # fmt: skip
-        stack.callback(_stop, server)
+        stack.callback(stop, server)
         assert server.stdout is not None
         if server.stdout.readline().strip() != "serving":
             raise LabError(f"the lab's HTTP server did not start: {(tmp / 'server.log').read_text()[-300:]}")
@@ -152,28 +117,9 @@ def _network(rated: bool) -> Callable[[contextlib.ExitStack, Path], Rig]:
     return rig
 
 
-@contextlib.contextmanager
-def _loop_device(tmp: Path, size_bytes: int, *, direct_io: bool) -> Iterator[str]:
-    if shutil.which("losetup") is None:
-        raise LabError("no losetup (util-linux)")
-    backing = tmp / "disk.img"
-    with backing.open("wb") as out:  # real blocks (a sparse file reads zeros without the disk)
-        chunk = os.urandom(1 << 20)
-        for _ in range(size_bytes >> 20):
-            out.write(chunk)
-        out.flush()
-        os.fsync(out.fileno())
-    command = ["losetup", "--find", "--show", *(["--direct-io=on"] if direct_io else []), str(backing)]
-    device = _sh(*command).strip()
-    try:
-        yield device
-    finally:
-        subprocess.run(["losetup", "-d", device], check=False, capture_output=True, timeout=30)
-
-
 def _storage(stack: contextlib.ExitStack, tmp: Path) -> Rig:
     size = 512 << 20
-    device = stack.enter_context(_loop_device(tmp, size, direct_io=True))
+    device = stack.enter_context(loop_device(tmp / "disk.img", size, direct_io=True))
     # Two threads of large reads: the device is busy all the time while the loader's threads use
     # little CPU (4 KiB reads by Python threads on a small machine are CPU-bound first: that run
     # is the cpu cause, rightly).
@@ -185,7 +131,7 @@ def _storage(stack: contextlib.ExitStack, tmp: Path) -> Rig:
 def _throttled(stack: contextlib.ExitStack, tmp: Path, loader: dict[str, Any], size: int) -> Rig:
     from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
 
-    device = stack.enter_context(_loop_device(tmp, size, direct_io=True))
+    device = stack.enter_context(loop_device(tmp / "disk.img", size, direct_io=True))
     try:
         wrap = stack.enter_context(iops_cap(device, THROTTLE_IOPS))
     except IopsCapUnavailable as err:
@@ -269,9 +215,9 @@ def run_scenario(scenario: Scenario, seconds: int, tmp: Path, nvml_dir: Path | N
     with contextlib.ExitStack() as stack:
         rig = scenario.rig(stack, tmp)
         config = {**DETECTOR, **rig.detector}
-        (tmp / "collector.toml").write_text(_toml({"detector": config}))
-        (tmp / "agent.toml").write_text(_toml({"link_speeds": rig.link_speeds}) if rig.link_speeds else "")
-        env = dict(_ENV_EXTRA)
+        (tmp / "collector.toml").write_text(toml({"detector": config}))
+        (tmp / "agent.toml").write_text(toml({"link_speeds": rig.link_speeds}) if rig.link_speeds else "")
+        env = dict(ENV_EXTRA)
         # The fake's state on tmpfs where there is one: the storage scenarios saturate the disk.
         shm = Path("/dev/shm")
         state = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None))) / "nvml"
@@ -288,23 +234,23 @@ def run_scenario(scenario: Scenario, seconds: int, tmp: Path, nvml_dir: Path | N
         spec = {**rig.loader, "seconds": seconds + 3, "truth": str(tmp / "truth.json"), "ready": str(tmp / "ready"),
                 "nvml_state": str(state), "gpu": gpu}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(spec))
-        job = _popen(rig.wrap([*rig.prefix, sys.executable, str(REPO / "bench" / "lab_job.py"),
+        job = popen(rig.wrap([*rig.prefix, sys.executable, str(REPO / "bench" / "lab_job.py"),
                                str(tmp / "spec.json")]), tmp / "job.log")  # fmt: skip
-        stack.callback(_stop, job)
-        _wait(lambda: (tmp / "ready").exists() or job.poll() is not None, 60)
+        stack.callback(stop, job)
+        wait_until(lambda: (tmp / "ready").exists() or job.poll() is not None, 60)
         if not (tmp / "ready").exists():
             raise LabError(f"{scenario.name}: the job did not start: {(tmp / 'job.log').read_text()[-500:]}")
         node = f"lab-{scenario.name}"
         agent_config = ["--config", str(tmp / "agent.toml")] if rig.link_speeds else []
         base = [sys.executable, "-m", "nodeagent.agent", "--log-level", "warning"]
-        agent = _popen([*rig.prefix, *base, "run", "--collector", collector.address, "--node-id", node,
+        agent = popen([*rig.prefix, *base, "run", "--collector", collector.address, "--node-id", node,
                         "--interval", "1", "--max-reports", str(seconds), "--deadline", str(seconds + 60),
                         *agent_config], tmp / "agent.log")  # fmt: skip
-        stack.callback(_stop, agent)
+        stack.callback(stop, agent)
         trace = tmp / f"{scenario.name}.jsonl"
-        recorder = _popen([*rig.prefix, *base, "record", "--out", str(trace), "--duration", str(seconds - 1),
+        recorder = popen([*rig.prefix, *base, "record", "--out", str(trace), "--duration", str(seconds - 1),
                            "--interval", "1", "--node-id", node, *agent_config], tmp / "record.log")  # fmt: skip
-        stack.callback(_stop, recorder)
+        stack.callback(stop, recorder)
         for proc, what in ((agent, "agent"), (recorder, "record")):
             try:
                 proc.wait(timeout=seconds + 90)
@@ -335,27 +281,6 @@ def replay_timeline(trace: Path, config: dict[str, Any]) -> list[dict[str, Any]]
                 detector = NodeDetector(report.node_id, DetectorConfig.from_mapping(config, source=str(trace)))
             out.append(detector.observe(report).to_plain())
     return out
-
-
-def _wait(predicate: Callable[[], bool], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not predicate():
-        time.sleep(0.1)
-
-
-def _toml(tables: dict[str, dict[str, Any]]) -> str:
-    out = io.StringIO()
-    for table, values in tables.items():
-        out.write(f"[{table}]\n")
-        for key, value in values.items():
-            out.write(f"{key} = {_toml_value(value)}\n")
-    return out.getvalue()
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + " }"
-    return json.dumps(value)
 
 
 # ---- judging -------------------------------------------------------------------------------------
@@ -487,10 +412,6 @@ def check_gpu() -> None:
         raise SystemExit("lab: --gpu needs a CUDA GPU; PyTorch sees none")
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.gpu:
@@ -500,8 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     # Ctrl-C and SIGTERM unwind the same way: every rig's cleanup runs. SIGINT is set here too, not
     # left as inherited: started from a background job of a shell, it would be ignored.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    install_interrupts()
     nvml_dir = None
     if not args.gpu:
         from tests.fakes.nvml.build import FakeNvmlUnavailable, build_fake_nvml
