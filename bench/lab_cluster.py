@@ -1,0 +1,862 @@
+"""The multi-node lab: one synchronous job over real shaped links, a real agent per node, one
+collector, and the job's verdict checked against the ranks' own timers.
+
+Each node is a network namespace with its own agent (``nodeagent run --node-id node-N``), its own
+emulated GPU (the fake NVML, an H100 with GPM, driven by its rank), its own data link (a veth to
+the data server's namespace, shaped with tc) and its own fabric link (a veth to a switch
+namespace's bridge, shaped with tc). One rank per node (``bench/lab_rank.py``, started with the
+job's torch.distributed environment) reads its batch over its data link, computes, and
+all-reduces its gradient with the other ranks over the fabric (a real ring all-reduce over TCP).
+The collector runs once for the whole lab in a namespace of its own, joined to every node by a
+management link, with short detector windows. Every address is in 127.0.0.0/8.
+
+  clean      nothing slow: the job computes
+  network    one node's data link capped (tc): that node waits for data, the others for it
+  storage    one node reads its batches from its own block device (a loop device) capped by
+             the block throttle; each agent sees only its own device where the agent has
+             --collector.diskstats.device-include
+  throttled  one node's GPU throttled: clock-event reasons, a lower SM clock, a slower step
+  fabric     one node's fabric link degraded (tc, and its agent told the lower speed)
+  job-wide   every node's data link capped: the job waits on all of them, no node to name
+  two-jobs   two jobs side by side on disjoint nodes, one node's data link capped in one of them
+
+The truth is each rank's own timers (its data wait, compute and collective shares, per second
+and over the run); the job's wait share is the mean over its ranks of data wait + collective.
+Per run the lab prints the truth, the collector's job verdict (``nodeagent-collector jobs
+--json`` at the end, and polled every 2 s for the time from the job's start, the straggler's
+onset, to the first verdict naming the straggler with its cause), the waiting nodes' own
+verdicts (``nodes --json``: state ``waiting``, ``waiting_on``), what was expected, and whether
+it was met. A collector without the job roll-up gives no job verdict: the lab says so and checks
+the truth alone.
+
+Needs root (namespaces, tc, loop devices, cgroups). Everything it starts is removed when it ends,
+also on Ctrl-C and SIGTERM.
+
+    sudo .venv/bin/python bench/lab_cluster.py [--scenarios clean,network] [--seconds 60] [--runs 10]
+                                               [--nodes 4] [--record DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.lab import DETECTOR  # noqa: E402
+from bench.lab_rig import LabError, install_interrupts, loop_device, popen, sh, stop, toml, wait_until  # noqa: E402
+
+# The job's step: a batch over the data link, compute, an all-reduce over the fabric.
+COMPUTE_SECONDS = 0.2
+BATCH_BYTES = 512 << 10
+GRADIENT_BYTES = 2 << 20
+OBJECT_BYTES = 32 << 20
+# Links (tc's words; the agents are told each link's rate with --link-speed, in Mb/s).
+DATA_RATE, DATA_CAP = 100, 10  # Mb/s: a batch in 42 ms healthy, in 0.42 s capped (about 2 steps)
+FABRIC_RATE, FABRIC_DEGRADED = 1000, 100  # Mb/s: the degraded ring takes about 0.25 s a step
+# storage: 8 reads of 64 KiB a batch, the device capped at 20 reads a second (0.4 s a batch).
+READ_BYTES, READS_PER_BATCH, STRAGGLER_IOPS = 64 << 10, 8, 20
+# throttled: the GPU's clocks held down by heat, its step twice as long.
+THROTTLE = {"factor": 2.0, "clock_reasons": 0x20 | 0x40, "sm_clock": 1095, "temp": 89}
+PROFILE = "h100_sxm5"
+EXPECTED_CAUSE = {"network": "network", "storage": "storage", "throttled": "throttled", "fabric": "link"}
+NAMED_WITHIN_SECONDS = 60.0
+RATIO_TOLERANCE = 0.05
+POLL_SECONDS = 2.0
+# Addresses: data links 127.241.N.0/30, management 127.242.0.0/24, fabric 127.243.0.0/24.
+COLLECTOR_ADDR, COLLECTOR_PORT = "127.242.0.1", 50051
+SERVER_PORT, RING_PORT = 8015, 29500
+DEVICE_FLAG = "--collector.diskstats.device-include"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    # What is slow: "network", "storage", "throttled", "fabric" on the straggler; "job-wide": every
+    # node's data link; None: nothing.
+    kind: str | None
+    jobs: int = 1  # two-jobs: two jobs of --nodes each (or half of them, see --nodes)
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("clean", None),
+        Scenario("network", "network"),
+        Scenario("storage", "storage"),
+        Scenario("throttled", "throttled"),
+        Scenario("fabric", "fabric"),
+        Scenario("job-wide", "job-wide"),
+        Scenario("two-jobs", "network", jobs=2),
+    )
+}
+
+
+@dataclass
+class Node:
+    index: int
+    ns: str
+    job: int  # which job's rank runs here
+    rank: int
+    data_rate: int = DATA_RATE
+    fabric_rate: int = FABRIC_RATE
+    device: str | None = None  # its own block device (storage)
+    throttled: bool = False
+
+    @property
+    def node_id(self) -> str:
+        return f"node-{self.index}"
+
+    @property
+    def data_addr(self) -> str:
+        return f"127.241.{self.index}.2"
+
+    @property
+    def server_addr(self) -> str:
+        return f"127.241.{self.index}.1"
+
+    @property
+    def fabric_addr(self) -> str:
+        return f"127.243.0.{10 + self.index}"
+
+    @property
+    def mgmt_addr(self) -> str:
+        return f"127.242.0.{10 + self.index}"
+
+    def exec(self, *args: str) -> list[str]:
+        return ["ip", "netns", "exec", self.ns, *args]
+
+
+@dataclass
+class Job:
+    index: int
+    run_id: str
+    nodes: list[Node]
+    straggler: Node | None
+    kind: str | None  # what slows it (see Scenario.kind)
+
+    @property
+    def key(self) -> str:
+        """The job key the agents derive from the ranks' environment (torch rendezvous)."""
+        return f"torch/{self.run_id}"
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [n.node_id for n in self.nodes]
+
+    @property
+    def expected_state(self) -> str:
+        return "busy" if self.kind is None else "slowed"
+
+    @property
+    def expected_cause(self) -> str | None:
+        if self.kind == "job-wide":
+            return "network"
+        return EXPECTED_CAUSE.get(self.kind or "")
+
+    @property
+    def expected(self) -> str:
+        if self.kind is None:
+            return "busy"
+        if self.straggler is None:
+            return f"slowed, job-wide ({self.expected_cause})"
+        return f"slowed, {self.straggler.node_id} ({self.expected_cause})"
+
+
+# ---- the rig ------------------------------------------------------------------------------------
+
+
+class Rig:
+    """The namespaces, links and processes of one run; ``close`` (or the ExitStack) removes all."""
+
+    def __init__(self, stack: contextlib.ExitStack, tag: str, nodes: list[Node]) -> None:
+        self.stack, self.tag, self.nodes = stack, tag, nodes
+        self.data_ns, self.fabric_ns, self.mgmt_ns = f"na-c{tag}-d", f"na-c{tag}-f", f"na-c{tag}-m"
+
+    def _netns(self, name: str) -> None:
+        sh("ip", "netns", "add", name)
+        self.stack.callback(subprocess.run, ["ip", "netns", "del", name], check=False, capture_output=True,
+                            timeout=30)  # fmt: skip
+        # 127.0.0.0/8 on a device other than lo needs route_localnet. The whole /8 is local to every
+        # namespace (lo): ARP answers only for the asking device's own address (arp_ignore), else a
+        # bridge or a node answers for another node's. No IPv6 chatter on the links.
+        sysctls = ["net.ipv4.conf.all.route_localnet=1", "net.ipv4.conf.default.route_localnet=1",
+                   "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.default.arp_ignore=1",
+                   "net.ipv4.conf.all.arp_announce=2", "net.ipv4.conf.default.arp_announce=2",
+                   "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]  # fmt: skip
+        sh("ip", "netns", "exec", name, "sysctl", "-qw", *sysctls)
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+
+    def _veth(self, ns_a: str, dev_a: str, ns_b: str, dev_b: str) -> None:
+        sh("ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b)
+        for ns, dev in ((ns_a, dev_a), (ns_b, dev_b)):
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.conf.{dev}.route_localnet=1")
+
+    @staticmethod
+    def _shape(ns: str, dev: str, mbit: int, *, change: bool = False) -> None:
+        # A token bucket at the link's rate; a burst of 10 ms of it (at least 32 KiB).
+        burst = max(32 << 10, mbit * 125_000 // 100)
+        sh("tc", "-n", ns, "qdisc", "change" if change else "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+           "burst", str(burst), "latency", "100ms")  # fmt: skip
+
+    def build(self) -> None:
+        for ns in (self.data_ns, self.fabric_ns, self.mgmt_ns, *(n.ns for n in self.nodes)):
+            self._netns(ns)
+        for ns in (self.fabric_ns, self.mgmt_ns):
+            sh("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
+            sh("ip", "-n", ns, "link", "set", "br0", "up")
+        sh("ip", "netns", "exec", self.mgmt_ns, "sysctl", "-qw", "net.ipv4.conf.br0.route_localnet=1")
+        sh("ip", "-n", self.mgmt_ns, "addr", "add", f"{COLLECTOR_ADDR}/24", "dev", "br0")
+        for n in self.nodes:
+            i = n.index
+            self._veth(n.ns, "data0", self.data_ns, f"d{i}")
+            self._veth(n.ns, "fab0", self.fabric_ns, f"p{i}")
+            self._veth(n.ns, "mgmt0", self.mgmt_ns, f"m{i}")
+            batch = [f"addr add {n.data_addr}/30 dev data0", f"addr add {n.fabric_addr}/24 dev fab0",
+                     f"addr add {n.mgmt_addr}/24 dev mgmt0", "link set data0 up", "link set fab0 up",
+                     "link set mgmt0 up"]  # fmt: skip
+            sh("ip", "-n", n.ns, "-batch", "-", stdin="\n".join(batch) + "\n")
+            sh("ip", "-n", self.data_ns, "addr", "add", f"{n.server_addr}/30", "dev", f"d{i}")
+            sh("ip", "-n", self.data_ns, "link", "set", f"d{i}", "up")
+            for ns, dev in ((self.fabric_ns, f"p{i}"), (self.mgmt_ns, f"m{i}")):
+                sh("ip", "-n", ns, "link", "set", dev, "master", "br0", "up")
+            # What the node receives from the data server; what it sends and receives on the fabric.
+            self._shape(self.data_ns, f"d{i}", n.data_rate)
+            self._shape(n.ns, "fab0", n.fabric_rate)
+            self._shape(self.fabric_ns, f"p{i}", n.fabric_rate)
+
+
+def _cpu_times() -> tuple[float, float]:
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    return sum(fields), idle
+
+
+def device_filter_supported() -> bool:
+    """Whether this agent has the per-device disk filter (node_exporter's flag name)."""
+    done = subprocess.run([sys.executable, "-m", "nodeagent.agent", "run", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    return DEVICE_FLAG in done.stdout
+
+
+def job_rollup_present() -> bool:
+    """Whether this collector has the job roll-up (job verdicts, nodes that wait on another)."""
+    try:
+        return importlib.util.find_spec("nodeagent.collector.jobs.rollup") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+# ---- one run --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    run: int
+    jobs: list[Job]
+    onset: float  # the ranks' first step (the straggler is slow from it on)
+    truths: dict[str, dict[str, Any]]  # node id -> its rank's truth
+    polls: list[dict[str, Any]]  # lab_poll.py's lines
+    final_jobs: list[dict[str, Any]]  # nodeagent-collector jobs --json at the end
+    final_nodes: list[dict[str, Any]]  # nodeagent-collector nodes --json at the end
+    config: dict[str, Any]
+    cpu_busy: float  # the machine's CPU busy share over the run
+    device_filter: bool
+    trace: Path | None = None
+    link_speeds: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def plan(scenario: Scenario, nodes_per_job: int, run: int, tag: str) -> list[Job]:
+    """The jobs of a run, their nodes and ranks, and the straggler (a different node each run)."""
+    jobs: list[Job] = []
+    index = 0
+    for j in range(scenario.jobs):
+        members = []
+        for rank in range(nodes_per_job):
+            members.append(Node(index, f"na-c{tag}-n{index}", j, rank))
+            index += 1
+        kind = scenario.kind if j == 0 else None  # two-jobs: the second job is clean
+        straggler = members[(run + 1) % nodes_per_job] if kind not in (None, "job-wide") else None
+        job = Job(j, f"{scenario.name}-{tag}-j{j}", members, straggler, kind)
+        if kind == "job-wide":
+            for n in members:
+                n.data_rate = DATA_CAP
+        elif straggler is not None:
+            if kind == "network":
+                straggler.data_rate = DATA_CAP
+            elif kind == "fabric":
+                straggler.fabric_rate = FABRIC_DEGRADED
+            elif kind == "throttled":
+                straggler.throttled = True
+        jobs.append(job)
+    return jobs
+
+
+def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int, tmp: Path, nvml_dir: Path,
+                 device_filter: bool) -> Outcome:  # fmt: skip
+    from tests.fakes.fleet import Collector, cli
+    from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
+    from tests.fakes.nvml.plugin import STATE_ENV
+    from tests.fakes.nvml.state import PROFILES
+
+    tag = f"{os.getpid() % 100000}-{run}"
+    jobs = plan(scenario, nodes_per_job, run, tag)
+    nodes = [n for job in jobs for n in job.nodes]
+    shm = Path("/dev/shm")
+    with contextlib.ExitStack() as stack:
+        state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None)))
+        rig = Rig(stack, tag, nodes)
+        rig.build()
+        config: dict[str, Any] = dict(DETECTOR)
+        wraps: dict[int, Any] = {}
+        if scenario.kind == "storage":
+            # Every node its own disk; the straggler's is read by its rank and capped.
+            for n in nodes:
+                size = (256 << 20) if n is jobs[0].straggler else (16 << 20)
+                n.device = stack.enter_context(loop_device(tmp / f"disk{n.index}.img", size, direct_io=True))
+            straggler = jobs[0].straggler
+            assert straggler is not None
+            assert straggler.device is not None
+            try:
+                wraps[straggler.index] = stack.enter_context(iops_cap(straggler.device, STRAGGLER_IOPS))
+            except IopsCapUnavailable as err:
+                raise LabError(f"no block throttle here: {err}") from err
+            config["volumes"] = {Path(straggler.device).name: {"iops": STRAGGLER_IOPS}}
+        (tmp / "collector.toml").write_text(toml({"detector": config}))
+
+        server = popen(["ip", "netns", "exec", rig.data_ns, sys.executable, str(REPO / "bench" / "lab_server.py"),
+                        "0.0.0.0", str(SERVER_PORT), str(OBJECT_BYTES)], tmp / "server.log")  # fmt: skip
+        stack.callback(stop, server)
+        assert server.stdout is not None
+        if server.stdout.readline().strip() != "serving":
+            raise LabError(f"the data server did not start: {(tmp / 'server.log').read_text()[-300:]}")
+        prefix = ["ip", "netns", "exec", rig.mgmt_ns]
+        collector = Collector(tmp / "c.db", COLLECTOR_PORT, host=COLLECTOR_ADDR, prefix=prefix,
+                              args=["--config", str(tmp / "collector.toml")])  # fmt: skip
+        try:
+            collector.start()
+        except AssertionError as err:
+            raise LabError(f"the collector did not start: {err}") from None
+        stack.callback(collector.kill)
+        polls_path = tmp / "polls.jsonl"
+        poller = popen([*prefix, sys.executable, str(REPO / "bench" / "lab_poll.py"), collector.address,
+                        str(polls_path), str(POLL_SECONDS)], tmp / "poll.log")  # fmt: skip
+        stack.callback(stop, poller)
+
+        # The agents first, on idle GPUs (no process yet), as on a node before its job starts.
+        link_speeds: dict[str, dict[str, str]] = {}
+        gpus: dict[int, dict[str, str]] = {}
+        for n in nodes:
+            state = PROFILES[PROFILE](count=1)
+            state.clock = None
+            gpu = state.gpus[0]
+            gpu.uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'lab-cluster/{tag}/{n.node_id}')}"
+            gpu.serial = f"1652{n.index:04d}{run % 10000:04d}0"
+            gpus[n.index] = {"uuid": gpu.uuid, "serial": gpu.serial}
+            state.write(state_dir / f"nvml-{n.index}")
+            speeds = {"data0": f"{n.data_rate}M", "fab0": f"{n.fabric_rate}M"}
+            link_speeds[n.node_id] = speeds
+            extra = [a for dev, rate in speeds.items() for a in ("--link-speed", f"{dev}={rate}")]
+            if n.device is not None and device_filter:
+                extra += [DEVICE_FLAG, f"^{Path(n.device).name}$"]
+            env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}")}
+            agent = popen(n.exec(sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
+                                 "--collector", collector.address, "--node-id", n.node_id, "--interval", "1",
+                                 "--deadline", str(seconds + 240), *extra),
+                          tmp / f"agent-{n.index}.log", env)  # fmt: skip
+            stack.callback(stop, agent)
+        if not wait_until(lambda: _seen(polls_path) >= {n.node_id for n in nodes}, 60, 0.5):
+            logs = " | ".join((tmp / f"agent-{n.index}.log").read_text()[-200:] for n in nodes)
+            raise LabError(f"{scenario.name}: not every agent reached the collector in 60 s: {logs}")
+
+        # The job: one rank per node, the torch.distributed environment a launcher gives.
+        ranks = {}
+        for job in jobs:
+            world = len(job.nodes)
+            master = job.nodes[0]
+            for n in job.nodes:
+                nxt = job.nodes[(n.rank + 1) % world]
+                if n.device is not None and n is job.straggler:
+                    data = {"kind": "device", "device": n.device, "device_bytes": 256 << 20, "read_bytes": READ_BYTES,
+                            "reads_per_batch": READS_PER_BATCH, "threads": 4, "depth": 2}  # fmt: skip
+                else:
+                    data = {"kind": "http", "host": n.server_addr, "port": SERVER_PORT, "object_bytes": OBJECT_BYTES,
+                            "batch_bytes": BATCH_BYTES, "threads": 2, "depth": 2}  # fmt: skip
+                spec = {"rank": n.rank, "world_size": world, "listen": [n.fabric_addr, RING_PORT],
+                        "next": [nxt.fabric_addr, RING_PORT], "data": data, "compute_seconds": COMPUTE_SECONDS,
+                        "gradient_bytes": GRADIENT_BYTES, "seconds": seconds, "profile": PROFILE,
+                        "gpu": gpus[n.index], "throttle": THROTTLE if n.throttled else None,
+                        "nvml_state": str(state_dir / f"nvml-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
+                        "ready": str(tmp / f"ready-{n.index}")}  # fmt: skip
+                (tmp / f"rank-{n.index}.json").write_text(json.dumps(spec))
+                env = {"TORCHELASTIC_RUN_ID": job.run_id, "MASTER_ADDR": master.fabric_addr,
+                       "MASTER_PORT": str(RING_PORT), "WORLD_SIZE": str(world), "RANK": str(n.rank),
+                       "LOCAL_RANK": "0", "GROUP_RANK": str(n.rank), "LOCAL_WORLD_SIZE": "1"}  # fmt: skip
+                command = n.exec(sys.executable, str(REPO / "bench" / "lab_rank.py"), str(tmp / f"rank-{n.index}.json"))
+                if n.index in wraps:
+                    command = wraps[n.index](command)
+                ranks[n.node_id] = popen(command, tmp / f"rank-{n.index}.log", env)
+                stack.callback(stop, ranks[n.node_id])
+
+        def failed() -> str | None:
+            for n in nodes:
+                proc = ranks[n.node_id]
+                if proc.poll() is not None and not (tmp / f"truth-{n.index}.json").exists():
+                    log = (tmp / f"rank-{n.index}.log").read_text()[-400:]
+                    return f"rank on {n.node_id} exited {proc.returncode}: {log}"
+            return None
+
+        ready = wait_until(lambda: all((tmp / f"ready-{n.index}").exists() for n in nodes) or failed() is not None, 90)
+        if not ready or failed() is not None:
+            raise LabError(f"{scenario.name}: the job did not start: {failed() or 'no rank ready in 90 s'}")
+        cpu0 = _cpu_times()
+        # Until the job's end, minus a margin for the final answers while it still runs.
+        end = time.time() + seconds - 3
+        while time.time() < end:
+            if (why := failed()) is not None:
+                raise LabError(f"{scenario.name}: {why}")
+            time.sleep(0.5)
+        try:
+            final_jobs = _json(cli("collector", "jobs", "--json", "--collector", collector.address, prefix=prefix))
+            final_nodes = _json(cli("collector", "nodes", "--json", "--collector", collector.address, prefix=prefix))
+        except AssertionError as err:
+            raise LabError(f"{scenario.name}: the collector did not answer: {str(err)[-300:]}") from None
+        for n in nodes:
+            try:
+                ranks[n.node_id].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise LabError(f"{scenario.name}: the rank on {n.node_id} did not finish") from None
+            if (why := failed()) is not None:
+                raise LabError(f"{scenario.name}: {why}")
+        cpu1 = _cpu_times()
+        total, idle = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+        truths = {n.node_id: json.loads((tmp / f"truth-{n.index}.json").read_text()) for n in nodes}
+        polls = [json.loads(line) for line in polls_path.read_text().splitlines() if line.strip()]
+        onset = min(float(t["started_unix_seconds"]) for t in truths.values())
+        trace = _stored_trace(tmp / "c.db", [n.node_id for n in nodes], tmp / "trace.jsonl")
+    return Outcome(scenario.name, run, jobs, onset, truths, polls, final_jobs, final_nodes, config,
+                   round(1 - idle / total, 3) if total else 0.0, device_filter, trace, link_speeds)  # fmt: skip
+
+
+def _json(text: str) -> list[dict[str, Any]]:
+    value = json.loads(text)
+    return list(value) if isinstance(value, list) else []
+
+
+def _seen(polls: Path) -> set[str]:
+    """The nodes the collector knew at its last poll."""
+    try:
+        lines = polls.read_text().splitlines()
+    except FileNotFoundError:
+        return set()
+    for line in reversed(lines):
+        with contextlib.suppress(ValueError):
+            return {n["node_id"] for n in json.loads(line).get("nodes", []) if n.get("reports_total", 0) >= 2}
+    return set()
+
+
+def _stored_trace(db: Path, node_ids: list[str], out: Path) -> Path:
+    """Every node's stored reports, one trace in time order (a multi-node trace)."""
+    from nodeagent.collector.store.database import read_stored_reports
+    from nodeagent.core.wire.trace import TraceWriter
+
+    reports = []
+    for node in node_ids:
+        reports.extend(read_stored_reports(db, node, 3600.0))
+    reports.sort(key=lambda r: (r.time_unix_seconds, r.node_id))
+    with out.open("w") as stream:
+        writer = TraceWriter(stream)
+        for report in reports:
+            writer.write(report)
+    return out
+
+
+# ---- judging ----------------------------------------------------------------------------------------
+
+
+def job_truth(job: Job, truths: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The job's wait share per second and over the run: the mean over its ranks of data wait and
+    collective; and each rank's shares."""
+    per_rank = [truths[n.node_id] for n in job.nodes]
+    seconds: dict[float, list[float]] = {}
+    for t in per_rank:
+        for second, data, _compute, coll in t["per_second"]:
+            seconds.setdefault(second, []).append(data + coll)
+    per_second = [[s, round(sum(v) / len(v), 4)] for s, v in sorted(seconds.items()) if len(v) == len(per_rank)]
+    return {
+        "wait_share": round(sum(t["wait_share"] for t in per_rank) / len(per_rank), 4),
+        "per_second": per_second,
+        "digests": sorted({t["result_digest"] for t in per_rank}),
+        "steps": sorted({t["steps"] for t in per_rank}),
+    }
+
+
+def window_share(per_second: list[list[float]], end: float, window: float) -> float | None:
+    shares = [share for second, share in per_second if end - window < second <= end]
+    return round(sum(shares) / len(shares), 4) if shares else None
+
+
+def match_verdict(job: Job, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job verdict (a row with a state) that is this job's: by key, else by its nodes."""
+    verdicts = [r for r in rows if "state" in r]
+    for r in verdicts:
+        if r.get("job") == job.key:
+            return r
+    best = max(verdicts, key=lambda r: len(set(r.get("nodes") or ()) & set(job.node_ids)), default=None)
+    if best is not None and set(best.get("nodes") or ()) & set(job.node_ids):
+        return best
+    return None
+
+
+@dataclass
+class Judged:
+    scenario: str
+    run: int
+    job: str  # the lab's job (its run id)
+    expected: str
+    truth_share: float
+    window_truth: float | None
+    rank_shares: str  # the straggler's (or every rank's mean) data / collective / compute
+    others_collective: float | None
+    verdict: str
+    wait_ratio: float | None
+    first_named_seconds: float | None
+    named_polls: int  # polls whose verdict named some node of this job
+    right_polls: int  # ... the true straggler
+    waiting: str
+    nodes: str  # the single-node verdicts at the end
+    gpu_hours_lost: float | None
+    truth_gpu_hours_lost: float
+    straggler_run: bool
+    ok: bool
+    why: str
+    cpu_busy: float
+
+
+def _verdict_words(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return "no job verdict"
+    named = ",".join(v.get("straggler_nodes") or ())
+    cause = v.get("cause")
+    if v.get("job_wide"):
+        named = "job-wide"
+    return f"{v['state']}" + (f", {named}" if named else "") + (f" ({cause})" if cause else "")
+
+
+def judge(o: Outcome, rollup: bool) -> list[Judged]:
+    window = float(o.config["window_seconds"])
+    nodes_by_id = {r.get("node_id"): r for r in o.final_nodes}
+    out = []
+    for job in o.jobs:
+        truth = job_truth(job, o.truths)
+        problems: list[str] = []
+        # The rig made what the scenario says (the ranks' own timers), and the collective is real.
+        if len(truth["digests"]) != 1 or len(truth["steps"]) != 1:
+            problems.append(f"ranks disagree: digests {truth['digests']}, steps {truth['steps']}")
+        problems += _truth_problems(job, o.truths, truth)
+        s = job.straggler
+        shares = o.truths[s.node_id] if s is not None else None
+        others = [o.truths[n.node_id]["collective_share"] for n in job.nodes if n is not s]
+        if shares is not None:
+            rank_shares = (
+                f"{shares['data_share']:.2f} / {shares['collective_share']:.2f} / {shares['compute_share']:.2f}"
+            )
+        else:
+            mean = {k: sum(o.truths[n.node_id][k] for n in job.nodes) / len(job.nodes)
+                    for k in ("data_share", "collective_share", "compute_share")}  # fmt: skip
+            rank_shares = (
+                f"{mean['data_share']:.2f} / {mean['collective_share']:.2f} / {mean['compute_share']:.2f} (mean)"
+            )
+        final = match_verdict(job, o.final_jobs)
+        named_polls = right_polls = 0
+        first: float | None = None
+        for poll in o.polls:
+            if poll["t"] < o.onset:
+                continue
+            v = match_verdict(job, poll.get("jobs") or [])
+            if v is None or not v.get("straggler_nodes"):
+                continue
+            named_polls += 1
+            if s is not None and list(v["straggler_nodes"]) == [s.node_id]:
+                right_polls += 1
+                if first is None and v.get("cause") == job.expected_cause:
+                    first = round(poll["t"] - o.onset, 1)
+        end = float(final.get("time_unix_seconds") or 0) if final else 0.0
+        window_truth = window_share(truth["per_second"], end or max(p for p, _ in truth["per_second"]), window)
+        ratio = final.get("wait_ratio") if final else None
+        waiting = []
+        for n in job.nodes:
+            row = nodes_by_id.get(n.node_id, {})
+            if row.get("state") == "waiting":
+                waiting.append(f"{n.node_id}→{','.join(row.get('waiting_on') or ()) or '?'}")
+        node_words = " ".join(
+            f"{n.node_id}:{nodes_by_id.get(n.node_id, {}).get('state', '-')}"
+            + (f"({c})" if (c := nodes_by_id.get(n.node_id, {}).get("cause")) else "")
+            for n in job.nodes
+        )
+        if rollup:
+            problems += _verdict_problems(job, final, first, named_polls - right_polls, ratio, window_truth)
+            problems += _waiting_problems(job, nodes_by_id)
+        lost = float(final["gpu_hours_lost"]) if final and final.get("gpu_hours_lost") is not None else None
+        truth_lost = (
+            sum(sum(d + c for _, d, _, c in o.truths[n.node_id]["per_second"]) for n in job.nodes) / 3600
+        )  # GPU-seconds waiting on every GPU of the job (one GPU a node)
+        out.append(Judged(o.scenario, o.run, job.run_id, job.expected, truth["wait_share"], window_truth, rank_shares,
+                          round(sum(others) / len(others), 4) if others and s is not None else None,
+                          _verdict_words(final) if rollup else "no job verdict (no roll-up)", ratio, first,
+                          named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, truth_lost,
+                          s is not None, not problems, "; ".join(problems), o.cpu_busy))  # fmt: skip
+    return out
+
+
+def _truth_problems(job: Job, truths: dict[str, dict[str, Any]], truth: dict[str, Any]) -> list[str]:
+    """The rig did what the scenario says, by the ranks' own timers."""
+    s = job.straggler
+    others = [truths[n.node_id] for n in job.nodes if n is not s]
+    problems = []
+    if job.kind is None:
+        if truth["wait_share"] > 0.3:
+            problems.append(f"clean job waited {truth['wait_share']:.2f} of its time")
+    elif job.kind == "job-wide":
+        low = [n.node_id for n in job.nodes if truths[n.node_id]["data_share"] < 0.2]
+        if low:
+            problems.append(f"job-wide: {', '.join(low)} waited under 0.2 for data")
+    elif s is not None:
+        mine = truths[s.node_id]
+        if job.kind in ("network", "storage") and mine["data_share"] < 0.2:
+            problems.append(f"the straggler waited only {mine['data_share']:.2f} for data")
+        if job.kind == "fabric" and mine["collective_share"] < 0.3:
+            problems.append(f"the degraded fabric held the collective only {mine['collective_share']:.2f}")
+        if job.kind == "throttled" and mine["compute_share"] < 0.6:
+            problems.append(f"the throttled rank computed only {mine['compute_share']:.2f}")
+        slow = [t["rank"] for t in others if t["collective_share"] < 0.2]
+        if slow:
+            problems.append(f"ranks {slow} waited under 0.2 in the collective")
+    return problems
+
+
+def _verdict_problems(job: Job, final: dict[str, Any] | None, first: float | None, wrong_polls: int,
+                      ratio: float | None, window_truth: float | None) -> list[str]:  # fmt: skip
+    if final is None:
+        return ["no job verdict for the job"]
+    problems = []
+    named = list(final.get("straggler_nodes") or ())
+    if final.get("state") != job.expected_state:
+        problems.append(f"state {final.get('state')}, expected {job.expected_state}")
+    if job.straggler is not None:
+        if named != [job.straggler.node_id] or final.get("cause") != job.expected_cause:
+            problems.append(f"named {named} ({final.get('cause')}), expected {job.expected}")
+        if first is None or first > NAMED_WITHIN_SECONDS:
+            problems.append(f"first named after {first} s (bound {NAMED_WITHIN_SECONDS:g} s)")
+    elif named:
+        problems.append(f"named {named}, expected no node")
+    if job.kind == "job-wide" and (not final.get("job_wide") or final.get("cause") != job.expected_cause):
+        problems.append(f"job_wide {final.get('job_wide')} ({final.get('cause')}), expected job-wide (network)")
+    if wrong_polls:
+        problems.append(f"{wrong_polls} polls named a wrong node")
+    if job.kind is not None and (ratio is None or window_truth is None or abs(ratio - window_truth) > RATIO_TOLERANCE):
+        problems.append(f"wait ratio {ratio} vs truth {window_truth}")
+    return problems
+
+
+def _waiting_problems(job: Job, nodes_by_id: dict[Any, dict[str, Any]]) -> list[str]:
+    problems = []
+    for n in job.nodes:
+        row = nodes_by_id.get(n.node_id, {})
+        waiting = row.get("state") == "waiting"
+        if job.straggler is not None and n is not job.straggler:
+            if not waiting or job.straggler.node_id not in (row.get("waiting_on") or ()):
+                problems.append(f"{n.node_id} is {row.get('state')} (on {row.get('waiting_on')}), expected waiting")
+        elif waiting:
+            problems.append(f"{n.node_id} waits on {row.get('waiting_on')}")
+    return problems
+
+
+def table(rows: list[Judged]) -> str:
+    lines = [
+        "| scenario | run | job | truth: job wait share (run / window) | straggler data / collective / compute "
+        "| others' collective | job verdict | wait ratio | first named | polls named (right) | waiting nodes "
+        "| node verdicts | expected | ok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        window = "-" if r.window_truth is None else f"{r.window_truth:.3f}"
+        ratio = "-" if r.wait_ratio is None else f"{r.wait_ratio:.3f}"
+        first = "-" if r.first_named_seconds is None else f"{r.first_named_seconds:.0f} s"
+        others = "-" if r.others_collective is None else f"{r.others_collective:.2f}"
+        lines.append(f"| {r.scenario} | {r.run} | {r.job.rsplit('-', 1)[-1]} | {r.truth_share:.3f} / {window} "
+                     f"| {r.rank_shares} | {others} | {r.verdict} | {ratio} | {first} "
+                     f"| {r.named_polls} ({r.right_polls}) | {r.waiting} | {r.nodes} | {r.expected} "
+                     f"| {'yes' if r.ok else 'NO: ' + r.why} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def summary(rows: list[Judged], rollup: bool) -> str:
+    stragglers = [r for r in rows if r.straggler_run]
+    named = sum(1 for r in stragglers if r.first_named_seconds is not None and r.first_named_seconds <= 60)
+    positives = sum(r.named_polls for r in rows)
+    right = sum(r.right_polls for r in rows)
+    precision = f"{right / positives:.3f}" if positives else "-"
+    errors = [
+        abs(r.wait_ratio - r.window_truth) for r in rows if r.wait_ratio is not None and r.window_truth is not None
+    ]
+    firsts = sorted(r.first_named_seconds for r in stragglers if r.first_named_seconds is not None)
+    out = [
+        f"straggler runs named with their cause within 60 s: {named} of {len(stragglers)}"
+        + (f" (median {firsts[len(firsts) // 2]:.0f} s, max {firsts[-1]:.0f} s)" if firsts else ""),
+        f"precision over every poll of every run: {precision} "
+        f"({right} of {positives} polls naming a node named the straggler)",
+        "wait ratio vs the ranks' timers: "
+        + (f"max error {max(errors):.3f}, mean {sum(errors) / len(errors):.3f}" if errors else "-"),
+        f"machine CPU busy during the runs: max {max((r.cpu_busy for r in rows), default=0):.2f}",
+    ]
+    if not rollup:
+        out.append("job verdicts: this collector has no job roll-up; only the truth was checked")
+    return "\n".join(out)
+
+
+# ---- recording ------------------------------------------------------------------------------------
+
+
+def record(o: Outcome, directory: Path) -> None:
+    """The run's multi-node trace (every node's reports, in time order, gzip) and its label."""
+    directory.mkdir(parents=True, exist_ok=True)
+    assert o.trace is not None
+    with o.trace.open("rb") as src, gzip.open(directory / f"{o.scenario}.jsonl.gz", "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    jobs = []
+    for job in o.jobs:
+        truth = job_truth(job, o.truths)
+        ranks = []
+        for n in job.nodes:
+            t = o.truths[n.node_id]
+            ranks.append({"node": n.node_id, "rank": n.rank, "pid": t["pid"], "steps": t["steps"],
+                          "data_share": t["data_share"], "compute_share": t["compute_share"],
+                          "collective_share": t["collective_share"], "wait_share": t["wait_share"],
+                          "per_second": t["per_second"]})  # fmt: skip
+        jobs.append({
+            "job": job.key, "run_id": job.run_id, "nodes": job.node_ids, "state": job.expected_state,
+            "straggler": job.straggler.node_id if job.straggler else None, "cause": job.expected_cause,
+            "job_wide": job.kind == "job-wide", "slow": job.kind,
+            "onset_unix_seconds": o.onset if job.kind else None,
+            "wait_share": truth["wait_share"], "truth_per_second": truth["per_second"], "ranks": ranks,
+        })  # fmt: skip
+    label = {
+        "scenario": o.scenario,
+        "format": "lab-cluster/1",
+        "trace": f"{o.scenario}.jsonl.gz",
+        "nodes": [n.node_id for job in o.jobs for n in job.nodes],
+        "onset_unix_seconds": o.onset,
+        "jobs": jobs,
+        "link_speeds": o.link_speeds,
+        "device_filter": o.device_filter,
+        "detector": o.config,
+        "step": {"compute_seconds": COMPUTE_SECONDS, "batch_bytes": BATCH_BYTES, "gradient_bytes": GRADIENT_BYTES},
+        "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    (directory / f"{o.scenario}.label.json").write_text(json.dumps(label, separators=(",", ":")) + "\n")
+
+
+# ---- the command -----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated; default: all")
+    parser.add_argument("--seconds", type=int, default=60, help="seconds the job runs per run (from its start)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each scenario (the straggler moves each run)")
+    parser.add_argument("--nodes", type=int, default=4, help="nodes of a job (two-jobs: two such jobs)")
+    parser.add_argument("--two-jobs-nodes", type=int, default=None,
+                        help="nodes of each job in two-jobs (default: --nodes; 2 or 3 on a small machine)")  # fmt: skip
+    parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
+    args = parser.parse_args(argv)
+    names = [n for n in args.scenarios.split(",") if n]
+    unknown = [n for n in names if n not in SCENARIOS]
+
+    def bad(message: str) -> None:
+        parser.exit(2, f"lab_cluster: {message}\n")
+
+    if unknown or not names:
+        bad(f"unknown scenario {unknown[0] if unknown else args.scenarios!r}; choose from {', '.join(SCENARIOS)}")
+    if args.seconds < 30:
+        bad(f"--seconds {args.seconds}: at least 30 (a window and a verdict)")
+    if args.runs < 1:
+        bad(f"--runs {args.runs}: at least 1")
+    if not 3 <= args.nodes <= 16:
+        bad(f"--nodes {args.nodes}: 3 to 16 (a straggler needs peers to be told apart from)")
+    two = args.two_jobs_nodes or args.nodes
+    if not 2 <= two <= 8:
+        bad(f"--two-jobs-nodes {two}: 2 to 8")
+    args.names = names
+    args.two = two
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("lab_cluster: needs root (network namespaces, tc, loop devices, cgroups)", file=sys.stderr)
+        return 1
+    install_interrupts()
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        print(f"lab_cluster: needs {', '.join(missing)} (iproute2)", file=sys.stderr)
+        return 1
+    from tests.fakes.nvml.build import FakeNvmlUnavailable, build_fake_nvml
+
+    try:
+        nvml_dir = build_fake_nvml(REPO / "build" / "lab-nvml")
+    except FakeNvmlUnavailable as err:
+        print(f"lab_cluster: cannot build the fake NVML: {err}", file=sys.stderr)
+        return 1
+    rollup = job_rollup_present()
+    device_filter = device_filter_supported()
+    rows: list[Judged] = []
+    started = time.monotonic()
+    try:
+        for run in range(args.runs):
+            for name in args.names:
+                scenario = SCENARIOS[name]
+                per_job = args.two if scenario.jobs > 1 else args.nodes
+                with tempfile.TemporaryDirectory(prefix=f"nodeagent-lab-cluster-{name}-") as tmp:
+                    t0 = time.monotonic()
+                    outcome = run_scenario(scenario, per_job, args.seconds, run, Path(tmp), nvml_dir, device_filter)
+                    if args.record is not None and run == 0:
+                        record(outcome, args.record)
+                    judged = judge(outcome, rollup)
+                    rows.extend(judged)
+                    marks = ", ".join("ok" if j.ok else f"NO: {j.why}" for j in judged)
+                    print(f"{name} run {run}: {time.monotonic() - t0:.0f} s, CPU {outcome.cpu_busy:.2f}: {marks}",
+                          file=sys.stderr, flush=True)  # fmt: skip
+    except LabError as err:
+        print(f"lab_cluster: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("lab_cluster: interrupted; everything it started is removed", file=sys.stderr)
+        return 130
+    print(table(rows))
+    print()
+    print(summary(rows, rollup))
+    if "storage" in args.names and not device_filter:
+        print(f"storage: this agent has no {DEVICE_FLAG}: every agent saw every disk")
+    print(f"\n{len(rows)} job runs in {time.monotonic() - started:.0f} s; {sum(r.ok for r in rows)} as expected")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
