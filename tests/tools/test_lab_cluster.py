@@ -1,0 +1,388 @@
+"""bench/lab_cluster.py, the multi-node lab: bad arguments, no root, how it scores a run (the
+job verdicts it reads from the collector), a short real clean + network pair as root (CI), SIGTERM
+leaving nothing behind, and the recorded traces in tests/data/lab_cluster (no root)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from nodeagent.tools.lab_traces import ClusterTrace, cluster_traces, lab_traces
+from tests.conftest import require, require_root_tools
+from tests.fakes.trees import REPO
+
+LAB = [sys.executable, str(REPO / "bench" / "lab_cluster.py")]
+DATA = REPO / "tests" / "data" / "lab_cluster"
+TRACES = {t.name: t for t in cluster_traces(DATA)}
+STRAGGLERS = {"network": "network", "storage": "storage", "throttled": "throttled", "fabric": "link"}
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lab_cluster", REPO / "bench" / "lab_cluster.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lab_cluster"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+lc = _module()
+
+
+def lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LAB, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--scenarios", "nfs"], "'nfs'"),
+        (["--scenarios", ""], "unknown scenario"),
+        (["--seconds", "10"], "--seconds 10"),
+        (["--runs", "0"], "--runs 0"),
+        (["--nodes", "2"], "--nodes 2"),
+        (["--two-jobs-nodes", "1"], "--two-jobs-nodes 1"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], named: str) -> None:
+    done = lab(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("lab_cluster: ") and named in lines[-1], done.stderr
+
+
+def test_without_root_it_refuses_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert lc.main(["--scenarios", "clean"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lab_cluster: needs root")
+
+
+# ---- scoring a run (synthetic outcomes: what the collector might say) ------------------------------
+
+
+def _truth(rank: int, data: float, coll: float, start: float = 1000.0, seconds: int = 40) -> dict[str, Any]:
+    compute = 1 - data - coll
+    return {
+        "rank": rank, "pid": 100 + rank, "steps": 90, "result_digest": "abc", "started_unix_seconds": start,
+        "data_share": data, "collective_share": coll, "compute_share": compute, "wait_share": data + coll,
+        "per_second": [[start + 1 + s, data, compute, coll] for s in range(seconds)],
+    }  # fmt: skip
+
+
+def _outcome(name: str, polls: list[dict[str, Any]], final_jobs: list[dict[str, Any]],
+             final_nodes: list[dict[str, Any]] | None = None) -> Any:  # fmt: skip
+    scenario = lc.SCENARIOS[name]
+    jobs = lc.plan(scenario, 4, 0, "t")
+    truths = {}
+    for job in jobs:
+        for n in job.nodes:
+            if job.kind is None:
+                truths[n.node_id] = _truth(n.rank, 0.0, 0.08)
+            elif job.kind == "job-wide":
+                truths[n.node_id] = _truth(n.rank, 0.3, 0.25)
+            elif n is job.straggler:
+                truths[n.node_id] = _truth(n.rank, 0.5, 0.04) if job.kind == "network" else _truth(n.rank, 0, 0.04)
+            else:
+                truths[n.node_id] = _truth(n.rank, 0.0, 0.54)
+    return lc.Outcome(name, 0, jobs, 1000.0, truths, polls, final_jobs, final_nodes or [], dict(lc.DETECTOR),
+                      0.4, True)  # fmt: skip
+
+
+def _verdict(job: str, nodes: list[str], state: str, named: list[str], cause: str | None, t: float,
+             ratio: float | None = None, job_wide: bool = False) -> dict[str, Any]:  # fmt: skip
+    return {"job": job, "nodes": nodes, "gpus": len(nodes), "state": state, "straggler_nodes": named,
+            "cause": cause, "wait_ratio": ratio, "gpu_hours_lost": 0.01, "evidence": {},
+            "time_unix_seconds": t, "job_wide": job_wide}  # fmt: skip
+
+
+NODES = ["node-0", "node-1", "node-2", "node-3"]
+KEY = "torch/network-t-j0"
+
+
+def _waiting(on: str, straggler: str = "node-1") -> list[dict[str, Any]]:
+    return [{"node_id": n, "state": "starved" if n == straggler else "waiting",
+             "waiting_on": [] if n == straggler else [on]} for n in NODES]  # fmt: skip
+
+
+def test_a_straggler_named_in_time_with_the_right_share_is_met() -> None:
+    polls = [{"t": 1000.0 + t, "jobs": [_verdict(KEY, NODES, "slowed" if t >= 20 else "warmup",
+                                                  ["node-1"] if t >= 20 else [], "network" if t >= 20 else None,
+                                                  1000.0 + t)]}
+             for t in range(0, 40, 2)]  # fmt: skip
+    final = [_verdict(KEY, NODES, "slowed", ["node-1"], "network", 1040.0, ratio=0.52)]
+    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")), rollup=True)
+    # The job's wait share: every rank waited 0.54 (the straggler for data, the others for it).
+    assert row.window_truth == 0.54
+    assert row.first_named_seconds == 20.0
+    assert (row.named_polls, row.right_polls) == (10, 10)
+    assert row.ok, row.why
+    assert row.waiting == "node-0→node-1 node-2→node-1 node-3→node-1"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"named": ["node-2"]}, "named ['node-2']"),
+        ({"cause": "storage"}, "(storage), expected slowed, node-1 (network)"),
+        ({"ratio": 0.40}, "wait ratio 0.4 vs truth"),
+        ({"late": True}, "first named after 62.0 s"),
+        ({"waiting": "node-3"}, "expected waiting"),
+    ],
+)
+def test_a_straggler_verdict_that_misses_is_not_met(change: dict[str, Any], problem: str) -> None:
+    named, cause = change.get("named", ["node-1"]), change.get("cause", "network")
+    start = 62 if change.get("late") else 20
+    polls = [{"t": 1000.0 + t, "jobs": [_verdict(KEY, NODES, "slowed", named, cause, 1000.0 + t)]}
+             for t in range(start, 64, 2)]  # fmt: skip
+    final = [_verdict(KEY, NODES, "slowed", named, cause, 1040.0, ratio=change.get("ratio", 0.54))]
+    [row] = lc.judge(_outcome("network", polls, final, _waiting(change.get("waiting", "node-1"))), rollup=True)
+    assert not row.ok
+    assert problem in row.why, row.why
+
+
+def test_a_clean_job_that_names_a_node_once_is_not_met_and_costs_precision() -> None:
+    key = "torch/clean-t-j0"
+    polls = [{"t": 1000.0 + t, "jobs": [_verdict(key, NODES, "busy", ["node-2"] if t == 10 else [], None,
+                                                  1000.0 + t)]} for t in range(0, 40, 2)]  # fmt: skip
+    final = [_verdict(key, NODES, "busy", [], None, 1040.0)]
+    [row] = lc.judge(_outcome("clean", polls, final), rollup=True)
+    assert not row.ok and "1 polls named a wrong node" in row.why
+    assert (row.named_polls, row.right_polls) == (1, 0)
+    assert "precision over every poll of every run: 0.000" in lc.summary([row], rollup=True)
+
+
+def test_a_job_wide_slowdown_names_no_node() -> None:
+    key = "torch/job-wide-t-j0"
+    final = [_verdict(key, NODES, "slowed", [], "network", 1040.0, ratio=0.55, job_wide=True)]
+    [row] = lc.judge(_outcome("job-wide", [], final), rollup=True)
+    assert row.ok, row.why
+    named = [_verdict(key, NODES, "slowed", ["node-0"], "network", 1040.0, ratio=0.55)]
+    [row] = lc.judge(_outcome("job-wide", [], named), rollup=True)
+    assert not row.ok and "expected no node" in row.why and "job_wide False" in row.why
+
+
+def test_two_jobs_are_told_apart_by_their_nodes() -> None:
+    a = "torch/two-jobs-t-j0"
+    nodes_b = ["node-4", "node-5", "node-6", "node-7"]
+    # Found by their nodes when the key differs (another launcher's naming).
+    final = [_verdict("x/other", nodes_b, "busy", [], None, 1040.0),
+             _verdict(a, NODES, "slowed", ["node-1"], "network", 1040.0, ratio=0.56)]  # fmt: skip
+    polls = [{"t": 1030.0, "jobs": final}]
+    rows = lc.judge(_outcome("two-jobs", polls, final, _waiting("node-1")), rollup=True)
+    assert [r.ok for r in rows] == [True, True], [r.why for r in rows]
+    assert [r.verdict for r in rows] == ["slowed, node-1 (network)", "busy"]
+
+
+def test_without_the_roll_up_only_the_truth_is_judged() -> None:
+    [row] = lc.judge(_outcome("network", [], []), rollup=False)
+    assert row.ok and row.verdict == "no job verdict (no roll-up)"
+    assert "no job roll-up" in lc.summary([row], rollup=False)
+    [row] = lc.judge(_outcome("network", [], []), rollup=True)
+    assert not row.ok and "no job verdict for the job" in row.why
+
+
+def test_a_rig_that_made_no_straggler_is_not_met() -> None:
+    o = _outcome("network", [], [])
+    o.truths["node-1"] = _truth(1, 0.02, 0.04)  # the capped link did not slow its rank
+    [row] = lc.judge(o, rollup=False)
+    assert not row.ok and "the straggler waited only 0.02 for data" in row.why
+    o.truths["node-2"]["result_digest"] = "def"
+    [row] = lc.judge(o, rollup=False)
+    assert "ranks disagree" in row.why
+
+
+# ---- the real lab (root) ---------------------------------------------------------------------------
+
+
+def _namespaces() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def test_clean_and_network_runs_are_judged_and_leave_nothing(fake_nvml_dir: object) -> None:
+    require_root_tools("ip", "tc", "losetup")
+    require(Path("/usr/bin/gcc").exists() or Path("/usr/local/bin/gcc").exists(), "needs gcc for the fake NVML")
+    proc = subprocess.Popen([*LAB, "--scenarios", "clean,network", "--seconds", "30"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
+    clean, network = rows["clean"], rows["network"]
+    assert clean[-2].strip() == "yes" and network[-2].strip() == "yes", out
+    # The truth: the capped node's rank waited for data, the others for it inside the collective.
+    data, coll, _compute = (float(x) for x in network[5].split("/"))
+    assert data >= 0.25 and coll < 0.2, network
+    assert float(network[6]) >= 0.25, network
+    assert float(clean[4].split("/")[0]) < 0.3, clean
+    assert f"na-c{proc.pid % 100000}-" not in _namespaces()
+
+
+def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: object) -> None:
+    require_root_tools("ip", "tc", "losetup")
+    before = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+    proc = subprocess.Popen([*LAB, "--scenarios", "storage", "--seconds", "600"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    tag = f"na-c{proc.pid % 100000}-"
+    try:
+        deadline = time.monotonic() + 120
+        # Until its ranks run: every process of the rig is up.
+        while time.monotonic() < deadline and proc.poll() is None:
+            ranks = subprocess.run(["pgrep", "-f", "lab_rank.py"], capture_output=True, text=True, timeout=30,
+                                   check=False).stdout.split()  # fmt: skip
+            if tag in _namespaces() and len(ranks) >= 4:
+                break
+            time.sleep(0.5)
+        assert tag in _namespaces(), "the lab made no namespace"
+        time.sleep(2)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, timeout=30,
+                                  check=False).stdout.split()  # fmt: skip
+        assert len(children) >= 10, children  # server, collector, poller, 4 agents, 4 ranks
+        during = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert tag not in _namespaces()
+    assert len(during.splitlines()) > len(before.splitlines())
+    after = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+    assert len(after.splitlines()) == len(before.splitlines()), after
+    alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")]
+    assert not alive, alive
+    assert not Path(f"/sys/fs/cgroup/blkio/nodeagent-test-{proc.pid}").exists()
+
+
+# ---- the recorded traces (no root) -----------------------------------------------------------------
+
+
+def test_every_scenario_is_recorded_small_and_labelled() -> None:
+    assert set(TRACES) == set(lc.SCENARIOS)
+    assert sum(t.trace.stat().st_size for t in TRACES.values()) < 2 << 20
+    assert not lab_traces(DATA), "the single-node reader leaves multi-node labels out"
+    for t in TRACES.values():
+        jobs = t.jobs
+        assert len(jobs) == lc.SCENARIOS[t.name].jobs
+        members = [n for j in jobs for n in j.nodes]
+        assert sorted(members) == sorted(t.nodes) and len(set(members)) == len(members), t.name
+        for j in jobs:
+            assert j.straggler is None or j.straggler in j.nodes
+            assert len(j.ranks) == len(j.nodes) and sorted(r["rank"] for r in j.ranks) == list(range(len(j.nodes)))
+            # The job's share is the mean of its ranks', and its seconds add up to it.
+            mean = sum(r["wait_share"] for r in j.ranks) / len(j.ranks)
+            assert abs(mean - j.wait_share) < 0.002, t.name
+            per_second = [s for _, s in j.truth_per_second]
+            assert abs(sum(per_second) / len(per_second) - j.wait_share) < 0.05, t.name
+
+
+def test_the_labels_say_what_each_scenario_is() -> None:
+    for name, cause in STRAGGLERS.items():
+        [job] = TRACES[name].jobs
+        assert (job.state, job.cause, job.job_wide) == ("slowed", cause, False)
+        assert job.straggler is not None
+    [clean] = TRACES["clean"].jobs
+    assert (clean.state, clean.straggler, clean.cause) == ("busy", None, None)
+    assert clean.wait_share < 0.3
+    [wide] = TRACES["job-wide"].jobs
+    assert (wide.state, wide.straggler, wide.cause, wide.job_wide) == ("slowed", None, "network", True)
+    first, second = TRACES["two-jobs"].jobs
+    assert (first.state, first.cause, second.state, second.straggler) == ("slowed", "network", "busy", None)
+
+
+def _by_node(t: ClusterTrace) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for report in t.reports():
+        out.setdefault(report.node_id, []).append(report)
+    return out
+
+
+def _during(reports: list[Any], t: ClusterTrace) -> list[Any]:
+    """The reports while the job ran (from its start plus a few seconds of warm-up)."""
+    end = max(s for j in t.jobs for s, _ in j.truth_per_second)
+    return [r for r in reports if t.onset + 5 <= r.time_unix_seconds <= end]
+
+
+def test_every_node_reported_through_the_job_with_its_ranks_pid() -> None:
+    for t in TRACES.values():
+        by_node = _by_node(t)
+        assert set(by_node) == set(t.nodes), t.name
+        for job in t.jobs:
+            seconds = len(job.truth_per_second)
+            for rank in job.ranks:
+                during = _during(by_node[rank["node"]], t)
+                assert len(during) >= seconds - 10, (t.name, rank["node"], len(during), seconds)
+                pids = {p.pid for r in during for g in r.gpus for p in g.processes}
+                assert pids == {rank["pid"]}, (t.name, rank["node"], pids)
+                keys = {p.job.job_key for r in during for g in r.gpus for p in g.processes}
+                if keys != {""}:  # an agent that reads the job from the process's environment
+                    assert keys == {job.job}, (t.name, keys)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_waiting_ranks_show_busy_gpus_with_low_sm_activity() -> None:
+    # NCCL's kernels spin while a rank waits for its peers: utilization near 100%, SMs mostly idle.
+    t = TRACES["network"]
+    [job] = t.jobs
+    by_node = _by_node(t)
+    for node in job.nodes:
+        during = _during(by_node[node], t)
+        util = _mean([r.gpus[0].utilization_gpu_ratio for r in during])
+        sm = _mean([r.gpus[0].sm_active_ratio for r in during])
+        rank = next(r for r in job.ranks if r["node"] == node)
+        assert abs(sm - rank["compute_share"]) < 0.1, (node, sm, rank["compute_share"])
+        if node == job.straggler:
+            assert util < 0.75, (node, util)  # it waits for data with an idle GPU
+        else:
+            assert util > 0.85 and sm < 0.65, (node, util, sm)
+
+
+def test_the_throttled_node_says_so_and_the_degraded_link_is_slower() -> None:
+    t = TRACES["throttled"]
+    [job] = t.jobs
+    for node, reports in _by_node(t).items():
+        names = {n for r in _during(reports, t) for n in r.gpus[0].clock_event_reason_names}
+        assert ("hw_thermal_slowdown" in names) == (node == job.straggler), (node, names)
+    t = TRACES["fabric"]
+    [job] = t.jobs
+    for node, reports in _by_node(t).items():
+        speeds = {nic.speed_bytes_per_second for r in reports for nic in r.nics if nic.name == "fab0"}
+        assert speeds == ({100e6 / 8} if node == job.straggler else {1000e6 / 8}), (node, speeds)
+
+
+def test_the_slow_storage_is_read_at_its_cap() -> None:
+    t = TRACES["storage"]
+    [job] = t.jobs
+    assert job.straggler is not None
+    device = t.label["devices"][job.straggler]
+    during = _during(_by_node(t)[job.straggler], t)
+    reads = [d.reads_completed_total for r in during for d in r.disks if d.name == device]
+    assert len(reads) >= 10
+    iops = (reads[-1] - reads[0]) / (during[-1].time_unix_seconds - during[0].time_unix_seconds)
+    assert abs(iops - lc.STRAGGLER_IOPS) < 0.2 * lc.STRAGGLER_IOPS, iops
+
+
+def test_the_straggler_is_starved_in_its_own_verdict_with_its_cause() -> None:
+    # The per-node view (today's detector): the network straggler's own link names its cause.
+    t = TRACES["network"]
+    [job] = t.jobs
+    final = t.replay_nodes()[job.straggler or ""][-1]
+    assert (final.state, final.cause) == ("starved", "network"), final.evidence
