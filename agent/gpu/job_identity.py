@@ -76,7 +76,7 @@ def parse_environ(data: bytes) -> dict[str, str]:
     kept: dict[str, str] = {}
     for entry in data.split(b"\0"):
         name, sep, value = entry.partition(b"=")
-        if sep and name in _KEPT_BYTES:
+        if sep and name in _KEPT_BYTES and name.decode() not in kept:  # the first, as getenv finds it
             try:
                 kept[name.decode()] = value.decode()
             except UnicodeDecodeError:
@@ -156,8 +156,9 @@ def _key(env: Mapping[str, str], slurm_job_id: str) -> tuple[str, str]:
 
 
 def _job_cgroup(source: str, unified: str) -> str:
-    # A path relative to another cgroup namespace ("/../..") or the root names no cgroup of the job.
-    if not unified.startswith("/") or unified == "/" or "/../" in f"{unified}/":
+    # No job, no job cgroup; a path relative to another cgroup namespace ("/../..") or the root
+    # names no cgroup of the job either.
+    if not source or not unified.startswith("/") or unified == "/" or "/../" in f"{unified}/":
         return ""
     if source != SLURM:
         return unified
