@@ -12,8 +12,10 @@ The job key, first that applies: the Slurm job (the cgroup's ``job_N``, else ``S
 ``<SLURM_CLUSTER_NAME>/`` before it when set; the torch.distributed rendezvous
 (``torch/<TORCHELASTIC_RUN_ID>``, else ``torch/<MASTER_ADDR>:<MASTER_PORT>``); the MPI/PMIx job
 (``mpi/<PMIX_NAMESPACE>``). torchrun sets ``TORCHELASTIC_RUN_ID`` to ``none`` without
-``--rdzv-id``, so ``none`` names no run; a loopback ``MASTER_ADDR`` names no job that can span
-nodes (every single-node job would share ``torch/localhost:29500``). A Kubernetes pod alone gives
+``--rdzv-id``, so ``none`` names no run. A loopback ``MASTER_ADDR`` is this host: Kubeflow's
+PyTorchJob gives its master ``localhost`` and its workers the master's pod name, which is the
+master's ``HOSTNAME``, so the host's name stands in for it; without a ``HOSTNAME`` it names no
+job (every single-node job would share ``torch/localhost:29500``). A Kubernetes pod alone gives
 no key: its UID differs on every node.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 # What the launchers set, and all that is kept of a process's environment.
 SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_CLUSTER_NAME", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
-TORCH_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+TORCH_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HOSTNAME")
 TORCH_NODE_KEYS = ("GROUP_RANK", "NODE_RANK")
 MPI_KEYS = ("PMIX_NAMESPACE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
 KEPT_KEYS = frozenset((*SLURM_KEYS, *TORCH_KEYS, *TORCH_NODE_KEYS, *MPI_KEYS))
@@ -147,7 +149,10 @@ def _key(env: Mapping[str, str], slurm_job_id: str) -> tuple[str, str]:
     if run_id and run_id.lower() not in _NO_RUN_ID:
         return f"torch/{run_id}", TORCH
     address, port = _text(env, "MASTER_ADDR"), _int(env, "MASTER_PORT")
-    if address and port is not None and 0 < port < 65536 and not is_loopback(address):
+    if address and is_loopback(address):
+        host = _text(env, "HOSTNAME")
+        address = host if host and not is_loopback(host) else ""
+    if address and port is not None and 0 < port < 65536:
         return f"torch/{address}:{port}", TORCH
     namespace = _text(env, "PMIX_NAMESPACE")
     if namespace:

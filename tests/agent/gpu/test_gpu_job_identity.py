@@ -52,6 +52,22 @@ POD_CGROUP = "/kubepods.slice/kubepods-pod8dbc5577_d0e2_4706_8787_57d52c03ddf2.s
             id="single-node-loopback-master-names-no-job",
         ),
         pytest.param({"MASTER_ADDR": "localhost", "MASTER_PORT": "1"}, "", "", Ranks(), id="localhost"),
+        pytest.param(
+            {"MASTER_ADDR": "localhost", "MASTER_PORT": "23456", "HOSTNAME": "bert-master-0", "WORLD_SIZE": "4",
+             "RANK": "0"},
+            "torch/bert-master-0:23456", "torch", Ranks(4, 0),
+            id="kubeflow-master-is-localhost-to-itself",
+        ),
+        pytest.param(
+            {"MASTER_ADDR": "bert-master-0", "MASTER_PORT": "23456", "HOSTNAME": "bert-worker-0", "WORLD_SIZE": "4",
+             "RANK": "1"},
+            "torch/bert-master-0:23456", "torch", Ranks(4, 1),
+            id="kubeflow-worker-names-the-master",
+        ),
+        pytest.param(
+            {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "HOSTNAME": "localhost"}, "", "", Ranks(),
+            id="a-loopback-hostname-is-no-name",
+        ),
         pytest.param({"MASTER_ADDR": "::1", "MASTER_PORT": "1"}, "", "", Ranks(), id="ipv6-loopback"),
         pytest.param(SLURM_TASK, "4242", "slurm", Ranks(16, 5, 1, 2), id="srun-task-per-gpu"),
         pytest.param(
