@@ -1,0 +1,67 @@
+"""Job verdicts for the views' tests: ``JobVerdict`` records built by hand, and a stand-in for
+the job roll-up (``Ingest.jobs``) that answers with them, or with what a script says per report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.core.detector.alert_signals import AlertSignal
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+def job_verdict(job: str = "torch/trainer-7", **fields: Any) -> JobVerdict:
+    """A slowed 3-node job whose straggler is ``n2`` (network), unless ``fields`` say otherwise."""
+    base = JobVerdict(
+        job=job, source="torch", state="slowed", time_unix_seconds=1_800_000_000.0, nodes=("n1", "n2", "n3"),
+        gpus=24, world_size=24, ranks_reported=24, straggler_nodes=("n2",), cause="network", wait_ratio=0.53,
+        gpu_seconds_lost=7200.0, needed_bytes_per_second=2.5e9,
+        evidence={"network_rx_link_ratio_score": 6.1, "network_rx_link_ratio": 0.97, "network_link": "eth0"},
+    )  # fmt: skip
+    return replace(base, **fields)
+
+
+def straggler_signal(verdict: JobVerdict, *, firing: bool = True) -> AlertSignal:
+    """``JobStraggler`` as the contracts have it: key the job; labels job, node, cause."""
+    node = verdict.straggler_nodes[0] if verdict.straggler_nodes else ""
+    return AlertSignal(
+        name="JobStraggler", node_id=node, key=verdict.job, firing=firing,
+        labels={"job": verdict.job, "node": node, "cause": verdict.cause or ""} if firing else {},
+        annotations={
+            "summary": f"job {verdict.job} waits for {node} ({verdict.cause})",
+            "wait_ratio": f"{verdict.wait_ratio or 0.0:.3f}",
+        } if firing else {},
+    )  # fmt: skip
+
+
+@dataclass
+class FakeRollup:
+    """``JobRollup``'s API over a fixed snapshot, replaced whole like the real one's; ``script``,
+    when set, makes the snapshot from each observed report (replay's tests)."""
+
+    snapshot: tuple[JobVerdict, ...] = ()
+    script: Callable[[str, pb.NodeReport, NodeDetector, bool], Sequence[JobVerdict] | None] | None = None
+    observed: list[tuple[str, float, bool]] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+
+    def observe(self, node_id: str, report: pb.NodeReport, detector: NodeDetector, advanced: bool) -> None:
+        self.observed.append((node_id, report.time_unix_seconds, advanced))
+        if self.script is not None:
+            made = self.script(node_id, report, detector, advanced)
+            if made is not None:
+                self.snapshot = tuple(made)
+
+    def forget(self, node_id: str) -> None:
+        self.forgotten.append(node_id)
+
+    def verdicts(self) -> tuple[JobVerdict, ...]:
+        return self.snapshot
+
+    def verdict(self, job: str) -> JobVerdict | None:
+        return next((v for v in self.snapshot if v.job == job), None)
+
+    def signals(self) -> list[AlertSignal]:
+        return [straggler_signal(v) for v in self.snapshot if v.state == "slowed" and v.straggler_nodes]
