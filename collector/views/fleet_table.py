@@ -59,6 +59,17 @@ def alert_rows(response: pb.ListAlertsResponse) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def alert_subject(row: dict[str, Any]) -> str:
+    """What an alert row is about beyond its node: ``job J`` for a job's alert, else its key
+    (``gpu:3``, ``nic:eth0:speed``); its cause after it, where it has one; ``-`` for neither."""
+    labels: dict[str, str] = row["labels"]
+    job = labels.get("job", "")
+    parts = [f"job {job}" if job else str(row["key"])]
+    if labels.get("cause"):
+        parts.append(f"({labels['cause']})")
+    return " ".join(p for p in parts if p) or "-"
+
+
 def render_fleet(rows: list[dict[str, Any]]) -> str:
     """The fleet at a glance: per node its verdict, why, and what it costs."""
     lines = [

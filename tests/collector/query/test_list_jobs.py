@@ -163,3 +163,31 @@ def test_jobs_without_a_collector_fails_in_one_line_exit_1() -> None:
     assert done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("nodeagent-collector: error: cannot reach the collector at 127.0.0.1:1")
+
+
+def test_alerts_shows_a_job_straggler_with_its_node_job_and_cause(tmp_path: Path) -> None:
+    rollup = FakeRollup((job_verdict("torch/big"),))
+
+    def work(server: CollectorServer, address: str) -> list[str]:
+        listed = _collector("alerts", "--collector", address)
+        as_json = _collector("alerts", "--json", "--collector", address)
+        assert listed.returncode == 0 and as_json.returncode == 0, listed.stderr + as_json.stderr
+        return [listed.stdout, json.loads(as_json.stdout)]
+
+    async def scenario() -> Any:
+        server = CollectorServer(ServerConfig(listen="127.0.0.1:0", db_path=tmp_path / "c.db"))
+        port = await server.start()
+        try:
+            server.ingest.jobs = rollup
+            server.alerting.add(rollup.signals())
+            await server.ingest.flusher.flush()
+            return await asyncio.to_thread(work, server, f"127.0.0.1:{port}")
+        finally:
+            await server.stop(0.0)
+
+    table, rows = asyncio.run(scenario())
+    header, line = table.splitlines()
+    assert header.split()[:3] == ["ALERT", "NODE", "SUBJECT"]
+    assert line.split()[:5] == ["JobStraggler", "n2", "job", "torch/big", "(network)"]
+    (row,) = rows
+    assert row["labels"]["job"] == "torch/big" and row["labels"]["node"] == "n2" and row["labels"]["cause"] == "network"
