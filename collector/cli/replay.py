@@ -219,7 +219,7 @@ def _job(job: dict[str, Any], start: float) -> list[str]:
 
 
 def _job_state(v: dict[str, Any]) -> str:
-    text = v["state"]
+    text = str(v["state"])
     if v["state"] == "slowed":
         text += f"  {_held(v)}"
     if v["wait_ratio"] is not None:
