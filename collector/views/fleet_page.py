@@ -128,7 +128,8 @@ class FleetPage:
             cause: evidence_words(cause, evidence) for cause in ("network", "storage", "cpu") if evidence
         }
         out["timeline_source"], out["timeline"] = self._timeline(node)
-        out["alerts"] = [a.to_plain() for a in self._alerts() if a.node_id == node_id]
+        # Its own alerts, and a job's alert that names it (JobStraggler: the straggler).
+        out["alerts"] = [a.to_plain() for a in self._alerts() if node_id in (a.node_id, a.labels.get("node"))]
         out["jobs"] = _jobs_of_nodes(self.server.ingest.jobs.verdicts()).get(node_id, [])
         return out
 

@@ -261,10 +261,12 @@ def test_job_json_puts_its_nodes_side_by_side_and_marks_the_straggler(tmp_path: 
         out = {}
         for name, path in (
             ("jobs", "/api/jobs"), ("job", "/api/job/" + urllib.parse.quote(JOB, safe="")), ("raw", f"/api/job/{JOB}"),
-            ("fleet", "/api/fleet"), ("node", "/api/node/job-a"),
+            ("fleet", "/api/fleet"), ("node", "/api/node/job-a"), ("straggler", "/api/node/job-straggler"),
         ):  # fmt: skip
             with urllib.request.urlopen(base + path, timeout=10) as reply:
                 out[name] = json.loads(reply.read())
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as reply:
+            out["metrics"] = reply.read().decode()
         try:
             urllib.request.urlopen(base + "/api/job/nosuch", timeout=10)
         except urllib.error.HTTPError as err:
@@ -297,6 +299,12 @@ def test_job_json_puts_its_nodes_side_by_side_and_marks_the_straggler(tmp_path: 
     assert rows["job-a"]["state"] == "waiting" and rows["job-a"]["waiting_on"] == ["job-straggler"]
     assert [n["node_id"] for n in seen["fleet"]["nodes"]][:3] == ["job-straggler", "job-a", "job-c"]  # worst first
     assert seen["node"]["waiting_job"] == JOB and seen["node"]["jobs"] == [JOB]
+    # The job's alert is the straggler's too: on its page and on /metrics under its name.
+    assert "JobStraggler" in {a["name"] for a in seen["straggler"]["alerts"]}
+    assert "JobStraggler" not in {a["name"] for a in seen["node"]["alerts"]}
+    firing = 'nodeagent_alerts_firing{alertname="JobStraggler",node="job-straggler",severity="warning",subject="'
+    assert firing + JOB + '"} 1.0' in seen["metrics"]
+    assert f'nodeagent_job_straggler{{job_name="{JOB}",node="job-straggler",cause="network"}} 1.0' in seen["metrics"]
 
 
 def test_job_pages_in_headless_chromium(tmp_path: Path) -> None:
