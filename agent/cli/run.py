@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import click
 import structlog
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
@@ -216,7 +216,7 @@ def run(
     metrics_node: bool,
     metrics_agent: bool,
     pod_resources_socket: str,
-    **flags: bool | None,
+    **flags: bool | str | None,
 ) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
     started = time.monotonic()
@@ -232,6 +232,7 @@ def run(
         raise click.UsageError(str(err)) from err
     config = agent_config(config_path, link_speed)
     names = enabled_collectors(flags)
+    options = collector_options(flags)
     raise_open_file_limit()
     try:
         spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
@@ -258,8 +259,9 @@ def run(
             raise click.BadParameter(str(err), param_hint="--simulate") from err
     else:
         source = Sampler(
-            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence
-        )
+            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence,
+            options=options,
+        )  # fmt: skip
     chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
     settings = DaemonSettings(
         node_id=node_id, interval_seconds=interval, collectors=collectors, security=security, max_reports=max_reports,

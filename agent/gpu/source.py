@@ -1,6 +1,7 @@
 """NVIDIA GPUs through NVML: topology at scan, one GpuSample per GPU per tick.
 
-Per GPU and tick: utilization, memory, compute processes with their jobs, every counter in one
+Per GPU and tick: utilization, memory, compute processes with their jobs (and per multi-node job
+on the node one ``JobSample``, ``job_samples.py``), every counter in one
 batched field-value call (PCIe bytes and replays, NVLink state, bytes and errors per link, ECC,
 row remapping, power), clock-event reasons, temperature, SM clock, PCIe link, and on GPM-capable
 GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink rates over the
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
-from nodeagent.agent.gpu.processes import ProcessReader
+from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
+from nodeagent.agent.gpu.processes import ProcessInfo, ProcessReader
 from nodeagent.agent.sources.base import Source, SourceContext
 from nodeagent.agent.sources.registry import register
 from nodeagent.core.wire.clock_events import clock_event_reason_names
@@ -70,8 +72,10 @@ class GpuSource(Source):
         self._gpus: list[_GpuState] = []
         self._watcher: EventWatcher | None = None
         self._processes = ProcessReader(ctx.roots.procfs)
+        self._job_pressure = JobPressure(ctx.files, ctx.roots.sysfs)
 
     def scan(self, info: pb.NodeInfo) -> None:
+        self._job_pressure.locate()
         topology = info.gpu
         topology.Clear()
         reason = nvml.init()
@@ -118,6 +122,13 @@ class GpuSource(Source):
         pids: set[int] = set()
         for state in self._gpus:
             report.gpus.append(self._sample(state, report, pids))
+        members = (
+            JobMember(gpu=g.index, pid=p.pid, identity=self._processes.info(p.pid).identity)
+            for g in report.gpus
+            for p in g.processes
+        )
+        report.jobs.extend(job_samples(members))
+        self._job_pressure.fill(report.jobs)
         self._processes.retain(pids)
 
     def close(self) -> None:
@@ -225,15 +236,7 @@ class GpuSource(Source):
             entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)
             if proc.used_memory_bytes is not None:
                 entry.used_memory_bytes = proc.used_memory_bytes
-            job = info.job
-            entry.job.CopyFrom(
-                pb.JobRef(
-                    slurm_job_id=job.slurm_job_id,
-                    k8s_pod_uid=job.k8s_pod_uid,
-                    container_id=job.container_id,
-                    cgroup=job.cgroup,
-                )
-            )
+            entry.job.CopyFrom(_job_ref(info))
         plan = state.tick_plan()
         gpu_fields.fill_sample(gpu.field_values(plan.requests), plan, sample)
         if (gpu_fields.FI_PCIE_COUNT_RX_BYTES, 0) in gpu.unsupported_fields:
@@ -285,3 +288,24 @@ class GpuSource(Source):
         if previous >= 0:
             older, newer = state.gpm_buffers[previous], state.gpm_buffers[target]
             gpu_fields.fill_gpm(state.gpu.gpm_metrics(older, newer, gpu_fields.GPM_METRICS), sample)
+
+
+def _job_ref(info: ProcessInfo) -> pb.JobRef:
+    job, identity = info.job, info.identity
+    ref = pb.JobRef(
+        slurm_job_id=job.slurm_job_id,
+        k8s_pod_uid=job.k8s_pod_uid,
+        container_id=job.container_id,
+        cgroup=job.cgroup,
+        job_key=identity.key,
+    )
+    ranks = identity.ranks
+    if ranks.world_size is not None:
+        ref.world_size = ranks.world_size
+    if ranks.rank is not None:
+        ref.rank = ranks.rank
+    if ranks.local_rank is not None:
+        ref.local_rank = ranks.local_rank
+    if ranks.node_rank is not None:
+        ref.node_rank = ranks.node_rank
+    return ref

@@ -198,6 +198,11 @@ def _process(proc: pb.GpuProcess) -> Row:
         "slurm_job_id": proc.job.slurm_job_id or None,
         "k8s_pod_uid": proc.job.k8s_pod_uid or None,
         "container_id": proc.job.container_id or None,
+        "job_key": proc.job.job_key or None,
+        "world_size": _opt(proc.job, "world_size"),
+        "rank": _opt(proc.job, "rank"),
+        "local_rank": _opt(proc.job, "local_rank"),
+        "node_rank": _opt(proc.job, "node_rank"),
     }
 
 

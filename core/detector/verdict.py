@@ -78,6 +78,10 @@ class NodeVerdict:
     needed_ingest_bytes_per_second: float | None
     evidence: Evidence
     gpus: tuple[GpuVerdict, ...]
+    # While the node's GPUs wait on another node of their multi-node job (state ``waiting``): the
+    # node(s) waited on, and the job (set by the job roll-up, collector/jobs/).
+    waiting_on: tuple[str, ...] = ()
+    waiting_job: str = ""
 
     @property
     def starved_gpus(self) -> tuple[GpuVerdict, ...]:
