@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import importlib
 import importlib.util
 import json
 import os
@@ -254,11 +255,16 @@ def device_filter_supported() -> bool:
 
 
 def job_rollup_present() -> bool:
-    """Whether this collector has the job roll-up (job verdicts, nodes that wait on another)."""
+    """Whether this collector has the job roll-up (job verdicts, nodes that wait on another), not
+    the placeholder the views were built against."""
     try:
-        return importlib.util.find_spec("nodeagent.collector.jobs.rollup") is not None
+        spec = importlib.util.find_spec("nodeagent.collector.jobs.rollup")
     except ModuleNotFoundError:
         return False
+    if spec is None:
+        return False
+    module = importlib.import_module("nodeagent.collector.jobs.rollup")
+    return not (module.__doc__ or "").startswith("Placeholder")
 
 
 # ---- one run --------------------------------------------------------------------------------------
@@ -514,8 +520,9 @@ def window_share(per_second: list[list[float]], end: float, window: float) -> fl
 
 
 def match_verdict(job: Job, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The job verdict (a row with a state) that is this job's: by key, else by its nodes."""
-    verdicts = [r for r in rows if "state" in r]
+    """The job verdict (a row with a live state; a job only in the history has none) that is this
+    job's: by key, else by its nodes."""
+    verdicts = [r for r in rows if r.get("state")]
     for r in verdicts:
         if r.get("job") == job.key:
             return r
@@ -774,6 +781,8 @@ def record(o: Outcome, directory: Path) -> None:
         "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (directory / f"{o.scenario}.label.json").write_text(json.dumps(label, separators=(",", ":")) + "\n")
+    # The collector's settings of the run, for nodeagent-collector replay --config.
+    (directory / f"{o.scenario}.collector.toml").write_text(toml({"detector": o.config}))
 
 
 # ---- the command -----------------------------------------------------------------------------------
