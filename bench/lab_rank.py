@@ -19,8 +19,8 @@ it waited for data, computed, and spent in the collective, written as JSON to th
 real GPU would show them: utilization = the share of the last second computing or in the
 collective (NCCL's kernels stay resident while they wait for a peer), GPM SM activity = the share
 computing only, 60 GiB in use, the rank's pid as the GPU's compute process, PCIe bytes for the
-batch and the gradient; ``throttle`` adds clock-event reasons, a lower SM clock, heat, and a
-slower compute step.
+batch and the gradient; ``throttle`` adds clock-event reasons, heat, and an SM clock lowered by
+the factor its compute step is slowed by.
 
 The job stops on the same step on every rank: each rank's wish to stop (rank 0's deadline)
 travels with the collective's messages and is OR-ed like the data.
@@ -244,8 +244,9 @@ class FakeGpu:
         g.mem_used = 60 * GIB
         g.procs = {os.getpid(): 60 * GIB}
         if self.throttle:
+            # Clocks held down by the factor the step is slowed by (a compute-bound step scales so).
             g.clock_reasons = int(self.throttle["clock_reasons"])
-            g.sm_clock = int(self.throttle["sm_clock"])
+            g.sm_clock = round(g.sm_clock / float(self.throttle["factor"]))
             g.temp = int(self.throttle["temp"])
 
     def moved(self, rx: int, tx: int) -> None:
