@@ -455,7 +455,9 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         truths = {n.node_id: json.loads((tmp / f"truth-{n.index}.json").read_text()) for n in nodes}
         polls = [json.loads(line) for line in polls_path.read_text().splitlines() if line.strip()]
         onset = min(float(t["started_unix_seconds"]) for t in truths.values())
-        trace = _stored_trace(tmp / "c.db", [n.node_id for n in nodes], tmp / "trace.jsonl")
+        # The trace: from the agents' start (idle GPUs, no job yet) to the job's end.
+        ended = max(float(t["ended_unix_seconds"]) for t in truths.values())
+        trace = _stored_trace(tmp / "c.db", [n.node_id for n in nodes], tmp / "trace.jsonl", ended)
     return Outcome(scenario.name, run, jobs, onset, truths, polls, final_jobs, final_nodes, config,
                    round(1 - idle / total, 3) if total else 0.0, device_filter, trace, link_speeds,
                    {n.node_id: Path(n.device).name for n in nodes if n.device})  # fmt: skip
@@ -478,15 +480,17 @@ def _seen(polls: Path) -> set[str]:
     return set()
 
 
-def _stored_trace(db: Path, node_ids: list[str], out: Path) -> Path:
-    """Every node's stored reports, one trace in time order (a multi-node trace)."""
+def _stored_trace(db: Path, node_ids: list[str], out: Path, until: float) -> Path:
+    """Every node's stored reports up to ``until``, one trace in time order (a multi-node trace)."""
     from nodeagent.collector.store.database import read_stored_reports
     from nodeagent.core.wire.trace import TraceWriter
 
     reports = []
     for node in node_ids:
         reports.extend(read_stored_reports(db, node, 3600.0))
-    reports.sort(key=lambda r: (r.time_unix_seconds, r.node_id))
+    reports = sorted(
+        (r for r in reports if r.time_unix_seconds <= until), key=lambda r: (r.time_unix_seconds, r.node_id)
+    )
     with out.open("w") as stream:
         writer = TraceWriter(stream)
         for report in reports:
@@ -758,6 +762,8 @@ def record(o: Outcome, directory: Path) -> None:
         for n in job.nodes:
             t = o.truths[n.node_id]
             ranks.append({"node": n.node_id, "rank": n.rank, "pid": t["pid"], "steps": t["steps"],
+                          "started_unix_seconds": t["started_unix_seconds"],
+                          "ended_unix_seconds": t["ended_unix_seconds"],
                           "data_share": t["data_share"], "compute_share": t["compute_share"],
                           "collective_share": t["collective_share"], "wait_share": t["wait_share"],
                           "per_second": t["per_second"]})  # fmt: skip

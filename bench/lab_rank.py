@@ -337,25 +337,26 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         while not flags & STOP:
             step += 1
+            # Each phase goes into its spans as it ends (the GPU's writer reads them meanwhile).
             t0 = time.time()
             current.append(("data", t0))
             got = next_batch()
             t1 = time.time()
+            spans["data"].append((t0, t1))
             current[-1] = ("compute", t1)
             gpu.moved(got, 0)
             time.sleep(compute)
             t2 = time.time()
+            spans["compute"].append((t1, t2))
             current[-1] = ("collective", t2)
             gradient[0:8] = step.to_bytes(8, "little")  # this step's gradient
             want = STOP if (rank == 0 and t2 >= deadline) else 0
             flags = ring.all_reduce(step, gradient, want)
             t3 = time.time()
+            spans["collective"].append((t2, t3))
             current.clear()
             moved = 2 * (world - 1) * len(gradient) // world
             gpu.moved(moved, moved)
-            spans["data"].append((t0, t1))
-            spans["compute"].append((t1, t2))
-            spans["collective"].append((t2, t3))
     finally:
         stop.set()
         writer.join(timeout=5)
