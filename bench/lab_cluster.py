@@ -553,8 +553,9 @@ class Judged:
     right_polls: int  # ... the true straggler
     waiting: str
     nodes: str  # the single-node verdicts at the end
-    gpu_hours_lost: float | None
-    truth_gpu_hours_lost: float
+    gpu_seconds_lost: float | None  # the live verdict's
+    history_gpu_seconds_lost: float | None  # the history's (every GPU of the job)
+    truth_gpu_seconds_lost: float  # the ranks' waits
     straggler_run: bool
     ok: bool
     why: str
@@ -625,14 +626,18 @@ def judge(o: Outcome, rollup: bool) -> list[Judged]:
         if rollup:
             problems += _verdict_problems(job, final, first, named_polls - right_polls, ratio, window_truth)
             problems += _waiting_problems(job, nodes_by_id)
-        lost = float(final["gpu_hours_lost"]) if final and final.get("gpu_hours_lost") is not None else None
-        truth_lost = (
-            sum(sum(d + c for _, d, _, c in o.truths[n.node_id]["per_second"]) for n in job.nodes) / 3600
-        )  # GPU-seconds waiting on every GPU of the job (one GPU a node)
+        # GPU-seconds lost: the live verdict's (since the roll-up followed the job), the history's,
+        # and the ranks' own waits up to the verdict (one GPU a node).
+        lost = 3600 * float(final["gpu_hours_lost"]) if final and final.get("gpu_hours_lost") is not None else None
+        history = (final or {}).get("history") or {}
+        history_lost = 3600 * float(history["gpu_hours_lost"]) if history.get("gpu_hours_lost") is not None else None
+        until = end or float("inf")
+        truth_lost = sum(d + c for n in job.nodes for t, d, _, c in o.truths[n.node_id]["per_second"] if t < until)
         out.append(Judged(o.scenario, o.run, job.run_id, job.expected, truth["wait_share"], window_truth, rank_shares,
                           round(sum(others) / len(others), 4) if others and s is not None else None,
                           _verdict_words(final) if rollup else "no job verdict (no roll-up)", ratio, first,
-                          named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, truth_lost,
+                          named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, history_lost,
+                          round(truth_lost, 1),
                           s is not None, not problems, "; ".join(problems), o.cpu_busy))  # fmt: skip
     return out
 
@@ -707,8 +712,8 @@ def table(rows: list[Judged]) -> str:
     lines = [
         "| scenario | run | job | truth: job wait share (run / window) | straggler data / collective / compute "
         "| others' collective | job verdict | wait ratio | first named | polls named (right) | waiting nodes "
-        "| node verdicts | expected | ok |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| node verdicts | GPU-s lost: live / history / truth | expected | ok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         window = "-" if r.window_truth is None else f"{r.window_truth:.3f}"
@@ -717,9 +722,16 @@ def table(rows: list[Judged]) -> str:
         others = "-" if r.others_collective is None else f"{r.others_collective:.2f}"
         lines.append(f"| {r.scenario} | {r.run} | {r.job.rsplit('-', 1)[-1]} | {r.truth_share:.3f} / {window} "
                      f"| {r.rank_shares} | {others} | {r.verdict} | {ratio} | {first} "
-                     f"| {r.named_polls} ({r.right_polls}) | {r.waiting} | {r.nodes} | {r.expected} "
+                     f"| {r.named_polls} ({r.right_polls}) | {r.waiting} | {r.nodes} | {_lost(r)} | {r.expected} "
                      f"| {'yes' if r.ok else 'NO: ' + r.why} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def _lost(r: Judged) -> str:
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0f}"
+
+    return f"{f(r.gpu_seconds_lost)} / {f(r.history_gpu_seconds_lost)} / {f(r.truth_gpu_seconds_lost)}"
 
 
 def summary(rows: list[Judged], rollup: bool) -> str:
