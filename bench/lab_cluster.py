@@ -510,8 +510,14 @@ def job_truth(job: Job, truths: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for second, data, _compute, coll in t["per_second"]:
             seconds.setdefault(second, []).append(data + coll)
     per_second = [[s, round(sum(v) / len(v), 4)] for s, v in sorted(seconds.items()) if len(v) == len(per_rank)]
+    # The collective's own transfers: at each step the least time a rank spent in it (the last to
+    # arrive waits for no one), as a share of the run; the rest of the collective is waiting.
+    steps = [t.get("collective_per_step") or [] for t in per_rank]
+    length = sum(t["ended_unix_seconds"] - t["started_unix_seconds"] for t in per_rank) / len(per_rank)
+    transfer = sum(min(c) for c in zip(*steps, strict=False)) / length if all(steps) else None
     return {
         "wait_share": round(sum(t["wait_share"] for t in per_rank) / len(per_rank), 4),
+        "transfer_share": None if transfer is None else round(transfer, 4),
         "per_second": per_second,
         "digests": sorted({t["result_digest"] for t in per_rank}),
         "steps": sorted({t["steps"] for t in per_rank}),
@@ -544,6 +550,7 @@ class Judged:
     expected: str
     truth_share: float
     window_truth: float | None
+    transfer_share: float | None  # of the wait share: the collective's own transfers
     rank_shares: str  # the straggler's (or every rank's mean) data / collective / compute
     others_collective: float | None
     verdict: str
@@ -633,7 +640,8 @@ def judge(o: Outcome, rollup: bool) -> list[Judged]:
         history_lost = 3600 * float(history["gpu_hours_lost"]) if history.get("gpu_hours_lost") is not None else None
         until = end or float("inf")
         truth_lost = sum(d + c for n in job.nodes for t, d, _, c in o.truths[n.node_id]["per_second"] if t < until)
-        out.append(Judged(o.scenario, o.run, job.run_id, job.expected, truth["wait_share"], window_truth, rank_shares,
+        out.append(Judged(o.scenario, o.run, job.run_id, job.expected, truth["wait_share"], window_truth,
+                          truth["transfer_share"], rank_shares,
                           round(sum(others) / len(others), 4) if others and s is not None else None,
                           _verdict_words(final) if rollup else "no job verdict (no roll-up)", ratio, first,
                           named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, history_lost,
@@ -710,7 +718,8 @@ def _waiting_problems(job: Job, nodes_by_id: dict[Any, dict[str, Any]]) -> list[
 
 def table(rows: list[Judged]) -> str:
     lines = [
-        "| scenario | run | job | truth: job wait share (run / window) | straggler data / collective / compute "
+        "| scenario | run | job | truth: job wait share (run / window; transfers) "
+        "| straggler data / collective / compute "
         "| others' collective | job verdict | wait ratio | first named | polls named (right) | waiting nodes "
         "| node verdicts | GPU-s lost: live / history / truth | expected | ok |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -720,7 +729,9 @@ def table(rows: list[Judged]) -> str:
         ratio = "-" if r.wait_ratio is None else f"{r.wait_ratio:.3f}"
         first = "-" if r.first_named_seconds is None else f"{r.first_named_seconds:.0f} s"
         others = "-" if r.others_collective is None else f"{r.others_collective:.2f}"
-        lines.append(f"| {r.scenario} | {r.run} | {r.job.rsplit('-', 1)[-1]} | {r.truth_share:.3f} / {window} "
+        transfer = "-" if r.transfer_share is None else f"{r.transfer_share:.2f}"
+        job = r.job.rsplit("-", 1)[-1]
+        lines.append(f"| {r.scenario} | {r.run} | {job} | {r.truth_share:.3f} / {window}; {transfer} "
                      f"| {r.rank_shares} | {others} | {r.verdict} | {ratio} | {first} "
                      f"| {r.named_polls} ({r.right_polls}) | {r.waiting} | {r.nodes} | {_lost(r)} | {r.expected} "
                      f"| {'yes' if r.ok else 'NO: ' + r.why} |")  # fmt: skip
@@ -784,7 +795,8 @@ def record(o: Outcome, directory: Path) -> None:
             "straggler": job.straggler.node_id if job.straggler else None, "cause": job.expected_cause,
             "job_wide": job.kind == "job-wide", "slow": job.kind,
             "onset_unix_seconds": o.onset if job.kind else None,
-            "wait_share": truth["wait_share"], "truth_per_second": truth["per_second"], "ranks": ranks,
+            "wait_share": truth["wait_share"], "transfer_share": truth["transfer_share"],
+            "truth_per_second": truth["per_second"], "ranks": ranks,
         })  # fmt: skip
     label = {
         "scenario": o.scenario,

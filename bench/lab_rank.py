@@ -385,6 +385,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "received_bytes": ring.received_bytes,
         # The last all-reduce's result: the same on every rank when the collective is real.
         "result_digest": hashlib.sha256(gradient).hexdigest()[:16],
+        # Each step's all-reduce, in seconds: the least over the ranks at a step is the collective's
+        # own transfers (the last rank to arrive waits for no one).
+        "collective_per_step": [round(b - a, 5) for a, b in spans["collective"]],
         # [unix second, data wait, compute, collective] in seconds of that second.
         "per_second": per_second,
     }

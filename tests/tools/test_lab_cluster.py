@@ -80,6 +80,7 @@ def _truth(rank: int, data: float, coll: float, start: float = 1000.0, seconds: 
     compute = 1 - data - coll
     return {
         "rank": rank, "pid": 100 + rank, "steps": 90, "result_digest": "abc", "started_unix_seconds": start,
+        "ended_unix_seconds": start + seconds + 1, "collective_per_step": [0.04 + rank * 0.01] * 90,
         "data_share": data, "collective_share": coll, "compute_share": compute, "wait_share": data + coll,
         "per_second": [[start + 1 + s, data, compute, coll] for s in range(seconds)],
     }  # fmt: skip
@@ -129,6 +130,7 @@ def test_a_straggler_named_in_time_with_the_right_share_is_met() -> None:
     [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")), rollup=True)
     # The job's wait share: every rank waited 0.54 (the straggler for data, the others for it).
     assert row.window_truth == 0.54
+    assert row.transfer_share == round(90 * 0.04 / 41, 4)  # the least collective at each step
     assert row.first_named_seconds == 20.0
     assert (row.named_polls, row.right_polls) == (10, 10)
     assert row.ok, row.why
@@ -418,8 +420,9 @@ def test_the_replay_command_takes_a_multi_node_trace(tmp_path: Path) -> None:
     assert straggler["final_verdict"]["state"] == "starved"
     if lc.job_rollup_present():
         [verdict] = [j for j in plain["jobs"] if j["job"] == job.job]
-        assert verdict["first_slowed"]["straggler_nodes"] == [job.straggler]
-        assert verdict["first_slowed"]["cause"] == "network"
+        assert verdict["first_slowed"] is not None
+        named = next(c for c in verdict["timeline"] if c["straggler_nodes"])
+        assert (named["straggler_nodes"], named["cause"]) == ([job.straggler], "network")
 
 
 @pytest.mark.parametrize("name", sorted(lc.SCENARIOS))
