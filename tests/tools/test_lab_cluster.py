@@ -396,12 +396,6 @@ def test_the_straggler_is_starved_in_its_own_verdict_with_its_cause() -> None:
 # ---- the traces through the collector's replay and its job roll-up (no root) ----------------------
 
 
-def _replay_jobs(t: ClusterTrace) -> dict[str, Any]:
-    from nodeagent.collector.replay import replay
-
-    return {j["job"]: j for j in replay(t.reports(), t.config).to_plain()["jobs"]}
-
-
 def test_the_replay_command_takes_a_multi_node_trace(tmp_path: Path) -> None:
     import gzip
     import json
@@ -421,34 +415,63 @@ def test_the_replay_command_takes_a_multi_node_trace(tmp_path: Path) -> None:
     if lc.job_rollup_present():
         [verdict] = [j for j in plain["jobs"] if j["job"] == job.job]
         assert verdict["first_slowed"] is not None
-        named = next(c for c in verdict["timeline"] if c["straggler_nodes"])
-        assert (named["straggler_nodes"], named["cause"]) == ([job.straggler], "network")
+        named = [(c["straggler_nodes"], c["cause"]) for c in verdict["timeline"] if c["straggler_nodes"]]
+        assert ([job.straggler], "network") in named, named
+        assert (verdict["final_verdict"]["straggler_nodes"], verdict["final_verdict"]["cause"]) == (
+            [job.straggler], "network")  # fmt: skip
+
+
+def _replayed(name: str) -> tuple[ClusterTrace, dict[str, Any], dict[str, Any]]:
+    if not lc.job_rollup_present():
+        pytest.skip("the collector's job roll-up is the placeholder (not merged yet)")
+    from nodeagent.collector.replay import replay
+
+    t = TRACES[name]
+    plain = replay(t.reports(), t.config).to_plain()
+    return t, {j["job"]: j for j in plain["jobs"]}, {n["node_id"]: n for n in plain["nodes"]}
 
 
 @pytest.mark.parametrize("name", sorted(lc.SCENARIOS))
-def test_the_job_roll_up_replays_each_trace_to_the_truth(name: str) -> None:
-    if not lc.job_rollup_present():
-        pytest.skip("the collector's job roll-up is the placeholder (not merged yet)")
-    t = TRACES[name]
-    window = t.config.window_seconds
-    replayed = _replay_jobs(t)
+def test_the_job_roll_up_names_the_straggler_in_time_and_no_other(name: str) -> None:
+    t, jobs, _ = _replayed(name)
     for job in t.jobs:
-        got = replayed.get(job.job)
-        assert got is not None, (name, sorted(replayed))
+        got = jobs.get(job.job)
+        assert got is not None, (name, sorted(jobs))
         final = got["final_verdict"]
         named = [c for c in got["timeline"] if c["straggler_nodes"]]
+        assert final["state"] == job.state, (name, final)
         if job.straggler is None:
             assert not named, (name, job.job, named)
-        else:
-            # Named, with its cause, within 60 s of the job's start; never another node.
-            assert {n for c in named for n in c["straggler_nodes"]} == {job.straggler}, (name, named)
-            first = next(c for c in named if c["cause"] == job.cause)
-            assert first["time_unix_seconds"] - t.onset <= lc.NAMED_WITHIN_SECONDS, (name, first)
-            assert final["straggler_nodes"] == [job.straggler] and final["cause"] == job.cause, (name, final)
-        assert final["state"] == job.state, (name, final)
-        if job.job_wide:
-            assert final["job_wide"] and final["cause"] == job.cause, (name, final)
-        if job.state == "slowed":
-            truth = job.wait_share_over(final["time_unix_seconds"] - window, final["time_unix_seconds"])
-            assert truth is not None and final["wait_ratio"] is not None
-            assert abs(final["wait_ratio"] - truth) <= lc.RATIO_TOLERANCE, (name, final["wait_ratio"], truth)
+            assert final["job_wide"] == job.job_wide and final["cause"] == job.cause, (name, final)
+            continue
+        # Named, with its cause, within 60 s of the job's start; never another node.
+        assert {n for c in named for n in c["straggler_nodes"]} == {job.straggler}, (name, named)
+        first = next((c for c in named if c["cause"] == job.cause), None)
+        assert first is not None, (name, named)
+        assert first["time_unix_seconds"] - t.onset <= lc.NAMED_WITHIN_SECONDS, (name, first)
+        assert (final["straggler_nodes"], final["cause"]) == ([job.straggler], job.cause), (name, final)
+
+
+@pytest.mark.parametrize("name", sorted(set(lc.SCENARIOS) - {"clean"}))
+def test_the_job_roll_up_gives_the_ranks_wait_share(name: str) -> None:
+    t, jobs, _ = _replayed(name)
+    window = t.config.window_seconds
+    for job in t.jobs:
+        if job.state != "slowed":
+            continue
+        final = jobs[job.job]["final_verdict"]
+        truth = job.wait_share_over(final["time_unix_seconds"] - window, final["time_unix_seconds"])
+        assert truth is not None and final["wait_ratio"] is not None, (name, final)
+        assert abs(final["wait_ratio"] - truth) <= lc.RATIO_TOLERANCE, (name, final["wait_ratio"], truth)
+
+
+@pytest.mark.parametrize("name", sorted(set(lc.SCENARIOS) - {"clean", "job-wide"}))
+def test_the_nodes_that_wait_name_the_straggler(name: str) -> None:
+    t, _, nodes = _replayed(name)
+    for job in t.jobs:
+        for node in job.nodes:
+            final = nodes[node]["final_verdict"]
+            if job.straggler is None or node == job.straggler:
+                assert final["state"] != "waiting", (name, node, final["state"])
+            else:
+                assert (final["state"], final["waiting_on"]) == ("waiting", [job.straggler]), (name, node, final)
