@@ -329,6 +329,7 @@ def _hgx(
                 pcie_gen=pcie_gen,
                 gpm=int(gpm),
                 links=[LinkState(speed_mbps=link_mbps) for _ in range(links)],
+                mig_capable=1,  # every HGX board since A100 can be split
                 # Ampere and newer remap rows instead of retiring pages: NVML has no page counts there.
                 unsupported_fields={*unsupported_fields, FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING},
             )
@@ -421,8 +422,6 @@ def b200(count: int = 8) -> FakeNvmlState:
         gpm=True,
         unsupported_fields=_NVLINK5_FIELDS,
     )
-    for g in state.gpus:
-        g.mig_capable = 1
     return _fabric(state, cluster="", clique=0, summary=FABRIC_SUMMARY_HEALTHY)
 
 
@@ -444,7 +443,7 @@ def gb200(count: int = 4) -> FakeNvmlState:
         buses=_TRAY_BUSES,
     )
     for g in state.gpus:
-        g.mig_capable, g.c2c_links, g.c2c_mbps = 1, 10, 45_000
+        g.c2c_links, g.c2c_mbps = 10, 45_000
     return _fabric(state, cluster="7c9e6679-7425-40de-944b-e07fc1f90ae7", clique=32766, summary=FABRIC_SUMMARY_HEALTHY)
 
 
