@@ -126,6 +126,8 @@ def fill(gpu: nvml.Gpu, state: MigState, sample: pb.GpuSample, gpm: bool, add_pr
             compute_instance_id=info.compute_instance_id,
             mig_profile=info.profile,
         )
+        if sample.HasField("clock_event_reasons"):  # an instance runs at its GPU's clocks
+            instance.clock_event_reasons = sample.clock_event_reasons
         errors = sum(device.gpu.errors.values())
         memory = device.gpu.memory()
         if memory is not None:
@@ -151,14 +153,6 @@ def profile_of(name: str | None) -> str:
     if not name or " MIG " not in name:
         return ""
     return name.rsplit(" MIG ", 1)[1].strip()
-
-
-def slices_of(profile: str) -> int | None:
-    """The compute slices a profile names: "3g.40gb" -> 3, "1c.3g.40gb" -> 3."""
-    for part in profile.split("."):
-        if part.endswith("g") and part[:-1].isdigit():
-            return int(part[:-1])
-    return None
 
 
 def _gpm(gpu: nvml.Gpu, state: MigState, gpu_instance_id: int) -> dict[int, float]:
