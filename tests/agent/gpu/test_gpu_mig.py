@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent.gpu.mig import profile_of
-from nodeagent.core.detector.mig import slices_of
 from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.core.detector.mig import slices_of
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FakeNvmlState, h100_sxm5
