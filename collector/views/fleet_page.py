@@ -225,6 +225,11 @@ def _row(node: NodeState, fresh_after: float, now: float) -> dict[str, Any]:
         for g in verdict.gpus:
             busy = None if g.idle_ratio is None else round(1.0 - g.idle_ratio, 3)
             gpus.append({"index": g.index, "state": g.state, "cause": g.cause, "busy_ratio": busy})
+            if g.instances:  # a MIG-split GPU: its instances under it
+                gpus[-1]["instances"] = [
+                    {"gpu_instance_id": i.gpu_instance_id, "mig_profile": i.mig_profile, "state": i.state}
+                    for i in g.instances
+                ]
     return {
         "node_id": row.node_id,
         "connected": node.stream is not None,

@@ -100,9 +100,12 @@ async function drawNode() {
   document.title = `${n.node_id} · nodeagent`;
   const why = Object.entries(n.highways).filter(([, said]) => said).map(([cause, said]) =>
     `<li><b>${esc(cause)}</b>: ${esc(said)}</li>`).join("");
-  const gpus = (n.verdict?.gpus ?? []).map((g) => `<tr><td>${g.index}</td><td>${badge(g.state)}</td>` +
+  // A MIG-split GPU's instances follow it, each a row of its own.
+  const gpuRow = (g, name, cls) => `<tr${cls}><td>${name}</td><td>${badge(g.state)}</td>` +
     `<td>${esc(g.cause ?? "")}</td><td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
-    `<td>${esc((g.jobs || []).join(", "))}</td></tr>`).join("");
+    `<td>${esc((g.jobs || []).join(", "))}</td></tr>`;
+  const gpus = (n.verdict?.gpus ?? []).map((g) => gpuRow(g, esc(g.index), "") + (g.instances ?? []).map((i) =>
+    gpuRow(i, `└ ${esc(i.mig_profile)} gi${esc(i.gpu_instance_id)}`, ' class="mig"')).join("")).join("");
   document.getElementById("node").innerHTML =
     `<h1>${esc(n.node_id)} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
     ((n.waiting_on || []).length ? `<p id="waiting">Its GPUs wait on ${n.waiting_on.map(nodeLink).join(", ")}` +
