@@ -56,6 +56,9 @@ class GpuActivity:
     sm_active_ratio: float | None
     # Share of the step with the configured throttle reasons set.
     throttled_ratio: float
+    # The step's share of counted time waiting for data (idle time its link time does not
+    # explain, as the window splits it); None when the step counted nothing.
+    data_wait_ratio: float | None
 
 
 def activity(step: Step) -> GpuActivity | None:
@@ -64,7 +67,12 @@ def activity(step: Step) -> GpuActivity | None:
     if seconds <= 0:
         return None
     sm = step.sm / step.sm_seconds if step.sm_seconds > 0 else None
-    return GpuActivity(seconds, step.util / seconds, sm, min(1.0, step.throttled / seconds))
+    counted = step.seconds
+    data = None
+    if counted > 0:
+        sync = min(step.link_seconds * counted / step.span, step.idle) if step.span > 0 else 0.0
+        data = (step.idle - sync) / counted
+    return GpuActivity(seconds, step.util / seconds, sm, min(1.0, step.throttled / seconds), data)
 
 
 class Window:

@@ -35,7 +35,7 @@ class FakeNode:
     jobs: list[JobPart]
     gpus: int = 4
     # NVML utilization of every GPU (a GPU waiting in a collective reads ~1), or per GPU.
-    util: float = 0.97
+    util: float = 0.98
     gpu_util: dict[int, float] = field(default_factory=dict)
     # GPM SM activity (the GPUs are Hopper-like when set).
     sm_active: float | None = None

@@ -3,6 +3,8 @@ count as lost, and that nothing changes for a detector nobody tells (the agent's
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from nodeagent.core.detector.config import DetectorConfig
@@ -11,11 +13,11 @@ from nodeagent.core.detector.verdict import STATES, GpuVerdict, node_state
 from tests.fakes.job_reports import START, FakeNode, JobPart
 
 
-def _node(**kwargs: object) -> FakeNode:
+def _node(**kwargs: Any) -> FakeNode:
     return FakeNode(
         "node-a",
         [JobPart("1234", (0, 1), (0, 1), 8), JobPart("torch/other", (2, 3), (0, 1), 2, source="torch")],
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
 
 
@@ -56,7 +58,7 @@ def test_clear_wait_and_a_lapsed_wait_give_the_node_its_own_verdict_back() -> No
     assert detector.verdict.state == "busy" and detector.verdict.waiting_on == ()
     lost = detector.verdict.gpus[0].gpu_seconds_lost
     detector.wait_on("1234", ("node-b",), None)  # unknown share: each GPU's own idle share
-    assert detector.verdict.gpus[0].evidence["wait_ratio"] == pytest.approx(0.03, abs=0.005)
+    assert detector.verdict.gpus[0].evidence["wait_ratio"] == pytest.approx(0.02, abs=0.005)
     _feed(detector, node, START + 90, 61)  # never renewed: lapses a window later
     assert detector.verdict.state == "busy"
     assert detector.verdict.gpus[0].gpu_seconds_lost > lost

@@ -1,0 +1,96 @@
+"""Each NIC's peak per-second receive and transmit over the window, from every report of a node
+that is in a job: the counters-only sign of a degraded fabric link (``link``).
+
+A collective sends in bursts; averaged over a window step a slow link and a quiet one look the
+same, its peak rate between two reports does not. Per report: one rate per NIC (counter deltas
+over the reports' interval; a counter that went down gives none); per window step: the step's
+peaks and bytes join a ring of ``window_steps``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+# A delta above this is a wrapped or reset counter's, not traffic (2^50 bytes in one interval).
+_MAX_DELTA = 1 << 50
+
+
+@dataclass(frozen=True, slots=True)
+class NicWindow:
+    """One NIC over the window: peak rates and bytes moved each way."""
+
+    rx_peak_bytes_per_second: float
+    tx_peak_bytes_per_second: float
+    rx_bytes: float
+    tx_bytes: float
+
+    @property
+    def peak_bytes_per_second(self) -> float:
+        return max(self.rx_peak_bytes_per_second, self.tx_peak_bytes_per_second)
+
+    def symmetry(self) -> float:
+        """The smaller direction's bytes over the larger's (1: a collective's, 0: a download's)."""
+        high = max(self.rx_bytes, self.tx_bytes)
+        return min(self.rx_bytes, self.tx_bytes) / high if high > 0 else 0.0
+
+
+class NicPeaks:
+    __slots__ = ("_last", "_open", "_ring", "speeds")
+
+    def __init__(self, window_steps: int) -> None:
+        # Link speeds from the node's topology (NodeInfo), where a report's NicSample has none.
+        self.speeds: dict[str, float] = {}
+        self._last: dict[str, tuple[float, int, int]] = {}
+        # name -> [rx peak, tx peak, rx bytes, tx bytes] of the open step.
+        self._open: dict[str, list[float]] = {}
+        self._ring: deque[dict[str, list[float]]] = deque(maxlen=window_steps)
+
+    def observe(self, report: pb.NodeReport) -> None:
+        if report.HasField("info"):
+            self.speeds = {
+                n.name: n.speed_bytes_per_second for n in report.info.nics if n.HasField("speed_bytes_per_second")
+            }
+        t = report.time_unix_seconds
+        last, open_ = self._last, self._open
+        for nic in report.nics:
+            name = nic.name
+            if name == "lo":
+                continue
+            rx, tx = nic.rx_bytes_total, nic.tx_bytes_total
+            before = last.get(name)
+            last[name] = (t, rx, tx)
+            if before is None or t <= before[0]:
+                continue
+            d_rx, d_tx = rx - before[1], tx - before[2]
+            if not (0 <= d_rx < _MAX_DELTA and 0 <= d_tx < _MAX_DELTA):
+                continue
+            dt = t - before[0]
+            sums = open_.get(name)
+            if sums is None:
+                sums = open_[name] = [0.0, 0.0, 0.0, 0.0]
+            r_rx, r_tx = d_rx / dt, d_tx / dt
+            sums[0] = max(sums[0], r_rx)
+            sums[1] = max(sums[1], r_tx)
+            sums[2] += d_rx
+            sums[3] += d_tx
+
+    def step(self) -> None:
+        """Close the open step (at the node's window step)."""
+        self._ring.append(self._open)
+        self._open = {}
+
+    def window(self) -> dict[str, NicWindow]:
+        out: dict[str, list[float]] = {}
+        for step in self._ring:
+            for name, (rx_peak, tx_peak, rx, tx) in step.items():
+                acc = out.get(name)
+                if acc is None:
+                    out[name] = [rx_peak, tx_peak, rx, tx]
+                else:
+                    acc[0], acc[1] = max(acc[0], rx_peak), max(acc[1], tx_peak)
+                    acc[2] += rx
+                    acc[3] += tx
+        return {name: NicWindow(*acc) for name, acc in out.items()}
