@@ -72,8 +72,8 @@ class Job:
     members: dict[str, Member] = field(default_factory=dict)
     # (time, note) of nodes that left, kept for a window.
     left: list[tuple[float, str]] = field(default_factory=list)
-    # Nodes that named the job past max_nodes_per_job.
-    refused_nodes: set[str] = field(default_factory=set)
+    # Nodes that named the job past max_nodes_per_job, and when they last did.
+    refused_nodes: dict[str, float] = field(default_factory=dict)
     # The step being gathered (-1: none), the last judged, how many members stepped into it.
     gathering: int = -1
     judged: int = -1
@@ -129,7 +129,7 @@ class Membership:
             member = job.members.get(node_id)
             if member is None:
                 if len(job.members) >= config.max_nodes_per_job:
-                    job.refused_nodes.add(node_id)
+                    job.refused_nodes[node_id] = t
                     continue
                 member = Member(node_id, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
                 job.members[node_id] = member
@@ -181,7 +181,7 @@ class Membership:
         for job in jobs:
             self.leave(job, node_id, 0.0, "")
             job.left = [(at, note) for at, note in job.left if note]
-            job.refused_nodes.discard(node_id)
+            job.refused_nodes.pop(node_id, None)
         return jobs
 
     def end(self, job: Job) -> None:
@@ -192,10 +192,13 @@ class Membership:
         """What limits the job's verdict beside the ranks' claims: nodes left out or gone."""
         job.left = [(at, note) for at, note in job.left if t - at <= _NOTE_WINDOWS * self.window_seconds]
         notes = []
+        window = self.window_seconds
+        job.refused_nodes = {node: at for node, at in job.refused_nodes.items() if t - at <= window}
         if job.refused_nodes:
+            more = len(job.refused_nodes)
             notes.append(
-                f"{len(job.refused_nodes)} more nodes name the job: past the bound of "
-                f"{self.config.max_nodes_per_job} nodes per job, not followed"
+                f"{more} more node{'s name' if more > 1 else ' names'} the job, past the bound of "
+                f"{self.config.max_nodes_per_job} nodes per job: not followed"
             )
         notes.extend(note for _, note in job.left)
         return notes
