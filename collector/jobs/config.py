@@ -24,9 +24,10 @@ class JobRollupConfig:
     sm_active_floor_ratio: float = 0.02
     data_wait_floor_ratio: float = 0.015
     throttled_floor_ratio: float = 0.1
-    # Up to this many nodes the median and MAD are the other nodes' (leave one out, exactly);
-    # above, the whole job's (one node moves them by at most one rank).
-    exact_nodes: int = 16
+    # Up to this many nodes the median and MAD are the other nodes' (leave one out, exactly: with
+    # two nodes the pair's own MAD is half their gap); above, the whole job's, which one node
+    # moves by at most one rank.
+    exact_nodes: int = 4
     # ---- a degraded link ----
     # A NIC's or a GPU's PCIe link speed below this share of the other nodes' median.
     link_speed_ratio: float = 0.75

@@ -17,6 +17,7 @@ whatever the reports claim.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class Member:
     """One node's part in one job."""
 
     node_id: str
+    job: Job
     gpus: tuple[int, ...]
     ranks: tuple[int, ...]
     ranks_count: int
@@ -78,10 +80,13 @@ class Job:
     gathering: int = -1
     judged: int = -1
     stepped: int = 0
+    # When the step being gathered is judged even if some node has not stepped into it.
+    due: float = math.inf
     last_judged_time: float | None = None
     gpu_seconds_lost: float = 0.0
-    # Whether the job is slowed, and the stragglers it names (the roll-up's memory between steps).
-    slowed: bool = False
+    # What its nodes' ranks claim (None: to be worked out again, after a change).
+    claims: Claims | None = None
+    # The stragglers it names, and whether its alert is critical (the roll-up's memory between steps).
     stragglers: tuple[str, ...] = ()
     critical: bool = False
 
@@ -131,28 +136,24 @@ class Membership:
                 if len(job.members) >= config.max_nodes_per_job:
                     job.refused_nodes[node_id] = t
                     continue
-                member = Member(node_id, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
+                member = Member(node_id, job, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
                 job.members[node_id] = member
+                job.claims = None
                 self.by_node.setdefault(node_id, {})[key] = member
             job.source = sample.source or job.source
-            ranks = sample.ranks
-            member.gpus = tuple(sample.gpus)
-            member.ranks = tuple(ranks[: config.max_ranks_per_node])
-            member.ranks_count = len(ranks)
-            member.world_size = sample.world_size
+            ranks, gpus = sample.ranks, tuple(sample.gpus)
+            kept = tuple(ranks[: config.max_ranks_per_node])
+            if (gpus, kept, len(ranks), sample.world_size) != (
+                member.gpus, member.ranks, member.ranks_count, member.world_size,
+            ):  # fmt: skip
+                member.gpus, member.ranks, member.ranks_count = gpus, kept, len(ranks)
+                member.world_size = sample.world_size
+                job.claims = None
             member.node_rank = sample.node_rank if sample.HasField("node_rank") else None
             member.last_report = t
             member.detector = detector
             out.append((job, member))
         return out, left
-
-    def seen(self, node_id: str, t: float) -> dict[str, Member]:
-        """A report of the node (not a step): its members' last report time; its jobs."""
-        mine = self.by_node.get(node_id)
-        if mine:
-            for member in mine.values():
-                member.last_report = t
-        return mine or {}
 
     def leave(self, job: Job, node_id: str, t: float, note: str) -> Member | None:
         member = job.members.pop(node_id, None)
@@ -163,6 +164,7 @@ class Membership:
                 del self.by_node[node_id]
         if member is None:
             return None
+        job.claims = None
         job.left.append((t, note))
         if member.step >= job.gathering >= 0:
             job.stepped = max(0, job.stepped - 1)

@@ -38,15 +38,15 @@ class NicWindow:
 
 
 class NicPeaks:
-    __slots__ = ("_last", "_open", "_ring", "speeds")
+    __slots__ = ("_nics", "_ring", "speeds")
 
     def __init__(self, window_steps: int) -> None:
         # Link speeds from the node's topology (NodeInfo), where a report's NicSample has none.
         self.speeds: dict[str, float] = {}
-        self._last: dict[str, tuple[float, int, int]] = {}
-        # name -> [rx peak, tx peak, rx bytes, tx bytes] of the open step.
-        self._open: dict[str, list[float]] = {}
-        self._ring: deque[dict[str, list[float]]] = deque(maxlen=window_steps)
+        # name -> [time, rx total, tx total (the last report's), then the open step's rx peak,
+        # tx peak (bytes per second), rx bytes, tx bytes]: one list per NIC, updated in place.
+        self._nics: dict[str, list[float]] = {}
+        self._ring: deque[dict[str, tuple[float, float, float, float]]] = deque(maxlen=window_steps)
 
     def observe(self, report: pb.NodeReport) -> None:
         if report.HasField("info"):
@@ -54,33 +54,33 @@ class NicPeaks:
                 n.name: n.speed_bytes_per_second for n in report.info.nics if n.HasField("speed_bytes_per_second")
             }
         t = report.time_unix_seconds
-        last, open_ = self._last, self._open
+        nics = self._nics
         for nic in report.nics:
             name = nic.name
-            if name == "lo":
-                continue
             rx, tx = nic.rx_bytes_total, nic.tx_bytes_total
-            before = last.get(name)
-            last[name] = (t, rx, tx)
-            if before is None or t <= before[0]:
+            s = nics.get(name)
+            if s is None:
+                if name != "lo":
+                    nics[name] = [t, rx, tx, 0.0, 0.0, 0.0, 0.0]
                 continue
-            d_rx, d_tx = rx - before[1], tx - before[2]
-            if not (0 <= d_rx < _MAX_DELTA and 0 <= d_tx < _MAX_DELTA):
+            dt, d_rx, d_tx = t - s[0], rx - s[1], tx - s[2]
+            s[0], s[1], s[2] = t, rx, tx
+            if dt <= 0 or not (0 <= d_rx < _MAX_DELTA and 0 <= d_tx < _MAX_DELTA):
                 continue
-            dt = t - before[0]
-            sums = open_.get(name)
-            if sums is None:
-                sums = open_[name] = [0.0, 0.0, 0.0, 0.0]
-            r_rx, r_tx = d_rx / dt, d_tx / dt
-            sums[0] = max(sums[0], r_rx)
-            sums[1] = max(sums[1], r_tx)
-            sums[2] += d_rx
-            sums[3] += d_tx
+            if d_rx > s[3] * dt:
+                s[3] = d_rx / dt
+            if d_tx > s[4] * dt:
+                s[4] = d_tx / dt
+            s[5] += d_rx
+            s[6] += d_tx
 
     def step(self) -> None:
         """Close the open step (at the node's window step)."""
-        self._ring.append(self._open)
-        self._open = {}
+        closed = {}
+        for name, s in self._nics.items():
+            closed[name] = (s[3], s[4], s[5], s[6])
+            s[3] = s[4] = s[5] = s[6] = 0.0
+        self._ring.append(closed)
 
     def window(self) -> dict[str, NicWindow]:
         out: dict[str, list[float]] = {}

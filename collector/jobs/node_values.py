@@ -11,6 +11,8 @@ each NIC's peak rates over the window.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -150,18 +152,16 @@ def _links(
     member: Member, report: pb.NodeReport, samples: list[pb.GpuSample], peaks: NicPeaks | None,
     config: JobRollupConfig,
 ) -> LinkValues:  # fmt: skip
-    slowest: tuple[float, float | None] | None = None
+    slowest: pb.GpuSample | None = None
+    slowest_rate = math.inf
     inactive = nvlink_errors = 0
     for g in samples:
-        if g.HasField("pcie_link_generation") and g.HasField("pcie_link_width"):
-            current = pcie_bytes_per_second(g.pcie_link_generation, g.pcie_link_width)
-            top = None
-            if g.HasField("pcie_max_link_generation") and g.HasField("pcie_max_link_width"):
-                top = pcie_bytes_per_second(g.pcie_max_link_generation, g.pcie_max_link_width)
-            if current is not None and (slowest is None or current < slowest[0]):
-                slowest = (current, top)
+        # Unset, a generation or width reads 0: no rate.
+        rate = _pcie(g.pcie_link_generation, g.pcie_link_width)
+        if rate is not None and rate < slowest_rate:
+            slowest, slowest_rate = g, rate
         for link in g.nvlinks:
-            if link.HasField("active") and not link.active:
+            if not link.active and link.HasField("active"):
                 inactive += 1
             nvlink_errors += (
                 link.replay_errors_total + link.recovery_errors_total + link.crc_flit_errors_total
@@ -196,12 +196,19 @@ def _links(
         fabric_nic=fabric,
         fabric_peak_bytes_per_second=moving[fabric].peak_bytes_per_second if fabric is not None else None,
         fabric_speed_bytes_per_second=speeds.get(fabric) if fabric is not None else None,
-        pcie_bytes_per_second=slowest[0] if slowest else None,
-        pcie_max_bytes_per_second=slowest[1] if slowest else None,
+        pcie_bytes_per_second=None if slowest is None else slowest_rate,
+        pcie_max_bytes_per_second=None
+        if slowest is None
+        else _pcie(slowest.pcie_max_link_generation, slowest.pcie_max_link_width),
         nvlink_inactive=inactive,
         nvlink_errors=_increase(before_nvlink, nvlink_errors),
         nic_errors=_increase(before_nic, nic_errors),
     )
+
+
+@functools.cache
+def _pcie(generation: int, width: int) -> float | None:
+    return pcie_bytes_per_second(generation, width) if generation and width else None
 
 
 def _increase(before: int | None, now: int) -> int | None:

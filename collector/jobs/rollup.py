@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Final
 
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.judge import Judgement, judge
@@ -37,9 +36,6 @@ from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 __all__ = ["JobRollup", "JobRollupConfig"]
-
-_NO_JOBS: Final[dict[str, Member]] = {}
-
 
 class JobRollup:
     def __init__(
@@ -71,22 +67,26 @@ class JobRollup:
 
     def observe(self, node_id: str, report: pb.NodeReport, detector: NodeDetector, advanced: bool) -> None:
         """One accepted report of a node, after its detector saw it (``advanced``: it stepped)."""
+        mine = self.membership.by_node.get(node_id)
+        if mine is None and not (advanced and report.jobs):
+            return  # in no job, and none named now: the common case of a node without job keys
         t = report.time_unix_seconds
-        mine = self.membership.seen(node_id, t) if node_id in self.membership.by_node else _NO_JOBS
-        peaks = self._peaks.get(node_id)
-        if peaks is not None:
-            peaks.observe(report)
+        due: list[Job] = []
+        if mine is not None:
+            peaks = self._peaks.get(node_id)
+            if peaks is not None:
+                peaks.observe(report)
+            for member in mine.values():
+                member.last_report = t
+                if t >= member.job.due:
+                    due.append(member.job)
         self._observing = node_id
         try:
             if advanced:
-                if mine or report.jobs:
-                    self._node_step(node_id, report, detector)
-            elif mine:
-                due = self.config.grace_ratio
-                for key in list(mine):
-                    job = self.membership.jobs.get(key)
-                    if job is not None and job.gathering > job.judged and t >= (job.gathering + due) * self._evaluate:
-                        self._judge(job, job.gathering, t)
+                self._node_step(node_id, report, detector)
+            for job in due:
+                if job.gathering > job.judged:
+                    self._judge(job, job.gathering, t)  # its slower nodes had their grace
         finally:
             self._observing = None
 
@@ -134,6 +134,7 @@ class JobRollup:
                 if job.gathering > job.judged:
                     self._judge(job, job.gathering, t)  # a node never stepped into it: judged as it is
                 job.gathering, job.stepped = step, 0
+                job.due = (step + self.config.grace_ratio) * self._evaluate
             if step == job.gathering > job.judged:
                 job.stepped += 1
                 if job.stepped >= len(job.members):
@@ -142,13 +143,15 @@ class JobRollup:
     # ---- a job's step ------------------------------------------------------------------------
 
     def _judge(self, job: Job, step: int, t: float) -> None:
-        job.judged = step
+        job.judged, job.due = step, math.inf
         for member in self.membership.drop_silent(job, t):
             self._unwait(job, member)
         if not job.members:
             self._end(job)
             return
-        said = claims(job.members.values())
+        said = job.claims
+        if said is None:
+            said = job.claims = claims(job.members.values())
         fresh = {node: m for node, m in job.members.items() if m.step == step}
         j = judge(fresh, step, said, job.stragglers, self.detector_config, self.config)
         job.stragglers = j.stragglers

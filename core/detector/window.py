@@ -13,7 +13,7 @@ step's cause is ``causes.step_cause``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nodeagent.core.detector.causes import step_cause
 from nodeagent.core.detector.config import DetectorConfig
@@ -45,9 +45,9 @@ class Step:
         self.evidence: NodeEvidence = EMPTY
 
 
-@dataclass(frozen=True, slots=True)
-class GpuActivity:
-    """What one GPU did over one closed step, as read: the job roll-up's per-step inputs."""
+class GpuActivity(NamedTuple):
+    """What one GPU did over one closed step, as read: the job roll-up's per-step inputs (a named
+    tuple: made for every GPU of a job at every step, it must be cheap)."""
 
     seconds: float
     # NVML utilization (a GPU waiting in a collective reads near 1: its kernel stays resident).
