@@ -13,7 +13,8 @@ the flushes counts), in the same process, over the same reports:
    with the roll-up, one with it replaced by a no-op, fed the same chunks in turn (the order
    alternates per chunk). Prints both per report and the ratio (target: at most 1.10).
 2. **Detector and roll-up alone**: ``NodeDetector.observe`` for every report, with and without
-   ``JobRollup.observe`` after it: the roll-up's own CPU per report.
+   ``JobRollup.observe`` after it (two sets of detectors, the order alternating per second): the
+   roll-up's own CPU per report, the waiting GPUs' work in their detectors included.
 
 Then what the roll-up found (jobs slowed, stragglers named, right or not).
 
@@ -192,20 +193,25 @@ def _detector_and_rollup(args: argparse.Namespace) -> tuple[float, float, dict[s
     paired = {node: NodeDetector(node, config) for node in fleet.nodes}
     rollup = JobRollup(config)
     spent = [0.0, 0.0]
-    for _ in range(args.seconds):
-        second = [(node, pb.NodeReport.FromString(raw)) for node, raw in fleet.second()]
-        started = time.process_time()
+
+    def detector_alone(second: list[tuple[str, pb.NodeReport]]) -> None:
         for node, report in second:
             alone[node].observe(report)
-        spent[0] += time.process_time() - started
-        started = time.process_time()
+
+    def with_rollup(second: list[tuple[str, pb.NodeReport]]) -> None:
         for node, report in second:
             detector = paired[node]
             before = detector.verdict
             detector.observe(report)
             rollup.observe(node, report, detector, detector.verdict is not before)
-        spent[1] += time.process_time() - started
         rollup.signals()
+
+    for k in range(args.seconds):
+        second = [(node, pb.NodeReport.FromString(raw)) for node, raw in fleet.second()]
+        for which in (0, 1) if k % 2 == 0 else (1, 0):  # the order alternates, as above
+            started = time.process_time()
+            (detector_alone, with_rollup)[which](second)
+            spent[which] += time.process_time() - started
     verdicts = rollup.verdicts()
     found = {"slowed": sum(1 for v in verdicts if v.state == "slowed"), "named": 0, "right": 0, "wrong": 0}
     for v in verdicts:

@@ -62,7 +62,7 @@ class Member:
     waiting: bool = False
     # Per GPU index: the detector's cumulative GPU time lost last seen (the job's loss adds deltas).
     lost_seen: dict[int, float] = field(default_factory=dict)
-    # Cumulative link error counters at its last step (link.py turns them into per-step deltas).
+    # Cumulative link error counters at its last step (node_values turns them into per-step deltas).
     nvlink_errors_total: int | None = None
     nic_errors_total: int | None = None
 

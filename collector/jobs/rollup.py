@@ -149,10 +149,12 @@ class JobRollup:
         if not job.members:
             self._end(job)
             return
+        fresh = {node: m for node, m in job.members.items() if m.step == step}
+        if not fresh:
+            return  # every node that stepped into it left meanwhile: the last verdict stands
         said = job.claims
         if said is None:
             said = job.claims = claims(job.members.values())
-        fresh = {node: m for node, m in job.members.items() if m.step == step}
         j = judge(fresh, step, said, job.stragglers, self.detector_config, self.config)
         job.stragglers = j.stragglers
         self._tell_waiting(job, j, fresh)
