@@ -37,6 +37,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 __all__ = ["JobRollup", "JobRollupConfig"]
 
+
 class JobRollup:
     def __init__(
         self,
@@ -56,6 +57,9 @@ class JobRollup:
         self._evaluate = detector_config.evaluate_seconds
         self._peaks: dict[str, NicPeaks] = {}
         self._verdicts: dict[str, JobVerdict] = {}
+        # Counts changes to the verdicts; the last snapshot and the count it was made at.
+        self._version = 0
+        self._snapshot: tuple[int, tuple[JobVerdict, ...]] = (0, ())
         self._firing: dict[str, set[str]] = {}
         self._signals: list[AlertSignal] = []
         self._observing: str | None = None
@@ -98,8 +102,15 @@ class JobRollup:
         self._peaks.pop(node_id, None)
 
     def verdicts(self) -> tuple[JobVerdict, ...]:
-        """Every followed job's latest verdict, by job key (a snapshot)."""
-        return tuple(sorted(self._verdicts.values(), key=lambda v: v.job))
+        """Every followed job's latest verdict, by job key: a snapshot, replaced whole (a new tuple)
+        only when a job step was judged or a job ended since the last call."""
+        version = self._version
+        made, snapshot = self._snapshot
+        if made != version:
+            # Built from the map as it is now, at least as new as ``version``: tagged with it.
+            snapshot = tuple(sorted(self._verdicts.values(), key=lambda v: v.job))
+            self._snapshot = (version, snapshot)
+        return snapshot
 
     def verdict(self, job: str) -> JobVerdict | None:
         return self._verdicts.get(job)
@@ -182,6 +193,7 @@ class JobRollup:
             self._verdicts[job.key] = verdict
         else:
             self._verdicts = {**self._verdicts, job.key: verdict}
+        self._version += 1
         self._signals.extend(job_signals(job, verdict, self._firing.setdefault(job.key, set()), self.detector_config))
 
     def _tell_waiting(self, job: Job, j: Judgement, fresh: dict[str, Member]) -> None:
@@ -230,6 +242,7 @@ class JobRollup:
         self.membership.end(job)
         if job.key in self._verdicts:
             self._verdicts = {k: v for k, v in self._verdicts.items() if k != job.key}
+            self._version += 1
         firing = self._firing.pop(job.key, None)
         if firing:
             self._signals.extend(resolved(job, firing))

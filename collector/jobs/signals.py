@@ -1,12 +1,14 @@
 """The ``JobStraggler`` alert: what the roll-up hands the alert book at each job step.
 
 One instance per job and straggler node (``node_id`` the straggler, ``key`` the job), or one per
-job for a job-wide cause (``node_id`` the job key: no node to name). Labels ``job``, ``node``,
-``cause``; annotations the wait share, GPU time lost, the evidence and, for a data cause, the
-bandwidth needed. Severity ``critical`` while the job waits ``high_ratio`` of its GPU time or
-more (down to ``high_ratio - tier_margin_ratio`` once critical), else ``warning``. Jobs of one
-node raise none: ``GPUDataStarved`` already says it of that node. An instance that no longer
-holds gets a signal that does not fire, so the book resolves it.
+job for a job-wide cause (``node_id`` empty, as the alert book files an alert about no one node:
+there is no node to name; the key, the job, tells the instances apart). Labels ``job``, ``node``
+(the straggler, empty for job-wide), ``cause``; annotations the wait share, GPU time lost, the
+evidence and, for a data cause, the bandwidth needed. Severity ``critical`` while the job waits
+``high_ratio`` of its GPU time or more (down to ``high_ratio - tier_margin_ratio`` once
+critical), else ``warning``. Jobs of one node raise none: ``GPUDataStarved`` already says it of
+that node. An instance that no longer holds gets a signal that does not fire, so the book
+resolves it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 
 ALERT_NAME: Final = "JobStraggler"
+# The node id of a job-wide instance: none.
+JOB_WIDE: Final = ""
 
 
 def job_signals(job: Job, verdict: JobVerdict, firing: set[str], config: DetectorConfig) -> list[AlertSignal]:
     """This step's signals for the job; ``firing`` (node ids firing now) is updated in place."""
     now: list[str] = []
     if verdict.state == "slowed" and len(verdict.nodes) >= 2:
-        now = list(verdict.straggler_nodes) or ([job.key] if verdict.job_wide else [])
+        now = list(verdict.straggler_nodes) or ([JOB_WIDE] if verdict.job_wide else [])
     wait = verdict.wait_ratio or 0.0
     if now:
         job.critical = wait >= config.high_ratio or (

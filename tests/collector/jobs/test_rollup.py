@@ -207,7 +207,9 @@ def test_every_node_starved_for_the_network_is_job_wide_and_names_no_node() -> N
     assert v.wait_ratio == pytest.approx(0.4, abs=0.05)
     assert run.ever_named() == set()
     assert all(d.verdict.state == "starved" and d.verdict.waiting_on == () for d in run.detectors.values())
-    assert run.firing() == {"1234"}  # the job's instance: no node to name
+    assert run.firing() == {""}  # the job's instance: no node to name
+    (signal,) = [s for _, s in run.signals if s.firing][-1:]
+    assert signal.key == "1234" and dict(signal.labels) == {"job": "1234", "node": "", "cause": "network"}
     assert v.needed_bytes_per_second == pytest.approx(1.2e9 / 0.6, rel=0.05)
 
 
