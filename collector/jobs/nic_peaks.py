@@ -10,7 +10,7 @@ peaks and bytes join a ring of ``window_steps``.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -18,8 +18,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 _MAX_DELTA = 1 << 50
 
 
-@dataclass(frozen=True, slots=True)
-class NicWindow:
+class NicWindow(NamedTuple):
     """One NIC over the window: peak rates and bytes moved each way."""
 
     rx_peak_bytes_per_second: float
@@ -46,7 +45,7 @@ class NicPeaks:
         # name -> [time, rx total, tx total (the last report's), then the open step's rx peak,
         # tx peak (bytes per second), rx bytes, tx bytes]: one list per NIC, updated in place.
         self._nics: dict[str, list[float]] = {}
-        self._ring: deque[dict[str, tuple[float, float, float, float]]] = deque(maxlen=window_steps)
+        self._ring: deque[dict[str, NicWindow]] = deque(maxlen=window_steps)
 
     def observe(self, report: pb.NodeReport) -> None:
         if report.HasField("info"):
@@ -78,19 +77,16 @@ class NicPeaks:
         """Close the open step (at the node's window step)."""
         closed = {}
         for name, s in self._nics.items():
-            closed[name] = (s[3], s[4], s[5], s[6])
+            closed[name] = NicWindow(s[3], s[4], s[5], s[6])
             s[3] = s[4] = s[5] = s[6] = 0.0
         self._ring.append(closed)
 
     def window(self) -> dict[str, NicWindow]:
-        out: dict[str, list[float]] = {}
+        out: dict[str, NicWindow] = {}
         for step in self._ring:
-            for name, (rx_peak, tx_peak, rx, tx) in step.items():
+            for name, closed in step.items():
                 acc = out.get(name)
-                if acc is None:
-                    out[name] = [rx_peak, tx_peak, rx, tx]
-                else:
-                    acc[0], acc[1] = max(acc[0], rx_peak), max(acc[1], tx_peak)
-                    acc[2] += rx
-                    acc[3] += tx
-        return {name: NicWindow(*acc) for name, acc in out.items()}
+                out[name] = closed if acc is None else NicWindow(
+                    max(acc[0], closed[0]), max(acc[1], closed[1]), acc[2] + closed[2], acc[3] + closed[3]
+                )  # fmt: skip
+        return out

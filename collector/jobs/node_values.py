@@ -86,18 +86,33 @@ def node_values(
     wanted = set(member.gpus)
     own = [g for g in detector.own_gpus if not wanted or g.index in wanted]
     judged = [g for g in own if g.state in _JUDGED]
-    busy, sm, throttled, step_data = [], [], [], []
+    # One pass, sums in locals: this runs for every node of every job at every step.
+    busy = throttled = step_data = sm = window_data = idle = sync = 0.0
+    n_act = n_step_data = n_sm = n_window = n_idle = n_sync = 0
     for g in judged:
         a = detector.activity(g.index)
         if a is not None:
-            busy.append(a.utilization_ratio)
-            throttled.append(a.throttled_ratio)
-            step_data.append(a.data_wait_ratio)
+            busy += a.utilization_ratio
+            throttled += a.throttled_ratio
+            n_act += 1
+            if a.data_wait_ratio is not None:
+                step_data += a.data_wait_ratio
+                n_step_data += 1
             if a.sm_active_ratio is not None:
-                sm.append(a.sm_active_ratio)
+                sm += a.sm_active_ratio
+                n_sm += 1
+        if g.starvation_ratio is not None:
+            window_data += g.starvation_ratio
+            n_window += 1
+        if g.idle_ratio is not None:
+            idle += g.idle_ratio
+            n_idle += 1
+        if g.interconnect_ratio is not None:
+            sync += g.interconnect_ratio
+            n_sync += 1
     own_cause = _own_cause(judged)
     verdict = detector.verdict
-    data_wait = _mean([g.starvation_ratio for g in judged])
+    data_wait = window_data / n_window if n_window else None
     evidence: Mapping[str, float | str] = verdict.evidence if verdict.cause == own_cause else {}
     e = detector.evidence
     evidence_cause = "network" if e.network else "storage" if e.storage else "cpu" if e.cpu else None
@@ -105,22 +120,24 @@ def node_values(
     if needed is None and verdict.cause == own_cause:
         needed = verdict.needed_ingest_bytes_per_second
     samples = [g for g in report.gpus if not wanted or g.index in wanted]
+    clocks = [g.sm_clock_mhz for g in samples if g.HasField("sm_clock_mhz")]
     return NodeValues(
         gpus=len(own),
         assigned=len(judged),
         warmup=sum(1 for g in own if g.state == "warmup"),
-        busy_ratio=_mean(busy),
-        sm_active_ratio=_mean(sm) if len(sm) * 2 >= max(1, len(judged)) else None,
-        throttled_ratio=_mean(throttled),
-        data_wait_ratio=_mean(step_data),
+        busy_ratio=busy / n_act if n_act else None,
+        # GPM counts where at least half the judged GPUs have it.
+        sm_active_ratio=sm / n_sm if n_sm and n_sm * 2 >= len(judged) else None,
+        throttled_ratio=throttled / n_act if n_act else None,
+        data_wait_ratio=step_data / n_step_data if n_step_data else None,
         window_data_wait_ratio=data_wait,
-        idle_ratio=_mean([g.idle_ratio for g in judged]),
-        interconnect_ratio=_mean([g.interconnect_ratio for g in judged]),
+        idle_ratio=idle / n_idle if n_idle else None,
+        interconnect_ratio=sync / n_sync if n_sync else None,
         own_cause=own_cause,
         evidence=evidence,
         evidence_cause=evidence_cause,
         needed_bytes_per_second=needed,
-        clock_mhz=_mean([float(g.sm_clock_mhz) for g in samples if g.HasField("sm_clock_mhz")]),
+        clock_mhz=sum(clocks) / len(clocks) if clocks else None,
         link=_links(member, report, samples, peaks, config),
     )
 
@@ -177,7 +194,8 @@ def _links(
             speeds[nic.name] = nic.speed_bytes_per_second
     for port in report.rdma_ports:
         counters = port.counters
-        nic_errors += sum(counters.get(name, 0) for name in _RDMA_ERRORS)
+        if counters:
+            nic_errors += sum(counters.get(name, 0) for name in _RDMA_ERRORS)
     if peaks is not None:
         for name, speed in peaks.speeds.items():
             speeds.setdefault(name, speed)
@@ -215,11 +233,6 @@ def _increase(before: int | None, now: int) -> int | None:
     if before is None or now < before:
         return None  # the first step, or counters reset: nothing to say this step
     return now - before
-
-
-def _mean(values: list[float | None] | list[float]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
 
 
 def is_data_cause(cause: str | None) -> bool:
