@@ -120,7 +120,7 @@ def node_values(
     if needed is None and verdict.cause == own_cause:
         needed = verdict.needed_ingest_bytes_per_second
     samples = [g for g in report.gpus if not wanted or g.index in wanted]
-    clocks = [g.sm_clock_mhz for g in samples if g.HasField("sm_clock_mhz")]
+    link, clock = _links(member, report, samples, peaks, config)
     return NodeValues(
         gpus=len(own),
         assigned=len(judged),
@@ -137,8 +137,8 @@ def node_values(
         evidence=evidence,
         evidence_cause=evidence_cause,
         needed_bytes_per_second=needed,
-        clock_mhz=sum(clocks) / len(clocks) if clocks else None,
-        link=_links(member, report, samples, peaks, config),
+        clock_mhz=clock,
+        link=link,
     )
 
 
@@ -168,11 +168,16 @@ def _own_cause(judged: list[GpuVerdict]) -> str | None:
 def _links(
     member: Member, report: pb.NodeReport, samples: list[pb.GpuSample], peaks: NicPeaks | None,
     config: JobRollupConfig,
-) -> LinkValues:  # fmt: skip
+) -> tuple[LinkValues, float | None]:  # fmt: skip
+    """The node's link values, and the mean SM clock of the job's GPUs (one pass over them)."""
     slowest: pb.GpuSample | None = None
     slowest_rate = math.inf
-    inactive = nvlink_errors = 0
+    inactive = nvlink_errors = clocks = 0
+    clock_sum = 0.0
     for g in samples:
+        if g.HasField("sm_clock_mhz"):
+            clock_sum += g.sm_clock_mhz
+            clocks += 1
         # Unset, a generation or width reads 0: no rate.
         rate = _pcie(g.pcie_link_generation, g.pcie_link_width)
         if rate is not None and rate < slowest_rate:
@@ -209,7 +214,7 @@ def _links(
     )
     before_nvlink, before_nic = member.nvlink_errors_total, member.nic_errors_total
     member.nvlink_errors_total, member.nic_errors_total = nvlink_errors, nic_errors
-    return LinkValues(
+    links = LinkValues(
         nic_speeds={name: speeds[name] for name in moving if name in speeds},
         fabric_nic=fabric,
         fabric_peak_bytes_per_second=moving[fabric].peak_bytes_per_second if fabric is not None else None,
@@ -222,6 +227,7 @@ def _links(
         nvlink_errors=_increase(before_nvlink, nvlink_errors),
         nic_errors=_increase(before_nic, nic_errors),
     )
+    return links, clock_sum / clocks if clocks else None
 
 
 @functools.cache

@@ -1,8 +1,9 @@
 """The job roll-up: every multi-node job's verdict, once per evaluation step, over all its nodes.
 
 ``Ingest.accept`` (and replay) hands it every accepted report after the node's detector saw it.
-Per report it does little: the node's last report time and its NICs' peak rates
-(``nic_peaks``), and a job step that waited long enough for its slower nodes is judged. At the
+Per report it does little: the node's last report time and the peak rates of the NICs that carry
+its collective (``nic_peaks``), and a job step that waited long enough for its slower nodes is
+judged. At the
 node's own window step (``advanced``) its job keys are read (``membership``) and its values for
 each of its jobs are taken (``node_values``); a job step is judged once when every node of the
 job has stepped into it, or ``grace_ratio`` of a step after it began, whichever comes first
@@ -75,7 +76,7 @@ class JobRollup:
         if mine is None and not (advanced and report.jobs):
             return  # in no job, and none named now: the common case of a node without job keys
         t = report.time_unix_seconds
-        due: list[Job] = []
+        due: list[Job] | None = None
         if mine is not None:
             peaks = self._peaks.get(node_id)
             if peaks is not None:
@@ -83,12 +84,14 @@ class JobRollup:
             for member in mine.values():
                 member.last_report = t
                 if t >= member.job.due:
-                    due.append(member.job)
+                    due = [*(due or ()), member.job]
+        if not advanced and due is None:
+            return
         self._observing = node_id
         try:
             if advanced:
                 self._node_step(node_id, report, detector)
-            for job in due:
+            for job in due or ():
                 if job.gathering > job.judged:
                     self._judge(job, job.gathering, t)  # its slower nodes had their grace
         finally:
@@ -133,9 +136,9 @@ class JobRollup:
             return
         peaks = self._peaks.get(node_id)
         if peaks is None:
-            peaks = self._peaks[node_id] = NicPeaks(self.detector_config.window_steps)
+            peaks = self._peaks[node_id] = NicPeaks(self.detector_config.window_steps, self.config)
             peaks.observe(report)
-        peaks.step()
+        peaks.step(report)
         t = report.time_unix_seconds
         step = math.floor(t / self._evaluate)
         for job, member in joined:
