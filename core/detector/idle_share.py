@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from nodeagent.core.detector.window import Step
 
 
-def busy_ratio(track: GpuTrack, g: pb.GpuSample) -> float | None:
-    """The share of the report's time the GPU was busy; None when the report says nothing about it."""
+def busy_ratio(track: GpuTrack, g: pb.GpuSample, step: Step, dt: float) -> float | None:
+    """The share of the report's time the GPU was busy; None when the report says nothing about it.
+
+    The values as read go into the step's activity sums too (``window.activity``); an SM activity
+    the agent holds suspect decides nothing."""
     sm_usable = track.gpm and g.HasField("sm_active_ratio") and "sm_active_ratio" not in g.suspect_fields
     full = track.config.gpm_full_sm_active_ratio
     if not g.HasField("utilization_gpu_ratio"):
@@ -31,8 +34,13 @@ def busy_ratio(track: GpuTrack, g: pb.GpuSample) -> float | None:
     busy = g.utilization_gpu_ratio
     if not 0.0 <= busy <= 1.0:
         return None  # NaN or garbage: this report says nothing about the GPU
+    step.util += busy * dt
+    step.read_seconds += dt
     if sm_usable:
         sm = g.sm_active_ratio
+        if 0.0 <= sm <= 1.0:
+            step.sm += sm * dt
+            step.sm_seconds += dt
         if 0.0 <= sm < busy * full:
             busy = sm / full
     return busy

@@ -13,7 +13,9 @@ Step 5 of the rule chain, the roll-up, lives here; the steps before it run per G
    it leaves `starved` only after the ratio of its cause stays under ``exit_ratio`` for
    ``exit_seconds``;
 5. the roll-up (here): the node's state, majority cause, weighted ratios, GPU-hours lost and
-   the ingest bandwidth that would keep the GPUs busy; the records are in ``verdict``.
+   the ingest bandwidth that would keep the GPUs busy; the records are in ``verdict``. GPUs the
+   collector's job roll-up says wait on another node of their job are `waiting` (``waiting``:
+   ``wait_on``, ``clear_wait``); without it, as in the agent's ``top``, nothing waits.
 
 A MIG-split GPU's instances are followed each as a GPU (``mig``): the GPU's verdict is their
 roll-up, with theirs under it.
@@ -43,6 +45,8 @@ from nodeagent.core.detector.verdict import (
     node_state,
     starved_causes,
 )
+from nodeagent.core.detector.waiting import Wait, Waiting, apply_waits, job_gpus
+from nodeagent.core.detector.window import GpuActivity
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 ALERT_NAME = "GPUDataStarved"
@@ -64,6 +68,11 @@ class NodeDetector:
         self._last_time: float | None = None
         self._step_end: float | None = None
         self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
+        # The GPUs' verdicts of the last step before any wait, each job key's GPUs in that step's
+        # report, and the waits the job roll-up set (job -> nodes waited on, share).
+        self._own: tuple[GpuVerdict, ...] = ()
+        self._job_gpus: dict[str, frozenset[int]] = {}
+        self._waits: dict[str, Wait] = {}
         # The node-wide inputs of the last window step (rates and shares, whatever the verdict):
         # what /metrics shows beside the verdict. Replaced whole, so other threads may read it.
         self.evidence: NodeEvidence = EMPTY
@@ -101,6 +110,30 @@ class NodeDetector:
         if self._step_end is None or t >= self._step_end:
             self._step(report, t)
         return self._verdict
+
+    def wait_on(self, job: str, nodes: tuple[str, ...], wait_ratio: float | None) -> None:
+        """The job roll-up: this node's GPUs of ``job`` wait on ``nodes``, ``wait_ratio`` of their
+        time (None: each its own idle share). Takes effect at once; renewed at each of the job's
+        steps, it lapses a window after the last renewal."""
+        entering = self._waits.get(job)
+        self._waits[job] = Wait(nodes, wait_ratio, self._verdict.time_unix_seconds)
+        if entering is None or entering.nodes != nodes:
+            self._rewait()
+
+    def clear_wait(self, job: str) -> None:
+        """The job roll-up: this node's GPUs of ``job`` no longer wait on another node."""
+        if self._waits.pop(job, None) is not None:
+            self._rewait()
+
+    @property
+    def own_gpus(self) -> tuple[GpuVerdict, ...]:
+        """The GPUs' verdicts of the last window step as the node alone judges them (no wait applied)."""
+        return self._own
+
+    def activity(self, index: int) -> GpuActivity | None:
+        """What GPU ``index`` did over the last closed window step, as read (the job roll-up's input)."""
+        track = self._tracks.get(index)
+        return None if track is None else track.activity()
 
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
@@ -161,9 +194,24 @@ class NodeDetector:
                 gpus.append(split[index])  # split into MIG instances now: their roll-up
             elif track is not None:
                 gpus.append(track.step(samples.get(index), t, evidence, first=first))
-        self._verdict = self._roll_up(t, tuple(gpus))
+        self._own = tuple(gpus)
+        self._job_gpus = job_gpus(report) if report.jobs else {}
+        if self._waits:
+            lapsed = [job for job, w in self._waits.items() if t - w.renewed_at > config.window_seconds]
+            for job in lapsed:
+                del self._waits[job]
+        waiting = apply_waits(self._own, self._tracks, self._job_gpus, self._waits, step=True)
+        self._verdict = self._roll_up(t, waiting)
 
-    def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
+    def _rewait(self) -> None:
+        """Apply the waits to the last step's verdicts again (no step: no loss counted but on entering)."""
+        if not self._own:
+            return
+        waiting = apply_waits(self._own, self._tracks, self._job_gpus, self._waits, step=False)
+        self._verdict = self._roll_up(self._verdict.time_unix_seconds, waiting)
+
+    def _roll_up(self, t: float, waiting: Waiting) -> NodeVerdict:
+        gpus = waiting.gpus
         state = node_state(gpus)
         cause = majority_cause(starved_causes(gpus))
         weights = [(g, w) for g in gpus if (w := self._weight(g)) > 0]
@@ -189,9 +237,16 @@ class NodeDetector:
             if cause in ("network", "storage"):
                 needed = self._needed_ingest(cause, ratio)
         jobs = tuple(sorted({job for g in gpus for job in g.jobs}))
+        if state == "waiting":
+            evidence = {"waiting_on": ",".join(waiting.nodes), "waiting_job": waiting.job}
+            if waiting.ratio is not None:
+                evidence["wait_ratio"] = waiting.ratio
         lost = sum(track.gpu_seconds_lost for track in self._tracks.values())
         lost += sum(it.track.gpu_seconds_lost * it.share for it in self._instances.values())
-        return NodeVerdict(self.node_id, t, state, cause, tier, data, sync, lost, jobs, needed, evidence, gpus)
+        return NodeVerdict(
+            self.node_id, t, state, cause, tier, data, sync, lost, jobs, needed, evidence, gpus, waiting.nodes,
+            waiting.job,
+        )  # fmt: skip
 
     def _needed_ingest(self, cause: str, data_ratio: float) -> float | None:
         observed = [
