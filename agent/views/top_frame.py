@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from nodeagent.core.detector.verdict_words import verdict_sentence
+from nodeagent.core.detector.verdict_words import forming_words, verdict_sentence
 
 SORTS: Final = ("index", "util", "state")
 HELP: Final = "q quit · s sort · p pause · h help"
@@ -85,8 +85,9 @@ def _verdict(verdict: dict[str, Any] | None, state: ViewState) -> Text:
         return Text(f"verdict: the detector's window is filling ({seen:.0f} of {window:.0f} s)")
     style = "bold red" if verdict.get("state") == "starved" else "bold"
     text = Text(verdict_sentence(verdict), style=style)
-    if state.detector_seen_seconds < window:
-        text.append(f" (window {state.detector_seen_seconds:.0f} of {window:.0f} s)", style="dim")
+    forming = forming_words(state.detector_seen_seconds, window)
+    if forming:
+        text.append(f" ({forming})", style="dim")
     return text
 
 

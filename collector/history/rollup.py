@@ -24,6 +24,7 @@ from typing import Final
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
+from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -243,7 +244,8 @@ class NodeHistory:
             node.add(_UTIL, util_sum / util_gpus)
             node_counts[_UTIL_MIN] += 1
         if verdict is not None:
-            node.state, node.cause, node.jobs = verdict.state, verdict.cause or "", verdict.jobs
+            node.state = shown_state(verdict.state, gpu_count=len(verdict.gpus))  # as the views say it
+            node.cause, node.jobs = verdict.cause or "", verdict.jobs
             if verdict.starvation_ratio is not None:
                 node_sums[_RATIO] = verdict.starvation_ratio
                 node_counts[_RATIO] += 1

@@ -22,13 +22,14 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.views.fleet_assets import page
-from nodeagent.core.detector.verdict_words import evidence_words, verdict_sentence
+from nodeagent.collector.views.shown_state import DOWN, is_silent, node_shown_state
+from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 
 if TYPE_CHECKING:
     from nodeagent.collector.ingest.server import CollectorServer
 
 # Worst first: a starved node costs GPU time now; a down one says nothing at all.
-STATE_ORDER: Final = ("starved", "down", "lost", "throttled", "warmup", "busy", "idle")
+STATE_ORDER: Final = ("starved", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
 # The node page's timeline: this far back, from the collector's history (per-minute rows).
 TIMELINE_SECONDS: Final = 6 * 3600.0
@@ -67,9 +68,9 @@ class FleetPage:
 
     def fleet(self, state: str | None = None, cause: str | None = None) -> dict[str, Any]:
         now = self.server.ingest.clock()
-        fresh_after = now - self.server.ingest.detector_config.window_seconds
+        window = self.server.ingest.detector_config.window_seconds
         source = self.lost_today_source(now)
-        rows = [_row(node, fresh_after, now) for node in list(self.server.ingest.nodes.values())]
+        rows = [_row(node, now, window) for node in list(self.server.ingest.nodes.values())]
         states = _counts(r["state"] for r in rows)
         causes = _counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
@@ -94,13 +95,21 @@ class FleetPage:
         if node is None:
             return None
         now = self.server.ingest.clock()
-        fresh_after = now - self.server.ingest.detector_config.window_seconds
-        out = _row(node, fresh_after, now)
+        window = self.server.ingest.detector_config.window_seconds
+        out = _row(node, now, window)
         out["gpu_hours_lost_today_source"] = self.lost_today_source(now)
         detector = node.detector
         verdict = detector.verdict.to_plain() if detector is not None else None
         out["verdict"] = verdict
-        out["sentence"] = verdict_sentence(verdict) if verdict is not None else "no reports yet"
+        said = verdict_sentence(verdict) if verdict is not None else "no reports yet"
+        if out["state"] == DOWN:
+            # What follows is the last verdict, not now: say when it was heard.
+            heard = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(node.row.last_seen))
+            out["sentence"] = f"down: no report for {_ago(now - node.row.last_seen)}, last heard {heard}"
+            out["last_known"] = said
+        else:
+            out["sentence"] = f"{said} ({out['forming']})" if out["forming"] else said
+            out["last_known"] = None
         evidence = detector.evidence.values if detector is not None else {}
         out["highways"] = {
             cause: evidence_words(cause, evidence) for cause in ("network", "storage", "cpu") if evidence
@@ -135,17 +144,18 @@ class FleetPage:
         return sorted(alerts, key=lambda a: (a.ends_at is not None, -a.starts_at))
 
 
-def _row(node: NodeState, fresh_after: float, now: float) -> dict[str, Any]:
+def _row(node: NodeState, now: float, window_seconds: float) -> dict[str, Any]:
     row = node.row
     detector = node.detector
     verdict = detector.verdict if detector is not None else None
-    fresh = verdict is not None and bool(verdict.time_unix_seconds) and row.last_seen >= fresh_after
-    state = verdict.state if fresh and verdict is not None else ("down" if row.last_seen else "idle")
+    fresh = verdict is not None and bool(verdict.time_unix_seconds) and not is_silent(node, now, window_seconds)
+    state = node_shown_state(node, now, window_seconds)
     gpus = []
     if fresh and verdict is not None:
         for g in verdict.gpus:
             busy = None if g.idle_ratio is None else round(1.0 - g.idle_ratio, 3)
             gpus.append({"index": g.index, "state": g.state, "cause": g.cause, "busy_ratio": busy})
+    seen = detector.seen_seconds if detector is not None else 0.0
     return {
         "node_id": row.node_id,
         "connected": node.stream is not None,
@@ -156,7 +166,17 @@ def _row(node: NodeState, fresh_after: float, now: float) -> dict[str, Any]:
         "gpu_hours_lost_today": round(node.timeline.lost_today_seconds_at(now) / 3600, 3),
         "gpu_count": row.gpu_count,
         "gpus": gpus,
+        # While the detector's window fills, a starved node still reads busy: say so.
+        "forming": forming_words(seen, window_seconds) if fresh else "",
     }
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _minute_point(row: MinuteRow) -> dict[str, Any]:

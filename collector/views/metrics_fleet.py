@@ -8,7 +8,8 @@ replaces whole (verdicts, evidence) or plain numbers (row counters).
 
 A node's verdict families are shown while its last report is younger than the detector's window;
 after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
-so those series end rather than repeat a stale state.
+so those series end rather than repeat a stale state, and ``nodeagent_node_state`` says
+``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Final
 
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.views.shown_state import is_silent, node_shown_state
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.core.exposition.text import TextFamily, escape, label, render
@@ -42,7 +44,8 @@ NODE_FAMILIES: Final = {
 }  # fmt: skip
 VERDICT_FAMILIES: Final = {
     "nodeagent_node_state": (
-        "gauge", "The detector's verdict for the node: 1 for its current state, with cause and tier while starved.",
+        "gauge", "The node's state as every view shows it: 1 for its current state (the detector's verdict while "
+        "it reports, with cause and tier while starved; down once silent; no-gpu).",
     ),
     "nodeagent_node_starvation_ratio": ("gauge", "Share of the node's assigned GPU time lost to data causes (window)."),
     "nodeagent_node_interconnect_wait_ratio": ("gauge", "Share of the node's assigned GPU time in collectives."),
@@ -111,20 +114,23 @@ class FleetMetrics:
             for table in (NODE_FAMILIES, VERDICT_FAMILIES, GPU_FAMILIES)
             for name, (kind, help_text) in table.items()
         }
-        fresh_after = self.clock() - self.ingest.detector_config.window_seconds
+        now, window = self.clock(), self.ingest.detector_config.window_seconds
         nodes = list(self.ingest.nodes.values())  # a copy: the event loop may add nodes meanwhile
         if len(self._node_labels) > 2 * len(nodes) + 1000:
             self._node_labels.clear()
         for node in nodes:
             labels = self._node_label(node.row.node_id)
             self._row(families, node, labels)
-            detector = node.detector
-            if detector is not None and node.row.last_seen >= fresh_after:
-                verdict = detector.verdict
-                if verdict.time_unix_seconds:
-                    _verdict(families, verdict, labels)
-                    for gpu in verdict.gpus:
-                        _gpu(families, gpu, labels)
+            state = node_shown_state(node, now, window)
+            detector = node.detector if not is_silent(node, now, window) else None
+            verdict = detector.verdict if detector is not None and detector.verdict.time_unix_seconds else None
+            if verdict is not None:
+                _verdict(families, verdict, labels, state)
+                for gpu in verdict.gpus:
+                    _gpu(families, gpu, labels)
+            else:  # down, or no verdict yet: the state alone, the same word as nodes and the page
+                families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+            if detector is not None:
                 _evidence(families, detector.evidence, labels)
         return render(families.values())
 
@@ -151,8 +157,8 @@ class FleetMetrics:
         families["nodeagent_node_clock_refused_reports_total"].add(labels, node.clock_refused_total)
 
 
-def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str) -> None:
-    families["nodeagent_node_state"].add(f"{labels},{_state_labels(v.state, v.cause, v.tier)}", 1.0)
+def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str, state: str) -> None:
+    families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, v.cause, v.tier)}", 1.0)
     if v.starvation_ratio is not None:
         families["nodeagent_node_starvation_ratio"].add(labels, v.starvation_ratio)
     if v.interconnect_ratio is not None:

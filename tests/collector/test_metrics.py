@@ -130,7 +130,10 @@ def test_a_silent_node_keeps_its_counters_and_loses_its_verdict(ingest: tuple[In
     clock.now += state.detector_config.window_seconds + 1
     samples = _samples(FleetMetrics(state).render())
     assert samples["gpu_state"] == []
-    assert samples["node_state"] == []
+    # Its state is down, the word `nodes` and the fleet page show; nothing of its last verdict.
+    assert {(s.labels["node"], s.labels["state"], s.labels["cause"]) for s in samples["node_state"]} == {
+        ("oc", "down", ""), ("fast", "down", ""),
+    }  # fmt: skip
     assert samples["node_cpu_busy_ratio"] == []
     assert {s.labels["node"]: s.value for s in samples["node_reports_total"]} == {"oc": SECONDS, "fast": SECONDS}
     assert len(samples["node_last_report_timestamp_seconds"]) == 2
