@@ -60,6 +60,7 @@ def history_rows(response: Any) -> list[dict[str, Any]]:
         plain: dict[str, Any] = {"time_unix_seconds": row.time_unix_seconds, "gpu": None if row.gpu < 0 else row.gpu}
         plain["samples"] = row.samples
         plain.update({name: row.values.get(name) for name in VALUES})
+        plain["held_seconds"] = row.values.get("held_seconds")  # a GPU's seconds held by its jobs
         plain.update(state=row.state, cause=row.cause or None, jobs=list(row.jobs))
         rows.append(plain)
     return rows
