@@ -6,6 +6,7 @@ decides what they see) and checks the line they read and the status a script get
 
 from __future__ import annotations
 
+import asyncio
 import ctypes.util
 import datetime as dt
 import json
@@ -126,6 +127,43 @@ def test_replay_of_a_trace_without_one_valid_report_exits_2(tmp_path: Path) -> N
     assert done.stderr.strip().splitlines()[-1] == f"nodeagent-collector: error: {trace}: no valid report (1 bad line)"
 
 
+def test_history_of_a_node_the_collector_does_not_hold_exits_2(tmp_path: Path) -> None:
+    """As `replay --node` does: one line naming the node, exit 2; --json still prints a list."""
+    with processes() as started:
+        collector = Collector(db=tmp_path / "c.db", port=free_port()).start()
+        started.append(collector)
+        table = run("collector", "history", "nosuch", "--collector", collector.address, timeout=30)
+        as_json = run("collector", "history", "nosuch", "--json", "--collector", collector.address, timeout=30)
+    assert table.returncode == 2, table.stderr
+    assert table.stderr.strip().splitlines() == [
+        "nodeagent-collector: error: no history of node 'nosuch' in the range asked"
+    ]
+    assert as_json.returncode == 2 and json.loads(as_json.stdout) == []
+
+
+def test_a_finite_run_whose_spool_dropped_reports_exits_1(tmp_path: Path) -> None:
+    """The collector comes up late; meanwhile the spool drops reports past --spool-max-age. The
+    rest are acknowledged, but the dropped ones never were: exit 1 (as the help says), not 0."""
+    port = free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent.agent", "run", "--simulate", "healthy", "--node-id", "late-1",
+         "--no-collector.gpu", "--interval", "0.1", "--spool-max-age", "1", "--deadline", "16",
+         "--collector", f"127.0.0.1:{port}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV,
+    )  # fmt: skip
+    with processes() as started:
+        try:
+            time.sleep(2.5)  # some reports age out of the spool meanwhile
+            started.append(Collector(db=tmp_path / "c.db", port=port).start())
+            out, err = agent.communicate(timeout=60)
+        finally:
+            agent.kill()
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["dropped_total"] > 0 and summary["acked_seq"] > 0 and summary["unacked"] == 0, summary
+    assert agent.returncode == 1, err[-2000:]
+    assert err.splitlines()[-1].startswith(f"nodeagent: error: {summary['dropped_total']} of ")
+
+
 # ---- the agent and the collector say what happens -------------------------------------------
 
 
@@ -188,9 +226,14 @@ def test_the_sender_logs_a_periodic_delivery_summary() -> None:
     assert summaries[-1]["connected_to"] == f"127.0.0.1:{port}"
 
 
-def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error() -> None:
+@pytest.mark.parametrize("refusal_seconds", [0.0, 0.5], ids=["prompt", "slow"])
+def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error(refusal_seconds: float) -> None:
+    """A refusal slower than the agent's wait for acceptance (0.3 s) races its first reports:
+    gRPC then says "INTERNAL: Internal error from Core"; the log still says the refusal."""
+
     async def refuse(_requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         await context.read()
+        await asyncio.sleep(refusal_seconds)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
     port = serve_ingest(refuse, 8)
@@ -201,7 +244,7 @@ def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error() ->
     sender = Sender(spool, [f"127.0.0.1:{port}"], hello=lambda: pb.NodeInfo(node_id="n"), config=config)
     with capture_logs() as logs:
         sender.start()
-        time.sleep(2)
+        time.sleep(2 + 6 * refusal_seconds)  # a few tries either way
         sender.stop()
     ended = [e for e in logs if e["event"] in ("collector stream ended", "cannot reach the collector")]
     assert ended, logs

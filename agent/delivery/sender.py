@@ -36,6 +36,8 @@ log = structlog.get_logger("nodeagent.sender")
 # Asked only to learn why a connection fails: a call that does not wait for the channel fails
 # at once with the transport's own reason ("Connection refused", a TLS handshake error).
 _HEALTH_METHOD = "/grpc.health.v1.Health/Check"
+# What gRPC says of a call whose write raced the collector's refusal, instead of the refusal.
+_RACED = "INTERNAL: Internal error from Core"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +208,10 @@ class Sender:
             # The collector's status says why (UNAUTHENTICATED, UNAVAILABLE); what the writer or
             # the reader hit first (InvalidStateError, "Internal error from Core") only says that it ended.
             status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
+            if status is not None and status.startswith(_RACED) and not acked_any:
+                # A report written while a slow collector refused the stream: gRPC says only that
+                # the write raced the end. A stream with the hello alone gets the refusal itself.
+                status = await self._refusal(channel) or status
             self.delivery_log.failed("collector stream ended", target, status or _describe(err))
         finally:
             self.spool.stream_ended()
@@ -213,6 +219,24 @@ class Sender:
             self.reconnects_total += 1
             await channel.close(grace=None)
         return acked_any
+
+    async def _refusal(self, channel: grpc.aio.Channel) -> str | None:
+        """``CODE: details`` of the collector's refusal of a stream that sends the hello and
+        nothing more, waited for up to ``connect_timeout_seconds``; None when it accepts it (then
+        it is closed at once) or says nothing in time."""
+        call = channel.stream_stream(
+            STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
+        )(metadata=self.security.metadata())
+        try:
+            await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
+            headers = await asyncio.wait_for(call.initial_metadata(), self.config.connect_timeout_seconds)
+            if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
+                return None
+            return await _final_status(call)
+        except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            return await _final_status(call) if call.done() else None
+        finally:
+            call.cancel()
 
     async def _accepted(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack]) -> None:
         """Return once the collector accepted the stream (or says nothing: an older one);

@@ -146,8 +146,10 @@ class RowPrinter:
         elif self.form == "csv":
             if self._fields is None:
                 click.echo("time_unix_seconds")
-        elif not self.rows:
-            click.echo(f"no history of node {self.node!r}")
+        if not self.rows:
+            # A node the history does not hold (a typo) is the operator's to fix, as `replay --node`
+            # says of one without stored reports: one line, exit 2; JSON and CSV stay well-formed.
+            raise click.ClickException(f"no history of node {self.node!r} in the range asked")
 
 
 def _pct(value: float | None) -> str:
