@@ -143,9 +143,8 @@ class RowPrinter:
     def close(self) -> None:
         if self.form == "json":
             click.echo("\n]" if self.rows else "[]")
-        elif self.form == "csv":
-            if self._fields is None:
-                click.echo("time_unix_seconds")
+        elif self.form == "csv" and self._fields is None:
+            click.echo("time_unix_seconds")
         if not self.rows:
             # A node the history does not hold (a typo) is the operator's to fix, as `replay --node`
             # says of one without stored reports: one line, exit 2; JSON and CSV stay well-formed.
