@@ -141,29 +141,6 @@ def test_history_of_a_node_the_collector_does_not_hold_exits_2(tmp_path: Path) -
     assert as_json.returncode == 2 and json.loads(as_json.stdout) == []
 
 
-def test_a_finite_run_whose_spool_dropped_reports_exits_1(tmp_path: Path) -> None:
-    """The collector comes up late; meanwhile the spool drops reports past --spool-max-age. The
-    rest are acknowledged, but the dropped ones never were: exit 1 (as the help says), not 0."""
-    port = free_port()
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "nodeagent.agent", "run", "--simulate", "healthy", "--node-id", "late-1",
-         "--no-collector.gpu", "--interval", "0.1", "--spool-max-age", "1", "--deadline", "16",
-         "--collector", f"127.0.0.1:{port}"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV,
-    )  # fmt: skip
-    with processes() as started:
-        try:
-            time.sleep(2.5)  # some reports age out of the spool meanwhile
-            started.append(Collector(db=tmp_path / "c.db", port=port).start())
-            out, err = agent.communicate(timeout=60)
-        finally:
-            agent.kill()
-    summary = json.loads(out.splitlines()[-1])
-    assert summary["dropped_total"] > 0 and summary["acked_seq"] > 0 and summary["unacked"] == 0, summary
-    assert agent.returncode == 1, err[-2000:]
-    assert err.splitlines()[-1].startswith(f"nodeagent: error: {summary['dropped_total']} of ")
-
-
 # ---- the agent and the collector say what happens -------------------------------------------
 
 
