@@ -78,6 +78,9 @@ GPU_FAMILIES: Final = {
     "nodeagent_gpu_data_starved_seconds_total": (
         "counter", "GPU time lost waiting for data while starved (GPU-seconds; /3600 for GPU-hours).",
     ),
+    "nodeagent_gpu_bad_reading": (
+        "gauge", "1 per link (pcie, nvlink) whose counters ran faster than it carries in the window: ignored.",
+    ),
 }  # fmt: skip
 
 # Evidence value name -> family, for the plain numbers of NodeEvidence.values.
@@ -176,6 +179,10 @@ def _gpu(families: dict[str, TextFamily], g: GpuVerdict, node_labels: str) -> No
     if g.interconnect_ratio is not None:
         families["nodeagent_gpu_interconnect_wait_ratio"].add(labels, g.interconnect_ratio)
     families["nodeagent_gpu_data_starved_seconds_total"].add(labels, g.gpu_seconds_lost)
+    bad = g.evidence.get("bad_reading")
+    if isinstance(bad, str):  # what sample and top flag too (a rate above the link's capacity)
+        for link in bad.split(","):
+            families["nodeagent_gpu_bad_reading"].add(f'{labels},link="{escape(link)}"', 1.0)
 
 
 def _evidence(families: dict[str, TextFamily], e: NodeEvidence, labels: str) -> None:

@@ -38,6 +38,17 @@ IB_COUNTER_BITS: dict[str, int] = {
 }
 
 
+# A rate more than this many times its link's capacity is a bad reading (a counter in other
+# units, a wrapped or reset counter, a wrong speed): the detector decides nothing by it, and the
+# views show it flagged rather than as traffic (the detector's ``link_overrun_factor`` default).
+LINK_OVERRUN_FACTOR = 1.2
+
+
+def within_capacity(bytes_per_second: float, capacity: float | None, factor: float = LINK_OVERRUN_FACTOR) -> bool:
+    """Whether a link's rate is one the link can carry; True when its capacity is not known."""
+    return not capacity or bytes_per_second <= capacity * factor
+
+
 def delta(previous: int | None, current: int | None) -> int | None:
     """Increase of a cumulative counter; None when either is unknown or it was reset."""
     if previous is None or current is None or current < previous:

@@ -119,7 +119,8 @@ async function drawNode() {
   const why = Object.entries(n.highways).filter(([, said]) => said).map(([cause, said]) =>
     `<li><b>${esc(cause)}</b>: ${esc(said)}</li>`).join("");
   const gpus = (n.verdict?.gpus ?? []).map((g) => `<tr><td>${g.index}</td><td>${badge(g.state)}</td>` +
-    `<td>${esc(g.cause ?? "")}</td><td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
+    `<td>${esc(g.cause ?? "")}${(g.evidence || {}).bad_reading ?
+      ` <span class="muted bad-reading">bad ${esc(g.evidence.bad_reading)} reading</span>` : ""}</td><td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
     `<td class="jobs">${longName((g.jobs || []).join(", "))}</td></tr>`).join("");
   // A down node's verdict and evidence are of when it was last heard, not of now: said so.
   const why_title = n.last_known ? `Last known state, at ${clock(n.last_seen)} UTC` : "Why: the highways now";
