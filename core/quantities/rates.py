@@ -88,6 +88,34 @@ def increase_across_reset(previous: float, current: float) -> float:
     return current - previous if current >= previous else current
 
 
+def share_of_increase(part: tuple[float, float], whole: tuple[float, float]) -> float | None:
+    """How much of the increase of ``whole`` (before, now) the increase of ``part`` is, at most 1:
+    a CPU's busy time over all its time. None when ``whole`` did not grow or ``part`` went down."""
+    grown = whole[1] - whole[0]
+    if grown <= 0 or part[1] < part[0]:
+        return None
+    return min(1.0, (part[1] - part[0]) / grown)
+
+
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_time_shares(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:
+    """``busy`` and ``iowait`` shares of a CPU's time between two readings of its seconds by mode
+    (``CPU_MODES``); {} over a reset. idle and iowait may go backwards a little (the kernel
+    documents iowait as unreliable, NO_HZ idle accounting too): that is no reset. Busy time going
+    backwards is one (a CPU hot-unplugged and back)."""
+    deltas = {mode: new[mode] - old[mode] for mode in CPU_MODES}
+    if any(deltas[mode] < 0 for mode in CPU_MODES if mode not in ("idle", "iowait")):
+        return {}
+    deltas["idle"] = max(0.0, deltas["idle"])
+    deltas["iowait"] = max(0.0, deltas["iowait"])
+    total = sum(deltas.values())
+    if total <= 0:
+        return {}
+    return {"busy": 1.0 - (deltas["idle"] + deltas["iowait"]) / total, "iowait": deltas["iowait"] / total}
+
+
 def ratio(part: float | None, whole: float | None) -> float | None:
     """part / whole, None when either is unknown or whole is not positive."""
     if part is None or whole is None or whole <= 0:

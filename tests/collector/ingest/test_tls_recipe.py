@@ -110,6 +110,19 @@ def test_a_node_an_operator_and_a_scraper_as_the_page_says(recipe: dict[str, obj
     scrape = subprocess.run(
         [*commands[3], "-sS"], cwd=recipe["work"], capture_output=True, text=True, timeout=30, check=False
     )
+    # What stays open, as the page says: /healthz for a probe without a certificate, and not the
+    # fleet page (`/`), which asks a reader's credential like /metrics.
+    base = commands[3][-1].removesuffix("/metrics")
+    open_to_all = {
+        path: subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", "tls/ca.crt", base + path],
+            cwd=recipe["work"], capture_output=True, text=True, timeout=30, check=False,
+        ).stdout
+        for path in ("/healthz", "/", "/metrics")
+    }  # fmt: skip
+    assert open_to_all == {"/healthz": "200", "/": "401", "/metrics": "401"}
+    stays_open = " ".join(PAGE.read_text().split("### What stays open", 1)[1].split("\n### ", 1)[0].split())
+    assert "index page `/` answer" not in stays_open and "`/` included, does not stay open" in stays_open
     assert scrape.returncode == 0, scrape.stderr
     assert re.search(r'^nodeagent_node_reports_total\{node="gpu-node-01"\} 5(\.0)?$', scrape.stdout, re.MULTILINE)
 
