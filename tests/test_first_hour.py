@@ -141,6 +141,22 @@ def test_history_of_a_node_the_collector_does_not_hold_exits_2(tmp_path: Path) -
     assert as_json.returncode == 2 and json.loads(as_json.stdout) == []
 
 
+def test_aiming_at_the_http_port_or_giving_a_url_is_said_in_one_line(tmp_path: Path) -> None:
+    """The collector's HTTP port answers gRPC with HTTP/1: "that is an HTTP port", not a page of
+    HTTP/2 parsing; a URL is refused before anything is dialled, by the agent too (exit 2)."""
+    with processes() as started:
+        collector = Collector(db=tmp_path / "c.db", port=free_port()).start()
+        started.append(collector)
+        http = run("collector", "nodes", "--collector", collector.http_address, timeout=30)
+        url = run("collector", "nodes", "--collector", f"http://{collector.address}", timeout=30)
+    agent = run("agent", "run", "--collector", f"http://{collector.address}", "--max-reports", "1", timeout=30)
+    assert http.returncode == 1 and len(http.stderr.strip().splitlines()) == 1, http.stderr
+    assert f"cannot reach the collector at {collector.http_address}: that is an HTTP port" in http.stderr
+    for done in (url, agent):
+        assert done.returncode == 2, done.stderr
+        assert f"give '{collector.address}', without http://" in done.stderr
+
+
 # ---- the agent and the collector say what happens -------------------------------------------
 
 
