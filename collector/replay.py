@@ -1,18 +1,24 @@
-"""The detector over a recorded trace, offline: verdict timeline, alerts, time shares.
+"""The detector over a recorded trace, offline: verdict timeline, alerts, time shares; and, for a
+trace of several nodes, the job roll-up over them: each job's verdicts over time.
 
 Deterministic: the output depends only on the reports and the configuration (trace time, never
-the wall clock). One detector per node in the trace.
+the wall clock). One detector per node in the trace; the reports are taken in time order (the
+caller merges several nodes' traces, ``merged``), and each goes to its node's detector and then
+to the job roll-up, with whether the node's verdict advanced, as ``Ingest.accept`` hands it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.lifecycle import RESOLVED, alert_labels, next_transition
 from nodeagent.collector.alerts.report_rules import NodeRules
+from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -125,7 +131,8 @@ class NodeReplay:
     gpu_shares: dict[int, Shares] = field(default_factory=dict)
     _shown: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
 
-    def observe(self, report: pb.NodeReport) -> None:
+    def observe(self, report: pb.NodeReport) -> bool:
+        """Take one report; True when the node's verdict advanced (a new window step)."""
         # The hardware rules (GPULost, NVLinkDown, XIDError, ...) see every report, as in the collector.
         hardware = self.rules.observe(report)
         if hardware:
@@ -143,6 +150,8 @@ class NodeReplay:
         if verdict is not before:
             self._changes(verdict)
             self.evaluations.append((verdict.time_unix_seconds, self.detector.signals()))
+            return True
+        return False
 
     def _changes(self, verdict: NodeVerdict) -> None:
         for g in verdict.gpus:
@@ -170,11 +179,75 @@ class NodeReplay:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """A job's verdict where it changed: its state, its straggler(s) and cause."""
+
+    time_unix_seconds: float
+    state: str
+    straggler_nodes: tuple[str, ...]
+    cause: str | None
+    job_wide: bool
+    wait_ratio: float | None
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "time_unix_seconds": self.time_unix_seconds, "state": self.state,
+            "straggler_nodes": list(self.straggler_nodes), "cause": self.cause, "job_wide": self.job_wide,
+            "wait_ratio": self.wait_ratio,
+        }  # fmt: skip
+
+
+@dataclass(slots=True)
+class JobReplay:
+    """One multi-node job as the roll-up judged it over the trace."""
+
+    job: str
+    first_time: float
+    last: JobVerdict
+    timeline: list[JobChange] = field(default_factory=list)
+
+    def observe(self, verdict: JobVerdict) -> None:
+        self.last = verdict
+        change = JobChange(
+            verdict.time_unix_seconds, verdict.state, verdict.straggler_nodes, verdict.cause, verdict.job_wide,
+            verdict.wait_ratio,
+        )  # fmt: skip
+        shown = self.timeline[-1] if self.timeline else None
+        if shown is None or (shown.state, shown.straggler_nodes, shown.cause, shown.job_wide) != (
+            change.state, change.straggler_nodes, change.cause, change.job_wide,
+        ):  # fmt: skip
+            self.timeline.append(change)
+
+    def first_slowed(self) -> JobChange | None:
+        return next((c for c in self.timeline if c.state == "slowed"), None)
+
+    def to_plain(self, alerts: list[AlertTransition]) -> dict[str, Any]:
+        slowed = self.first_slowed()
+        return {
+            "job": self.job,
+            "first_time_unix_seconds": self.first_time,
+            "last_time_unix_seconds": self.last.time_unix_seconds,
+            # When the roll-up first called the job slowed, whom it named and why (None: never).
+            "first_slowed": slowed.to_plain() if slowed is not None else None,
+            "timeline": [c.to_plain() for c in self.timeline],
+            "alerts": [a.to_plain() for a in alerts if a.labels.get("job", a.key) == self.job],
+            "final_verdict": self.last.to_plain(),
+        }
+
+
 class Replay:
-    def __init__(self, config: DetectorConfig, alert_config: AlertConfig | None = None) -> None:
+    def __init__(
+        self, config: DetectorConfig, alert_config: AlertConfig | None = None, jobs: JobRollup | None = None
+    ) -> None:
         self.config = config
         self.alert_config = alert_config or AlertConfig()
         self.nodes: dict[str, NodeReplay] = {}
+        # The job roll-up, fed as the collector feeds it; its verdicts over time, per job.
+        self.rollup = jobs if jobs is not None else JobRollup(config)
+        self.jobs: dict[str, JobReplay] = {}
+        self.job_evaluations: list[tuple[float, Sequence[AlertSignal]]] = []
+        self._snapshot: tuple[JobVerdict, ...] = self.rollup.verdicts()
 
     def observe(self, report: pb.NodeReport) -> None:
         node = self.nodes.get(report.node_id)
@@ -183,10 +256,24 @@ class Replay:
             t = report.time_unix_seconds
             rules = NodeRules(report.node_id, self.alert_config)
             node = self.nodes[report.node_id] = NodeReplay(report.node_id, detector, rules, t, t)
-        node.observe(report)
+        advanced = node.observe(report)
+        self.rollup.observe(report.node_id, report, node.detector, advanced)
+        snapshot = self.rollup.verdicts()
+        if snapshot is not self._snapshot:  # the roll-up evaluated: a new snapshot, replaced whole
+            self._snapshot = snapshot
+            for verdict in snapshot:
+                job = self.jobs.get(verdict.job)
+                if job is None:
+                    job = self.jobs[verdict.job] = JobReplay(verdict.job, verdict.time_unix_seconds, verdict)
+                job.observe(verdict)
+            self.job_evaluations.append((report.time_unix_seconds, self.rollup.signals()))
 
     def to_plain(self) -> dict[str, Any]:
-        return {"nodes": [self.nodes[n].to_plain() for n in sorted(self.nodes)]}
+        alerts = replay_alerts(self.job_evaluations)
+        return {
+            "nodes": [self.nodes[n].to_plain() for n in sorted(self.nodes)],
+            "jobs": [self.jobs[j].to_plain(alerts) for j in sorted(self.jobs)],
+        }
 
 
 def replay(reports: Iterable[pb.NodeReport], config: DetectorConfig, alert_config: AlertConfig | None = None) -> Replay:
@@ -194,3 +281,9 @@ def replay(reports: Iterable[pb.NodeReport], config: DetectorConfig, alert_confi
     for report in reports:
         result.observe(report)
     return result
+
+
+def merged(*traces: Iterable[pb.NodeReport]) -> Iterator[pb.NodeReport]:
+    """The reports of several traces (one node's each, or several nodes' in time order) in time
+    order; reports at the same time in the order of the traces given."""
+    return heapq.merge(*traces, key=lambda report: report.time_unix_seconds)

@@ -14,8 +14,17 @@ from nodeagent.agent.sources import UnknownSourceError, available, enabled_names
 
 
 def collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--collector.NAME / --no-collector.NAME`` for every registered collector."""
+    """``--collector.NAME / --no-collector.NAME`` for every registered collector, and each
+    collector's own settings, ``--collector.NAME.OPTION VALUE`` (node_exporter's form)."""
     for name, cls in reversed(list(available().items())):
+        for option in reversed(cls.options):
+            func = click.option(
+                f"--collector.{name}.{option.name}",
+                _option_param(name, option.name),
+                default=None,
+                metavar=option.metavar,
+                help=option.help,
+            )(func)
         default = "on" if cls.default_enabled else "off"
         func = click.option(
             f"--collector.{name}/--no-collector.{name}",
@@ -35,13 +44,27 @@ def root_dir(option: str) -> Callable[[click.Context, click.Parameter, str], str
     return check
 
 
-def enabled_collectors(flags: dict[str, bool | None]) -> list[str]:
+def enabled_collectors(flags: dict[str, bool | str | None]) -> list[str]:
     """Collector names from the ``--collector.X/--no-collector.X`` flags of a command."""
-    overrides = {k.removeprefix("collector_"): v for k, v in flags.items() if v is not None}
+    settings = _option_params()
+    overrides = {k.removeprefix("collector_"): bool(v) for k, v in flags.items() if v is not None and k not in settings}
     try:
         return enabled_names(overrides)
     except UnknownSourceError as err:
         raise click.UsageError(str(err)) from err
+
+
+def collector_options(flags: dict[str, bool | str | None]) -> dict[str, str]:
+    """The collectors' own settings that were given ("diskstats.device-include" -> value), each
+    checked by its collector: one that cannot be used is a usage error (one line, exit 2)."""
+    settings = _option_params()
+    given = {settings[k]: str(v) for k, v in flags.items() if k in settings and v is not None}
+    for cls in available().values():
+        try:
+            cls.check_options(given)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from err
+    return given
 
 
 def agent_config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
@@ -52,3 +75,17 @@ def agent_config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
     except ConfigError as err:
         raise click.UsageError(str(err)) from err
     return AgentConfig(link_speeds=speeds, rescan_seconds=config.rescan_seconds)
+
+
+def _option_param(source: str, option: str) -> str:
+    # The settings framework's key for the flag: `.` and `-` become `_`.
+    return f"collector_{source}_{option.replace('-', '_')}"
+
+
+def _option_params() -> dict[str, str]:
+    """Parameter name -> "<source>.<option>" for every collector setting."""
+    return {
+        _option_param(name, option.name): f"{name}.{option.name}"
+        for name, cls in available().items()
+        for option in cls.options
+    }

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import click
 import structlog
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
@@ -179,6 +179,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="nodeagent's own families (health, delivery, highways, process).",
 )  # fmt: skip
 @click.option(
+    "--metrics-xid-count/--no-metrics-xid-count", default=False, show_default=True,
+    help="dcgm-exporter's opt-in DCGM_EXP_XID_ERRORS_COUNT: Xids per GPU and number in the last 5 minutes.",
+)  # fmt: skip
+@click.option(
     "--pod-resources-socket", default=DEFAULT_POD_RESOURCES_SOCKET, show_default=True, metavar="PATH",
     help="The kubelet's pod-resources socket: pod, namespace and container labels on the GPU families "
     "(read every 10 s; off while the file does not exist, or with an empty value).",
@@ -215,8 +219,9 @@ def run(
     metrics_nvlink: bool,
     metrics_node: bool,
     metrics_agent: bool,
+    metrics_xid_count: bool,
     pod_resources_socket: str,
-    **flags: bool | None,
+    **flags: bool | str | None,
 ) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
     started = time.monotonic()
@@ -232,6 +237,7 @@ def run(
         raise click.UsageError(str(err)) from err
     config = agent_config(config_path, link_speed)
     names = enabled_collectors(flags)
+    options = collector_options(flags)
     raise_open_file_limit()
     try:
         spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
@@ -258,9 +264,13 @@ def run(
             raise click.BadParameter(str(err), param_hint="--simulate") from err
     else:
         source = Sampler(
-            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence
-        )
-    chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
+            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence,
+            options=options,
+        )  # fmt: skip
+    chosen = (
+        ("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent),
+        ("xid_count", metrics_xid_count),
+    )  # fmt: skip
     settings = DaemonSettings(
         node_id=node_id, interval_seconds=interval, collectors=collectors, security=security, max_reports=max_reports,
         stop_at=started + deadline if deadline is not None else None, metrics_listen=metrics_listen,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots
@@ -51,13 +51,14 @@ def sample(
     config_path: Path | None,
     link_speed: tuple[str, ...],
     show_all: bool,
-    **collector_flags: bool | None,
+    **collector_flags: bool | str | None,
 ) -> None:
     """Snapshots of this node: counters and topology first, then rates."""
     config = agent_config(config_path, link_speed)
     names = enabled_collectors(collector_flags)
+    options = collector_options(collector_flags)
     raise_open_file_limit()
-    sampler = Sampler(names, roots=Roots(procfs=procfs, sysfs=sysfs), config=config)
+    sampler = Sampler(names, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, options=options)
     previous = None
     deadline = time.monotonic()
     try:

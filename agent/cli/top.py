@@ -27,7 +27,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots
@@ -129,7 +129,7 @@ def top(
     procfs: str,
     sysfs: str,
     config_path: Path | None,
-    **collector_flags: bool | None,
+    **collector_flags: bool | str | None,
 ) -> None:
     """This node live: GPUs, links, disks, CPU and the starvation verdict."""
     detector_config = _detector_config(detector_path)
@@ -148,10 +148,12 @@ def top(
     else:
         raise_open_file_limit()
         names = enabled_collectors(collector_flags)
+        options = collector_options(collector_flags)
         node_id = platform.node()
         source = Sampler(
-            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=agent_config(config_path, ())
-        )
+            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=agent_config(config_path, ()),
+            options=options,
+        )  # fmt: skip
     app = _Top(source, NodeDetector(node_id, detector_config))
     app.state.interval_seconds = interval
     try:

@@ -2,9 +2,11 @@
 
 The job comes from ``<procfs>/<pid>/cgroup``: a Slurm job id (``.../job_1234/...``), a Kubernetes
 pod UID (``pod<uid>`` with ``-`` or, under the systemd cgroup driver, ``_`` separators) and a
-container id (64 hex digits, as docker, containerd and cri-o name their scopes). Parsers are pure
-functions; ``ProcessReader`` reads and caches per pid, since a training process keeps its name,
-user and cgroup for its whole life.
+container id (64 hex digits, as docker, containerd and cri-o name their scopes). The process's place
+in a multi-node job comes from its launcher's environment, ``<procfs>/<pid>/environ``, of which
+only the launcher keys are kept (``job_identity.py``). Parsers are pure functions;
+``ProcessReader`` reads and caches per pid, since a training process keeps its name, user, cgroup
+and environment for its whole life.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import os
 import pwd
 import re
 from collections.abc import Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+
+from nodeagent.agent.gpu.job_identity import MAX_ENVIRON_BYTES, JobIdentity, identify, parse_environ
 
 _SLURM_JOB = re.compile(r"/job_(\d+)(?=/|$)")
 _K8S_POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -34,6 +38,9 @@ class ProcessInfo:
     name: str  # comm, e.g. "python"; "" when unreadable (another pid namespace)
     user: str  # the real uid's name, or the number when it has no name here
     job: JobInfo
+    # Its multi-node job; without the right to read its environment (another user's process and
+    # no root), only what the cgroup names.
+    identity: JobIdentity = field(default_factory=JobIdentity)
 
 
 def parse_cgroup(text: str) -> JobInfo:
@@ -53,6 +60,14 @@ def parse_cgroup(text: str) -> JobInfo:
         if job.slurm_job_id or job.k8s_pod_uid or job.container_id:
             return job
     return JobInfo(cgroup=paths[0] if paths else "")
+
+
+def unified_path(text: str) -> str:
+    """The cgroup v2 path of /proc/<pid>/cgroup (its ``0::PATH`` line); "" on a v1-only node."""
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return ""
 
 
 def parse_cgroup_path(path: str) -> JobInfo:
@@ -110,12 +125,34 @@ class ProcessReader:
         base = os.path.join(self._procfs, str(pid))
         name = (_read_text(os.path.join(base, "comm")) or "").strip()
         uid = parse_status_uid(_read_text(os.path.join(base, "status")) or "")
-        cgroup = _read_text(os.path.join(base, "cgroup"))
+        cgroup = _read_text(os.path.join(base, "cgroup")) or ""
+        job = parse_cgroup(cgroup) if cgroup else JobInfo()
+        environ = _read_environ(os.path.join(base, "environ"))
+        env = parse_environ(environ) if environ else {}  # the launcher keys; the rest is not kept
         return ProcessInfo(
             name=name,
             user="" if uid is None else user_name(uid),
-            job=parse_cgroup(cgroup) if cgroup else JobInfo(),
+            job=job,
+            identity=identify(env, job.slurm_job_id, unified_path(cgroup)),
         )
+
+
+def _read_environ(path: str) -> bytes | None:
+    """At most ``MAX_ENVIRON_BYTES`` of a process's environment; None without the right to read it
+    (the kernel asks for the process's own user or root) or when the process is gone."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            parts: list[bytes] = []
+            left = MAX_ENVIRON_BYTES
+            while left > 0:
+                chunk = f.read(left)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                left -= len(chunk)
+            return b"".join(parts)
+    except OSError:
+        return None
 
 
 def _read_text(path: str) -> str | None:

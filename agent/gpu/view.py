@@ -14,6 +14,7 @@ from typing import Any
 from nodeagent.core.quantities import rates
 from nodeagent.core.quantities.units import format_bits, pcie_bytes_per_second
 from nodeagent.core.wire.clock_events import THROTTLE_REASONS
+from nodeagent.core.wire.fabric import describe, fabric_problems
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 Row = dict[str, Any]
@@ -114,6 +115,26 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
         "processes": [_process(proc) for proc in g.processes],
         "health": health_reasons[0] if health_reasons else "ok",
         "health_reasons": health_reasons,
+        "fabric": describe(g.fabric) if g.HasField("fabric") else None,
+        "xid_errors_total": dict(g.xid_errors_total),
+        "suspect_fields": list(g.suspect_fields),
+        "mig_instances": [_instance(i) for i in g.mig_instances],
+    }
+
+
+def _instance(i: pb.GpuSample) -> Row:
+    """A MIG instance under its GPU: memory, GPM activity and processes of the instance."""
+    return {
+        "gpu_instance_id": i.gpu_instance_id,
+        "compute_instance_id": i.compute_instance_id,
+        "mig_profile": i.mig_profile,
+        "uuid": i.uuid,
+        "memory_used_bytes": _opt(i, "memory_used_bytes"),
+        "memory_total_bytes": _opt(i, "memory_total_bytes"),
+        "sm_active_ratio": _opt(i, "sm_active_ratio"),
+        "sm_occupancy_ratio": _opt(i, "sm_occupancy_ratio"),
+        "tensor_active_ratio": _opt(i, "tensor_active_ratio"),
+        "processes": [_process(proc) for proc in i.processes],
     }
 
 
@@ -211,6 +232,10 @@ def _health(g: pb.GpuSample, info: pb.GpuInfo, links_up: int, xids: list[int]) -
         out.append("pcie_degraded")  # width only: the generation drops at idle to save power
     if THROTTLE_REASONS.intersection(g.clock_event_reason_names):
         out.append("throttled")
+    if g.HasField("fabric") and fabric_problems(g.fabric):
+        out.append("fabric")
+    if g.suspect_fields:
+        out.append("suspect_reading")
     return out
 
 
@@ -231,6 +256,11 @@ def _process(proc: pb.GpuProcess) -> Row:
         "slurm_job_id": proc.job.slurm_job_id or None,
         "k8s_pod_uid": proc.job.k8s_pod_uid or None,
         "container_id": proc.job.container_id or None,
+        "job_key": proc.job.job_key or None,
+        "world_size": _opt(proc.job, "world_size"),
+        "rank": _opt(proc.job, "rank"),
+        "local_rank": _opt(proc.job, "local_rank"),
+        "node_rank": _opt(proc.job, "node_rank"),
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
@@ -35,9 +35,12 @@ class Sampler:
         config: AgentConfig | None = None,
         sequence: ReportSequence | None = None,
         clock: Callable[[], float] = time.time,
+        options: Mapping[str, str] | None = None,
     ) -> None:
         self.files = KernelFiles()
-        self.ctx = SourceContext(roots=roots or Roots(), files=self.files, config=config or AgentConfig())
+        self.ctx = SourceContext(
+            roots=roots or Roots(), files=self.files, config=config or AgentConfig(), options=dict(options or {})
+        )
         registry = available()
         self.collectors: list[Source] = [registry[name](self.ctx) for name in collectors]
         self.node_id = node_id or platform.node()

@@ -2,7 +2,7 @@
 
 from nodeagent.agent.gpu import source as gpu  # noqa: F401 - registers
 from nodeagent.agent.sources import cpu, diskstats, infiniband, meminfo, netdev, pressure  # noqa: F401 - registers
-from nodeagent.agent.sources.base import Roots, Source, SourceContext
+from nodeagent.agent.sources.base import Roots, Source, SourceContext, SourceOption
 from nodeagent.agent.sources.registry import UnknownSourceError, available, enabled_names
 
-__all__ = ["Roots", "Source", "SourceContext", "UnknownSourceError", "available", "enabled_names"]
+__all__ = ["Roots", "Source", "SourceContext", "SourceOption", "UnknownSourceError", "available", "enabled_names"]

@@ -2,13 +2,16 @@
 
 A source is one reader of the node (`/proc/stat`, NVML, ...). On the command line and in the
 report it is a "collector" (`--collector.NAME`, `NodeReport.collectors`), as node_exporter names
-its readers; in the code it is a `Source`, so that "collector" means the server alone."""
+its readers; in the code it is a `Source`, so that "collector" means the server alone. A source
+may take settings of its own, as node_exporter's do (`--collector.diskstats.device-include`):
+it declares them in ``options`` and checks them in ``check_options``."""
 
 from __future__ import annotations
 
 import abc
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from nodeagent.agent.config import AgentConfig
@@ -42,11 +45,22 @@ class Roots:
         return self.proc("self", "mountinfo")
 
 
+@dataclass(frozen=True, slots=True)
+class SourceOption:
+    """A setting of one source: ``--collector.<source>.<name> VALUE`` on the command line."""
+
+    name: str  # "device-include"
+    help: str
+    metavar: str = "TEXT"
+
+
 @dataclass(slots=True)
 class SourceContext:
     roots: Roots
     files: KernelFiles
     config: AgentConfig
+    # The sources' settings that were given, "<source>.<option>" -> value (checked by ``check_options``).
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 class Source(abc.ABC):
@@ -56,11 +70,17 @@ class Source(abc.ABC):
     name: ClassVar[str]
     default_enabled: ClassVar[bool] = True
     help: ClassVar[str] = ""
+    options: ClassVar[tuple[SourceOption, ...]] = ()
 
     def __init__(self, ctx: SourceContext) -> None:
         self.ctx = ctx
         # Set by collect() when it meets a device the last scan did not know.
         self.needs_rescan = False
+
+    @classmethod  # noqa: B027 - optional hook
+    def check_options(cls, options: Mapping[str, str]) -> None:
+        """Raise ``ValueError`` (one line, naming the flag) for settings this source cannot use;
+        ``options`` holds every source's, "<source>.<option>" -> value."""
 
     def scan(self, info: pb.NodeInfo) -> None:  # noqa: B027 - optional hook
         """Describe the topology this source sees; called on the first tick and on rescans."""

@@ -1,24 +1,63 @@
 """Disks: ``<procfs>/diskstats`` (14, 18 or 20 fields), whole disks only, with their
 rotational flag, size, NVMe transport (an RDMA- or TCP-attached volume is recognised as
-such) and mount points from the node's mount table (``Roots.mountinfo``)."""
+such) and mount points from the node's mount table (``Roots.mountinfo``).
+
+Which disks, node_exporter's way: ``--collector.diskstats.device-include`` or
+``--collector.diskstats.device-exclude``, regular expressions searched in the device name (not
+anchored), mutually exclusive; the exclude has a default, which an include replaces. The
+default leaves out RAM disks, compressed swap and floppies; node_exporter's also leaves out
+partitions, which this reader never reports (whole disks only), and loop devices, which it keeps
+when bound (the lab's volumes are loop devices): give node_exporter's pattern to drop them too.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nodeagent.agent.sampling.kernel_files import list_dir
-from nodeagent.agent.sources.base import Source, SourceContext
+from nodeagent.agent.sources.base import Source, SourceContext, SourceOption
 from nodeagent.agent.sources.registry import register
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 SECTOR_BYTES = 512
 # Never data disks: RAM disks, compressed swap, floppies.
-_IGNORED = re.compile(r"^(z?ram\d+|fd\d+)$")
+DEFAULT_DEVICE_EXCLUDE = r"^(z?ram|fd)\d+$"
+INCLUDE, EXCLUDE = "diskstats.device-include", "diskstats.device-exclude"
 # Partition names, for trees where sysfs does not say (`partition` attribute).
 _PARTITION = re.compile(r"^((?:h|s|v|xv)d[a-z]+)\d+$|^((?:nvme\d+n\d+|mmcblk\d+|loop\d+|nbd\d+|md\d+))p\d+$")
 _NVME_NAMESPACE = re.compile(r"^nvme(\d+)n(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFilter:
+    """node_exporter's device filter: a device is ignored when it matches ``exclude`` or does not
+    match ``include`` (``re.search``: a pattern is anchored only by its own ``^``/``$``)."""
+
+    exclude: re.Pattern[str] | None = re.compile(DEFAULT_DEVICE_EXCLUDE)
+    include: re.Pattern[str] | None = None
+
+    def ignored(self, name: str) -> bool:
+        return (self.exclude is not None and self.exclude.search(name) is not None) or (
+            self.include is not None and self.include.search(name) is None
+        )
+
+
+def device_filter(options: Mapping[str, str]) -> DeviceFilter:
+    """The filter the flags give; ``ValueError`` (one line) for both flags or a bad pattern.
+
+    As in node_exporter, an include replaces the default exclude, and an exclude given as ""
+    beside an include is no exclude."""
+    include, exclude = options.get(INCLUDE), options.get(EXCLUDE)
+    if include and exclude:
+        raise ValueError(f"--collector.{INCLUDE} and --collector.{EXCLUDE} are mutually exclusive")
+    if include:
+        return DeviceFilter(exclude=None, include=_pattern(INCLUDE, include))
+    if exclude is None:
+        return DeviceFilter()
+    return DeviceFilter(exclude=_pattern(EXCLUDE, exclude) if exclude else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +129,25 @@ def fill_sample(sample: pb.DiskSample, values: tuple[int, ...]) -> None:
 class DiskstatsSource(Source):
     name = "diskstats"
     help = "Disk I/O counters (diskstats), transport, size and mounts of whole disks"
+    options = (
+        SourceOption(
+            "device-include", "Regexp of diskstats devices to include (mutually exclusive to device-exclude).", "REGEX"
+        ),
+        SourceOption(
+            "device-exclude",
+            "Regexp of diskstats devices to exclude (mutually exclusive to device-include) "
+            f"[default: {DEFAULT_DEVICE_EXCLUDE}; partitions are never reported].",
+            "REGEX",
+        ),
+    )
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, str]) -> None:
+        device_filter(options)
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
+        self._filter = device_filter(ctx.options)
         self._disks: set[str] = set()
         self._seen: set[str] = set()
 
@@ -101,7 +156,7 @@ class DiskstatsSource(Source):
         text = files.read_text(roots.proc("diskstats"))
         stats = parse_diskstats(text) if text is not None else []
         by_devno = {f"{s.major}:{s.minor}": s.name for s in stats}
-        disks = [s.name for s in stats if self._is_disk(s.name)]
+        disks = [s.name for s in stats if not self._filter.ignored(s.name) and self._is_disk(s.name)]
         mounts: dict[str, list[str]] = {d: [] for d in disks}
         mount_text = files.read_text(roots.mountinfo())
         for devno, point in parse_mountinfo(mount_text) if mount_text else []:
@@ -129,8 +184,6 @@ class DiskstatsSource(Source):
             fill_sample(report.disks.add(name=stat.name), stat.values)
 
     def _is_disk(self, name: str) -> bool:
-        if _IGNORED.match(name):
-            return False
         sys_block = self.ctx.roots.sys("class", "block", name)
         if os.path.exists(os.path.join(sys_block, "partition")):
             return False
@@ -182,6 +235,13 @@ class DiskstatsSource(Source):
             if transport:
                 return controller, transport
         return (candidates[0] if os.path.isdir(roots.sys("class", "nvme", candidates[0])) else ""), ""
+
+
+def _pattern(option: str, text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as err:
+        raise ValueError(f"--collector.{option} {text!r}: not a regular expression ({err})") from err
 
 
 def _unescape(path: str) -> str:

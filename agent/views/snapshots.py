@@ -60,6 +60,7 @@ def snapshot(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo) 
     if "gpu" in {c.name for c in cur.collectors}:
         out["gpus"] = gpu_rows(prev, cur, info)
         out["gpu_unavailable_reason"] = info.gpu.unavailable_reason or None
+        out["jobs"] = [to_plain(job) for job in cur.jobs]
     return out
 
 

@@ -125,25 +125,55 @@ def _gpus(gpus: list[dict[str, Any]], verdict: dict[str, Any] | None, sort: str,
 
     for g in sorted(gpus, key=key):
         verdict_gpu = states.get(g["index"], {})
-        gpu_state = "lost" if g.get("lost") else verdict_gpu.get("state", "—")
-        cause = verdict_gpu.get("cause")
-        label = f"{gpu_state} {cause}" if gpu_state == "starved" and cause and wide else gpu_state
-        row: list[Text | str] = [
-            str(g["index"]),
-            bar(g.get("utilization_gpu_ratio"), bar_width),
-            _pct(g.get("sm_active_ratio")),
-            _mem(g.get("memory_used_bytes"), g.get("memory_total_bytes")),
-            _num(g.get("power_watts")),
-            _num(g.get("temperature_celsius")),
-            _pair(g, "pcie"),
-            _pair(g, "nvlink"),
-            Text(label, style=_STATE_STYLE.get(gpu_state, "")),
-            _job(g.get("processes") or []),
-        ]
-        if wide:
-            row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in g.get("processes") or []))
-        table.add_row(*row)
+        _gpu_row(table, g, verdict_gpu, wide, bar_width)
+        for instance in g.get("mig_instances") or []:
+            _instance_row(table, instance, verdict_gpu, wide, bar_width)
     return table
+
+
+def _gpu_row(table: Table, g: dict[str, Any], verdict_gpu: dict[str, Any], wide: bool, bar_width: int) -> None:
+    gpu_state = "lost" if g.get("lost") else verdict_gpu.get("state", "—")
+    cause = verdict_gpu.get("cause")
+    label = f"{gpu_state} {cause}" if gpu_state == "starved" and cause and wide else gpu_state
+    row: list[Text | str] = [
+        str(g["index"]),
+        bar(g.get("utilization_gpu_ratio"), bar_width),
+        _pct(g.get("sm_active_ratio")),
+        _mem(g.get("memory_used_bytes"), g.get("memory_total_bytes")),
+        _num(g.get("power_watts")),
+        _num(g.get("temperature_celsius")),
+        _pair(g, "pcie"),
+        _pair(g, "nvlink"),
+        Text(label, style=_STATE_STYLE.get(gpu_state, "")),
+        _job(g.get("processes") or []),
+    ]
+    if wide:
+        row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in g.get("processes") or []))
+    table.add_row(*row)
+
+
+def _instance_row(
+    table: Table, instance: dict[str, Any], verdict_gpu: dict[str, Any], wide: bool, bar_width: int
+) -> None:
+    """A MIG instance under its GPU: its SM activity is its busy share (NVML has no utilization
+    per instance), its state the detector's for the instance."""
+    gi = instance["gpu_instance_id"]
+    judged: dict[str, Any] = next((i for i in verdict_gpu.get("instances", []) if i.get("gpu_instance_id") == gi), {})
+    state = judged.get("state", "—")
+    cause = judged.get("cause")
+    label = f"{state} {cause}" if state == "starved" and cause and wide else state
+    row: list[Text | str] = [
+        Text(f"└ {instance.get('mig_profile') or ''} gi{gi}", style="dim"),
+        bar(instance.get("sm_active_ratio"), bar_width),
+        _pct(instance.get("sm_active_ratio")),
+        _mem(instance.get("memory_used_bytes"), instance.get("memory_total_bytes")),
+        "", "", "", "",
+        Text(label, style=_STATE_STYLE.get(state, "")),
+        _job(instance.get("processes") or []),
+    ]  # fmt: skip
+    if wide:
+        row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in instance.get("processes") or []))
+    table.add_row(*row)
 
 
 def _clock_events(gpus: list[dict[str, Any]]) -> Text | None:

@@ -30,10 +30,13 @@ class Shown(Protocol):
 
 
 def alert_labels(signal: AlertSignal) -> dict[str, str]:
-    """The labels receivers see: the rule's, plus the alert's name, node, severity and subject."""
+    """The labels receivers see: the rule's, plus the alert's name, node, severity and subject.
+
+    An alert about no one node (``node_id`` empty: a job's ``JobStraggler`` keyed by its job, the
+    collector's ``HistoryUnavailable``) keeps a ``node`` its rule names (the straggler)."""
     labels = dict(signal.labels)
     labels["alertname"] = signal.name
-    labels["node"] = signal.node_id
+    labels["node"] = signal.node_id or labels.get("node", "")
     labels["severity"] = signal.severity
     if signal.key:
         labels["subject"] = signal.key

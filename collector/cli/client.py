@@ -27,6 +27,7 @@ _REQUESTS: dict[str, Any] = {
     "History": pb.HistoryRequest,
     "StreamHistory": pb.HistoryRequest,
     "Jobs": pb.JobsRequest,
+    "ListJobs": pb.ListJobsRequest,
     "ForgetNode": pb.ForgetNodeRequest,
 }
 

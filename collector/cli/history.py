@@ -1,6 +1,6 @@
 """``nodeagent-collector history NODE``: a node's per-minute rows from a running collector;
-``jobs``: the history's totals per job; ``reset-history``: a stopped collector's history
-deleted and started afresh, after damage stopped it (docs/history.md)."""
+``reset-history``: a stopped collector's history deleted and started afresh, after damage
+stopped it (docs/history.md). ``jobs``, beside the history's totals per job, is ``jobs.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from nodeagent.collector.cli.client import client_options, query, query_pages
+from nodeagent.collector.cli.client import client_options, query_pages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, VALUES
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path
 from nodeagent.collector.store.database import reset_history as reset_stored_history
@@ -153,36 +153,6 @@ class RowPrinter:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
-
-
-@click.command()
-@client_options
-@click.option(
-    "--since", type=Duration(), default="24h", show_default=True, help="How far back from the newest stored minute."
-)
-@click.option("--json", "as_json", is_flag=True, help="JSON rows.")
-def jobs(since: float, as_json: bool, **options: object) -> None:
-    """GPU-hours and GPU-hours lost per job (by cause), from the history."""
-    response = query(options, "Jobs", last_seconds=since)
-    rows = [
-        {
-            "job": j.job, "gpu_hours": j.gpu_hours, "gpu_hours_lost": j.gpu_hours_lost,
-            "gpu_hours_lost_by_cause": dict(sorted(j.gpu_hours_lost_by_cause.items())), "nodes": list(j.nodes),
-            "first_unix_seconds": j.first_unix_seconds, "last_unix_seconds": j.last_unix_seconds,
-        }
-        for j in response.jobs
-    ]  # fmt: skip
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no job in the history")
-        return
-    click.echo(f"{'JOB':<24} {'GPU_HOURS':>10} {'LOST':>8} {'LOST%':>6}  BY CAUSE")
-    for row in rows:
-        share = row["gpu_hours_lost"] / row["gpu_hours"] * 100 if row["gpu_hours"] else 0.0
-        causes = " ".join(f"{k}={v:.2f}" for k, v in row["gpu_hours_lost_by_cause"].items()) or "-"
-        click.echo(f"{row['job']:<24} {row['gpu_hours']:>10.2f} {row['gpu_hours_lost']:>8.2f} {share:>5.1f}%  {causes}")
 
 
 @click.command("reset-history")

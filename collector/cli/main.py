@@ -36,7 +36,7 @@ COMMANDS = {
     "demo": "nodeagent.collector.cli.demo:demo",
     "forget": "nodeagent.collector.cli.nodes:forget",
     "history": "nodeagent.collector.cli.history:history",
-    "jobs": "nodeagent.collector.cli.history:jobs",
+    "jobs": "nodeagent.collector.cli.jobs:jobs",
     "loadgen": "nodeagent.collector.cli.demo:loadgen",
     "nodes": "nodeagent.collector.cli.nodes:nodes",
     "replay": "nodeagent.collector.cli.replay:replay",

@@ -9,7 +9,7 @@ import json
 import click
 
 from nodeagent.collector.cli.client import client_options, query
-from nodeagent.collector.views.fleet_table import alert_rows, iso_time, node_rows, render_fleet
+from nodeagent.collector.views.fleet_table import alert_rows, alert_subject, iso_time, node_rows, render_fleet, short
 from nodeagent.core.wire.identity import check_node_id
 
 
@@ -40,13 +40,16 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
     if not rows:
         click.echo("no alerts" if include_resolved else "no firing alerts")
         return
-    click.echo(f"{'ALERT':<20} {'NODE':<20} {'SEVERITY':<9} {'STATE':<9} {'SINCE':<20} SUMMARY")
+    click.echo(f"{'ALERT':<20} {'NODE':<20} {'SUBJECT':<28} {'SEVERITY':<9} {'STATE':<9} {'SINCE':<20} SUMMARY")
     for row in rows:
         annotations: dict[str, str] = row["annotations"]
+        labels: dict[str, str] = row["labels"]
         summary = annotations.get("summary", "")
+        # A job's alert (JobStraggler) names its node among its labels, and the job it holds back.
+        node = str(row["node_id"]) or labels.get("node", "") or "-"
         click.echo(
-            f"{row['name']!s:<20} {row['node_id']!s:<20} {row['severity']!s:<9} {row['state']!s:<9} "
-            f"{iso_time(float(str(row['starts_at']))):<20} {summary}"
+            f"{row['name']!s:<20} {short(node, 20):<20} {short(alert_subject(row), 28):<28} {row['severity']!s:<9} "
+            f"{row['state']!s:<9} {iso_time(float(str(row['starts_at']))):<20} {summary}"
         )
 
 

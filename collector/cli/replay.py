@@ -1,8 +1,12 @@
-"""``nodeagent-collector replay TRACE.jsonl``: the detector over a recorded trace.
+"""``nodeagent-collector replay TRACE.jsonl [TRACE.jsonl ...]``: the detector over recorded
+traces, and the job roll-up over the nodes of a multi-node job.
 
-A bad line (not a NodeReport, no node id or time, time not advancing) is named on stderr and
-skipped; with ``--strict`` the first one stops the replay: one line on stderr, exit status 2,
-nothing on stdout.
+Several traces (one node's each, as ``nodeagent record`` writes them, or several nodes' in time
+order) are merged in time order. A bad line (not a NodeReport, no node id or time, time not
+advancing) is named on stderr and skipped; with ``--strict`` the first one stops the replay: one
+line on stderr, exit status 2, nothing on stdout. A trace whose nodes' reports are out of time
+order by more than the detector's window (traces joined end to end) is named on stderr: the job
+roll-up would see its nodes apart in time; give each node's trace as a file of its own.
 """
 
 from __future__ import annotations
@@ -10,24 +14,27 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
-from nodeagent.collector.replay import Replay
+from nodeagent.collector.replay import Replay, merged
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path, read_stored_reports
 from nodeagent.core.quantities.units import format_bits
 from nodeagent.core.wire.trace import TraceError, TraceProblem, read_trace
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Problems named one by one before the rest are only counted.
 _SHOWN_PROBLEMS = 20
 
 
 @click.command()
-@click.argument("trace", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--node", help="Replay this node's reports from the collector's store instead of a trace.")
 @click.option(
     "--since", "since_seconds", type=Duration(), default="1h", show_default=True,
@@ -43,54 +50,102 @@ _SHOWN_PROBLEMS = 20
 )
 @click.option("--strict", is_flag=True, help="Stop at the first bad line (exit 2) instead of skipping it.")
 def replay(
-    trace: Path | None, node: str | None, since_seconds: float, db_path: Path | None, as_json: bool,
+    traces: tuple[Path, ...], node: str | None, since_seconds: float, db_path: Path | None, as_json: bool,
     config_path: Path | None, strict: bool,
 ) -> None:  # fmt: skip
-    """Run the detector over a recorded trace, or over a node's stored reports (--node).
+    """Run the detector over recorded traces (several nodes' are merged in time order, and the
+    job roll-up runs over them), or over a node's stored reports (--node).
 
     Prints the verdicts per GPU over time, the alerts raised and resolved, and the time share of
-    each state and cause per GPU and per node (--json: all of it, with the final verdicts)."""
+    each state and cause per GPU and per node; for multi-node jobs, each job's verdicts over time
+    (when it was first slowed, the straggler, the cause). --json: all of it, with the final verdicts."""
     try:
         settings = load_collector_config(config_path)
     except CollectorConfigError as err:
         raise click.UsageError(str(err)) from err
-    problems: list[TraceProblem] = []
+    problems: list[tuple[Path, TraceProblem]] = []
 
-    def skipped(problem: TraceProblem) -> None:
-        problems.append(problem)
+    def skipped(trace: Path, problem: TraceProblem) -> None:
+        problems.append((trace, problem))
         if len(problems) <= _SHOWN_PROBLEMS:
             click.echo(f"nodeagent-collector: {trace}:{problem.line}: skipped: {problem.message}", err=True)
 
     result = Replay(settings.detector, settings.alerts)
-    if (trace is None) == (node is None):
-        raise click.UsageError("give a TRACE file or --node NODE (one of them)")
+    if bool(traces) == (node is not None):
+        raise click.UsageError("give TRACE files or --node NODE (one of them)")
     if node is not None:
         _replay_stored(result, node, since_seconds, db_path, as_json)
         return
-    assert trace is not None
-    lines = 0
+    counts = dict.fromkeys(traces, 0)
+    window = settings.detector.window_seconds
     try:
-        with trace.open("rb") as stream:
-            for lines, report in read_trace(stream, strict=strict, on_problem=skipped):  # noqa: B007 - count kept
+        with ExitStack() as files:
+            streams = [_reports(trace, _opened(files, trace), strict, skipped, counts, window) for trace in traces]
+            for report in merged(*streams):
                 result.observe(report)
-    except TraceError as err:
-        raise click.ClickException(f"{trace}:{err.problem.line}: {err.problem.message}") from err
-    except OSError as err:
-        raise click.ClickException(f"{trace}: cannot read: {err.strerror}") from err
+    except _TraceFailure as err:
+        raise click.ClickException(str(err)) from err
     if len(problems) > _SHOWN_PROBLEMS:
-        click.echo(f"nodeagent-collector: {trace}: {len(problems) - _SHOWN_PROBLEMS} more bad lines skipped", err=True)
-    plain = result.to_plain()
-    if not any(node["reports"] for node in plain["nodes"]):
-        # Nothing to replay is not a replay that found nothing: the wrong file, or one broken throughout.
-        bad = f" ({len(problems)} bad line{'s' if len(problems) != 1 else ''})" if problems else " (empty)"
-        raise click.ClickException(f"{trace}: no valid report{bad}")
-    if problems:
-        click.echo(f"nodeagent-collector: {trace}: skipped {len(problems)} bad line(s)", err=True)
-    plain = {"trace": str(trace), "skipped_lines": [{"line": p.line, "message": p.message} for p in problems], **plain}
+        click.echo(f"nodeagent-collector: {len(problems) - _SHOWN_PROBLEMS} more bad lines skipped", err=True)
+    for trace, count in counts.items():
+        if not count:
+            # Nothing to replay is not a replay that found nothing: the wrong file, or one broken throughout.
+            bad = sum(1 for t, _ in problems if t == trace)
+            said = f" ({bad} bad line{'s' if bad != 1 else ''})" if bad else " (empty)"
+            raise click.ClickException(f"{trace}: no valid report{said}")
+    for trace in traces:
+        bad = sum(1 for t, _ in problems if t == trace)
+        if bad:
+            click.echo(f"nodeagent-collector: {trace}: skipped {bad} bad line(s)", err=True)
+    skipped_lines = [{"trace": str(t), "line": p.line, "message": p.message} for t, p in problems]
+    plain = {
+        "trace": ", ".join(str(t) for t in traces), "traces": [str(t) for t in traces], "skipped_lines": skipped_lines,
+        **result.to_plain(),
+    }  # fmt: skip
     if as_json:
         sys.stdout.write(json.dumps(plain, indent=2, sort_keys=False) + "\n")
     else:
         sys.stdout.write(render(plain))
+
+
+class _TraceFailure(Exception):
+    """A trace that cannot be read, or a bad line of one read strictly: one line, exit 2."""
+
+
+def _opened(files: ExitStack, trace: Path) -> BinaryIO:
+    try:
+        return files.enter_context(trace.open("rb"))
+    except OSError as err:
+        raise _TraceFailure(f"{trace}: cannot read: {err.strerror}") from err
+
+
+def _reports(
+    trace: Path, stream: BinaryIO, strict: bool, skipped: Callable[[Path, TraceProblem], None],
+    counts: dict[Path, int], window: float,
+) -> Iterator[pb.NodeReport]:  # fmt: skip
+    """One trace's good reports, counted; a node's report more than ``window`` before another
+    node's already read in the same trace is named once (the trace is not in time order)."""
+    newest: tuple[float, str] | None = None
+    warned = False
+    try:
+        for line, report in read_trace(stream, strict=strict, on_problem=lambda p: skipped(trace, p)):
+            t = report.time_unix_seconds
+            if newest is not None and not warned and t < newest[0] - window and report.node_id != newest[1]:
+                warned = True
+                click.echo(
+                    f"nodeagent-collector: {trace}:{line}: node {report.node_id!r} at {t:.3f} is "
+                    f"{newest[0] - t:.0f} s before node {newest[1]!r}: the trace is not in time order (joined end "
+                    "to end?); the job roll-up sees its nodes apart in time: give each node's trace as its own file",
+                    err=True,
+                )
+            if newest is None or t > newest[0]:
+                newest = (t, report.node_id)
+            counts[trace] += 1
+            yield report
+    except TraceError as err:
+        raise _TraceFailure(f"{trace}:{err.problem.line}: {err.problem.message}") from err
+    except OSError as err:
+        raise _TraceFailure(f"{trace}: cannot read: {err.strerror}") from err
 
 
 def _replay_stored(result: Replay, node: str, since_seconds: float, db_path: Path | None, as_json: bool) -> None:
@@ -104,7 +159,7 @@ def _replay_stored(result: Replay, node: str, since_seconds: float, db_path: Pat
         raise click.ClickException(f"{path}: no stored reports of node {node!r}")
     for report in reports:
         result.observe(report)
-    plain = {"trace": f"{path} node {node}", "skipped_lines": [], **result.to_plain()}
+    plain = {"trace": f"{path} node {node}", "traces": [], "skipped_lines": [], **result.to_plain()}
     if as_json:
         sys.stdout.write(json.dumps(plain, indent=2, sort_keys=False) + "\n")
     else:
@@ -120,7 +175,64 @@ def render(plain: dict[str, Any]) -> str:
     lines = [f"trace {plain['trace']}: {reports} reports, {len(nodes)} node(s), {len(plain['skipped_lines'])} skipped"]
     for node in nodes:
         lines.extend(_node(node))
+    jobs = plain.get("jobs") or []
+    if jobs:
+        start = min(n["first_time_unix_seconds"] for n in nodes)
+        lines += ["", f"jobs (times from the trace's start, {_utc(start)})"]
+        for job in jobs:
+            lines.extend(_job(job, start))
     return "\n".join(lines) + "\n"
+
+
+def _job(job: dict[str, Any], start: float) -> list[str]:
+    final = job["final_verdict"]
+    lines = [
+        "",
+        f"job {job['job']}  {final['source']}, {len(final['nodes'])} node(s), {final['gpus']} GPUs "
+        f"({final['ranks_reported']} of {final['world_size'] or '?'} ranks)",
+        "  verdicts",
+    ]
+    for change in job["timeline"]:
+        lines.append(f"    +{_clock(change['time_unix_seconds'] - start)}  {_job_state(change)}")
+    slowed = job["first_slowed"]
+    if slowed is None:
+        lines.append("  never slowed")
+    else:
+        lines.append(f"  first slowed at +{_clock(slowed['time_unix_seconds'] - start)}: {_held(slowed)}")
+    lines.append("  alerts")
+    for alert in job["alerts"]:
+        labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
+        wait = alert["annotations"].get("wait_ratio", "")
+        lines.append(
+            f"    +{_clock(alert['time_unix_seconds'] - start)}  {alert['status']:<8} {alert['name']} "
+            f"{alert['severity']}  {labels}" + (f"  wait {wait}" if wait and alert["status"] != "resolved" else "")
+        )
+    if not job["alerts"]:
+        lines.append("    none")
+    summary = f"  at the end: {_job_state(final)}, {final['gpu_hours_lost']:.2f} GPU-hours lost"
+    if final["needed_bytes_per_second"]:
+        summary += f", the straggler needs {format_bits(final['needed_bytes_per_second'])}"
+    lines.append(summary)
+    for note in final["notes"]:
+        lines.append(f"  note: {note}")
+    return lines
+
+
+def _job_state(v: dict[str, Any]) -> str:
+    text = str(v["state"])
+    if v["state"] == "slowed":
+        text += f"  {_held(v)}"
+    if v["wait_ratio"] is not None:
+        text += f"  wait {v['wait_ratio']:.3f}"
+    return text
+
+
+def _held(v: dict[str, Any]) -> str:
+    """Who holds a slowed job back, and why."""
+    cause = v["cause"] or "unknown"
+    if v["job_wide"] or not v["straggler_nodes"]:
+        return f"job-wide ({cause})"
+    return f"straggler {','.join(v['straggler_nodes'])} ({cause})"
 
 
 def _node(node: dict[str, Any]) -> list[str]:

@@ -35,6 +35,7 @@ from nodeagent.collector.ingest.node_state import (
     refuse_unstorable,
 )
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
+from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
 from nodeagent.core.detector.config import DetectorConfig
@@ -73,6 +74,8 @@ class Ingest:
         # Called with every new report and its node's verdict (remote write): each only queues.
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
+        # The multi-node jobs of these nodes (collector/jobs/): verdicts read by the views.
+        self.jobs = JobRollup(self.detector_config)
         self.retirement = Retirement(retire_after_seconds, started_at=clock())
         self.flusher = Flusher(
             self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,

@@ -114,7 +114,8 @@ class CollectorServer:
             max_nodes=config.max_nodes, history=config.history, retire_after_seconds=config.retire_after_seconds,
             clock_bounds=config.clock_bounds,
         )  # fmt: skip
-        self.remote_writers = [RemoteWriter(rw) for rw in config.remote_write]
+        # Each writer reads the job roll-up's snapshot on its own thread (replaced whole, safe there).
+        self.remote_writers = [RemoteWriter(rw, jobs=self.ingest.jobs.verdicts) for rw in config.remote_write]
         self.ingest.report_observers.extend(writer.offer for writer in self.remote_writers)
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}

@@ -1,5 +1,8 @@
 """``nodeagent.v1.Query``: what the collector knows, served from memory, to operators only.
 
+``ListNodes`` and ``ListJobs`` answer from memory (each node's row and verdict; the job
+roll-up's snapshot of verdicts, ``Ingest.jobs``) without touching SQLite or taking a query slot.
+
 Reports name processes, users and jobs: a node's credentials do not read them (see
 ``nodeagent.core.transport.security``).
 
@@ -79,6 +82,22 @@ class QueryService(pb_grpc.QueryServicer):
                 summary.window_seen_seconds = detector.seen_seconds
                 if not is_silent(node, now, window):  # a down node's verdict is of the past
                     _verdict_into(summary, detector.verdict)
+        return response
+
+    async def ListJobs(
+        self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[pb.ListJobsRequest, pb.ListJobsResponse]
+    ) -> pb.ListJobsResponse:
+        """Every multi-node job's live verdict, from the roll-up's snapshot (replaced whole, so read
+        as it is); the jobs that lost most first. An answer beyond one message is refused."""
+        await self._authorize(context)
+        verdicts = sorted(self.ingest.jobs.verdicts(), key=lambda v: (-v.gpu_seconds_lost, v.job))
+        response = pb.ListJobsResponse(jobs=[v.to_proto() for v in verdicts])
+        if response.ByteSize() > self.max_answer_bytes:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{len(verdicts)} job verdicts are more than one message holds ({self.max_answer_bytes} bytes): "
+                "raise serve's --max-message-bytes",
+            )
         return response
 
     async def ListAlerts(
@@ -218,6 +237,8 @@ def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:
     summary.tier = verdict.tier or ""
     summary.starved_gpus = ",".join(str(g.index) for g in verdict.starved_gpus)
     summary.jobs.extend(verdict.jobs)
+    summary.waiting_on.extend(verdict.waiting_on)
+    summary.waiting_job = verdict.waiting_job
     for key, value in verdict.evidence.items():
         summary.evidence[key] = value if isinstance(value, str) else f"{value:.6g}"
     if verdict.starvation_ratio is not None:

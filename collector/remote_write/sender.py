@@ -14,6 +14,11 @@ serialization of their merge, and a ``WriteRequest``'s only field is its repeate
 the joined reports are exactly the ``WriteRequest`` of all their series, byte for byte, without
 parsing them back or encoding them again.
 
+The job roll-up's verdicts come the same way, read on the thread: each time it builds, it looks
+at the roll-up's snapshot (replaced whole, so read as it is) and, when it is a new one, queues
+the series of the jobs it evaluated anew (``JobSeries``): once per evaluation, not once per
+report of each of a job's nodes.
+
 Snappy is cramjam's (a maintained Rust binding that python-snappy itself now builds on), in the
 raw block format the spec asks for.
 """
@@ -25,14 +30,16 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cramjam
 import structlog
 
+from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.outbound.post import post
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
-from nodeagent.collector.remote_write.series import EncodedReport, NodeSeries
+from nodeagent.collector.remote_write.series import EncodedReport, JobSeries, NodeSeries
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.backoff import Backoff
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -70,8 +77,12 @@ class _Item:
 class RemoteWriter:
     """One receiver: its queue, its thread, its counters."""
 
-    def __init__(self, config: RemoteWriteConfig) -> None:
+    def __init__(self, config: RemoteWriteConfig, jobs: Callable[[], tuple[JobVerdict, ...]] | None = None) -> None:
         self.config = config
+        # The job roll-up's snapshot of verdicts (``Ingest.jobs.verdicts``), None: no job series.
+        self._jobs = jobs
+        self._jobs_seen: tuple[JobVerdict, ...] | None = None
+        self._job_series = JobSeries(config.resolution_seconds)
         self.stats = RemoteWriteStats()
         self._pending: deque[tuple[pb.NodeReport, NodeVerdict | None]] = deque()
         self._queue: deque[_Item] = deque()
@@ -146,6 +157,13 @@ class RemoteWriter:
             if node is None:
                 node = self._nodes[report.node_id] = NodeSeries(report.node_id)
             self._enqueue(node.encode(report, verdict))
+        if self._jobs is not None:
+            snapshot = self._jobs()
+            if snapshot is not self._jobs_seen:
+                self._jobs_seen = snapshot
+                encoded = self._job_series.encode(snapshot)
+                if encoded is not None:
+                    self._enqueue(encoded)
 
     def _enqueue(self, report: EncodedReport) -> None:
         with self._lock:

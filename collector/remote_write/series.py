@@ -8,6 +8,11 @@ lock with the ingest loop). A node sends the same series report after report, so
 one ``WriteRequest`` holding its series, labels made once, and a report only sets each sample's
 value and timestamp and serializes it. The template is rebuilt from labels kept per series when
 the set of series changes (per-core CPU times every 30 s, a lost GPU, a verdict's state label).
+
+The job roll-up's verdicts are series too (``JobSeries``), under the collector's ``/metrics``
+names (``collector/views/metrics_jobs.py``), once per evaluation of each job rather than with
+every report of each of its nodes: a job's series are sent when its verdict is newer than the
+one sent last, stamped with the verdict's time.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
@@ -125,6 +132,42 @@ class NodeSeries:
             name, labels = parse_series(key)
             return tuple(sorted((*labels, self._node, ("__name__", name))))
         return key
+
+
+class JobSeries:
+    """What was sent of each job: its series go again only with a newer verdict (a new evaluation)."""
+
+    def __init__(self, resolution_seconds: float = 0.0) -> None:
+        self.resolution_seconds = resolution_seconds
+        # Job -> the time of the verdict last sent.
+        self._sent: dict[str, float] = {}
+
+    def encode(self, verdicts: tuple[JobVerdict, ...]) -> EncodedReport | None:
+        """The series of the jobs whose verdict is new (at least ``resolution_seconds`` after the
+        one sent), each stamped with its verdict's time; None when there is none. A few hundred
+        series at most (one job, a handful each), built afresh: no template is worth keeping."""
+        request = prompb.WriteRequest()
+        sent = self._sent
+        for verdict in verdicts:
+            last = sent.get(verdict.job)
+            t = verdict.time_unix_seconds
+            if last is not None and t - last < max(self.resolution_seconds, 1e-9):
+                continue
+            sent[verdict.job] = t
+            millis = int(t * 1000)
+            texts, values = series_values(job_families([verdict]))
+            for text, value in zip(texts, values, strict=True):
+                name, labels = parse_series(text)
+                series = request.timeseries.add()
+                for label_name, label_value in sorted((("__name__", name), *labels)):
+                    series.labels.add(name=label_name, value=label_value)
+                series.samples.add(value=value, timestamp=millis)
+        live = {v.job for v in verdicts}
+        for job in [job for job in sent if job not in live]:
+            del sent[job]  # a job the roll-up no longer follows: its next verdict is new again
+        if not request.timeseries:
+            return None
+        return EncodedReport(request.SerializeToString(), len(request.timeseries))
 
 
 def _verdict_series(v: NodeVerdict, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:

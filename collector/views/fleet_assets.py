@@ -26,18 +26,21 @@ def _asset(name: str) -> str:
 _BODIES: Final = {
     "fleet": '<h1>Fleet</h1><p id="summary" class="muted"></p><div id="filters"></div><table id="nodes"></table>',
     "node": '<div id="node"></div>',
+    "jobs": '<h1>Jobs</h1><p id="summary" class="muted"></p><table id="jobs"></table>',
+    "job": '<div id="job"></div>',
     "alerts": '<h1>Alerts</h1><div id="alerts"></div>',
 }
 
 
 @functools.cache
 def page(name: str) -> bytes:
-    """The HTML shell of ``name`` (``fleet``, ``node``, ``alerts``)."""
+    """The HTML shell of ``name`` (``fleet``, ``node``, ``jobs``, ``job``, ``alerts``)."""
     script = _asset("fleet.js").replace("__REFRESH__", str(REFRESH_SECONDS))
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>nodeagent · {html.escape(name)}</title><style>{_asset('fleet.css')}</style></head>"
-        f"<body data-page='{html.escape(name)}'><nav><a href='/'>fleet</a><a href='/alerts'>alerts</a>"
+        f"<body data-page='{html.escape(name)}'><nav><a href='/'>fleet</a><a href='/jobs'>jobs</a>"
+        "<a href='/alerts'>alerts</a>"
         "<a href='/metrics'>metrics</a></nav><p id='error' style='color:#c62828'></p>"
         f"{_BODIES[name]}<script>{script}</script></body></html>"
     ).encode()

@@ -1,4 +1,5 @@
-"""The fleet page on ``--http-listen``: ``/``, ``/node/NAME``, ``/alerts`` and their JSON API.
+"""The fleet page on ``--http-listen``: ``/``, ``/node/NAME``, ``/jobs``, ``/job/NAME``, ``/alerts``
+and their JSON API.
 
 Each page is a small HTML shell (``fleet_assets``) whose script fetches the JSON behind it
 (``/api/fleet``, ``/api/node/NAME``, ``/api/alerts``) and draws it as plain SVG, refreshing
@@ -7,8 +8,9 @@ memory (each node's row, its detector's latest verdict), on the HTTP server's th
 ``/metrics``; a node's timeline comes from the collector's history (its per-minute rows) and
 alerts from the alert book, both on the store's thread. GPU-hours lost today are the count kept
 beside each node's detector (``node_timeline``), which a collector with a history starts at
-start-up from what the history holds of the day: the page reads no SQLite for them. The pages
-sit behind the same binding, TLS and credentials as ``/metrics``.
+start-up from what the history holds of the day: the page reads no SQLite for them. The job
+pages are the job roll-up's verdicts (``Ingest.jobs``, a snapshot replaced whole) beside each
+node's own verdict. The pages sit behind the same binding, TLS and credentials as ``/metrics``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ from typing import TYPE_CHECKING, Any, Final
 from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_assets import page
 from nodeagent.collector.views.shown_state import DOWN, is_silent, node_shown_state
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     from nodeagent.collector.ingest.server import CollectorServer
 
-# Worst first: a starved node costs GPU time now; a down one says nothing at all.
-STATE_ORDER: Final = ("starved", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
+# Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
+# job; a down one says nothing at all.
+STATE_ORDER: Final = ("starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
+# Jobs: a slowed one costs every GPU of it now.
+JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
 # The node page's timeline: this far back, from the collector's history (per-minute rows).
 TIMELINE_SECONDS: Final = 6 * 3600.0
@@ -53,6 +60,10 @@ class FleetPage:
             return "200 OK", HTML_TYPE, page("alerts")
         if path.startswith("/node/") and len(path) > len("/node/"):
             return "200 OK", HTML_TYPE, page("node")
+        if path == "/jobs":
+            return "200 OK", HTML_TYPE, page("jobs")
+        if path.startswith("/job/") and len(path) > len("/job/"):
+            return "200 OK", HTML_TYPE, page("job")
         if path == "/api/fleet":
             return _json(self.fleet(params.get("state"), params.get("cause")))
         if path == "/api/alerts":
@@ -62,6 +73,14 @@ class FleetPage:
             if detail is None:
                 return "404 Not Found", JSON_TYPE, b'{"error": "no such node"}\n'
             return _json(detail)
+        if path == "/api/jobs":
+            return _json(self.jobs())
+        if path.startswith("/api/job/"):
+            # A job key may hold "/" (torch/HOST:PORT): the rest of the path, unquoted, is the name.
+            job = self.job(urllib.parse.unquote(path.removeprefix("/api/job/")))
+            if job is None:
+                return "404 Not Found", JSON_TYPE, b'{"error": "no such job"}\n'
+            return _json(job)
         return None
 
     # ---- what the pages show ----
@@ -71,6 +90,9 @@ class FleetPage:
         window = self.server.ingest.detector_config.window_seconds
         source = self.lost_today_source(now)
         rows = [_row(node, now, window) for node in list(self.server.ingest.nodes.values())]
+        jobs_of = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
+        for r in rows:
+            r["jobs"] = jobs_of.get(r["node_id"], [])
         states = _counts(r["state"] for r in rows)
         causes = _counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
@@ -115,8 +137,65 @@ class FleetPage:
             cause: evidence_words(cause, evidence) for cause in ("network", "storage", "cpu") if evidence
         }
         out["timeline_source"], out["timeline"] = self._timeline(node)
-        out["alerts"] = [a.to_plain() for a in self._alerts() if a.node_id == node_id]
+        # Its own alerts, and a job's alert that names it (JobStraggler: the straggler).
+        out["alerts"] = [a.to_plain() for a in self._alerts() if node_id in (a.node_id, a.labels.get("node"))]
+        out["jobs"] = _jobs_of_nodes(self.server.ingest.jobs.verdicts()).get(node_id, [])
         return out
+
+    def jobs(self) -> dict[str, Any]:
+        """Every multi-node job the roll-up follows, worst first; ``down`` when no node of it is fresh."""
+        now = self.server.ingest.clock()
+        fresh = self._fresh_nodes(now)
+        shown = [_job_row(v, fresh) for v in self.server.ingest.jobs.verdicts()]
+        shown.sort(key=_job_worst_first)
+        return {"time_unix_seconds": now, "states": _counts(j["state"] for j in shown), "jobs": shown}
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        """One job: its verdict, and its nodes side by side, each with its own verdict (on the GPUs
+        of the job there, where its report says which), the straggler marked."""
+        verdict = self.server.ingest.jobs.verdict(name)
+        if verdict is None:
+            return None
+        ingest = self.server.ingest
+        now = ingest.clock()
+        fresh_after = now - ingest.detector_config.window_seconds
+        out = _job_row(verdict, self._fresh_nodes(now))
+        out["sentence"] = job_sentence(out)
+        out["node_details"] = [self._job_node(verdict, node_id, fresh_after, now) for node_id in verdict.nodes]
+        out["alerts"] = [a.to_plain() for a in self._alerts() if a.labels.get("job") == name]
+        return out
+
+    def _job_node(self, verdict: JobVerdict, node_id: str, fresh_after: float, now: float) -> dict[str, Any]:
+        straggler = node_id in verdict.straggler_nodes
+        node = self.server.ingest.nodes.get(node_id)
+        if node is None:  # a node of the job this collector does not hold (another shard's, retired)
+            return {"node_id": node_id, "known": False, "straggler": straggler, "state": "unknown", "gpus": []}
+        row = _row(node, now, now - fresh_after)
+        detector = node.detector
+        v = detector.verdict if detector is not None and row["state"] != "down" else None
+        mine = _job_gpus(node, verdict.job)
+        gpus = [g for g in v.gpus if mine is None or g.index in mine] if v is not None else []
+        busy = [1.0 - g.idle_ratio for g in gpus if g.idle_ratio is not None]
+        data = [g.starvation_ratio for g in gpus if g.starvation_ratio is not None]
+        sync = [g.interconnect_ratio for g in gpus if g.interconnect_ratio is not None]
+        out: dict[str, Any] = {
+            "node_id": node_id, "known": True, "straggler": straggler, "state": row["state"], "cause": row["cause"],
+            "connected": row["connected"], "gpu_count": len(gpus),
+            "busy_ratio": _mean(busy), "starvation_ratio": _mean(data), "interconnect_ratio": _mean(sync),
+            "waiting_on": list(v.waiting_on) if v is not None else [],
+            "gpus": [g for g in row["gpus"] if mine is None or g["index"] in mine],
+        }  # fmt: skip
+        if straggler and v is not None:
+            plain = v.to_plain()
+            out["sentence"] = verdict_sentence(plain)
+            evidence = detector.evidence.values if detector is not None else {}
+            cause = verdict.cause or ""
+            out["highway"] = evidence_words(cause, evidence) if evidence and cause in _HIGHWAYS else ""
+        return out
+
+    def _fresh_nodes(self, now: float) -> set[str]:
+        fresh_after = now - self.server.ingest.detector_config.window_seconds
+        return {n.row.node_id for n in list(self.server.ingest.nodes.values()) if n.row.last_seen >= fresh_after}
 
     def _timeline(self, node: NodeState) -> tuple[str, list[dict[str, Any]]]:
         """The node's minutes from the history store; without a history (``serve --no-history``)
@@ -155,6 +234,11 @@ def _row(node: NodeState, now: float, window_seconds: float) -> dict[str, Any]:
         for g in verdict.gpus:
             busy = None if g.idle_ratio is None else round(1.0 - g.idle_ratio, 3)
             gpus.append({"index": g.index, "state": g.state, "cause": g.cause, "busy_ratio": busy})
+            if g.instances:  # a MIG-split GPU: its instances under it
+                gpus[-1]["instances"] = [
+                    {"gpu_instance_id": i.gpu_instance_id, "mig_profile": i.mig_profile, "state": i.state}
+                    for i in g.instances
+                ]
     seen = detector.seen_seconds if detector is not None else 0.0
     return {
         "node_id": row.node_id,
@@ -168,6 +252,9 @@ def _row(node: NodeState, now: float, window_seconds: float) -> dict[str, Any]:
         "gpus": gpus,
         # While the detector's window fills, a starved node still reads busy: say so.
         "forming": forming_words(seen, window_seconds) if fresh else "",
+        # While waiting: the node(s) of its multi-node job it waits on.
+        "waiting_on": list(verdict.waiting_on) if fresh and verdict is not None else [],
+        "waiting_job": (verdict.waiting_job or None) if fresh and verdict is not None else None,
     }
 
 
@@ -177,6 +264,68 @@ def _ago(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+_HIGHWAYS: Final = ("network", "storage", "cpu")
+
+
+def _jobs_of_nodes(verdicts: tuple[JobVerdict, ...]) -> dict[str, list[str]]:
+    """Node -> the multi-node jobs that count it, by name."""
+    out: dict[str, list[str]] = {}
+    for v in sorted(verdicts, key=lambda v: v.job):
+        for node_id in v.nodes:
+            out.setdefault(node_id, []).append(v.job)
+    return out
+
+
+def _job_row(verdict: JobVerdict, fresh: set[str]) -> dict[str, Any]:
+    """The verdict's plain form, ``down`` as its state when no node of the job reports now."""
+    plain = verdict.to_plain()
+    plain["down"] = not any(node in fresh for node in verdict.nodes)
+    if plain["down"]:
+        plain["state"] = "down"
+    return plain
+
+
+def job_sentence(job: dict[str, Any]) -> str:
+    """A job verdict's plain form (``_job_row``) in one sentence."""
+    nodes, gpus = len(job["nodes"]), job["gpus"]
+    what = f"{gpus} GPU{'s' if gpus != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}"
+    lost = f"{job['gpu_hours_lost']:.2f} GPU-hours lost"
+    wait = job["wait_ratio"]
+    share = f" {wait:.0%} of their time" if wait is not None else ""
+    if job["state"] == "down":
+        return f"{what}: no node of the job has reported for a window; {lost}"
+    if job["state"] != "slowed":
+        return f"{what} {job['state']}" + (f", waiting{share}" if wait else "") + f"; {lost}"
+    if job["job_wide"] or not job["straggler_nodes"]:
+        return f"{what} wait{share} — cause {job['cause'] or 'unknown'} on every node (job-wide); {lost}"
+    held = ", ".join(job["straggler_nodes"])
+    text = f"{what} wait{share} for {held} — cause {job['cause'] or 'unknown'}"
+    if job["needed_bytes_per_second"]:
+        text += f"; keeping them busy needs {job['needed_bytes_per_second'] * 8 / 1e9:.1f} Gb/s there"
+    return f"{text}; {lost}"
+
+
+def _job_gpus(node: NodeState, job: str) -> set[int] | None:
+    """The GPUs the job uses on the node, as its latest report says; None when it does not say."""
+    if node.latest is None:
+        return None
+    report = pb.NodeReport.FromString(node.latest)
+    for sample in report.jobs:
+        if sample.job == job and sample.gpus:
+            return set(sample.gpus)
+    return None
+
+
+def _job_worst_first(job: dict[str, Any]) -> tuple[int, float, str]:
+    state = job["state"]
+    rank = JOB_STATE_ORDER.index(state) if state in JOB_STATE_ORDER else len(JOB_STATE_ORDER)
+    return (rank, -job["gpu_hours_lost"], job["job"])
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
 
 
 def _minute_point(row: MinuteRow) -> dict[str, Any]:

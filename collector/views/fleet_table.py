@@ -37,6 +37,8 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
             ),
             "starved_gpus": [int(i) for i in n.starved_gpus.split(",") if i],
             "jobs": list(n.jobs),
+            "waiting_on": list(n.waiting_on),
+            "waiting_job": n.waiting_job or None,
             "evidence": dict(n.evidence),
             "clock_skew_seconds": n.clock_skew_seconds if n.HasField("clock_skew_seconds") else None,
             "clock_refused_reports_total": n.clock_refused_reports_total,
@@ -60,6 +62,17 @@ def alert_rows(response: pb.ListAlertsResponse) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def alert_subject(row: dict[str, Any]) -> str:
+    """What an alert row is about beyond its node: ``job J`` for a job's alert, else its key
+    (``gpu:3``, ``nic:eth0:speed``); its cause after it, where it has one; ``-`` for neither."""
+    labels: dict[str, str] = row["labels"]
+    job = labels.get("job", "")
+    parts = [f"job {job}" if job else str(row["key"])]
+    if labels.get("cause"):
+        parts.append(f"({labels['cause']})")
+    return " ".join(p for p in parts if p) or "-"
+
+
 def render_fleet(rows: list[dict[str, Any]]) -> str:
     """The fleet at a glance: per node its verdict, why, and what it costs."""
     lines = [
@@ -75,14 +88,26 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
         forming = forming_words(row.get("window_seen_seconds") or 0.0, row.get("window_seconds") or 0.0)
         if forming and state not in (DOWN, NEW, NO_GPU):
             notes.append(f"{row['node_id']}: {forming}")
+        # A waiting node's "why" is the node of its job it waits on.
+        waiting = row.get("waiting_on") or []
+        cause = row["cause"] or (f"on {','.join(waiting)}" if waiting else "-")
         lines.append(
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
-            f"{state:<9} {row['cause'] or '-':<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
+            f"{state:<9} {short(cause, 13):<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
             f"{row['gpu_hours_lost']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
         )
     return "\n".join(lines + notes)
+
+
+def short(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut in the middle, where names that share a
+    prefix or a suffix (``torch/10.0.0.1:29500``, ``gpu-node-017``) still differ, marked ``…``."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 def clock_skew(seconds: float | None) -> str:

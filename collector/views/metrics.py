@@ -140,7 +140,9 @@ class CollectorMetrics(Collector):
             alerts = None
         if alerts is not None:
             for alert in alerts:
-                firing.add_metric([alert.name, alert.node_id, alert.severity, alert.labels.get("subject", "")], 1.0)
+                # A job's alert (JobStraggler) names its node among its labels: the straggler.
+                node = alert.node_id or alert.labels.get("node", "")
+                firing.add_metric([alert.name, node, alert.severity, alert.labels.get("subject", "")], 1.0)
             yield firing
         stats = alerting.dispatcher.stats()
         deliveries = CounterMetricFamily(

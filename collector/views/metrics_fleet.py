@@ -1,4 +1,5 @@
-"""The fleet's families on ``/metrics``: per node and per GPU, from the collector's memory.
+"""The fleet's families on ``/metrics``: per node and per GPU, and per multi-node job
+(``metrics_jobs``), from the collector's memory.
 
 Rendered at scrape time from what ingest already keeps (each node's row of counters, the
 detector's latest verdict and the node-wide inputs of its last window step); nothing is updated
@@ -9,7 +10,9 @@ replaces whole (verdicts, evidence) or plain numbers (row counters).
 A node's verdict families are shown while its last report is younger than the detector's window;
 after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
 so those series end rather than repeat a stale state, and ``nodeagent_node_state`` says
-``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page.
+``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. A job's
+families likewise: they are shown while any node of the job is fresh (the roll-up's snapshot is
+read as it is, replaced whole).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Final
 
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.collector.views.shown_state import is_silent, node_shown_state
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
@@ -121,11 +126,14 @@ class FleetMetrics:
         nodes = list(self.ingest.nodes.values())  # a copy: the event loop may add nodes meanwhile
         if len(self._node_labels) > 2 * len(nodes) + 1000:
             self._node_labels.clear()
+        fresh: set[str] = set()
         for node in nodes:
             labels = self._node_label(node.row.node_id)
             self._row(families, node, labels)
             state = node_shown_state(node, now, window)
             detector = node.detector if not is_silent(node, now, window) else None
+            if detector is not None:
+                fresh.add(node.row.node_id)
             verdict = detector.verdict if detector is not None and detector.verdict.time_unix_seconds else None
             if verdict is not None:
                 _verdict(families, verdict, labels, state)
@@ -135,7 +143,7 @@ class FleetMetrics:
                 families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
             if detector is not None:
                 _evidence(families, detector.evidence, labels)
-        return render(families.values())
+        return render([*families.values(), *job_families(fresh_jobs(self.ingest.jobs.verdicts(), fresh))])
 
     def _node_label(self, node_id: str) -> str:
         text = self._node_labels.get(node_id)
@@ -158,6 +166,12 @@ class FleetMetrics:
         if node.clock_skew_seconds is not None:
             families["nodeagent_node_clock_skew_seconds"].add(labels, node.clock_skew_seconds)
         families["nodeagent_node_clock_refused_reports_total"].add(labels, node.clock_refused_total)
+
+
+def fresh_jobs(verdicts: tuple[JobVerdict, ...], fresh_nodes: set[str]) -> list[JobVerdict]:
+    """The jobs with a node whose verdict is fresh: a job all of whose nodes went silent says
+    nothing of now."""
+    return [v for v in verdicts if any(node in fresh_nodes for node in v.nodes)]
 
 
 def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str, state: str) -> None:

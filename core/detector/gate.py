@@ -56,4 +56,5 @@ def gated_state(track: GpuTrack) -> str | None:
 
 
 def _job_id(job: pb.JobRef) -> str:
-    return job.slurm_job_id or job.k8s_pod_uid or job.container_id
+    # The multi-node job key first: it names the job the same way on every node.
+    return job.job_key or job.slurm_job_id or job.k8s_pod_uid or job.container_id

@@ -15,6 +15,9 @@ Step 5 of the rule chain, the roll-up, lives here; the steps before it run per G
 5. the roll-up (here): the node's state, majority cause, weighted ratios, GPU-hours lost and
    the ingest bandwidth that would keep the GPUs busy; the records are in ``verdict``.
 
+A MIG-split GPU's instances are followed each as a GPU (``mig``): the GPU's verdict is their
+roll-up, with theirs under it.
+
 Per report and GPU the first two steps are cheap and allocation-free (``gpu_track`` runs them);
 every ``evaluate_seconds`` the window (``window``) advances one step: the GPU's PCIe and NVLink
 counters and the node's NIC, RDMA, disk, CPU and pressure counters turn into rates, and each GPU's
@@ -29,6 +32,7 @@ import math
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.detector.gpu_track import GpuTrack
+from nodeagent.core.detector.mig import InstanceKey, InstanceTrack, gpu_verdict, gpu_weight, instance_key
 from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
 from nodeagent.core.detector.throttle import throttle_mask
 from nodeagent.core.detector.verdict import (
@@ -52,6 +56,8 @@ class NodeDetector:
         self.config = config
         self._throttle_mask = throttle_mask(config)
         self._tracks: dict[int, GpuTrack] = {}
+        self._instances: dict[InstanceKey, InstanceTrack] = {}  # MIG instances, each a GPU of its own
+        self._weights: dict[int, float] = {}  # a MIG-split GPU's weight in the node's ratios
         self._info = pb.NodeInfo()
         self._evidence = NodeEvidenceTracker(config)
         self._recent: list[NodeEvidence] = []
@@ -95,6 +101,9 @@ class NodeDetector:
         self._last_time = t
         tracks, mask = self._tracks, self._throttle_mask
         for sample in report.gpus:
+            if sample.mig_instances:
+                self._tick_instances(sample, t, dt, mask)
+                continue
             track = tracks.get(sample.index)
             if track is None:
                 track = tracks[sample.index] = GpuTrack(sample.index, config, self._gpu_info(sample.index))
@@ -148,23 +157,28 @@ class NodeDetector:
         self._step_end = (math.floor(t / config.evaluate_seconds) + 1) * config.evaluate_seconds
         samples = {g.index: g for g in report.gpus}
         assigned = sum(1 for track in self._tracks.values() if track.assigned)
+        assigned += sum(1 for it in self._instances.values() if it.track.assigned)
         evidence = self._evidence.step(report, assigned)
         self.evidence = evidence
         self._recent.append(evidence)
         del self._recent[: -config.window_steps]
         gpus = []
-        for index in sorted(self._tracks):
-            track = self._tracks[index]
-            if t - track.last_seen > config.window_seconds:
+        split = self._step_instances(report, t, evidence, first=first)
+        for index in sorted(self._tracks.keys() | split.keys()):
+            track = self._tracks.get(index)
+            if track is not None and t - track.last_seen > config.window_seconds:
                 del self._tracks[index]  # gone from the reports (the hardware rules say why)
-                continue
-            gpus.append(track.step(samples.get(index), t, evidence, first=first))
+                track = None
+            if index in split:
+                gpus.append(split[index])  # split into MIG instances now: their roll-up
+            elif track is not None:
+                gpus.append(track.step(samples.get(index), t, evidence, first=first))
         self._verdict = self._roll_up(t, tuple(gpus))
 
     def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
         state = node_state(gpus)
         cause = majority_cause(starved_causes(gpus))
-        weights = [(g, w) for g in gpus if (w := self._tracks[g.index].window_seconds()) > 0]
+        weights = [(g, w) for g in gpus if (w := self._weight(g)) > 0]
         total = sum(w for _, w in weights)
         data = round(sum((g.starvation_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
         sync = round(sum((g.interconnect_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
@@ -188,6 +202,7 @@ class NodeDetector:
                 needed = self._needed_ingest(cause, ratio)
         jobs = tuple(sorted({job for g in gpus for job in g.jobs}))
         lost = sum(track.gpu_seconds_lost for track in self._tracks.values())
+        lost += sum(it.track.gpu_seconds_lost * it.share for it in self._instances.values())
         return NodeVerdict(self.node_id, t, state, cause, tier, data, sync, lost, jobs, needed, evidence, gpus)
 
     def _needed_ingest(self, cause: str, data_ratio: float) -> float | None:
@@ -199,6 +214,49 @@ class NodeDetector:
             return None
         return sum(known) / len(known) / (1.0 - data_ratio)
 
+    # ---- MIG instances -----------------------------------------------------------------------
+
+    def _tick_instances(self, gpu: pb.GpuSample, t: float, dt: float, mask: int) -> None:
+        for instance in gpu.mig_instances:
+            key = instance_key(gpu, instance)
+            followed = self._instances.get(key)
+            if followed is None or followed.uuid != instance.uuid:
+                track = GpuTrack(gpu.index, self.config, self._gpu_info(gpu.index))
+                followed = self._instances[key] = InstanceTrack(
+                    track, instance.uuid, instance.mig_profile, instance.gpu_instance_id
+                )
+            followed.track.tick(instance, t, dt, mask)
+
+    def _step_instances(
+        self, report: pb.NodeReport, t: float, evidence: NodeEvidence, *, first: bool
+    ) -> dict[int, GpuVerdict]:
+        """Each MIG instance's verdict, rolled up into its GPU's, for the GPUs split in this
+        report; instances gone from the reports for a window are forgotten."""
+        config = self.config
+        for key in [k for k, it in self._instances.items() if t - it.track.last_seen > config.window_seconds]:
+            del self._instances[key]
+        out: dict[int, GpuVerdict] = {}
+        self._weights = {}
+        for gpu in report.gpus:
+            if not gpu.mig_instances:
+                continue
+            followed = []
+            for instance in gpu.mig_instances:
+                it = self._instances.get(instance_key(gpu, instance))
+                if it is not None:
+                    followed.append((it, it.step(instance, t, evidence, first=first)))
+            if followed:
+                out[gpu.index] = gpu_verdict(gpu, followed)
+                self._weights[gpu.index] = gpu_weight([it for it, _ in followed])
+        return out
+
+    def _weight(self, g: GpuVerdict) -> float:
+        """The GPU's counted seconds in the window: its weight in the node's ratios."""
+        if g.instances:
+            return self._weights.get(g.index, 0.0)
+        track = self._tracks.get(g.index)
+        return track.window_seconds() if track is not None else 0.0
+
     # ---- topology ----------------------------------------------------------------------------
 
     def _learn(self, info: pb.NodeInfo) -> None:
@@ -207,6 +265,8 @@ class NodeDetector:
         self._evidence.learn(self._info)
         for index, track in self._tracks.items():
             track.learn(self._gpu_info(index))
+        for (index, _gi, _ci), it in self._instances.items():
+            it.track.learn(self._gpu_info(index))
 
     def _gpu_info(self, index: int) -> pb.GpuInfo | None:
         return next((g for g in self._info.gpu.gpus if g.index == index), None)
@@ -215,6 +275,8 @@ class NodeDetector:
         """After a silence longer than the window, what the window held says nothing of now."""
         for track in self._tracks.values():
             track.forget()
+        for it in self._instances.values():
+            it.track.forget()
         self._recent.clear()
         self.evidence = EMPTY
         self._evidence = NodeEvidenceTracker(self.config)

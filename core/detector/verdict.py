@@ -37,6 +37,11 @@ class GpuVerdict:
     jobs: tuple[str, ...]
     # The values that decided the verdict (ratios, rates), by name.
     evidence: Evidence
+    # A MIG instance's GPU instance id and profile ("1g.10gb"); a MIG-split GPU's verdict carries
+    # its instances' (``core/detector/mig.py``), and is their roll-up.
+    gpu_instance_id: int | None = None
+    mig_profile: str = ""
+    instances: tuple[GpuVerdict, ...] = ()
 
     @property
     def cause_ratio(self) -> float | None:
@@ -44,7 +49,7 @@ class GpuVerdict:
         return self.interconnect_ratio if self.cause == "interconnect" else self.starvation_ratio
 
     def to_plain(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "uuid": self.uuid,
             "state": self.state,
@@ -57,6 +62,11 @@ class GpuVerdict:
             "jobs": list(self.jobs),
             "evidence": dict(self.evidence),
         }
+        if self.gpu_instance_id is not None:
+            out["gpu_instance_id"], out["mig_profile"] = self.gpu_instance_id, self.mig_profile
+        if self.instances:
+            out["instances"] = [i.to_plain() for i in self.instances]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,10 @@ class NodeVerdict:
     needed_ingest_bytes_per_second: float | None
     evidence: Evidence
     gpus: tuple[GpuVerdict, ...]
+    # While the node's GPUs wait on another node of their multi-node job (state ``waiting``): the
+    # node(s) waited on, and the job (set by the job roll-up, collector/jobs/).
+    waiting_on: tuple[str, ...] = ()
+    waiting_job: str = ""
 
     @property
     def starved_gpus(self) -> tuple[GpuVerdict, ...]:

@@ -4,12 +4,14 @@ Limits are generous for real nodes (an 8-GPU server has 8 GPUs, 18 NVLinks each,
 NICs) and small enough that one report cannot make the collector allocate or loop much. Numbers
 must be finite; doubles must not be negative; ``_ratio`` fields lie in [0, 1]; a uint64 at or
 above 2^63 is a negative number sent as unsigned. Strings are bounded and node ids follow
-``nodeagent.core.wire.identity``. The walk visits only the fields a message has set (``ListFields``, one C
+``nodeagent.core.wire.identity``; a job key (``JobRef.job_key``, ``JobSample.job``) is printable
+too. A world size or rank is any uint32: a job that claims 10,000 ranks is the job roll-up's to
+judge, not a malformed report. The walk visits only the fields a message has set (``ListFields``, one C
 call per message) and dispatches on a kind per field computed once per message type, inline:
 this runs for every report, and a function call per field would double its cost.
 
 The kinds are those the wire's report and hello have (double, uint64, uint32, bool, string,
-messages, repeated messages and strings, maps of strings and of uint64): a field of another kind
+messages, repeated messages, strings and uint32s, maps of strings and of uint64): a field of another kind
 has no rule here yet, and learning it raises ``TypeError`` (``tests/core/test_validate_repair.py``
 walks every field of the .proto, so a new kind fails there first).
 """
@@ -31,6 +33,9 @@ MAX_STRING = 256
 MAX_LONG_STRING = 4096  # event messages, errors, cgroup paths
 MAX_REPEATED = 256
 NEGATIVE_UINT = 1 << 63
+MAX_JOBS = 64  # JobSamples in one report
+MAX_RANKS = 4096  # ranks of one job on one node
+MAX_JOB_KEY = 256
 
 # Repeated fields whose bound differs from MAX_REPEATED.
 REPEATED_LIMITS: dict[str, int] = {
@@ -38,13 +43,22 @@ REPEATED_LIMITS: dict[str, int] = {
     "GpuTopology.gpus": 64,
     "GpuSample.nvlinks": 64,
     "GpuSample.processes": 1024,
+    # A GPU splits into at most seven MIG instances (eight on some boards to come); one of each.
+    "GpuSample.mig_instances": 8,
+    "GpuInfo.mig_instances": 8,
+    "GpuSample.suspect_fields": 8,
     "HostSample.cpus": 8192,
     "NodeReport.disks": 4096,
     "NodeInfo.disks": 4096,
     "NodeReport.events": 1024,
     "DiskInfo.mountpoints": 64,
+    "NodeReport.jobs": MAX_JOBS,
+    "JobSample.ranks": MAX_RANKS,
+    "JobSample.gpus": 64,
 }
-LONG_STRINGS = {"Event.message", "CollectorStatus.error", "JobRef.cgroup", "GpuProcess.name"}
+LONG_STRINGS = {"Event.message", "CollectorStatus.error", "JobRef.cgroup", "JobSample.cgroup", "GpuProcess.name"}
+# Strings that name a job across nodes: at most MAX_JOB_KEY characters, all printable.
+JOB_KEYS = {"JobRef.job_key", "JobSample.job"}
 
 
 class InvalidMessageError(ValueError):
@@ -60,6 +74,10 @@ def check_report(report: pb.NodeReport, node_id: str) -> None:
     if not (report.time_unix_seconds > 0):
         raise InvalidMessageError(f"report time {report.time_unix_seconds!r} is not a positive time")
     _check(report, "report")
+    try:
+        _flat_instances(report)
+    except _BadValueError as bad:
+        raise InvalidMessageError(f"report.{bad.where}: {bad.problem}") from None
 
 
 def repair(message: Message, limit: int = 64) -> list[str]:
@@ -73,6 +91,8 @@ def repair(message: Message, limit: int = 64) -> list[str]:
     for _ in range(limit):
         try:
             _walk(message)
+            if isinstance(message, pb.NodeReport):
+                _flat_instances(message)
             return dropped
         except _BadValueError as bad:
             dropped.append(f"{bad.where}: {bad.problem}")
@@ -91,9 +111,9 @@ def _drop(message: Message, where: str) -> None:
     field = parent.DESCRIPTOR.fields_by_name[name]
     value = getattr(parent, name)
     kind, bound = _KINDS.get(field) or _learn(field, value)
-    if kind in (_REPEATED_MESSAGE, _REPEATED_STRING) and len(value) > bound:
+    if kind in (_REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_UINT) and len(value) > bound:
         del value[bound:]
-    elif kind == _STRING and len(value) > bound:
+    elif kind in (_STRING, _KEY) and len(value) > bound:
         setattr(parent, name, value[:bound])
     else:
         parent.ClearField(name)
@@ -112,8 +132,8 @@ def check_hello(info: pb.NodeInfo) -> None:
 # ---- the walk ----
 # Paths are built only on the way out of an error, so a good report costs no string formatting.
 
-(_DOUBLE, _RATIO, _UINT, _STRING, _MESSAGE, _OTHER,
- _REPEATED_MESSAGE, _REPEATED_STRING, _MAP_UINT, _MAP_STRING) = range(10)  # fmt: skip
+(_DOUBLE, _RATIO, _UINT, _STRING, _KEY, _MESSAGE, _OTHER,
+ _REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_UINT, _MAP_UINT, _MAP_STRING) = range(12)  # fmt: skip
 
 
 class _BadValueError(Exception):
@@ -157,8 +177,15 @@ def _walk(message: Message) -> None:
             _nested(field.name, value)
         elif kind == _OTHER:
             continue
+        elif kind == _KEY:
+            if len(value) > limit:
+                raise _BadValueError(field.name, f"{len(value)} characters, at most {limit}")
+            if not value.isprintable():
+                raise _BadValueError(field.name, f"{value[:64]!r} has characters that are not printable")
         elif len(value) > limit:
             raise _BadValueError(field.name, f"{len(value)} entries, at most {limit}")
+        elif kind == _REPEATED_UINT:
+            continue  # every uint32 is valid; only the count is bounded
         elif kind == _REPEATED_MESSAGE:
             for index, item in enumerate(value):
                 _nested(f"{field.name}[{index}]", item)
@@ -173,6 +200,15 @@ def _walk(message: Message) -> None:
                     raise _BadValueError(field.name, "a negative count sent as unsigned")
             elif max(map(len, value.values())) > MAX_LONG_STRING:
                 raise _BadValueError(field.name, f"a value longer than {MAX_LONG_STRING} characters")
+
+
+def _flat_instances(report: pb.NodeReport) -> None:
+    """A MIG instance is a GpuSample too, one level down: one with instances of its own would let
+    a report multiply its GPU samples (64 x 8 x 8)."""
+    for i, gpu in enumerate(report.gpus):
+        for j, instance in enumerate(gpu.mig_instances):
+            if instance.mig_instances:
+                raise _BadValueError(f"gpus[{i}].mig_instances[{j}].mig_instances", "a MIG instance has no instances")
 
 
 def _nested(name: str, message: Message) -> None:
@@ -209,6 +245,8 @@ def _kind(field: FieldDescriptor, *, is_map: bool) -> tuple[int, int]:
             return _REPEATED_MESSAGE, count
         if field.type == FieldDescriptor.TYPE_STRING:
             return _REPEATED_STRING, count
+        if field.type == FieldDescriptor.TYPE_UINT32:
+            return _REPEATED_UINT, count
     elif message_type is not None:
         return _MESSAGE, 0
     elif field.type == FieldDescriptor.TYPE_DOUBLE:
@@ -216,6 +254,8 @@ def _kind(field: FieldDescriptor, *, is_map: bool) -> tuple[int, int]:
     elif field.type == FieldDescriptor.TYPE_UINT64:
         return _UINT, 0
     elif field.type == FieldDescriptor.TYPE_STRING:
+        if qualified in JOB_KEYS:
+            return _KEY, MAX_JOB_KEY
         return _STRING, (MAX_LONG_STRING if qualified in LONG_STRINGS else MAX_STRING)
     elif field.type in (FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_BOOL):
         return _OTHER, 0  # every value is valid

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
 import ssl
 import subprocess
@@ -35,9 +36,12 @@ from nodeagent.core.exposition.text import TextFamily, format_value, label, rend
 from nodeagent.core.transport.security import ServerSecurity
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.tools.simulator import Simulation
+from tests.conftest import require
 from tests.fakes.certs import Authority
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
+from tests.fakes.jobs import FakeRollup, job_verdict
 from tests.fakes.trees import REPO
+from tests.promtool_lint import promtool_problems
 
 SECONDS = 150  # simulated: the ordinary cloud is starved (network, high) well before this
 
@@ -137,6 +141,42 @@ def test_a_silent_node_keeps_its_counters_and_loses_its_verdict(ingest: tuple[In
     assert samples["node_cpu_busy_ratio"] == []
     assert {s.labels["node"]: s.value for s in samples["node_reports_total"]} == {"oc": SECONDS, "fast": SECONDS}
     assert len(samples["node_last_report_timestamp_seconds"]) == 2
+
+
+def test_job_families_say_what_the_rollup_says(ingest: tuple[Ingest, _Clock]) -> None:
+    state, clock = ingest
+    slowed = job_verdict("torch/10.0.0.1:29500", nodes=("oc", "fast"), straggler_nodes=("oc",), gpus=16)
+    wide = job_verdict('mpi/ns"1', source="mpi", nodes=("fast",), straggler_nodes=(), job_wide=True, cause="storage",
+                       wait_ratio=0.3, needed_bytes_per_second=None)  # fmt: skip
+    gone = job_verdict("1234", source="slurm", nodes=("gone-1", "gone-2"))  # no node of it reports now
+    state.jobs = FakeRollup((slowed, wide, gone))
+    text = FleetMetrics(state).render()
+    samples = _samples(text)
+    # The job is `job_name`: a scraped `job` label would become `exported_job` in Prometheus.
+    states = {s.labels["job_name"]: s.labels for s in samples["job_state"]}
+    assert set(states) == {"torch/10.0.0.1:29500", 'mpi/ns"1'}  # the stale job's series end
+    assert states["torch/10.0.0.1:29500"] == {
+        "job_name": "torch/10.0.0.1:29500", "source": "torch", "state": "slowed", "cause": "network",
+        "job_wide": "false",
+    }  # fmt: skip
+    assert states['mpi/ns"1']["job_wide"] == "true" and states['mpi/ns"1']["cause"] == "storage"
+    assert {s.value for s in samples["job_state"]} == {1.0}
+    assert _value(samples, "job_wait_ratio", job_name="torch/10.0.0.1:29500") == 0.53
+    assert _value(samples, "job_gpu_seconds_lost_total", job_name="torch/10.0.0.1:29500") == 7200.0
+    assert _value(samples, "job_nodes", job_name="torch/10.0.0.1:29500") == 2
+    assert _value(samples, "job_gpus", job_name="torch/10.0.0.1:29500") == 16
+    assert _value(samples, "job_needed_bytes_per_second", job_name="torch/10.0.0.1:29500") == 2.5e9
+    assert {s.labels["job_name"] for s in samples["job_needed_bytes_per_second"]} == {"torch/10.0.0.1:29500"}
+    # One series per straggler, none for a job-wide cause.
+    assert [s.labels for s in samples["job_straggler"]] == [
+        {"job_name": "torch/10.0.0.1:29500", "node": "oc", "cause": "network"}
+    ]
+    assert "# TYPE nodeagent_job_gpu_seconds_lost_total counter" in text
+    require(shutil.which("promtool") is not None, "needs promtool (Debian's prometheus; `make system-deps`)")
+    assert promtool_problems(text) == set()
+    # Every node silent: no job says anything of now.
+    clock.now += state.detector_config.window_seconds + 1
+    assert _samples(FleetMetrics(state).render())["job_state"] == []
 
 
 def test_text_format_escapes_labels_and_writes_values_as_go_does() -> None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import cramjam
 
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.sender import RemoteWriter, RemoteWriteStats
-from nodeagent.collector.remote_write.series import NodeSeries
+from nodeagent.collector.remote_write.series import JobSeries, NodeSeries
+from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -24,6 +26,7 @@ from nodeagent.prompb import remote_pb2 as prompb
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.http_receiver import http_receiver
+from tests.fakes.jobs import job_verdict
 
 
 class ReferenceSeries:
@@ -228,3 +231,71 @@ def _push(
             time.sleep(0.05)
     finally:
         writer.stop()
+
+
+def test_job_series_go_once_per_evaluation_under_the_metrics_names() -> None:
+    """A job's series are sent with a new verdict (a new evaluation), under /metrics' names and
+    labels, stamped with the verdict's time; the same verdict again sends nothing."""
+    first = job_verdict("torch/a", nodes=("n1", "n2"))
+    other = job_verdict("1234", source="slurm", state="busy", straggler_nodes=(), cause=None)
+    series = JobSeries()
+    sent = series.encode((first, other))
+    assert sent is not None
+    request = prompb.WriteRequest.FromString(sent.body)
+    got = {_plain_labels(ts): (ts.samples[0].value, ts.samples[0].timestamp) for ts in request.timeseries}
+    assert sent.samples == len(got)
+    millis = int(first.time_unix_seconds * 1000)
+    expected = {
+        tuple(sorted((("__name__", name), *labels))): (value, millis)
+        for name, labels, value in _samples(job_families([first, other]))
+    }
+    assert got == expected
+    assert (("__name__", "nodeagent_job_straggler"), ("cause", "network"), ("job_name", "torch/a"),
+            ("node", "n2")) in got  # fmt: skip
+    assert series.encode((first, other)) is None  # nothing new was evaluated
+    later = replace(first, time_unix_seconds=first.time_unix_seconds + 10, wait_ratio=0.6)
+    again = series.encode((later, other))
+    assert again is not None
+    names = {dict(_plain_labels(ts))["job_name"] for ts in prompb.WriteRequest.FromString(again.body).timeseries}
+    assert names == {"torch/a"}
+
+
+def test_the_sender_sends_a_jobs_series_once_however_many_reports_come() -> None:
+    """Twelve reports of two nodes, one roll-up snapshot: the job's series go once, beside every
+    report's own; a new snapshot with a newer verdict goes again."""
+    reports = [*_reports("healthy", "n1", 6), *_reports("healthy", "n2", 6)]
+    snapshot = [(job_verdict("torch/a", nodes=("n1", "n2")),)]
+    with http_receiver() as receiver:
+        writer = RemoteWriter(
+            RemoteWriteConfig(url=receiver.url, resolution_seconds=0, batch_samples=100_000), jobs=lambda: snapshot[0]
+        )
+        for report, verdict in reports:
+            writer.offer(report, verdict)
+        writer.start()
+        try:
+            assert _waited(lambda: len(receiver.accepted) == 1 and not writer.stats.queued_samples)
+            snapshot[0] = (replace(snapshot[0][0], time_unix_seconds=snapshot[0][0].time_unix_seconds + 10),)
+            writer.offer(*reports[-1])  # the thread wakes, finds the new snapshot
+            assert _waited(lambda: len(receiver.accepted) == 2)
+        finally:
+            writer.stop()
+    states = [
+        ts
+        for body in receiver.accepted
+        for ts in prompb.WriteRequest.FromString(bytes(cramjam.snappy.decompress_raw(body))).timeseries
+        if dict(_plain_labels(ts))["__name__"] == "nodeagent_job_state"
+    ]
+    assert [ts.samples[0].timestamp for ts in states] == [1_800_000_000_000, 1_800_000_010_000]
+
+
+def _waited(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _plain_labels(ts: prompb.TimeSeries) -> tuple[tuple[str, str], ...]:
+    return tuple((label.name, label.value) for label in ts.labels)

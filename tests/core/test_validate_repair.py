@@ -99,3 +99,54 @@ def test_a_kind_without_a_rule_is_refused_loudly() -> None:
     gpu = pb.HistoryRequest.DESCRIPTOR.fields_by_name["gpu"]  # int32: no report field has one
     with pytest.raises(TypeError, match=r"HistoryRequest\.gpu"):
         validate._kind(gpu, is_map=False)
+
+
+# ---- multi-node jobs ----
+
+
+def _job_report(jobs: int = 1, ranks: int = 8, key: str = "torch/run-1", world_size: int = 16) -> pb.NodeReport:
+    report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    report.gpus.add(index=0).processes.add(pid=7, job=pb.JobRef(job_key=key, world_size=world_size, rank=3))
+    for index in range(jobs):
+        report.jobs.add(job=key if index == 0 else f"torch/run-{index}", source="torch", world_size=world_size,
+                        ranks=range(ranks), gpus=[0])  # fmt: skip
+    return report
+
+
+def test_a_job_claiming_a_huge_world_is_the_roll_up_s_to_judge_not_a_refusal() -> None:
+    check_report(_job_report(world_size=10_000), "n")
+    check_report(_job_report(world_size=2**31 - 1), "n")
+    check_report(_job_report(jobs=64, ranks=4096, key="k" * 250), "n")
+
+
+@pytest.mark.parametrize(
+    ("report", "reason"),
+    [
+        pytest.param(_job_report(jobs=65), "report.jobs: 65 entries, at most 64", id="too-many-jobs"),
+        pytest.param(_job_report(ranks=4097), "report.jobs[0].ranks: 4097 entries, at most 4096", id="too-many-ranks"),
+        pytest.param(
+            _job_report(key="k" * 257), "report.gpus[0].processes[0].job.job_key: 257 characters, at most 256",
+            id="key-too-long",
+        ),
+        pytest.param(
+            _job_report(key="torch/\x1b[2Jrun"),
+            "report.gpus[0].processes[0].job.job_key: 'torch/\\x1b[2Jrun' has characters that are not printable",
+            id="key-not-printable",
+        ),
+    ],
+)  # fmt: skip
+def test_job_bounds_are_refused_with_one_line(report: pb.NodeReport, reason: str) -> None:
+    with pytest.raises(validate.InvalidMessageError) as refused:
+        check_report(report, "n")
+    assert str(refused.value) == reason
+
+
+def test_repair_cuts_jobs_to_their_bounds_and_clears_an_unprintable_key() -> None:
+    report = _job_report(jobs=70, key="torch/\nrun")
+    report.jobs[0].ranks.extend(range(8, 5000))
+    dropped = repair(report)
+    check_report(report, "n")
+    assert len(report.jobs) == 64 and len(report.jobs[0].ranks) == 4096
+    assert report.gpus[0].processes[0].job.job_key == "" and report.jobs[0].job == ""
+    assert report.gpus[0].processes[0].job.world_size == 16  # the rest of the job is kept
+    assert len(dropped) == 4

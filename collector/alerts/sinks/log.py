@@ -27,7 +27,7 @@ class LogSink:
             self._log.warning(
                 f"alert {transition.kind}",
                 alertname=alert.name,
-                node=alert.node_id,
+                node=alert.node_id or alert.labels.get("node", ""),
                 subject=alert.key,
                 severity=alert.severity,
                 labels=dict(alert.labels),

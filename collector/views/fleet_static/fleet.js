@@ -10,6 +10,8 @@ const mbytes = (b) => (b === null || b === undefined) ? "—" : (b / 1e6).toFixe
 const longName = (s, cls) => `<span class="name${cls ? " " + cls : ""}" title="${esc(s)}">${esc(s)}</span>`;
 const clock = (t) => new Date(t * 1000).toISOString().slice(11, 16);
 const badge = (s) => `<span class="badge ${esc(s)}">${esc(s)}</span>`;
+const nodeLink = (n) => `<a href="/node/${encodeURIComponent(n)}">${esc(n)}</a>`;
+const jobLink = (j) => `<a class="job" href="/job/${encodeURIComponent(j)}">${esc(j)}</a>`;
 function heat(r) {  // busy share: red (idle) to green (busy)
   if (r === null || r === undefined) return "#ccc";
   return `hsl(${Math.round(120 * Math.max(0, Math.min(1, r)))}, 65%, 45%)`;
@@ -59,8 +61,8 @@ function stateBand(points) {  // the node's state per point, above the charts an
   const w = 600, h = 12, plotW = w - AXIS.left - AXIS.right;
   if (!points.length) return "";
   const t0 = points[0].time_unix_seconds, t1 = Math.max(t0 + 1, points[points.length - 1].time_unix_seconds);
-  const colors = {starved: "#c62828", busy: "#2e7d32", throttled: "#f9a825", idle: "#bdbdbd", warmup: "#90caf9",
-    lost: "#6a1b9a", "no-gpu": "#e0e0e0"};
+  const colors = {starved: "#c62828", waiting: "#ef6c00", busy: "#2e7d32", throttled: "#f9a825", idle: "#bdbdbd",
+    warmup: "#90caf9", lost: "#6a1b9a", "no-gpu": "#e0e0e0"};
   const at = (t) => AXIS.left + ((t - t0) / (t1 - t0)) * plotW;
   let out = `<svg class="states" width="${w}" height="${h}">`;
   points.forEach((p, i) => {
@@ -74,7 +76,9 @@ function alertTable(alerts) {
   if (!alerts.length) return `<p class="muted">no alerts</p>`;
   return `<table id="alerts-table"><tr><th>alert</th><th>node</th><th>state</th><th>severity</th><th>since</th><th>summary</th></tr>` +
     alerts.map((a) => `<tr class="${a.ends_at_unix_seconds ? "resolved" : "firing"}"><td>${esc(a.name)}</td>` +
-      `<td class="node-id"><a href="/node/${encodeURIComponent(a.node_id)}">${longName(a.node_id)}</a></td>` +
+      // A job's alert (JobStraggler) names its node in its labels, and its job.
+      `<td class="node-id">${(a.node_id || a.labels?.node) ? nodeLink(a.node_id || a.labels.node) : ""}` +
+      `${a.labels?.job ? " · job " + jobLink(a.labels.job) : ""}</td>` +
       `<td>${a.ends_at_unix_seconds ? "resolved" : badge("firing")}</td><td>${esc(a.severity)}</td>` +
       `<td>${new Date(a.starts_at_unix_seconds * 1000).toISOString().slice(0, 19).replace("T", " ")}</td>` +
       `<td class="summary">${esc((a.annotations || {}).summary)}</td></tr>`).join("") + "</table>";
@@ -103,12 +107,14 @@ async function drawFleet() {
     ` <span class="muted" id="lost-source">(${esc(data.gpu_hours_lost_today_source)})</span>`;
   document.getElementById("nodes").innerHTML =
     `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today${lostSource}</th>` +
-    `<th>GPUs (busy share)</th></tr>` +
+    `<th>GPUs (busy share)</th><th>job</th></tr>` +
     data.nodes.map((n) => `<tr class="node ${esc(n.state)}" data-node="${esc(n.node_id)}">` +
       `<td class="node-id"><a href="/node/${encodeURIComponent(n.node_id)}">${longName(n.node_id)}</a></td>` +
       `<td>${badge(n.state)}${n.forming ? ` <span class="muted forming">${esc(n.forming)}</span>` : ""}</td>` +
-      `<td class="cause">${esc(n.cause ?? "")}</td><td>${pct(n.starvation_ratio)}</td>` +
-      `<td>${n.gpu_hours_lost_today.toFixed(2)}</td><td>${heatmap(n.gpus)}</td></tr>`).join("");
+      `<td class="cause">${n.cause ? esc(n.cause) : (n.waiting_on || []).length ?
+        "waits on " + n.waiting_on.map(nodeLink).join(", ") : ""}</td><td>${pct(n.starvation_ratio)}</td>` +
+      `<td>${n.gpu_hours_lost_today.toFixed(2)}</td><td>${heatmap(n.gpus)}</td>` +
+      `<td>${(n.jobs || []).map(jobLink).join(", ")}</td></tr>`).join("");
   document.getElementById("summary").textContent =
     `${data.nodes.length} nodes shown · updated ${clock(data.time_unix_seconds)} UTC`;
 }
@@ -118,15 +124,22 @@ async function drawNode() {
   document.title = `${n.node_id} · nodeagent`;
   const why = Object.entries(n.highways).filter(([, said]) => said).map(([cause, said]) =>
     `<li><b>${esc(cause)}</b>: ${esc(said)}</li>`).join("");
-  const gpus = (n.verdict?.gpus ?? []).map((g) => `<tr><td>${g.index}</td><td>${badge(g.state)}</td>` +
+  // A MIG-split GPU's instances follow it, each a row of its own.
+  const gpuRow = (g, name, cls) => `<tr${cls}><td>${name}</td><td>${badge(g.state)}</td>` +
     `<td>${esc(g.cause ?? "")}${(g.evidence || {}).bad_reading ?
-      ` <span class="muted bad-reading">bad ${esc(g.evidence.bad_reading)} reading</span>` : ""}</td><td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
-    `<td class="jobs">${longName((g.jobs || []).join(", "))}</td></tr>`).join("");
+      ` <span class="muted bad-reading">bad ${esc(g.evidence.bad_reading)} reading</span>` : ""}</td>` +
+    `<td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
+    `<td class="jobs">${longName((g.jobs || []).join(", "))}</td></tr>`;
+  const gpus = (n.verdict?.gpus ?? []).map((g) => gpuRow(g, esc(g.index), "") + (g.instances ?? []).map((i) =>
+    gpuRow(i, `└ ${esc(i.mig_profile)} gi${esc(i.gpu_instance_id)}`, ' class="mig"')).join("")).join("");
   // A down node's verdict and evidence are of when it was last heard, not of now: said so.
   const why_title = n.last_known ? `Last known state, at ${clock(n.last_seen)} UTC` : "Why: the highways now";
   const last_known = n.last_known ? `<p class="last-known" id="last-known">${esc(n.last_known)}</p>` : "";
   document.getElementById("node").innerHTML =
     `<h1>${longName(n.node_id, "title")} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
+    ((n.waiting_on || []).length ? `<p id="waiting">Its GPUs wait on ${n.waiting_on.map(nodeLink).join(", ")}` +
+      `${n.waiting_job ? " of job " + jobLink(n.waiting_job) : ""}.</p>` : "") +
+    ((n.jobs || []).length ? `<p id="jobs">Jobs: ${n.jobs.map(jobLink).join(", ")}</p>` : "") +
     `<h2 id="why">${esc(why_title)}</h2>${last_known}<ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
     `<h2>Timeline <span class="muted">(per minute, ${n.timeline_source === "history" ? "from the collector's history" :
       "kept in the collector's memory"})</span></h2><div id="timeline">${stateBand(n.timeline)}` +
@@ -139,11 +152,52 @@ async function drawNode() {
     `<h2>GPUs${n.last_known ? " (last known)" : ""}</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th></tr>${gpus}</table>` +
     `<h2>Alerts</h2>${alertTable(n.alerts)}`;
 }
+async function drawJobs() {
+  const data = await api("/api/jobs");
+  document.getElementById("jobs").innerHTML =
+    `<tr><th>job</th><th>state</th><th>nodes</th><th>GPUs</th><th>straggler</th><th>cause</th>` +
+    `<th>wait share</th><th>GPU-h lost</th></tr>` +
+    data.jobs.map((j) => `<tr class="job ${esc(j.state)}" data-job="${esc(j.job)}"><td>${jobLink(j.job)}</td>` +
+      `<td>${badge(j.state)}</td><td>${j.nodes.length}</td><td>${j.gpus}</td>` +
+      `<td class="straggler">${j.job_wide ? "job-wide" : j.straggler_nodes.map(nodeLink).join(", ")}</td>` +
+      `<td class="cause">${esc(j.cause ?? "")}</td><td>${pct(j.wait_ratio)}</td>` +
+      `<td>${j.gpu_hours_lost.toFixed(2)}</td></tr>`).join("");
+  document.getElementById("summary").textContent =
+    `${data.jobs.length} multi-node jobs · updated ${clock(data.time_unix_seconds)} UTC`;
+}
+function nodeCard(n) {
+  const rows = [["busy", pct(n.busy_ratio)], ["data wait", pct(n.starvation_ratio)],
+    ["collective wait", pct(n.interconnect_ratio)], ["cause", esc(n.cause ?? "")]];
+  if ((n.waiting_on || []).length) rows.push(["waits on", n.waiting_on.map(nodeLink).join(", ")]);
+  return `<div class="card${n.straggler ? " straggler" : ""}" data-node="${esc(n.node_id)}">` +
+    `<div class="card-head">${nodeLink(n.node_id)} ${badge(n.state)}` +
+    `${n.straggler ? ' <span class="badge straggler">straggler</span>' : ""}</div>` +
+    `<table>${rows.map(([k, v]) => `<tr><th>${k}</th><td>${v}</td></tr>`).join("")}</table>` +
+    heatmap(n.gpus || []) + (n.sentence ? `<p class="why">${esc(n.sentence)}</p>` : "") +
+    (n.highway && !(n.sentence || "").includes(n.highway) ? `<p class="why">${esc(n.highway)}</p>` : "") + `</div>`;
+}
+async function drawJob() {
+  const name = decodeURIComponent(location.pathname.slice("/job/".length));
+  const j = await api("/api/job/" + encodeURIComponent(name));
+  document.title = `${j.job} · nodeagent`;
+  const evidence = Object.entries(j.evidence || {}).map(([k, v]) => `<li><b>${esc(k)}</b>: ${esc(v)}</li>`).join("");
+  const notes = (j.notes || []).map((n) => `<li>${esc(n)}</li>`).join("");
+  document.getElementById("job").innerHTML =
+    `<h1>${esc(j.job)} ${badge(j.state)}</h1><p class="sentence" id="sentence">${esc(j.sentence)}</p>` +
+    `<p class="muted">${esc(j.source)} · ${j.ranks_reported} of ${j.world_size || "?"} ranks reported · ` +
+    `verdict at ${clock(j.time_unix_seconds)} UTC</p>` +
+    `<h2>Its nodes side by side</h2><div class="cards" id="job-nodes">` +
+    j.node_details.map(nodeCard).join("") + `</div>` +
+    `<h2>Evidence: what sets the straggler apart</h2><ul id="evidence">` +
+    `${evidence || "<li class='muted'>nothing sets a node apart</li>"}</ul>` +
+    (notes ? `<h2>Notes</h2><ul id="notes">${notes}</ul>` : "") +
+    `<h2>Alerts</h2>${alertTable(j.alerts)}`;
+}
 async function drawAlerts() {
   const data = await api("/api/alerts");
   document.getElementById("alerts").innerHTML = alertTable(data.alerts);
 }
-const draw = {fleet: drawFleet, node: drawNode, alerts: drawAlerts}[document.body.dataset.page];
+const draw = {fleet: drawFleet, node: drawNode, jobs: drawJobs, job: drawJob, alerts: drawAlerts}[document.body.dataset.page];
 const run = () => draw().catch((err) => { document.getElementById("error").textContent = String(err); });
 run();
 setInterval(run, REFRESH_MS);

@@ -192,6 +192,30 @@ def test_log_sink_writes_one_event_per_transition() -> None:
     assert logs[1]["ends_at_unix_seconds"] == T0 + 5
 
 
+@pytest.mark.parametrize("node_id", ["n2", ""], ids=["keyed-to-the-straggler", "keyed-to-no-node"])
+def test_a_job_alert_reaches_every_sink_with_its_job_node_and_cause(node_id: str) -> None:
+    """JobStraggler is about a job (its key) and the node holding it back (a label): whether the
+    roll-up files it under the straggler or under no node, every sink shows job, node and cause."""
+    labels = {"job": "torch/trainer-7", "node": "n2", "cause": "network"}
+    annotations = {"summary": "job torch/trainer-7 waits for n2 (network)", "wait_ratio": "0.530"}
+    straggler = AlertSignal("JobStraggler", node_id, "torch/trainer-7", True, "warning", labels, annotations)
+    [fired] = transitions(straggler)
+    assert fired.alert.labels["node"] == "n2" and fired.alert.labels["subject"] == "torch/trainer-7"
+    with http_receiver() as receiver:
+        AlertmanagerSink(receiver.url, clock=lambda: T0).deliver([fired])
+        WebhookSink(receiver.url, retries=0).deliver([fired])
+        webhook = receiver.wait_accepted(2)[1]
+    [postable] = receiver.attempts[0].body
+    assert {k: postable["labels"][k] for k in ("alertname", "job", "node", "cause")} == {
+        "alertname": "JobStraggler", "job": "torch/trainer-7", "node": "n2", "cause": "network",
+    }  # fmt: skip
+    assert postable["annotations"]["wait_ratio"] == "0.530"
+    assert {k: webhook["alert"]["labels"][k] for k in ("job", "node", "cause")} == labels
+    with capture_logs() as logs:
+        LogSink().deliver([fired])
+    assert (logs[0]["alertname"], logs[0]["node"], logs[0]["labels"]["job"]) == ("JobStraggler", "n2", labels["job"])
+
+
 def test_build_sinks_from_a_table() -> None:
     sinks = build_sinks(
         {

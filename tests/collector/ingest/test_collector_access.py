@@ -50,11 +50,12 @@ def _stream(channel: grpc.Channel, node: str, metadata: Metadata = ()) -> grpc.S
 
 
 def _reads(channel: grpc.Channel, metadata: Metadata = ()) -> dict[str, grpc.StatusCode]:
-    """The status of every reading call: the three queries and reflection."""
+    """The status of every reading call: the four queries and reflection."""
     query = pb_grpc.QueryStub(channel)
     calls = {
         "ListNodes": lambda: query.ListNodes(pb.ListNodesRequest(), timeout=10, metadata=metadata),
         "ListAlerts": lambda: query.ListAlerts(pb.ListAlertsRequest(), timeout=10, metadata=metadata),
+        "ListJobs": lambda: query.ListJobs(pb.ListJobsRequest(), timeout=10, metadata=metadata),
         "LatestReport": lambda: query.LatestReport(
             pb.LatestReportRequest(node_id="node-a"), timeout=10, metadata=metadata
         ),
@@ -75,7 +76,7 @@ def _reads(channel: grpc.Channel, metadata: Metadata = ()) -> dict[str, grpc.Sta
 
 
 def _all(code: grpc.StatusCode) -> dict[str, grpc.StatusCode]:
-    return dict.fromkeys(("ListNodes", "ListAlerts", "LatestReport", "reflection"), code)
+    return dict.fromkeys(("ListNodes", "ListAlerts", "ListJobs", "LatestReport", "reflection"), code)
 
 
 def _health(channel: grpc.Channel) -> int:

@@ -71,7 +71,7 @@ def _cli(*args: str) -> str:
 
 def test_a_five_minute_eight_gpu_job_is_two_thirds_of_a_gpu_hour(tmp_path: Path) -> None:
     jobs, lost_seconds = _job_run(tmp_path)
-    [job] = [j for j in jobs if j["job"] == JOB]
+    [job] = [j["history"] for j in jobs if j["job"] == JOB]
     assert job["gpu_hours"] == pytest.approx(GPUS * HELD_SECONDS / 3600, rel=0.01)  # 0.667, not 0.800
     # The share lost is the detector's count over the time held.
     assert lost_seconds > 0
@@ -85,5 +85,5 @@ def test_a_history_from_before_the_seconds_were_counted_still_answers(tmp_path: 
     with sqlite3.connect(tmp_path / "c.db") as conn:  # the rows as an older collector wrote them
         conn.execute("ALTER TABLE history_minutes DROP COLUMN held_seconds")
     jobs, _ = _job_run(tmp_path, feed=False)
-    [job] = [j for j in jobs if j["job"] == JOB]
+    [job] = [j["history"] for j in jobs if j["job"] == JOB]
     assert job["gpu_hours"] == pytest.approx(GPUS * 6 / 60)  # six whole minutes per GPU, as it was

@@ -138,11 +138,13 @@ def fake_nvml(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture
 def make_gpu_collector() -> Iterator[Callable[..., GpuSource]]:
-    """Build GPU collectors (over a given procfs root); closed after the test."""
+    """Build GPU collectors (over given procfs and sysfs roots); closed after the test."""
     made: list[GpuSource] = []
 
-    def build(procfs: Path | str = "/proc") -> GpuSource:
-        ctx = SourceContext(roots=Roots(procfs=str(procfs)), files=KernelFiles(), config=AgentConfig())
+    def build(procfs: Path | str = "/proc", sysfs: Path | str = "/sys") -> GpuSource:
+        ctx = SourceContext(
+            roots=Roots(procfs=str(procfs), sysfs=str(sysfs)), files=KernelFiles(), config=AgentConfig()
+        )
         collector = GpuSource(ctx)
         made.append(collector)
         return collector

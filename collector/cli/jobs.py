@@ -1,0 +1,176 @@
+"""``nodeagent-collector jobs``: each multi-node job's live verdict (``ListJobs``, the job
+roll-up's memory) beside the history's totals per job (``Jobs``, over ``--since``), as one table
+or one JSON list.
+
+A job the roll-up follows now has its state, straggler, cause and wait share; a job found only
+in the history (finished, or one that never spanned nodes) is listed too, its live fields null.
+The history's GPU-hours lost count every GPU of a job, the waiting ones included (the roll-up
+makes a waiting GPU count as lost). A collector without ``ListJobs`` (an older one) gives the
+history alone, said on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Final
+
+import click
+import grpc
+
+from nodeagent.collector.cli.client import client_options, query
+from nodeagent.collector.cli.history import Duration
+from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.views.fleet_table import short
+from nodeagent.core.program.command_line import RuntimeFailure
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+# Live jobs first, the ones that cost GPU time now first; then those only in the history.
+STATE_ORDER: Final = ("slowed", "warmup", "busy", "idle")
+_EVIDENCE_CHARS: Final = 48
+
+
+@click.command()
+@client_options
+@click.option(
+    "--since", type=Duration(), default="24h", show_default=True,
+    help="The history's totals over this far back from the newest stored minute.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="JSON: one object per job.")
+def jobs(since: float, as_json: bool, **options: object) -> None:
+    """Multi-node jobs: the live verdict (state, straggler, cause, wait share) beside the
+    history's GPU-hours and GPU-hours lost (by cause) per job."""
+    live = _live(options)
+    history = query(options, "Jobs", last_seconds=since)
+    rows = job_rows(live, history)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no job live or in the history")
+        return
+    click.echo(render_jobs(rows, since))
+
+
+def _live(options: dict[str, Any]) -> list[JobVerdict]:
+    try:
+        response = query(options, "ListJobs")
+    except RuntimeFailure as err:
+        cause = err.__cause__
+        if isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.UNIMPLEMENTED:
+            click.echo(
+                "nodeagent-collector: the collector has no ListJobs (older): the history's totals only", err=True
+            )
+            return []
+        raise
+    return [verdict_of(message) for message in response.jobs]
+
+
+def verdict_of(message: pb.JobVerdict) -> JobVerdict:
+    """A ``JobVerdict`` as the wire carries it, back as the record (evidence numbers as numbers)."""
+    return JobVerdict(
+        job=message.job, source=message.source, state=message.state, time_unix_seconds=message.time_unix_seconds,
+        nodes=tuple(message.nodes), gpus=message.gpus, world_size=message.world_size,
+        ranks_reported=message.ranks_reported, straggler_nodes=tuple(message.straggler_nodes),
+        cause=message.cause or None, job_wide=message.job_wide,
+        wait_ratio=message.wait_ratio if message.HasField("wait_ratio") else None,
+        gpu_seconds_lost=message.gpu_seconds_lost,
+        needed_bytes_per_second=(
+            message.needed_bytes_per_second if message.HasField("needed_bytes_per_second") else None
+        ),
+        evidence={k: _number_or_text(v) for k, v in message.evidence.items()}, notes=tuple(message.notes),
+    )  # fmt: skip
+
+
+def job_rows(live: list[JobVerdict], history: pb.JobsResponse) -> list[dict[str, Any]]:
+    """One row per job: the live verdict's fields (``JobVerdict.to_plain``; null for a job only in
+    the history) and ``history``, the history's totals (null for a job it does not hold yet)."""
+    totals = {total.job: _history_plain(total) for total in history.jobs}
+    rows = []
+    for verdict in live:
+        rows.append({**verdict.to_plain(), "history": totals.pop(verdict.job, None)})
+    for name, total in totals.items():
+        rows.append({**_absent(name), "nodes": total["nodes"], "history": total})
+    rows.sort(key=_order)
+    return rows
+
+
+def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
+    """The table: the live verdict, then the history's GPU-hours lost over ``since``."""
+    window = _span(since)
+    lines = [
+        f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>6} "
+        f"{'GPU-H LOST ' + window:>15}  EVIDENCE"
+    ]
+    for row in rows:
+        wait = row["wait_ratio"]
+        lost = row["history"]["gpu_hours_lost"] if row["history"] else None
+        straggler = "job-wide" if row["job_wide"] else ",".join(row["straggler_nodes"]) or "-"
+        gpus = "-" if row["gpus"] is None else str(row["gpus"])
+        lines.append(
+            f"{short(row['job'], 24):<24} {row['state'] or '-':<7} {len(row['nodes']):>5} {gpus:>5} "
+            f"{short(straggler, 18):<18} {short(row['cause'] or '-', 9):<9} "
+            f"{'-' if wait is None else f'{wait * 100:.0f}%':>6} {'-' if lost is None else f'{lost:.2f}':>15}  "
+            f"{evidence_short(row['evidence'])}"
+        )
+    lines.append(
+        f"(WAIT %: share of the job's GPU time spent waiting, live; GPU-H LOST: the history's over the last "
+        f"{window}, on every GPU of the job)"
+    )
+    return "\n".join(lines)
+
+
+def evidence_short(evidence: dict[str, Any]) -> str:
+    """The evidence as ``name=value`` pairs by name, a line's worth of them (JSON has all)."""
+    if not evidence:
+        return "-"
+    # By name: the wire's map has no order of its own. Whole pairs while they fit, then "…".
+    pairs = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(evidence.items())]
+    text = pairs[0] if len(pairs[0]) <= _EVIDENCE_CHARS else pairs[0][: _EVIDENCE_CHARS - 1] + "…"
+    for pair in pairs[1:]:
+        if len(text) + 1 + len(pair) > _EVIDENCE_CHARS:
+            return text + " …"
+        text += " " + pair
+    return text
+
+
+def _history_plain(total: pb.JobTotal) -> dict[str, Any]:
+    return {
+        "gpu_hours": total.gpu_hours, "gpu_hours_lost": total.gpu_hours_lost,
+        "gpu_hours_lost_by_cause": dict(sorted(total.gpu_hours_lost_by_cause.items())), "nodes": list(total.nodes),
+        "first_unix_seconds": total.first_unix_seconds, "last_unix_seconds": total.last_unix_seconds,
+    }  # fmt: skip
+
+
+def _absent(name: str) -> dict[str, Any]:
+    """A job the roll-up does not follow (now): every live field of ``to_plain`` null or empty."""
+    plain = JobVerdict(job=name, source="", state="", time_unix_seconds=0.0, nodes=(), gpus=0, world_size=0,
+                       ranks_reported=0).to_plain()  # fmt: skip
+    empty: dict[str, Any] = dict.fromkeys(plain)
+    empty.update(job=name, straggler_nodes=[], evidence={}, notes=[])
+    return empty
+
+
+def _order(row: dict[str, Any]) -> tuple[int, float, str]:
+    state = row["state"]
+    rank = STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER) if state else len(STATE_ORDER) + 1
+    lost = row["history"]["gpu_hours_lost"] if row["history"] else 0.0
+    return (rank, -(row["gpu_hours_lost"] or lost), row["job"])
+
+
+def _number_or_text(text: str) -> float | str:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+def _span(seconds: float) -> str:
+    """``--since`` as it is usually written: ``24h``, ``2h``, ``14d``, ``30m``."""
+    if seconds % 3600 == 0 and 0 < seconds <= 48 * 3600:
+        return f"{seconds / 3600:.0f}h"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
