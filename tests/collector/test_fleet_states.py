@@ -295,3 +295,15 @@ def _keep(shots: Path) -> None:
         assert shot.stat().st_size > 10_000, shot
         shutil.copy(shot, SHOTS / shot.name)
         print(f"screenshot: {SHOTS / shot.name}")
+
+
+def test_a_state_the_detector_adds_passes_through_unchanged() -> None:
+    """`waiting` (issue 25) and any later state are the detector's word, in every view; only
+    silence (down), no GPU (no-gpu) and no report yet (new) override it."""
+    from nodeagent.collector.views.shown_state import shown_state
+
+    assert shown_state("waiting", gpu_count=8) == "waiting"
+    assert shown_state("some-later-state", gpu_count=8) == "some-later-state"
+    assert shown_state("waiting", gpu_count=8, silent=True) == "down"
+    assert shown_state("idle", gpu_count=0) == "no-gpu"
+    assert shown_state(None, gpu_count=8, heard=False) == "new"
