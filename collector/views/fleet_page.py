@@ -25,7 +25,7 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_assets import page
-from nodeagent.collector.views.shown_state import DOWN, is_silent, node_shown_state
+from nodeagent.collector.views.shown_state import DOWN, NO_GPU, is_silent, node_shown_state
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -124,6 +124,8 @@ class FleetPage:
         verdict = detector.verdict.to_plain() if detector is not None else None
         out["verdict"] = verdict
         said = verdict_sentence(verdict) if verdict is not None else "no reports yet"
+        if out["state"] == NO_GPU:
+            said = "no GPU here to wait for data"  # as top says it, not "0 GPUs: idle"
         if out["state"] == DOWN:
             # What follows is the last verdict, not now: say when it was heard.
             heard = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(node.row.last_seen))

@@ -200,6 +200,7 @@ def test_pages_in_chromium_with_axes_units_and_the_same_state_word(tmp_path: Pat
                 out[node_id] = page.evaluate(
                     "({state: document.querySelector('h1 .badge').textContent,"
                     " why: document.getElementById('why')?.textContent ?? '',"
+                    " sentence: document.getElementById('sentence').textContent,"
                     " charts: [...document.querySelectorAll('.series')].map((s) => ({key: s.dataset.key,"
                     "   ticks: [...s.querySelectorAll('text.tick')].map((t) => t.textContent),"
                     "   axes: s.querySelectorAll('line.axis').length}))})"
@@ -219,6 +220,7 @@ def test_pages_in_chromium_with_axes_units_and_the_same_state_word(tmp_path: Pat
         page = seen[node_id]
         assert page["state"] == state
         assert page["why"].startswith("Last known state, at ") == (state == "down"), page["why"]
+        assert (page["sentence"] == "no GPU here to wait for data") == (state == "no-gpu"), page["sentence"]
         charts = {c["key"]: c for c in page["charts"]}
         assert {"network_rx_bytes_per_second", "cpu_busy_ratio"} <= set(charts), page
         for key, chart in charts.items():
