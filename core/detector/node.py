@@ -66,6 +66,8 @@ class NodeDetector:
         self._evidence = NodeEvidenceTracker(config)
         self._recent: list[NodeEvidence] = []
         self._last_time: float | None = None
+        # The first report since the detector started or last forgot its window (a silence).
+        self._since: float | None = None
         self._step_end: float | None = None
         self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
         # The GPUs' verdicts of the last step before any wait, each job key's GPUs in that step's
@@ -81,6 +83,14 @@ class NodeDetector:
     def verdict(self) -> NodeVerdict:
         return self._verdict
 
+    @property
+    def seen_seconds(self) -> float:
+        """Report time the current window has seen, up to ``window_seconds``: below it, the
+        verdict is still forming."""
+        if self._since is None or self._last_time is None:
+            return 0.0
+        return min(self._last_time - self._since, self.config.window_seconds)
+
     def observe(self, report: pb.NodeReport) -> NodeVerdict:
         """Take one report of this node; the verdict changes only when the window advances."""
         t = report.time_unix_seconds
@@ -95,6 +105,8 @@ class NodeDetector:
             dt = min(t - last, config.max_interval_seconds)
             if t - last > config.window_seconds:
                 self._forget()
+        if self._since is None:
+            self._since = t
         self._last_time = t
         tracks, mask = self._tracks, self._throttle_mask
         for sample in report.gpus:
@@ -325,6 +337,7 @@ class NodeDetector:
         self._evidence = NodeEvidenceTracker(self.config)
         self._evidence.learn(self._info)
         self._step_end = None
+        self._since = None
 
 
 def _text(value: float | str) -> str:
