@@ -280,6 +280,12 @@ def test_the_job_is_judged_once_per_step_however_many_nodes_step() -> None:
     # Steps of 10 s: the first report's step, then one per boundary.
     assert run.rollup.judged_total == 11
     assert [round(at) % 10 for at, _ in run.history["1234"]] == [0] * 11
+    # The snapshot is replaced whole, and only when a step was judged.
+    snapshot = run.rollup.verdicts()
+    run.seconds(5)
+    assert run.rollup.verdicts() is snapshot
+    run.seconds(5)
+    assert run.rollup.verdicts() is not snapshot and run.rollup.judged_total == 12
 
 
 def test_a_job_of_one_node_is_judged_alone() -> None:
