@@ -6,8 +6,8 @@ For each tree (this machine's /proc and /sys, and node_exporter's own fixture tr
 - the agent: CPU time per sampling cycle of the host collectors (tick + serialisation of
   the report, as the sender would) and peak RSS, in a fresh child process;
 - the agent again with the GPU collector over 8 GPUs of the fake NVML library the test suite
-  builds (an 8xH100-SXM5 profile with GPM, and 8xA100-SXM4), with the NVML calls per GPU
-  per tick;
+  builds (an 8xB200 Blackwell profile with GPM, NVLink5 counters and the NVLink fabric, an
+  8xH100-SXM5 profile with GPM, and 8xA100-SXM4), with the NVML calls per GPU per tick;
 - prometheus-node-exporter (Debian) with only the matching collectors (netdev, netclass,
   diskstats, infiniband, pressure, cpu, meminfo): CPU time per scrape of its process, read
   from /proc/PID/stat, and its peak RSS;
@@ -120,14 +120,17 @@ def measure_node_exporter(procfs: str, sysfs: str, scrapes: int) -> dict[str, fl
 def fake_gpu_envs(workdir: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """Environments that make the worker's NVML the fake library with 8 GPUs of a profile."""
     from tests.fakes.nvml.build import FakeNvmlUnavailable, build_fake_nvml
-    from tests.fakes.nvml.state import a100_sxm4, h100_sxm5
+    from tests.fakes.nvml.state import a100_sxm4, b200, h100_sxm5
 
     try:
         lib_dir = build_fake_nvml(workdir / "fake-nvml")
     except FakeNvmlUnavailable as err:
         print(f"skipping the GPU runs: {err}", file=sys.stderr)
         return
-    for label, profile in (("8xH100-SXM5 (GPM)", h100_sxm5()), ("8xA100-SXM4", a100_sxm4())):
+    profiles = (
+        ("8xB200 (GPM, fabric)", b200()), ("8xH100-SXM5 (GPM)", h100_sxm5()), ("8xA100-SXM4", a100_sxm4()),
+    )  # fmt: skip
+    for label, profile in profiles:
         state = workdir / f"{label[:11]}.state"
         profile.write(state)
         yield label, {"LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_STATE": str(state)}

@@ -6,6 +6,7 @@ decides what they see) and checks the line they read and the status a script get
 
 from __future__ import annotations
 
+import asyncio
 import ctypes.util
 import datetime as dt
 import json
@@ -25,6 +26,7 @@ from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.views.sample_table import render
 from nodeagent.collector.cli.replay import render as render_replay
 from nodeagent.collector.views.fleet_table import render_fleet
+from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.ingest_server import serve_ingest
@@ -125,6 +127,36 @@ def test_replay_of_a_trace_without_one_valid_report_exits_2(tmp_path: Path) -> N
     assert done.stderr.strip().splitlines()[-1] == f"nodeagent-collector: error: {trace}: no valid report (1 bad line)"
 
 
+def test_history_of_a_node_the_collector_does_not_hold_exits_2(tmp_path: Path) -> None:
+    """As `replay --node` does: one line naming the node, exit 2; --json still prints a list."""
+    with processes() as started:
+        collector = Collector(db=tmp_path / "c.db", port=free_port()).start()
+        started.append(collector)
+        table = run("collector", "history", "nosuch", "--collector", collector.address, timeout=30)
+        as_json = run("collector", "history", "nosuch", "--json", "--collector", collector.address, timeout=30)
+    assert table.returncode == 2, table.stderr
+    assert table.stderr.strip().splitlines() == [
+        "nodeagent-collector: error: no history of node 'nosuch' in the range asked"
+    ]
+    assert as_json.returncode == 2 and json.loads(as_json.stdout) == []
+
+
+def test_aiming_at_the_http_port_or_giving_a_url_is_said_in_one_line(tmp_path: Path) -> None:
+    """The collector's HTTP port answers gRPC with HTTP/1: "that is an HTTP port", not a page of
+    HTTP/2 parsing; a URL is refused before anything is dialled, by the agent too (exit 2)."""
+    with processes() as started:
+        collector = Collector(db=tmp_path / "c.db", port=free_port()).start()
+        started.append(collector)
+        http = run("collector", "nodes", "--collector", collector.http_address, timeout=30)
+        url = run("collector", "nodes", "--collector", f"http://{collector.address}", timeout=30)
+    agent = run("agent", "run", "--collector", f"http://{collector.address}", "--max-reports", "1", timeout=30)
+    assert http.returncode == 1 and len(http.stderr.strip().splitlines()) == 1, http.stderr
+    assert f"cannot reach the collector at {collector.http_address}: that is an HTTP port" in http.stderr
+    for done in (url, agent):
+        assert done.returncode == 2, done.stderr
+        assert f"give '{collector.address}', without http://" in done.stderr
+
+
 # ---- the agent and the collector say what happens -------------------------------------------
 
 
@@ -187,9 +219,14 @@ def test_the_sender_logs_a_periodic_delivery_summary() -> None:
     assert summaries[-1]["connected_to"] == f"127.0.0.1:{port}"
 
 
-def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error() -> None:
+@pytest.mark.parametrize("refusal_seconds", [0.0, 0.5], ids=["prompt", "slow"])
+def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error(refusal_seconds: float) -> None:
+    """A refusal slower than the agent's wait for acceptance (0.3 s) races its first reports:
+    gRPC then says "INTERNAL: Internal error from Core"; the log still says the refusal."""
+
     async def refuse(_requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         await context.read()
+        await asyncio.sleep(refusal_seconds)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
     port = serve_ingest(refuse, 8)
@@ -200,7 +237,7 @@ def test_the_agent_logs_the_collectors_refusal_status_not_an_internal_error() ->
     sender = Sender(spool, [f"127.0.0.1:{port}"], hello=lambda: pb.NodeInfo(node_id="n"), config=config)
     with capture_logs() as logs:
         sender.start()
-        time.sleep(2)
+        time.sleep(2 + 6 * refusal_seconds)  # a few tries either way
         sender.stop()
     ended = [e for e in logs if e["event"] in ("collector stream ended", "cannot reach the collector")]
     assert ended, logs
@@ -273,9 +310,11 @@ def _node_row(**overrides: object) -> dict[str, object]:
 
 
 def test_a_node_without_gpus_is_no_gpu_not_idle() -> None:
-    line = render_fleet([_node_row()]).splitlines()[1]
+    # The collector decides the word (collector/views/shown_state.py); the table shows it as given.
+    assert shown_state("idle", gpu_count=0) == "no-gpu"
+    assert shown_state("idle", gpu_count=8) == "idle"
+    line = render_fleet([_node_row(state=shown_state("idle", gpu_count=0))]).splitlines()[1]
     assert line.split()[3] == "no-gpu"
-    assert render_fleet([_node_row(gpu_count=8)]).splitlines()[1].split()[3] == "idle"
 
 
 def _replay_plain(timeline: list[dict[str, object]], needed: float | None, gpus: bool = True) -> dict[str, object]:

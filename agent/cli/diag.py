@@ -25,18 +25,17 @@ from nodeagent.agent.diag.profile import (
 from nodeagent.agent.diag.render import render_json, render_table
 from nodeagent.agent.diag.run import DiagOptions, run_diag
 from nodeagent.agent.sources import Roots
-from nodeagent.core.quantities.units import RateError, parse_link_rate
+from nodeagent.core.settings.readers import link_rate
 
 _MIB = 1024 * 1024
 
 
 def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    """Through the one link-rate setting parser (core/settings/readers.py), as a profile's speeds."""
     if value is None:
         return None
-    try:
-        return parse_link_rate(value)
-    except RateError as err:
-        raise click.BadParameter(str(err), param_hint="--expect-nic-speed") from err
+    where = "--expect-nic-speed"
+    return link_rate(value, where, lambda message: click.BadParameter(message.removeprefix(f"{where}: ")))
 
 
 def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -179,6 +179,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="nodeagent's own families (health, delivery, highways, process).",
 )  # fmt: skip
 @click.option(
+    "--metrics-xid-count/--no-metrics-xid-count", default=False, show_default=True,
+    help="dcgm-exporter's opt-in DCGM_EXP_XID_ERRORS_COUNT: Xids per GPU and number in the last 5 minutes.",
+)  # fmt: skip
+@click.option(
     "--pod-resources-socket", default=DEFAULT_POD_RESOURCES_SOCKET, show_default=True, metavar="PATH",
     help="The kubelet's pod-resources socket: pod, namespace and container labels on the GPU families "
     "(read every 10 s; off while the file does not exist, or with an empty value).",
@@ -215,6 +219,7 @@ def run(
     metrics_nvlink: bool,
     metrics_node: bool,
     metrics_agent: bool,
+    metrics_xid_count: bool,
     pod_resources_socket: str,
     **flags: bool | str | None,
 ) -> None:
@@ -262,7 +267,10 @@ def run(
             names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence,
             options=options,
         )  # fmt: skip
-    chosen = (("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent))
+    chosen = (
+        ("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent),
+        ("xid_count", metrics_xid_count),
+    )  # fmt: skip
     settings = DaemonSettings(
         node_id=node_id, interval_seconds=interval, collectors=collectors, security=security, max_reports=max_reports,
         stop_at=started + deadline if deadline is not None else None, metrics_listen=metrics_listen,

@@ -28,6 +28,7 @@ from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.core.transport.backoff import Backoff
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
+from nodeagent.core.transport.diagnosis import unreachable_reason
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER, STREAM_METHOD, frame_report, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -36,6 +37,12 @@ log = structlog.get_logger("nodeagent.sender")
 # Asked only to learn why a connection fails: a call that does not wait for the channel fails
 # at once with the transport's own reason ("Connection refused", a TLS handshake error).
 _HEALTH_METHOD = "/grpc.health.v1.Health/Check"
+# What gRPC says of a call whose write raced the collector's refusal, instead of the refusal.
+_RACED = "INTERNAL: Internal error from Core"
+# How long the stream that asks why (the hello alone) waits for the collector's answer.
+REFUSAL_WAIT_SECONDS = 1.0
+# Statuses of a collector refusing a stream's credentials: after one, a raced end is likely another.
+_REFUSALS = ("UNAUTHENTICATED:", "PERMISSION_DENIED:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,8 @@ class Sender:
         self.spool = spool
         self.hello = hello
         self.security = security or ClientSecurity()
+        # Per collector, the status its last stream ended with ("" for none): see _refusal.
+        self._last_status: dict[str, str] = {}
         self.config = config or SenderConfig()
         self.order: list[str] = []
         self._targets = list(targets)
@@ -173,7 +182,11 @@ class Sender:
                 if not await self._connected(channel):
                     return False
             except (TimeoutError, grpc.aio.AioRpcError) as err:
-                self.delivery_log.failed("cannot reach the collector", target, _describe(err))
+                # gRPC's words for the usual mistakes (TLS expected, the HTTP port) said plainly;
+                # no probe here: it would load OpenSSL into the agent.
+                details = str(err.details()) if isinstance(err, grpc.aio.AioRpcError) else ""
+                reason = unreachable_reason(target, self.security, details, probe=False)
+                self.delivery_log.failed("cannot reach the collector", target, reason or _describe(err))
                 return False
             call = channel.stream_stream(
                 STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
@@ -206,6 +219,12 @@ class Sender:
             # The collector's status says why (UNAUTHENTICATED, UNAVAILABLE); what the writer or
             # the reader hit first (InvalidStateError, "Internal error from Core") only says that it ended.
             status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
+            before = self._last_status.get(target)
+            if status is not None and status.startswith(_RACED) and not acked_any and _maybe_refused(before):
+                # A report written while a slow collector refused the stream: gRPC says only that
+                # the write raced the end. A stream with the hello alone gets the refusal itself.
+                status = await self._refusal(channel) or status
+            self._last_status[target] = status or ""
             self.delivery_log.failed("collector stream ended", target, status or _describe(err))
         finally:
             self.spool.stream_ended()
@@ -213,6 +232,24 @@ class Sender:
             self.reconnects_total += 1
             await channel.close(grace=None)
         return acked_any
+
+    async def _refusal(self, channel: grpc.aio.Channel) -> str | None:
+        """``CODE: details`` of the collector's refusal of a stream that sends the hello and
+        nothing more, waited for up to ``REFUSAL_WAIT_SECONDS``; None when it accepts it (then it
+        is closed at once) or says nothing in time."""
+        call = channel.stream_stream(
+            STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
+        )(metadata=self.security.metadata())
+        try:
+            await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
+            headers = await asyncio.wait_for(call.initial_metadata(), REFUSAL_WAIT_SECONDS)
+            if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
+                return None
+            return await _final_status(call)
+        except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            return await _final_status(call) if call.done() else None
+        finally:
+            call.cancel()
 
     async def _accepted(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack]) -> None:
         """Return once the collector accepted the stream (or says nothing: an older one);
@@ -338,6 +375,12 @@ async def _ready_or_reason(channel: grpc.aio.Channel) -> None:
             # Any other answer came over a working connection: the channel is up again.
         await channel.wait_for_state_change(state)
         state = channel.get_state(try_to_connect=True)
+
+
+def _maybe_refused(previous: str | None) -> bool:
+    """Whether a raced end may hide a refusal: the first failure of this collector, or one after
+    a refusal of the stream's credentials (not after a stream ended otherwise, as a replaced one)."""
+    return previous is None or previous.startswith(_REFUSALS)
 
 
 async def _final_status(call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None) -> str | None:

@@ -46,6 +46,15 @@ class GpuExpectations:
 
 
 @dataclass(frozen=True, slots=True)
+class FabricExpectations:
+    """The NVLink fabric (NVSwitch systems, GB200/GB300 NVL72 racks)."""
+
+    required: bool = False  # every GPU must be fabric-attached and registered
+    clique_gpus: int | None = None  # this many of the node's GPUs in one clique
+    cluster_uuid: str | None = None  # the NVLink domain rented
+
+
+@dataclass(frozen=True, slots=True)
 class NicExpectations:
     names: tuple[str, ...] = ()  # empty: the node's physical NICs that are up
     speed_bytes_per_second: float | None = None
@@ -92,6 +101,7 @@ class Profile:
     name: str | None = None  # the built-in name or the file's path; None without a profile
     description: str = ""
     gpu: GpuExpectations = field(default_factory=GpuExpectations)
+    fabric: FabricExpectations = field(default_factory=FabricExpectations)
     nic: NicExpectations = field(default_factory=NicExpectations)
     rdma: RdmaExpectations = field(default_factory=RdmaExpectations)
     storage: StorageExpectations = field(default_factory=StorageExpectations)
@@ -190,6 +200,12 @@ def _scaled(scale: int) -> Converter:
     return lambda value, where: _number(value, where) * scale
 
 
+def _flag(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
 def _text(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise ProfileError(f"{where}: expected a string, got {value!r}")
@@ -223,6 +239,14 @@ _SCHEMA: Final[dict[str, tuple[type[Any], dict[str, tuple[str, Converter]]]]] = 
             "nvlink_min_speed": ("nvlink_min_speed_bytes_per_second", _rate),
             "max_temperature_celsius": ("max_temperature_celsius", _number),
             "max_pcie_replays": ("max_pcie_replays", _count),
+        },
+    ),
+    "fabric": (
+        FabricExpectations,
+        {
+            "required": ("required", _flag),
+            "clique_gpus": ("clique_gpus", _count),
+            "cluster_uuid": ("cluster_uuid", _text),
         },
     ),
     "nic": (

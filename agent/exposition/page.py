@@ -5,7 +5,11 @@ a scrape reads that report, the spool's counters and the sender's state. The pag
 on the first scrape after a tick and served as it is until the next one. Four groups of
 families, each of which can be turned off:
 
-- ``gpu``: dcgm-exporter's families and labels (core/exposition/dcgm.py);
+- ``gpu``: dcgm-exporter's families and labels (core/exposition/dcgm.py), MIG instances among
+  them, and nodeagent's GPU health (fabric, Xid counts, suspect readings:
+  core/exposition/gpu_health.py) and per-process shares (core/exposition/gpu_shares.py);
+- ``xid_count`` (off unless asked): dcgm-exporter's opt-in ``DCGM_EXP_XID_ERRORS_COUNT``, Xids
+  per GPU and number over its default 5-minute window;
 - ``nvlink``: nodeagent's per-link NVLink bytes, errors and state, with the same labels and
   ``link`` (dcgm-exporter gives none by default; 18 links x 8 GPUs is most of the page);
 - ``node``: node_exporter's network, InfiniBand, disk, pressure, CPU, stat, load and memory
@@ -29,13 +33,16 @@ from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.agent.exposition.process import ProcessFamilies
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
+from nodeagent.core.exposition.gpu_health import XID_COUNT_WINDOW_SECONDS, gpu_health_families, xid_count_family
+from nodeagent.core.exposition.gpu_shares import gpu_share_families
 from nodeagent.core.exposition.http_reply import gzip_bytes
 from nodeagent.core.exposition.node import node_families
 from nodeagent.core.exposition.text import TextFamily, label, label_text, render, sample_line
 from nodeagent.core.quantities import rates
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-FAMILY_GROUPS: Final = ("gpu", "nvlink", "node", "agent")
+FAMILY_GROUPS: Final = ("gpu", "nvlink", "node", "agent", "xid_count")
+MAX_RECENT_XIDS: Final = 4096  # Xids kept for DCGM_EXP_XID_ERRORS_COUNT's window
 
 # /healthz fails when no tick has completed for this many intervals (and at least this long).
 STALE_INTERVALS: Final = 3
@@ -57,6 +64,8 @@ class AgentTelemetry:
         self.gpu_labels: dict[int, dict[str, str]] = {}
         # The last XID of each GPU since the agent started (DCGM_FI_DEV_XID_ERRORS).
         self.last_xid: dict[int, int] = {}
+        # (time, GPU index, Xid) of the Xids of the last window (DCGM_EXP_XID_ERRORS_COUNT).
+        self.recent_xids: tuple[tuple[float, int, int], ...] = ()
         self.last_tick_monotonic = time.monotonic()
 
     def publish(self, report: pb.NodeReport) -> None:
@@ -64,12 +73,18 @@ class AgentTelemetry:
             self.info = report.info
             self.gpu_labels = gpu_labels(report.info, self.node_id)
         xids = dict(self.last_xid)
+        seen = []
         for event in report.events:
             if event.kind == "xid" and event.subject.startswith("gpu:") and event.subject[4:].isdigit():
                 xid = event.attributes.get("xid", "")
                 if xid.isdigit():
                     xids[int(event.subject[4:])] = int(xid)
+                    seen.append((event.time_unix_seconds or report.time_unix_seconds, int(event.subject[4:]), int(xid)))
         self.last_xid = xids
+        horizon = report.time_unix_seconds - XID_COUNT_WINDOW_SECONDS
+        if seen or (self.recent_xids and self.recent_xids[0][0] <= horizon):
+            kept = [x for x in (*self.recent_xids, *seen) if x[0] > horizon]
+            self.recent_xids = tuple(kept[-MAX_RECENT_XIDS:])
         self.previous, self.latest = self.latest, report
         self.produced_total += 1
         self.last_tick_monotonic = time.monotonic()
@@ -202,6 +217,10 @@ class AgentExposition:
             pods = self.pods.labels() if self.pods is not None else {}
             if "gpu" in groups:
                 families.extend(dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid, pods))
+                families.extend(gpu_health_families(report, telemetry.gpu_labels, pods))
+                families.extend(gpu_share_families(report, telemetry.gpu_labels))
+            if "xid_count" in groups:
+                families.append(xid_count_family(report, telemetry.gpu_labels, telemetry.recent_xids, pods=pods))
             if "nvlink" in groups:
                 families.extend(nvlink_families(report, telemetry.gpu_labels, pods))
             if "node" in groups:

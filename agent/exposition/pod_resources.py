@@ -28,6 +28,8 @@ DEFAULT_REFRESH_SECONDS: Final = 10.0
 CALL_TIMEOUT_SECONDS: Final = 2.0
 # The NVIDIA device plugin's resource, and its time-sliced variant (device ids "GPU-<uuid>::<n>").
 GPU_RESOURCES: Final = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+# MIG devices under the mixed strategy ("nvidia.com/mig-1g.10gb"), whose device ids are MIG UUIDs.
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 
 log = structlog.get_logger("nodeagent.pod_resources")
 
@@ -35,13 +37,15 @@ Labels = Mapping[str, Mapping[str, str]]  # GPU UUID -> {"pod", "namespace", "co
 
 
 def gpu_owners(response: api_pb2.ListPodResourcesResponse) -> dict[str, dict[str, str]]:
-    """Each allocated GPU's pod, namespace and container, by UUID, as dcgm-exporter names them.
+    """Each allocated GPU's (and MIG device's) pod, namespace and container, by UUID, as
+    dcgm-exporter names them.
     A GPU two containers share (time slicing) keeps the first one listed."""
     owners: dict[str, dict[str, str]] = {}
     for pod in response.pod_resources:
         for container in pod.containers:
             for device in container.devices:
-                if device.resource_name not in GPU_RESOURCES:
+                name = device.resource_name
+                if name not in GPU_RESOURCES and not name.startswith(MIG_RESOURCE_PREFIX):
                     continue
                 for device_id in device.device_ids:
                     uuid = device_id.split("::", 1)[0]

@@ -100,6 +100,10 @@ class EventWatcher:
 def to_event(watched: WatchedGpu, event: GpuEvent) -> pb.Event:
     subject = f"gpu:{watched.index}"
     attributes = {"uuid": watched.uuid}
+    if event.gpu_instance_id is not None:  # the MIG instance it hit
+        attributes["gpu_instance_id"] = str(event.gpu_instance_id)
+        if event.compute_instance_id is not None:
+            attributes["compute_instance_id"] = str(event.compute_instance_id)
     if event.event_type & nvml.EVENT_XID:
         xid = event.data
         attributes["xid"] = str(xid)

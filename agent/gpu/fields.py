@@ -30,6 +30,8 @@ FI_TOTAL_ENERGY_CONSUMPTION: Final = 83  # mJ since the driver loaded
 FI_NVLINK_LINK_COUNT: Final = 91
 FI_PCIE_REPLAY_COUNTER: Final = 94  # pcie.replay_counter (nvidia-smi -q)
 FI_NVLINK_CRC_DATA_ERROR_COUNT_L6: Final = 102  # ..107: links 6-11; later links have no data-CRC field
+FI_C2C_LINK_COUNT: Final = 170  # NVLink-C2C links to the CPU (Grace)
+FI_C2C_LINK_GET_MAX_BW: Final = 172  # MB/s, per link (scopeId)
 FI_NVLINK_THROUGHPUT_DATA_TX: Final = 138  # KiB of payload, per link (scopeId)
 FI_NVLINK_THROUGHPUT_DATA_RX: Final = 139
 FI_REMAPPED_COR: Final = 142  # remapped_rows.correctable
@@ -98,6 +100,20 @@ def link_speed_bytes(values: FieldValues, link_count: int) -> float | None:
     """Per-link bandwidth in bytes per second, one direction (the fastest link: a link that is down
     reports 0)."""
     speeds = [values.get((FI_NVLINK_GET_SPEED, link)) for link in range(link_count)]
+    known = [float(s) for s in speeds if s]
+    return max(known) * 1e6 if known else None
+
+
+C2C_COUNT_REQUEST: Final[tuple[FieldKey, ...]] = ((FI_C2C_LINK_COUNT, 0),)
+
+
+def c2c_speed_requests(link_count: int) -> list[FieldKey]:
+    return [(FI_C2C_LINK_GET_MAX_BW, link) for link in range(link_count)]
+
+
+def c2c_speed_bytes(values: FieldValues, link_count: int) -> float | None:
+    """Per-link NVLink-C2C bandwidth in bytes per second (the fastest link's)."""
+    speeds = [values.get((FI_C2C_LINK_GET_MAX_BW, link)) for link in range(link_count)]
     known = [float(s) for s in speeds if s]
     return max(known) * 1e6 if known else None
 

@@ -27,7 +27,17 @@ from typing import Any, Final, TypeVar
 
 import pynvml
 
-from nodeagent.agent.gpu.nvml_types import DriverInfo, GpuEvent, Identity, MemoryInfo, ProcessUsage, Utilization
+from nodeagent.agent.gpu.nvml_types import (
+    DriverInfo,
+    FabricInfo,
+    GpuEvent,
+    Identity,
+    MemoryInfo,
+    MigIdentity,
+    ProcessUsage,
+    ProcessUtilization,
+    Utilization,
+)
 
 _T = TypeVar("_T")
 FieldKey = tuple[int, int]  # (NVML_FI_* id, scopeId)
@@ -48,7 +58,10 @@ NVML_SYMBOLS: Final[tuple[str, ...]] = (
     "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
     "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
     "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
-    "nvmlGpmMetricsGet",
+    "nvmlGpmMetricsGet", "nvmlGpmMigSampleGet",
+    "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes_v2",
     "nvmlEventSetCreate", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceRegisterEvents",
     "nvmlEventSetWait_v2", "nvmlEventSetFree",
 )  # fmt: skip
@@ -56,6 +69,7 @@ NVML_SYMBOLS: Final[tuple[str, ...]] = (
 EVENT_XID: Final = int(pynvml.nvmlEventTypeXidCriticalError)
 EVENT_DOUBLE_BIT_ECC: Final = int(pynvml.nvmlEventTypeDoubleBitEccError)
 NVLINK_STATE_ACTIVE: Final = 1  # NVML_NVLINK_STATE_ACTIVE
+NO_INSTANCE: Final = 0xFFFFFFFF  # an event's or process's instance id on a GPU without MIG
 
 # ---- Versioned call variants ---------------------------------------------------------------------
 # The one place that decides which form of a versioned call this driver gets: newest first, chosen
@@ -77,6 +91,14 @@ _VARIANT_CALLS: Final[dict[str, Callable[..., Any]]] = {
     "nvmlSystemGetCudaDriverVersion_v2": pynvml.nvmlSystemGetCudaDriverVersion_v2,
     "nvmlSystemGetCudaDriverVersion": pynvml.nvmlSystemGetCudaDriverVersion,
 }
+
+
+# Versioned structures: nvmlDeviceGetGpuFabricInfoV takes a v3 structure (with the health summary)
+# from drivers that have one, else v2 (the health mask alone); a driver that refuses v3 with
+# ARGUMENT_VERSION_MISMATCH is asked with v2 from then on (``Gpu.fabric``).
+_FABRIC_STRUCTS: Final[tuple[Any, ...]] = tuple(
+    s for s in (getattr(pynvml, "c_nvmlGpuFabricInfo_v3_t", None), pynvml.c_nvmlGpuFabricInfo_v2_t) if s is not None
+)
 
 
 def _choose_variants(library: Any) -> dict[str, str]:
@@ -223,16 +245,21 @@ def driver_info() -> DriverInfo:
 class Gpu:
     """One GPU's handle, and what NVML has told us it cannot do."""
 
-    __slots__ = ("_request", "errors", "handle", "index", "lost", "unsupported", "unsupported_fields")
+    __slots__ = (
+        "_fabric_struct", "_request", "errors", "handle", "index", "lost", "mismatched", "unsupported",
+        "unsupported_fields",
+    )  # fmt: skip
 
     def __init__(self, index: int, handle: Any) -> None:
-        self.index = index
+        self.index = index  # a MIG device's is its GPU's
         self.handle = handle
         self.lost = handle is None
         self.unsupported: set[str] = set()
         self.unsupported_fields: set[FieldKey] = set()
         self.errors: Counter[str] = Counter()
+        self.mismatched: set[str] = set()  # calls that refused a structure's version
         self._request: tuple[tuple[FieldKey, ...], Any] | None = None  # field ids, prepared array
+        self._fabric_struct = 0  # which of _FABRIC_STRUCTS this driver takes
 
     @classmethod
     def open(cls, index: int) -> Gpu | None:
@@ -368,6 +395,90 @@ class Gpu:
                 self.errors[f"field {key[0]}"] += 1
         return out
 
+    def process_utilization(self, since_us: int) -> list[ProcessUtilization] | None:
+        """nvidia-smi pmon's sm and mem: the driver's samples of each process newer than
+        ``since_us`` (CPU microseconds; 0: every sample it holds). [] when there is none newer."""
+
+        def samples(handle: Any) -> list[Any]:
+            try:
+                return list(pynvml.nvmlDeviceGetProcessUtilization(handle, since_us))
+            except pynvml.NVMLError as err:
+                if err.value == pynvml.NVML_ERROR_NOT_FOUND:
+                    return []  # no sample since then: not an error
+                raise
+
+        raw = self._query("nvmlDeviceGetProcessUtilization", samples)
+        if raw is None:
+            return None
+        return [ProcessUtilization(int(s.pid), int(s.timeStamp), s.smUtil / 100.0, s.memUtil / 100.0) for s in raw]
+
+    # -- NVLink fabric (Hopper and newer on NVSwitch systems; GB200/GB300 NVL72) --
+
+    def fabric(self) -> FabricInfo | None:
+        """nvidia-smi -q's Fabric section; None on a GPU that is not fabric-attached (NVML says
+        NOT_SUPPORTED, or state NOT_SUPPORTED), which is then not asked again."""
+        symbol = "nvmlDeviceGetGpuFabricInfoV"
+        info = self._query(symbol, _fabric_info, _FABRIC_STRUCTS[self._fabric_struct])
+        if info is None and symbol in self.mismatched and self._fabric_struct + 1 < len(_FABRIC_STRUCTS):
+            self._fabric_struct += 1  # an older driver: its structure from now on
+            self.mismatched.discard(symbol)
+            info = self._query(symbol, _fabric_info, _FABRIC_STRUCTS[self._fabric_struct])
+        if info is None:
+            return None
+        if info.state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+            self.unsupported.add(symbol)
+            return None
+        summary = getattr(info, "healthSummary", None)
+        return FabricInfo(
+            state=int(info.state),
+            status=int(info.status),
+            cluster_uuid=_uuid_text(bytes(info.clusterUuid)),
+            clique_id=int(info.cliqueId),
+            health_mask=int(info.healthMask),
+            health_summary=None if summary is None else int(summary),
+        )
+
+    # -- MIG (Ampere and newer data-center GPUs) --
+
+    def mig_enabled(self) -> bool | None:
+        """mig.mode.current; None on a GPU without MIG."""
+        mode = self._query("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode)
+        return None if mode is None else mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+
+    def mig_devices(self) -> list[tuple[int, Gpu]]:
+        """The MIG devices of this GPU by their index under it (nvidia-smi -L), each a ``Gpu`` for
+        the calls NVML answers on a MIG handle (UUID, name, memory, processes, ``mig_identity``)."""
+        count = self._query("nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
+        out: list[tuple[int, Gpu]] = []
+        for slot in range(count):
+            handle = self._query("nvmlDeviceGetMigDeviceHandleByIndex", _mig_handle, slot)
+            if handle is not None and handle is not False:
+                out.append((slot, Gpu(self.index, handle)))
+        return out
+
+    def mig_identity(self) -> MigIdentity:
+        """On a MIG device: its name (with the profile), instance ids and size."""
+        attributes = self._query("nvmlDeviceGetAttributes_v2", pynvml.nvmlDeviceGetAttributes_v2)
+        return MigIdentity(
+            name=_opt_text(self._query("nvmlDeviceGetName", pynvml.nvmlDeviceGetName)),
+            gpu_instance_id=self._query("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId),
+            compute_instance_id=self._query("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId),
+            multiprocessor_count=None if attributes is None else int(attributes.multiprocessorCount),
+            slice_count=None if attributes is None else int(attributes.gpuInstanceSliceCount),
+            memory_bytes=None if attributes is None else int(attributes.memorySizeMB) * 1024 * 1024,
+        )
+
+    def gpm_mig_sample(self, gpu_instance_id: int, sample: GpmSample) -> bool:
+        """Fill ``sample`` with one MIG GPU instance's GPM counters (asked of the GPU itself)."""
+        if sample.buffer is None:
+            return False
+
+        def take(handle: Any) -> bool:
+            pynvml.nvmlGpmMigSampleGet(handle, gpu_instance_id, sample.buffer)
+            return True
+
+        return self._query("nvmlGpmMigSampleGet", take, what=f"nvmlGpmMigSampleGet {gpu_instance_id}") is not None
+
     # -- GPM (Hopper and newer) --
 
     def gpm_sample(self, sample: GpmSample) -> bool:
@@ -415,6 +526,8 @@ class Gpu:
                 self.unsupported.add(what)
             elif err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
                 self.lost = True
+            elif err.value == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                self.mismatched.add(what)
             else:
                 self.errors[symbol] += 1
             return None
@@ -477,7 +590,11 @@ class EventSet:
         finally:
             _leave()
         handle_id = int(ctypes.cast(data.device, ctypes.c_void_p).value or 0)
-        return GpuEvent(handle_id, int(data.eventType), int(data.eventData), time.time())
+        gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
+        return GpuEvent(
+            handle_id, int(data.eventType), int(data.eventData), time.time(),
+            None if gi == NO_INSTANCE else gi, None if ci == NO_INSTANCE else ci,
+        )  # fmt: skip
 
     def free(self) -> None:
         if self._set is not None:
@@ -523,6 +640,30 @@ def _decode_field_values(raw: Any) -> list[tuple[int, int | float | None]]:
             value = _VALUE_TYPES[kind].unpack_from(union)[0]
         out.append((ret, value))
     return out
+
+
+def _fabric_info(handle: Any, struct: Any) -> Any:
+    info = struct()  # its __init__ sets the version
+    pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+    return info
+
+
+def _mig_handle(handle: Any, slot: int) -> Any:
+    """The MIG device at ``slot``, or False where the slot holds none (not an error)."""
+    try:
+        return pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+    except pynvml.NVMLError as err:
+        if err.value == pynvml.NVML_ERROR_NOT_FOUND:
+            return False
+        raise
+
+
+def _uuid_text(raw: bytes) -> str:
+    """A fabric cluster UUID's 16 bytes as text; "" when all zero (none assigned)."""
+    if not any(raw):
+        return ""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def _text(value: object) -> str:

@@ -50,3 +50,40 @@ class GpuEvent:
     event_type: int  # nvml.EVENT_XID, nvml.EVENT_DOUBLE_BIT_ECC, ...
     data: int  # the Xid number for Xid events
     time_unix_seconds: float
+    # The MIG GPU and compute instance the event hit; None on a GPU without MIG, or all of it.
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FabricInfo:
+    """nvidia-smi -q, "Fabric": the GPU's registration with the NVLink fabric manager."""
+
+    state: int  # NVML_GPU_FABRIC_STATE_*: 1 not started, 2 in progress, 3 completed
+    status: int  # nvmlReturn_t of the registration, once completed (0: success)
+    cluster_uuid: str  # "" when the driver reports none (all zeros)
+    clique_id: int
+    health_mask: int | None  # NVML_GPU_FABRIC_HEALTH_MASK_* parts; None from the v1 structure
+    health_summary: int | None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*; None before the v3 structure
+
+
+@dataclass(frozen=True, slots=True)
+class MigIdentity:
+    """A MIG device as ``nvidia-smi -L`` and ``nvidia-smi mig -lgi`` show it."""
+
+    name: str | None  # "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    multiprocessor_count: int | None
+    slice_count: int | None  # the GPU instance's compute slices
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """nvidia-smi pmon's sm and mem columns, one driver sample of one process."""
+
+    pid: int
+    timestamp_us: int  # CPU time of the sample, microseconds
+    sm_ratio: float  # share of the sample period the process ran kernels
+    memory_ratio: float  # share the memory controller served it

@@ -6,6 +6,10 @@ batched field-value call (PCIe bytes and replays, NVLink state, bytes and errors
 row remapping, power), clock-event reasons, temperature, SM clock, PCIe link, and on GPM-capable
 GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink rates over the
 tick. XID and double-bit ECC events arrive from a background thread and go out in the next report.
+Beside them, each in its module: the GPU's NVLink fabric (``fabric``), its MIG instances as
+samples of their own (``mig``), each process's share of a shared GPU (``process_share``), Xid
+counts and the process each Xid hit (``xid_counts``), and readings the rest of the GPU contradicts
+(``suspect_fields``).
 
 A node without a driver is not an error: the reason lands in ``info.gpu.unavailable_reason`` and
 once in an event, and everything else keeps working. A lost GPU is reported lost (with one
@@ -18,10 +22,14 @@ import time
 from dataclasses import dataclass, field
 
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import mig, nvml
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
+from nodeagent.agent.gpu.fabric import FabricWatch
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
+from nodeagent.agent.gpu.process_share import ProcessShares
 from nodeagent.agent.gpu.processes import ProcessInfo, ProcessReader
+from nodeagent.agent.gpu.suspect_fields import SuspectReadings
+from nodeagent.agent.gpu.xid_counts import XidLedger
 from nodeagent.agent.sources.base import Source, SourceContext
 from nodeagent.agent.sources.registry import register
 from nodeagent.core.wire.clock_events import clock_event_reason_names
@@ -45,6 +53,7 @@ class _GpuState:
     lost_reported: bool = False
     plan: gpu_fields.TickPlan | None = None
     plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
+    mig: mig.MigState | None = None  # a GPU in MIG mode: its instances
 
     def tick_plan(self) -> gpu_fields.TickPlan:
         """This tick's field requests; remade only when the GPU refused another field."""
@@ -58,6 +67,8 @@ class _GpuState:
             buffer.free()
         self.gpm_buffers = []
         self.gpm_newest = -1
+        if self.mig is not None:
+            self.mig.drop_gpm()
 
 
 @register
@@ -73,6 +84,10 @@ class GpuSource(Source):
         self._watcher: EventWatcher | None = None
         self._processes = ProcessReader(ctx.roots.procfs)
         self._job_pressure = JobPressure(ctx.files, ctx.roots.sysfs)
+        self._fabric = FabricWatch()
+        self._shares = ProcessShares()
+        self._xids = XidLedger()
+        self._suspects = SuspectReadings()
 
     def scan(self, info: pb.NodeInfo) -> None:
         self._job_pressure.locate()
@@ -99,6 +114,11 @@ class GpuSource(Source):
             if id(dropped) not in kept:
                 dropped.drop_gpm()
         topology.gpus.extend(state.info for state in states)
+        uuids = {state.uuid for state in states}
+        self._fabric.retain(uuids)
+        self._shares.retain(uuids)
+        self._xids.retain(uuids)
+        self._suspects.retain(uuids)
         watched = [(s.index, s.uuid) for s in states]
         if self._watcher is None or watched != [(s.index, s.uuid) for s in self._gpus]:
             self._restart_watcher(states)
@@ -130,6 +150,8 @@ class GpuSource(Source):
         report.jobs.extend(job_samples(members))
         self._job_pressure.fill(report.jobs)
         self._processes.retain(pids)
+        self._xids.record(report.events, report.gpus)
+        self._suspects.observe(report)
 
     def close(self) -> None:
         """Stop the event thread and free GPM buffers; NVML itself shuts down at exit."""
@@ -149,8 +171,12 @@ class GpuSource(Source):
             return _GpuState(index=index, uuid="", gpu=gpu, info=pb.GpuInfo(index=index))
         uuid = gpu.uuid() or ""
         if previous is not None and previous.uuid == uuid and not previous.gpu.lost:
-            return previous  # same board: keep what it said it does not support, and GPM state
-        return _GpuState(index=index, uuid=uuid, gpu=gpu, info=self._describe(index, uuid, gpu))
+            if not mig.layout_changed(previous.gpu, previous.info):
+                return previous  # same board: keep what it said it does not support, and GPM state
+            previous.drop_gpm()  # MIG mode or instances changed: described afresh, caches and all
+        state = _GpuState(index=index, uuid=uuid, gpu=gpu, info=self._describe(index, uuid, gpu))
+        state.mig = mig.describe(gpu, state.info)
+        return state
 
     @staticmethod
     def _describe(index: int, uuid: str, gpu: nvml.Gpu) -> pb.GpuInfo:
@@ -173,6 +199,12 @@ class GpuSource(Source):
             if speed is not None:
                 info.nvlink_speed_bytes_per_second = speed
         info.gpm_supported = ident.gpm_supported
+        c2c = int(gpu.field_values(gpu_fields.C2C_COUNT_REQUEST).get((gpu_fields.FI_C2C_LINK_COUNT, 0), 0))
+        if c2c:
+            info.c2c_link_count = c2c
+            speed = gpu_fields.c2c_speed_bytes(gpu.field_values(gpu_fields.c2c_speed_requests(c2c)), c2c)
+            if speed is not None:
+                info.c2c_link_speed_bytes_per_second = speed
         return info
 
     def _restart_watcher(self, states: list[_GpuState]) -> None:
@@ -195,6 +227,7 @@ class GpuSource(Source):
         sample = pb.GpuSample(index=state.index, uuid=state.uuid)
         if not state.gpu.lost:
             self._fill(state, sample, pids)
+            self._beside(state, sample, report, pids)
         if not state.gpu.lost:
             return sample
         # Lost now or earlier: report only that; partial values of this tick mean nothing.
@@ -230,13 +263,7 @@ class GpuSource(Source):
             sample.utilization_encoder_ratio = encoder
         if decoder is not None:
             sample.utilization_decoder_ratio = decoder
-        for proc in gpu.processes() or ():
-            pids.add(proc.pid)
-            info = self._processes.info(proc.pid)
-            entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)
-            if proc.used_memory_bytes is not None:
-                entry.used_memory_bytes = proc.used_memory_bytes
-            entry.job.CopyFrom(_job_ref(info))
+        self._add_processes(gpu, sample, pids)
         plan = state.tick_plan()
         gpu_fields.fill_sample(gpu.field_values(plan.requests), plan, sample)
         if (gpu_fields.FI_PCIE_COUNT_RX_BYTES, 0) in gpu.unsupported_fields:
@@ -269,6 +296,30 @@ class GpuSource(Source):
             sample.pcie_max_link_width = state.info.pcie_max_width
         if state.info.gpm_supported:
             self._gpm(state, sample)
+
+    def _add_processes(self, gpu: nvml.Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
+        """The compute processes of a GPU or of a MIG device, with their name, user and job."""
+        for proc in gpu.processes() or ():
+            pids.add(proc.pid)
+            info = self._processes.info(proc.pid)
+            entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)
+            if proc.used_memory_bytes is not None:
+                entry.used_memory_bytes = proc.used_memory_bytes
+            entry.job.CopyFrom(_job_ref(info))
+
+    def _beside(self, state: _GpuState, sample: pb.GpuSample, report: pb.NodeReport, pids: set[int]) -> None:
+        """The fabric, the MIG instances and the processes' shares (after ``_fill``)."""
+        gpu = state.gpu
+        self._fabric.read(gpu, sample, report)
+        if state.mig is not None:
+            answered = mig.fill(
+                gpu, state.mig, sample, state.info.gpm_supported,
+                lambda device, instance: self._add_processes(device, instance, pids),
+            )  # fmt: skip
+            if not answered:
+                self.needs_rescan = True  # an instance was destroyed or changed
+        elif sample.processes:
+            self._shares.fill(gpu, sample)
 
     @staticmethod
     def _gpm(state: _GpuState, sample: pb.GpuSample) -> None:

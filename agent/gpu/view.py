@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nodeagent.core.quantities import rates
-from nodeagent.core.quantities.units import format_bits
+from nodeagent.core.quantities.units import format_bits, pcie_bytes_per_second
 from nodeagent.core.wire.clock_events import THROTTLE_REASONS
+from nodeagent.core.wire.fabric import describe, fabric_problems
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 Row = dict[str, Any]
@@ -47,8 +48,8 @@ def render_gpu_table(rows: Sequence[Row], unavailable_reason: str) -> str:
                 _percent(row["utilization_gpu_ratio"]),
                 _percent(row["sm_active_ratio"]),
                 _memory(row["memory_used_bytes"], row["memory_total_bytes"]),
-                f"{_rate(row['pcie_rx_bytes_per_second'])} / {_rate(row['pcie_tx_bytes_per_second'])}",
-                f"{_rate(row['nvlink_rx_bytes_per_second'])} / {_rate(row['nvlink_tx_bytes_per_second'])}",
+                _link_pair(row, "pcie"),
+                _link_pair(row, "nvlink"),
                 f"{row['nvlinks_up']}/{row['nvlinks_expected']}" if row["nvlinks_expected"] else "-",
                 ",".join(throttle) or "-",
                 row["health"],
@@ -62,13 +63,17 @@ def render_gpu_table(rows: Sequence[Row], unavailable_reason: str) -> str:
 
 
 def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: float, xids: dict[int, list[int]]) -> Row:
-    pcie_rx, pcie_rx_source = _pcie_rate(g, p, seconds, "rx")
-    pcie_tx, pcie_tx_source = _pcie_rate(g, p, seconds, "tx")
+    pcie_capacity = _pcie_capacity(g, info)
+    nvlink_capacity = info.nvlink_count * info.nvlink_speed_bytes_per_second or None
+    bad: set[str] = set()
+    pcie_rx, pcie_rx_source = _pcie_rate(g, p, seconds, "rx", pcie_capacity, bad)
+    pcie_tx, pcie_tx_source = _pcie_rate(g, p, seconds, "tx", pcie_capacity, bad)
     links = _link_rows(g, p, seconds)
-    nvlink_rx, nvlink_rx_source = _nvlink_total(g, links, "rx")
-    nvlink_tx, nvlink_tx_source = _nvlink_total(g, links, "tx")
+    nvlink_rx, nvlink_rx_source = _nvlink_total(g, links, "rx", nvlink_capacity, bad)
+    nvlink_tx, nvlink_tx_source = _nvlink_total(g, links, "tx", nvlink_capacity, bad)
     reasons = list(g.clock_event_reason_names)
     health_reasons = _health(g, info, len([x for x in links if x["active"]]), xids.get(g.index, []))
+    health_reasons += [f"{link}_bad_reading" for link in sorted(bad)]
     return {
         "index": g.index,
         "uuid": g.uuid,
@@ -95,6 +100,9 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
         "nvlinks_up": sum(1 for link in links if link["active"]),
         "nvlinks_expected": info.nvlink_count,
         "nvlinks": links,
+        # Links whose counters ran faster than the link carries (the detector ignores them too):
+        # their rates above are GPM's where the GPU has it (what /metrics shows), else unknown.
+        "bad_readings": sorted(bad),
         "clock_event_reasons": reasons,
         "temperature_celsius": _opt(g, "temperature_celsius"),
         "power_watts": _opt(g, "power_watts"),
@@ -107,22 +115,67 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
         "processes": [_process(proc) for proc in g.processes],
         "health": health_reasons[0] if health_reasons else "ok",
         "health_reasons": health_reasons,
+        "fabric": describe(g.fabric) if g.HasField("fabric") else None,
+        "xid_errors_total": dict(g.xid_errors_total),
+        "suspect_fields": list(g.suspect_fields),
+        "mig_instances": [_instance(i) for i in g.mig_instances],
     }
 
 
-def _pcie_rate(g: pb.GpuSample, p: pb.GpuSample | None, seconds: float, way: str) -> tuple[float | None, str | None]:
+def _instance(i: pb.GpuSample) -> Row:
+    """A MIG instance under its GPU: memory, GPM activity and processes of the instance."""
+    return {
+        "gpu_instance_id": i.gpu_instance_id,
+        "compute_instance_id": i.compute_instance_id,
+        "mig_profile": i.mig_profile,
+        "uuid": i.uuid,
+        "memory_used_bytes": _opt(i, "memory_used_bytes"),
+        "memory_total_bytes": _opt(i, "memory_total_bytes"),
+        "sm_active_ratio": _opt(i, "sm_active_ratio"),
+        "sm_occupancy_ratio": _opt(i, "sm_occupancy_ratio"),
+        "tensor_active_ratio": _opt(i, "tensor_active_ratio"),
+        "processes": [_process(proc) for proc in i.processes],
+    }
+
+
+def _pcie_rate(
+    g: pb.GpuSample, p: pb.GpuSample | None, seconds: float, way: str, capacity: float | None, bad: set[str]
+) -> tuple[float | None, str | None]:
     counter = f"pcie_{way}_bytes_total"
     current = _opt(g, counter)
+    candidates: list[tuple[float | None, str]] = []
     if current is not None:
         earlier = _opt(p, counter) if p is not None and not p.lost else None
-        value = rates.rate(earlier, current, seconds)
-        if value is not None:
-            return value, "counter"
-    gpm = _opt(g, f"gpm_pcie_{way}_bytes_per_second")
-    if gpm is not None:
-        return gpm, "gpm"
-    sampled = _opt(g, f"pcie_{way}_bytes_per_second")
-    return (sampled, "sampled") if sampled is not None else (None, None)
+        candidates.append((rates.rate(earlier, current, seconds), "counter"))
+    candidates.append((_opt(g, f"gpm_pcie_{way}_bytes_per_second"), "gpm"))
+    candidates.append((_opt(g, f"pcie_{way}_bytes_per_second"), "sampled"))
+    return _plausible(candidates, capacity, "pcie", bad)
+
+
+def _plausible(
+    candidates: list[tuple[float | None, str]], capacity: float | None, link: str, bad: set[str]
+) -> tuple[float | None, str | None]:
+    """The first known rate the link can carry, with its source; one it cannot is a bad reading
+    (noted in ``bad``) and the next source is asked."""
+    for value, source in candidates:
+        if value is None:
+            continue
+        if rates.within_capacity(value, capacity):
+            return value, source
+        bad.add(link)
+    return None, None
+
+
+def _pcie_capacity(g: pb.GpuSample, info: pb.GpuInfo) -> float | None:
+    """The PCIe link's bytes per second one way, at its current width and generation (else its
+    maximum), as the detector takes it."""
+    if g.HasField("pcie_link_generation") and g.HasField("pcie_link_width"):
+        current = pcie_bytes_per_second(g.pcie_link_generation, g.pcie_link_width)
+        if current:
+            return current
+    if info.pcie_max_generation and info.pcie_max_width:
+        return pcie_bytes_per_second(info.pcie_max_generation, info.pcie_max_width)
+    return None
 
 
 _LINK_ERRORS = ("replay_errors_total", "recovery_errors_total", "crc_flit_errors_total", "crc_data_errors_total")
@@ -148,16 +201,17 @@ def _link_rows(g: pb.GpuSample, p: pb.GpuSample | None, seconds: float) -> list[
     return rows
 
 
-def _nvlink_total(g: pb.GpuSample, links: list[Row], way: str) -> tuple[float | None, str | None]:
-    """Sum over links; None when any link with a counter has no rate (first sample, reset)."""
+def _nvlink_total(
+    g: pb.GpuSample, links: list[Row], way: str, capacity: float | None, bad: set[str]
+) -> tuple[float | None, str | None]:
+    """Sum over links; None when any link with a counter has no rate (first sample, reset), or
+    when the sum is more than the GPU's links carry (then GPM's, where it is known)."""
     counted = [link for link in links if link[f"{way}_bytes_total"] is not None]
     per_link = [link[f"{way}_bytes_per_second"] for link in counted]
-    if counted and all(rate is not None for rate in per_link):
-        return float(sum(per_link)), "counter"
-    gpm = _opt(g, f"gpm_nvlink_{way}_bytes_per_second")
-    if gpm is not None:
-        return gpm, "gpm"
-    return None, None
+    total = float(sum(per_link)) if counted and all(rate is not None for rate in per_link) else None
+    return _plausible(
+        [(total, "counter"), (_opt(g, f"gpm_nvlink_{way}_bytes_per_second"), "gpm")], capacity, "nvlink", bad
+    )
 
 
 def _health(g: pb.GpuSample, info: pb.GpuInfo, links_up: int, xids: list[int]) -> list[str]:
@@ -178,6 +232,10 @@ def _health(g: pb.GpuSample, info: pb.GpuInfo, links_up: int, xids: list[int]) -
         out.append("pcie_degraded")  # width only: the generation drops at idle to save power
     if THROTTLE_REASONS.intersection(g.clock_event_reason_names):
         out.append("throttled")
+    if g.HasField("fabric") and fabric_problems(g.fabric):
+        out.append("fabric")
+    if g.suspect_fields:
+        out.append("suspect_reading")
     return out
 
 
@@ -230,3 +288,13 @@ def _memory(used: int | None, total: int | None) -> str:
 def _rate(bytes_per_second: float | None) -> str:
     """PCIe and NVLink throughput in bits per second, as every link rate in nodeagent's text."""
     return format_bits(bytes_per_second)
+
+
+def _link_pair(row: Row, link: str) -> str:
+    """``RX / TX``; a rate the link cannot carry (and no GPM figure to show instead) is said to
+    be a bad reading, never shown as traffic."""
+    rx, tx = row[f"{link}_rx_bytes_per_second"], row[f"{link}_tx_bytes_per_second"]
+    if rx is None and tx is None and link in row["bad_readings"]:
+        return "bad reading"
+    mark = "*" if link in row["bad_readings"] else ""  # GPM's, the counters being off
+    return f"{_rate(rx)} / {_rate(tx)}{mark}"

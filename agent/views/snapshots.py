@@ -11,7 +11,7 @@ from typing import Any
 
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.agent.views.plain_json import to_plain
-from nodeagent.core.quantities.rates import delta, disk_busy_ratio, rate, ratio
+from nodeagent.core.quantities.rates import CPU_MODES, cpu_time_shares, delta, disk_busy_ratio, rate, ratio
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 Snapshot = dict[str, Any]
@@ -140,15 +140,17 @@ def _disks(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo, se
         writes = delta(old.writes_completed_total, disk.writes_completed_total) if old else None
         read_ms = delta(old.read_time_milliseconds_total, disk.read_time_milliseconds_total) if old else None
         write_ms = delta(old.write_time_milliseconds_total, disk.write_time_milliseconds_total) if old else None
-        queue_ms = (
-            delta(old.io_weighted_time_milliseconds_total, disk.io_weighted_time_milliseconds_total) if old else None
-        )
         row["read_latency_seconds"] = _per_op(read_ms, reads)
         row["write_latency_seconds"] = _per_op(write_ms, writes)
         row["utilization_ratio"] = (
             disk_busy_ratio(old.io_time_milliseconds_total, disk.io_time_milliseconds_total, seconds) if old else None
         )
-        row["queue_depth"] = queue_ms / 1000 / seconds if queue_ms is not None and seconds > 0 else None
+        queue = (
+            rate(old.io_weighted_time_milliseconds_total, disk.io_weighted_time_milliseconds_total, seconds)
+            if old
+            else None
+        )
+        row["queue_depth"] = queue / 1000 if queue is not None else None
         rows.append(row)
     return rows
 
@@ -189,19 +191,11 @@ def _host(prev: pb.NodeReport | None, cur: pb.NodeReport, info: pb.NodeInfo, sec
 def _cpu_shares(old: pb.CpuTimes | None, new: pb.CpuTimes) -> dict[str, float]:
     if old is None:
         return {}
-    fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-    deltas = {f: getattr(new, f"{f}_seconds_total") - getattr(old, f"{f}_seconds_total") for f in fields}
-    # idle and iowait may go backwards a little (the kernel documents iowait as unreliable,
-    # NO_HZ idle accounting too): that is no reset. Busy time going backwards is one
-    # (a CPU hot-unplugged and back): no figure for this interval.
-    if any(deltas[f] < 0 for f in fields if f not in ("idle", "iowait")):
-        return {}
-    deltas["idle"] = max(0.0, deltas["idle"])
-    deltas["iowait"] = max(0.0, deltas["iowait"])
-    total = sum(deltas.values())
-    if total <= 0:
-        return {}
-    return {"busy": 1.0 - (deltas["idle"] + deltas["iowait"]) / total, "iowait": deltas["iowait"] / total}
+    return cpu_time_shares(_cpu_seconds(old), _cpu_seconds(new))
+
+
+def _cpu_seconds(times: pb.CpuTimes) -> dict[str, float]:
+    return {mode: getattr(times, f"{mode}_seconds_total") for mode in CPU_MODES}
 
 
 def _stall(old: pb.Pressure | None, new: pb.Pressure, kind: str, seconds: float) -> float | None:

@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from nodeagent.core.detector.verdict_words import verdict_sentence
+from nodeagent.core.detector.verdict_words import forming_words, verdict_sentence
 
 SORTS: Final = ("index", "util", "state")
 HELP: Final = "q quit · s sort · p pause · h help"
@@ -85,8 +85,9 @@ def _verdict(verdict: dict[str, Any] | None, state: ViewState) -> Text:
         return Text(f"verdict: the detector's window is filling ({seen:.0f} of {window:.0f} s)")
     style = "bold red" if verdict.get("state") == "starved" else "bold"
     text = Text(verdict_sentence(verdict), style=style)
-    if state.detector_seen_seconds < window:
-        text.append(f" (window {state.detector_seen_seconds:.0f} of {window:.0f} s)", style="dim")
+    forming = forming_words(state.detector_seen_seconds, window)
+    if forming:
+        text.append(f" ({forming})", style="dim")
     return text
 
 
@@ -109,7 +110,7 @@ def _gpus(gpus: list[dict[str, Any]], verdict: dict[str, Any] | None, sort: str,
     table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold", pad_edge=False)
     for name, justify in (
         ("GPU", "right"), ("util", "left"), ("SM", "right"), ("mem GB", "right"), ("W", "right"), ("°C", "right"),
-        ("PCIe GB/s", "right"), ("NVL GB/s", "right"), ("state", "left"), ("job", "left"),
+        ("PCIe Gb/s", "right"), ("NVL Gb/s", "right"), ("state", "left"), ("job", "left"),
     ):  # fmt: skip
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     if wide:
@@ -124,25 +125,55 @@ def _gpus(gpus: list[dict[str, Any]], verdict: dict[str, Any] | None, sort: str,
 
     for g in sorted(gpus, key=key):
         verdict_gpu = states.get(g["index"], {})
-        gpu_state = "lost" if g.get("lost") else verdict_gpu.get("state", "—")
-        cause = verdict_gpu.get("cause")
-        label = f"{gpu_state} {cause}" if gpu_state == "starved" and cause and wide else gpu_state
-        row: list[Text | str] = [
-            str(g["index"]),
-            bar(g.get("utilization_gpu_ratio"), bar_width),
-            _pct(g.get("sm_active_ratio")),
-            _mem(g.get("memory_used_bytes"), g.get("memory_total_bytes")),
-            _num(g.get("power_watts")),
-            _num(g.get("temperature_celsius")),
-            _pair(g.get("pcie_rx_bytes_per_second"), g.get("pcie_tx_bytes_per_second")),
-            _pair(g.get("nvlink_rx_bytes_per_second"), g.get("nvlink_tx_bytes_per_second")),
-            Text(label, style=_STATE_STYLE.get(gpu_state, "")),
-            _job(g.get("processes") or []),
-        ]
-        if wide:
-            row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in g.get("processes") or []))
-        table.add_row(*row)
+        _gpu_row(table, g, verdict_gpu, wide, bar_width)
+        for instance in g.get("mig_instances") or []:
+            _instance_row(table, instance, verdict_gpu, wide, bar_width)
     return table
+
+
+def _gpu_row(table: Table, g: dict[str, Any], verdict_gpu: dict[str, Any], wide: bool, bar_width: int) -> None:
+    gpu_state = "lost" if g.get("lost") else verdict_gpu.get("state", "—")
+    cause = verdict_gpu.get("cause")
+    label = f"{gpu_state} {cause}" if gpu_state == "starved" and cause and wide else gpu_state
+    row: list[Text | str] = [
+        str(g["index"]),
+        bar(g.get("utilization_gpu_ratio"), bar_width),
+        _pct(g.get("sm_active_ratio")),
+        _mem(g.get("memory_used_bytes"), g.get("memory_total_bytes")),
+        _num(g.get("power_watts")),
+        _num(g.get("temperature_celsius")),
+        _pair(g, "pcie"),
+        _pair(g, "nvlink"),
+        Text(label, style=_STATE_STYLE.get(gpu_state, "")),
+        _job(g.get("processes") or []),
+    ]
+    if wide:
+        row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in g.get("processes") or []))
+    table.add_row(*row)
+
+
+def _instance_row(
+    table: Table, instance: dict[str, Any], verdict_gpu: dict[str, Any], wide: bool, bar_width: int
+) -> None:
+    """A MIG instance under its GPU: its SM activity is its busy share (NVML has no utilization
+    per instance), its state the detector's for the instance."""
+    gi = instance["gpu_instance_id"]
+    judged: dict[str, Any] = next((i for i in verdict_gpu.get("instances", []) if i.get("gpu_instance_id") == gi), {})
+    state = judged.get("state", "—")
+    cause = judged.get("cause")
+    label = f"{state} {cause}" if state == "starved" and cause and wide else state
+    row: list[Text | str] = [
+        Text(f"└ {instance.get('mig_profile') or ''} gi{gi}", style="dim"),
+        bar(instance.get("sm_active_ratio"), bar_width),
+        _pct(instance.get("sm_active_ratio")),
+        _mem(instance.get("memory_used_bytes"), instance.get("memory_total_bytes")),
+        "", "", "", "",
+        Text(label, style=_STATE_STYLE.get(state, "")),
+        _job(instance.get("processes") or []),
+    ]  # fmt: skip
+    if wide:
+        row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in instance.get("processes") or []))
+    table.add_row(*row)
 
 
 def _clock_events(gpus: list[dict[str, Any]]) -> Text | None:
@@ -212,10 +243,14 @@ def _mem(used: int | None, total: int | None) -> str:
     return f"{used / 1e9:.0f}/{total / 1e9:.0f}" if total else f"{used / 1e9:.0f}"
 
 
-def _pair(rx: float | None, tx: float | None) -> str:
+def _pair(g: dict[str, Any], link: str) -> str:
+    """A link's ``rx/tx`` in Gb/s, as `sample` and every link rate; ``bad`` where its counters
+    ran faster than the link carries and nothing else measured it (gpu/view.py)."""
+    rx, tx = g.get(f"{link}_rx_bytes_per_second"), g.get(f"{link}_tx_bytes_per_second")
+    bad = link in (g.get("bad_readings") or ())
     if rx is None and tx is None:
-        return "—"
-    return f"{(rx or 0.0) / 1e9:.1f}/{(tx or 0.0) / 1e9:.1f}"
+        return "bad" if bad else "—"
+    return f"{(rx or 0.0) * 8 / 1e9:.1f}/{(tx or 0.0) * 8 / 1e9:.1f}{'*' if bad else ''}"
 
 
 def _job(processes: list[dict[str, Any]]) -> str:

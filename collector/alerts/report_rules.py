@@ -1,7 +1,7 @@
 """Hardware and health alerts read straight from each node's reports.
 
 ``NodeRules`` (one per node) looks at every report: GPULost, NVLinkDown, NVLinkErrors,
-NICDegraded, XIDError, ECCUncorrectable, ThermalThrottling. ``NodeDownWatch`` checks the whole
+GPUFabricUnhealthy, NICDegraded, XIDError, ECCUncorrectable, ThermalThrottling. ``NodeDownWatch`` checks the whole
 fleet's last-report times for NodeDown. Both send a signal only when the verdict for an alert
 instance is known and differs from what they sent last, so the alert book sees a few signals a
 day, not one per instance per report. A verdict that cannot be known yet stays unsent: right
@@ -19,11 +19,13 @@ from collections.abc import Mapping, Sequence
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.rule_state import NOT_FIRING, Burst, Counter, Instance, Sustained
 from nodeagent.core.detector.alert_signals import AlertSignal
+from nodeagent.core.wire.fabric import describe, fabric_problems
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 GPU_LOST = "GPULost"
 NVLINK_DOWN = "NVLinkDown"
 NVLINK_ERRORS = "NVLinkErrors"
+FABRIC_UNHEALTHY = "GPUFabricUnhealthy"
 NIC_DEGRADED = "NICDegraded"
 XID_ERROR = "XIDError"
 ECC_UNCORRECTABLE = "ECCUncorrectable"
@@ -142,6 +144,9 @@ class NodeRules:
                 notes["errors_in_burst"] = str(state.ecc_burst.accumulated)
                 self._emit(state.ecc, verdict is True, CRITICAL, notes)
 
+        if gpu.HasField("fabric"):
+            self._fabric(gpu, state)
+
         if gpu.HasField("clock_event_reasons"):
             throttled = bool(gpu.clock_event_reasons & self._thermal_mask)
             if throttled or state.thermal.sent is not NOT_FIRING:
@@ -150,6 +155,22 @@ class NodeRules:
                 )
                 if state.thermal.changed(verdict):
                     self._emit(state.thermal, verdict is True, WARNING, _thermal_notes(gpu))
+
+    def _fabric(self, gpu: pb.GpuSample, state: _GpuState) -> None:
+        """Fires while the GPU has left the NVLink fabric (not registered, registration failed) or
+        the fabric says it is unhealthy or degraded; the reason is the worst problem, and a new
+        reason is sent again. A GPU that reports no fabric (not fabric-attached) never gets here."""
+        problems = fabric_problems(gpu.fabric)
+        reason = problems[0] if problems else ""
+        if state.fabric.changed(bool(problems), reason):
+            notes = {
+                "summary": f"GPU {gpu.index} NVLink fabric: {describe(gpu.fabric)}",
+                "problems": ",".join(problems),
+                "state": gpu.fabric.state,
+                "cluster_uuid": gpu.fabric.cluster_uuid,
+                "clique_id": str(gpu.fabric.clique_id),
+            }
+            self._emit(state.fabric, bool(problems), CRITICAL, notes)
 
     def _links(self, gpu: pb.GpuSample, state: _GpuState, now: float) -> None:
         """The hot loop: a handful of field reads per link, more only when something changed."""
@@ -287,7 +308,7 @@ class NodeDownWatch:
 
 class _GpuState:
     __slots__ = (
-        "ecc", "ecc_burst", "ecc_counter", "heat", "links", "lost", "seen_at", "thermal", "xid", "xid_burst",
+        "ecc", "ecc_burst", "ecc_counter", "fabric", "heat", "links", "lost", "seen_at", "thermal", "xid", "xid_burst",
         "xid_codes", "xid_critical",
     )  # fmt: skip
 
@@ -304,6 +325,7 @@ class _GpuState:
         self.ecc_counter = Counter()
         self.thermal = Instance(THERMAL_THROTTLING, key, labels)
         self.heat = Sustained()
+        self.fabric = Instance(FABRIC_UNHEALTHY, key, labels)
         self.links: dict[int, _LinkState] = {}
 
 

@@ -12,6 +12,7 @@ import grpc
 
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
+from nodeagent.core.transport.diagnosis import unreachable_reason
 from nodeagent.core.transport.security import check_token_transport
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
@@ -82,7 +83,7 @@ def query_pages(
         asyncio.run(_pages(target, security, method, request, timeout, count))
     except grpc.aio.AioRpcError as err:
         if err.code() != grpc.StatusCode.UNIMPLEMENTED or pages:
-            raise _failure(target, method, err) from err
+            raise _failure(target, security, method, err) from err
         on_page(fetch(target, security, fallback, timeout=timeout, **fields))
 
 
@@ -107,13 +108,14 @@ def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float 
     try:
         return asyncio.run(_call(target, security, method, request, timeout))
     except grpc.aio.AioRpcError as err:
-        raise _failure(target, method, err) from err
+        raise _failure(target, security, method, err) from err
 
 
-def _failure(target: str, method: str, err: grpc.aio.AioRpcError) -> RuntimeFailure:
+def _failure(target: str, security: ClientSecurity, method: str, err: grpc.aio.AioRpcError) -> RuntimeFailure:
     status = f"{err.code().name}: {err.details()}"
     if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return RuntimeFailure(f"cannot reach the collector at {target}: {status}")
+        reason = unreachable_reason(target, security, str(err.details()), probe=True)
+        return RuntimeFailure(f"cannot reach the collector at {target}: {reason or status}")
     return RuntimeFailure(f"the collector at {target} refused {method}: {status}")
 
 

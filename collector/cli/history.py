@@ -60,6 +60,7 @@ def history_rows(response: Any) -> list[dict[str, Any]]:
         plain: dict[str, Any] = {"time_unix_seconds": row.time_unix_seconds, "gpu": None if row.gpu < 0 else row.gpu}
         plain["samples"] = row.samples
         plain.update({name: row.values.get(name) for name in VALUES})
+        plain["held_seconds"] = row.values.get("held_seconds")  # a GPU's seconds held by its jobs
         plain.update(state=row.state, cause=row.cause or None, jobs=list(row.jobs))
         rows.append(plain)
     return rows
@@ -142,11 +143,12 @@ class RowPrinter:
     def close(self) -> None:
         if self.form == "json":
             click.echo("\n]" if self.rows else "[]")
-        elif self.form == "csv":
-            if self._fields is None:
-                click.echo("time_unix_seconds")
-        elif not self.rows:
-            click.echo(f"no history of node {self.node!r}")
+        elif self.form == "csv" and self._fields is None:
+            click.echo("time_unix_seconds")
+        if not self.rows:
+            # A node the history does not hold (a typo) is the operator's to fix, as `replay --node`
+            # says of one without stored reports: one line, exit 2; JSON and CSV stay well-formed.
+            raise click.ClickException(f"no history of node {self.node!r} in the range asked")
 
 
 def _pct(value: float | None) -> str:

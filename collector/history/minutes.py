@@ -56,6 +56,10 @@ class MinuteRow:
     # The newest report in the row (its time): after a restart, stored reports past it are rolled
     # up again, so a minute written a few seconds before a kill still gets every durable report.
     last_time: float = 0.0
+    # GPU rows: the seconds of the minute the GPU was held by ``jobs`` (each report stands for the
+    # time since the one before it, as the detector counts it); None in rows stored before it was
+    # counted, which count as the whole minute.
+    held_seconds: float | None = None
 
     def to_plain(self) -> dict[str, object]:
         return {
@@ -111,6 +115,8 @@ class Steps:
                 current.values[name] = (old * weight + value * row.samples) / max(1, weight + row.samples)
             weights[name] = weight + row.samples
         current.samples += row.samples
+        if row.held_seconds is not None:
+            current.held_seconds = (current.held_seconds or 0.0) + row.held_seconds
         current.state, current.cause, current.jobs, current.last_time = row.state, row.cause, row.jobs, row.last_time
         return done
 

@@ -8,12 +8,8 @@ shares need ``cpu_total`` in both.
 
 from __future__ import annotations
 
-from typing import Final
-
-from nodeagent.core.quantities.rates import increases, sum_rate
+from nodeagent.core.quantities.rates import CPU_MODES, cpu_time_shares, sum_rate
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-_CPU_MODES: Final = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
 def node_rates(before: pb.NodeReport, after: pb.NodeReport, seconds: float) -> dict[str, float | None]:
@@ -58,12 +54,12 @@ def node_rates(before: pb.NodeReport, after: pb.NodeReport, seconds: float) -> d
         ):
             out.pop(name)
     if before.host.HasField("cpu_total") and after.host.HasField("cpu_total"):
-        deltas = increases(_cpu_seconds(before.host.cpu_total), _cpu_seconds(after.host.cpu_total))
-        if deltas is not None and (total := sum(deltas.values())) > 0:
-            out["cpu_busy_ratio"] = 1.0 - (deltas["idle"] + deltas["iowait"]) / total
-            out["cpu_iowait_ratio"] = deltas["iowait"] / total
+        # The same shares as `sample` shows (core/quantities/rates.py).
+        shares = cpu_time_shares(_cpu_seconds(before.host.cpu_total), _cpu_seconds(after.host.cpu_total))
+        if shares:
+            out["cpu_busy_ratio"], out["cpu_iowait_ratio"] = shares["busy"], shares["iowait"]
     return out
 
 
 def _cpu_seconds(times: pb.CpuTimes) -> dict[str, float]:
-    return {mode: getattr(times, f"{mode}_seconds_total") for mode in _CPU_MODES}
+    return {mode: getattr(times, f"{mode}_seconds_total") for mode in CPU_MODES}

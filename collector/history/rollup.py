@@ -24,6 +24,7 @@ from typing import Final
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
+from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -40,6 +41,9 @@ OPEN_WRITE_SECONDS: Final = 5.0
 OPEN_WRITE_WALL_SECONDS: Final = 1.0
 # NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
 RATE_EVERY_SECONDS: Final = 5.0
+# A report stands for the time since the one before it, at most this long (the detector's
+# ``max_interval_seconds``): after a silence, one report is not minutes of a job.
+MAX_HELD_INTERVAL_SECONDS: Final = 10.0
 
 _UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
@@ -48,7 +52,7 @@ _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
 class _Open:
     """A minute being built: sums and counts by column index (the ingest path's hot loop)."""
 
-    __slots__ = ("cause", "counts", "gpu", "jobs", "last_time", "minute", "samples", "state", "sums")
+    __slots__ = ("cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "samples", "state", "sums")
 
     def __init__(self, gpu: int, minute: int) -> None:
         self.gpu, self.minute, self.samples = gpu, minute, 0
@@ -56,6 +60,7 @@ class _Open:
         self.counts = [0] * len(VALUES)
         self.state, self.cause, self.last_time = "", "", 0.0
         self.jobs: tuple[str, ...] = ()
+        self.held: float | None = None
         self.sums[_UTIL_MIN] = math.inf
 
     @classmethod
@@ -68,6 +73,7 @@ class _Open:
             row.jobs,
             row.last_time,
         )
+        acc.held = row.held_seconds
         for name, value in row.values.items():
             i = INDEX[name]
             acc.sums[i] = value * row.samples if KIND[i] == "mean" else value
@@ -84,9 +90,11 @@ class _Open:
             n = self.counts[i]
             if n:
                 values[name] = self.sums[i] / n if KIND[i] == "mean" else self.sums[i]
+        held = None if self.gpu == NODE_ROW else self.held or 0.0
         return MinuteRow(
-            node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time
-        )
+            node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time,
+            held,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,8 @@ class NodeHistory:
         self.lost: dict[int, float] = {}
         self.pruned_at = 0.0
         self.newest = 0.0
+        # The previous report's time (and epoch): what the next one stands for starts there.
+        self.previous_time: tuple[int, float] | None = None
 
     def restore(self, rows: Sequence[MinuteRow], reports: Sequence[StoredReport]) -> None:
         """After a restart: the newest stored minute, then the stored reports it does not hold."""
@@ -126,6 +136,7 @@ class NodeHistory:
             self.minute = rows[0].minute
             self.open = {row.gpu: _Open.seeded(row) for row in rows}
             self.newest = max(row.last_time for row in rows)
+            self.previous_time = (-1, self.newest)  # any epoch: the stored minute's last report
         for stored in reports:
             report = pb.NodeReport.FromString(stored.raw)
             self._observe(report, None, keep=None)
@@ -137,6 +148,8 @@ class NodeHistory:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
         if minute != self.minute:
+            # The part of this report's interval before its minute held the GPUs of the last one.
+            self._hold(self.open, report, verdict, min(time, minute), minute_start=self.minute)
             self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
             self.open = {}
             self.minute = minute
@@ -146,6 +159,27 @@ class NodeHistory:
         if keep is not None:
             self.reports.append(StoredReport(self.node_id, time, report.epoch, report.seq, keep))
         self._rollup(report, verdict)
+        self._hold(self.open, report, verdict, time, minute_start=minute)
+        self.previous_time = (report.epoch, time)
+
+    def _hold(
+        self, accs: dict[int, _Open], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
+        minute_start: int,
+    ) -> None:  # fmt: skip
+        """Count the part of the report's interval in [``minute_start``, ``until``] as held on each
+        GPU its verdict names a job for. The interval runs from the previous report of the epoch,
+        at most ``MAX_HELD_INTERVAL_SECONDS`` back (after a silence one report is not minutes)."""
+        before = self.previous_time
+        if verdict is None or before is None or before[0] not in (-1, report.epoch):
+            return
+        since = max(before[1], report.time_unix_seconds - MAX_HELD_INTERVAL_SECONDS, minute_start)
+        seconds = until - since
+        if seconds <= 0:
+            return
+        for g in verdict.gpus:
+            acc = accs.get(g.index)
+            if g.jobs and acc is not None:
+                acc.held = (acc.held or 0.0) + seconds
 
     @property
     def pending(self) -> bool:
@@ -227,7 +261,9 @@ class NodeHistory:
                 counts[_TEMP] += 1
             v = verdicts.get(gpu.index)
             if v is not None:
-                acc.state, acc.cause, acc.jobs = v.state, v.cause or "", v.jobs
+                acc.state, acc.cause = v.state, v.cause or ""
+                if v.jobs:  # the minute's jobs: the last that held the GPU in it (``_hold``: how long)
+                    acc.jobs = v.jobs
                 if v.starvation_ratio is not None:
                     sums[_RATIO] = v.starvation_ratio
                     counts[_RATIO] += 1
@@ -243,7 +279,8 @@ class NodeHistory:
             node.add(_UTIL, util_sum / util_gpus)
             node_counts[_UTIL_MIN] += 1
         if verdict is not None:
-            node.state, node.cause, node.jobs = verdict.state, verdict.cause or "", verdict.jobs
+            node.state = shown_state(verdict.state, gpu_count=len(verdict.gpus))  # as the views say it
+            node.cause, node.jobs = verdict.cause or "", verdict.jobs
             if verdict.starvation_ratio is not None:
                 node_sums[_RATIO] = verdict.starvation_ratio
                 node_counts[_RATIO] += 1

@@ -3,9 +3,10 @@
 Every node's state lives in memory (``node_state``). A report is new when its seq is above the
 node's watermark for its epoch (reports arrive in order on a stream, so one number per epoch is
 the whole dedup state); anything at or below it is a duplicate, counted and acknowledged again,
-never stored twice. A new report goes to the alert rules, the node's detector (and, when its
-window advances, the timeline and the alert book), the node's history and the report observers
-(remote write); the flusher (``flush``) then writes the changed nodes in one SQLite transaction
+never stored twice. A new report goes to the alert rules, the node's detector, the job roll-up
+(``collector/jobs/``: it may turn GPUs of this node or of others of its jobs `waiting`), then
+(when the node's verdict changed) the timeline and the alert book, the node's history and the
+report observers (remote write); the flusher (``flush``) then writes the changed nodes in one SQLite transaction
 every ``flush_seconds`` and acknowledges once durable.
 
 One stream can move its node's state only so far (the bounds in ``node_state``), and a node
@@ -74,8 +75,8 @@ class Ingest:
         # Called with every new report and its node's verdict (remote write): each only queues.
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
         self.history_config = history or HistoryConfig()
-        # The multi-node jobs of these nodes (collector/jobs/): verdicts read by the views.
-        self.jobs = JobRollup(self.detector_config)
+        # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
+        self.jobs = JobRollup(self.detector_config, on_rewait=self._rewaited)
         self.retirement = Retirement(retire_after_seconds, started_at=clock())
         self.flusher = Flusher(
             self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,
@@ -88,7 +89,9 @@ class Ingest:
         # run is accepted (let alone flushed into the history): the day's count starts from it
         # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
         lost_days = guard.at_start(writer, writer.store.history.lost_on_last_day) or {}
-        self.retirement.forgetters += [alerting.forget, lambda node_id: self._history_seed.pop(node_id, None)]
+        self.retirement.forgetters += [
+            alerting.forget, lambda node_id: self._history_seed.pop(node_id, None), self.jobs.forget,
+        ]  # fmt: skip
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()
         for row in writer.call_sync(writer.store.nodes.load):
@@ -216,9 +219,14 @@ class Ingest:
             detector = node.detector = NodeDetector(row.node_id, self.detector_config)
             node.detector_epoch = epoch
         before = detector.verdict
-        if detector.observe(report) is not before:  # a new verdict (the window advanced)
+        advanced = detector.observe(report) is not before  # a new verdict (the window advanced)
+        self.jobs.observe(row.node_id, report, detector, advanced)
+        if detector.verdict is not before:  # its own step, or the roll-up's waiting
             self.alerting.add(detector.signals())
             node.timeline.record(detector)
+        job_signals = self.jobs.signals()
+        if job_signals:
+            self.alerting.add(job_signals)
         if self.history_config.enabled:
             if node.history is None:
                 node.history = NodeHistory(row.node_id, self.history_config)
@@ -240,6 +248,13 @@ class Ingest:
         if node is None or node.retiring:
             raise RetireRefusedError("NOT_FOUND", f"node {node_id[:64]!r} is not known here")
         return await self.retirement.ask(node)
+
+    def _rewaited(self, node_id: str) -> None:
+        """The job roll-up changed another node's verdict: its signals and timeline, as after a step."""
+        node = self.nodes.get(node_id)
+        if node is not None and node.detector is not None:
+            self.alerting.add(node.detector.signals())
+            node.timeline.record(node.detector)
 
     def durable_seq(self, stream: StreamHandle) -> int:
         node = self.nodes.get(stream.node_id)

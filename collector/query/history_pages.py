@@ -61,6 +61,8 @@ class HistoryPages:
                     time_unix_seconds=row.minute, gpu=row.gpu, samples=row.samples, state=row.state, cause=row.cause
                 )
                 out.values.update(row.values)
+                if row.held_seconds is not None:
+                    out.values["held_seconds"] = row.held_seconds
                 out.jobs.extend(row.jobs)
                 grown = out.ByteSize() + _ROW_FRAME_BYTES
                 if size + grown > max_bytes and len(page.rows) > 1:

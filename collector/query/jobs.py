@@ -1,5 +1,9 @@
 """``Query.Jobs``: the history's GPU minutes totalled per job, on a reader thread.
 
+A job's GPU-hours are the seconds its GPUs were held (each minute row counts them, not the
+minute), so a 5-minute job on 8 GPUs is 0.67 GPU-hours whichever minutes it straddles, and its
+share lost is the detector's GPU-seconds lost over that same time.
+
 The store groups the minutes by (jobs, cause, node); the totals are summed here as the groups
 come, so what is held is one total per job, never the groups. A read that yields more than the
 bound's rows, or an answer larger than one message, is refused (``RESOURCE_EXHAUSTED``) with a
@@ -19,13 +23,13 @@ DEFAULT_JOBS_SECONDS = 86400.0
 
 
 def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_bytes: int) -> pb.JobsResponse:
-    """GPU-hours held and lost per job (a GPU-minute shared by n jobs counts 1/n to each), the
+    """GPU-hours held and lost per job (a GPU's time shared by n jobs counts 1/n to each), the
     hours lost by cause, the nodes; the jobs that lost most first."""
     totals: dict[str, pb.JobTotal] = {}
     nodes: dict[str, set[str]] = {}
     groups = reads.history.job_minutes(request.last_seconds or DEFAULT_JOBS_SECONDS)
     try:
-        for count, (jobs, cause, node_id, minutes, lost_seconds, first, last) in enumerate(groups, 1):
+        for count, (jobs, cause, node_id, held_seconds, lost_seconds, first, last) in enumerate(groups, 1):
             if count > max_rows:
                 raise QueryRefusedError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -39,7 +43,7 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
                 if total is None:
                     total = totals[name] = pb.JobTotal(job=name, first_unix_seconds=first, last_unix_seconds=last)
                 share = 1.0 / len(names)
-                total.gpu_hours += minutes * MINUTE_SECONDS / 3600 * share
+                total.gpu_hours += held_seconds / 3600 * share
                 lost = lost_seconds / 3600 * share
                 total.gpu_hours_lost += lost
                 if lost:

@@ -29,6 +29,7 @@ from nodeagent.collector.query.history_pages import HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
+from nodeagent.collector.views.shown_state import is_silent, node_shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -57,6 +58,7 @@ class QueryService(pb_grpc.QueryServicer):
     ) -> pb.ListNodesResponse:
         await self._authorize(context)
         response = pb.ListNodesResponse()
+        now, window = self.ingest.clock(), self.ingest.detector_config.window_seconds
         for node_id in sorted(self.ingest.nodes):
             node = self.ingest.nodes[node_id]
             # Totals as committed: the in-memory row counts reports that may not be durable yet.
@@ -71,8 +73,15 @@ class QueryService(pb_grpc.QueryServicer):
                 gap_reports_total=row.gap_reports_total, clock_skew_seconds=node.clock_skew_seconds,
                 clock_refused_reports_total=node.clock_refused_total,
             )  # fmt: skip
-            if node.detector is not None:
-                _verdict_into(response.nodes[-1], node.detector.verdict)
+            summary = response.nodes[-1]
+            summary.state = node_shown_state(node, now, window)
+            summary.window_seconds = window
+            detector = node.detector
+            if detector is not None:
+                summary.gpu_seconds_lost = detector.verdict.gpu_seconds_lost
+                summary.window_seen_seconds = detector.seen_seconds
+                if not is_silent(node, now, window):  # a down node's verdict is of the past
+                    _verdict_into(summary, detector.verdict)
         return response
 
     async def ListJobs(
@@ -224,10 +233,8 @@ async def _check_step(request: pb.HistoryRequest, context: grpc.aio.ServicerCont
 
 
 def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:
-    summary.state = verdict.state
     summary.cause = verdict.cause or ""
     summary.tier = verdict.tier or ""
-    summary.gpu_seconds_lost = verdict.gpu_seconds_lost
     summary.starved_gpus = ",".join(str(g.index) for g in verdict.starved_gpus)
     summary.jobs.extend(verdict.jobs)
     summary.waiting_on.extend(verdict.waiting_on)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.metrics_jobs import job_families
+from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families
@@ -171,7 +172,8 @@ class JobSeries:
 
 def _verdict_series(v: NodeVerdict, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:
     """The collector's /metrics names (collector/views/metrics_fleet.py) for the verdict: sorted labels, value."""
-    state = (("cause", v.cause or ""), ("state", v.state), ("tier", v.tier or ""))
+    word = shown_state(v.state, gpu_count=len(v.gpus))  # at report time: never down, no-gpu as /metrics says
+    state = (("cause", v.cause or ""), ("state", word), ("tier", v.tier or ""))
     yield tuple(sorted((("__name__", "nodeagent_node_state"), node, *state))), 1.0
     if v.starvation_ratio is not None:
         yield (("__name__", "nodeagent_node_starvation_ratio"), node), v.starvation_ratio

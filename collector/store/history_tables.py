@@ -21,7 +21,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import cast
 
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
-from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.store.nodes import INTEGER_MAX
 
 SCHEMA = f"""
@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS history_minutes (
     cause TEXT NOT NULL,
     jobs TEXT NOT NULL,
     last_time REAL NOT NULL,
+    held_seconds REAL,
     PRIMARY KEY (node_id, minute, gpu)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS history_reports (
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS history_reports (
     UNIQUE (node_id, time, epoch, seq)
 );
 """
-_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (8 + len(VALUES)))})"
+_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (9 + len(VALUES)))})"
 _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
 REPORT_COMPRESSION_LEVEL = 1
 
@@ -196,18 +197,20 @@ class HistoryTables:
         ).fetchall()
         return [zlib.decompress(blob) for (blob,) in rows]
 
-    def job_minutes(self, last_seconds: float) -> Generator[tuple[str, str, str, int, float, int, int], None, None]:
-        """GPU minutes that name a job, grouped: (jobs, cause, node, minutes, GPU-seconds lost,
-        first minute, last minute), over ``last_seconds`` before the newest stored minute; as
-        SQLite yields them, so a caller need not hold them all."""
+    def job_minutes(self, last_seconds: float) -> Generator[tuple[str, str, str, float, float, int, int], None, None]:
+        """GPU minutes that name a job, grouped: (jobs, cause, node, GPU-seconds held, GPU-seconds
+        lost, first minute, last minute), over ``last_seconds`` before the newest stored minute; as
+        SQLite yields them, so a caller need not hold them all. A row stored before the seconds
+        held were counted counts its whole minute."""
         newest = self._conn.execute("SELECT MAX(minute) FROM history_minutes").fetchone()[0]
         if newest is None:
             return
         with contextlib.closing(
             self._conn.execute(
-                "SELECT jobs, cause, node_id, COUNT(*), TOTAL(gpu_seconds_lost), MIN(minute), MAX(minute)"
-                " FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=? GROUP BY jobs, cause, node_id",
-                (newest + 60 - last_seconds,),
+                "SELECT jobs, cause, node_id, TOTAL(COALESCE(held_seconds, ?)), TOTAL(gpu_seconds_lost),"
+                " MIN(minute), MAX(minute) FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=?"
+                " GROUP BY jobs, cause, node_id",
+                (MINUTE_SECONDS, newest + MINUTE_SECONDS - last_seconds),
             )
         ) as groups:
             yield from groups
@@ -251,7 +254,7 @@ def minute_values(row: MinuteRow) -> tuple[object, ...]:
     """The row as the table's columns."""
     return (
         row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
-        row.state, row.cause, ",".join(row.jobs), row.last_time,
+        row.state, row.cause, ",".join(row.jobs), row.last_time, row.held_seconds,
     )  # fmt: skip
 
 
@@ -259,10 +262,20 @@ def minute_from(values: Sequence[object]) -> MinuteRow:
     """A row of the table as a ``MinuteRow``."""
     node_id, gpu, minute, samples = values[:4]
     numbers = values[4 : 4 + len(VALUES)]
-    state, cause, jobs, last_time = values[4 + len(VALUES) :]
+    # A database opened read-only before it gained held_seconds has no such column.
+    state, cause, jobs, last_time, *held = values[4 + len(VALUES) :]
     row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
     # REAL columns: SQLite gives floats (or NULL) back; a query of days reads 100,000s of them.
     row.values = cast(dict[str, float], {name: v for name, v in zip(VALUES, numbers, strict=True) if v is not None})
     row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
     row.jobs = tuple(j for j in str(jobs).split(",") if j)
+    row.held_seconds = float(str(held[0])) if held and held[0] is not None else None
     return row
+
+
+def add_held_seconds(conn: sqlite3.Connection) -> None:
+    """A database of an older version: its minute rows gain ``held_seconds`` (NULL in the rows it
+    holds: a GPU minute of a job stored before counts whole, as it did)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(history_minutes)")}
+    if "held_seconds" not in columns:
+        conn.execute("ALTER TABLE history_minutes ADD COLUMN held_seconds REAL")

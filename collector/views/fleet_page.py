@@ -25,7 +25,8 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_assets import page
-from nodeagent.core.detector.verdict_words import evidence_words, verdict_sentence
+from nodeagent.collector.views.shown_state import DOWN, NO_GPU, is_silent, node_shown_state
+from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 # Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
 # job; a down one says nothing at all.
-STATE_ORDER: Final = ("starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle")
+STATE_ORDER: Final = ("starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
 # Jobs: a slowed one costs every GPU of it now.
 JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
@@ -86,9 +87,9 @@ class FleetPage:
 
     def fleet(self, state: str | None = None, cause: str | None = None) -> dict[str, Any]:
         now = self.server.ingest.clock()
-        fresh_after = now - self.server.ingest.detector_config.window_seconds
+        window = self.server.ingest.detector_config.window_seconds
         source = self.lost_today_source(now)
-        rows = [_row(node, fresh_after, now) for node in list(self.server.ingest.nodes.values())]
+        rows = [_row(node, now, window) for node in list(self.server.ingest.nodes.values())]
         jobs_of = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
         for r in rows:
             r["jobs"] = jobs_of.get(r["node_id"], [])
@@ -116,13 +117,23 @@ class FleetPage:
         if node is None:
             return None
         now = self.server.ingest.clock()
-        fresh_after = now - self.server.ingest.detector_config.window_seconds
-        out = _row(node, fresh_after, now)
+        window = self.server.ingest.detector_config.window_seconds
+        out = _row(node, now, window)
         out["gpu_hours_lost_today_source"] = self.lost_today_source(now)
         detector = node.detector
         verdict = detector.verdict.to_plain() if detector is not None else None
         out["verdict"] = verdict
-        out["sentence"] = verdict_sentence(verdict) if verdict is not None else "no reports yet"
+        said = verdict_sentence(verdict) if verdict is not None else "no reports yet"
+        if out["state"] == NO_GPU:
+            said = "no GPU here to wait for data"  # as top says it, not "0 GPUs: idle"
+        if out["state"] == DOWN:
+            # What follows is the last verdict, not now: say when it was heard.
+            heard = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(node.row.last_seen))
+            out["sentence"] = f"down: no report for {_ago(now - node.row.last_seen)}, last heard {heard}"
+            out["last_known"] = said
+        else:
+            out["sentence"] = f"{said} ({out['forming']})" if out["forming"] else said
+            out["last_known"] = None
         evidence = detector.evidence.values if detector is not None else {}
         out["highways"] = {
             cause: evidence_words(cause, evidence) for cause in ("network", "storage", "cpu") if evidence
@@ -161,7 +172,7 @@ class FleetPage:
         node = self.server.ingest.nodes.get(node_id)
         if node is None:  # a node of the job this collector does not hold (another shard's, retired)
             return {"node_id": node_id, "known": False, "straggler": straggler, "state": "unknown", "gpus": []}
-        row = _row(node, fresh_after, now)
+        row = _row(node, now, now - fresh_after)
         detector = node.detector
         v = detector.verdict if detector is not None and row["state"] != "down" else None
         mine = _job_gpus(node, verdict.job)
@@ -214,17 +225,23 @@ class FleetPage:
         return sorted(alerts, key=lambda a: (a.ends_at is not None, -a.starts_at))
 
 
-def _row(node: NodeState, fresh_after: float, now: float) -> dict[str, Any]:
+def _row(node: NodeState, now: float, window_seconds: float) -> dict[str, Any]:
     row = node.row
     detector = node.detector
     verdict = detector.verdict if detector is not None else None
-    fresh = verdict is not None and bool(verdict.time_unix_seconds) and row.last_seen >= fresh_after
-    state = verdict.state if fresh and verdict is not None else ("down" if row.last_seen else "idle")
+    fresh = verdict is not None and bool(verdict.time_unix_seconds) and not is_silent(node, now, window_seconds)
+    state = node_shown_state(node, now, window_seconds)
     gpus = []
     if fresh and verdict is not None:
         for g in verdict.gpus:
             busy = None if g.idle_ratio is None else round(1.0 - g.idle_ratio, 3)
             gpus.append({"index": g.index, "state": g.state, "cause": g.cause, "busy_ratio": busy})
+            if g.instances:  # a MIG-split GPU: its instances under it
+                gpus[-1]["instances"] = [
+                    {"gpu_instance_id": i.gpu_instance_id, "mig_profile": i.mig_profile, "state": i.state}
+                    for i in g.instances
+                ]
+    seen = detector.seen_seconds if detector is not None else 0.0
     return {
         "node_id": row.node_id,
         "connected": node.stream is not None,
@@ -235,10 +252,20 @@ def _row(node: NodeState, fresh_after: float, now: float) -> dict[str, Any]:
         "gpu_hours_lost_today": round(node.timeline.lost_today_seconds_at(now) / 3600, 3),
         "gpu_count": row.gpu_count,
         "gpus": gpus,
+        # While the detector's window fills, a starved node still reads busy: say so.
+        "forming": forming_words(seen, window_seconds) if fresh else "",
         # While waiting: the node(s) of its multi-node job it waits on.
         "waiting_on": list(verdict.waiting_on) if fresh and verdict is not None else [],
         "waiting_job": (verdict.waiting_job or None) if fresh and verdict is not None else None,
     }
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 _HIGHWAYS: Final = ("network", "storage", "cpu")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from nodeagent.core.quantities.units import format_bits
+from nodeagent.collector.views.shown_state import DOWN, NEW, NO_GPU
+from nodeagent.core.detector.verdict_words import forming_words, ingest_words
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
@@ -41,6 +42,8 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
             "evidence": dict(n.evidence),
             "clock_skew_seconds": n.clock_skew_seconds if n.HasField("clock_skew_seconds") else None,
             "clock_refused_reports_total": n.clock_refused_reports_total,
+            "window_seconds": n.window_seconds or None,
+            "window_seen_seconds": n.window_seen_seconds if n.window_seconds else None,
         }
         for n in response.nodes
     ]
@@ -76,22 +79,26 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
         f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
         f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}"
     ]
+    notes = []
     for row in rows:
         ratio = row["starvation_ratio"]
-        # A node with no GPU is not an idle GPU node: nothing there can wait for data.
-        state = "no-gpu" if not row["gpu_count"] and row["state"] in ("idle", "", None) else row["state"] or "-"
+        # The state is the collector's (collector/views/shown_state.py): the same word as the page's.
+        state = row["state"] or "-"
         needs = row["needed_ingest_bytes_per_second"]
+        forming = forming_words(row.get("window_seen_seconds") or 0.0, row.get("window_seconds") or 0.0)
+        if forming and state not in (DOWN, NEW, NO_GPU):
+            notes.append(f"{row['node_id']}: {forming}")
         # A waiting node's "why" is the node of its job it waits on.
         waiting = row.get("waiting_on") or []
         cause = row["cause"] or (f"on {','.join(waiting)}" if waiting else "-")
         lines.append(
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
             f"{state:<9} {short(cause, 13):<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
-            f"{row['gpu_hours_lost']:>10.2f} {format_bits(needs) if needs else '-':>10} "
+            f"{row['gpu_hours_lost']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + notes)
 
 
 def short(text: str, width: int) -> str:

@@ -9,8 +9,10 @@ replaces whole (verdicts, evidence) or plain numbers (row counters).
 
 A node's verdict families are shown while its last report is younger than the detector's window;
 after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
-so those series end rather than repeat a stale state. A job's families likewise: they are shown
-while any node of the job is fresh (the roll-up's snapshot is read as it is, replaced whole).
+so those series end rather than repeat a stale state, and ``nodeagent_node_state`` says
+``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. A job's
+families likewise: they are shown while any node of the job is fresh (the roll-up's snapshot is
+read as it is, replaced whole).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.metrics_jobs import job_families
+from nodeagent.collector.views.shown_state import is_silent, node_shown_state
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.core.exposition.text import TextFamily, escape, label, render
@@ -46,7 +49,8 @@ NODE_FAMILIES: Final = {
 }  # fmt: skip
 VERDICT_FAMILIES: Final = {
     "nodeagent_node_state": (
-        "gauge", "The detector's verdict for the node: 1 for its current state, with cause and tier while starved.",
+        "gauge", "The node's state as every view shows it: 1 for its current state (the detector's verdict while "
+        "it reports, with cause and tier while starved; down once silent; no-gpu).",
     ),
     "nodeagent_node_starvation_ratio": ("gauge", "Share of the node's assigned GPU time lost to data causes (window)."),
     "nodeagent_node_interconnect_wait_ratio": ("gauge", "Share of the node's assigned GPU time in collectives."),
@@ -78,6 +82,9 @@ GPU_FAMILIES: Final = {
     "nodeagent_gpu_interconnect_wait_ratio": ("gauge", "Share of the GPU's assigned time waiting for collectives."),
     "nodeagent_gpu_data_starved_seconds_total": (
         "counter", "GPU time lost waiting for data while starved (GPU-seconds; /3600 for GPU-hours).",
+    ),
+    "nodeagent_gpu_bad_reading": (
+        "gauge", "1 per link (pcie, nvlink) whose counters ran faster than it carries in the window: ignored.",
     ),
 }  # fmt: skip
 
@@ -115,7 +122,7 @@ class FleetMetrics:
             for table in (NODE_FAMILIES, VERDICT_FAMILIES, GPU_FAMILIES)
             for name, (kind, help_text) in table.items()
         }
-        fresh_after = self.clock() - self.ingest.detector_config.window_seconds
+        now, window = self.clock(), self.ingest.detector_config.window_seconds
         nodes = list(self.ingest.nodes.values())  # a copy: the event loop may add nodes meanwhile
         if len(self._node_labels) > 2 * len(nodes) + 1000:
             self._node_labels.clear()
@@ -123,14 +130,18 @@ class FleetMetrics:
         for node in nodes:
             labels = self._node_label(node.row.node_id)
             self._row(families, node, labels)
-            detector = node.detector
-            if detector is not None and node.row.last_seen >= fresh_after:
+            state = node_shown_state(node, now, window)
+            detector = node.detector if not is_silent(node, now, window) else None
+            if detector is not None:
                 fresh.add(node.row.node_id)
-                verdict = detector.verdict
-                if verdict.time_unix_seconds:
-                    _verdict(families, verdict, labels)
-                    for gpu in verdict.gpus:
-                        _gpu(families, gpu, labels)
+            verdict = detector.verdict if detector is not None and detector.verdict.time_unix_seconds else None
+            if verdict is not None:
+                _verdict(families, verdict, labels, state)
+                for gpu in verdict.gpus:
+                    _gpu(families, gpu, labels)
+            else:  # down, or no verdict yet: the state alone, the same word as nodes and the page
+                families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+            if detector is not None:
                 _evidence(families, detector.evidence, labels)
         return render([*families.values(), *job_families(fresh_jobs(self.ingest.jobs.verdicts(), fresh))])
 
@@ -163,8 +174,8 @@ def fresh_jobs(verdicts: tuple[JobVerdict, ...], fresh_nodes: set[str]) -> list[
     return [v for v in verdicts if any(node in fresh_nodes for node in v.nodes)]
 
 
-def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str) -> None:
-    families["nodeagent_node_state"].add(f"{labels},{_state_labels(v.state, v.cause, v.tier)}", 1.0)
+def _verdict(families: dict[str, TextFamily], v: NodeVerdict, labels: str, state: str) -> None:
+    families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, v.cause, v.tier)}", 1.0)
     if v.starvation_ratio is not None:
         families["nodeagent_node_starvation_ratio"].add(labels, v.starvation_ratio)
     if v.interconnect_ratio is not None:
@@ -182,6 +193,10 @@ def _gpu(families: dict[str, TextFamily], g: GpuVerdict, node_labels: str) -> No
     if g.interconnect_ratio is not None:
         families["nodeagent_gpu_interconnect_wait_ratio"].add(labels, g.interconnect_ratio)
     families["nodeagent_gpu_data_starved_seconds_total"].add(labels, g.gpu_seconds_lost)
+    bad = g.evidence.get("bad_reading")
+    if isinstance(bad, str):  # what sample and top flag too (a rate above the link's capacity)
+        for link in bad.split(","):
+            families["nodeagent_gpu_bad_reading"].add(f'{labels},link="{escape(link)}"', 1.0)
 
 
 def _evidence(families: dict[str, TextFamily], e: NodeEvidence, labels: str) -> None:

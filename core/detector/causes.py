@@ -40,7 +40,8 @@ def link_and_h2d(track: GpuTrack, g: pb.GpuSample, t: float, step: Step, *, firs
     pcie = track.pcie_link_bytes_per_second or track.pcie_max_bytes_per_second
     rx = g.pcie_rx_bytes_total if g.HasField("pcie_rx_bytes_total") else None
     tx = g.pcie_tx_bytes_total if g.HasField("pcie_tx_bytes_total") else None
-    nv_rx, nv_tx = _nvlink_totals(g)
+    # NVLink counters the agent holds suspect (flat while the job's other GPUs move data) say nothing.
+    nv_rx, nv_tx = _nvlink_totals(g) if "nvlink_bytes" not in g.suspect_fields else (None, None)
     before, track.counters = track.counters, (t, rx, tx, nv_rx, nv_tx)
     if first or before is None or t <= before[0]:
         return

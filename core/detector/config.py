@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from nodeagent.core.quantities.rates import LINK_OVERRUN_FACTOR
 from nodeagent.core.settings.readers import link_rate
 
 _THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -126,7 +127,7 @@ class DetectorConfig:
     # A rate more than this many times a link's capacity (NIC, RDMA port, PCIe, NVLink) is a bad
     # reading (a counter in other units, a wrapped or reset counter, a wrong speed): flagged in the
     # evidence, and it decides no cause.
-    link_overrun_factor: float = 1.2
+    link_overrun_factor: float = LINK_OVERRUN_FACTOR
     # ---- capacities the node cannot tell ----
     # Interface ("eth0") or RDMA port ("mlx5_0/1") -> capacity in bytes per second (a cloud link
     # capped below its port speed, a remote store's cap). In files also a rate string: "10G".

@@ -23,7 +23,7 @@ from nodeagent.core.detector.idle_share import add_idle, busy_ratio
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.throttle import count_throttled
 from nodeagent.core.detector.verdict import GpuVerdict
-from nodeagent.core.detector.window import Step
+from nodeagent.core.detector.window import GpuActivity, Step, activity
 from nodeagent.core.quantities.units import pcie_bytes_per_second
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -62,6 +62,11 @@ class GpuTrack:
         self.last_eval: float | None = None
         self.window_counted_seconds = 0.0
         self.gpu_seconds_lost = 0.0
+        # The last evaluation's span and what it added to gpu_seconds_lost, and the job the GPU
+        # waits on ("" when it does not): what ``waiting`` counts a waiting GPU's loss by.
+        self.last_since = 0.0
+        self.step_lost = 0.0
+        self.waiting_job = ""
 
     def learn(self, info: pb.GpuInfo | None) -> None:
         if info is None:
@@ -77,6 +82,10 @@ class GpuTrack:
         """Counted seconds in the window at the last evaluation (the GPU's weight in node ratios)."""
         return self.window_counted_seconds if self.state not in ("idle", "lost", "warmup") else 0.0
 
+    def activity(self) -> GpuActivity | None:
+        """What the GPU did over the last closed step (None before one closed with readings)."""
+        return activity(self.steps[(self.pos - 1) % len(self.steps)])
+
     def forget(self) -> None:
         """Drop the window and the verdict built on it (after a long silence both are stale)."""
         for step in self.steps:
@@ -91,10 +100,10 @@ class GpuTrack:
         self.last_seen = t
         if not admit(self, g, t):
             return
-        busy = busy_ratio(self, g)
+        step = self.steps[self.pos]
+        busy = busy_ratio(self, g, step, dt)
         if busy is None:
             return
-        step = self.steps[self.pos]
         count_throttled(step, g, throttle_mask, dt)
         add_idle(self, step, busy, dt)
 

@@ -27,7 +27,7 @@ def evaluate(track: GpuTrack, t: float) -> GpuVerdict:
     """The GPU's state, cause and tier over the window that ends with the step now closing."""
     config = track.config
     since = t - track.last_eval if track.last_eval is not None else config.evaluate_seconds
-    track.last_eval = t
+    track.last_eval, track.last_since, track.step_lost = t, since, 0.0
     gated = gated_state(track)
     if gated is not None:
         _set(track, gated, None, None)
@@ -55,7 +55,8 @@ def evaluate(track: GpuTrack, t: float) -> GpuVerdict:
         _set(track, "starved" if cause else "busy", cause, w)
     if track.state == "starved" and track.cause in DATA_CAUSES:
         entered = previous != "starved" or previous_cause not in DATA_CAUSES
-        track.gpu_seconds_lost += w.data_seconds if entered else w.current_data_seconds
+        track.step_lost = w.data_seconds if entered else w.current_data_seconds
+        track.gpu_seconds_lost += track.step_lost
     return _verdict(track, track.state, w.data_ratio, w.sync_ratio, w.idle_ratio, evidence(track, w))
 
 

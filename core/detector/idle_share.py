@@ -1,7 +1,9 @@
 """Step 2 of the detector's rule chain, the idle share: how much of its assigned time a GPU sat idle.
 
 Per report the busy share is NVML's utilization, capped by GPM SM activity on Hopper and newer
-(busy-but-shallow is not busy). The GPU adds its counted seconds, idle seconds and idle² (for the
+(busy-but-shallow is not busy); a MIG instance, which has no utilization of its own, is as busy as
+its SM activity says. SM activity the agent holds suspect (``suspect_fields``: 0 or frozen while
+the GPU is busy) decides nothing. The GPU adds its counted seconds, idle seconds and idle² (for the
 standard error) to the window's open step. Reports in which the GPU was nearly idle are held
 apart as a possible gap; a gap that outlasts ``gap_seconds`` is counted after all (moved into the
 steps it came from), a shorter one is dropped (the hysteresis of step 4 never sees it).
@@ -18,16 +20,27 @@ if TYPE_CHECKING:
     from nodeagent.core.detector.window import Step
 
 
-def busy_ratio(track: GpuTrack, g: pb.GpuSample) -> float | None:
-    """The share of the report's time the GPU was busy; None when the report says nothing about it."""
+def busy_ratio(track: GpuTrack, g: pb.GpuSample, step: Step, dt: float) -> float | None:
+    """The share of the report's time the GPU was busy; None when the report says nothing about it.
+
+    The values as read go into the step's activity sums too (``window.activity``); an SM activity
+    the agent holds suspect decides nothing."""
+    sm_usable = track.gpm and g.HasField("sm_active_ratio") and "sm_active_ratio" not in g.suspect_fields
+    full = track.config.gpm_full_sm_active_ratio
     if not g.HasField("utilization_gpu_ratio"):
-        return None
+        if not sm_usable or not 0.0 <= g.sm_active_ratio <= 1.0:
+            return None
+        return min(1.0, g.sm_active_ratio / full)  # a MIG instance: GPM is all it has
     busy = g.utilization_gpu_ratio
     if not 0.0 <= busy <= 1.0:
         return None  # NaN or garbage: this report says nothing about the GPU
-    if track.gpm and g.HasField("sm_active_ratio"):
+    step.util += busy * dt
+    step.read_seconds += dt
+    if sm_usable:
         sm = g.sm_active_ratio
-        full = track.config.gpm_full_sm_active_ratio
+        if 0.0 <= sm <= 1.0:
+            step.sm += sm * dt
+            step.sm_seconds += dt
         if 0.0 <= sm < busy * full:
             busy = sm / full
     return busy

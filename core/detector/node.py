@@ -13,7 +13,12 @@ Step 5 of the rule chain, the roll-up, lives here; the steps before it run per G
    it leaves `starved` only after the ratio of its cause stays under ``exit_ratio`` for
    ``exit_seconds``;
 5. the roll-up (here): the node's state, majority cause, weighted ratios, GPU-hours lost and
-   the ingest bandwidth that would keep the GPUs busy; the records are in ``verdict``.
+   the ingest bandwidth that would keep the GPUs busy; the records are in ``verdict``. GPUs the
+   collector's job roll-up says wait on another node of their job are `waiting` (``waiting``:
+   ``wait_on``, ``clear_wait``); without it, as in the agent's ``top``, nothing waits.
+
+A MIG-split GPU's instances are followed each as a GPU (``mig``): the GPU's verdict is their
+roll-up, with theirs under it.
 
 Per report and GPU the first two steps are cheap and allocation-free (``gpu_track`` runs them);
 every ``evaluate_seconds`` the window (``window``) advances one step: the GPU's PCIe and NVLink
@@ -29,6 +34,7 @@ import math
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.detector.gpu_track import GpuTrack
+from nodeagent.core.detector.mig import InstanceKey, InstanceTrack, gpu_verdict, gpu_weight, instance_key
 from nodeagent.core.detector.node_evidence import EMPTY, NodeEvidence, NodeEvidenceTracker
 from nodeagent.core.detector.throttle import throttle_mask
 from nodeagent.core.detector.verdict import (
@@ -39,6 +45,8 @@ from nodeagent.core.detector.verdict import (
     node_state,
     starved_causes,
 )
+from nodeagent.core.detector.waiting import Wait, Waiting, apply_waits, job_gpus
+from nodeagent.core.detector.window import GpuActivity
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 ALERT_NAME = "GPUDataStarved"
@@ -52,12 +60,21 @@ class NodeDetector:
         self.config = config
         self._throttle_mask = throttle_mask(config)
         self._tracks: dict[int, GpuTrack] = {}
+        self._instances: dict[InstanceKey, InstanceTrack] = {}  # MIG instances, each a GPU of its own
+        self._weights: dict[int, float] = {}  # a MIG-split GPU's weight in the node's ratios
         self._info = pb.NodeInfo()
         self._evidence = NodeEvidenceTracker(config)
         self._recent: list[NodeEvidence] = []
         self._last_time: float | None = None
+        # The first report since the detector started or last forgot its window (a silence).
+        self._since: float | None = None
         self._step_end: float | None = None
         self._verdict = NodeVerdict(node_id, 0.0, "idle", None, None, None, None, 0.0, (), None, {}, ())
+        # The GPUs' verdicts of the last step before any wait, each job key's GPUs in that step's
+        # report, and the waits the job roll-up set (job -> nodes waited on, share).
+        self._own: tuple[GpuVerdict, ...] = ()
+        self._job_gpus: dict[str, frozenset[int]] = {}
+        self._waits: dict[str, Wait] = {}
         # The node-wide inputs of the last window step (rates and shares, whatever the verdict):
         # what /metrics shows beside the verdict. Replaced whole, so other threads may read it.
         self.evidence: NodeEvidence = EMPTY
@@ -65,6 +82,14 @@ class NodeDetector:
     @property
     def verdict(self) -> NodeVerdict:
         return self._verdict
+
+    @property
+    def seen_seconds(self) -> float:
+        """Report time the current window has seen, up to ``window_seconds``: below it, the
+        verdict is still forming."""
+        if self._since is None or self._last_time is None:
+            return 0.0
+        return min(self._last_time - self._since, self.config.window_seconds)
 
     def observe(self, report: pb.NodeReport) -> NodeVerdict:
         """Take one report of this node; the verdict changes only when the window advances."""
@@ -80,9 +105,14 @@ class NodeDetector:
             dt = min(t - last, config.max_interval_seconds)
             if t - last > config.window_seconds:
                 self._forget()
+        if self._since is None:
+            self._since = t
         self._last_time = t
         tracks, mask = self._tracks, self._throttle_mask
         for sample in report.gpus:
+            if sample.mig_instances:
+                self._tick_instances(sample, t, dt, mask)
+                continue
             track = tracks.get(sample.index)
             if track is None:
                 track = tracks[sample.index] = GpuTrack(sample.index, config, self._gpu_info(sample.index))
@@ -92,6 +122,30 @@ class NodeDetector:
         if self._step_end is None or t >= self._step_end:
             self._step(report, t)
         return self._verdict
+
+    def wait_on(self, job: str, nodes: tuple[str, ...], wait_ratio: float | None) -> None:
+        """The job roll-up: this node's GPUs of ``job`` wait on ``nodes``, ``wait_ratio`` of their
+        time (None: each its own idle share). Takes effect at once; renewed at each of the job's
+        steps, it lapses a window after the last renewal."""
+        entering = self._waits.get(job)
+        self._waits[job] = Wait(nodes, wait_ratio, self._verdict.time_unix_seconds)
+        if entering is None or entering.nodes != nodes:
+            self._rewait()
+
+    def clear_wait(self, job: str) -> None:
+        """The job roll-up: this node's GPUs of ``job`` no longer wait on another node."""
+        if self._waits.pop(job, None) is not None:
+            self._rewait()
+
+    @property
+    def own_gpus(self) -> tuple[GpuVerdict, ...]:
+        """The GPUs' verdicts of the last window step as the node alone judges them (no wait applied)."""
+        return self._own
+
+    def activity(self, index: int) -> GpuActivity | None:
+        """What GPU ``index`` did over the last closed window step, as read (the job roll-up's input)."""
+        track = self._tracks.get(index)
+        return None if track is None else track.activity()
 
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
@@ -136,23 +190,43 @@ class NodeDetector:
         self._step_end = (math.floor(t / config.evaluate_seconds) + 1) * config.evaluate_seconds
         samples = {g.index: g for g in report.gpus}
         assigned = sum(1 for track in self._tracks.values() if track.assigned)
+        assigned += sum(1 for it in self._instances.values() if it.track.assigned)
         evidence = self._evidence.step(report, assigned)
         self.evidence = evidence
         self._recent.append(evidence)
         del self._recent[: -config.window_steps]
         gpus = []
-        for index in sorted(self._tracks):
-            track = self._tracks[index]
-            if t - track.last_seen > config.window_seconds:
+        split = self._step_instances(report, t, evidence, first=first)
+        for index in sorted(self._tracks.keys() | split.keys()):
+            track = self._tracks.get(index)
+            if track is not None and t - track.last_seen > config.window_seconds:
                 del self._tracks[index]  # gone from the reports (the hardware rules say why)
-                continue
-            gpus.append(track.step(samples.get(index), t, evidence, first=first))
-        self._verdict = self._roll_up(t, tuple(gpus))
+                track = None
+            if index in split:
+                gpus.append(split[index])  # split into MIG instances now: their roll-up
+            elif track is not None:
+                gpus.append(track.step(samples.get(index), t, evidence, first=first))
+        self._own = tuple(gpus)
+        self._job_gpus = job_gpus(report) if report.jobs else {}
+        if self._waits:
+            lapsed = [job for job, w in self._waits.items() if t - w.renewed_at > config.window_seconds]
+            for job in lapsed:
+                del self._waits[job]
+        waiting = apply_waits(self._own, self._tracks, self._job_gpus, self._waits, step=True)
+        self._verdict = self._roll_up(t, waiting)
 
-    def _roll_up(self, t: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
+    def _rewait(self) -> None:
+        """Apply the waits to the last step's verdicts again (no step: no loss counted but on entering)."""
+        if not self._own:
+            return
+        waiting = apply_waits(self._own, self._tracks, self._job_gpus, self._waits, step=False)
+        self._verdict = self._roll_up(self._verdict.time_unix_seconds, waiting)
+
+    def _roll_up(self, t: float, waiting: Waiting) -> NodeVerdict:
+        gpus = waiting.gpus
         state = node_state(gpus)
         cause = majority_cause(starved_causes(gpus))
-        weights = [(g, w) for g in gpus if (w := self._tracks[g.index].window_seconds()) > 0]
+        weights = [(g, w) for g in gpus if (w := self._weight(g)) > 0]
         total = sum(w for _, w in weights)
         data = round(sum((g.starvation_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
         sync = round(sum((g.interconnect_ratio or 0.0) * w for g, w in weights) / total, 4) if total else None
@@ -175,8 +249,16 @@ class NodeDetector:
             if cause in ("network", "storage"):
                 needed = self._needed_ingest(cause, ratio)
         jobs = tuple(sorted({job for g in gpus for job in g.jobs}))
+        if state == "waiting":
+            evidence = {"waiting_on": ",".join(waiting.nodes), "waiting_job": waiting.job}
+            if waiting.ratio is not None:
+                evidence["wait_ratio"] = waiting.ratio
         lost = sum(track.gpu_seconds_lost for track in self._tracks.values())
-        return NodeVerdict(self.node_id, t, state, cause, tier, data, sync, lost, jobs, needed, evidence, gpus)
+        lost += sum(it.track.gpu_seconds_lost * it.share for it in self._instances.values())
+        return NodeVerdict(
+            self.node_id, t, state, cause, tier, data, sync, lost, jobs, needed, evidence, gpus, waiting.nodes,
+            waiting.job,
+        )  # fmt: skip
 
     def _needed_ingest(self, cause: str, data_ratio: float) -> float | None:
         observed = [
@@ -187,6 +269,49 @@ class NodeDetector:
             return None
         return sum(known) / len(known) / (1.0 - data_ratio)
 
+    # ---- MIG instances -----------------------------------------------------------------------
+
+    def _tick_instances(self, gpu: pb.GpuSample, t: float, dt: float, mask: int) -> None:
+        for instance in gpu.mig_instances:
+            key = instance_key(gpu, instance)
+            followed = self._instances.get(key)
+            if followed is None or followed.uuid != instance.uuid:
+                track = GpuTrack(gpu.index, self.config, self._gpu_info(gpu.index))
+                followed = self._instances[key] = InstanceTrack(
+                    track, instance.uuid, instance.mig_profile, instance.gpu_instance_id
+                )
+            followed.track.tick(instance, t, dt, mask)
+
+    def _step_instances(
+        self, report: pb.NodeReport, t: float, evidence: NodeEvidence, *, first: bool
+    ) -> dict[int, GpuVerdict]:
+        """Each MIG instance's verdict, rolled up into its GPU's, for the GPUs split in this
+        report; instances gone from the reports for a window are forgotten."""
+        config = self.config
+        for key in [k for k, it in self._instances.items() if t - it.track.last_seen > config.window_seconds]:
+            del self._instances[key]
+        out: dict[int, GpuVerdict] = {}
+        self._weights = {}
+        for gpu in report.gpus:
+            if not gpu.mig_instances:
+                continue
+            followed = []
+            for instance in gpu.mig_instances:
+                it = self._instances.get(instance_key(gpu, instance))
+                if it is not None:
+                    followed.append((it, it.step(instance, t, evidence, first=first)))
+            if followed:
+                out[gpu.index] = gpu_verdict(gpu, followed)
+                self._weights[gpu.index] = gpu_weight([it for it, _ in followed])
+        return out
+
+    def _weight(self, g: GpuVerdict) -> float:
+        """The GPU's counted seconds in the window: its weight in the node's ratios."""
+        if g.instances:
+            return self._weights.get(g.index, 0.0)
+        track = self._tracks.get(g.index)
+        return track.window_seconds() if track is not None else 0.0
+
     # ---- topology ----------------------------------------------------------------------------
 
     def _learn(self, info: pb.NodeInfo) -> None:
@@ -195,6 +320,8 @@ class NodeDetector:
         self._evidence.learn(self._info)
         for index, track in self._tracks.items():
             track.learn(self._gpu_info(index))
+        for (index, _gi, _ci), it in self._instances.items():
+            it.track.learn(self._gpu_info(index))
 
     def _gpu_info(self, index: int) -> pb.GpuInfo | None:
         return next((g for g in self._info.gpu.gpus if g.index == index), None)
@@ -203,11 +330,14 @@ class NodeDetector:
         """After a silence longer than the window, what the window held says nothing of now."""
         for track in self._tracks.values():
             track.forget()
+        for it in self._instances.values():
+            it.track.forget()
         self._recent.clear()
         self.evidence = EMPTY
         self._evidence = NodeEvidenceTracker(self.config)
         self._evidence.learn(self._info)
         self._step_end = None
+        self._since = None
 
 
 def _text(value: float | str) -> str:

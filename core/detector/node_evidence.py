@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.quantities.rates import delta, disk_busy_ratio, rate
+from nodeagent.core.quantities.rates import delta, disk_busy_ratio, rate, share_of_increase
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _MIN_READS_PER_SECOND_FOR_BASELINE = 10.0
@@ -112,8 +112,9 @@ class NodeEvidenceTracker:
             shares = []
             for cpu, (busy, total) in now.items():
                 old = before.get(cpu)
-                if old is not None and total > old[1] and busy >= old[0]:
-                    shares.append(min(1.0, (busy - old[0]) / (total - old[1])))
+                share = share_of_increase((old[0], busy), (old[1], total)) if old is not None else None
+                if share is not None:
+                    shares.append(share)
             if shares:
                 self._saturated_cores = sum(1 for s in shares if s >= self.config.core_saturated_ratio)
                 self._max_core_busy = max(shares)
@@ -322,13 +323,9 @@ class NodeEvidenceTracker:
         """Whether the CPU is short, and whether cores are busy or saturated (not pressure alone)."""
         config = self.config
         busy: float | None = None
-        if (
-            before.cpu is not None
-            and now.cpu is not None
-            and now.cpu[1] > before.cpu[1]
-            and now.cpu[0] >= before.cpu[0]
-        ):
-            busy = min(1.0, (now.cpu[0] - before.cpu[0]) / (now.cpu[1] - before.cpu[1]))
+        if before.cpu is not None and now.cpu is not None:
+            busy = share_of_increase((before.cpu[0], now.cpu[0]), (before.cpu[1], now.cpu[1]))
+        if busy is not None:
             values["cpu_busy_ratio"] = round(busy, 4)
         pressure = _share(before.cpu_some_us, now.cpu_some_us, seconds)
         if pressure is not None:

@@ -1,9 +1,11 @@
 """What the detector says about a node and each of its GPUs.
 
 States: ``busy``, ``idle`` (not assigned to a job), ``throttled``, ``warmup``, ``lost``,
-``starved``. A starved GPU has a cause: ``network``, ``storage``, ``cpu``, ``h2d``,
-``interconnect`` or ``unknown``; all but ``interconnect`` are data causes, which the starvation
-ratio counts. Ratios are shares (0..1) of the GPU's assigned time over the detector's window.
+``starved``, ``waiting`` (the GPU waits on another node of its multi-node job: the collector's job
+roll-up says so through ``NodeDetector.wait_on``; never on its own). A starved GPU has a cause:
+``network``, ``storage``, ``cpu``, ``h2d``, ``interconnect`` or ``unknown``; all but
+``interconnect`` are data causes, which the starvation ratio counts. Ratios are shares (0..1) of
+the GPU's assigned time over the detector's window.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-STATES: Final = ("busy", "idle", "throttled", "warmup", "lost", "starved")
+STATES: Final = ("busy", "idle", "throttled", "warmup", "lost", "starved", "waiting")
 CAUSES: Final = ("network", "storage", "cpu", "h2d", "interconnect", "unknown")
 DATA_CAUSES: Final = frozenset({"network", "storage", "cpu", "h2d", "unknown"})
 
@@ -37,6 +39,11 @@ class GpuVerdict:
     jobs: tuple[str, ...]
     # The values that decided the verdict (ratios, rates), by name.
     evidence: Evidence
+    # A MIG instance's GPU instance id and profile ("1g.10gb"); a MIG-split GPU's verdict carries
+    # its instances' (``core/detector/mig.py``), and is their roll-up.
+    gpu_instance_id: int | None = None
+    mig_profile: str = ""
+    instances: tuple[GpuVerdict, ...] = ()
 
     @property
     def cause_ratio(self) -> float | None:
@@ -44,7 +51,7 @@ class GpuVerdict:
         return self.interconnect_ratio if self.cause == "interconnect" else self.starvation_ratio
 
     def to_plain(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "uuid": self.uuid,
             "state": self.state,
@@ -57,13 +64,18 @@ class GpuVerdict:
             "jobs": list(self.jobs),
             "evidence": dict(self.evidence),
         }
+        if self.gpu_instance_id is not None:
+            out["gpu_instance_id"], out["mig_profile"] = self.gpu_instance_id, self.mig_profile
+        if self.instances:
+            out["instances"] = [i.to_plain() for i in self.instances]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
 class NodeVerdict:
     node_id: str
     time_unix_seconds: float
-    # Rolled up: starved if any GPU is, else throttled, busy, warmup, idle, lost (in that order).
+    # Rolled up: starved if any GPU is, else throttled, waiting, busy, warmup, idle, lost (in that order).
     state: str
     # The cause most starved GPUs share.
     cause: str | None
@@ -78,8 +90,8 @@ class NodeVerdict:
     needed_ingest_bytes_per_second: float | None
     evidence: Evidence
     gpus: tuple[GpuVerdict, ...]
-    # While the node's GPUs wait on another node of their multi-node job (state ``waiting``): the
-    # node(s) waited on, and the job (set by the job roll-up, collector/jobs/).
+    # While GPUs of the node wait on other nodes of their job (state `waiting`): those nodes, and
+    # the job (the first by name when GPUs of several jobs wait).
     waiting_on: tuple[str, ...] = ()
     waiting_job: str = ""
 
@@ -101,10 +113,13 @@ class NodeVerdict:
             "needed_ingest_bytes_per_second": self.needed_ingest_bytes_per_second,
             "evidence": dict(self.evidence),
             "gpus": [g.to_plain() for g in self.gpus],
+            "waiting_on": list(self.waiting_on),
+            "waiting_job": self.waiting_job,
         }
 
 
-_NODE_STATE_ORDER: Final = ("starved", "throttled", "busy", "warmup", "idle", "lost")
+# Waiting after the node's own problems: a node that is starved or throttled itself says so first.
+_NODE_STATE_ORDER: Final = ("starved", "throttled", "waiting", "busy", "warmup", "idle", "lost")
 
 
 def node_state(gpus: tuple[GpuVerdict, ...]) -> str:

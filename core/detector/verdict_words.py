@@ -12,7 +12,19 @@ from typing import Any
 
 
 def gbits(bytes_per_second: float) -> str:
+    """Network rates: bits, as links are sold."""
     return f"{bytes_per_second * 8 / 1e9:.1f} Gb/s"
+
+
+def mbytes(bytes_per_second: float) -> str:
+    """Disk rates: bytes, as disks and volumes are sold."""
+    return f"{bytes_per_second / 1e6:.0f} MB/s"
+
+
+def ingest_words(cause: str | None, bytes_per_second: float) -> str:
+    """The ingest that would keep the GPUs busy, in its highway's unit: MB/s for storage (as its
+    evidence reads), Gb/s for the network."""
+    return mbytes(bytes_per_second) if cause == "storage" else gbits(bytes_per_second)
 
 
 def _share(value: Any) -> str:
@@ -28,7 +40,7 @@ def evidence_words(cause: str, evidence: Mapping[str, Any]) -> str:
     if cause == "storage" and "storage_disk" in e:
         parts = [f"{e['storage_disk']} busy {_share(e.get('storage_busy_ratio', 0.0))}"]
         if "storage_read_bytes_per_second" in e:
-            parts.append(f"reads {float(e['storage_read_bytes_per_second']) / 1e6:.0f} MB/s")
+            parts.append(f"reads {mbytes(float(e['storage_read_bytes_per_second']))}")
         if "storage_await_seconds" in e:
             parts.append(f"read latency {float(e['storage_await_seconds']) * 1000:.1f} ms")
         if "storage_io_pressure_ratio" in e:
@@ -48,6 +60,14 @@ def evidence_words(cause: str, evidence: Mapping[str, Any]) -> str:
     if cause == "interconnect" and "interconnect_wait_ratio" in e:
         return f"waiting for the collective {_share(e['interconnect_wait_ratio'])} of the time"
     return ""
+
+
+def forming_words(seen_seconds: float, window_seconds: float) -> str:
+    """While the detector's window is not yet full: that its verdict is still forming and how far
+    it got; "" once it is full. A starved node reads ``busy`` until then (hysteresis)."""
+    if seen_seconds >= window_seconds:
+        return ""
+    return f"verdict still forming: window {seen_seconds:.0f} of {window_seconds:.0f} s"
 
 
 def verdict_sentence(verdict: Mapping[str, Any]) -> str:
@@ -73,5 +93,5 @@ def verdict_sentence(verdict: Mapping[str, Any]) -> str:
         text += f": {said}"
     needed = verdict.get("needed_ingest_bytes_per_second")
     if isinstance(needed, float | int):
-        text += f"; keeping them busy needs {gbits(float(needed))}"
+        text += f"; keeping them busy needs {ingest_words(cause, float(needed))}"
     return text

@@ -2,7 +2,9 @@
 steps 2 to 4 of the rule chain write and read).
 
 A step holds what the reports of one ``evaluate_seconds`` added (counted seconds, idle seconds,
-idle² for the standard error, held-apart gap time, throttled time) and, once closed, the link
+idle² for the standard error, held-apart gap time, throttled time, and NVML utilization and GPM SM
+activity as read, gaps included: ``activity``, what the collector's job roll-up compares across
+the nodes of a job) and, once closed, the link
 time of its peer traffic, its host-to-device share and the node's evidence. ``Window`` sums the
 last ``window_steps`` of them and counts the steps that vote for each state and cause (a starved
 step's cause is ``causes.step_cause``).
@@ -11,6 +13,7 @@ step's cause is ``causes.step_cause``).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from nodeagent.core.detector.causes import step_cause
 from nodeagent.core.detector.config import DetectorConfig
@@ -23,7 +26,7 @@ class Step:
 
     __slots__ = (
         "bad_reading", "evidence", "h2d_ratio", "idle", "idle_sq", "link_seconds", "pend_idle", "pend_seconds",
-        "pend_sq", "pend_ticks", "seconds", "span", "throttled", "ticks",
+        "pend_sq", "pend_ticks", "read_seconds", "seconds", "sm", "sm_seconds", "span", "throttled", "ticks", "util",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -34,10 +37,42 @@ class Step:
         self.ticks = self.pend_ticks = 0
         self.pend_seconds = self.pend_idle = self.pend_sq = 0.0
         self.throttled = self.span = self.link_seconds = 0.0
+        # Utilization and SM activity as read (seconds-weighted sums), and the seconds they cover.
+        self.util = self.read_seconds = self.sm = self.sm_seconds = 0.0
         self.h2d_ratio: float | None = None
         # "nvlink" or "pcie": the step's counters of that link grew faster than it carries.
         self.bad_reading: str | None = None
         self.evidence: NodeEvidence = EMPTY
+
+
+class GpuActivity(NamedTuple):
+    """What one GPU did over one closed step, as read: the job roll-up's per-step inputs (a named
+    tuple: made for every GPU of a job at every step, it must be cheap)."""
+
+    seconds: float
+    # NVML utilization (a GPU waiting in a collective reads near 1: its kernel stays resident).
+    utilization_ratio: float
+    # GPM SM activity (Hopper+), None without it.
+    sm_active_ratio: float | None
+    # Share of the step with the configured throttle reasons set.
+    throttled_ratio: float
+    # The step's share of counted time waiting for data (idle time its link time does not
+    # explain, as the window splits it); None when the step counted nothing.
+    data_wait_ratio: float | None
+
+
+def activity(step: Step) -> GpuActivity | None:
+    """The step's activity; None when no report of it said anything about the GPU."""
+    seconds = step.read_seconds
+    if seconds <= 0:
+        return None
+    sm = step.sm / step.sm_seconds if step.sm_seconds > 0 else None
+    counted = step.seconds
+    data = None
+    if counted > 0:
+        sync = min(step.link_seconds * counted / step.span, step.idle) if step.span > 0 else 0.0
+        data = (step.idle - sync) / counted
+    return GpuActivity(seconds, step.util / seconds, sm, min(1.0, step.throttled / seconds), data)
 
 
 class Window:

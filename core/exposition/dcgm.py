@@ -9,6 +9,11 @@ the sampling loop made; a scrape never calls NVML. Where a GPU did not give a va
 Hopper, a field its driver lacks, a lost GPU), that GPU has no sample in the family: never a zero
 that was not measured.
 
+A MIG-enabled GPU's instances are series of their own in the same families, as dcgm-exporter
+writes its GPU_I entities: the GPU's labels plus ``GPU_I_PROFILE`` and ``GPU_I_ID``, the job of the
+instance's processes and the kubelet's pod of the MIG device (by its UUID). An instance has the
+values NVML gives per instance (framebuffer, GPM's profiling fields); the GPU keeps its own series.
+
 Per-link NVLink bytes and errors, which dcgm-exporter leaves out by default, are nodeagent's own
 families beside them, with a ``link`` label.
 """
@@ -147,13 +152,22 @@ def job_labels(gpu: pb.GpuSample) -> dict[str, str]:
     return {}
 
 
-def _labels(
+def gpu_series_labels(
     gpu: pb.GpuSample, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
 ) -> dict[str, str]:
     """The GPU's labels: dcgm-exporter's, its job's from the cgroup, and the kubelet's pod,
     namespace and container (by UUID) where the kubelet has allocated it."""
     labels = labels_by_gpu[gpu.index]
     return {**labels, **job_labels(gpu), **pods.get(labels["UUID"], {})}
+
+
+def instance_labels(
+    instance: pb.GpuSample, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """A MIG instance's labels: its GPU's (UUID stays the GPU's, as in dcgm-exporter), the GPU
+    instance's profile and id, its processes' job, and the kubelet's pod of the MIG device."""
+    mig = {"GPU_I_PROFILE": instance.mig_profile, "GPU_I_ID": str(instance.gpu_instance_id)}
+    return {**labels_by_gpu[instance.index], **mig, **job_labels(instance), **pods.get(instance.uuid, {})}
 
 
 # Each GPU's label text by its label set: the same few sets come back every scrape (a GPU's
@@ -183,7 +197,7 @@ def _gpu_label_text(
 ) -> str:
     labels = labels_by_gpu[gpu.index]
     if gpu.processes or (pods and labels["UUID"] in pods):
-        return _label_text(_labels(gpu, labels_by_gpu, pods))
+        return _label_text(gpu_series_labels(gpu, labels_by_gpu, pods))
     kept = _BARE_TEXTS.get(id(labels))
     if kept is not None and kept[0] is labels:
         return kept[1]
@@ -211,6 +225,10 @@ def dcgm_families(
     pods = pods or {}
     live = [(g, _gpu_label_text(g, labels_by_gpu, pods)) for g in report.gpus
             if g.index in labels_by_gpu and not g.lost]  # fmt: skip
+    whole = len(live)  # the GPUs; their MIG instances follow
+    for g in report.gpus:
+        if g.mig_instances and g.index in labels_by_gpu and not g.lost:
+            live.extend((i, _label_text(instance_labels(i, labels_by_gpu, pods))) for i in g.mig_instances)
     for name, kind, doc, source, unit in GPU_FAMILIES:
         family = TextFamily(name, kind, doc)
         lines = family.lines
@@ -244,7 +262,7 @@ def dcgm_families(
                     lines.append(f"{name}{{{labels}}} {value}\n")
         yield family
     xid = TextFamily(XID_FAMILY, "gauge", "Value of the last XID error encountered.")
-    for gpu, labels in live:
+    for gpu, labels in live[:whole]:
         # The agent watches XID events from its start: 0 until one comes, as DCGM shows.
         xid.lines.append(f"{XID_FAMILY}{{{labels}}} {last_xid.get(gpu.index, 0)}\n")
     yield xid
@@ -263,7 +281,7 @@ def nvlink_families(
     """nodeagent's per-link NVLink families, with the GPU's dcgm-exporter labels and ``link``."""
     pods = pods or {}
     gpus = [
-        (g, _labels(g, labels_by_gpu, pods))
+        (g, gpu_series_labels(g, labels_by_gpu, pods))
         for g in report.gpus
         if g.index in labels_by_gpu and not g.lost and g.nvlinks
     ]

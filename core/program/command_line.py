@@ -7,6 +7,7 @@ stdout is closed under us (``| head``).
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -24,6 +25,9 @@ class RuntimeFailure(click.ClickException):
 def run_cli(group: click.Group, prog: str, args: list[str] | None = None) -> int:
     """Run a click group with one-line errors: ``prog: error: ...`` and status 2 (1 for a
     ``RuntimeFailure``)."""
+    # gRPC's C core prints its own INFO lines to stderr (a failed TLS handshake's, before the
+    # error that says why): errors only, unless the operator asks for more.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
         status = group.main(args=args, prog_name=prog, standalone_mode=False)

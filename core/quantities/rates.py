@@ -38,6 +38,17 @@ IB_COUNTER_BITS: dict[str, int] = {
 }
 
 
+# A rate more than this many times its link's capacity is a bad reading (a counter in other
+# units, a wrapped or reset counter, a wrong speed): the detector decides nothing by it, and the
+# views show it flagged rather than as traffic (the detector's ``link_overrun_factor`` default).
+LINK_OVERRUN_FACTOR = 1.2
+
+
+def within_capacity(bytes_per_second: float, capacity: float | None, factor: float = LINK_OVERRUN_FACTOR) -> bool:
+    """Whether a link's rate is one the link can carry; True when its capacity is not known."""
+    return not capacity or bytes_per_second <= capacity * factor
+
+
 def delta(previous: int | None, current: int | None) -> int | None:
     """Increase of a cumulative counter; None when either is unknown or it was reset."""
     if previous is None or current is None or current < previous:
@@ -75,6 +86,34 @@ def increases(previous: Mapping[K, float], current: Mapping[K, float]) -> dict[K
 def increase_across_reset(previous: float, current: float) -> float:
     """Increase of a count that starts again from zero when reset: across a reset, its whole new value."""
     return current - previous if current >= previous else current
+
+
+def share_of_increase(part: tuple[float, float], whole: tuple[float, float]) -> float | None:
+    """How much of the increase of ``whole`` (before, now) the increase of ``part`` is, at most 1:
+    a CPU's busy time over all its time. None when ``whole`` did not grow or ``part`` went down."""
+    grown = whole[1] - whole[0]
+    if grown <= 0 or part[1] < part[0]:
+        return None
+    return min(1.0, (part[1] - part[0]) / grown)
+
+
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_time_shares(old: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:
+    """``busy`` and ``iowait`` shares of a CPU's time between two readings of its seconds by mode
+    (``CPU_MODES``); {} over a reset. idle and iowait may go backwards a little (the kernel
+    documents iowait as unreliable, NO_HZ idle accounting too): that is no reset. Busy time going
+    backwards is one (a CPU hot-unplugged and back)."""
+    deltas = {mode: new[mode] - old[mode] for mode in CPU_MODES}
+    if any(deltas[mode] < 0 for mode in CPU_MODES if mode not in ("idle", "iowait")):
+        return {}
+    deltas["idle"] = max(0.0, deltas["idle"])
+    deltas["iowait"] = max(0.0, deltas["iowait"])
+    total = sum(deltas.values())
+    if total <= 0:
+        return {}
+    return {"busy": 1.0 - (deltas["idle"] + deltas["iowait"]) / total, "iowait": deltas["iowait"] / total}
 
 
 def ratio(part: float | None, whole: float | None) -> float | None:

@@ -6,6 +6,8 @@ to a collector the same way.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,13 +67,34 @@ def read_token(path: Path) -> str:
 def parse_target(text: str, *, any_port: bool = False) -> tuple[str, int]:
     """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); ``ValueError`` naming the text.
 
-    ``any_port`` admits port 0 (a listener that lets the kernel choose)."""
+    ``any_port`` admits port 0 (a listener that lets the kernel choose). A URL
+    (``http://host:50051``) is refused at once, saying what to give instead: gRPC would take it
+    for a host name and fail later with "Misformatted domain name"."""
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        bare = rest.split("/", 1)[0]
+        raise ValueError(f"{text!r} is not HOST:PORT: give {bare!r}, without {scheme}:// (gRPC, not a URL)")
     host, sep, port_text = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port_text.isdigit() or not (0 if any_port else 1) <= int(port_text) < 65536:
+        valid_host = _is_ipv6(host)
+    else:
+        valid_host = _HOST.fullmatch(host) is not None
+    if not sep or not valid_host or not port_text.isdigit() or not (0 if any_port else 1) <= int(port_text) < 65536:
         raise ValueError(f"{text!r} is not HOST:PORT")
     return host, int(port_text)
+
+
+# A host name or an IPv4 address; an IPv6 address goes in brackets.
+_HOST = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def open_channel(target: str, security: ClientSecurity) -> grpc.aio.Channel:

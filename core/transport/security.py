@@ -87,6 +87,8 @@ class ServerSecurity:
         for path in (self.cert_file, self.key_file, self.client_ca_file, *token_files.values()):
             if path is not None and not path.is_file():
                 raise SecurityConfigError(f"{path}: no such file")
+        if self.cert_file is not None and self.key_file is not None:
+            check_key_pair(self.cert_file, self.key_file, self.client_ca_file)
         tokens = {flag: read_token(path) for flag, path in token_files.items() if path is not None}
         node_token = tokens.pop("--token-file", None)
         for flag, token in tokens.items():
@@ -136,6 +138,40 @@ class ServerSecurity:
 
     def token(self) -> str | None:
         return read_token(self.token_file) if self.token_file is not None else None
+
+
+def check_key_pair(cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> None:
+    """``SecurityConfigError`` with the reason in one line when the certificate and key do not
+    make a pair, or a file is not what its flag says: gRPC would only fail to bind the port."""
+    import ssl  # noqa: PLC0415  (OpenSSL only where TLS is configured)
+
+    for flag, path, marker, what in (
+        ("--tls-cert", cert_file, "-----BEGIN CERTIFICATE-----", "PEM certificate"),
+        ("--tls-key", key_file, "PRIVATE KEY-----", "PEM private key"),
+        ("--tls-client-ca", client_ca_file, "-----BEGIN CERTIFICATE-----", "PEM CA certificate"),
+    ):
+        if path is None:
+            continue
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as err:
+            raise SecurityConfigError(f"{flag} {path}: cannot read: {err.strerror or err}") from err
+        if marker not in text:
+            raise SecurityConfigError(f"{flag} {path}: not a {what}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as err:
+        if "KEY_VALUES_MISMATCH" in str(err.reason or err):
+            raise SecurityConfigError(
+                f"--tls-key {key_file} is not the key of --tls-cert {cert_file} (they do not make a pair)"
+            ) from err
+        raise SecurityConfigError(f"--tls-cert {cert_file} with --tls-key {key_file}: unusable ({err})") from err
+    if client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=str(client_ca_file))
+        except ssl.SSLError as err:
+            raise SecurityConfigError(f"--tls-client-ca {client_ca_file}: unusable ({err})") from err
 
 
 def is_loopback(host: str) -> bool:

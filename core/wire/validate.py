@@ -43,6 +43,10 @@ REPEATED_LIMITS: dict[str, int] = {
     "GpuTopology.gpus": 64,
     "GpuSample.nvlinks": 64,
     "GpuSample.processes": 1024,
+    # A GPU splits into at most seven MIG instances (eight on some boards to come); one of each.
+    "GpuSample.mig_instances": 8,
+    "GpuInfo.mig_instances": 8,
+    "GpuSample.suspect_fields": 8,
     "HostSample.cpus": 8192,
     "NodeReport.disks": 4096,
     "NodeInfo.disks": 4096,
@@ -70,6 +74,10 @@ def check_report(report: pb.NodeReport, node_id: str) -> None:
     if not (report.time_unix_seconds > 0):
         raise InvalidMessageError(f"report time {report.time_unix_seconds!r} is not a positive time")
     _check(report, "report")
+    try:
+        _flat_instances(report)
+    except _BadValueError as bad:
+        raise InvalidMessageError(f"report.{bad.where}: {bad.problem}") from None
 
 
 def repair(message: Message, limit: int = 64) -> list[str]:
@@ -83,6 +91,8 @@ def repair(message: Message, limit: int = 64) -> list[str]:
     for _ in range(limit):
         try:
             _walk(message)
+            if isinstance(message, pb.NodeReport):
+                _flat_instances(message)
             return dropped
         except _BadValueError as bad:
             dropped.append(f"{bad.where}: {bad.problem}")
@@ -190,6 +200,15 @@ def _walk(message: Message) -> None:
                     raise _BadValueError(field.name, "a negative count sent as unsigned")
             elif max(map(len, value.values())) > MAX_LONG_STRING:
                 raise _BadValueError(field.name, f"a value longer than {MAX_LONG_STRING} characters")
+
+
+def _flat_instances(report: pb.NodeReport) -> None:
+    """A MIG instance is a GpuSample too, one level down: one with instances of its own would let
+    a report multiply its GPU samples (64 x 8 x 8)."""
+    for i, gpu in enumerate(report.gpus):
+        for j, instance in enumerate(gpu.mig_instances):
+            if instance.mig_instances:
+                raise _BadValueError(f"gpus[{i}].mig_instances[{j}].mig_instances", "a MIG instance has no instances")
 
 
 def _nested(name: str, message: Message) -> None:

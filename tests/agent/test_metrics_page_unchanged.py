@@ -50,7 +50,7 @@ def _plain_dcgm_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, dict
                          last_xid: Mapping[int, int], pods: Mapping[str, Mapping[str, str]] | None = None,
                          ) -> Iterator[TextFamily]:  # fmt: skip
     live = [g for g in report.gpus if g.index in labels_by_gpu and not g.lost]
-    texts = {g.index: label_text(dcgm._labels(g, labels_by_gpu, pods or {})) for g in live}
+    texts = {g.index: label_text(dcgm.gpu_series_labels(g, labels_by_gpu, pods or {})) for g in live}
     for name, kind, doc, source, unit in dcgm.GPU_FAMILIES:
         family = TextFamily(name, kind, doc)
         for gpu in live:
@@ -73,7 +73,7 @@ def _plain_nvlink_families(report: pb.NodeReport, labels_by_gpu: Mapping[int, di
         name = f"nodeagent_gpu_nvlink_{suffix}"
         family = TextFamily(name, "gauge" if suffix == "up" else "counter", "")
         for gpu in live:
-            labels = dcgm._labels(gpu, labels_by_gpu, pods or {})
+            labels = dcgm.gpu_series_labels(gpu, labels_by_gpu, pods or {})
             for link in gpu.nvlinks:
                 if link.HasField(field):
                     text = label_text({**labels, "link": str(link.link)})

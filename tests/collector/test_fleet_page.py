@@ -353,3 +353,62 @@ def test_job_pages_in_headless_chromium(tmp_path: Path) -> None:
         r for r in re.findall(r"<tr class=\"firing\">(.*?)</tr>", dom["alerts"], re.DOTALL) if "JobStraggler" in r
     )
     assert '<a href="/node/job-straggler">job-straggler</a>' in alert and link in alert
+
+
+def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml: Any, make_gpu_collector: Any) -> None:
+    """A node's reports from the agent over the fake NVML, GPU 0 split into three instances held
+    by three pods: the fleet row and the node page carry each instance under its GPU."""
+    from nodeagent.collector.ingest.node_state import StreamHandle
+    from tests.agent.gpu.test_gpu_mig import pod_tree, split
+    from tests.fakes.nvml.state import h100_sxm5
+
+    state = fake_nvml.load(h100_sxm5(2))
+    for i, g in enumerate(state.gpus):
+        g.util_gpu, g.gpm_sm_active, g.mem_used, g.procs = 100, 85.0, 60 << 30, {9000 + i: 60 << 30}
+    split(state)
+    state.gpus[0].mig[1].gpm_sm_active = 20.0
+    fake_nvml.write()
+    collector = make_gpu_collector(pod_tree(tmp_path / "proc"))
+    info = pb.NodeInfo(node_id="mig-node", hostname="mig-node")
+    collector.scan(info)
+
+    async def scenario() -> Any:
+        server = CollectorServer(
+            ServerConfig(listen="127.0.0.1:0", db_path=tmp_path / "c.db", http_listen="127.0.0.1:0")
+        )
+        await server.start()
+        try:
+            stream = StreamHandle("mig-node", "test")
+            server.ingest.attach(stream, info)
+            start = time.time() - 150
+            for seq in range(1, 151):
+                state.advance(1.0)
+                fake_nvml.write()
+                report = pb.NodeReport(node_id="mig-node", epoch=1, seq=seq, time_unix_seconds=start + seq)
+                if seq == 1:
+                    report.info.CopyFrom(info)
+                collector.collect(report)
+                server.ingest.accept(stream, report, report.SerializeToString())
+            await server.ingest.flusher.flush()
+            page = FleetPage(server)
+            dom = ""
+            if shutil.which("chromium") is not None and server.http is not None:
+                url = f"http://{server.http.address}/node/mig-node"
+                dom = await asyncio.to_thread(_chromium, "--dump-dom", url, profile=tmp_path / "profile-mig")
+            return page.fleet(), page.node("mig-node"), dom
+        finally:
+            await server.stop(0.0)
+
+    fleet, node, dom = asyncio.run(scenario())
+    require(bool(dom), "needs chromium (Debian package; `make system-deps`) for the page itself")
+    if dom:  # the node page draws each instance as a row under its GPU
+        rows = re.findall(r'<tr class="mig"><td>(.*?)</td><td><span class="badge ([a-z]+)"', dom)
+        assert rows == [("└ 3g.40gb gi1", "busy"), ("└ 2g.20gb gi2", "starved"), ("└ 1g.10gb gi5", "busy")], dom[:3000]
+    (row,) = [n for n in fleet["nodes"] if n["node_id"] == "mig-node"]
+    assert [(i["gpu_instance_id"], i["mig_profile"], i["state"]) for i in row["gpus"][0]["instances"]] == [
+        (1, "3g.40gb", "busy"), (2, "2g.20gb", "starved"), (5, "1g.10gb", "busy"),
+    ]  # fmt: skip
+    assert "instances" not in row["gpus"][1]
+    gpus = node["verdict"]["gpus"]
+    assert [i["state"] for i in gpus[0]["instances"]] == ["busy", "starved", "busy"]
+    assert gpus[0]["state"] == "starved" and gpus[1]["state"] == "busy"

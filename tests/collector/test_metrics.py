@@ -134,7 +134,10 @@ def test_a_silent_node_keeps_its_counters_and_loses_its_verdict(ingest: tuple[In
     clock.now += state.detector_config.window_seconds + 1
     samples = _samples(FleetMetrics(state).render())
     assert samples["gpu_state"] == []
-    assert samples["node_state"] == []
+    # Its state is down, the word `nodes` and the fleet page show; nothing of its last verdict.
+    assert {(s.labels["node"], s.labels["state"], s.labels["cause"]) for s in samples["node_state"]} == {
+        ("oc", "down", ""), ("fast", "down", ""),
+    }  # fmt: skip
     assert samples["node_cpu_busy_ratio"] == []
     assert {s.labels["node"]: s.value for s in samples["node_reports_total"]} == {"oc": SECONDS, "fast": SECONDS}
     assert len(samples["node_last_report_timestamp_seconds"]) == 2
@@ -382,3 +385,28 @@ def _busy_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield int(sock.getsockname()[1])
+
+
+def test_a_gpu_whose_nvlink_counters_outrun_its_links_is_flagged(tmp_path: Path) -> None:
+    """The detector ignores a rate above the links' capacity (bad_reading); /metrics says so per
+    GPU and link, as `sample` and `top` flag it (tests/agent/gpu/test_gpu_bad_readings.py)."""
+    clock = _Clock()
+    ingest = Ingest(StoreWriter(tmp_path / "c.db"), Alerting(AlertConfig(), []), clock=clock)
+    sim = Simulation("software-bound", node_id="nv", seed=1)
+    info = sim.info()
+    capacity = {g.index: g.nvlink_count * g.nvlink_speed_bytes_per_second for g in info.gpu.gpus}
+    stream = StreamHandle("nv", "test")
+    ingest.attach(stream, info)
+    for seq in range(1, SECONDS + 1):
+        clock.now += 1.0
+        report = sim.step(1.0)
+        report.epoch, report.seq = 1, seq
+        for g in report.gpus:  # 1024 times what the links carry: counters in the wrong unit
+            del g.nvlinks[:]
+            g.nvlink_rx_bytes_total = g.nvlink_tx_bytes_total = int(seq * 1024 * capacity[g.index])
+        if seq == 1:
+            report.info.CopyFrom(info)
+        ingest.accept(stream, report, report.SerializeToString())
+    samples = _samples(FleetMetrics(ingest).render())
+    flagged = {(s.labels["gpu"], s.labels["link"]) for s in samples["gpu_bad_reading"] if s.value == 1}
+    assert flagged == {(str(i), "nvlink") for i in capacity}

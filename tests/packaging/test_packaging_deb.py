@@ -113,6 +113,14 @@ def environment(extracted: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return prefix
 
 
+def test_the_size_the_docs_say_is_the_packages(deb: Path) -> None:
+    """ "The package is about N MB" in packaging/README.md and docs/agent.md, within 5%."""
+    for page in (REPO / "packaging" / "README.md", REPO / "docs" / "agent.md"):
+        said = re.search(r"The package is about (\d+(?:\.\d+)?) MB", " ".join(page.read_text().split()))
+        assert said is not None, page
+        assert abs(deb.stat().st_size / 1e6 - float(said[1])) <= 0.05 * float(said[1]), (page, deb.stat().st_size)
+
+
 def test_package_name_and_control_fields(deb: Path) -> None:
     arch = _run(["dpkg", "--print-architecture"]).strip()
     assert deb.name == f"nodeagent_{VERSION}_{arch}.deb"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nodeagent.agent.diag.checks import gpu, host, nic, nvlink, rdma, storage
+from nodeagent.agent.diag.checks import fabric, gpu, host, nic, nvlink, rdma, storage
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import CheckResult
 
@@ -14,6 +14,7 @@ Area = Callable[[DiagContext], list[CheckResult]]
 AREAS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu.run),
     ("nvlink", nvlink.run),
+    ("fabric", fabric.run),
     ("nic", nic.run),
     ("rdma", rdma.run),
     ("storage", storage.run),

@@ -1,5 +1,6 @@
 """GPU checks: NVML and the driver, how many GPUs and which, lost GPUs, memory errors (ECC, row
-remapping, page retirement), Xids, temperature and slowdowns, and the PCIe link.
+remapping, page retirement), Xids, temperature and slowdowns, the PCIe link, and readings that
+contradict the rest of the GPU.
 
 Without NVML the missing driver is a failure: a node whose GPUs could not be checked is not
 healthy for a GPU job. Only where no GPUs are expected (``--no-gpu``, ``--expect-gpus 0``, a
@@ -8,7 +9,7 @@ profile with ``[gpu] count = 0``) do the GPU checks pass the driver and skip the
 
 from __future__ import annotations
 
-from nodeagent.agent.diag.checks import gpu_pcie, xid
+from nodeagent.agent.diag.checks import gpu_pcie, gpu_readings, xid
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import (
     NODE,
@@ -27,7 +28,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 GPU_CHECKS = (
     "gpu.count", "gpu.model", "gpu.lost", "gpu.ecc", "gpu.remapped_rows", "gpu.retired_pages", "gpu.xid",
     "gpu.temperature", "gpu.throttle", "gpu.pcie_link", "gpu.pcie_replay",
-    "nvlink.links", "nvlink.speed", "nvlink.errors",
+    "gpu.readings", "nvlink.links", "nvlink.speed", "nvlink.errors", "fabric.state", "fabric.health", "fabric.clique",
 )  # fmt: skip
 # Clock-event reasons that mean heat or power is slowing the GPU. sw_power_cap is left out: a
 # busy GPU sits at its power cap by design.
@@ -53,6 +54,7 @@ def run(ctx: DiagContext) -> list[CheckResult]:
     results += _throttle(gpus)
     results += gpu_pcie.link(gpus.alive, ctx.observation.gpu_extras)
     results += gpu_pcie.replays(gpus.alive, ctx.observation, ctx.profile.gpu.max_pcie_replays)
+    results += gpu_readings.check(gpus.alive, ctx.observation)
     return results
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from nodeagent.agent.diag.model import CheckResult, failed, plural, skipped, summarize, warned
 from nodeagent.agent.diag.observe import GpuExtras, Observation
+from nodeagent.core.quantities.rates import delta
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Above this a GPU is busy, and its link should be at full generation.
@@ -66,7 +67,8 @@ def replays(gpus: Sequence[pb.GpuSample], observation: Observation, limit: int) 
             continue
         totals.append(g.pcie_replay_total)
         before = observation.first_gpu(g.index)
-        grown = g.pcie_replay_total - before.pcie_replay_total if before and before.HasField("pcie_replay_total") else 0
+        earlier = before.pcie_replay_total if before and before.HasField("pcie_replay_total") else None
+        grown = delta(earlier, g.pcie_replay_total) or 0
         subject = f"gpu:{g.index}"
         hint = (
             "PCIe retransmissions: a marginal link (riser, slot, signal); reseat or move the GPU if they keep growing"

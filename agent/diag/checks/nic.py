@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
+from nodeagent.core.quantities.rates import delta
 from nodeagent.core.quantities.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -141,8 +142,8 @@ def _flaps(nics: Sequence[_Nic], limit: int, window_seconds: float) -> list[Chec
         total = nic.last.carrier_changes_total
         before = nic.first.carrier_changes_total if nic.first and nic.first.HasField("carrier_changes_total") else total
         hint = f"the link goes down and up: {_WIRE_HINT}"
-        if total > before:
-            value = f"+{total - before} carrier changes during the {window_seconds:.1f} s check"
+        if grown := delta(before, total):
+            value = f"+{grown} carrier changes during the {window_seconds:.1f} s check"
             problems.append(warned("nic.flaps", f"nic:{nic.name}", value, "no change", hint))
         elif total > limit:
             problems.append(warned("nic.flaps", f"nic:{nic.name}", f"{total} since boot", f"≤ {limit}", hint))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from nodeagent.agent.diag.checks.context import DiagContext
 from nodeagent.agent.diag.model import NODE, CheckResult, failed, group, passed, skipped, summarize, warned
 from nodeagent.agent.diag.profile import RdmaExpectations
+from nodeagent.core.quantities.rates import delta
 from nodeagent.core.quantities.units import format_bits
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -130,10 +131,11 @@ def _errors(
         if before is None:
             continue
         grown = {
-            name: port.counters[name] - before.counters[name]
+            name: n
             for name in ERROR_COUNTERS
-            if name in port.counters and name in before.counters and port.counters[name] > before.counters[name]
-        }
+            if name in port.counters and name in before.counters
+            and (n := delta(before.counters[name], port.counters[name]))
+        }  # fmt: skip
         if grown:
             value = ", ".join(f"{name} +{n}" for name, n in grown.items())
             value += f" during the {window_seconds:.1f} s check"

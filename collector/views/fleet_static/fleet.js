@@ -5,6 +5,9 @@ const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<
   '"': "&quot;", "'": "&#39;"})[c]);
 const pct = (r) => (r === null || r === undefined) ? "—" : Math.round(r * 100) + "%";
 const gbits = (b) => (b === null || b === undefined) ? "—" : (b * 8 / 1e9).toFixed(1) + " Gb/s";
+const mbytes = (b) => (b === null || b === undefined) ? "—" : (b / 1e6).toFixed(0) + " MB/s";
+// A long name (a node id may be 253 characters, a job id 256) is cut to its column, whole on hover.
+const longName = (s, cls) => `<span class="name${cls ? " " + cls : ""}" title="${esc(s)}">${esc(s)}</span>`;
 const clock = (t) => new Date(t * 1000).toISOString().slice(11, 16);
 const badge = (s) => `<span class="badge ${esc(s)}">${esc(s)}</span>`;
 const nodeLink = (n) => `<a href="/node/${encodeURIComponent(n)}">${esc(n)}</a>`;
@@ -24,27 +27,47 @@ function heatmap(gpus) {
   }
   return out + "</svg>";
 }
-function series(points, key, label, fmt, max) {
-  const w = 600, h = 60, known = points.filter((p) => p[key] !== null && p[key] !== undefined);
+// A chart of one timeline key: a y-axis from zero with the unit on its ticks, the time on the x-axis.
+// ``floor`` is the least top of the scale, so that zeros and noise draw flat along the bottom.
+const AXIS = {left: 64, right: 8, top: 8, bottom: 18};
+function niceTop(value, floor) {
+  const v = Math.max(value, floor);
+  const step = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((m) => m * step).find((t) => t >= v);
+}
+function series(points, key, label, fmt, floor) {
+  const w = 600, h = 80, known = points.filter((p) => p[key] !== null && p[key] !== undefined);
   if (!known.length) return `<p class="muted">${esc(label)}: no data</p>`;
   const t0 = points[0].time_unix_seconds, t1 = Math.max(t0 + 1, points[points.length - 1].time_unix_seconds);
-  const top = (max ?? Math.max(...known.map((p) => p[key]))) || 1;
-  const xy = (p) => [((p.time_unix_seconds - t0) / (t1 - t0)) * w, h - (p[key] / top) * (h - 4) - 2];
+  const top = niceTop(Math.max(...known.map((p) => p[key])), floor);
+  const plotW = w - AXIS.left - AXIS.right, plotH = h - AXIS.top - AXIS.bottom;
+  const xy = (p) => [AXIS.left + ((p.time_unix_seconds - t0) / (t1 - t0)) * plotW,
+    AXIS.top + plotH - (Math.max(0, p[key]) / top) * plotH];
   const line = known.map((p) => xy(p).map((v) => v.toFixed(1)).join(",")).join(" ");
   const dots = known.map((p) => { const [x, y] = xy(p); return `<circle cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="2"/>`; });
+  const ticks = [0, top / 2, top].map((v) => {
+    const y = (AXIS.top + plotH - (v / top) * plotH).toFixed(1);
+    return `<line class="grid" x1="${AXIS.left}" x2="${w - AXIS.right}" y1="${y}" y2="${y}"/>` +
+      `<text class="tick" x="${AXIS.left - 4}" y="${y}" text-anchor="end" dominant-baseline="middle">${esc(fmt(v))}</text>`;
+  }).join("");
+  const axes = `<line class="axis" x1="${AXIS.left}" x2="${AXIS.left}" y1="${AXIS.top}" y2="${AXIS.top + plotH}"/>` +
+    `<line class="axis" x1="${AXIS.left}" x2="${w - AXIS.right}" y1="${AXIS.top + plotH}" y2="${AXIS.top + plotH}"/>`;
   return `<div class="series" data-key="${esc(key)}"><div>${esc(label)} <span class="muted">(last ${fmt(known[known.length - 1][key])})</span></div>` +
-    `<svg width="${w}" height="${h + 14}"><polyline fill="none" stroke="#1565c0" points="${line}"/>${dots.join("")}` +
-    `<text x="0" y="${h + 12}">${clock(t0)}</text><text x="${w - 30}" y="${h + 12}">${clock(t1)}</text></svg></div>`;
+    `<svg width="${w}" height="${h}" data-top="${top}">${ticks}${axes}<polyline fill="none" stroke="#1565c0" points="${line}"/>${dots.join("")}` +
+    `<text class="tick" x="${AXIS.left}" y="${h - 4}">${clock(t0)} UTC</text>` +
+    `<text class="tick" x="${w - AXIS.right}" y="${h - 4}" text-anchor="end">${clock(t1)} UTC</text></svg></div>`;
 }
-function stateBand(points) {
-  const w = 600, h = 12;
+function stateBand(points) {  // the node's state per point, above the charts and on their time axis
+  const w = 600, h = 12, plotW = w - AXIS.left - AXIS.right;
   if (!points.length) return "";
   const t0 = points[0].time_unix_seconds, t1 = Math.max(t0 + 1, points[points.length - 1].time_unix_seconds);
-  const colors = {starved: "#c62828", waiting: "#ef6c00", busy: "#2e7d32", throttled: "#f9a825", idle: "#bdbdbd", warmup: "#90caf9", lost: "#6a1b9a"};
+  const colors = {starved: "#c62828", waiting: "#ef6c00", busy: "#2e7d32", throttled: "#f9a825", idle: "#bdbdbd",
+    warmup: "#90caf9", lost: "#6a1b9a", "no-gpu": "#e0e0e0"};
+  const at = (t) => AXIS.left + ((t - t0) / (t1 - t0)) * plotW;
   let out = `<svg class="states" width="${w}" height="${h}">`;
   points.forEach((p, i) => {
-    const x = ((p.time_unix_seconds - t0) / (t1 - t0)) * w;
-    const next = i + 1 < points.length ? ((points[i + 1].time_unix_seconds - t0) / (t1 - t0)) * w : w;
+    const x = at(p.time_unix_seconds);
+    const next = i + 1 < points.length ? at(points[i + 1].time_unix_seconds) : w - AXIS.right;
     out += `<rect x="${x.toFixed(1)}" y="0" width="${Math.max(1, next - x).toFixed(1)}" height="${h}" fill="${colors[p.state] ?? "#999"}"><title>${esc(p.state)}</title></rect>`;
   });
   return out + "</svg>";
@@ -54,11 +77,11 @@ function alertTable(alerts) {
   return `<table id="alerts-table"><tr><th>alert</th><th>node</th><th>state</th><th>severity</th><th>since</th><th>summary</th></tr>` +
     alerts.map((a) => `<tr class="${a.ends_at_unix_seconds ? "resolved" : "firing"}"><td>${esc(a.name)}</td>` +
       // A job's alert (JobStraggler) names its node in its labels, and its job.
-      `<td>${(a.node_id || a.labels?.node) ? nodeLink(a.node_id || a.labels.node) : ""}` +
+      `<td class="node-id">${(a.node_id || a.labels?.node) ? nodeLink(a.node_id || a.labels.node) : ""}` +
       `${a.labels?.job ? " · job " + jobLink(a.labels.job) : ""}</td>` +
       `<td>${a.ends_at_unix_seconds ? "resolved" : badge("firing")}</td><td>${esc(a.severity)}</td>` +
       `<td>${new Date(a.starts_at_unix_seconds * 1000).toISOString().slice(0, 19).replace("T", " ")}</td>` +
-      `<td>${esc((a.annotations || {}).summary)}</td></tr>`).join("") + "</table>";
+      `<td class="summary">${esc((a.annotations || {}).summary)}</td></tr>`).join("") + "</table>";
 }
 async function api(path) {
   const reply = await fetch(path, {cache: "no-store"});
@@ -86,7 +109,8 @@ async function drawFleet() {
     `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today${lostSource}</th>` +
     `<th>GPUs (busy share)</th><th>job</th></tr>` +
     data.nodes.map((n) => `<tr class="node ${esc(n.state)}" data-node="${esc(n.node_id)}">` +
-      `<td>${nodeLink(n.node_id)}</td><td>${badge(n.state)}</td>` +
+      `<td class="node-id"><a href="/node/${encodeURIComponent(n.node_id)}">${longName(n.node_id)}</a></td>` +
+      `<td>${badge(n.state)}${n.forming ? ` <span class="muted forming">${esc(n.forming)}</span>` : ""}</td>` +
       `<td class="cause">${n.cause ? esc(n.cause) : (n.waiting_on || []).length ?
         "waits on " + n.waiting_on.map(nodeLink).join(", ") : ""}</td><td>${pct(n.starvation_ratio)}</td>` +
       `<td>${n.gpu_hours_lost_today.toFixed(2)}</td><td>${heatmap(n.gpus)}</td>` +
@@ -100,24 +124,32 @@ async function drawNode() {
   document.title = `${n.node_id} · nodeagent`;
   const why = Object.entries(n.highways).filter(([, said]) => said).map(([cause, said]) =>
     `<li><b>${esc(cause)}</b>: ${esc(said)}</li>`).join("");
-  const gpus = (n.verdict?.gpus ?? []).map((g) => `<tr><td>${g.index}</td><td>${badge(g.state)}</td>` +
-    `<td>${esc(g.cause ?? "")}</td><td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
-    `<td>${esc((g.jobs || []).join(", "))}</td></tr>`).join("");
+  // A MIG-split GPU's instances follow it, each a row of its own.
+  const gpuRow = (g, name, cls) => `<tr${cls}><td>${name}</td><td>${badge(g.state)}</td>` +
+    `<td>${esc(g.cause ?? "")}${(g.evidence || {}).bad_reading ?
+      ` <span class="muted bad-reading">bad ${esc(g.evidence.bad_reading)} reading</span>` : ""}</td>` +
+    `<td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
+    `<td class="jobs">${longName((g.jobs || []).join(", "))}</td></tr>`;
+  const gpus = (n.verdict?.gpus ?? []).map((g) => gpuRow(g, esc(g.index), "") + (g.instances ?? []).map((i) =>
+    gpuRow(i, `└ ${esc(i.mig_profile)} gi${esc(i.gpu_instance_id)}`, ' class="mig"')).join("")).join("");
+  // A down node's verdict and evidence are of when it was last heard, not of now: said so.
+  const why_title = n.last_known ? `Last known state, at ${clock(n.last_seen)} UTC` : "Why: the highways now";
+  const last_known = n.last_known ? `<p class="last-known" id="last-known">${esc(n.last_known)}</p>` : "";
   document.getElementById("node").innerHTML =
-    `<h1>${esc(n.node_id)} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
+    `<h1>${longName(n.node_id, "title")} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
     ((n.waiting_on || []).length ? `<p id="waiting">Its GPUs wait on ${n.waiting_on.map(nodeLink).join(", ")}` +
       `${n.waiting_job ? " of job " + jobLink(n.waiting_job) : ""}.</p>` : "") +
     ((n.jobs || []).length ? `<p id="jobs">Jobs: ${n.jobs.map(jobLink).join(", ")}</p>` : "") +
-    `<h2>Why: the highways now</h2><ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
+    `<h2 id="why">${esc(why_title)}</h2>${last_known}<ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
     `<h2>Timeline <span class="muted">(per minute, ${n.timeline_source === "history" ? "from the collector's history" :
       "kept in the collector's memory"})</span></h2><div id="timeline">${stateBand(n.timeline)}` +
     series(n.timeline, "starvation_ratio", "starvation ratio", pct, 1) +
     series(n.timeline, "gpu_busy_ratio", "GPU busy share", pct, 1) + `</div>` +
     `<h2>Highways beside GPU utilization</h2><div id="highways">` +
-    series(n.timeline, "network_rx_bytes_per_second", "network receive", gbits) +
-    series(n.timeline, "disk_read_bytes_per_second", "disk read", (b) => (b / 1e6).toFixed(0) + " MB/s") +
+    series(n.timeline, "network_rx_bytes_per_second", "network receive", gbits, 1e9 / 8) +
+    series(n.timeline, "disk_read_bytes_per_second", "disk read", mbytes, 10e6) +
     series(n.timeline, "cpu_busy_ratio", "CPU busy", pct, 1) + `</div>` +
-    `<h2>GPUs</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th></tr>${gpus}</table>` +
+    `<h2>GPUs${n.last_known ? " (last known)" : ""}</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th></tr>${gpus}</table>` +
     `<h2>Alerts</h2>${alertTable(n.alerts)}`;
 }
 async function drawJobs() {

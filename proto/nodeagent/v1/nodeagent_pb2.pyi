@@ -381,7 +381,7 @@ class GpuTopology(_message.Message):
     def __init__(self, unavailable_reason: _Optional[str] = ..., driver_version: _Optional[str] = ..., nvml_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ...) -> None: ...
 
 class GpuInfo(_message.Message):
-    __slots__ = ("index", "uuid", "name", "pci_bus_id", "memory_total_bytes", "nvlink_count", "nvlink_speed_bytes_per_second", "pcie_max_generation", "pcie_max_width", "gpm_supported", "serial", "architecture")
+    __slots__ = ("index", "uuid", "name", "pci_bus_id", "memory_total_bytes", "nvlink_count", "nvlink_speed_bytes_per_second", "pcie_max_generation", "pcie_max_width", "gpm_supported", "serial", "architecture", "c2c_link_count", "c2c_link_speed_bytes_per_second", "mig_enabled", "mig_instances")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +394,10 @@ class GpuInfo(_message.Message):
     GPM_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
     SERIAL_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    C2C_LINK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    C2C_LINK_SPEED_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MIG_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MIG_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     name: str
@@ -406,7 +410,31 @@ class GpuInfo(_message.Message):
     gpm_supported: bool
     serial: str
     architecture: str
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., nvlink_count: _Optional[int] = ..., nvlink_speed_bytes_per_second: _Optional[float] = ..., pcie_max_generation: _Optional[int] = ..., pcie_max_width: _Optional[int] = ..., gpm_supported: _Optional[bool] = ..., serial: _Optional[str] = ..., architecture: _Optional[str] = ...) -> None: ...
+    c2c_link_count: int
+    c2c_link_speed_bytes_per_second: float
+    mig_enabled: bool
+    mig_instances: _containers.RepeatedCompositeFieldContainer[MigInstanceInfo]
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., nvlink_count: _Optional[int] = ..., nvlink_speed_bytes_per_second: _Optional[float] = ..., pcie_max_generation: _Optional[int] = ..., pcie_max_width: _Optional[int] = ..., gpm_supported: _Optional[bool] = ..., serial: _Optional[str] = ..., architecture: _Optional[str] = ..., c2c_link_count: _Optional[int] = ..., c2c_link_speed_bytes_per_second: _Optional[float] = ..., mig_enabled: _Optional[bool] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstanceInfo, _Mapping]]] = ...) -> None: ...
+
+class MigInstanceInfo(_message.Message):
+    __slots__ = ("uuid", "gpu_instance_id", "compute_instance_id", "profile", "memory_total_bytes", "multiprocessor_count", "slice_count", "mig_index")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    GPU_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MULTIPROCESSOR_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MIG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    memory_total_bytes: int
+    multiprocessor_count: int
+    slice_count: int
+    mig_index: int
+    def __init__(self, uuid: _Optional[str] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., profile: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., multiprocessor_count: _Optional[int] = ..., slice_count: _Optional[int] = ..., mig_index: _Optional[int] = ...) -> None: ...
 
 class JobRef(_message.Message):
     __slots__ = ("slurm_job_id", "k8s_pod_uid", "container_id", "cgroup", "job_key", "world_size", "rank", "local_rank", "node_rank")
@@ -431,18 +459,22 @@ class JobRef(_message.Message):
     def __init__(self, slurm_job_id: _Optional[str] = ..., k8s_pod_uid: _Optional[str] = ..., container_id: _Optional[str] = ..., cgroup: _Optional[str] = ..., job_key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
-    __slots__ = ("pid", "used_memory_bytes", "name", "user", "job")
+    __slots__ = ("pid", "used_memory_bytes", "name", "user", "job", "sm_utilization_ratio", "memory_utilization_ratio")
     PID_FIELD_NUMBER: _ClassVar[int]
     USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    SM_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
     pid: int
     used_memory_bytes: int
     name: str
     user: str
     job: JobRef
-    def __init__(self, pid: _Optional[int] = ..., used_memory_bytes: _Optional[int] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+    sm_utilization_ratio: float
+    memory_utilization_ratio: float
+    def __init__(self, pid: _Optional[int] = ..., used_memory_bytes: _Optional[int] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., sm_utilization_ratio: _Optional[float] = ..., memory_utilization_ratio: _Optional[float] = ...) -> None: ...
 
 class NvLinkSample(_message.Message):
     __slots__ = ("link", "active", "rx_bytes_total", "tx_bytes_total", "replay_errors_total", "recovery_errors_total", "crc_flit_errors_total", "crc_data_errors_total")
@@ -465,7 +497,14 @@ class NvLinkSample(_message.Message):
     def __init__(self, link: _Optional[int] = ..., active: _Optional[bool] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., replay_errors_total: _Optional[int] = ..., recovery_errors_total: _Optional[int] = ..., crc_flit_errors_total: _Optional[int] = ..., crc_data_errors_total: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("index", "uuid", "lost", "utilization_gpu_ratio", "utilization_memory_ratio", "memory_used_bytes", "memory_total_bytes", "processes", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "gpm_pcie_rx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", "gpm_nvlink_rx_bytes_per_second", "gpm_nvlink_tx_bytes_per_second", "pcie_rx_bytes_total", "pcie_tx_bytes_total", "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "pcie_link_generation", "pcie_link_width", "pcie_max_link_generation", "pcie_max_link_width", "pcie_replay_total", "nvlinks", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "clock_event_reasons", "clock_event_reason_names", "temperature_celsius", "power_watts", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_pending", "remapped_rows_failure", "sm_clock_mhz", "memory_free_bytes", "memory_reserved_bytes", "utilization_encoder_ratio", "utilization_decoder_ratio", "memory_temperature_celsius", "energy_millijoules_total", "memory_clock_mhz", "remapped_rows_correctable_total", "remapped_rows_uncorrectable_total", "graphics_active_ratio", "dram_active_ratio")
+    __slots__ = ("index", "uuid", "lost", "utilization_gpu_ratio", "utilization_memory_ratio", "memory_used_bytes", "memory_total_bytes", "processes", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "gpm_pcie_rx_bytes_per_second", "gpm_pcie_tx_bytes_per_second", "gpm_nvlink_rx_bytes_per_second", "gpm_nvlink_tx_bytes_per_second", "pcie_rx_bytes_total", "pcie_tx_bytes_total", "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "pcie_link_generation", "pcie_link_width", "pcie_max_link_generation", "pcie_max_link_width", "pcie_replay_total", "nvlinks", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "clock_event_reasons", "clock_event_reason_names", "temperature_celsius", "power_watts", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_pending", "remapped_rows_failure", "sm_clock_mhz", "memory_free_bytes", "memory_reserved_bytes", "utilization_encoder_ratio", "utilization_decoder_ratio", "memory_temperature_celsius", "energy_millijoules_total", "memory_clock_mhz", "remapped_rows_correctable_total", "remapped_rows_uncorrectable_total", "graphics_active_ratio", "dram_active_ratio", "fabric", "mig_instances", "gpu_instance_id", "compute_instance_id", "mig_profile", "xid_errors_total", "suspect_fields")
+    class XidErrorsTotalEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     LOST_FIELD_NUMBER: _ClassVar[int]
@@ -513,6 +552,13 @@ class GpuSample(_message.Message):
     REMAPPED_ROWS_UNCORRECTABLE_TOTAL_FIELD_NUMBER: _ClassVar[int]
     GRAPHICS_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
     DRAM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_FIELD_NUMBER: _ClassVar[int]
+    MIG_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    GPU_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIG_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    XID_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUSPECT_FIELDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     lost: bool
@@ -560,7 +606,40 @@ class GpuSample(_message.Message):
     remapped_rows_uncorrectable_total: int
     graphics_active_ratio: float
     dram_active_ratio: float
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., lost: _Optional[bool] = ..., utilization_gpu_ratio: _Optional[float] = ..., utilization_memory_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., sm_active_ratio: _Optional[float] = ..., sm_occupancy_ratio: _Optional[float] = ..., tensor_active_ratio: _Optional[float] = ..., gpm_pcie_rx_bytes_per_second: _Optional[float] = ..., gpm_pcie_tx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_second: _Optional[float] = ..., pcie_rx_bytes_total: _Optional[int] = ..., pcie_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_second: _Optional[float] = ..., pcie_tx_bytes_per_second: _Optional[float] = ..., pcie_link_generation: _Optional[int] = ..., pcie_link_width: _Optional[int] = ..., pcie_max_link_generation: _Optional[int] = ..., pcie_max_link_width: _Optional[int] = ..., pcie_replay_total: _Optional[int] = ..., nvlinks: _Optional[_Iterable[_Union[NvLinkSample, _Mapping]]] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., clock_event_reason_names: _Optional[_Iterable[str]] = ..., temperature_celsius: _Optional[float] = ..., power_watts: _Optional[float] = ..., ecc_uncorrected_volatile_total: _Optional[int] = ..., ecc_uncorrected_aggregate_total: _Optional[int] = ..., remapped_rows_pending: _Optional[bool] = ..., remapped_rows_failure: _Optional[bool] = ..., sm_clock_mhz: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_encoder_ratio: _Optional[float] = ..., utilization_decoder_ratio: _Optional[float] = ..., memory_temperature_celsius: _Optional[float] = ..., energy_millijoules_total: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., remapped_rows_correctable_total: _Optional[int] = ..., remapped_rows_uncorrectable_total: _Optional[int] = ..., graphics_active_ratio: _Optional[float] = ..., dram_active_ratio: _Optional[float] = ...) -> None: ...
+    fabric: GpuFabric
+    mig_instances: _containers.RepeatedCompositeFieldContainer[GpuSample]
+    gpu_instance_id: int
+    compute_instance_id: int
+    mig_profile: str
+    xid_errors_total: _containers.ScalarMap[str, int]
+    suspect_fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., lost: _Optional[bool] = ..., utilization_gpu_ratio: _Optional[float] = ..., utilization_memory_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., sm_active_ratio: _Optional[float] = ..., sm_occupancy_ratio: _Optional[float] = ..., tensor_active_ratio: _Optional[float] = ..., gpm_pcie_rx_bytes_per_second: _Optional[float] = ..., gpm_pcie_tx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_second: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_second: _Optional[float] = ..., pcie_rx_bytes_total: _Optional[int] = ..., pcie_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_second: _Optional[float] = ..., pcie_tx_bytes_per_second: _Optional[float] = ..., pcie_link_generation: _Optional[int] = ..., pcie_link_width: _Optional[int] = ..., pcie_max_link_generation: _Optional[int] = ..., pcie_max_link_width: _Optional[int] = ..., pcie_replay_total: _Optional[int] = ..., nvlinks: _Optional[_Iterable[_Union[NvLinkSample, _Mapping]]] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., clock_event_reason_names: _Optional[_Iterable[str]] = ..., temperature_celsius: _Optional[float] = ..., power_watts: _Optional[float] = ..., ecc_uncorrected_volatile_total: _Optional[int] = ..., ecc_uncorrected_aggregate_total: _Optional[int] = ..., remapped_rows_pending: _Optional[bool] = ..., remapped_rows_failure: _Optional[bool] = ..., sm_clock_mhz: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_encoder_ratio: _Optional[float] = ..., utilization_decoder_ratio: _Optional[float] = ..., memory_temperature_celsius: _Optional[float] = ..., energy_millijoules_total: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., remapped_rows_correctable_total: _Optional[int] = ..., remapped_rows_uncorrectable_total: _Optional[int] = ..., graphics_active_ratio: _Optional[float] = ..., dram_active_ratio: _Optional[float] = ..., fabric: _Optional[_Union[GpuFabric, _Mapping]] = ..., mig_instances: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., mig_profile: _Optional[str] = ..., xid_errors_total: _Optional[_Mapping[str, int]] = ..., suspect_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GpuFabric(_message.Message):
+    __slots__ = ("state", "status", "cluster_uuid", "clique_id", "health_mask", "degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery", "health_summary", "incorrect_configuration")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_UUID_FIELD_NUMBER: _ClassVar[int]
+    CLIQUE_ID_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_MASK_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_TIMEOUT_RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    INCORRECT_CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    status: int
+    cluster_uuid: str
+    clique_id: int
+    health_mask: int
+    degraded_bandwidth: bool
+    route_recovery: bool
+    route_unhealthy: bool
+    access_timeout_recovery: bool
+    health_summary: str
+    incorrect_configuration: str
+    def __init__(self, state: _Optional[str] = ..., status: _Optional[int] = ..., cluster_uuid: _Optional[str] = ..., clique_id: _Optional[int] = ..., health_mask: _Optional[int] = ..., degraded_bandwidth: _Optional[bool] = ..., route_recovery: _Optional[bool] = ..., route_unhealthy: _Optional[bool] = ..., access_timeout_recovery: _Optional[bool] = ..., health_summary: _Optional[str] = ..., incorrect_configuration: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("time_unix_seconds", "kind", "severity", "subject", "message", "attributes")
@@ -610,7 +689,7 @@ class ListNodesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeSummary(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job")
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -645,6 +724,8 @@ class NodeSummary(_message.Message):
     CLOCK_REFUSED_REPORTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     WAITING_ON_FIELD_NUMBER: _ClassVar[int]
     WAITING_JOB_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SEEN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -672,7 +753,9 @@ class NodeSummary(_message.Message):
     clock_refused_reports_total: int
     waiting_on: _containers.RepeatedScalarFieldContainer[str]
     waiting_job: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ...) -> None: ...
+    window_seconds: float
+    window_seen_seconds: float
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)

@@ -16,14 +16,14 @@ from tests.fakes.nvml.state import FI_RETIRED_DBE, FI_RETIRED_PENDING, FI_RETIRE
 
 WINDOW = "0.05"
 # Links per GPU of each fake profile.
-LINKS = {"a100_sxm4": 12, "a800_sxm4": 8, "h100_sxm5": 18}
+LINKS = {"a100_sxm4": 12, "a800_sxm4": 8, "h100_sxm5": 18, "b200": 18, "gb200": 18, "gb300": 18}
 
 
 @pytest.fixture
 def diag(fake_nvml: FakeNvml, tmp_path: Path) -> Callable[..., DiagRun]:
     """Run diag over the fake's current state, on a host tree with enough cores and memory and
     an empty kernel log."""
-    roots = host_tree(tmp_path / "host")
+    roots = host_tree(tmp_path / "host", memory_gib=4096)  # 8 GB300s hold 2.3 TB
     empty_log = tmp_path / "dmesg.txt"
     empty_log.write_text("")
 

@@ -213,3 +213,38 @@ def test_library_found_through_ld_library_path_picks_variants_by_driver(
     assert sample["clock_event_reason_names"] == ["hw_thermal_slowdown"]
     assert set(result["calls"]) <= set(nvml.NVML_SYMBOLS)
     assert "Traceback" not in result["stderr"]
+
+
+def test_blackwell_mig_fabric_and_process_paths_are_listed_and_counted(
+    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+) -> None:
+    """The fabric, MIG (devices, instance ids, attributes, per-instance GPM) and per-process
+    utilization paths, on B200 and GB200 trays: both ledgers agree, every symbol listed."""
+    from tests.fakes.nvml.state import b200, gb200
+
+    for profile in (b200, gb200):
+        state = fake_nvml.load(profile())
+        state.split_mig(1, [(1, "3g.90gb", 3, 90), (2, "4g.90gb", 4, 90)])
+        state.gpus[1].mig[0].procs = {7: 1024}
+        state.gpus[0].procs = {1: 1024, 2: 2048}
+        state.gpus[0].proc_util = {1: (40, 10), 2: (20, 5)}
+        state.gpus[2].fabric_state = 2
+        fake_nvml.write()
+        collector = make_gpu_collector()
+        collector.scan(_info())
+        for t in range(3):
+            state.advance(1.0)
+            fake_nvml.write()
+            collector.collect(_report(t))
+        collector.scan(_info())  # a rescan re-reads the MIG layout
+        collector.close()
+    called = fake_nvml.called_symbols()
+    assert {"nvmlDeviceGetGpuFabricInfoV", "nvmlGpmMigSampleGet", "nvmlDeviceGetAttributes_v2"} <= called
+    assert called <= set(nvml.NVML_SYMBOLS), sorted(called - set(nvml.NVML_SYMBOLS))
+    ours = nvml.call_counts()
+    for symbol in called:
+        library_saw = fake_nvml.calls(symbol)
+        if symbol in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetProcessUtilization"):
+            assert library_saw >= ours[symbol]  # pynvml asks for the size first when there are entries
+        else:
+            assert library_saw == ours.get(symbol, 0), symbol

@@ -192,13 +192,15 @@ def test_history_survives_a_sigkill_and_is_served(tmp_path: Path) -> None:
         )  # fmt: skip
         jobs = json.loads(cli("collector", "jobs", "--since", "1d", "--json", "--collector", collector.address))
     node_rows = [r for r in rows if r["gpu"] is None]
-    # Per job: every GPU-minute that named it, and the GPU-seconds those minutes lost, by cause.
+    # Per job: every GPU-minute that named it, the seconds of it the job held the GPU, and the
+    # GPU-seconds those minutes lost, by cause.
     gpu_rows = [r for r in rows if r["gpu"] is not None and r["jobs"]]
     assert [j["job"] for j in jobs] == sorted({job for r in gpu_rows for job in r["jobs"]})
     # A single-node job: no live verdict of the job roll-up, the history's totals only.
     job = jobs[0]["history"]
     assert jobs[0]["state"] is None and jobs[0]["wait_ratio"] is None
-    assert job["gpu_hours"] == pytest.approx(len(gpu_rows) * 60 / 3600)
+    assert all(0 <= r["held_seconds"] <= 60 for r in gpu_rows), [r["held_seconds"] for r in gpu_rows]
+    assert job["gpu_hours"] == pytest.approx(sum(r["held_seconds"] for r in gpu_rows) / 3600)
     lost = sum(r["gpu_seconds_lost"] or 0.0 for r in gpu_rows) / 3600
     assert job["gpu_hours_lost"] == pytest.approx(lost) and lost > 0
     assert sum(job["gpu_hours_lost_by_cause"].values()) == pytest.approx(lost)

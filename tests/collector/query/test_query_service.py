@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -28,6 +30,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.fleet import Collector, cli, free_port, processes
 from tests.fakes.ingest_client import hello_message, small_report
+from tests.fakes.trees import REPO
 
 DAY = 86400.0
 BIG = "big-node"
@@ -116,7 +119,11 @@ def test_stream_history_pages_a_history_larger_than_4_mb_and_the_cli_prints_it_a
         as_json = cli("collector", "history", BIG, "--since", "14d", "--json", "--collector", collector.address)
         as_csv = cli("collector", "history", BIG, "--since", "14d", "--csv", "--collector", collector.address)
         table = cli("collector", "history", BIG, "--since", "14d", "--collector", collector.address)
-        nobody = cli("collector", "history", "nobody", "--json", "--collector", collector.address)
+        nobody = subprocess.run(
+            [sys.executable, "-m", "nodeagent.collector", "history", "nobody", "--json",
+             "--collector", collector.address],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
     sizes = [page.ByteSize() for page in pages]
     rows = [row for page in pages for row in page.rows]
     assert sum(sizes) > 4 * 1024 * 1024 and len(pages) > 16
@@ -137,7 +144,8 @@ def test_stream_history_pages_a_history_larger_than_4_mb_and_the_cli_prints_it_a
     csv_lines = as_csv.splitlines()
     assert csv_lines[0].startswith("time_unix_seconds,gpu,samples,") and len(csv_lines) == expected + 1
     assert len(table.splitlines()) == expected + 1 and table.startswith("TIME")
-    assert nobody == "[]\n"
+    # A node the history does not hold: still a JSON list, and exit 2 (as replay --node says it).
+    assert (nobody.returncode, nobody.stdout) == (2, "[]\n"), nobody.stderr
 
 
 def test_a_caller_beyond_its_share_of_queries_is_refused_at_once(tmp_path: Path) -> None:

@@ -34,7 +34,8 @@
 #define MAX_PROCS 64
 #define MAX_UNSUPPORTED_FNS 32
 #define MAX_EVENTS 256
-#define MAX_SYMBOLS 96
+#define MAX_SYMBOLS 128
+#define MAX_MIG 7
 #define FIELD_IDS 512
 #define MAGIC_SAMPLE 0x67706d73u
 #define MAGIC_SET 0x65767374u
@@ -68,6 +69,18 @@ struct nvmlDevice_st {
     int n_unsupported;
     char unsupported[MAX_UNSUPPORTED_FNS][64];
     unsigned char unsupported_field[FIELD_IDS / 8];
+    /* NVLink fabric (nvmlDeviceGetGpuFabricInfoV): state 0 is a GPU that is not fabric-attached. */
+    unsigned int fabric_state, fabric_status, fabric_clique, fabric_health, fabric_summary;
+    char fabric_cluster[64];
+    unsigned int c2c_links, c2c_mbps;
+    /* Per-process utilization samples (nvmlDeviceGetProcessUtilization), percent. */
+    unsigned int nputil;
+    struct { unsigned int pid, sm, mem; } putil[MAX_PROCS];
+    /* MIG: a capable GPU's mode and instances; a MIG device handle is an entry of mig_devs. */
+    unsigned int mig_capable, mig_mode, mig_count;
+    int parent; /* -1 for a GPU, its GPU's index for a MIG device */
+    unsigned int gi, ci, slices, sms;
+    char profile[32];
 };
 
 struct nvmlEventSet_st {
@@ -78,15 +91,16 @@ struct nvmlEventSet_st {
 
 struct nvmlGpmSample_st {
     unsigned int magic;
-    int gpu, taken;
+    int gpu, taken, gi; /* gi: the MIG GPU instance sampled, -1 for the whole GPU */
     double t, sm_active, sm_occupancy, tensor, gr_active, dram;
     unsigned long long pcie_rx, pcie_tx, nvl_rx_kib, nvl_tx_kib;
 };
 
-typedef struct { long long seq; int gpu; unsigned long long type, data; } fake_event;
+typedef struct { long long seq; int gpu; unsigned long long type, data; unsigned int gi, ci; } fake_event;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nvmlDevice_st gpus[MAX_GPUS];
+static struct nvmlDevice_st mig_devs[MAX_GPUS][MAX_MIG];
 static unsigned int gpu_count, init_refcount;
 static int init_error, cuda_version, has_clock;
 static double fake_clock;
@@ -167,8 +181,14 @@ int fake_nvml_init_refcount(void) { return (int)init_refcount; }
 
 static void reset_state(int scripted) {
     memset(gpus, 0, sizeof gpus);
+    memset(mig_devs, 0, sizeof mig_devs);
     for (int i = 0; i < MAX_GPUS; i++) {
         gpus[i].index = i;
+        gpus[i].parent = -1;
+        for (int j = 0; j < MAX_MIG; j++) {
+            mig_devs[i][j].index = i;
+            mig_devs[i][j].parent = i;
+        }
         gpus[i].supported_events = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
                                    nvmlEventTypeSingleBitEccError;
     }
@@ -196,6 +216,9 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
     U32(pcie_gen_gpu_max), U64(retired_sbe), U64(retired_dbe), U32(retired_pending),
     DBL(gpm_sm_active), DBL(gpm_sm_occupancy), DBL(gpm_tensor), DBL(gpm_gr_active), DBL(gpm_dram),
     U32(mem_clock), U32(util_enc), U32(util_dec), U32(mem_temp), U64(energy_mj),
+    U32(fabric_state), U32(fabric_status), U32(fabric_clique), U32(fabric_health), U32(fabric_summary),
+    STR(fabric_cluster), U32(c2c_links), U32(c2c_mbps), U32(mig_capable), U32(mig_mode), U32(mig_count),
+    U32(gi), U32(ci), U32(slices), U32(sms), STR(profile),
 };
 
 #define LINK_U32(f) {#f, offsetof(fake_link, f), 4}
@@ -232,6 +255,22 @@ static char *token(char **s) {
 static void parse_gpu_line(struct nvmlDevice_st *g, char *rest) {
     char *key = token(&rest);
     if (!key) return;
+    if (strcmp(key, "mig") == 0 && g->parent < 0) {
+        /* "gpu 0 mig 2 KEY VALUE": the GPU's third MIG device, keyed like a GPU. */
+        char *n = token(&rest);
+        unsigned int m = n ? (unsigned int)strtoul(n, NULL, 10) : MAX_MIG;
+        if (m < MAX_MIG) parse_gpu_line(&mig_devs[g->index][m], rest);
+        return;
+    }
+    if (strcmp(key, "proc_util") == 0) {
+        char *pid = token(&rest), *sm = token(&rest), *mem = token(&rest);
+        if (pid && sm && mem && g->nputil < MAX_PROCS) {
+            g->putil[g->nputil].pid = (unsigned int)strtoul(pid, NULL, 10);
+            g->putil[g->nputil].sm = (unsigned int)strtoul(sm, NULL, 10);
+            g->putil[g->nputil++].mem = (unsigned int)strtoul(mem, NULL, 10);
+        }
+        return;
+    }
     if (strcmp(key, "unsupported") == 0) {
         char *fn = token(&rest);
         if (fn && g->n_unsupported < MAX_UNSUPPORTED_FNS)
@@ -296,8 +335,11 @@ static void parse_line(char *line) {
         fake_clock = v ? strtod(v, NULL) : 0;
     } else if (strcmp(cmd, "event") == 0) {
         char *seq = token(&rest), *gpu = token(&rest), *kind = token(&rest), *data = token(&rest);
+        char *gi = token(&rest), *ci = token(&rest); /* optional: the MIG instance it hit */
         if (!seq || !gpu || !kind || !data || n_events == MAX_EVENTS) return;
         fake_event *e = &events[n_events++];
+        e->gi = gi ? (unsigned int)strtoul(gi, NULL, 0) : 0xFFFFFFFFu;
+        e->ci = ci ? (unsigned int)strtoul(ci, NULL, 0) : 0xFFFFFFFFu;
         e->seq = strtoll(seq, NULL, 10);
         e->gpu = atoi(gpu);
         e->type = strcmp(kind, "xid") == 0 ? nvmlEventTypeXidCriticalError
@@ -364,6 +406,34 @@ static nvmlReturn_t enter(const char *symbol) {
 }
 
 static int valid_device(nvmlDevice_t d) { return d >= &gpus[0] && d < &gpus[gpu_count]; }
+
+static nvmlReturn_t enter_device(const char *symbol, nvmlDevice_t d);
+
+/* A MIG device handle of a GPU in MIG mode, within its instances. */
+static int valid_mig(nvmlDevice_t d) {
+    if (d < &mig_devs[0][0] || d >= &mig_devs[MAX_GPUS][0]) return 0;
+    size_t at = (size_t)(d - &mig_devs[0][0]);
+    unsigned int gpu = (unsigned int)(at / MAX_MIG), m = (unsigned int)(at % MAX_MIG);
+    return gpu < gpu_count && gpus[gpu].mig_mode && m < gpus[gpu].mig_count;
+}
+
+/* enter_device for the calls NVML also answers on a MIG device handle (UUID, name, memory,
+   processes, instance ids, attributes): counted against the GPU the instance belongs to. */
+static nvmlReturn_t enter_any(const char *symbol, nvmlDevice_t d) {
+    if (!valid_mig(d)) return enter_device(symbol, d);
+    pthread_mutex_lock(&lock);
+    maybe_reload();
+    if (!valid_mig(d)) {
+        count_call(symbol, -1);
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    count_call(symbol, d->index);
+    if (!init_refcount) return NVML_ERROR_UNINITIALIZED;
+    if (gpus[d->index].lost) return NVML_ERROR_GPU_IS_LOST;
+    for (int i = 0; i < d->n_unsupported; i++)
+        if (strcmp(d->unsupported[i], symbol) == 0) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
 
 static nvmlReturn_t enter_device(const char *symbol, nvmlDevice_t d) {
     pthread_mutex_lock(&lock);
@@ -483,14 +553,21 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 /* ---- identity and topology ---- */
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
-    nvmlReturn_t r = enter_device("nvmlDeviceGetUUID", device);
+    nvmlReturn_t r = enter_any("nvmlDeviceGetUUID", device);
     if (r == NVML_SUCCESS) r = copy_string(uuid, length, device->uuid);
     return leave(r);
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
-    nvmlReturn_t r = enter_device("nvmlDeviceGetName", device);
-    if (r == NVML_SUCCESS) r = copy_string(name, length, device->name);
+    nvmlReturn_t r = enter_any("nvmlDeviceGetName", device);
+    if (r == NVML_SUCCESS && device->parent >= 0) {
+        /* As the driver names a MIG device: "NVIDIA A100-SXM4-40GB MIG 1g.5gb". */
+        char mig_name[160];
+        snprintf(mig_name, sizeof mig_name, "%s MIG %s", gpus[device->parent].name, device->profile);
+        r = copy_string(name, length, mig_name);
+    } else if (r == NVML_SUCCESS) {
+        r = copy_string(name, length, device->name);
+    }
     return leave(r);
 }
 
@@ -530,6 +607,7 @@ DEVICE_GETTER(nvmlDeviceGetSupportedEventTypes, unsigned long long, device->supp
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
     nvmlReturn_t r = enter_device("nvmlDeviceGetUtilizationRates", device);
     if (r == NVML_SUCCESS && !u) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && device->mig_mode) r = NVML_ERROR_NOT_SUPPORTED; /* N/A in MIG mode */
     if (r == NVML_SUCCESS) {
         u->gpu = device->util_gpu;
         u->memory = device->util_mem;
@@ -538,7 +616,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m) {
-    nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo", device);
+    nvmlReturn_t r = enter_any("nvmlDeviceGetMemoryInfo", device);
     if (r == NVML_SUCCESS && !m) r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
         /* v1 counts reserved memory as used, as the real v1 call does. */
@@ -551,7 +629,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m) {
 
 #ifndef FAKE_NVML_LEGACY
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m) {
-    nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo_v2", device);
+    nvmlReturn_t r = enter_any("nvmlDeviceGetMemoryInfo_v2", device);
     if (r == NVML_SUCCESS && !m) r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS && m->version != nvmlMemory_v2) r = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (r == NVML_SUCCESS) {
@@ -625,22 +703,32 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounte
 }
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {
-    nvmlReturn_t r = enter_device("nvmlDeviceGetComputeRunningProcesses_v3", device);
+    nvmlReturn_t r = enter_any("nvmlDeviceGetComputeRunningProcesses_v3", device);
     if (r == NVML_SUCCESS && !count) r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS) {
-        if (*count < device->nprocs || (device->nprocs && !infos)) {
-            *count = device->nprocs;
-            r = NVML_ERROR_INSUFFICIENT_SIZE;
-        } else {
-            for (unsigned int i = 0; i < device->nprocs; i++) {
-                infos[i].pid = device->procs[i].pid;
-                infos[i].usedGpuMemory = device->procs[i].mem;
-                infos[i].gpuInstanceId = 0xFFFFFFFFu;
-                infos[i].computeInstanceId = 0xFFFFFFFFu;
-            }
-            *count = device->nprocs;
+    if (r != NVML_SUCCESS) return leave(r);
+    /* A GPU in MIG mode lists every instance's processes with their instance ids; an instance its own. */
+    struct nvmlDevice_st *sources[MAX_MIG + 1];
+    unsigned int nsources = 0, total = 0;
+    if (device->parent < 0 && device->mig_mode)
+        for (unsigned int m = 0; m < device->mig_count && m < MAX_MIG; m++) sources[nsources++] = &mig_devs[device->index][m];
+    else
+        sources[nsources++] = device;
+    for (unsigned int k = 0; k < nsources; k++) total += sources[k]->nprocs;
+    if (*count < total || (total && !infos)) {
+        *count = total;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    unsigned int n = 0;
+    for (unsigned int k = 0; k < nsources; k++) {
+        struct nvmlDevice_st *src = sources[k];
+        for (unsigned int i = 0; i < src->nprocs; i++, n++) {
+            infos[n].pid = src->procs[i].pid;
+            infos[n].usedGpuMemory = src->procs[i].mem;
+            infos[n].gpuInstanceId = src->parent >= 0 ? src->gi : 0xFFFFFFFFu;
+            infos[n].computeInstanceId = src->parent >= 0 ? src->ci : 0xFFFFFFFFu;
         }
     }
+    *count = total;
     return leave(r);
 }
 
@@ -705,6 +793,17 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     case NVML_FI_DEV_POWER_INSTANT: set_ui(v, d->power_mw); return;
     case NVML_FI_DEV_MEMORY_TEMP: set_ui(v, d->mem_temp); return;
     case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: set_ull(v, d->energy_mj); return;
+    case NVML_FI_DEV_C2C_LINK_COUNT:
+        /* GPUs without NVLink-C2C (every x86-hosted board) do not support the C2C fields. */
+        if (d->c2c_links) set_ui(v, d->c2c_links);
+        else v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        return;
+    case NVML_FI_DEV_C2C_LINK_GET_STATUS:
+    case NVML_FI_DEV_C2C_LINK_GET_MAX_BW:
+        if (!d->c2c_links) v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        else if (scope >= d->c2c_links) v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+        else set_ui(v, f == NVML_FI_DEV_C2C_LINK_GET_STATUS ? 1 : d->c2c_mbps);
+        return;
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: {
         int tx = f == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
@@ -798,6 +897,7 @@ nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
     if (r == NVML_SUCCESS && !device->gpm) r = NVML_ERROR_NOT_SUPPORTED;
     if (r == NVML_SUCCESS) {
         sample->gpu = device->index;
+        sample->gi = -1;
         sample->taken = 1;
         sample->t = now_seconds();
         sample->sm_active = device->gpm_sm_active;
@@ -827,7 +927,7 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
     if (r != NVML_SUCCESS) return leave(r);
     nvmlGpmSample_t a = m->sample1, b = m->sample2;
     if (!a || !b || a->magic != MAGIC_SAMPLE || b->magic != MAGIC_SAMPLE || !a->taken || !b->taken ||
-        a->gpu != b->gpu || m->numMetrics > NVML_GPM_METRIC_MAX)
+        a->gpu != b->gpu || a->gi != b->gi || m->numMetrics > NVML_GPM_METRIC_MAX)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (gpus[a->gpu].lost) return leave(NVML_ERROR_GPU_IS_LOST);
     double dt = b->t - a->t;
@@ -850,6 +950,155 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
         }
     }
     return leave(NVML_SUCCESS);
+}
+
+/* ---- NVLink fabric (Hopper and newer on NVSwitch systems, GB200/GB300 NVL72) ---- */
+
+/* The cluster UUID's 16 bytes from its text form (hex digits, dashes ignored); zeros when unset. */
+static void cluster_uuid(const char *text, unsigned char out[NVML_GPU_FABRIC_UUID_LEN]) {
+    memset(out, 0, NVML_GPU_FABRIC_UUID_LEN);
+    int n = 0;
+    for (const char *c = text; *c && n < 2 * NVML_GPU_FABRIC_UUID_LEN; c++) {
+        int v = *c >= '0' && *c <= '9' ? *c - '0' : *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
+              : *c >= 'A' && *c <= 'F' ? *c - 'A' + 10 : -1;
+        if (v < 0) continue;
+        out[n / 2] |= (unsigned char)(n % 2 ? v : v << 4);
+        n++;
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *info) {
+    nvmlReturn_t r = enter_device("nvmlDeviceGetGpuFabricInfoV", device);
+    if (r == NVML_SUCCESS && !info) r = NVML_ERROR_INVALID_ARGUMENT;
+    /* v2 is v3 without healthSummary at the end: the same layout up to healthMask. */
+    if (r == NVML_SUCCESS && info->version != nvmlGpuFabricInfo_v2 && info->version != nvmlGpuFabricInfo_v3)
+        r = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (r == NVML_SUCCESS && device->fabric_state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED) r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS) {
+        cluster_uuid(device->fabric_cluster, info->clusterUuid);
+        info->status = (nvmlReturn_t)device->fabric_status;
+        info->cliqueId = device->fabric_clique;
+        info->state = (nvmlGpuFabricState_t)device->fabric_state;
+        info->healthMask = device->fabric_health;
+        if (info->version == nvmlGpuFabricInfo_v3) info->healthSummary = (unsigned char)device->fabric_summary;
+    }
+    return leave(r);
+}
+
+/* ---- per-process utilization (time-sliced GPUs) ---- */
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *count, unsigned long long last_seen_us) {
+    nvmlReturn_t r = enter_device("nvmlDeviceGetProcessUtilization", device);
+    if (r == NVML_SUCCESS && !count) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && device->mig_mode) r = NVML_ERROR_NOT_SUPPORTED; /* as nvml.h says of MIG mode */
+    if (r != NVML_SUCCESS) return leave(r);
+    /* One sample per process, taken now: none newer than last_seen_us until the clock moves. */
+    unsigned long long stamp = (unsigned long long)(now_seconds() * 1e6);
+    unsigned int n = stamp > last_seen_us ? device->nputil : 0;
+    if (!n) return leave(NVML_ERROR_NOT_FOUND);
+    if (!utilization || *count < n) {
+        *count = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        utilization[i].pid = device->putil[i].pid;
+        utilization[i].timeStamp = stamp;
+        utilization[i].smUtil = device->putil[i].sm;
+        utilization[i].memUtil = device->putil[i].mem;
+        utilization[i].encUtil = utilization[i].decUtil = 0;
+    }
+    *count = n;
+    return leave(NVML_SUCCESS);
+}
+
+/* ---- MIG ---- */
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    nvmlReturn_t r = enter_device("nvmlDeviceGetMigMode", device);
+    if (r == NVML_SUCCESS && (!current || !pending)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && !device->mig_capable) r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS) *current = *pending = device->mig_mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return leave(r);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    nvmlReturn_t r = enter_device("nvmlDeviceGetMaxMigDeviceCount", device);
+    if (r == NVML_SUCCESS && !count) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) *count = device->mig_capable && device->mig_mode ? MAX_MIG : 0; /* zero unless enabled */
+    return leave(r);
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig) {
+    nvmlReturn_t r = enter_device("nvmlDeviceGetMigDeviceHandleByIndex", device);
+    if (r == NVML_SUCCESS && (!mig || index >= MAX_MIG)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && !device->mig_capable) r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS && (!device->mig_mode || index >= device->mig_count)) r = NVML_ERROR_NOT_FOUND;
+    if (r == NVML_SUCCESS) *mig = &mig_devs[device->index][index];
+    return leave(r);
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device) {
+    nvmlReturn_t r = enter_any("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig);
+    if (r == NVML_SUCCESS && (!device || mig->parent < 0)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) *device = &gpus[mig->parent];
+    return leave(r);
+}
+
+static nvmlReturn_t instance_id(const char *symbol, nvmlDevice_t mig, unsigned int *id, int compute) {
+    nvmlReturn_t r = enter_any(symbol, mig);
+    if (r == NVML_SUCCESS && !id) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && mig->parent < 0) r = NVML_ERROR_NOT_SUPPORTED; /* a GPU, not a MIG device */
+    if (r == NVML_SUCCESS) *id = compute ? mig->ci : mig->gi;
+    return leave(r);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t mig, unsigned int *id) {
+    return instance_id("nvmlDeviceGetGpuInstanceId", mig, id, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t mig, unsigned int *id) {
+    return instance_id("nvmlDeviceGetComputeInstanceId", mig, id, 1);
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t mig, nvmlDeviceAttributes_t *attributes) {
+    nvmlReturn_t r = enter_any("nvmlDeviceGetAttributes_v2", mig);
+    if (r == NVML_SUCCESS && !attributes) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && mig->parent < 0) r = NVML_ERROR_NOT_SUPPORTED; /* "only supports MIG device handles" */
+    if (r == NVML_SUCCESS) {
+        memset(attributes, 0, sizeof *attributes);
+        attributes->multiprocessorCount = mig->sms;
+        attributes->gpuInstanceSliceCount = mig->slices;
+        attributes->computeInstanceSliceCount = mig->slices;
+        attributes->memorySizeMB = mig->mem_total / (1024 * 1024);
+    }
+    return leave(r);
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpu_instance_id, nvmlGpmSample_t sample) {
+    nvmlReturn_t r = enter_device("nvmlGpmMigSampleGet", device);
+    if (r == NVML_SUCCESS && (!sample || sample->magic != MAGIC_SAMPLE)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && (!device->gpm || !device->mig_mode)) r = NVML_ERROR_NOT_SUPPORTED;
+    struct nvmlDevice_st *instance = NULL;
+    for (unsigned int m = 0; r == NVML_SUCCESS && m < device->mig_count && m < MAX_MIG; m++)
+        if (mig_devs[device->index][m].gi == gpu_instance_id) {
+            instance = &mig_devs[device->index][m];
+            break;
+        }
+    if (r == NVML_SUCCESS && !instance) r = NVML_ERROR_NOT_FOUND;
+    if (r == NVML_SUCCESS) {
+        memset(&sample->pcie_rx, 0, sizeof *sample - offsetof(struct nvmlGpmSample_st, pcie_rx));
+        sample->gpu = device->index;
+        sample->gi = (int)gpu_instance_id;
+        sample->taken = 1;
+        sample->t = now_seconds();
+        sample->sm_active = instance->gpm_sm_active;
+        sample->sm_occupancy = instance->gpm_sm_occupancy;
+        sample->tensor = instance->gpm_tensor;
+        sample->gr_active = instance->gpm_gr_active;
+        sample->dram = instance->gpm_dram;
+    }
+    return leave(r);
 }
 
 /* ---- events ---- */
@@ -901,7 +1150,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
             data->device = &gpus[events[i].gpu];
             data->eventType = events[i].type;
             data->eventData = events[i].data;
-            data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+            data->gpuInstanceId = events[i].gi;
+            data->computeInstanceId = events[i].ci;
             break;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);

@@ -11,10 +11,17 @@ The file is plain lines, one setting each, that the C side parses with ``strtok`
     gpu 0 nvlink 3 replay_step 5   (the replay counter grows by 5 on every read: errors happening now)
     gpu 0 unsupported nvmlDeviceGetUtilizationRates                gpu 0 unsupported_field 198
     event 7 3 xid 79               (sequence, GPU, xid|dbe, data; each sequence delivered once)
+    event 8 0 xid 13 2 0           (... and the MIG GPU and compute instance it hit)
+    gpu 0 fabric_state 3           gpu 0 fabric_health 0x1AA       gpu 0 fabric_cluster 7c9e...
+    gpu 0 c2c_links 10             gpu 0 proc_util 4242 55 20      (pid, SM %, memory %)
+    gpu 0 mig_capable 1            gpu 0 mig_mode 1                gpu 0 mig_count 3
+    gpu 0 mig 1 gi 2               gpu 0 mig 1 profile 2g.20gb     gpu 0 mig 1 proc 4242 1048576
 
 The library re-reads the file whenever it changes; ``FakeNvmlState.write`` replaces it atomically.
-Profiles (``a100_sxm4``, ``a800_sxm4``, ``h100_sxm5``) build states that look like real 8-GPU
-HGX nodes.
+Profiles (``a100_sxm4``, ``a800_sxm4``, ``h100_sxm5``, ``b200``) build states that look like
+real 8-GPU HGX nodes; ``gb200`` and ``gb300`` a 4-GPU compute tray of an NVL72 rack (NVLink5 to the
+rack's NVSwitches, a fabric clique, NVLink-C2C to the Grace CPUs). ``split_mig`` turns a GPU into
+MIG instances.
 """
 
 from __future__ import annotations
@@ -36,9 +43,40 @@ FI_PCIE_COUNT_RX_BYTES = 198
 FI_NVLINK_COUNT_XMIT_BYTES = 202
 FI_NVLINK_COUNT_RCV_BYTES = 204
 
+FI_NVLINK_THROUGHPUT_DATA_TX = 138
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+
 ARCH_AMPERE = 7
 ARCH_HOPPER = 9
+ARCH_BLACKWELL = 10
 GIB = 1024**3
+MIB = 1024**2
+
+# nvmlGpuFabricInfo: NVML_GPU_FABRIC_STATE_*, and the health mask's 2-bit parts (1 true, 2 false).
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 0, 1, 2, 3
+FABRIC_SUMMARY_HEALTHY, FABRIC_SUMMARY_UNHEALTHY, FABRIC_SUMMARY_LIMITED = 1, 2, 3
+NVML_ERROR_NOT_READY = 10  # a status a registration can fail with
+
+
+def fabric_health_mask(
+    *,
+    degraded_bandwidth: bool = False,
+    route_recovery: bool = False,
+    route_unhealthy: bool = False,
+    access_timeout_recovery: bool = False,
+    incorrect_configuration: int = 1,
+) -> int:
+    """The healthMask a driver reports; every part "false" (2) unless set, the configuration
+    NONE (1, correct) unless another NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_*."""
+    mask = 0
+    for shift, flag in (
+        (0, degraded_bandwidth),
+        (2, route_recovery),
+        (4, route_unhealthy),
+        (6, access_timeout_recovery),
+    ):
+        mask |= (1 if flag else 2) << shift
+    return mask | incorrect_configuration << 8
 
 
 @dataclass
@@ -108,6 +146,19 @@ class GpuState:
     procs: dict[int, int] = field(default_factory=dict)
     unsupported: set[str] = field(default_factory=set)
     unsupported_fields: set[int] = field(default_factory=set)
+    # The NVLink fabric; state 0: not fabric-attached (nvmlDeviceGetGpuFabricInfoV not supported).
+    fabric_state: int = FABRIC_NOT_SUPPORTED
+    fabric_status: int = 0
+    fabric_cluster: str = ""
+    fabric_clique: int = 0
+    fabric_health: int = 0
+    fabric_summary: int = 0  # 0: a driver without the v3 health summary
+    c2c_links: int = 0  # NVLink-C2C to the CPU (Grace)
+    c2c_mbps: int = 0  # per link
+    mig_capable: int = 0
+    mig_mode: int = 0
+    mig: list[MigInstance] = field(default_factory=list)
+    proc_util: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> (SM %, memory %)
 
     def add_traffic(
         self,
@@ -130,7 +181,28 @@ class GpuState:
                 link.tx_kib += round(nvlink_tx_per_link * seconds / 1024)
 
 
-_LIST_FIELDS = {"links", "procs", "unsupported", "unsupported_fields"}
+@dataclass
+class MigInstance:
+    """One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode."""
+
+    gi: int
+    ci: int
+    profile: str  # "1g.10gb"
+    uuid: str
+    mem_total: int
+    slices: int
+    sms: int
+    mem_used: int = 0
+    mem_reserved: int = 0
+    gpm_sm_active: float = 0.0  # percent, as GPM gives it, for this GPU instance
+    gpm_sm_occupancy: float = 0.0
+    gpm_tensor: float = 0.0
+    gpm_gr_active: float = 0.0
+    gpm_dram: float = 0.0
+    procs: dict[int, int] = field(default_factory=dict)
+
+
+_LIST_FIELDS = {"links", "procs", "unsupported", "unsupported_fields", "mig", "proc_util"}
 
 
 @dataclass
@@ -143,6 +215,8 @@ class FakeNvmlState:
     clock: float | None = 1000.0
     init_error: int = 0
     events: list[tuple[int, int, str, int]] = field(default_factory=list)
+    # The MIG (GPU, compute) instance an event hit, by its sequence.
+    event_instances: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def advance(self, seconds: float) -> None:
         assert self.clock is not None, "the fake runs on its monotonic clock"
@@ -152,8 +226,30 @@ class FakeNvmlState:
         seq = max((e[0] for e in self.events), default=0) + 1
         self.events.append((seq, gpu, kind, data))
 
-    def inject_xid(self, gpu: int, xid: int) -> None:
+    def inject_xid(self, gpu: int, xid: int, instance: tuple[int, int] | None = None) -> None:
+        """An Xid on ``gpu``; ``instance``: the (GPU instance, compute instance) it hit."""
         self.inject_event(gpu, XID_EVENT, xid)
+        if instance is not None:
+            self.event_instances[self.events[-1][0]] = instance
+
+    def split_mig(self, gpu: int, instances: list[tuple[int, str, int, int]]) -> list[MigInstance]:
+        """Put ``gpu`` in MIG mode with these (GPU instance id, profile, slices, memory GiB)
+        instances, one compute instance each; returns them."""
+        g = self.gpus[gpu]
+        g.mig_capable, g.mig_mode = 1, 1
+        g.mig = [
+            MigInstance(
+                gi=gi,
+                ci=0,
+                profile=profile,
+                slices=slices,
+                sms=slices * 16,
+                mem_total=mem_gib * GIB - 256 * MIB,
+                uuid=f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{g.uuid}/{gi}')}",
+            )
+            for gi, profile, slices, mem_gib in instances
+        ]
+        return g.mig
 
     def inject_double_bit_ecc(self, gpu: int) -> None:
         self.gpus[gpu].ecc_dbe_vol += 1
@@ -180,7 +276,16 @@ class FakeNvmlState:
             out.extend(f"gpu {i} proc {pid} {mem}" for pid, mem in gpu.procs.items())
             out.extend(f"gpu {i} unsupported {name}" for name in sorted(gpu.unsupported))
             out.extend(f"gpu {i} unsupported_field {fid}" for fid in sorted(gpu.unsupported_fields))
-        out.extend(f"event {seq} {gpu} {kind} {data}" for seq, gpu, kind, data in self.events)
+            out.extend(f"gpu {i} proc_util {pid} {sm} {mem}" for pid, (sm, mem) in gpu.proc_util.items())
+            out.append(f"gpu {i} mig_count {len(gpu.mig)}")
+            for m, instance in enumerate(gpu.mig):
+                for f in fields(instance):
+                    if f.name != "procs":
+                        out.append(f"gpu {i} mig {m} {f.name} {getattr(instance, f.name)}")
+                out.extend(f"gpu {i} mig {m} proc {pid} {mem}" for pid, mem in instance.procs.items())
+        for seq, gpu, kind, data in self.events:
+            hit = self.event_instances.get(seq)
+            out.append(f"event {seq} {gpu} {kind} {data}" + (f" {hit[0]} {hit[1]}" if hit else ""))
         return out
 
     def write(self, path: Path) -> None:
@@ -205,6 +310,8 @@ def _hgx(
     pcie_gen: int,
     gpm: bool,
     unsupported_fields: set[int],
+    link_mbps: int = 25_000,
+    buses: tuple[str, ...] | None = None,
 ) -> FakeNvmlState:
     gpus = []
     for i in range(count):
@@ -213,7 +320,7 @@ def _hgx(
                 name=model,
                 uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{model}/{i}')}",
                 serial=f"16520220{i:05d}",
-                bus_id=f"00000000:{_HGX_BUSES[i % len(_HGX_BUSES)]}:00.0",
+                bus_id=buses[i % len(buses)] if buses else f"00000000:{_HGX_BUSES[i % len(_HGX_BUSES)]}:00.0",
                 arch=arch,
                 pci_device_id=pci_device_id,
                 mem_total=mem_total,
@@ -221,7 +328,8 @@ def _hgx(
                 pcie_gen_gpu_max=pcie_gen,
                 pcie_gen=pcie_gen,
                 gpm=int(gpm),
-                links=[LinkState() for _ in range(links)],
+                links=[LinkState(speed_mbps=link_mbps) for _ in range(links)],
+                mig_capable=1,  # every HGX board since A100 can be split
                 # Ampere and newer remap rows instead of retiring pages: NVML has no page counts there.
                 unsupported_fields={*unsupported_fields, FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING},
             )
@@ -281,4 +389,77 @@ def h100_sxm5(count: int = 8) -> FakeNvmlState:
     )
 
 
-PROFILES = {"a100_sxm4": a100_sxm4, "a800_sxm4": a800_sxm4, "h100_sxm5": h100_sxm5}
+# NVLink5 (Blackwell) counts payload bytes in NVML_FI_DEV_NVLINK_COUNT_*_BYTES; the NVLink 2-4
+# THROUGHPUT_DATA fields are not supported there.
+_NVLINK5_FIELDS = {FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX}
+# The GB200 NVL72 trays' four GPUs sit in the two Grace CPUs' PCIe domains.
+_TRAY_BUSES = ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019:01:00.0")
+
+
+def _fabric(state: FakeNvmlState, cluster: str, clique: int, summary: int) -> FakeNvmlState:
+    """Every GPU registered with the fabric manager, healthy, in one clique of one cluster."""
+    for g in state.gpus:
+        g.fabric_state, g.fabric_status = FABRIC_COMPLETED, 0
+        g.fabric_cluster, g.fabric_clique = cluster, clique
+        g.fabric_health, g.fabric_summary = fabric_health_mask(), summary
+        g.power_mw = 140_000
+    return state
+
+
+def b200(count: int = 8) -> FakeNvmlState:
+    """8x B200 180GB HBM3e (HGX B200): 18 NVLink5 links of 50 GB/s each way (1.8 TB/s per GPU) to
+    the baseboard's NVSwitches, registered with the fabric manager (no multi-node cluster), PCIe
+    Gen5 x16 to the x86 host, GPM, MIG-capable."""
+    state = _hgx(
+        "NVIDIA B200",
+        count=count,
+        arch=ARCH_BLACKWELL,
+        pci_device_id=0x290110DE,
+        mem_total=183_359 * MIB,
+        links=18,
+        link_mbps=50_000,
+        pcie_gen=5,
+        gpm=True,
+        unsupported_fields=_NVLINK5_FIELDS,
+    )
+    return _fabric(state, cluster="", clique=0, summary=FABRIC_SUMMARY_HEALTHY)
+
+
+def gb200(count: int = 4) -> FakeNvmlState:
+    """A GB200 NVL72 compute tray: 4x B200 186GB HBM3e, 18 NVLink5 links each to the rack's
+    NVSwitch trays, one clique of the rack's NVLink domain (cluster UUID from the fabric manager),
+    NVLink-C2C to the Grace CPUs (10 links of 45 GB/s), PCIe Gen5 x16, GPM, MIG-capable."""
+    state = _hgx(
+        "NVIDIA GB200",
+        count=count,
+        arch=ARCH_BLACKWELL,
+        pci_device_id=0x294110DE,
+        mem_total=189_471 * MIB,
+        links=18,
+        link_mbps=50_000,
+        pcie_gen=5,
+        gpm=True,
+        unsupported_fields=_NVLINK5_FIELDS,
+        buses=_TRAY_BUSES,
+    )
+    for g in state.gpus:
+        g.c2c_links, g.c2c_mbps = 10, 45_000
+    return _fabric(state, cluster="7c9e6679-7425-40de-944b-e07fc1f90ae7", clique=32766, summary=FABRIC_SUMMARY_HEALTHY)
+
+
+def gb300(count: int = 4) -> FakeNvmlState:
+    """A GB300 NVL72 compute tray: 4x Blackwell Ultra 288GB HBM3e, as ``gb200`` otherwise, with
+    PCIe Gen6 to the ConnectX-8 SuperNICs."""
+    state = gb200(count)
+    for i, g in enumerate(state.gpus):
+        g.name, g.pci_device_id = "NVIDIA GB300", 0x31C210DE
+        g.uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{g.name}/{i}')}"
+        g.mem_total = 288_000 * MIB
+        g.pcie_gen_max = g.pcie_gen_gpu_max = g.pcie_gen = 6
+    return state
+
+
+PROFILES = {
+    "a100_sxm4": a100_sxm4, "a800_sxm4": a800_sxm4, "h100_sxm5": h100_sxm5,
+    "b200": b200, "gb200": gb200, "gb300": gb300,
+}  # fmt: skip

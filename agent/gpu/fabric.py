@@ -1,0 +1,68 @@
+"""Each GPU's place in the NVLink fabric, read every tick: the report's ``GpuFabric``, and a health
+event when what is wrong with it changes.
+
+On NVSwitch systems (HGX H100/B200, GB200/GB300 NVL72) a GPU that has not registered with the
+fabric manager, or whose routes are unhealthy, cannot reach its peers at NVLink bandwidth while
+``nvidia-smi`` and the per-link NVLink state may still look fine: this is where it shows. A GPU
+that is not fabric-attached (PCIe boards, HGX A100) reports nothing: ``nvml.Gpu.fabric`` is None
+once and never asked again. What the parts mean is ``core/wire/fabric.py``'s, shared with the
+collector's alert and diag.
+"""
+
+from __future__ import annotations
+
+from nodeagent.agent.gpu import nvml
+from nodeagent.core.wire.fabric import describe, fabric_message, fabric_problems, fabric_transients
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+class FabricWatch:
+    """What each GPU's fabric said last, so a change (and only a change) becomes an event."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[str, ...]] = {}  # by GPU UUID: problems and repairs under way
+
+    def read(self, gpu: nvml.Gpu, sample: pb.GpuSample, report: pb.NodeReport) -> None:
+        """Set ``sample.fabric`` from NVML; add an event to ``report`` when the GPU's fabric turns
+        bad, changes how it is bad, or recovers."""
+        info = gpu.fabric()
+        if info is None:
+            return
+        fabric = fabric_message(
+            info.state, info.status, info.cluster_uuid, info.clique_id, info.health_mask, info.health_summary
+        )
+        sample.fabric.CopyFrom(fabric)
+        problems, transients = fabric_problems(fabric), fabric_transients(fabric)
+        now = (*problems, *transients)
+        before = self._last.get(sample.uuid, ())
+        self._last[sample.uuid] = now
+        if now == before:
+            return
+        if problems:
+            severity = "critical"
+        elif transients:
+            severity = "warning"
+        else:
+            severity = "info"
+        said = describe(fabric) if problems else (", ".join(transients) + " under way" if transients else "healthy")
+        report.events.add(
+            time_unix_seconds=report.time_unix_seconds,
+            kind="gpu_fabric",
+            severity=severity,
+            subject=f"gpu:{sample.index}",
+            message=f"GPU {sample.index} NVLink fabric: {said}",
+            attributes={
+                "uuid": sample.uuid,
+                "state": fabric.state,
+                "problems": ",".join(now),
+                "cluster_uuid": fabric.cluster_uuid,
+                "clique_id": str(fabric.clique_id),
+            },
+        )
+
+    def retain(self, uuids: set[str]) -> None:
+        """Forget GPUs no longer on the node."""
+        for uuid in [u for u in self._last if u not in uuids]:
+            del self._last[uuid]

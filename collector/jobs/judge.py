@@ -1,0 +1,170 @@
+"""One job at one step: the roll-up's rules, in the order they apply (docs/jobs.md).
+
+1. **Who is judged**: the job's nodes whose values are of this step (a node that has not
+   stepped yet, or is silent, sits this one out) and that have GPUs the detector judges.
+2. **Idle, warm-up**: no GPU of the job judged nor warming up is `idle`; more warming up than
+   judged is `warmup`.
+3. **Compare** (two nodes or more, and ranks whose claims agree: ``membership.claims``): every
+   node's standing this step (``straggler.stand_out``) joins its history; persistent stand-outs
+   are the stragglers (``straggler.stragglers``).
+4. **Straggler**: `slowed`, the stragglers named with their persistent cause; the wait share
+   (``wait_share``) and, for a network or storage cause, the ingest the straggler would need;
+   every other judged node waits on them.
+5. **Job-wide**: no straggler, and ``job_wide_share_ratio`` of the judged nodes show the same
+   bottleneck of their own (a data cause, throttled, or the collective: `link`): `slowed`,
+   ``job_wide``, the shared cause, no node named.
+6. **Slowed, nobody to blame**: the job's GPUs wait (its mean idle share at least the moderate
+   tier) but no node stands out and their causes differ: `slowed`, cause ``unknown``.
+7. Else `busy`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.jobs.membership import Claims, Member
+from nodeagent.collector.jobs.node_values import NodeValues
+from nodeagent.collector.jobs.straggler import (
+    Standing,
+    latest_standout,
+    persistent_cause,
+    remember,
+    stand_out,
+    stood_out_steps,
+    stragglers,
+)
+from nodeagent.collector.jobs.wait_share import job_wait, straggler_wait
+from nodeagent.core.detector.config import DetectorConfig
+
+# A node's own bottleneck as a job cause: waiting on the collective everywhere is the links'.
+_JOB_CAUSE = {"interconnect": "link"}
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    state: str
+    stragglers: tuple[str, ...] = ()
+    cause: str | None = None
+    job_wide: bool = False
+    wait_ratio: float | None = None
+    # What the stragglers make the others wait (passed to the waiting nodes' detectors).
+    straggler_wait_ratio: float | None = None
+    waiting: tuple[str, ...] = ()
+    needed_bytes_per_second: float | None = None
+    evidence: dict[str, float | str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def judge(
+    members: Mapping[str, Member],
+    step: int,
+    claims: Claims,
+    before: tuple[str, ...],
+    detector: DetectorConfig,
+    config: JobRollupConfig,
+) -> Judgement:
+    """The job's verdict at ``step``; ``members``: those with values of this step."""
+    values = {node: m.values for node, m in members.items() if m.values is not None}
+    judged = {node: v for node, v in values.items() if v.assigned}
+    if not judged:
+        warming = sum(v.warmup for v in values.values())
+        return Judgement("warmup" if warming else "idle")
+    if sum(v.warmup for v in values.values()) > sum(v.assigned for v in judged.values()):
+        return Judgement("warmup", wait_ratio=job_wait(judged, (), None))
+    own_wait = job_wait(judged, (), None)
+    waits = own_wait is not None and own_wait >= detector.moderate_ratio
+    notes: list[str] = []
+    named: tuple[str, ...] = ()
+    if len(judged) >= 2 and claims.comparable:
+        standings = stand_out(judged, step, waits, config)
+        for node, member in members.items():
+            remember(member, standings.get(node, Standing(step, False)))
+        compared = {node: members[node] for node in judged}
+        named = stragglers(compared, step, before, detector.enter_steps, detector.window_steps)
+    elif len(judged) == 1:
+        notes.append("one node: judged alone, no comparison")
+    if named:
+        return _straggler(members, judged, named, step, detector, notes)
+    return _without_straggler(judged, own_wait, waits, detector, config, notes)
+
+
+def _straggler(
+    members: Mapping[str, Member],
+    judged: Mapping[str, NodeValues],
+    named: tuple[str, ...],
+    step: int,
+    detector: DetectorConfig,
+    notes: list[str],
+) -> Judgement:
+    causes = Counter(persistent_cause(members[n], step, detector.window_steps) for n in named)
+    cause = causes.most_common(1)[0][0]
+    share = straggler_wait(judged, named, cause)
+    wait = job_wait(judged, named, share)
+    top = max(named, key=lambda n: _strength(latest_standout(members[n])))
+    evidence: dict[str, float | str] = {
+        "straggler": top,
+        "stood_out_steps": f"{stood_out_steps(members[top], step, detector.window_steps)}/{detector.window_steps}",
+        "nodes_compared": len(judged),
+    }
+    if len(named) > 1:
+        evidence["stragglers"] = ",".join(named)
+    standout = latest_standout(members[top])
+    if standout is not None:
+        for s in standout.scores:
+            evidence[s.signal] = s.value
+            evidence[f"{s.signal}_job_median"] = s.job_median
+            evidence[f"{s.signal}_score"] = s.score
+        for f in standout.links:
+            evidence[f"link_{f.kind}"] = f.subject
+            evidence[f"link_{f.kind}_value"] = round(f.value, 4)
+            evidence[f"link_{f.kind}_job_median"] = round(f.job_median, 4)
+    v = judged[top]
+    if cause in (v.own_cause, v.evidence_cause):
+        evidence.update(v.evidence)
+    if share is not None:
+        evidence["straggler_wait_ratio"] = share
+    if cause == "throttled" and v.clock_mhz is not None:
+        evidence["sm_clock_mhz"] = round(v.clock_mhz, 1)
+    needed = v.needed_bytes_per_second if cause in ("network", "storage") else None
+    waiting = tuple(sorted(n for n in judged if n not in named))
+    return Judgement(
+        "slowed", named, cause, False, wait, share, waiting, needed, evidence, tuple(notes)
+    )  # fmt: skip
+
+
+def _without_straggler(
+    judged: Mapping[str, NodeValues],
+    own_wait: float | None,
+    waits: bool,
+    detector: DetectorConfig,
+    config: JobRollupConfig,
+    notes: list[str],
+) -> Judgement:
+    shared = Counter(v.own_cause for v in judged.values() if v.own_cause is not None)
+    evidence: dict[str, float | str] = {"nodes_compared": len(judged)}
+    for own, count in shared.items():
+        evidence[f"nodes_{own}"] = count
+    if shared:
+        own, count = shared.most_common(1)[0]
+        if count >= math.ceil(config.job_wide_share_ratio * len(judged) - 1e-9):
+            cause = _JOB_CAUSE.get(own, own)
+            needed = [v.needed_bytes_per_second for v in judged.values() if v.needed_bytes_per_second is not None]
+            need = statistics.median(needed) if needed and cause in ("network", "storage") else None
+            if need is not None:
+                evidence["needed_bytes_per_second_node_median"] = round(need)
+            return Judgement("slowed", (), cause, True, own_wait, None, (), need, evidence, tuple(notes))
+    if waits:
+        notes.append("the job's GPUs wait, but no node stands out and their causes differ")
+        return Judgement("slowed", (), "unknown", False, own_wait, None, (), None, evidence, tuple(notes))
+    return Judgement("busy", wait_ratio=own_wait, evidence=evidence, notes=tuple(notes))
+
+
+def _strength(standing: Standing | None) -> float:
+    if standing is None:
+        return 0.0
+    return max((abs(s.score) for s in standing.scores), default=0.0) + len(standing.links)

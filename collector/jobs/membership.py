@@ -1,0 +1,255 @@
+"""Which nodes, GPUs and ranks belong to each job key, from the ``JobSample``s of the nodes'
+reports; what the ranks claim; and nodes that leave.
+
+A node joins a job when a report of its names the job key (``NodeReport.jobs``), with the GPUs
+the job's processes use there (``JobSample.gpus``: a node in two jobs gives each only its own
+GPUs), its ranks, node rank and the world size its processes claim. It leaves when a report
+no longer names the key, or when it is silent (no report) for longer than the detector's window;
+the job's verdict notes either for a window. Membership is read at each of the node's window
+steps, not every report.
+
+Bounds: at most ``max_jobs`` jobs (a new key past it is not followed, ``refused_jobs_total``), at
+most ``max_nodes_per_job`` nodes per job (a node past it is left out of that job and counted in
+its notes), at most ``max_jobs_per_node`` keys read from a report, ``max_ranks_per_node`` ranks
+kept per node. So memory is bounded by the nodes the collector holds times ``max_jobs_per_node``,
+whatever the reports claim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+if TYPE_CHECKING:
+    from nodeagent.collector.jobs.node_values import NodeValues
+    from nodeagent.collector.jobs.straggler import Standing
+    from nodeagent.core.detector.node import NodeDetector
+
+_log = structlog.get_logger("nodeagent.collector.jobs")
+
+# Leave notes stay on the verdict this long after the node left (in windows).
+_NOTE_WINDOWS = 1.0
+# Log a refused job key at most this often.
+_REFUSAL_LOG_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class Member:
+    """One node's part in one job."""
+
+    node_id: str
+    job: Job
+    gpus: tuple[int, ...]
+    ranks: tuple[int, ...]
+    ranks_count: int
+    world_size: int
+    node_rank: int | None
+    last_report: float
+    # The job step its values are for (-1: none yet), and the values.
+    step: int = -1
+    values: NodeValues | None = None
+    detector: NodeDetector | None = None
+    # Its standing over the last window steps (straggler.py), and whether it waits on a straggler.
+    history: deque[Standing] = field(default_factory=deque)
+    waiting: bool = False
+    # Per GPU index: the detector's cumulative GPU time lost last seen (the job's loss adds deltas).
+    lost_seen: dict[int, float] = field(default_factory=dict)
+    # Cumulative link error counters at its last step (node_values turns them into per-step deltas).
+    nvlink_errors_total: int | None = None
+    nic_errors_total: int | None = None
+
+
+@dataclass(slots=True)
+class Job:
+    key: str
+    source: str
+    members: dict[str, Member] = field(default_factory=dict)
+    # (time, note) of nodes that left, kept for a window.
+    left: list[tuple[float, str]] = field(default_factory=list)
+    # Nodes that named the job past max_nodes_per_job, and when they last did.
+    refused_nodes: dict[str, float] = field(default_factory=dict)
+    # The step being gathered (-1: none), the last judged, how many members stepped into it.
+    gathering: int = -1
+    judged: int = -1
+    stepped: int = 0
+    # When the step being gathered is judged even if some node has not stepped into it.
+    due: float = math.inf
+    last_judged_time: float | None = None
+    gpu_seconds_lost: float = 0.0
+    # What its nodes' ranks claim (None: to be worked out again, after a change).
+    claims: Claims | None = None
+    # The stragglers it names, and whether its alert is critical (the roll-up's memory between steps).
+    stragglers: tuple[str, ...] = ()
+    critical: bool = False
+
+
+class Membership:
+    def __init__(self, window_seconds: float, window_steps: int, config: JobRollupConfig) -> None:
+        self.window_seconds = window_seconds
+        self.window_steps = window_steps
+        self.config = config
+        self.jobs: dict[str, Job] = {}
+        # node -> job key -> its member there.
+        self.by_node: dict[str, dict[str, Member]] = {}
+        self.refused_jobs_total = 0
+        self.ignored_job_samples_total = 0
+        self._refusal_logged = -_REFUSAL_LOG_SECONDS
+
+    def update(
+        self, node_id: str, report: pb.NodeReport, detector: NodeDetector
+    ) -> tuple[list[tuple[Job, Member]], list[tuple[Job, Member]]]:
+        """The jobs a node's step report names, joined or updated; and those it left (no longer named)."""
+        t = report.time_unix_seconds
+        config = self.config
+        mine = self.by_node.get(node_id, {})
+        named: dict[str, pb.JobSample] = {}
+        for sample in report.jobs:
+            if sample.job and sample.job not in named:
+                if len(named) >= config.max_jobs_per_node:
+                    self.ignored_job_samples_total += 1
+                    continue
+                named[sample.job] = sample
+        left = []
+        for key in [k for k in mine if k not in named]:
+            gone = self.jobs[key]
+            member = self.leave(gone, node_id, t, f"{node_id} left: its reports no longer name the job")
+            if member is not None:
+                left.append((gone, member))
+        out = []
+        for key, sample in named.items():
+            job = self.jobs.get(key)
+            if job is None:
+                if len(self.jobs) >= config.max_jobs:
+                    self._refuse(key, t)
+                    continue
+                job = self.jobs[key] = Job(key, sample.source)
+            member = job.members.get(node_id)
+            if member is None:
+                if len(job.members) >= config.max_nodes_per_job:
+                    job.refused_nodes[node_id] = t
+                    continue
+                member = Member(node_id, job, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
+                job.members[node_id] = member
+                job.claims = None
+                self.by_node.setdefault(node_id, {})[key] = member
+            job.source = sample.source or job.source
+            ranks, gpus = sample.ranks, tuple(sample.gpus)
+            kept = tuple(ranks[: config.max_ranks_per_node])
+            if (gpus, kept, len(ranks), sample.world_size) != (
+                member.gpus, member.ranks, member.ranks_count, member.world_size,
+            ):  # fmt: skip
+                member.gpus, member.ranks, member.ranks_count = gpus, kept, len(ranks)
+                member.world_size = sample.world_size
+                job.claims = None
+            member.node_rank = sample.node_rank if sample.HasField("node_rank") else None
+            member.last_report = t
+            member.detector = detector
+            out.append((job, member))
+        return out, left
+
+    def leave(self, job: Job, node_id: str, t: float, note: str) -> Member | None:
+        member = job.members.pop(node_id, None)
+        mine = self.by_node.get(node_id)
+        if mine is not None:
+            mine.pop(job.key, None)
+            if not mine:
+                del self.by_node[node_id]
+        if member is None:
+            return None
+        job.claims = None
+        job.left.append((t, note))
+        if member.step >= job.gathering >= 0:
+            job.stepped = max(0, job.stepped - 1)
+        return member
+
+    def drop_silent(self, job: Job, t: float) -> list[Member]:
+        """Members silent for longer than the window leave the job."""
+        silent = [m for m in job.members.values() if t - m.last_report > self.window_seconds]
+        for member in silent:
+            self.leave(job, member.node_id, t, f"{member.node_id} left: silent {t - member.last_report:.0f} s")
+        return silent
+
+    def forget(self, node_id: str) -> list[Job]:
+        """A retired node: out of every job (no note: it is gone from the collector)."""
+        jobs = [self.jobs[key] for key in self.by_node.get(node_id, {})]
+        for job in jobs:
+            self.leave(job, node_id, 0.0, "")
+            job.left = [(at, note) for at, note in job.left if note]
+            job.refused_nodes.pop(node_id, None)
+        return jobs
+
+    def end(self, job: Job) -> None:
+        """A job without nodes is no longer followed."""
+        self.jobs.pop(job.key, None)
+
+    def notes(self, job: Job, t: float) -> list[str]:
+        """What limits the job's verdict beside the ranks' claims: nodes left out or gone."""
+        job.left = [(at, note) for at, note in job.left if t - at <= _NOTE_WINDOWS * self.window_seconds]
+        notes = []
+        window = self.window_seconds
+        job.refused_nodes = {node: at for node, at in job.refused_nodes.items() if t - at <= window}
+        if job.refused_nodes:
+            more = len(job.refused_nodes)
+            notes.append(
+                f"{more} more node{'s name' if more > 1 else ' names'} the job, past the bound of "
+                f"{self.config.max_nodes_per_job} nodes per job: not followed"
+            )
+        notes.extend(note for _, note in job.left)
+        return notes
+
+    def _refuse(self, key: str, t: float) -> None:
+        self.refused_jobs_total += 1
+        if t - self._refusal_logged >= _REFUSAL_LOG_SECONDS:
+            self._refusal_logged = t
+            _log.warning(
+                "job not followed: too many jobs", job=key[:64], max_jobs=self.config.max_jobs,
+                refused_jobs_total=self.refused_jobs_total,
+            )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """What the ranks of a job's nodes claim, and whether the nodes can be compared."""
+
+    world_size: int
+    ranks_reported: int
+    notes: tuple[str, ...]
+    # False when the claims contradict each other (a job key two jobs share, most likely): the
+    # job is judged node by node, and no straggler is named.
+    comparable: bool
+
+
+def claims(members: Iterable[Member]) -> Claims:
+    """The world size most nodes claim (0 when none does), the ranks reported, and notes."""
+    members = list(members)
+    notes = []
+    comparable = True
+    sizes = Counter(m.world_size for m in members if m.world_size)
+    if len(sizes) > 1:
+        said = ", ".join(f"{size} on {count} node{'s' if count > 1 else ''}" for size, count in sizes.most_common())
+        notes.append(f"the ranks disagree on the world size ({said}): the nodes are not compared")
+        comparable = False
+    owners: dict[int, str] = {}
+    twice: list[str] = []
+    for m in members:
+        for rank in m.ranks:
+            other = owners.setdefault(rank, m.node_id)
+            if other != m.node_id and len(twice) < 3:
+                twice.append(f"rank {rank} on {other} and {m.node_id}")
+    if twice:
+        notes.append(f"ranks claimed twice ({'; '.join(twice)}): the nodes are not compared")
+        comparable = False
+    world = sizes.most_common(1)[0][0] if sizes else 0
+    reported = sum(m.ranks_count for m in members)
+    if world and reported != world:
+        nodes = len(members)
+        notes.append(f"{nodes} node{'s' if nodes != 1 else ''} report {reported} of {world} ranks")
+    return Claims(world, reported, tuple(notes), comparable)

@@ -1,0 +1,245 @@
+"""What one node shows for one job at one of its window steps: the values the roll-up compares
+across the job's nodes.
+
+Only the job's GPUs on the node count (``JobSample.gpus``; all the node's GPUs when the sample
+names none). From the node's detector: each GPU's own verdict (before any wait the roll-up set)
+and what it did over the step as read (NVML utilization, GPM SM activity, throttled share:
+``NodeDetector.activity``); from the step's report: SM clocks, PCIe link speeds, NVLink state and
+error counters, NIC and RDMA error counters and link speeds; from every report (``nic_peaks``):
+each NIC's peak rates over the window.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.jobs.membership import Member
+from nodeagent.collector.jobs.nic_peaks import NicPeaks
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.detector.node_evidence import NodeEvidence
+from nodeagent.core.detector.verdict import DATA_CAUSES, GpuVerdict, majority_cause, starved_causes
+from nodeagent.core.quantities.units import pcie_bytes_per_second
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+# A GPU the detector judges (not idle, lost or warming up).
+_JUDGED = frozenset({"busy", "starved", "throttled"})
+# RDMA port counters that count link trouble (counters/ and hw_counters/ of the kernel).
+# The evidence that names the rate of the link or disk behind a network or storage cause.
+_INGEST_KEYS = {
+    "network": ("network_rx_bytes_per_second", "network_plateau_rx_bytes_per_second"),
+    "storage": ("storage_read_bytes_per_second",),
+}
+_RDMA_ERRORS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "local_link_integrity_errors")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkValues:
+    # NICs that moved traffic over the window: name -> link speed (bytes per second).
+    nic_speeds: Mapping[str, float] = field(default_factory=dict)
+    # The NIC that carries the collective (the most symmetric traffic) and its window peak.
+    fabric_nic: str | None = None
+    fabric_peak_bytes_per_second: float | None = None
+    fabric_speed_bytes_per_second: float | None = None
+    # The slowest current PCIe link among the job's GPUs, and that GPU's maximum.
+    pcie_bytes_per_second: float | None = None
+    pcie_max_bytes_per_second: float | None = None
+    nvlink_inactive: int = 0
+    # Errors since the node's previous step (None at its first).
+    nvlink_errors: int | None = None
+    nic_errors: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeValues:
+    gpus: int
+    # The job's GPUs here that the detector judges, and those warming up.
+    assigned: int
+    warmup: int
+    # Means over the judged GPUs: over the step as read (utilization, SM activity, throttled share,
+    # data wait: what the roll-up compares step by step) ...
+    busy_ratio: float | None
+    sm_active_ratio: float | None
+    throttled_ratio: float | None
+    data_wait_ratio: float | None
+    # ... and over the detector's window (its own verdicts: what the wait share counts).
+    window_data_wait_ratio: float | None
+    idle_ratio: float | None
+    interconnect_ratio: float | None
+    # The node's own bottleneck for these GPUs: throttled, a data cause, interconnect; None (busy).
+    own_cause: str | None
+    # The values that decided the node's own verdict, when its cause is own_cause.
+    evidence: Mapping[str, float | str]
+    # A data cause the node's latest window step points at, even before its verdict says starved.
+    evidence_cause: str | None
+    needed_bytes_per_second: float | None
+    clock_mhz: float | None
+    link: LinkValues
+
+
+def node_values(
+    member: Member, report: pb.NodeReport, detector: NodeDetector, peaks: NicPeaks | None, config: JobRollupConfig
+) -> NodeValues:
+    wanted = set(member.gpus)
+    own = [g for g in detector.own_gpus if not wanted or g.index in wanted]
+    judged = [g for g in own if g.state in _JUDGED]
+    # One pass, sums in locals: this runs for every node of every job at every step.
+    busy = throttled = step_data = sm = window_data = idle = sync = 0.0
+    n_act = n_step_data = n_sm = n_window = n_idle = n_sync = 0
+    for g in judged:
+        a = detector.activity(g.index)
+        if a is not None:
+            busy += a.utilization_ratio
+            throttled += a.throttled_ratio
+            n_act += 1
+            if a.data_wait_ratio is not None:
+                step_data += a.data_wait_ratio
+                n_step_data += 1
+            if a.sm_active_ratio is not None:
+                sm += a.sm_active_ratio
+                n_sm += 1
+        if g.starvation_ratio is not None:
+            window_data += g.starvation_ratio
+            n_window += 1
+        if g.idle_ratio is not None:
+            idle += g.idle_ratio
+            n_idle += 1
+        if g.interconnect_ratio is not None:
+            sync += g.interconnect_ratio
+            n_sync += 1
+    own_cause = _own_cause(judged)
+    verdict = detector.verdict
+    data_wait = window_data / n_window if n_window else None
+    evidence: Mapping[str, float | str] = verdict.evidence if verdict.cause == own_cause else {}
+    e = detector.evidence
+    evidence_cause = "network" if e.network else "storage" if e.storage else "cpu" if e.cpu else None
+    needed = _needed(own_cause if own_cause in ("network", "storage") else evidence_cause, data_wait, e)
+    if needed is None and verdict.cause == own_cause:
+        needed = verdict.needed_ingest_bytes_per_second
+    samples = [g for g in report.gpus if not wanted or g.index in wanted]
+    link, clock = _links(member, report, samples, peaks, config)
+    return NodeValues(
+        gpus=len(own),
+        assigned=len(judged),
+        warmup=sum(1 for g in own if g.state == "warmup"),
+        busy_ratio=busy / n_act if n_act else None,
+        # GPM counts where at least half the judged GPUs have it.
+        sm_active_ratio=sm / n_sm if n_sm and n_sm * 2 >= len(judged) else None,
+        throttled_ratio=throttled / n_act if n_act else None,
+        data_wait_ratio=step_data / n_step_data if n_step_data else None,
+        window_data_wait_ratio=data_wait,
+        idle_ratio=idle / n_idle if n_idle else None,
+        interconnect_ratio=sync / n_sync if n_sync else None,
+        own_cause=own_cause,
+        evidence=evidence,
+        evidence_cause=evidence_cause,
+        needed_bytes_per_second=needed,
+        clock_mhz=clock,
+        link=link,
+    )
+
+
+def _needed(cause: str | None, data_wait: float | None, e: NodeEvidence) -> float | None:
+    """The rate the link or volume that decided the cause would need to keep the GPUs busy: what
+    it carries over the share of time not spent waiting for data (NodeDetector's rule, for the
+    one link or disk the evidence names rather than the node's total)."""
+    if cause not in _INGEST_KEYS or data_wait is None or data_wait >= 1.0:
+        return None
+    observed = next((v for k in _INGEST_KEYS[cause] if isinstance(v := e.values.get(k), int | float)), None)
+    if observed is None:
+        observed = e.network_rx_bytes_per_second if cause == "network" else e.disk_read_bytes_per_second
+    return None if observed is None else observed / (1.0 - data_wait)
+
+
+def _own_cause(judged: list[GpuVerdict]) -> str | None:
+    if not judged:
+        return None
+    if sum(1 for g in judged if g.state == "throttled") * 2 > len(judged):
+        return "throttled"
+    votes = starved_causes(tuple(judged))
+    if sum(votes.values()) * 2 >= len(judged):
+        return majority_cause(votes)
+    return None
+
+
+def _links(
+    member: Member, report: pb.NodeReport, samples: list[pb.GpuSample], peaks: NicPeaks | None,
+    config: JobRollupConfig,
+) -> tuple[LinkValues, float | None]:  # fmt: skip
+    """The node's link values, and the mean SM clock of the job's GPUs (one pass over them)."""
+    slowest: pb.GpuSample | None = None
+    slowest_rate = math.inf
+    inactive = nvlink_errors = clocks = 0
+    clock_sum = 0.0
+    for g in samples:
+        if g.HasField("sm_clock_mhz"):
+            clock_sum += g.sm_clock_mhz
+            clocks += 1
+        # Unset, a generation or width reads 0: no rate.
+        rate = _pcie(g.pcie_link_generation, g.pcie_link_width)
+        if rate is not None and rate < slowest_rate:
+            slowest, slowest_rate = g, rate
+        for link in g.nvlinks:
+            if not link.active and link.HasField("active"):
+                inactive += 1
+            nvlink_errors += (
+                link.replay_errors_total + link.recovery_errors_total + link.crc_flit_errors_total
+                + link.crc_data_errors_total
+            )  # fmt: skip
+    nic_errors = 0
+    speeds: dict[str, float] = {}
+    for nic in report.nics:
+        if nic.name == "lo":
+            continue
+        nic_errors += nic.rx_errors_total + nic.tx_errors_total + nic.carrier_changes_total
+        if nic.HasField("speed_bytes_per_second") and nic.speed_bytes_per_second > 0:
+            speeds[nic.name] = nic.speed_bytes_per_second
+    for port in report.rdma_ports:
+        counters = port.counters
+        if counters:
+            nic_errors += sum(counters.get(name, 0) for name in _RDMA_ERRORS)
+    if peaks is not None:
+        for name, speed in peaks.speeds.items():
+            speeds.setdefault(name, speed)
+    window = peaks.window() if peaks is not None else {}
+    floor = config.link_peak_floor_bytes_per_second
+    moving = {name: w for name, w in window.items() if w.peak_bytes_per_second >= floor}
+    fabric = max(
+        (name for name, w in moving.items() if w.symmetry() >= config.fabric_symmetry_ratio),
+        key=lambda name: moving[name].peak_bytes_per_second,
+        default=None,
+    )
+    before_nvlink, before_nic = member.nvlink_errors_total, member.nic_errors_total
+    member.nvlink_errors_total, member.nic_errors_total = nvlink_errors, nic_errors
+    links = LinkValues(
+        nic_speeds={name: speeds[name] for name in moving if name in speeds},
+        fabric_nic=fabric,
+        fabric_peak_bytes_per_second=moving[fabric].peak_bytes_per_second if fabric is not None else None,
+        fabric_speed_bytes_per_second=speeds.get(fabric) if fabric is not None else None,
+        pcie_bytes_per_second=None if slowest is None else slowest_rate,
+        pcie_max_bytes_per_second=None
+        if slowest is None
+        else _pcie(slowest.pcie_max_link_generation, slowest.pcie_max_link_width),
+        nvlink_inactive=inactive,
+        nvlink_errors=_increase(before_nvlink, nvlink_errors),
+        nic_errors=_increase(before_nic, nic_errors),
+    )
+    return links, clock_sum / clocks if clocks else None
+
+
+@functools.cache
+def _pcie(generation: int, width: int) -> float | None:
+    return pcie_bytes_per_second(generation, width) if generation and width else None
+
+
+def _increase(before: int | None, now: int) -> int | None:
+    if before is None or now < before:
+        return None  # the first step, or counters reset: nothing to say this step
+    return now - before
+
+
+def is_data_cause(cause: str | None) -> bool:
+    return cause in DATA_CAUSES and cause != "unknown"

@@ -1,0 +1,149 @@
+"""Which node holds a job back: its nodes compared with each other at each step, and persistence
+over the window.
+
+At each job step every judged node gets a robust score per signal (``robust``), against the
+other nodes, in the direction a straggler moves it:
+
+- ``busy_ratio`` low: NVML utilization. A node waiting in the collective keeps its kernel
+  resident and reads ~100%; a data-starved straggler reads its compute share;
+- ``data_wait_ratio`` high: its GPUs' share of the step waiting for data (idle time their link
+  time does not explain, as the detector splits it);
+- ``throttled_ratio`` high: the share of the step with throttle reasons set;
+- ``sm_active_ratio`` high: GPM SM activity (where most nodes have GPM). Waiting nodes' SMs idle,
+  a slow node's (throttled, a slower GPU) compute while they wait;
+
+plus its link findings (``link``), which count only while the job's GPUs wait (its mean idle
+share at least the detector's moderate tier) or with a signal: hardware that differs and costs
+nothing names nobody. A node *stands out* at a step when a signal passes the score threshold or
+a link finding counts; the step's cause is, first match wins: ``throttled`` (its throttled share
+stood out, or its own verdict is throttled), its own data cause (``network``, ``storage``,
+``cpu``, ``h2d``, from its detector's verdict), ``link`` (a finding), the data cause its latest
+evidence flags, else ``unknown``.
+
+It is a *straggler* when it stood out in ``enter_steps`` of the last ``window_steps`` steps (the
+detector's 4 of 6), and stays one while it stands out in more than ``window_steps -
+enter_steps`` of them; its cause is the majority of its steps' causes (tie: the latest). Fewer
+than half the compared nodes can be stragglers (one of two): more, and nobody stands out from
+a majority, so none is named.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.jobs.link import LinkFinding, link_findings
+from nodeagent.collector.jobs.membership import Member
+from nodeagent.collector.jobs.node_values import NodeValues, is_data_cause
+from nodeagent.collector.jobs.robust import scores
+from nodeagent.collector.jobs.verdict import JOB_CAUSES
+
+# (signal, direction a straggler moves it: -1 low, +1 high, the config's floor for it)
+SIGNALS: Final = (
+    ("busy_ratio", -1, "busy_floor_ratio"),
+    ("data_wait_ratio", 1, "data_wait_floor_ratio"),
+    ("throttled_ratio", 1, "throttled_floor_ratio"),
+    ("sm_active_ratio", 1, "sm_active_floor_ratio"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    signal: str
+    value: float
+    job_median: float
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """One node at one job step."""
+
+    step: int
+    stood_out: bool
+    cause: str | None = None
+    scores: tuple[Score, ...] = ()
+    links: tuple[LinkFinding, ...] = ()
+
+
+def stand_out(
+    values: Mapping[str, NodeValues], step: int, waiting: bool, config: JobRollupConfig
+) -> dict[str, Standing]:
+    """Each node's standing at this step (``waiting``: the job's GPUs wait, so links count)."""
+    found: dict[str, list[Score]] = {node: [] for node in values}
+    for signal, direction, floor_name in SIGNALS:
+        known = [(node, x) for node, v in values.items() if (x := getattr(v, signal)) is not None]
+        if len(known) < 2 or (signal == "sm_active_ratio" and len(known) * 2 < len(values)):
+            continue
+        floor = getattr(config, floor_name)
+        for (node, x), (median, score) in zip(
+            known, scores([x for _, x in known], floor, config.exact_nodes), strict=True
+        ):
+            if score * direction >= config.score_threshold:
+                found[node].append(Score(signal, round(x, 4), round(median, 4), round(score, 2)))
+    links = link_findings(values, config)
+    out = {}
+    for node, v in values.items():
+        signals = tuple(found[node])
+        node_links = tuple(links.get(node, ())) if (waiting or signals) else ()
+        if not signals and not node_links:
+            out[node] = Standing(step, False)
+            continue
+        out[node] = Standing(step, True, _cause(v, signals, node_links), signals, node_links)
+    return out
+
+
+def remember(member: Member, standing: Standing) -> None:
+    """The standing joins the member's history (a ring of ``window_steps``)."""
+    member.history.append(standing)
+
+
+def stragglers(
+    members: Mapping[str, Member], step: int, before: tuple[str, ...], enter_steps: int, window_steps: int
+) -> tuple[str, ...]:
+    """The nodes that stood out persistently (at most fewer than half of them; one of two)."""
+    named = []
+    for node, member in members.items():
+        count = sum(1 for s in member.history if s.stood_out and s.step > step - window_steps)
+        need = window_steps - enter_steps + 1 if node in before else enter_steps
+        if count >= need:
+            named.append(node)
+    limit = max(1, (len(members) - 1) // 2)
+    return tuple(sorted(named)) if len(named) <= limit else ()
+
+
+def persistent_cause(member: Member, step: int, window_steps: int) -> str:
+    """The majority of the causes of the steps it stood out in (tie: the latest; then JOB_CAUSES' order)."""
+    recent = [s for s in member.history if s.stood_out and s.cause is not None and s.step > step - window_steps]
+    votes = Counter(s.cause for s in recent)
+    if not votes:
+        return "unknown"
+    top = max(votes.values())
+    latest = recent[-1].cause
+    if votes[latest] == top:
+        return latest or "unknown"
+    return next(c for c in JOB_CAUSES if votes.get(c) == top)
+
+
+def latest_standout(member: Member) -> Standing | None:
+    return next((s for s in reversed(member.history) if s.stood_out), None)
+
+
+def stood_out_steps(member: Member, step: int, window_steps: int) -> int:
+    return sum(1 for s in member.history if s.stood_out and s.step > step - window_steps)
+
+
+def _cause(v: NodeValues, signals: tuple[Score, ...], links: tuple[LinkFinding, ...]) -> str:
+    names = {s.signal for s in signals}
+    if "throttled_ratio" in names or v.own_cause == "throttled":
+        return "throttled"
+    if is_data_cause(v.own_cause):
+        return v.own_cause or "unknown"
+    if links:
+        return "link"
+    if names & {"busy_ratio", "data_wait_ratio"} and v.evidence_cause is not None:
+        return v.evidence_cause
+    return "unknown"

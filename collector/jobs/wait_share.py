@@ -1,0 +1,57 @@
+"""The job's wait share: of all its GPU time over the window, the share its GPUs spend waiting.
+
+In lockstep every rank waits, each step, for the slowest: what the straggler loses, every other
+GPU of the job waits in the collective. So:
+
+- the straggler's own GPUs: their own idle share (its detector's window);
+- the straggler's *wait share*, what it makes the others wait: for a data cause (and
+  ``unknown``) its data-wait share; for ``throttled`` its slowdown, 1 - its SM clock / the other
+  nodes' median clock (a GPU at 70% clocks makes each step 1/0.7 as long: the others wait 30%);
+  for ``link`` unknown;
+- every other GPU: the straggler's wait share (the lockstep estimate), or where that is unknown
+  its own idle share (GPM SM activity shows a waiting GPU idle; NVML utilization alone cannot).
+  Its own GPM idle share is not preferred where the lockstep estimate exists: the detector
+  counts SM activity at or above ``gpm_full_sm_active_ratio`` as fully busy, so a GPU that
+  computes half the time at full SM activity reads busy, and would undercount the wait.
+
+Without a straggler (job-wide, or busy) each GPU's own idle share counts. The job's share is the
+mean over its judged GPUs (each node weighted by its GPUs).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+
+from nodeagent.collector.jobs.node_values import NodeValues
+
+
+def straggler_wait(values: Mapping[str, NodeValues], stragglers: tuple[str, ...], cause: str) -> float | None:
+    """What the stragglers make the other nodes wait (the largest of theirs); None when unknown."""
+    if cause == "link":
+        return None
+    others = [v.clock_mhz for node, v in values.items() if node not in stragglers and v.clock_mhz]
+    reference = statistics.median(others) if others else None
+    shares = []
+    for node in stragglers:
+        v = values[node]
+        if cause == "throttled":
+            if reference and v.clock_mhz and v.clock_mhz < reference:
+                shares.append(1.0 - v.clock_mhz / reference)
+        elif v.window_data_wait_ratio is not None:
+            shares.append(v.window_data_wait_ratio)
+    return round(max(shares), 4) if shares else None
+
+
+def job_wait(values: Mapping[str, NodeValues], stragglers: tuple[str, ...], share: float | None) -> float | None:
+    """The job's wait share over its judged GPUs."""
+    total = weight = 0.0
+    for node, v in values.items():
+        if not v.assigned:
+            continue
+        wait = v.idle_ratio if node in stragglers or share is None else share
+        if wait is None:
+            continue
+        total += wait * v.assigned
+        weight += v.assigned
+    return round(total / weight, 4) if weight else None

@@ -1,0 +1,89 @@
+"""`nodeagent-collector jobs` counts the seconds a job held its GPUs, not the minutes it touched:
+a 5-minute job on 8 GPUs that straddles six minutes is 0.67 GPU-hours, not 0.80, and its share
+lost is the detector's GPU time lost over the time held. A history stored before the seconds were
+counted still answers (its minutes count whole, as they did)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.tools.simulator import Simulation
+from tests.fakes.trees import REPO
+
+JOB = "job-5min"
+GPUS = 8
+HELD_SECONDS = 300  # five minutes of reports a second: 301 reports, each standing for the second before it
+
+
+def _job_run(tmp_path: Path, *, feed: bool = True) -> tuple[list[dict[str, Any]], float]:
+    """The job's totals as `jobs --json` prints them, and the GPU-seconds its detector lost
+    (the job's reports fed first unless ``feed`` is false)."""
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        server = CollectorServer(ServerConfig(listen="127.0.0.1:0", db_path=tmp_path / "c.db"))
+        await server.start()
+        try:
+            if not feed:
+                target = f"127.0.0.1:{server.port}"
+                return json.loads(await asyncio.to_thread(_cli, "jobs", "--collector", target, "--json")), 0.0
+            # Half a minute into a minute, so that the five minutes touch six minute rows.
+            start = (time.time() - 3600) // 60 * 60 + 30
+            sim = Simulation("ordinary-cloud", node_id="job-node", seed=1, start_time=start, job_id=JOB)
+            stream = StreamHandle("job-node", "test")
+            server.ingest.attach(stream, sim.info())
+            for seq in range(1, HELD_SECONDS + 2):
+                report = sim.step(0.0 if seq == 1 else 1.0)
+                report.epoch, report.seq = 1, seq
+                if seq == 1:
+                    report.info.CopyFrom(sim.info())
+                server.ingest.accept(stream, report, report.SerializeToString())
+            await server.ingest.flusher.flush(final=True)
+            detector = server.ingest.nodes["job-node"].detector
+            assert detector is not None
+            target = f"127.0.0.1:{server.port}"
+            out = await asyncio.to_thread(_cli, "jobs", "--collector", target, "--json", "--since", "2h")
+            return json.loads(out), detector.verdict.gpu_seconds_lost
+        finally:
+            await server.stop(0.0)
+
+    return asyncio.run(scenario())
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent.collector", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_five_minute_eight_gpu_job_is_two_thirds_of_a_gpu_hour(tmp_path: Path) -> None:
+    jobs, lost_seconds = _job_run(tmp_path)
+    [job] = [j["history"] for j in jobs if j["job"] == JOB]
+    assert job["gpu_hours"] == pytest.approx(GPUS * HELD_SECONDS / 3600, rel=0.01)  # 0.667, not 0.800
+    # The share lost is the detector's count over the time held.
+    assert lost_seconds > 0
+    assert job["gpu_hours_lost"] == pytest.approx(lost_seconds / 3600, rel=0.01)
+    assert job["gpu_hours_lost"] / job["gpu_hours"] == pytest.approx(lost_seconds / (GPUS * HELD_SECONDS), rel=0.02)
+
+
+def test_a_history_from_before_the_seconds_were_counted_still_answers(tmp_path: Path) -> None:
+    """Its minute rows lack held_seconds: the column is added at start, and they count whole."""
+    _job_run(tmp_path)
+    with sqlite3.connect(tmp_path / "c.db") as conn:  # the rows as an older collector wrote them
+        conn.execute("ALTER TABLE history_minutes DROP COLUMN held_seconds")
+    jobs, _ = _job_run(tmp_path, feed=False)
+    [job] = [j["history"] for j in jobs if j["job"] == JOB]
+    assert job["gpu_hours"] == pytest.approx(GPUS * 6 / 60)  # six whole minutes per GPU, as it was
