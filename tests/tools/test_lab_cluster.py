@@ -434,6 +434,27 @@ def test_the_replay_command_takes_a_multi_node_trace(tmp_path: Path) -> None:
             [job.straggler], "network")  # fmt: skip
 
 
+# What the roll-up does not do yet on these traces (docs/lab.md, results): each case must fail
+# until it does (strict), and is then to be struck off.
+_FLIP = "the final cause turns from link to network (the degraded node's own verdict: starved, network)"
+_NO_LINK_WAIT = "a degraded link's wait has no lockstep estimate; the others' GPM-capped idle share reads low"
+_OWN_IDLE = "job-wide: each GPU's own GPM-capped idle share counts half of a collective wait as busy"
+_TRANSFERS = "the lockstep estimate leaves out the collective's own transfers (0.065 below here)"
+_OWN_CAUSE = "the waiting nodes keep their own cause (receive plateau: network) before waiting"
+GAPS = {
+    ("named", "fabric"): _FLIP,
+    ("share", "fabric"): _NO_LINK_WAIT,
+    ("share", "job-wide"): _OWN_IDLE,
+    ("share", "storage"): _TRANSFERS,
+    **{("waiting", n): _OWN_CAUSE for n in ("fabric", "network", "storage", "two-jobs")},
+}
+
+
+def _cases(kind: str, names: set[str]) -> list[Any]:
+    return [pytest.param(n, marks=pytest.mark.xfail(reason=GAPS[kind, n], strict=True)) if (kind, n) in GAPS
+            else n for n in sorted(names)]  # fmt: skip
+
+
 def _replayed(name: str) -> tuple[ClusterTrace, dict[str, Any], dict[str, Any]]:
     if not lc.job_rollup_present():
         pytest.skip("the collector's job roll-up is the placeholder (not merged yet)")
@@ -444,7 +465,7 @@ def _replayed(name: str) -> tuple[ClusterTrace, dict[str, Any], dict[str, Any]]:
     return t, {j["job"]: j for j in plain["jobs"]}, {n["node_id"]: n for n in plain["nodes"]}
 
 
-@pytest.mark.parametrize("name", sorted(lc.SCENARIOS))
+@pytest.mark.parametrize("name", _cases("named", set(lc.SCENARIOS)))
 def test_the_job_roll_up_names_the_straggler_in_time_and_no_other(name: str) -> None:
     t, jobs, _ = _replayed(name)
     for job in t.jobs:
@@ -465,7 +486,7 @@ def test_the_job_roll_up_names_the_straggler_in_time_and_no_other(name: str) -> 
         assert (final["straggler_nodes"], final["cause"]) == ([job.straggler], job.cause), (name, final)
 
 
-@pytest.mark.parametrize("name", sorted(set(lc.SCENARIOS) - {"clean"}))
+@pytest.mark.parametrize("name", _cases("share", set(lc.SCENARIOS) - {"clean"}))
 def test_the_job_roll_up_gives_the_ranks_wait_share(name: str) -> None:
     t, jobs, _ = _replayed(name)
     window = t.config.window_seconds
@@ -478,7 +499,7 @@ def test_the_job_roll_up_gives_the_ranks_wait_share(name: str) -> None:
         assert abs(final["wait_ratio"] - truth) <= lc.RATIO_TOLERANCE, (name, final["wait_ratio"], truth)
 
 
-@pytest.mark.parametrize("name", sorted(set(lc.SCENARIOS) - {"clean", "job-wide"}))
+@pytest.mark.parametrize("name", _cases("waiting", set(lc.SCENARIOS) - {"clean", "job-wide"}))
 def test_the_nodes_that_wait_name_the_straggler(name: str) -> None:
     t, _, nodes = _replayed(name)
     for job in t.jobs:
