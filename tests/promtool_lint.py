@@ -18,9 +18,9 @@ def exporter_lints(text: str) -> set[str]:
     counters = {name for name, kind, *_ in GPU_FAMILIES if kind == "counter"}
     allowed = {f'{n} counter metrics should have "_total" suffix' for n in counters}
     allowed |= {f"{n} metric name should not include type 'counter'" for n in counters}
-    # Families that carry dcgm-exporter's labels (nodeagent's per-link NVLink ones do, to join).
+    # Families that carry dcgm-exporter's labels (nodeagent's per-GPU ones do, to join).
     labelled = {name for name, *_ in GPU_FAMILIES} | {XID_FAMILY}
-    labelled |= set(re.findall(r"^# TYPE (nodeagent_gpu_nvlink_\w+) ", text, re.MULTILINE))
+    labelled |= set(re.findall(r"^# TYPE (nodeagent_gpu_\w+) ", text, re.MULTILINE))
     allowed |= {f"{n} label names should be written in 'snake_case' not 'camelCase'" for n in labelled}
     meminfo = set(re.findall(r"^# TYPE (node_memory_\w+) ", text, re.MULTILINE))
     allowed |= {f"{n} metric names should be written in 'snake_case' not 'camelCase'" for n in meminfo}

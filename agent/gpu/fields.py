@@ -12,6 +12,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.agent.gpu.nvml_types import MemoryInfo
 from nodeagent.core.wire.validate import NEGATIVE_UINT
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -229,3 +230,15 @@ def _crc_data_field(link: int) -> int | None:
 def _set(message: pb.GpuSample | pb.NvLinkSample, name: str, value: int | None) -> None:
     if value is not None:
         setattr(message, name, value)
+
+
+def fill_memory(memory: MemoryInfo | None, sample: pb.GpuSample) -> None:
+    """A GPU's (or a MIG instance's) memory as NVML gave it, into its sample."""
+    if memory is None:
+        return
+    sample.memory_used_bytes = memory.used_bytes
+    sample.memory_total_bytes = memory.total_bytes
+    if memory.free_bytes is not None:
+        sample.memory_free_bytes = memory.free_bytes
+    if memory.reserved_bytes is not None:
+        sample.memory_reserved_bytes = memory.reserved_bytes

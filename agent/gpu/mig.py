@@ -129,14 +129,7 @@ def fill(gpu: nvml.Gpu, state: MigState, sample: pb.GpuSample, gpm: bool, add_pr
         if sample.HasField("clock_event_reasons"):  # an instance runs at its GPU's clocks
             instance.clock_event_reasons = sample.clock_event_reasons
         errors = sum(device.gpu.errors.values())
-        memory = device.gpu.memory()
-        if memory is not None:
-            instance.memory_used_bytes = memory.used_bytes
-            instance.memory_total_bytes = memory.total_bytes
-            if memory.free_bytes is not None:
-                instance.memory_free_bytes = memory.free_bytes
-            if memory.reserved_bytes is not None:
-                instance.memory_reserved_bytes = memory.reserved_bytes
+        gpu_fields.fill_memory(device.gpu.memory(), instance)
         add_processes(device.gpu, instance)
         if device.gpu.lost or sum(device.gpu.errors.values()) > errors:
             answered = False

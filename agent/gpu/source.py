@@ -250,14 +250,7 @@ class GpuSource(Source):
         if util is not None:
             sample.utilization_gpu_ratio = util.gpu_ratio
             sample.utilization_memory_ratio = util.memory_ratio
-        memory = gpu.memory()
-        if memory is not None:
-            sample.memory_used_bytes = memory.used_bytes
-            sample.memory_total_bytes = memory.total_bytes
-            if memory.free_bytes is not None:
-                sample.memory_free_bytes = memory.free_bytes
-            if memory.reserved_bytes is not None:
-                sample.memory_reserved_bytes = memory.reserved_bytes
+        gpu_fields.fill_memory(gpu.memory(), sample)
         encoder, decoder = gpu.encoder_decoder_utilization()
         if encoder is not None:
             sample.utilization_encoder_ratio = encoder

@@ -199,16 +199,7 @@ def _job(job: dict[str, Any], start: float) -> list[str]:
         lines.append("  never slowed")
     else:
         lines.append(f"  first slowed at +{_clock(slowed['time_unix_seconds'] - start)}: {_held(slowed)}")
-    lines.append("  alerts")
-    for alert in job["alerts"]:
-        labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
-        wait = alert["annotations"].get("wait_ratio", "")
-        lines.append(
-            f"    +{_clock(alert['time_unix_seconds'] - start)}  {alert['status']:<8} {alert['name']} "
-            f"{alert['severity']}  {labels}" + (f"  wait {wait}" if wait and alert["status"] != "resolved" else "")
-        )
-    if not job["alerts"]:
-        lines.append("    none")
+    lines.extend(_alert_lines(job["alerts"], start, "wait_ratio", "wait"))
     summary = f"  at the end: {_job_state(final)}, {final['gpu_hours_lost']:.2f} GPU-hours lost"
     if final["needed_bytes_per_second"]:
         summary += f", the straggler needs {format_bits(final['needed_bytes_per_second'])}"
@@ -244,16 +235,7 @@ def _node(node: dict[str, Any]) -> list[str]:
     no_gpu = not node["shares"]["gpus"]
     if not node["timeline"]:
         lines.append("    none: no GPU in this trace" if no_gpu else "    no verdict changes")
-    lines.append("  alerts")
-    for alert in node["alerts"] or []:
-        labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
-        ratio = alert["annotations"].get("starvation_ratio", "")
-        lines.append(
-            f"    +{_clock(alert['time_unix_seconds'] - start)}  {alert['status']:<8} {alert['name']} "
-            f"{alert['severity']}  {labels}" + (f"  ratio {ratio}" if ratio and alert["status"] != "resolved" else "")
-        )
-    if not node["alerts"]:
-        lines.append("    none")
+    lines.extend(_alert_lines(node["alerts"] or [], start, "starvation_ratio", "ratio"))
     if no_gpu:  # nothing can wait for data: no state shares, no verdict (as the fleet table's no-gpu)
         lines.append("  at the end: no-gpu")
         return lines
@@ -322,3 +304,18 @@ def _clock(seconds: float) -> str:
 
 def _utc(unix: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
+
+
+def _alert_lines(alerts: list[dict[str, Any]], start: float, annotation: str, word: str) -> list[str]:
+    """The alerts of a node or a job, one line each, with the ratio ``annotation`` while not resolved."""
+    lines = ["  alerts"]
+    for alert in alerts:
+        labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
+        ratio = alert["annotations"].get(annotation, "")
+        lines.append(
+            f"    +{_clock(alert['time_unix_seconds'] - start)}  {alert['status']:<8} {alert['name']} "
+            f"{alert['severity']}  {labels}" + (f"  {word} {ratio}" if ratio and alert["status"] != "resolved" else "")
+        )
+    if not alerts:
+        lines.append("    none")
+    return lines

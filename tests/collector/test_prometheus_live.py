@@ -195,18 +195,24 @@ def _sample_names(text: str) -> set[str]:
 
 
 def _agent_page_with_links_and_ports() -> str:
-    """The agent's page after two reports of a GPU with an NVLink, an RDMA port and a NIC whose
-    speed is known (every kind of device its families describe)."""
+    """The agent's page after two reports of a GPU with an NVLink, a fabric, a process's share and a
+    suspect reading, an RDMA port and a NIC whose speed is known (every kind of device its families
+    describe)."""
     telemetry = AgentTelemetry("links-and-ports", 1.0)
     for t in range(2):
         report = pb.NodeReport(time_unix_seconds=1000.0 + t)
         if t == 0:
             report.info.gpu.gpus.add(index=0, uuid="GPU-0", name="NVIDIA H100", pci_bus_id="00000000:01:00.0")
             report.info.rdma_ports.add(device="mlx5_0", port=1, rate_bytes_per_second=50e9)
-        report.gpus.add(index=0, uuid="GPU-0").nvlinks.add(
+        gpu = report.gpus.add(index=0, uuid="GPU-0")
+        gpu.nvlinks.add(
             link=0, active=True, rx_bytes_total=t, tx_bytes_total=t, replay_errors_total=0,
             recovery_errors_total=0, crc_flit_errors_total=0, crc_data_errors_total=0,
         )  # fmt: skip
+        # Fabric-attached, shared by a process with its SM share, and one reading held suspect.
+        gpu.fabric.state, gpu.fabric.cluster_uuid, gpu.fabric.clique_id = "completed", "c-1", 1
+        gpu.processes.add(pid=4242, name="python", sm_utilization_ratio=0.5, memory_utilization_ratio=0.25)
+        gpu.suspect_fields.append("sm_active_ratio")
         report.rdma_ports.add(device="mlx5_0", port=1, rx_bytes_total=10 * t, tx_bytes_total=10 * t)
         report.nics.add(name="eth0", rx_bytes_total=5 * t, tx_bytes_total=5 * t, speed_bytes_per_second=1e9)
         telemetry.publish(report)
