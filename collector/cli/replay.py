@@ -11,13 +11,14 @@ roll-up would see its nodes apart in time; give each node's trace as a file of i
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import click
 
@@ -113,8 +114,12 @@ class _TraceFailure(Exception):
 
 
 def _opened(files: ExitStack, trace: Path) -> BinaryIO:
+    """The trace's bytes; a ``.gz`` file (as the lab's dataset ships) read through gzip."""
     try:
-        return files.enter_context(trace.open("rb"))
+        raw = files.enter_context(trace.open("rb"))
+        if trace.suffix == ".gz":
+            return cast(BinaryIO, files.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")))
+        return raw
     except OSError as err:
         raise _TraceFailure(f"{trace}: cannot read: {err.strerror}") from err
 
@@ -144,8 +149,8 @@ def _reports(
             yield report
     except TraceError as err:
         raise _TraceFailure(f"{trace}:{err.problem.line}: {err.problem.message}") from err
-    except OSError as err:
-        raise _TraceFailure(f"{trace}: cannot read: {err.strerror}") from err
+    except (OSError, EOFError) as err:  # a damaged or cut .gz too
+        raise _TraceFailure(f"{trace}: cannot read: {getattr(err, 'strerror', None) or err}") from err
 
 
 def _replay_stored(result: Replay, node: str, since_seconds: float, db_path: Path | None, as_json: bool) -> None:

@@ -139,3 +139,33 @@ def test_the_collectors_replay_takes_several_traces(traces: list[Path], tmp_path
     failed = subprocess.run([*command, str(empty)], capture_output=True, text=True, timeout=120, check=False)
     assert failed.returncode == 2 and failed.stdout == ""
     assert failed.stderr.strip().splitlines()[-1] == f"nodeagent-collector: error: {empty}: no valid report (empty)"
+
+
+def test_a_gzipped_trace_replays_as_its_plain_one_and_a_damaged_one_is_one_line(
+    reports: dict[str, list[pb.NodeReport]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gzip
+
+    text = "".join(format_report(r) + "\n" for r in merged(*reports.values()))
+    plain, packed = tmp_path / "job.jsonl", tmp_path / "job.jsonl.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    a, b = _cli(monkeypatch, "--json", str(plain)), _cli(monkeypatch, "--json", str(packed))
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    assert json.loads(a.stdout)["jobs"] == json.loads(b.stdout)["jobs"] and json.loads(b.stdout)["jobs"]
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"not gzip at all\n")
+    from nodeagent.collector.cli.main import cli
+    from nodeagent.core.program.command_line import run_cli
+
+    for bad in (cut, broken):
+        capsys.readouterr()
+        assert run_cli(cli, "nodeagent-collector", ["replay", str(bad)]) == 2
+        said = capsys.readouterr().err
+        (line,) = said.strip().splitlines()
+        assert line.startswith(f"nodeagent-collector: error: {bad}: cannot read: ") and "Traceback" not in said
