@@ -9,7 +9,10 @@
    are the stragglers (``straggler.stragglers``).
 4. **Straggler**: `slowed`, the stragglers named with their persistent cause; the wait share
    (``wait_share``) and, for a network or storage cause, the ingest the straggler would need;
-   every other judged node waits on them.
+   every other judged node waits on them; those that stood out on nothing at this step wait
+   whatever their own starved cause (``echoes``: in lockstep their loaders read at the job's
+   pace, so their own starvation is the stragglers' echo; a node starved of its own would
+   stand out, and be a straggler).
 5. **Job-wide**: no straggler, and ``job_wide_share_ratio`` of the judged nodes show the same
    bottleneck of their own (a data cause, throttled, or the collective: `link`): `slowed`,
    ``job_wide``, the shared cause, no node named.
@@ -55,6 +58,9 @@ class Judgement:
     # What the stragglers make the others wait (passed to the waiting nodes' detectors).
     straggler_wait_ratio: float | None = None
     waiting: tuple[str, ...] = ()
+    # The waiting nodes that stood out on nothing at this step: their own starvation is the
+    # lockstep's echo of the stragglers' (their GPUs wait whatever their own cause).
+    echoes: tuple[str, ...] = ()
     needed_bytes_per_second: float | None = None
     evidence: dict[str, float | str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -132,8 +138,9 @@ def _straggler(
         evidence["sm_clock_mhz"] = round(v.clock_mhz, 1)
     needed = v.needed_bytes_per_second if cause in ("network", "storage") else None
     waiting = tuple(sorted(n for n in judged if n not in named))
+    echoes = tuple(n for n in waiting if not _stood_out_at(members[n], step))
     return Judgement(
-        "slowed", named, cause, False, wait, share, waiting, needed, evidence, tuple(notes)
+        "slowed", named, cause, False, wait, share, waiting, echoes, needed, evidence, tuple(notes)
     )  # fmt: skip
 
 
@@ -157,11 +164,16 @@ def _without_straggler(
             need = statistics.median(needed) if needed and cause in ("network", "storage") else None
             if need is not None:
                 evidence["needed_bytes_per_second_node_median"] = round(need)
-            return Judgement("slowed", (), cause, True, own_wait, None, (), need, evidence, tuple(notes))
+            return Judgement("slowed", (), cause, True, own_wait, None, (), (), need, evidence, tuple(notes))
     if waits:
         notes.append("the job's GPUs wait, but no node stands out and their causes differ")
-        return Judgement("slowed", (), "unknown", False, own_wait, None, (), None, evidence, tuple(notes))
+        return Judgement("slowed", (), "unknown", False, own_wait, None, (), (), None, evidence, tuple(notes))
     return Judgement("busy", wait_ratio=own_wait, evidence=evidence, notes=tuple(notes))
+
+
+def _stood_out_at(member: Member, step: int) -> bool:
+    latest = member.history[-1] if member.history else None
+    return latest is not None and latest.step == step and latest.stood_out
 
 
 def _strength(standing: Standing | None) -> float:

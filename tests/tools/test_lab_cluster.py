@@ -440,13 +440,11 @@ _FLIP = "the final cause turns from link to network (the degraded node's own ver
 _NO_LINK_WAIT = "a degraded link's wait has no lockstep estimate; the others' GPM-capped idle share reads low"
 _OWN_IDLE = "job-wide: each GPU's own GPM-capped idle share counts half of a collective wait as busy"
 _TRANSFERS = "the lockstep estimate leaves out the collective's own transfers (0.065 below here)"
-_OWN_CAUSE = "the waiting nodes keep their own cause (receive plateau: network) before waiting"
 GAPS = {
     ("named", "fabric"): _FLIP,
     ("share", "fabric"): _NO_LINK_WAIT,
     ("share", "job-wide"): _OWN_IDLE,
     ("share", "storage"): _TRANSFERS,
-    **{("waiting", n): _OWN_CAUSE for n in ("fabric", "network", "storage", "two-jobs")},
 }
 
 
