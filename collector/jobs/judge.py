@@ -19,6 +19,9 @@
 6. **Slowed, nobody to blame**: the job's GPUs wait (its mean idle share at least the moderate
    tier) but no node stands out and their causes differ: `slowed`, cause ``unknown``.
 7. Else `busy`.
+
+A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
+else the estimate of its rule.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from nodeagent.collector.jobs.straggler import (
     stood_out_steps,
     stragglers,
 )
-from nodeagent.collector.jobs.wait_share import job_wait, straggler_wait
+from nodeagent.collector.jobs.wait_share import gpm_wait, job_wait, straggler_wait
 from nodeagent.core.detector.config import DetectorConfig
 
 # A node's own bottleneck as a job cause: waiting on the collective everywhere is the links'.
@@ -110,7 +113,7 @@ def _straggler(
     causes = Counter(persistent_cause(members[n], step, detector.window_steps) for n in named)
     cause = causes.most_common(1)[0][0]
     share = straggler_wait(judged, named, cause)
-    wait = job_wait(judged, named, share)
+    wait = _slowed_wait(judged, job_wait(judged, named, share))
     top = max(named, key=lambda n: _strength(latest_standout(members[n])))
     evidence: dict[str, float | str] = {
         "straggler": top,
@@ -164,11 +167,19 @@ def _without_straggler(
             need = statistics.median(needed) if needed and cause in ("network", "storage") else None
             if need is not None:
                 evidence["needed_bytes_per_second_node_median"] = round(need)
-            return Judgement("slowed", (), cause, True, own_wait, None, (), (), need, evidence, tuple(notes))
+            wait = _slowed_wait(judged, own_wait)
+            return Judgement("slowed", (), cause, True, wait, None, (), (), need, evidence, tuple(notes))
     if waits:
         notes.append("the job's GPUs wait, but no node stands out and their causes differ")
-        return Judgement("slowed", (), "unknown", False, own_wait, None, (), (), None, evidence, tuple(notes))
+        wait = _slowed_wait(judged, own_wait)
+        return Judgement("slowed", (), "unknown", False, wait, None, (), (), None, evidence, tuple(notes))
     return Judgement("busy", wait_ratio=own_wait, evidence=evidence, notes=tuple(notes))
+
+
+def _slowed_wait(judged: Mapping[str, NodeValues], estimate: float | None) -> float | None:
+    """A slowed job's wait share: from GPM where every judged GPU has it, else ``estimate``."""
+    gpm = gpm_wait(judged)
+    return gpm if gpm is not None else estimate
 
 
 def _stood_out_at(member: Member, step: int) -> bool:

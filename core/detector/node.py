@@ -149,6 +149,12 @@ class NodeDetector:
         track = self._tracks.get(index)
         return None if track is None else track.activity()
 
+    def window_sm_active(self, index: int) -> float | None:
+        """GPU ``index``'s raw GPM SM activity over the window's closed steps (the job roll-up's
+        wait share); None without GPM."""
+        track = self._tracks.get(index)
+        return None if track is None else track.window_sm_active()
+
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
         v = self._verdict
