@@ -9,13 +9,19 @@
    are the stragglers (``straggler.stragglers``).
 4. **Straggler**: `slowed`, the stragglers named with their persistent cause; the wait share
    (``wait_share``) and, for a network or storage cause, the ingest the straggler would need;
-   every other judged node waits on them.
+   every other judged node waits on them; those that stood out on nothing at this step wait
+   whatever their own starved cause (``echoes``: in lockstep their loaders read at the job's
+   pace, so their own starvation is the stragglers' echo; a node starved of its own would
+   stand out, and be a straggler).
 5. **Job-wide**: no straggler, and ``job_wide_share_ratio`` of the judged nodes show the same
    bottleneck of their own (a data cause, throttled, or the collective: `link`): `slowed`,
    ``job_wide``, the shared cause, no node named.
 6. **Slowed, nobody to blame**: the job's GPUs wait (its mean idle share at least the moderate
    tier) but no node stands out and their causes differ: `slowed`, cause ``unknown``.
 7. Else `busy`.
+
+A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
+else the estimate of its rule.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from nodeagent.collector.jobs.straggler import (
     stood_out_steps,
     stragglers,
 )
-from nodeagent.collector.jobs.wait_share import job_wait, straggler_wait
+from nodeagent.collector.jobs.wait_share import gpm_wait, job_wait, straggler_wait
 from nodeagent.core.detector.config import DetectorConfig
 
 # A node's own bottleneck as a job cause: waiting on the collective everywhere is the links'.
@@ -55,6 +61,9 @@ class Judgement:
     # What the stragglers make the others wait (passed to the waiting nodes' detectors).
     straggler_wait_ratio: float | None = None
     waiting: tuple[str, ...] = ()
+    # The waiting nodes that stood out on nothing at this step: their own starvation is the
+    # lockstep's echo of the stragglers' (their GPUs wait whatever their own cause).
+    echoes: tuple[str, ...] = ()
     needed_bytes_per_second: float | None = None
     evidence: dict[str, float | str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -104,7 +113,7 @@ def _straggler(
     causes = Counter(persistent_cause(members[n], step, detector.window_steps) for n in named)
     cause = causes.most_common(1)[0][0]
     share = straggler_wait(judged, named, cause)
-    wait = job_wait(judged, named, share)
+    wait = _slowed_wait(judged, job_wait(judged, named, share))
     top = max(named, key=lambda n: _strength(latest_standout(members[n])))
     evidence: dict[str, float | str] = {
         "straggler": top,
@@ -132,8 +141,9 @@ def _straggler(
         evidence["sm_clock_mhz"] = round(v.clock_mhz, 1)
     needed = v.needed_bytes_per_second if cause in ("network", "storage") else None
     waiting = tuple(sorted(n for n in judged if n not in named))
+    echoes = tuple(n for n in waiting if not _stood_out_at(members[n], step))
     return Judgement(
-        "slowed", named, cause, False, wait, share, waiting, needed, evidence, tuple(notes)
+        "slowed", named, cause, False, wait, share, waiting, echoes, needed, evidence, tuple(notes)
     )  # fmt: skip
 
 
@@ -157,11 +167,24 @@ def _without_straggler(
             need = statistics.median(needed) if needed and cause in ("network", "storage") else None
             if need is not None:
                 evidence["needed_bytes_per_second_node_median"] = round(need)
-            return Judgement("slowed", (), cause, True, own_wait, None, (), need, evidence, tuple(notes))
+            wait = _slowed_wait(judged, own_wait)
+            return Judgement("slowed", (), cause, True, wait, None, (), (), need, evidence, tuple(notes))
     if waits:
         notes.append("the job's GPUs wait, but no node stands out and their causes differ")
-        return Judgement("slowed", (), "unknown", False, own_wait, None, (), None, evidence, tuple(notes))
+        wait = _slowed_wait(judged, own_wait)
+        return Judgement("slowed", (), "unknown", False, wait, None, (), (), None, evidence, tuple(notes))
     return Judgement("busy", wait_ratio=own_wait, evidence=evidence, notes=tuple(notes))
+
+
+def _slowed_wait(judged: Mapping[str, NodeValues], estimate: float | None) -> float | None:
+    """A slowed job's wait share: from GPM where every judged GPU has it, else ``estimate``."""
+    gpm = gpm_wait(judged)
+    return gpm if gpm is not None else estimate
+
+
+def _stood_out_at(member: Member, step: int) -> bool:
+    latest = member.history[-1] if member.history else None
+    return latest is not None and latest.step == step and latest.stood_out
 
 
 def _strength(standing: Standing | None) -> float:

@@ -78,6 +78,9 @@ class NodeValues:
     needed_bytes_per_second: float | None
     clock_mhz: float | None
     link: LinkValues
+    # Raw GPM SM activity over the detector's window, the mean over the judged GPUs; None unless
+    # every one of them has GPM (the job's wait share where the job is slowed: wait_share.py).
+    window_sm_active_ratio: float | None = None
 
 
 def node_values(
@@ -87,9 +90,13 @@ def node_values(
     own = [g for g in detector.own_gpus if not wanted or g.index in wanted]
     judged = [g for g in own if g.state in _JUDGED]
     # One pass, sums in locals: this runs for every node of every job at every step.
-    busy = throttled = step_data = sm = window_data = idle = sync = 0.0
-    n_act = n_step_data = n_sm = n_window = n_idle = n_sync = 0
+    busy = throttled = step_data = sm = window_data = idle = sync = window_sm = 0.0
+    n_act = n_step_data = n_sm = n_window = n_idle = n_sync = n_window_sm = 0
     for g in judged:
+        w = detector.window_sm_active(g.index)
+        if w is not None:
+            window_sm += w
+            n_window_sm += 1
         a = detector.activity(g.index)
         if a is not None:
             busy += a.utilization_ratio
@@ -139,6 +146,7 @@ def node_values(
         needed_bytes_per_second=needed,
         clock_mhz=clock,
         link=link,
+        window_sm_active_ratio=window_sm / n_window_sm if n_window_sm and n_window_sm == len(judged) else None,
     )
 
 

@@ -9,7 +9,8 @@ each of its jobs are taken (``node_values``); a job step is judged once when eve
 job has stepped into it, or ``grace_ratio`` of a step after it began, whichever comes first
 (never twice, however many nodes step). Judging (``judge``) names the stragglers, their cause
 and the wait share; the waiting nodes' detectors are told (``NodeDetector.wait_on``, ``clear_wait``:
-their GPUs become `waiting` and count the lost time), the job's GPU time lost adds up what its
+their GPUs become `waiting` and count the lost time; those that stand out on nothing wait
+whatever their own starved cause, ``echo``), the job's GPU time lost adds up what its
 GPUs' detectors count, and ``JobStraggler`` signals (``signals``) are queued for the alert book.
 
 Threads: ``observe``, ``forget`` and ``signals`` run on the ingest path (the event loop);
@@ -201,13 +202,14 @@ class JobRollup:
 
     def _tell_waiting(self, job: Job, j: Judgement, fresh: dict[str, Member]) -> None:
         """The waiting nodes' detectors: wait on the stragglers; the others: no longer."""
-        waiting = set(j.waiting)
+        waiting, echoes = set(j.waiting), set(j.echoes)
         for node, member in job.members.items():
             detector = member.detector
             if detector is None:
                 continue
             if node in waiting:
-                self._rewait(node, detector, partial(detector.wait_on, job.key, j.stragglers, j.straggler_wait_ratio))
+                wait = partial(detector.wait_on, job.key, j.stragglers, j.straggler_wait_ratio, echo=node in echoes)
+                self._rewait(node, detector, wait)
                 member.waiting = True
             elif member.waiting and (node in fresh or not j.stragglers):
                 self._unwait(job, member)

@@ -16,6 +16,12 @@ GPU of the job waits in the collective. So:
 
 Without a straggler (job-wide, or busy) each GPU's own idle share counts. The job's share is the
 mean over its judged GPUs (each node weighted by its GPUs).
+
+Where every judged GPU has GPM, a slowed job's share is instead ``gpm_wait``: the mean of 1 -
+each GPU's raw SM activity over the window (a GPU computes only while its SMs are active; in
+the collective or waiting for data they idle), which also counts the waits the lockstep
+estimate misses (a degraded link, the collective's own transfers, a job-wide wait). The judge
+chooses (docs/jobs.md).
 """
 
 from __future__ import annotations
@@ -55,3 +61,17 @@ def job_wait(values: Mapping[str, NodeValues], stragglers: tuple[str, ...], shar
         total += wait * v.assigned
         weight += v.assigned
     return round(total / weight, 4) if weight else None
+
+
+def gpm_wait(values: Mapping[str, NodeValues]) -> float | None:
+    """The job's wait share from GPM: the mean over its judged GPUs of 1 - their raw SM activity
+    over the window; None unless every judged node's GPUs have GPM."""
+    total = weight = 0.0
+    for v in values.values():
+        if not v.assigned:
+            continue
+        if v.window_sm_active_ratio is None:
+            return None
+        total += (1.0 - v.window_sm_active_ratio) * v.assigned
+        weight += v.assigned
+    return round(min(1.0, max(0.0, total / weight)), 4) if weight else None

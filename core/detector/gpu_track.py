@@ -86,6 +86,17 @@ class GpuTrack:
         """What the GPU did over the last closed step (None before one closed with readings)."""
         return activity(self.steps[(self.pos - 1) % len(self.steps)])
 
+    def window_sm_active(self) -> float | None:
+        """GPM SM activity over the last ``window_steps`` closed steps, raw (no
+        ``gpm_full_sm_active_ratio`` scaling); None without GPM readings in them."""
+        sm = seconds = 0.0
+        size = len(self.steps)
+        for k in range(1, self.config.window_steps + 1):
+            step = self.steps[(self.pos - k) % size]
+            sm += step.sm
+            seconds += step.sm_seconds
+        return sm / seconds if seconds > 0 else None
+
     def forget(self) -> None:
         """Drop the window and the verdict built on it (after a long silence both are stale)."""
         for step in self.steps:

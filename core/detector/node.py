@@ -123,13 +123,15 @@ class NodeDetector:
             self._step(report, t)
         return self._verdict
 
-    def wait_on(self, job: str, nodes: tuple[str, ...], wait_ratio: float | None) -> None:
+    def wait_on(self, job: str, nodes: tuple[str, ...], wait_ratio: float | None, *, echo: bool = False) -> None:
         """The job roll-up: this node's GPUs of ``job`` wait on ``nodes``, ``wait_ratio`` of their
-        time (None: each its own idle share). Takes effect at once; renewed at each of the job's
-        steps, it lapses a window after the last renewal."""
+        time (None: each its own idle share); ``echo``: their own starvation, whatever its cause,
+        is the wait's echo (the node stands out on nothing), so starved GPUs wait too. Takes
+        effect at once; renewed at each of the job's steps, it lapses a window after the last
+        renewal."""
         entering = self._waits.get(job)
-        self._waits[job] = Wait(nodes, wait_ratio, self._verdict.time_unix_seconds)
-        if entering is None or entering.nodes != nodes:
+        self._waits[job] = Wait(nodes, wait_ratio, self._verdict.time_unix_seconds, echo)
+        if entering is None or entering.nodes != nodes or entering.echo != echo:
             self._rewait()
 
     def clear_wait(self, job: str) -> None:
@@ -146,6 +148,12 @@ class NodeDetector:
         """What GPU ``index`` did over the last closed window step, as read (the job roll-up's input)."""
         track = self._tracks.get(index)
         return None if track is None else track.activity()
+
+    def window_sm_active(self, index: int) -> float | None:
+        """GPU ``index``'s raw GPM SM activity over the window's closed steps (the job roll-up's
+        wait share); None without GPM."""
+        track = self._tracks.get(index)
+        return None if track is None else track.window_sm_active()
 
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""

@@ -7,11 +7,17 @@ J (``JobSample.gpus`` of the step's report) whose own verdict is `busy`, or `sta
 collective (``interconnect``) or for nothing saturated (``unknown``: a waiting GPU with GPM reads
 idle SMs that no link traffic explains), become `waiting`, with the nodes and the share in their
 evidence. A GPU that is starved for a cause of its own, throttled, in warm-up, idle or lost keeps
-its verdict. No wait means today's verdicts exactly.
+its verdict, unless the roll-up says its own starvation is the echo of the wait
+(``echo``: the node does not stand out against the job's other nodes on any compared signal,
+so its loaders read at the job's lockstep pace and what looks like its own data cause is the
+straggler's; a node genuinely starved would stand out and be a straggler itself): then a
+starved GPU, whatever its cause, is `waiting` too. No wait means today's verdicts exactly.
 
 Loss: a waiting GPU counts ``r`` of its time as lost (its own idle share when r is None); on
 entering, over the window's counted seconds (as entering `starved` does), then each step the span
-of the step, less what its own data starvation already counted that step. So the history's
+of the step, less what its own data starvation already counted that step (of that at most the
+step's span: a GPU whose own verdict enters `starved` while it waits counts its window's data
+time on entering, which the wait has already counted). So the history's
 GPU time lost, summed over a job's GPUs, counts the wait on every GPU of the job.
 """
 
@@ -37,6 +43,8 @@ class Wait:
     ratio: float | None
     # The verdict time the roll-up last said so: a wait it stops renewing lapses after a window.
     renewed_at: float
+    # The GPUs' own starvation, whatever its cause, is the lockstep's echo of the wait.
+    echo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +80,7 @@ def apply_waits(
     for g in gpus:
         track = tracks.get(g.index)
         job = next((j for j in sorted(waits) if g.index in jobs.get(j, ())), None)
-        if track is None or job is None or not _waitable(g):
+        if track is None or job is None or not _waitable(g, waits[job].echo):
             if track is not None:
                 track.waiting_job = ""
             out.append(g)
@@ -85,7 +93,8 @@ def apply_waits(
                 track.gpu_seconds_lost += ratio * track.window_counted_seconds
             track.waiting_job = job
         elif step:
-            track.gpu_seconds_lost += max(0.0, ratio * track.last_since - track.step_lost)
+            own = min(track.step_lost, track.last_since)
+            track.gpu_seconds_lost += max(ratio * track.last_since, own) - track.step_lost
         evidence = dict(g.evidence)
         evidence.update(waiting_on=",".join(wait.nodes), waiting_job=job, wait_ratio=round(ratio, 4))
         out.append(
@@ -101,5 +110,5 @@ def apply_waits(
     return Waiting(tuple(out), tuple(sorted(nodes)), first_job, round(sum(ratios) / len(ratios), 4))
 
 
-def _waitable(g: GpuVerdict) -> bool:
-    return g.state == "busy" or (g.state == "starved" and g.cause in _WAITABLE_CAUSES)
+def _waitable(g: GpuVerdict, echo: bool) -> bool:
+    return g.state == "busy" or (g.state == "starved" and (echo or g.cause in _WAITABLE_CAUSES))

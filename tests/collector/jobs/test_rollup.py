@@ -170,8 +170,8 @@ def test_a_throttled_node_is_named_and_the_others_wait_its_slowdown() -> None:
 
 @pytest.mark.parametrize("degrade", ["fabric_peak", "nic_speed", "pcie", "nvlink_errors"])
 def test_a_node_with_a_degraded_link_is_named_link(degrade: str) -> None:
-    """The collective waits (GPM shows every node's SMs idle 60% of the time) and nothing but one
-    node's link sets it apart."""
+    """The collective waits (GPM shows every node's SMs active 20% of the time) and nothing but
+    one node's link sets it apart."""
     nodes = job_nodes("1234", 4)
     for node in nodes:
         node.util, node.sm_active = 0.97, 0.2
@@ -191,8 +191,27 @@ def test_a_node_with_a_degraded_link_is_named_link(degrade: str) -> None:
     v = run.verdict()
     assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-2",), "link")
     assert f"link_{degrade}" in v.evidence
-    assert v.wait_ratio == pytest.approx(0.6, abs=0.05)
+    assert v.wait_ratio == pytest.approx(1 - 0.2, abs=0.05)  # GPM, raw: SMs idle 80% of the time
     assert run.detectors["node-1"].verdict.waiting_on == ("node-2",)
+
+
+def test_with_gpm_a_slowed_jobs_wait_share_is_its_gpus_idle_sms() -> None:
+    """Job-wide, every GPU with GPM: the ranks wait for data 40% and in the collective 20%
+    (NVML reads that as busy), computing 40% (SM activity 0.4): the job waits 1 - 0.4, where
+    each GPU's own GPM-capped idle share (SM activity at 0.5 or more counts as full) would say
+    less."""
+    nodes = job_nodes("1234", 4)
+    for node in nodes:
+        node.sm_active = 0.9  # Hopper-like from the start (its info says GPM)
+    run = Run(nodes)
+    run.seconds(int(ONSET))
+    for node in nodes:
+        _starve_network(node, busy=0.6)
+        node.sm_active = 0.4
+    run.seconds(150)
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause, v.job_wide) == ("slowed", (), "network", True)
+    assert v.wait_ratio == pytest.approx(0.6, abs=0.02)
 
 
 def test_every_node_starved_for_the_network_is_job_wide_and_names_no_node() -> None:

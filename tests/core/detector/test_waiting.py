@@ -74,6 +74,47 @@ def test_a_gpu_starved_for_its_own_data_or_throttled_keeps_its_verdict() -> None
     assert detector.signals()[0].firing
 
 
+def test_an_echoed_wait_makes_gpus_starved_for_their_own_data_wait_and_counts_once() -> None:
+    """The roll-up says the node stands out on nothing (``echo``): its own starvation is the
+    straggler's echo, so its starved GPUs wait too; a throttled one keeps its verdict."""
+    detector = NodeDetector("node-a", DetectorConfig())
+    node = _node(util=0.5, data_rx_bytes_per_second=1.2e9, throttled_gpus=(1,))
+    _feed(detector, node, START, 120)
+    own = detector.verdict.gpus[0]
+    assert (own.state, own.cause) == ("starved", "network")
+    detector.wait_on("1234", ("node-b",), 0.5, echo=True)
+    v = detector.verdict
+    assert [(g.state, g.cause) for g in v.gpus[:2]] == [("waiting", None), ("throttled", None)]
+    assert v.gpus[0].evidence["waiting_on"] == "node-b"
+    # The other job's GPUs (2, 3) are starved of their own: the data alert names only them.
+    assert [(g.state, g.cause) for g in v.gpus[2:]] == [("starved", "network")] * 2
+    assert detector.signals()[0].labels["gpus"] == "2,3"
+    # Entering from its own data starvation counts nothing more; then the wait's share per step.
+    assert v.gpus[0].gpu_seconds_lost == own.gpu_seconds_lost
+    _feed(detector, node, START + 120, 30)
+    v = detector.verdict
+    assert v.gpus[0].state == "waiting" and detector.signals()[0].labels["gpus"] == "2,3"
+    assert v.gpus[0].gpu_seconds_lost == pytest.approx(own.gpu_seconds_lost + 0.5 * 30, rel=0.05)
+    detector.wait_on("1234", ("node-b",), 0.5)  # no longer an echo: its own cause again
+    assert (detector.verdict.gpus[0].state, detector.verdict.gpus[0].cause) == ("starved", "network")
+
+
+def test_own_starvation_entered_while_waiting_is_not_counted_twice() -> None:
+    detector, node = NodeDetector("node-a", DetectorConfig()), _node()
+    _feed(detector, node, START, 90)
+    detector.wait_on("1234", ("node-b",), 0.5, echo=True)
+    entered = detector.verdict.gpus[0].gpu_seconds_lost
+    starving = _node(util=0.5, data_rx_bytes_per_second=1.2e9)
+    for k in range(60):
+        detector.observe(starving.report(START + 90 + k))
+        detector.wait_on("1234", ("node-b",), 0.5, echo=True)  # renewed at each step
+    assert detector.own_gpus[0].state == "starved"  # its own verdict entered starved meanwhile
+    g = detector.verdict.gpus[0]
+    assert g.state == "waiting"
+    # Each second counted once, at the larger of the wait share and its own data share (~0.5).
+    assert g.gpu_seconds_lost == pytest.approx(entered + 0.5 * 60, rel=0.1)
+
+
 def test_a_detector_nobody_tells_gives_the_same_verdicts_as_before() -> None:
     """The agent's ``top`` runs the detector alone: no GPU ever waits, the records only gain the
     two empty trailing fields."""
