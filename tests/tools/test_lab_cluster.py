@@ -233,17 +233,13 @@ def test_clean_and_network_runs_are_judged_and_leave_nothing(fake_nvml_dir: obje
     assert data >= 0.25 and coll < 0.2, network
     assert float(network[6]) >= 0.25, network
     assert float(clean[4].split("/")[0]) < 0.3, clean
-    if lc.job_rollup_present():
-        # The job verdict: the straggler (node-1 in a first run) named with its cause within 60 s,
-        # no poll naming another node; nobody named in the clean job.
-        assert network[7] == "slowed, node-1 (network)", network
-        assert network[9] != "-" and float(network[9].removesuffix(" s")) <= 60, network
-        named, right = network[10].rstrip(")").split(" (")
-        assert int(named) == int(right) > 0, network
-        assert clean[7] == "busy" and clean[10] == "0 (0)", clean
-    else:
-        assert network[7] == clean[7] == "no job verdict (no roll-up)"
-        assert proc.returncode == 0, out + err
+    # The job verdict: the straggler (node-1 in a first run) named with its cause within 60 s,
+    # no poll naming another node; nobody named in the clean job.
+    assert network[7] == "slowed, node-1 (network)", network
+    assert network[9] != "-" and float(network[9].removesuffix(" s")) <= 60, network
+    named, right = network[10].rstrip(")").split(" (")
+    assert int(named) == int(right) > 0, network
+    assert clean[7] == "busy" and clean[10] == "0 (0)", clean
     assert f"na-c{proc.pid % 100000}-" not in _namespaces()
 
 
@@ -425,13 +421,12 @@ def test_the_replay_command_takes_a_multi_node_trace(tmp_path: Path) -> None:
     [job] = t.jobs
     straggler = next(n for n in plain["nodes"] if n["node_id"] == job.straggler)
     assert straggler["final_verdict"]["state"] == "starved"
-    if lc.job_rollup_present():
-        [verdict] = [j for j in plain["jobs"] if j["job"] == job.job]
-        assert verdict["first_slowed"] is not None
-        named = [(c["straggler_nodes"], c["cause"]) for c in verdict["timeline"] if c["straggler_nodes"]]
-        assert ([job.straggler], "network") in named, named
-        assert (verdict["final_verdict"]["straggler_nodes"], verdict["final_verdict"]["cause"]) == (
-            [job.straggler], "network")  # fmt: skip
+    [verdict] = [j for j in plain["jobs"] if j["job"] == job.job]
+    assert verdict["first_slowed"] is not None
+    named = [(c["straggler_nodes"], c["cause"]) for c in verdict["timeline"] if c["straggler_nodes"]]
+    assert ([job.straggler], "network") in named, named
+    assert (verdict["final_verdict"]["straggler_nodes"], verdict["final_verdict"]["cause"]) == (
+        [job.straggler], "network")  # fmt: skip
 
 
 # What the roll-up does not do yet on these traces (docs/lab.md, results): each case must fail
@@ -448,8 +443,6 @@ def _cases(kind: str, names: set[str]) -> list[Any]:
 
 
 def _replayed(name: str) -> tuple[ClusterTrace, dict[str, Any], dict[str, Any]]:
-    if not lc.job_rollup_present():
-        pytest.skip("the collector's job roll-up is the placeholder (not merged yet)")
     from nodeagent.collector.replay import replay
 
     t = TRACES[name]

@@ -104,18 +104,44 @@ def test_the_report_bytes_carry_the_job_and_never_the_secret(
     assert sorted(reads) == sorted(f"/proc/{p.pid}/environ" for p in ranks)  # once per process, not per tick
 
 
+def _read_as_another_user(pid: int) -> dict[str, object]:
+    """What the reader makes of ``pid`` in a forked child that, when this test runs as root, drops
+    to ``nobody`` first (the interpreter under root's home cannot be started as nobody)."""
+    rfd, wfd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's result comes back through the pipe
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    handle.read(1)
+                refused = False
+            except PermissionError:
+                refused = True
+            info = ProcessReader("/proc").info(pid)
+            with open(f"/proc/{pid}/cgroup") as handle:
+                cgroup_job = parse_cgroup(handle.read())
+            seen = {"refused": refused, "key": info.identity.key, "cgroup_key": cgroup_job.slurm_job_id,
+                    "rank": info.identity.ranks.rank}  # fmt: skip
+            os.write(wfd, json.dumps(seen).encode())
+        except BaseException as err:  # anything the reader raises is the failure
+            os.write(wfd, json.dumps({"error": repr(err)}).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(child, 0)
+    return dict(json.loads(data))
+
+
 def test_another_user_s_environment_is_skipped_cleanly() -> None:
-    """Where the kernel refuses /proc/1/environ (not root, or root in a container whose init is
-    another user's), the process keeps the job its cgroup names and no error escapes."""
-    try:
-        with open("/proc/1/environ", "rb") as handle:
-            handle.read(1)
-    except PermissionError:
-        pass
-    else:
-        pytest.skip("/proc/1/environ is readable here (root): no refusal to meet")
-    info = ProcessReader("/proc").info(1)
-    with open("/proc/1/cgroup") as handle:
-        cgroup_job = parse_cgroup(handle.read())
-    assert info.identity.key == cgroup_job.slurm_job_id
-    assert info.identity.ranks.rank is None
+    """Where the kernel refuses a process's environ (another user's), the reader keeps the job its
+    cgroup names and no error escapes. As root the reader runs as ``nobody`` against this test's
+    own (root) process, so the refusal is met here too, not skipped."""
+    seen = _read_as_another_user(os.getpid() if os.geteuid() == 0 else 1)
+    assert "error" not in seen, seen
+    assert seen["refused"], "the kernel let the reader read another user's environment"
+    assert seen["key"] == seen["cgroup_key"] and seen["rank"] is None
