@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from nodeagent.agent.delivery.spool import Spool
 from nodeagent.core.transport.backoff import Backoff
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.core.transport.diagnosis import unreachable_reason
+from nodeagent.core.transport.rendezvous import rendezvous_order
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER, STREAM_METHOD, frame_report, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -60,15 +60,6 @@ class SenderConfig:
     accept_wait_seconds: float = 0.3
     # How often the sender logs one line on delivery (reports acked, spool depth); 0: never.
     summary_seconds: float = 60.0
-
-
-def rendezvous_order(node_id: str, targets: Sequence[str]) -> list[str]:
-    """Collectors from most to least preferred for this node (highest random weight first)."""
-
-    def weight(target: str) -> bytes:
-        return hashlib.blake2b(f"{node_id}\0{target}".encode(), digest_size=8).digest()
-
-    return sorted(dict.fromkeys(targets), key=weight, reverse=True)
 
 
 class Sender:

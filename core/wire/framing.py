@@ -12,6 +12,10 @@ STREAM_METHOD: Final = "/nodeagent.v1.Ingest/Stream"
 # The response header with which the collector says it accepted a stream (after the hello): the
 # agent waits for it before writing reports, so a refusal reaches it as its own status.
 STREAM_ACCEPTED_HEADER: Final = "nodeagent-stream"
+# The trailing metadata with which a collector's front sends a stream to the worker that owns its
+# node (status UNAVAILABLE): the worker's port on the same host the agent dialled. The agent
+# follows it once, at once, for that session (docs/fleet-scale.md).
+OWNER_PORT_TRAILER: Final = "nodeagent-owner-port"
 _REPORT_TAG: Final = b"\x12"  # AgentMessage.report: field 2, length-delimited
 
 

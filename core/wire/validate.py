@@ -58,7 +58,7 @@ REPEATED_LIMITS: dict[str, int] = {
 }
 LONG_STRINGS = {"Event.message", "CollectorStatus.error", "JobRef.cgroup", "JobSample.cgroup", "GpuProcess.name"}
 # Strings that name a job across nodes: at most MAX_JOB_KEY characters, all printable.
-JOB_KEYS = {"JobRef.job_key", "JobSample.job"}
+JOB_KEYS = {"JobRef.job_key", "JobSample.job", "NodeInfo.routing_key", "Goodbye.routing_key"}
 
 
 class InvalidMessageError(ValueError):

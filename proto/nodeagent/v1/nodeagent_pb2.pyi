@@ -71,7 +71,7 @@ class AgentStatus(_message.Message):
     def __init__(self, spool_dropped_reports_total: _Optional[int] = ..., spool_reports: _Optional[int] = ..., spool_bytes: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "kernel_release", "cpu_count", "memory_total_bytes", "nics", "rdma_ports", "disks", "gpu")
+    __slots__ = ("node_id", "hostname", "agent_version", "kernel_release", "cpu_count", "memory_total_bytes", "nics", "rdma_ports", "disks", "gpu", "routing_key")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class NodeInfo(_message.Message):
     RDMA_PORTS_FIELD_NUMBER: _ClassVar[int]
     DISKS_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -92,7 +93,8 @@ class NodeInfo(_message.Message):
     rdma_ports: _containers.RepeatedCompositeFieldContainer[RdmaPortInfo]
     disks: _containers.RepeatedCompositeFieldContainer[DiskInfo]
     gpu: GpuTopology
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., kernel_release: _Optional[str] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[NicInfo, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortInfo, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskInfo, _Mapping]]] = ..., gpu: _Optional[_Union[GpuTopology, _Mapping]] = ...) -> None: ...
+    routing_key: str
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., kernel_release: _Optional[str] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[NicInfo, _Mapping]]] = ..., rdma_ports: _Optional[_Iterable[_Union[RdmaPortInfo, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskInfo, _Mapping]]] = ..., gpu: _Optional[_Union[GpuTopology, _Mapping]] = ..., routing_key: _Optional[str] = ...) -> None: ...
 
 class NicInfo(_message.Message):
     __slots__ = ("name", "speed_bytes_per_second", "speed_source", "virtual", "kind", "bond_master", "bond_members", "mtu", "address")
@@ -665,12 +667,22 @@ class Event(_message.Message):
     def __init__(self, time_unix_seconds: _Optional[float] = ..., kind: _Optional[str] = ..., severity: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "report")
+    __slots__ = ("hello", "report", "goodbye")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    GOODBYE_FIELD_NUMBER: _ClassVar[int]
     hello: NodeInfo
     report: NodeReport
-    def __init__(self, hello: _Optional[_Union[NodeInfo, _Mapping]] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ...) -> None: ...
+    goodbye: Goodbye
+    def __init__(self, hello: _Optional[_Union[NodeInfo, _Mapping]] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ...) -> None: ...
+
+class Goodbye(_message.Message):
+    __slots__ = ("reason", "routing_key")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    routing_key: str
+    def __init__(self, reason: _Optional[str] = ..., routing_key: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("node_id", "epoch", "acked_seq", "attached")
@@ -684,12 +696,40 @@ class Ack(_message.Message):
     attached: bool
     def __init__(self, node_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked_seq: _Optional[int] = ..., attached: _Optional[bool] = ...) -> None: ...
 
+class ShardAnswer(_message.Message):
+    __slots__ = ("shard", "answered", "error")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    answered: bool
+    error: str
+    def __init__(self, shard: _Optional[str] = ..., answered: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PageRequest(_message.Message):
+    __slots__ = ("path", "query")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    query: str
+    def __init__(self, path: _Optional[str] = ..., query: _Optional[str] = ...) -> None: ...
+
+class PageResponse(_message.Message):
+    __slots__ = ("status", "content_type", "body")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    content_type: str
+    body: bytes
+    def __init__(self, status: _Optional[int] = ..., content_type: _Optional[str] = ..., body: _Optional[bytes] = ...) -> None: ...
+
 class ListNodesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class NodeSummary(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds")
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds", "shard", "stale_shards")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -726,6 +766,8 @@ class NodeSummary(_message.Message):
     WAITING_JOB_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SEEN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    STALE_SHARDS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -755,13 +797,17 @@ class NodeSummary(_message.Message):
     waiting_job: str
     window_seconds: float
     window_seen_seconds: float
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ...) -> None: ...
+    shard: str
+    stale_shards: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ..., shard: _Optional[str] = ..., stale_shards: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
-    __slots__ = ("nodes",)
+    __slots__ = ("nodes", "shards")
     NODES_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeSummary]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeSummary, _Mapping]]] = ...) -> None: ...
+    shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeSummary, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...
 
 class ListAlertsRequest(_message.Message):
     __slots__ = ("include_resolved",)
@@ -770,7 +816,7 @@ class ListAlertsRequest(_message.Message):
     def __init__(self, include_resolved: _Optional[bool] = ...) -> None: ...
 
 class AlertRecord(_message.Message):
-    __slots__ = ("name", "node_id", "key", "severity", "labels", "annotations", "starts_at_unix_seconds", "ends_at_unix_seconds")
+    __slots__ = ("name", "node_id", "key", "severity", "labels", "annotations", "starts_at_unix_seconds", "ends_at_unix_seconds", "shard")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -793,6 +839,7 @@ class AlertRecord(_message.Message):
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     STARTS_AT_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     ENDS_AT_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
     name: str
     node_id: str
     key: str
@@ -801,13 +848,16 @@ class AlertRecord(_message.Message):
     annotations: _containers.ScalarMap[str, str]
     starts_at_unix_seconds: float
     ends_at_unix_seconds: float
-    def __init__(self, name: _Optional[str] = ..., node_id: _Optional[str] = ..., key: _Optional[str] = ..., severity: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., starts_at_unix_seconds: _Optional[float] = ..., ends_at_unix_seconds: _Optional[float] = ...) -> None: ...
+    shard: str
+    def __init__(self, name: _Optional[str] = ..., node_id: _Optional[str] = ..., key: _Optional[str] = ..., severity: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., starts_at_unix_seconds: _Optional[float] = ..., ends_at_unix_seconds: _Optional[float] = ..., shard: _Optional[str] = ...) -> None: ...
 
 class ListAlertsResponse(_message.Message):
-    __slots__ = ("alerts",)
+    __slots__ = ("alerts", "shards")
     ALERTS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     alerts: _containers.RepeatedCompositeFieldContainer[AlertRecord]
-    def __init__(self, alerts: _Optional[_Iterable[_Union[AlertRecord, _Mapping]]] = ...) -> None: ...
+    shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
+    def __init__(self, alerts: _Optional[_Iterable[_Union[AlertRecord, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...
 
 class LatestReportRequest(_message.Message):
     __slots__ = ("node_id",)
@@ -857,10 +907,12 @@ class HistoryRow(_message.Message):
     def __init__(self, time_unix_seconds: _Optional[float] = ..., gpu: _Optional[int] = ..., samples: _Optional[int] = ..., values: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HistoryResponse(_message.Message):
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "shards")
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[HistoryRow]
-    def __init__(self, rows: _Optional[_Iterable[_Union[HistoryRow, _Mapping]]] = ...) -> None: ...
+    shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
+    def __init__(self, rows: _Optional[_Iterable[_Union[HistoryRow, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...
 
 class ForgetNodeRequest(_message.Message):
     __slots__ = ("node_id",)
@@ -906,17 +958,19 @@ class JobTotal(_message.Message):
     def __init__(self, job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., gpu_hours_lost: _Optional[float] = ..., gpu_hours_lost_by_cause: _Optional[_Mapping[str, float]] = ..., nodes: _Optional[_Iterable[str]] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ...) -> None: ...
 
 class JobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "shards")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobTotal]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[JobTotal, _Mapping]]] = ...) -> None: ...
+    shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobTotal, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class JobVerdict(_message.Message):
-    __slots__ = ("job", "source", "state", "nodes", "gpus", "world_size", "ranks_reported", "straggler_nodes", "cause", "job_wide", "wait_ratio", "gpu_seconds_lost", "needed_bytes_per_second", "evidence", "time_unix_seconds", "notes")
+    __slots__ = ("job", "source", "state", "nodes", "gpus", "world_size", "ranks_reported", "straggler_nodes", "cause", "job_wide", "wait_ratio", "gpu_seconds_lost", "needed_bytes_per_second", "evidence", "time_unix_seconds", "notes", "shard")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -940,6 +994,7 @@ class JobVerdict(_message.Message):
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
     job: str
     source: str
     state: str
@@ -956,10 +1011,13 @@ class JobVerdict(_message.Message):
     evidence: _containers.ScalarMap[str, str]
     time_unix_seconds: float
     notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job: _Optional[str] = ..., source: _Optional[str] = ..., state: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., gpus: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_reported: _Optional[int] = ..., straggler_nodes: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ..., job_wide: _Optional[bool] = ..., wait_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_bytes_per_second: _Optional[float] = ..., evidence: _Optional[_Mapping[str, str]] = ..., time_unix_seconds: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    shard: str
+    def __init__(self, job: _Optional[str] = ..., source: _Optional[str] = ..., state: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., gpus: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_reported: _Optional[int] = ..., straggler_nodes: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ..., job_wide: _Optional[bool] = ..., wait_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_bytes_per_second: _Optional[float] = ..., evidence: _Optional[_Mapping[str, str]] = ..., time_unix_seconds: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ..., shard: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "shards")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobVerdict]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[JobVerdict, _Mapping]]] = ...) -> None: ...
+    shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobVerdict, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...

@@ -153,6 +153,11 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeResponse.FromString,
                 _registered_method=True)
+        self.Page = channel.unary_unary(
+                '/nodeagent.v1.Query/Page',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -215,6 +220,14 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Page(self, request, context):
+        """What the collector's HTTP listener answers for path?query (/metrics, /api/fleet, ...), over
+        gRPC: a collector's front asks its workers, and a fleet page asks the other collectors.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -257,6 +270,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.ForgetNode,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeResponse.SerializeToString,
+            ),
+            'Page': grpc.unary_unary_rpc_method_handler(
+                    servicer.Page,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -476,6 +494,33 @@ class Query:
             '/nodeagent.v1.Query/ForgetNode',
             nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Page(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/Page',
+            nodeagent_dot_v1_dot_nodeagent__pb2.PageRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.PageResponse.FromString,
             options,
             channel_credentials,
             insecure,
