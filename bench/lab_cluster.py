@@ -41,8 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import importlib
-import importlib.util
 import json
 import os
 import shutil
@@ -252,19 +250,6 @@ def device_filter_supported() -> bool:
     done = subprocess.run([sys.executable, "-m", "nodeagent.agent", "run", "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)  # fmt: skip
     return DEVICE_FLAG in done.stdout
-
-
-def job_rollup_present() -> bool:
-    """Whether this collector has the job roll-up (job verdicts, nodes that wait on another), not
-    the placeholder the views were built against."""
-    try:
-        spec = importlib.util.find_spec("nodeagent.collector.jobs.rollup")
-    except ModuleNotFoundError:
-        return False
-    if spec is None:
-        return False
-    module = importlib.import_module("nodeagent.collector.jobs.rollup")
-    return not (module.__doc__ or "").startswith("Placeholder")
 
 
 # ---- one run --------------------------------------------------------------------------------------
@@ -579,7 +564,7 @@ def _verdict_words(v: dict[str, Any] | None) -> str:
     return f"{v['state']}" + (f", {named}" if named else "") + (f" ({cause})" if cause else "")
 
 
-def judge(o: Outcome, rollup: bool) -> list[Judged]:
+def judge(o: Outcome) -> list[Judged]:
     window = float(o.config["window_seconds"])
     nodes_by_id = {r.get("node_id"): r for r in o.final_nodes}
     out = []
@@ -630,9 +615,8 @@ def judge(o: Outcome, rollup: bool) -> list[Judged]:
             + (f"({c})" if (c := nodes_by_id.get(n.node_id, {}).get("cause")) else "")
             for n in job.nodes
         )
-        if rollup:
-            problems += _verdict_problems(job, final, first, named_polls - right_polls, ratio, window_truth)
-            problems += _waiting_problems(job, nodes_by_id)
+        problems += _verdict_problems(job, final, first, named_polls - right_polls, ratio, window_truth)
+        problems += _waiting_problems(job, nodes_by_id)
         # GPU-seconds lost: the live verdict's (since the roll-up followed the job), the history's,
         # and the ranks' own waits up to the verdict (one GPU a node).
         lost = 3600 * float(final["gpu_hours_lost"]) if final and final.get("gpu_hours_lost") is not None else None
@@ -643,7 +627,7 @@ def judge(o: Outcome, rollup: bool) -> list[Judged]:
         out.append(Judged(o.scenario, o.run, job.run_id, job.expected, truth["wait_share"], window_truth,
                           truth["transfer_share"], rank_shares,
                           round(sum(others) / len(others), 4) if others and s is not None else None,
-                          _verdict_words(final) if rollup else "no job verdict (no roll-up)", ratio, first,
+                          _verdict_words(final), ratio, first,
                           named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, history_lost,
                           round(truth_lost, 1),
                           s is not None, not problems, "; ".join(problems), o.cpu_busy))  # fmt: skip
@@ -745,7 +729,7 @@ def _lost(r: Judged) -> str:
     return f"{f(r.gpu_seconds_lost)} / {f(r.history_gpu_seconds_lost)} / {f(r.truth_gpu_seconds_lost)}"
 
 
-def summary(rows: list[Judged], rollup: bool) -> str:
+def summary(rows: list[Judged]) -> str:
     stragglers = [r for r in rows if r.straggler_run]
     named = sum(1 for r in stragglers if r.first_named_seconds is not None and r.first_named_seconds <= 60)
     positives = sum(r.named_polls for r in rows)
@@ -764,8 +748,6 @@ def summary(rows: list[Judged], rollup: bool) -> str:
         + (f"max error {max(errors):.3f}, mean {sum(errors) / len(errors):.3f}" if errors else "-"),
         f"machine CPU busy during the runs: max {max((r.cpu_busy for r in rows), default=0):.2f}",
     ]
-    if not rollup:
-        out.append("job verdicts: this collector has no job roll-up; only the truth was checked")
     return "\n".join(out)
 
 
@@ -869,7 +851,6 @@ def main(argv: list[str] | None = None) -> int:
     except FakeNvmlUnavailable as err:
         print(f"lab_cluster: cannot build the fake NVML: {err}", file=sys.stderr)
         return 1
-    rollup = job_rollup_present()
     device_filter = device_filter_supported()
     rows: list[Judged] = []
     started = time.monotonic()
@@ -883,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
                     outcome = run_scenario(scenario, per_job, args.seconds, run, Path(tmp), nvml_dir, device_filter)
                     if args.record is not None and run == 0:
                         record(outcome, args.record)
-                    judged = judge(outcome, rollup)
+                    judged = judge(outcome)
                     rows.extend(judged)
                     marks = ", ".join("ok" if j.ok else f"NO: {j.why}" for j in judged)
                     print(f"{name} run {run}: {time.monotonic() - t0:.0f} s, CPU {outcome.cpu_busy:.2f}: {marks}",
@@ -896,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(table(rows))
     print()
-    print(summary(rows, rollup))
+    print(summary(rows))
     if "storage" in args.names and not device_filter:
         print(f"storage: this agent has no {DEVICE_FLAG}: every agent saw every disk")
     print(f"\n{len(rows)} job runs in {time.monotonic() - started:.0f} s; {sum(r.ok for r in rows)} as expected")

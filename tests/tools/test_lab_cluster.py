@@ -128,7 +128,7 @@ def test_a_straggler_named_in_time_with_the_right_share_is_met() -> None:
                                                   1000.0 + t)]}
              for t in range(0, 40, 2)]  # fmt: skip
     final = [_verdict(KEY, NODES, "slowed", ["node-1"], "network", 1040.0, ratio=0.52)]
-    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")), rollup=True)
+    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
     # The job's wait share: every rank waited 0.54 (the straggler for data, the others for it).
     assert row.window_truth == 0.54
     assert row.transfer_share == round(90 * 0.04 / 41, 4)  # the least collective at each step
@@ -154,7 +154,7 @@ def test_a_straggler_verdict_that_misses_is_not_met(change: dict[str, Any], prob
     polls = [{"t": 1000.0 + t, "jobs": [_verdict(KEY, NODES, "slowed", named, cause, 1000.0 + t)]}
              for t in range(start, 64, 2)]  # fmt: skip
     final = [_verdict(KEY, NODES, "slowed", named, cause, 1040.0, ratio=change.get("ratio", 0.54))]
-    [row] = lc.judge(_outcome("network", polls, final, _waiting(change.get("waiting", "node-1"))), rollup=True)
+    [row] = lc.judge(_outcome("network", polls, final, _waiting(change.get("waiting", "node-1"))))
     assert not row.ok
     assert problem in row.why, row.why
 
@@ -164,19 +164,19 @@ def test_a_clean_job_that_names_a_node_once_is_not_met_and_costs_precision() -> 
     polls = [{"t": 1000.0 + t, "jobs": [_verdict(key, NODES, "busy", ["node-2"] if t == 10 else [], None,
                                                   1000.0 + t)]} for t in range(0, 40, 2)]  # fmt: skip
     final = [_verdict(key, NODES, "busy", [], None, 1040.0)]
-    [row] = lc.judge(_outcome("clean", polls, final), rollup=True)
+    [row] = lc.judge(_outcome("clean", polls, final))
     assert not row.ok and "1 polls named a wrong node" in row.why
     assert (row.named_polls, row.right_polls) == (1, 0)
-    assert "precision over every poll of every run: 0.000" in lc.summary([row], rollup=True)
+    assert "precision over every poll of every run: 0.000" in lc.summary([row])
 
 
 def test_a_job_wide_slowdown_names_no_node() -> None:
     key = "torch/job-wide-t-j0"
     final = [_verdict(key, NODES, "slowed", [], "network", 1040.0, ratio=0.55, job_wide=True)]
-    [row] = lc.judge(_outcome("job-wide", [], final), rollup=True)
+    [row] = lc.judge(_outcome("job-wide", [], final))
     assert row.ok, row.why
     named = [_verdict(key, NODES, "slowed", ["node-0"], "network", 1040.0, ratio=0.55)]
-    [row] = lc.judge(_outcome("job-wide", [], named), rollup=True)
+    [row] = lc.judge(_outcome("job-wide", [], named))
     assert not row.ok and "expected no node" in row.why and "job_wide False" in row.why
 
 
@@ -187,26 +187,23 @@ def test_two_jobs_are_told_apart_by_their_nodes() -> None:
     final = [_verdict("x/other", nodes_b, "busy", [], None, 1040.0),
              _verdict(a, NODES, "slowed", ["node-1"], "network", 1040.0, ratio=0.56)]  # fmt: skip
     polls = [{"t": 1030.0, "jobs": final}]
-    rows = lc.judge(_outcome("two-jobs", polls, final, _waiting("node-1")), rollup=True)
+    rows = lc.judge(_outcome("two-jobs", polls, final, _waiting("node-1")))
     assert [r.ok for r in rows] == [True, True], [r.why for r in rows]
     assert [r.verdict for r in rows] == ["slowed, node-1 (network)", "busy"]
 
 
-def test_without_the_roll_up_only_the_truth_is_judged() -> None:
-    [row] = lc.judge(_outcome("network", [], []), rollup=False)
-    assert row.ok and row.verdict == "no job verdict (no roll-up)"
-    assert "no job roll-up" in lc.summary([row], rollup=False)
-    [row] = lc.judge(_outcome("network", [], []), rollup=True)
+def test_a_job_without_a_verdict_is_not_met() -> None:
+    [row] = lc.judge(_outcome("network", [], []))
     assert not row.ok and "no job verdict for the job" in row.why
 
 
 def test_a_rig_that_made_no_straggler_is_not_met() -> None:
     o = _outcome("network", [], [])
     o.truths["node-1"] = _truth(1, 0.02, 0.04)  # the capped link did not slow its rank
-    [row] = lc.judge(o, rollup=False)
+    [row] = lc.judge(o)
     assert not row.ok and "the straggler waited only 0.02 for data" in row.why
     o.truths["node-2"]["result_digest"] = "def"
-    [row] = lc.judge(o, rollup=False)
+    [row] = lc.judge(o)
     assert "ranks disagree" in row.why
 
 
