@@ -20,7 +20,6 @@ import json
 import mmap
 import multiprocessing
 import os
-import queue
 import random
 import sys
 import threading
@@ -32,6 +31,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.lab_rig import prefetch  # noqa: E402
+
 BLOCK_BYTES = 4096
 GIB = 1024**3
 # When each pass over a storage loader's dataset ended (wall clock).
@@ -39,27 +40,6 @@ PASS_ENDS: list[float] = []
 
 
 # ---- loaders: each returns a function that blocks until the next batch -----------------------
-
-
-def _threaded(
-    make_batch: Callable[[], object], threads: int, depth: int, stop: threading.Event
-) -> Callable[[], object]:
-    """``threads`` producers fill a bounded queue (a DataLoader's prefetch)."""
-    batches: queue.Queue[object] = queue.Queue(maxsize=depth)
-
-    def produce() -> None:
-        while not stop.is_set():
-            batch = make_batch()
-            while not stop.is_set():
-                try:
-                    batches.put(batch, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
-
-    for _ in range(threads):
-        threading.Thread(target=produce, daemon=True).start()
-    return batches.get
 
 
 def network_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], object]:
@@ -82,7 +62,7 @@ def network_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], 
             return b""
         return len(body)
 
-    return _threaded(make_batch, int(spec.get("threads", 4)), 4, stop)
+    return prefetch(make_batch, int(spec.get("threads", 4)), 4, stop)
 
 
 def storage_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], object]:
@@ -121,7 +101,7 @@ def storage_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], 
             os.preadv(fd, [local.buf], block * read_bytes)
         return reads
 
-    return _threaded(make_batch, int(spec.get("threads", 8)), 4, stop)
+    return prefetch(make_batch, int(spec.get("threads", 8)), 4, stop)
 
 
 def _decode(rounds: int) -> int:
@@ -169,7 +149,7 @@ def clean_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], ob
         time.sleep(seconds)
         return 1
 
-    return _threaded(make_batch, 1, 8, stop)
+    return prefetch(make_batch, 1, 8, stop)
 
 
 def h2d_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], object]:

@@ -48,6 +48,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.lab_rig import prefetch  # noqa: E402
+
 GIB = 1024**3
 HEADER = struct.Struct("!IIB")  # step, payload bytes, flags
 STOP = 1
@@ -56,25 +58,6 @@ BUSY_POWER_MW = 620_000
 
 
 # ---- data: a function that blocks until the next batch ----------------------------------------
-
-
-def _threaded(make_batch: Callable[[], int], threads: int, depth: int, stop: threading.Event) -> Callable[[], int]:
-    """``threads`` producers fill a bounded queue (a DataLoader's prefetch)."""
-    batches: queue.Queue[int] = queue.Queue(maxsize=depth)
-
-    def produce() -> None:
-        while not stop.is_set():
-            batch = make_batch()
-            while not stop.is_set():
-                try:
-                    batches.put(batch, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
-
-    for _ in range(threads):
-        threading.Thread(target=produce, daemon=True).start()
-    return batches.get
 
 
 def http_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], int]:
@@ -99,7 +82,7 @@ def http_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], int
                 return batch
         return 0
 
-    return _threaded(make_batch, int(spec.get("threads", 2)), int(spec.get("depth", 2)), stop)
+    return prefetch(make_batch, int(spec.get("threads", 2)), int(spec.get("depth", 2)), stop)
 
 
 def device_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], int]:
@@ -117,7 +100,7 @@ def device_loader(spec: dict[str, Any], stop: threading.Event) -> Callable[[], i
             os.preadv(fd, [local.buf], random.randrange(blocks) * read_bytes)
         return reads * read_bytes
 
-    return _threaded(make_batch, int(spec.get("threads", 4)), int(spec.get("depth", 2)), stop)
+    return prefetch(make_batch, int(spec.get("threads", 4)), int(spec.get("depth", 2)), stop)
 
 
 LOADERS = {"http": http_loader, "device": device_loader}

@@ -7,16 +7,41 @@ import contextlib
 import io
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_EXTRA = {"PYTHONUNBUFFERED": "1"}
+
+
+T = TypeVar("T")
+
+
+def prefetch(make_batch: Callable[[], T], threads: int, depth: int, stop: threading.Event) -> Callable[[], T]:
+    """``threads`` producers fill a bounded queue (a DataLoader's prefetch); the labs' jobs and
+    ranks read their batches from it."""
+    batches: queue.Queue[T] = queue.Queue(maxsize=depth)
+
+    def produce() -> None:
+        while not stop.is_set():
+            batch = make_batch()
+            while not stop.is_set():
+                try:
+                    batches.put(batch, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+
+    for _ in range(threads):
+        threading.Thread(target=produce, daemon=True).start()
+    return batches.get
 
 
 class LabError(RuntimeError):
