@@ -75,7 +75,9 @@ def forget(node_id: str, **options: object) -> None:
 
 
 def _forget_on_each(node_id: str, options: dict[str, object]) -> None:
-    """A node may be held by more than one collector (it moved): every one that holds it forgets it."""
+    """A node may be held by more than one collector (it moved): every one that holds it forgets
+    it and says so. One that refuses (the node is connected there) fails the command; one that
+    does not answer is said on stderr."""
     answers = ask_each(options, "ForgetNode", report=False, node_id=node_id)
     held = [a for a in answers if a.answered]
     for answer in held:
@@ -83,13 +85,21 @@ def _forget_on_each(node_id: str, options: dict[str, object]) -> None:
         click.echo(
             f"forgot {node_id} on {answer.shard}: {deleted} stored reports deleted; its per-minute history stays"
         )
-    refused = [a for a in answers if a.error and not a.error.startswith("NOT_FOUND")]
+    silent = [a for a in answers if a.error.startswith(_SILENT)]
+    refused = [a for a in answers if a.error and not a.error.startswith(("NOT_FOUND", *_SILENT))]
+    for answer in silent:
+        click.echo(f"nodeagent-collector: collector {answer.shard} did not answer: {answer.error}", err=True)
     for answer in refused:
-        click.echo(f"nodeagent-collector: collector {answer.shard} did not forget {node_id}: {answer.error}", err=True)
+        click.echo(f"nodeagent-collector: collector {answer.shard} refused: {answer.error}", err=True)
     if refused:
-        raise RuntimeFailure(f"{len(refused)} of {len(answers)} collectors did not forget {node_id}")
+        raise RuntimeFailure(f"{len(refused)} of {len(answers)} collectors refused to forget {node_id}")
     if not held:
-        raise RuntimeFailure(f"no collector holds node {node_id!r} (asked {', '.join(a.shard for a in answers)})")
+        asked = ", ".join(a.shard for a in answers if a not in silent)
+        raise RuntimeFailure(f"no collector holds node {node_id!r} (asked: {asked or 'none answered'})")
+
+
+# A collector that did not answer, not one that said no.
+_SILENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 
 
 def _checked_node_id(value: str) -> str:
