@@ -262,3 +262,27 @@ def test_forget_asks_each_and_says_which_held_it(fleet: Fleet) -> None:
         status == 1
         and err[-1] == f"Error: no collector holds node 'moved' (asked: {fleet.address['A']}, {fleet.address['B']})"
     )
+
+
+def test_a_collector_that_returns_is_asked_again_within_seconds(fleet: Fleet, tmp_path: Path) -> None:
+    """A's kept channel to C retries every 2 s at most: C back on its port is merged again."""
+    back = fleet._server(tmp_path, "C", FleetConfig())
+
+    async def start() -> None:
+        await back.start()
+        feed_simulated(back.ingest, {"c1": "healthy"}, 5)
+
+    fleet.loop.run(start())
+    try:
+        deadline = time.monotonic() + 15.0
+        answered: list[bool] = []
+        while time.monotonic() < deadline:
+            _status, body, _took = fleet.http("A", "/api/fleet")
+            answered = [s["answered"] for s in body["shards"]]
+            if answered[2]:
+                break
+            time.sleep(0.25)
+        assert answered == [True, True, True, False]
+        assert "c1" in {n["node_id"] for n in body["nodes"]}
+    finally:
+        fleet.loop.run(back.stop(0.0))
