@@ -172,6 +172,19 @@ def test_one_collector_is_asked_as_ever(fleet: Fleet) -> None:
     assert sorted(r["node_id"] for r in rows) == ["b1", "moved"] and all("shard" not in r for r in rows)
 
 
+def test_the_list_can_come_from_fleet_in_collector_toml(fleet: Fleet, tmp_path: Path) -> None:
+    config = tmp_path / "collector.toml"
+    listed = ", ".join(f'"{fleet.address[n]}"' for n in "ABC")
+    config.write_text(f"[fleet]\ncollectors = [{listed}]\ntimeout_seconds = 9.0\n")
+    result = CliRunner().invoke(cli, ["nodes", "--json", "--config", str(config), "--timeout", "1"])
+    assert result.exit_code == 0, result.stderr
+    assert {r["node_id"] for r in json.loads(result.stdout)} >= {"a1", "b1"}
+    assert sorted(_warned_about(fleet, result.stderr.splitlines())) == ["C"]
+    # A --collector on the command line is asked alone, as ever.
+    result = CliRunner().invoke(cli, ["nodes", "--json", "--config", str(config), "--collector", fleet.address["A"]])
+    assert result.exit_code == 0 and all("shard" not in r for r in json.loads(result.stdout))
+
+
 def test_alerts_jobs_and_history_merged(fleet: Fleet) -> None:
     status, out, err, _took = _cli(fleet, "alerts", "--json", "--all")
     assert status == 0 and sorted(_warned_about(fleet, err)) == ["C", "D"]
