@@ -144,6 +144,7 @@ COLLECTOR_FILE_ERRORS = [
     ("[command.alerts]\ncollector = 5", "command.alerts.collector: expected a list of strings, got 5"),
     ("[fleet]\ncollectors = 'a:1'", "fleet.collectors: expected a list of HOST:PORT strings, got 'a:1'"),
     ("[fleet]\ntimeout = 2", "fleet.timeout: unknown key (known: collectors, insecure, timeout_seconds, "),
+    ("[fleet]\ncollectors = ['127.0.0.1:1']\ntls_ca = '/no/ca.pem'", "fleet: /no/ca.pem: no such file"),
 ]
 
 
