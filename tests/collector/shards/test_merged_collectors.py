@@ -258,10 +258,13 @@ def test_the_page_shows_a_banner_naming_who_did_not_answer(fleet: Fleet, tmp_pat
         page.wait_for("document.querySelectorAll('#nodes tr.node').length === 3")
         banner = page.evaluate("({hidden: document.getElementById('shards').hidden, "
                                "text: document.getElementById('shards').textContent})")  # fmt: skip
+        held = page.evaluate("Object.fromEntries([...document.querySelectorAll('#nodes tr.node')].map("
+                             "(r) => [r.dataset.node, r.querySelector('.shard').textContent]))")  # fmt: skip
     assert not banner["hidden"]
     assert banner["text"].startswith("2 of 4 collectors did not answer")
     assert fleet.address["C"] in banner["text"] and fleet.address["D"] in banner["text"]
     assert fleet.address["B"] not in banner["text"]
+    assert held == {"a1": fleet.address["A"], "b1": fleet.address["B"], "moved": f"{fleet.address['B']} +1 stale"}
 
 
 def test_forget_asks_each_and_says_which_held_it(fleet: Fleet) -> None:
