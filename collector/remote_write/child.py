@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.counters import SharedCounters
-from nodeagent.collector.remote_write.records import JOBS, REPORT, read_jobs, read_report
+from nodeagent.collector.remote_write.records import INFO, JOBS, REPORT, read_info, read_jobs, read_report
 from nodeagent.collector.remote_write.sender import RemoteWriter
 from nodeagent.collector.remote_write.series import EncodedReport, JobSeries, NodeSeries, VerdictRow
 from nodeagent.core.program.log import configure_logging
@@ -55,6 +55,12 @@ class SeriesBuilder:
         if node is None:
             node = self._nodes[report.node_id] = NodeSeries(report.node_id)
         return node.encode(report, verdict)
+
+    def info(self, node_id: str, info: pb.NodeInfo) -> None:
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = NodeSeries(node_id)
+        node.set_info(info)
 
     def jobs(self, snapshot: tuple[JobVerdict, ...]) -> EncodedReport | None:
         return self._jobs.encode(snapshot)
@@ -117,6 +123,8 @@ def _serve(
                 elif kind == JOBS:
                     jobs += 1
                     encoded = builder.jobs(read_jobs(record))
+                elif kind == INFO:
+                    builder.info(*read_info(record))
             except (DecodeError, ValueError, EOFError, pickle.UnpicklingError) as err:
                 if not refused_logged:  # a bug, not load: once is enough to find it
                     log.error("remote write: a record it cannot read", error=str(err))

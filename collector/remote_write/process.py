@@ -12,7 +12,8 @@ its samples are not known. Inside the child the bounded queue per receiver count
 before.
 
 The child dies with the collector (``PR_SET_PDEATHSIG``, and the socket's end of file), and is
-started again when it dies (``restarts_total``): what the dead child had read and not sent is
+started again when it dies (``restarts_total``), given each node's topology again before the
+node's next report: what the dead child had read and not sent is
 lost and counted (``lost_samples``: its queue as it last published it; reports handed over and
 never read: ``dropped["child_died"]``). Its counters live in shared memory (``counters.py``),
 continued by the next child, and ``/metrics`` reads them there.
@@ -37,7 +38,7 @@ import structlog
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.counters import SharedCounters
-from nodeagent.collector.remote_write.records import jobs_record, report_record, verdict_bytes
+from nodeagent.collector.remote_write.records import info_record, jobs_record, report_record, verdict_bytes
 from nodeagent.collector.remote_write.sender import RemoteWriteStats
 from nodeagent.collector.remote_write.series import verdict_row
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -81,6 +82,9 @@ class RemoteWriteProcess:
         self._jobs_seen: tuple[JobVerdict, ...] | None = None
         self._last_pushed: dict[str, float] = {}
         self._verdicts: dict[str, tuple[NodeVerdict, bytes]] = {}
+        # Each node's topology as last sent, and the nodes a restarted child has not been given it.
+        self._infos: dict[str, bytes] = {}
+        self._needs_info: set[str] = set()
         self._sock: socket.socket | None = None
         self._retired: list[socket.socket] = []
         self._proc: subprocess.Popen[bytes] | None = None
@@ -137,6 +141,15 @@ class RemoteWriteProcess:
             if last is not None and report.time_unix_seconds - last < resolution and not report.HasField("info"):
                 return
             self._last_pushed[node_id] = report.time_unix_seconds
+        if report.HasField("info"):
+            self._infos[node_id] = report.info.SerializeToString()
+            self._needs_info.discard(node_id)
+        elif (
+            self._needs_info
+            and node_id in self._needs_info
+            and self._send(info_record(node_id, self._infos[node_id]), count=False)
+        ):
+            self._needs_info.discard(node_id)
         cached = self._verdicts.get(node_id)
         if cached is None or cached[0] is not verdict:
             cached = self._verdicts[node_id] = (verdict, verdict_bytes(verdict_row(verdict)))
@@ -210,6 +223,7 @@ class RemoteWriteProcess:
                 if self._stopping.is_set():
                     return
                 self._spawn()
+                self._needs_info = set(self._infos)  # replaced whole: the ingest thread reads it
                 self.restarts_total += 1
 
     def _count_losses(self) -> None:

@@ -5,6 +5,9 @@
   ``marshal`` of its ``VerdictRow`` (plain values: a microsecond or two, and made once per new
   verdict, not per report), then the report exactly as the agent sent it (the bytes ingest
   parsed: no second serialization).
+- A node's topology: ``b"I"``, the node id's length (2 bytes), the node id, its ``NodeInfo``
+  as the agent sent it; only to a restarted process, before the node's next report (reports
+  carry it only when it changes, and the series' labels come from it).
 - The job roll-up's snapshot: ``b"J"`` and the ``JobVerdict`` tuple pickled, once per
   evaluation (a handful a second at most).
 
@@ -25,7 +28,9 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 REPORT: Final = b"R"
 JOBS: Final = b"J"
+INFO: Final = b"I"
 _LENGTH = struct.Struct("<I")
+_NODE_LENGTH = struct.Struct("<H")
 
 
 def report_record(verdict: bytes, raw: bytes) -> bytes:
@@ -35,6 +40,18 @@ def report_record(verdict: bytes, raw: bytes) -> bytes:
 
 def verdict_bytes(row: VerdictRow | None) -> bytes:
     return marshal.dumps(row)
+
+
+def info_record(node_id: str, info: bytes) -> bytes:
+    node = node_id.encode()
+    return b"".join((INFO, _NODE_LENGTH.pack(len(node)), node, info))
+
+
+def read_info(record: bytes | memoryview) -> tuple[str, pb.NodeInfo]:
+    (length,) = _NODE_LENGTH.unpack_from(record, 1)
+    start = 1 + _NODE_LENGTH.size
+    node_id = bytes(record[start : start + length]).decode()
+    return node_id, pb.NodeInfo.FromString(bytes(record[start + length :]))
 
 
 def jobs_record(snapshot: tuple[JobVerdict, ...]) -> bytes:

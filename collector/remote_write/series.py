@@ -78,9 +78,9 @@ class NodeSeries:
         """The node's template with this report's values and time: valid until the next call."""
         if report.HasField("info"):
             # A copy: a reference into the received message would keep all of it in memory.
-            self.info = pb.NodeInfo()
-            self.info.CopyFrom(report.info)
-            self.gpu_labels = gpu_labels(report.info, self.node_id)
+            info = pb.NodeInfo()
+            info.CopyFrom(report.info)
+            self.set_info(info)
         # As the agent's /metrics keeps it (DCGM_FI_DEV_XID_ERRORS: the last XID of each GPU).
         for event in report.events:
             if event.kind == "xid" and event.subject.startswith("gpu:") and event.subject[4:].isdigit():
@@ -103,6 +103,12 @@ class NodeSeries:
             sample.value = value
             sample.timestamp = millis
         return self._template
+
+    def set_info(self, info: pb.NodeInfo) -> None:
+        """The node's topology (a report carries it when it changes, or the collector hands it on
+        to a restarted remote-write process)."""
+        self.info = info
+        self.gpu_labels = gpu_labels(info, self.node_id)
 
     def _families(self, report: pb.NodeReport) -> Iterator[TextFamily]:
         yield from dcgm_families(report, self.gpu_labels, self.last_xid)
