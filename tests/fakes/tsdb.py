@@ -71,8 +71,9 @@ class Receiver:
         return set(self._get_json("/api/v1/label/__name__/values", {})["data"])
 
     def stored_samples(self, node: str, at: float) -> int:
-        """Every sample of the node's series (each series' raw samples, over two hours)."""
-        return sum(len(series["values"]) for series in self.query(f'{{node="{node}"}}[2h]', at))
+        """Every sample of the node's series (each series' raw samples, over two hours), less
+        what recording rules made of them (a colon in the name)."""
+        return sum(len(series["values"]) for series in self.query(f"{_node_selector(node)}[2h]", at))
 
     def samples_received(self) -> float:
         """The receiver's own count of samples taken by remote write."""
@@ -96,6 +97,10 @@ class Receiver:
                 return bool(answer.status == 200)
         except OSError:
             return False
+
+
+def _node_selector(node: str) -> str:
+    return '{node="' + node + '",__name__!~".*:.*"}'
 
 
 def recording_only(rule_files: tuple[Path, ...], tmp: Path) -> list[Path]:
@@ -170,8 +175,7 @@ class VictoriaMetrics(Receiver):
 
     def stored_samples(self, node: str, at: float) -> int:
         # /api/v1/export gives every raw sample of every series, one JSON line a series.
-        match = '{node="' + node + '"}'
-        url = f"{self.base}/api/v1/export?{urllib.parse.urlencode({'match[]': match})}"
+        url = f"{self.base}/api/v1/export?{urllib.parse.urlencode({'match[]': _node_selector(node)})}"
         with urllib.request.urlopen(url, timeout=60) as answer:
             return sum(len(json.loads(line)["values"]) for line in answer.read().splitlines() if line.strip())
 
