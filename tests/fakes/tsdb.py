@@ -138,10 +138,8 @@ class Prometheus(Receiver):
 
     def samples_received(self) -> float:
         # Appended to the head: what remote write stored (no scrapes here: the interval is an hour).
-        for line in self._metrics().splitlines():
-            if line.startswith("prometheus_tsdb_head_samples_appended_total"):
-                return float(line.split()[-1])
-        return 0.0
+        lines = self._metrics().splitlines()
+        return sum(float(x.split()[-1]) for x in lines if x.startswith("prometheus_tsdb_head_samples_appended_total"))
 
     def log_tail(self) -> str:
         return (self.tmp / "prometheus.log").read_text()[-2000:]
