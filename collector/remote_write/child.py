@@ -151,6 +151,8 @@ def _publish(counters: SharedCounters, writers: list[RemoteWriter]) -> None:
 def _die_with(parent_pid: int) -> None:
     """SIGTERM when the collector dies, however it dies (Linux's parent-death signal)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Ctrl-C reaches the whole process group: the collector's shutdown (end of file) ends this one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
