@@ -87,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         _serve(sock, SeriesBuilder(min(c.resolution_seconds for c in configs)), writers, counters,
                args.max_record_bytes, args.parent_pid)  # fmt: skip
     finally:
+        # One budget for all receivers: one that is down does not hold the others' queues back.
+        deadline = time.monotonic() + DRAIN_SECONDS
         for writer in writers:
-            writer.drain(DRAIN_SECONDS)
-            writer.stop(1.0)
+            writer.drain(max(0.0, deadline - time.monotonic()))
+        for writer in writers:
+            writer.stop(0.5)
         _publish(counters, writers)
     return 0
 

@@ -184,6 +184,9 @@ class RemoteWriteProcess:
     # ---- the child ----
 
     def _spawn(self) -> None:
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends: it is started
+        # from the thread that calls ``start`` (the event loop's) and from the watcher, both of
+        # which live as long as the collector does.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for option in (_SO_SNDBUFFORCE, socket.SO_SNDBUF):
             with contextlib.suppress(OSError):
