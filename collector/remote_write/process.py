@@ -236,4 +236,8 @@ class RemoteWriteProcess:
             self.dropped["process_died"] += unread
             self._unread_counted += unread
         for i in range(len(self.configs)):
-            self.lost_samples[i] += self.counters.read_stats(i).queued_samples
+            stats = self.counters.read_stats(i)
+            self.lost_samples[i] += stats.queued_samples
+            # The queue is gone with it (written here while no child runs: the next one starts later).
+            stats.queued_samples = 0
+            self.counters.write_stats(i, stats)

@@ -103,6 +103,10 @@ def test_the_process_is_started_again_after_sigkill_and_dies_with_the_collector(
             collector.metrics()[-2000:]
         )
         assert collector.reports("rw-restart") == 40
+        # Killed with its queue empty and every report read: nothing to count as lost.
+        text = collector.metrics()
+        assert _samples(text, "lost_process_died") == 0
+        assert _value(text, "nodeagent_remote_write_reports_dropped_total", reason="process_died") == 0
         # The collector killed outright: the parent-death signal ends the child.
         collector.kill(signal.SIGKILL)
         again.wait(10)
@@ -141,3 +145,31 @@ def test_ingest_acks_every_report_while_the_process_is_stopped(tmp_path: Path) -
         assert sent_while_stopped == 0
         # Resumed: what was handed over is built and sent.
         assert wait_for(lambda: _samples(collector.metrics(), "sent") > 0, 60, 0.2)
+
+
+def test_what_a_killed_process_held_is_counted_as_lost(tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/api/v1/write"
+    collector = Collector(
+        db=tmp_path / "c.db", port=free_port(),
+        args=["--remote-write-url", closed, "--remote-write-resolution-seconds", "0"],
+    )  # fmt: skip
+    node = Node("rw-lost", "fast-cloud", time.time() - 300)
+    with processes() as started:
+        started.append(collector.start())
+        node.stream(collector.address, node.reports(20))
+
+        def queued() -> bool:
+            return _value(collector.metrics(), "nodeagent_remote_write_queued_samples") == node.series_total
+
+        assert wait_for(queued, 30, 0.1), collector.metrics()[-2000:]
+        child = _child(collector)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+
+        def restarted() -> bool:
+            return _value(collector.metrics(), "nodeagent_remote_write_process_restarts_total") == 1
+
+        assert wait_for(restarted, 30, 0.1)
+        text = collector.metrics()
+    assert _samples(text, "lost_process_died") == node.series_total
+    assert _value(text, "nodeagent_remote_write_queued_samples") == 0
