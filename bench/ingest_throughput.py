@@ -15,6 +15,16 @@ this machine: what one process's event-loop thread takes when it does nothing bu
 acknowledge, and what the machine's cores take when both ends of the stream are Python gRPC.
 
     python bench/ingest_throughput.py [--loads 2000,4000,...] [--seconds 15] [--processes 2]
+
+With ``--remote-write on`` the collector also writes every series to a receiver: by default one
+on loopback that takes and discards what it is sent, with ``--receiver prometheus`` or
+``--receiver victoria-metrics`` a real one (Debian's, started on loopback for the run, as the
+live tests start it); it then prints the share acknowledged, the samples the collector built,
+sent and dropped, the reports it could not hand its remote-write process, and the samples the
+receiver itself counts as received.
+
+    python bench/ingest_throughput.py --loads 1500 --seconds 10 --remote-write on \
+        --remote-write-resolution-seconds 0 --receiver victoria-metrics
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from google.protobuf.message import Message
 from nodeagent.tools.simulator import Simulation
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the receivers the live tests use (tests/fakes/tsdb.py)
+
+from tests.fakes.tsdb import RECEIVERS, Receiver  # noqa: E402
 
 
 def main() -> None:
@@ -58,6 +71,10 @@ def main() -> None:
         "--remote-write-resolution-seconds", type=float, default=0.0,
         help="serve's --remote-write-resolution-seconds: 0 sends every report (the dearest case).",
     )  # fmt: skip
+    parser.add_argument(
+        "--receiver", choices=("sink", *RECEIVERS), default="sink",
+        help="The remote-write receiver: a loopback sink, or a real Prometheus or VictoriaMetrics.",
+    )  # fmt: skip
     args = parser.parse_args()
     print(
         f"history {args.history}, remote write {args.remote_write}"
@@ -67,7 +84,10 @@ def main() -> None:
             else ""
         )
     )
-    receiver = _Sink() if args.remote_write == "on" else None
+    tmp_receiver = tempfile.TemporaryDirectory()
+    receiver: _Sink | Receiver | None = None
+    if args.remote_write == "on":
+        receiver = _Sink() if args.receiver == "sink" else RECEIVERS[args.receiver](Path(tmp_receiver.name)).start()
     wire, exposition = _sizes()
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
@@ -78,9 +98,11 @@ def main() -> None:
         for load in (int(x) for x in args.loads.split(",")):
             extra = [] if args.history == "on" else ["--no-history"]
             if receiver is not None:
-                extra += ["--remote-write-url", receiver.url,
+                extra += ["--remote-write-url", _write_url(receiver),
                           "--remote-write-resolution-seconds", f"{args.remote_write_resolution_seconds:g}"]  # fmt: skip
+            received_before = _received(receiver)
             row = _step(_collector(Path(tmp) / f"c{load}.db") + extra, load, args.seconds, args.processes)
+            row["received"] = _received(receiver) - received_before
             floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")], load, args.seconds,
                           args.processes)  # fmt: skip
             offered = row["sent"] >= 0.95 * load * args.seconds
@@ -96,15 +118,14 @@ def main() -> None:
                   f"{floor['main_us_per_report']:>9.0f} {ratio:>5.2f} {row['loadgen_us_per_report']:>7.0f}  "
                   f"{'yes' if ok else 'no' if offered else 'loadgen could not offer it'}")  # fmt: skip
             if receiver is not None:
-                per_second = row["remote_write_samples"] / args.seconds
-                cpu_us = row["remote_write_cpu_seconds"] / max(1.0, row["remote_write_samples"]) * 1e6
-                print(f"remote write: {row['remote_write_samples']:.0f} samples pushed ({per_second:.0f}/s, "
-                      f"{row['remote_write_samples'] / max(1, row['acked']):.0f} per report), "
-                      f"{cpu_us:.1f} us of the sender thread's CPU per sample")  # fmt: skip
+                _print_remote_write(row, args.seconds, args.receiver)
             if args.history == "on":
                 _print_history_size(Path(tmp) / f"c{load}.db", load, args.seconds)
             if not ok:
                 break
+    if isinstance(receiver, Receiver):
+        receiver.stop()
+    tmp_receiver.cleanup()
     print(f"sustained: {best} reports/s (= nodes at 1 Hz) in one collector process; its event-loop thread "
           f"would saturate near {max(capacity):.0f} reports/s")  # fmt: skip
     main_floor = min(f["main_us_per_report"] for f in floors)
@@ -156,8 +177,7 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
         after, main_after = _cpu(proc)
         result = json.loads(done.stdout)
         if "--remote-write-url" in server_command:
-            time.sleep(1.0)  # the last batch
-            result.update(_remote_write_counters(http))
+            result.update(_drained_counters(http))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -190,15 +210,61 @@ class _Sink:
         self.url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
 
 
+def _drained_counters(http: str, seconds: float = 60.0) -> dict[str, float]:
+    """The remote-write counters once the queue is empty (or after ``seconds``): what it built,
+    sent, dropped, and the reports it could not hand over."""
+    deadline = time.monotonic() + seconds
+    while True:
+        counters = _remote_write_counters(http)
+        time.sleep(0.5)
+        again = _remote_write_counters(http)
+        settled = again["queued"] == 0 and again["handed_over"] == counters["handed_over"]
+        if settled or time.monotonic() > deadline:
+            return again
+
+
 def _remote_write_counters(http: str) -> dict[str, float]:
     with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
         text = answer.read().decode()
-    sent = re.search(r'nodeagent_remote_write_samples_total\{result="sent",url="[^"]*"\} (\S+)', text)
-    cpu = re.search(r'nodeagent_remote_write_cpu_seconds_total\{url="[^"]*"\} (\S+)', text)
+
+    def one(pattern: str) -> float:
+        return sum(float(v) for v in re.findall("^" + pattern + r" (\S+)$", text, re.MULTILINE))
+
     return {
-        "remote_write_samples": float(sent.group(1)) if sent else 0.0,
-        "remote_write_cpu_seconds": float(cpu.group(1)) if cpu else 0.0,
+        "remote_write_samples": one(r'nodeagent_remote_write_samples_total\{result="sent",url="[^"]*"\}'),
+        "dropped_samples": one(
+            r'nodeagent_remote_write_samples_total\{result="(?:dropped_queue_full|refused)",url="[^"]*"\}'
+        ),
+        "queued": one(r'nodeagent_remote_write_queued_samples\{url="[^"]*"\}'),
+        "handed_over": one(r"nodeagent_remote_write_reports_handed_over_total"),
+        "reports_dropped": one(r'nodeagent_remote_write_reports_dropped_total\{reason="[^"]*"\}'),
+        "remote_write_cpu_seconds": one(r"nodeagent_remote_write_process_cpu_seconds_total"),
     }
+
+
+def _print_remote_write(row: dict[str, float], seconds: float, kind: str) -> None:
+    """Acked share, and the samples: built by the remote-write process, sent, dropped, received."""
+    sent, built = row["remote_write_samples"], row["remote_write_samples"] + row["dropped_samples"] + row["queued"]
+    per_report = built / max(1.0, row["handed_over"])
+    # A report not handed over was never built: its samples are estimated at the mean per report.
+    offered = built + row["reports_dropped"] * per_report
+    cpu_us = row["remote_write_cpu_seconds"] / max(1.0, built) * 1e6
+    print(f"acked {row['acked'] / max(1, row['sent']):.1%} of the reports sent; remote write: "
+          f"{row['handed_over']:.0f} reports handed over, {row['reports_dropped']:.0f} not (counted), "
+          f"{built:.0f} samples built ({per_report:.0f} per report, {built / seconds:.0f}/s), {sent:.0f} sent, "
+          f"{row['dropped_samples']:.0f} dropped; {cpu_us:.1f} us of the remote-write process's CPU "
+          "per sample")  # fmt: skip
+    if kind != "sink":
+        print(f"{kind} received {row['received']:.0f} samples: {row['received'] / max(1.0, offered):.1%} of the "
+              f"{offered:.0f} the collector offered (sent, dropped, or in reports not handed over)")  # fmt: skip
+
+
+def _write_url(receiver: _Sink | Receiver) -> str:
+    return receiver.url if isinstance(receiver, _Sink) else receiver.write_url
+
+
+def _received(receiver: _Sink | Receiver | None) -> float:
+    return receiver.samples_received() if isinstance(receiver, Receiver) else 0.0
 
 
 def _cpu(proc: psutil.Process) -> tuple[float, float]:

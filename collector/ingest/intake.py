@@ -72,8 +72,9 @@ class Ingest:
         self.duplicates_total = 0
         # Reports refused for a time too far from this collector's clock (None: no bounds).
         self.clock_refusals = ClockRefusals(clock_bounds)
-        # Called with every new report and its node's verdict (remote write): each only queues.
-        self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict], None]] = []
+        # Called with every new report, its node's verdict and the report's bytes as received
+        # (remote write hands them to its process): each only queues.
+        self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict, bytes], None]] = []
         self.history_config = history or HistoryConfig()
         # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
         self.jobs = JobRollup(self.detector_config, on_rewait=self._rewaited)
@@ -235,7 +236,7 @@ class Ingest:
                     node.history.restore(*seed)
             node.history.observe(report, raw, detector.verdict)
         for observer in self.report_observers:
-            observer(report, detector.verdict)
+            observer(report, detector.verdict, raw)
         node.latest = raw
         self.reports_total += 1
         self.flusher.changed(row.node_id)

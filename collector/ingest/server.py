@@ -37,7 +37,7 @@ from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
-from nodeagent.collector.remote_write.sender import RemoteWriter
+from nodeagent.collector.remote_write.process import RemoteWriteProcess
 from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
@@ -114,9 +114,12 @@ class CollectorServer:
             max_nodes=config.max_nodes, history=config.history, retire_after_seconds=config.retire_after_seconds,
             clock_bounds=config.clock_bounds,
         )  # fmt: skip
-        # Each writer reads the job roll-up's snapshot on its own thread (replaced whole, safe there).
-        self.remote_writers = [RemoteWriter(rw, jobs=self.ingest.jobs.verdicts) for rw in config.remote_write]
-        self.ingest.report_observers.extend(writer.offer for writer in self.remote_writers)
+        # Series are built and posted in a process of its own; ingest only hands reports over.
+        self.remote_write = (
+            RemoteWriteProcess(config.remote_write, jobs=self.ingest.jobs.verdicts) if config.remote_write else None
+        )
+        if self.remote_write is not None:
+            self.ingest.report_observers.append(self.remote_write.offer)
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}
         self.replaced_total = 0
@@ -182,8 +185,8 @@ class CollectorServer:
         self._server = server
         self.started_monotonic = time.monotonic()
         self._flusher = asyncio.create_task(self.ingest.flusher.run())
-        for remote in self.remote_writers:
-            remote.start()
+        if self.remote_write is not None:
+            self.remote_write.start()
         self.serving = True
         if self.config.http_listen is not None:
             await self._start_http(self.config.http_listen)
@@ -246,8 +249,8 @@ class CollectorServer:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.ingest.flusher.flush(final=True)
-        for remote in self.remote_writers:
-            await asyncio.to_thread(remote.stop)
+        if self.remote_write is not None:
+            await asyncio.to_thread(self.remote_write.stop)
         self.writer.call_sync(self.alerting.close)
         self.reader.close()
         self.writer.close()

@@ -1,23 +1,19 @@
 """Push series to a Prometheus remote-write receiver (Remote Write 1.0: protobuf, snappy).
 
-The ingest path only hands reports over (``offer``: a deque append, never a wait); a thread of
-its own turns them into series, queues them, and posts batches. The queue is bounded in samples
-and drops its oldest when full, counting every sample dropped; a batch stays in the queue until
-the receiver took it, so stopping the receiver for a while loses nothing inside the bound.
+Runs in the remote-write process (``child.py``), one ``RemoteWriter`` per receiver: the build
+thread there turns each report into series once and hands the same bytes to every receiver's
+queue (``enqueue``); this thread posts batches. The queue is bounded in samples and drops its
+oldest when full, counting every sample dropped; a batch stays in the queue until the receiver
+took it, so stopping the receiver for a while loses nothing inside the bound.
 Retries: connection errors, timeouts, 5xx and 429, with exponential backoff and full jitter;
 any other 4xx is the receiver refusing the content: those samples are dropped and counted, and
 the receiver's reason is logged at most once a minute.
 
-Each report is serialized once, when the thread turns it into series (``NodeSeries.encode``); a
+Each report is serialized once, when it is turned into series (``NodeSeries.encode``); a
 batch is those bytes joined. Protobuf defines the concatenation of two serialized messages as the
 serialization of their merge, and a ``WriteRequest``'s only field is its repeated ``timeseries``:
 the joined reports are exactly the ``WriteRequest`` of all their series, byte for byte, without
 parsing them back or encoding them again.
-
-The job roll-up's verdicts come the same way, read on the thread: each time it builds, it looks
-at the roll-up's snapshot (replaced whole, so read as it is) and, when it is a new one, queues
-the series of the jobs it evaluated anew (``JobSeries``): once per evaluation, not once per
-report of each of a job's nodes.
 
 Snappy is cramjam's (a maintained Rust binding that python-snappy itself now builds on), in the
 raw block format the spec asks for.
@@ -30,25 +26,18 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cramjam
 import structlog
 
-from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.outbound.post import post
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
-from nodeagent.collector.remote_write.series import EncodedReport, JobSeries, NodeSeries
-from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.collector.remote_write.series import EncodedReport
 from nodeagent.core.transport.backoff import Backoff
-from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
 
-# Reports handed over and not yet turned into series: a bound of its own, so a stuck thread
-# cannot hold the ingest path's memory.
-MAX_PENDING_REPORTS = 10_000
 REFUSAL_LOG_SECONDS = 60.0
 
 
@@ -57,11 +46,10 @@ class RemoteWriteStats:
     samples_sent_total: int = 0
     samples_dropped_queue_full_total: int = 0
     samples_refused_total: int = 0
-    reports_dropped_total: int = 0
     requests_total: int = 0
     request_failures_total: int = 0
     queued_samples: int = 0
-    # CPU of the sender's thread: building series, encoding, compressing, posting.
+    # CPU of the sender's thread: joining, compressing, posting (building is the build thread's).
     cpu_seconds_total: float = 0.0
 
 
@@ -77,20 +65,15 @@ class _Item:
 class RemoteWriter:
     """One receiver: its queue, its thread, its counters."""
 
-    def __init__(self, config: RemoteWriteConfig, jobs: Callable[[], tuple[JobVerdict, ...]] | None = None) -> None:
+    def __init__(self, config: RemoteWriteConfig, stats: RemoteWriteStats | None = None) -> None:
         self.config = config
-        # The job roll-up's snapshot of verdicts (``Ingest.jobs.verdicts``), None: no job series.
-        self._jobs = jobs
-        self._jobs_seen: tuple[JobVerdict, ...] | None = None
-        self._job_series = JobSeries(config.resolution_seconds)
-        self.stats = RemoteWriteStats()
-        self._pending: deque[tuple[pb.NodeReport, NodeVerdict | None]] = deque()
+        # Counters go on from ``stats`` (a restarted process's predecessor's); the queue is empty.
+        self.stats = replace(stats, queued_samples=0) if stats is not None else RemoteWriteStats()
+        self._cpu_base = self.stats.cpu_seconds_total
         self._queue: deque[_Item] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._nodes: dict[str, NodeSeries] = {}
-        self._last_pushed: dict[str, float] = {}
         self._next_id = 0
         self._last_refusal_log = -REFUSAL_LOG_SECONDS
         self._headers = self._request_headers()
@@ -105,18 +88,16 @@ class RemoteWriter:
         self._wake.set()
         self._thread.join(timeout)
 
-    def offer(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
-        """From the event loop: one accepted report (skipped inside the resolution)."""
-        resolution = self.config.resolution_seconds
-        if resolution > 0:
-            last = self._last_pushed.get(report.node_id)
-            if last is not None and report.time_unix_seconds - last < resolution and not report.HasField("info"):
-                return
-            self._last_pushed[report.node_id] = report.time_unix_seconds
-        if len(self._pending) >= MAX_PENDING_REPORTS:
-            self._pending.popleft()
-            self.stats.reports_dropped_total += 1
-        self._pending.append((report, verdict))
+    def drain(self, timeout: float) -> bool:
+        """Wait until the queue is empty (True) or ``timeout`` has passed."""
+        deadline = time.monotonic() + timeout
+        while self.stats.queued_samples and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self.stats.queued_samples
+
+    def enqueue(self, report: EncodedReport) -> None:
+        """One report's (or job snapshot's) series, from the build thread; the oldest go when full."""
+        self._enqueue(report)
         self._wake.set()
 
     # ---- the thread ----
@@ -125,8 +106,7 @@ class RemoteWriter:
         # Full jitter: many collectors behind one receiver do not come back in step.
         backoff = Backoff(self.config.backoff_seconds, self.config.max_backoff_seconds)
         while not self._stop.is_set():
-            self.stats.cpu_seconds_total = time.thread_time()
-            self._build()
+            self.stats.cpu_seconds_total = self._cpu_base + time.thread_time()
             batch = self._head()
             if not batch:
                 self._wake.wait(1.0)
@@ -134,36 +114,12 @@ class RemoteWriter:
                 continue
             outcome = self._post(batch)
             if outcome == "retry":
-                if self._wait_building(backoff.next()):
+                # The queue, bounded in samples, is where an outage is held meanwhile.
+                if self._stop.wait(backoff.next()):
                     return
                 continue
             backoff.reset()
             self._release(batch, sent=outcome == "sent")
-
-    def _wait_building(self, seconds: float) -> bool:
-        """Wait out a backoff, turning the reports that arrive meanwhile into queued series (the
-        queue, bounded in samples, is where an outage is held); True when stopping."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            self._build()
-            if self._stop.wait(min(0.2, left)):
-                return True
-        return False
-
-    def _build(self) -> None:
-        while self._pending:
-            report, verdict = self._pending.popleft()
-            node = self._nodes.get(report.node_id)
-            if node is None:
-                node = self._nodes[report.node_id] = NodeSeries(report.node_id)
-            self._enqueue(node.encode(report, verdict))
-        if self._jobs is not None:
-            snapshot = self._jobs()
-            if snapshot is not self._jobs_seen:
-                self._jobs_seen = snapshot
-                encoded = self._job_series.encode(snapshot)
-                if encoded is not None:
-                    self._enqueue(encoded)
 
     def _enqueue(self, report: EncodedReport) -> None:
         with self._lock:

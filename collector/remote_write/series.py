@@ -34,6 +34,12 @@ Labels = tuple[tuple[str, str], ...]
 # What identifies a series in a node's template: a sample line's ``name{labels}`` text (the
 # agent's page), or a verdict series' sorted labels, ``__name__`` and ``node`` included.
 SeriesKey = str | Labels
+# What the series need of a node's verdict, in plain values (``verdict_row``): the shown state
+# word, cause, tier, starvation ratio, and per GPU (index, state, cause, tier, uuid, starvation
+# ratio, GPU seconds lost). Plain values so that the ingest side hands it over with ``marshal``
+# in a microsecond or two (``records.py``), and the writer's process needs no detector.
+GpuRow = tuple[int, str, str, str, str, float | None, float]
+VerdictRow = tuple[str, str, str, float | None, tuple[GpuRow, ...]]
 # Labels kept per node; a node's page has a few hundred series (a thousand or two with per-link
 # NVLink and per-core CPU times), verdicts add a set per state a GPU takes.
 MAX_SERIES_PER_NODE = 20_000
@@ -63,18 +69,18 @@ class NodeSeries:
         # Each series' labels as a serialized one-series WriteRequest, to rebuild templates from.
         self._parts: dict[SeriesKey, bytes] = {}
 
-    def encode(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> EncodedReport:
+    def encode(self, report: pb.NodeReport, verdict: NodeVerdict | VerdictRow | None) -> EncodedReport:
         """Every series of this report, stamped with the report's time."""
         request = self.fill(report, verdict)
         return EncodedReport(request.SerializeToString(), len(self._keys))
 
-    def fill(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> prompb.WriteRequest:
+    def fill(self, report: pb.NodeReport, verdict: NodeVerdict | VerdictRow | None) -> prompb.WriteRequest:
         """The node's template with this report's values and time: valid until the next call."""
         if report.HasField("info"):
             # A copy: a reference into the received message would keep all of it in memory.
-            self.info = pb.NodeInfo()
-            self.info.CopyFrom(report.info)
-            self.gpu_labels = gpu_labels(report.info, self.node_id)
+            info = pb.NodeInfo()
+            info.CopyFrom(report.info)
+            self.set_info(info)
         # As the agent's /metrics keeps it (DCGM_FI_DEV_XID_ERRORS: the last XID of each GPU).
         for event in report.events:
             if event.kind == "xid" and event.subject.startswith("gpu:") and event.subject[4:].isdigit():
@@ -86,7 +92,8 @@ class NodeSeries:
         page, values = series_values(self._families(report))
         keys: list[SeriesKey] = list(page)
         if verdict is not None:
-            for labels, value in _verdict_series(verdict, self._node):
+            row = verdict_row(verdict) if isinstance(verdict, NodeVerdict) else verdict
+            for labels, value in _verdict_series(row, self._node):
                 keys.append(labels)
                 values.append(value)
         if keys != self._keys:
@@ -96,6 +103,12 @@ class NodeSeries:
             sample.value = value
             sample.timestamp = millis
         return self._template
+
+    def set_info(self, info: pb.NodeInfo) -> None:
+        """The node's topology (a report carries it when it changes, or the collector hands it on
+        to a restarted remote-write process)."""
+        self.info = info
+        self.gpu_labels = gpu_labels(info, self.node_id)
 
     def _families(self, report: pb.NodeReport) -> Iterator[TextFamily]:
         yield from dcgm_families(report, self.gpu_labels, self.last_xid)
@@ -170,17 +183,26 @@ class JobSeries:
         return EncodedReport(request.SerializeToString(), len(request.timeseries))
 
 
-def _verdict_series(v: NodeVerdict, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:
-    """The collector's /metrics names (collector/views/metrics_fleet.py) for the verdict: sorted labels, value."""
+def verdict_row(v: NodeVerdict) -> VerdictRow:
+    """What the series take of a verdict, as plain values (``VerdictRow``)."""
     word = shown_state(v.state, gpu_count=len(v.gpus))  # at report time: never down, no-gpu as /metrics says
-    state = (("cause", v.cause or ""), ("state", word), ("tier", v.tier or ""))
+    gpus = tuple(
+        (g.index, g.state, g.cause or "", g.tier or "", g.uuid, g.starvation_ratio, g.gpu_seconds_lost) for g in v.gpus
+    )
+    return word, v.cause or "", v.tier or "", v.starvation_ratio, gpus
+
+
+def _verdict_series(v: VerdictRow, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:
+    """The collector's /metrics names (collector/views/metrics_fleet.py) for the verdict: sorted labels, value."""
+    word, cause, tier, ratio, gpus = v
+    state = (("cause", cause), ("state", word), ("tier", tier))
     yield tuple(sorted((("__name__", "nodeagent_node_state"), node, *state))), 1.0
-    if v.starvation_ratio is not None:
-        yield (("__name__", "nodeagent_node_starvation_ratio"), node), v.starvation_ratio
-    for g in v.gpus:
-        gpu = ("gpu", str(g.index))
-        gstate = (("cause", g.cause or ""), ("state", g.state), ("tier", g.tier or ""), ("uuid", g.uuid))
+    if ratio is not None:
+        yield (("__name__", "nodeagent_node_starvation_ratio"), node), ratio
+    for index, gpu_state, gpu_cause, gpu_tier, uuid, gpu_ratio, lost in gpus:
+        gpu = ("gpu", str(index))
+        gstate = (("cause", gpu_cause), ("state", gpu_state), ("tier", gpu_tier), ("uuid", uuid))
         yield tuple(sorted((("__name__", "nodeagent_gpu_state"), gpu, node, *gstate))), 1.0
-        if g.starvation_ratio is not None:
-            yield (("__name__", "nodeagent_gpu_starvation_ratio"), gpu, node), g.starvation_ratio
-        yield (("__name__", "nodeagent_gpu_data_starved_seconds_total"), gpu, node), g.gpu_seconds_lost
+        if gpu_ratio is not None:
+            yield (("__name__", "nodeagent_gpu_starvation_ratio"), gpu, node), gpu_ratio
+        yield (("__name__", "nodeagent_gpu_data_starved_seconds_total"), gpu, node), lost

@@ -165,7 +165,9 @@ class CollectorMetrics(Collector):
 
 
 def _remote_write(server: CollectorServer) -> Iterator[Metric]:
-    if not server.remote_writers:
+    """The remote-write process's counters (its shared page) and the hand-over's own."""
+    process = server.remote_write
+    if process is None:
         return
     samples = CounterMetricFamily(
         "nodeagent_remote_write_samples", "Samples for each remote-write receiver, by what became of them.",
@@ -175,20 +177,40 @@ def _remote_write(server: CollectorServer) -> Iterator[Metric]:
         "nodeagent_remote_write_requests", "Remote-write requests, by result.", labels=["url", "result"]
     )
     queued = GaugeMetricFamily("nodeagent_remote_write_queued_samples", "Samples waiting.", labels=["url"])
-    for writer in server.remote_writers:
-        url, s = writer.config.url, writer.stats
-        samples.add_metric([url, "sent"], s.samples_sent_total)
-        samples.add_metric([url, "dropped_queue_full"], s.samples_dropped_queue_full_total)
-        samples.add_metric([url, "refused"], s.samples_refused_total)
-        requests.add_metric([url, "sent"], s.requests_total - s.request_failures_total)
-        requests.add_metric([url, "failed"], s.request_failures_total)
-        queued.add_metric([url], s.queued_samples)
     cpu = CounterMetricFamily(
         "nodeagent_remote_write_cpu_seconds", "CPU of each receiver's sender thread.", labels=["url"]
     )
-    for writer in server.remote_writers:
-        cpu.add_metric([writer.config.url], writer.stats.cpu_seconds_total)
+    for (url, s), lost in zip(process.receivers(), process.lost_samples, strict=True):
+        samples.add_metric([url, "sent"], s.samples_sent_total)
+        samples.add_metric([url, "dropped_queue_full"], s.samples_dropped_queue_full_total)
+        samples.add_metric([url, "refused"], s.samples_refused_total)
+        samples.add_metric([url, "lost_process_died"], lost)
+        requests.add_metric([url, "sent"], s.requests_total - s.request_failures_total)
+        requests.add_metric([url, "failed"], s.request_failures_total)
+        queued.add_metric([url], s.queued_samples)
+        cpu.add_metric([url], s.cpu_seconds_total)
     yield from (samples, requests, queued, cpu)
+    dropped = CounterMetricFamily(
+        "nodeagent_remote_write_reports_dropped",
+        "Reports not handed to the remote-write process, by reason: never turned into series.",
+        labels=["reason"],
+    )  # fmt: skip
+    for reason, count in process.dropped.items():
+        dropped.add_metric([reason], count)
+    yield dropped
+    yield CounterMetricFamily(
+        "nodeagent_remote_write_reports_handed_over", "Reports handed to the remote-write process.",
+        value=process.handed_over,
+    )  # fmt: skip
+    yield CounterMetricFamily(
+        "nodeagent_remote_write_process_restarts", "Times the remote-write process was started again after it died.",
+        value=process.restarts_total,
+    )  # fmt: skip
+    yield CounterMetricFamily(
+        "nodeagent_remote_write_process_cpu_seconds",
+        "CPU of the remote-write process, all its threads (building series, compressing, posting).",
+        value=process.counters.process_cpu_seconds(),
+    )  # fmt: skip
 
 
 class MetricsExposition:

@@ -4,122 +4,27 @@ queue bound loses nothing, an overflow is counted exactly; and bad receivers nev
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import cramjam
-import grpc
 import pytest
 
-from nodeagent.collector.remote_write.series import NodeSeries
-from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.detector.node import NodeDetector
-from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.prompb import remote_pb2 as prompb
-from nodeagent.tools.simulator.simulation import Simulation
-from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.conftest import require
 from tests.fakes.fleet import Collector, free_port, processes, wait_for
 from tests.fakes.http_receiver import http_receiver
+from tests.fakes.remote_write_node import Node
+from tests.fakes.tsdb import Prometheus
 
 STARVED, HEALTHY = "rw-ordinary-cloud", "rw-fast-cloud"
 REPORTS = 600  # 10 simulated minutes at 1 s, ending now: Prometheus takes samples this recent
 QUEUE_SAMPLES = 10_000
-
-
-class Node:
-    """A simulated node whose reports the test sends itself, so it knows every value."""
-
-    def __init__(self, node_id: str, scenario: str, start: float) -> None:
-        self.sim = Simulation(scenario, node_id=node_id, start_time=start)
-        self.node_id = node_id
-        self.seq = 0
-        self.sent: list[pb.NodeReport] = []
-        self.detector = NodeDetector(node_id, DetectorConfig())
-        self.series = NodeSeries(node_id)
-        self.series_total = 0  # what the collector will offer the receiver for these reports
-
-    def reports(self, count: int) -> list[pb.NodeReport]:
-        out = []
-        for _ in range(count):
-            self.seq += 1
-            report = self.sim.step(1.0)
-            report.epoch, report.seq = 1, self.seq
-            if self.seq == 1:
-                report.info.CopyFrom(self.sim.info())
-            verdict = self.detector.observe(report)
-            self.series_total += self.series.encode(report, verdict).samples
-            out.append(report)
-        self.sent.extend(out)
-        return out
-
-    def stream(self, address: str, reports: list[pb.NodeReport]) -> None:
-        hello = pb.AgentMessage(hello=self.sim.info()).SerializeToString()
-        messages = [hello, *(frame_report(r.SerializeToString()) for r in reports)]
-        with grpc.insecure_channel(address) as channel:
-            call = channel.stream_stream(
-                STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString
-            )
-            acked = 0
-            for ack in call(iter(messages), timeout=60):
-                acked = max(acked, ack.acked_seq)
-        assert acked == reports[-1].seq
-
-
-class Prometheus:
-    def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
-        self.tmp = tmp
-        (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def write_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api/v1/write"
-
-    def start(self) -> Prometheus:
-        self.proc = subprocess.Popen(
-            [shutil.which("prometheus") or "prometheus", f"--config.file={self.tmp / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--web.enable-remote-write-receiver"],
-            stdout=subprocess.DEVNULL, stderr=(self.tmp / "prometheus.log").open("ab"),
-        )  # fmt: skip
-        assert wait_for(self._ready, 60, interval=0.2), (self.tmp / "prometheus.log").read_text()[-2000:]
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
-
-    def query(self, expr: str, at: float) -> list[dict[str, Any]]:
-        query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/query?{query}", timeout=10) as answer:
-            body = json.loads(answer.read())
-        assert body["status"] == "success", body
-        return list(body["data"]["result"])
-
-    def stored_samples(self, node: str, at: float) -> int:
-        """Every sample of the node's series (count_over_time would merge series that differ only
-        in their name, so the raw samples are counted here)."""
-        return sum(len(series["values"]) for series in self.query(f'{{node="{node}"}}[2h]', at))
 
 
 def _counter(text: str, result: str) -> float:
@@ -130,8 +35,8 @@ def _counter(text: str, result: str) -> float:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
-    require(shutil.which("prometheus") is not None, "needs prometheus (Debian package; `make system-deps`)")
-    server = Prometheus(tmp_path).start()
+    require(Prometheus.available(), "needs prometheus (Debian package; `make system-deps`)")
+    server = Prometheus(tmp_path / "prometheus").start()
     try:
         yield server
     finally:

@@ -12,9 +12,11 @@ from dataclasses import replace
 
 import cramjam
 
+from nodeagent.collector.remote_write.child import SeriesBuilder
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
+from nodeagent.collector.remote_write.records import read_report, report_record, verdict_bytes
 from nodeagent.collector.remote_write.sender import RemoteWriter, RemoteWriteStats
-from nodeagent.collector.remote_write.series import JobSeries, NodeSeries
+from nodeagent.collector.remote_write.series import JobSeries, NodeSeries, verdict_row
 from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -219,10 +221,12 @@ def test_the_sender_retries_a_503_and_drops_what_a_400_refuses() -> None:
 def _push(
     writer: RemoteWriter, reports: list[tuple[pb.NodeReport, NodeVerdict]], done: Callable[[RemoteWriteStats], bool]
 ) -> None:
-    """Offer the reports before the thread starts (one batch), then run it until the queue is empty
-    and ``done`` holds."""
+    """Hand the reports over as ingest does (their records, read back and built in the
+    remote-write process's builder) before the thread starts (one batch), then run it until the
+    queue is empty and ``done`` holds."""
+    builder = SeriesBuilder(0.0)
     for report, verdict in reports:
-        writer.offer(report, verdict)
+        writer.enqueue(builder.report(*_handed_over(report, verdict)))
     writer.start()
     try:
         deadline = time.monotonic() + 30
@@ -231,6 +235,19 @@ def _push(
             time.sleep(0.05)
     finally:
         writer.stop()
+
+
+def _handed_over(report: pb.NodeReport, verdict: NodeVerdict | None) -> tuple[pb.NodeReport, object]:
+    """What the remote-write process reads of a report ingest hands over."""
+    row = verdict_row(verdict) if verdict is not None else None
+    return read_report(report_record(verdict_bytes(row), report.SerializeToString()))
+
+
+def test_the_handed_over_record_builds_the_same_bytes_as_the_report_itself() -> None:
+    reports = [*_reports("healthy", "rw-a", 4), *_reports("storage-bound", "rw-b", 4)]
+    direct, handed = SeriesBuilder(0.0), SeriesBuilder(0.0)
+    for report, verdict in reports:
+        assert handed.report(*_handed_over(report, verdict)).body == direct.report(report, verdict_row(verdict)).body  # type: ignore[arg-type]
 
 
 def test_job_series_go_once_per_evaluation_under_the_metrics_names() -> None:
@@ -264,18 +281,21 @@ def test_the_sender_sends_a_jobs_series_once_however_many_reports_come() -> None
     """Twelve reports of two nodes, one roll-up snapshot: the job's series go once, beside every
     report's own; a new snapshot with a newer verdict goes again."""
     reports = [*_reports("healthy", "n1", 6), *_reports("healthy", "n2", 6)]
-    snapshot = [(job_verdict("torch/a", nodes=("n1", "n2")),)]
+    first = (job_verdict("torch/a", nodes=("n1", "n2")),)
+    builder = SeriesBuilder(0.0)
     with http_receiver() as receiver:
-        writer = RemoteWriter(
-            RemoteWriteConfig(url=receiver.url, resolution_seconds=0, batch_samples=100_000), jobs=lambda: snapshot[0]
-        )
+        writer = RemoteWriter(RemoteWriteConfig(url=receiver.url, resolution_seconds=0, batch_samples=100_000))
         for report, verdict in reports:
-            writer.offer(report, verdict)
+            writer.enqueue(builder.report(*_handed_over(report, verdict)))  # type: ignore[arg-type]
+            jobs = builder.jobs(first)
+            if jobs is not None:
+                writer.enqueue(jobs)
         writer.start()
         try:
             assert _waited(lambda: len(receiver.accepted) == 1 and not writer.stats.queued_samples)
-            snapshot[0] = (replace(snapshot[0][0], time_unix_seconds=snapshot[0][0].time_unix_seconds + 10),)
-            writer.offer(*reports[-1])  # the thread wakes, finds the new snapshot
+            later = builder.jobs((replace(first[0], time_unix_seconds=first[0].time_unix_seconds + 10),))
+            assert later is not None
+            writer.enqueue(later)
             assert _waited(lambda: len(receiver.accepted) == 2)
         finally:
             writer.stop()

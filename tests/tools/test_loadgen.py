@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import require
 from tests.fakes.fleet import Collector, cli, free_port, processes
 from tests.fakes.trees import REPO
+from tests.fakes.tsdb import RECEIVERS
 
 
 def test_loadgen_streams_simulated_nodes_and_every_report_is_stored(tmp_path: Path) -> None:
@@ -44,8 +48,8 @@ def test_ingest_benchmark_runs_against_the_reference() -> None:
 
 
 def test_ingest_benchmark_runs_with_remote_write_and_without_history() -> None:
-    """The benchmark's other modes, a short smoke run: remote write to its own receiver (samples
-    pushed and CPU per sample printed), history off."""
+    """The benchmark's other modes, a short smoke run: remote write to its own receiver (the
+    acked share, samples built and sent, CPU per sample printed), history off."""
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "ingest_throughput.py"), "--loads", "40", "--seconds", "2",
          "--processes", "1", "--history", "off", "--remote-write", "on"],
@@ -53,8 +57,35 @@ def test_ingest_benchmark_runs_with_remote_write_and_without_history() -> None:
     )  # fmt: skip
     assert "history off, remote write on" in done.stdout
     assert "sustained: 40 reports/s" in done.stdout
-    pushed = re.search(r"remote write: (\d+) samples pushed \((\d+)/s, (\d+) per report\), ([\d.]+) us", done.stdout)
+    pushed = _REMOTE_WRITE_LINE.search(done.stdout)
     assert pushed, done.stdout
-    assert int(pushed.group(1)) >= 40 * 2 * 50  # every report's series (over 100 each for 8 GPUs)
-    assert float(pushed.group(4)) > 0
+    assert float(pushed["acked"]) >= 98.0
+    assert int(pushed["handed"]) == 80 and int(pushed["dropped"]) == 0
+    assert int(pushed["built"]) >= 40 * 2 * 50  # every report's series (over 50 each for 8 GPUs)
+    assert int(pushed["sent"]) == int(pushed["built"])
+    assert float(pushed["cpu"]) > 0
     assert "history on disk" not in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["prometheus", "victoria-metrics"])
+def test_ingest_benchmark_writes_to_a_real_receiver(kind: str) -> None:
+    """With --receiver, the receiver's own count of samples received is printed against what
+    the collector offered."""
+    require(RECEIVERS[kind].available(), f"needs {kind} (Debian package; `make system-deps`)")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "ingest_throughput.py"), "--loads", "40", "--seconds", "2",
+         "--processes", "1", "--history", "off", "--remote-write", "on", "--receiver", kind],
+        capture_output=True, text=True, timeout=180, check=True,
+    )  # fmt: skip
+    pushed = _REMOTE_WRITE_LINE.search(done.stdout)
+    assert pushed, done.stdout
+    received = re.search(rf"{kind} received (\d+) samples: ([\d.]+)% of the (\d+)", done.stdout)
+    assert received, done.stdout
+    assert int(received[1]) == int(pushed["sent"]) == int(received[3])
+
+
+_REMOTE_WRITE_LINE = re.compile(
+    r"acked (?P<acked>[\d.]+)% of the reports sent; remote write: (?P<handed>\d+) reports handed over, "
+    r"(?P<dropped>\d+) not \(counted\), (?P<built>\d+) samples built \(\d+ per report, \d+/s\), (?P<sent>\d+) sent, "
+    r"\d+ dropped; (?P<cpu>[\d.]+) us"
+)
