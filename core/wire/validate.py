@@ -159,10 +159,10 @@ def _check(message: Message, path: str) -> None:
 def _walk(message: Message) -> None:
     kinds = _KINDS
     for field, value in message.ListFields():
-        kind_limit = kinds.get(field)
-        if kind_limit is None:
-            kind_limit = _learn(field, value)
-        kind, limit = kind_limit
+        try:
+            kind, limit = kinds[field]
+        except KeyError:
+            kind, limit = _learn(field, value)
         if kind == _DOUBLE:
             if not (value >= 0.0 and value != math.inf):  # false for NaN too
                 raise _BadValueError(field.name, f"{value!r} is not a finite, non-negative number")
