@@ -16,7 +16,7 @@ acknowledge, and what the machine's cores take when both ends of the stream are 
 
     python bench/ingest_throughput.py [--loads 2000,4000,...] [--seconds 15] [--processes 2] [--workers N]
 
-``--workers N`` is passed to ``serve`` as given (1: one process, what the figures above measure);
+``--workers N`` is passed to ``serve`` as given (1: one process, the figures of docs/performance.md);
 without it, ``serve`` runs with its own default.
 """
 
