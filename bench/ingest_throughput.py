@@ -14,7 +14,10 @@ prints the load generator's CPU per message and, from the reference's figures, t
 this machine: what one process's event-loop thread takes when it does nothing but read and
 acknowledge, and what the machine's cores take when both ends of the stream are Python gRPC.
 
-    python bench/ingest_throughput.py [--loads 2000,4000,...] [--seconds 15] [--processes 2]
+    python bench/ingest_throughput.py [--loads 2000,4000,...] [--seconds 15] [--processes 2] [--workers N]
+
+``--workers N`` is passed to ``serve`` as given (1: one process, the figures of docs/performance.md);
+without it, ``serve`` runs with its own default.
 
 With ``--remote-write on`` the collector also writes every series to a receiver: by default one
 on loopback that takes and discards what it is sent, with ``--receiver prometheus`` or
@@ -75,6 +78,7 @@ def main() -> None:
         "--receiver", choices=("sink", *RECEIVERS), default="sink",
         help="The remote-write receiver: a loopback sink, or a real Prometheus or VictoriaMetrics.",
     )  # fmt: skip
+    parser.add_argument("--workers", type=int, default=None, help="serve's --workers, passed only when given.")
     args = parser.parse_args()
     print(
         f"history {args.history}, remote write {args.remote_write}"
@@ -97,6 +101,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for load in (int(x) for x in args.loads.split(",")):
             extra = [] if args.history == "on" else ["--no-history"]
+            if args.workers is not None:
+                extra += ["--workers", str(args.workers)]
             if receiver is not None:
                 extra += ["--remote-write-url", _write_url(receiver),
                           "--remote-write-resolution-seconds", f"{args.remote_write_resolution_seconds:g}"]  # fmt: skip
