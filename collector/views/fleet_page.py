@@ -86,10 +86,10 @@ class FleetPage:
         jobs_of = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
         for r in rows:
             r["jobs"] = jobs_of.get(r["node_id"], [])
-        states = _counts(r["state"] for r in rows)
-        causes = _counts(r["cause"] for r in rows if r["cause"])
+        states = counts(r["state"] for r in rows)
+        causes = counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
-        shown.sort(key=_worst_first)
+        shown.sort(key=worst_first)
         return {
             "time_unix_seconds": now, "gpu_hours_lost_today_source": source, "states": states, "causes": causes,
             "nodes": shown,
@@ -142,8 +142,8 @@ class FleetPage:
         now = self.server.ingest.clock()
         fresh = self._fresh_nodes(now)
         shown = [_job_row(v, fresh) for v in self.server.ingest.jobs.verdicts()]
-        shown.sort(key=_job_worst_first)
-        return {"time_unix_seconds": now, "states": _counts(j["state"] for j in shown), "jobs": shown}
+        shown.sort(key=job_worst_first)
+        return {"time_unix_seconds": now, "states": counts(j["state"] for j in shown), "jobs": shown}
 
     def job(self, name: str) -> dict[str, Any] | None:
         """One job: its verdict, and its nodes side by side, each with its own verdict (on the GPUs
@@ -313,7 +313,7 @@ def _job_gpus(node: NodeState, job: str) -> set[int] | None:
     return None
 
 
-def _job_worst_first(job: dict[str, Any]) -> tuple[int, float, str]:
+def job_worst_first(job: dict[str, Any]) -> tuple[int, float, str]:
     state = job["state"]
     rank = JOB_STATE_ORDER.index(state) if state in JOB_STATE_ORDER else len(JOB_STATE_ORDER)
     return (rank, -job["gpu_hours_lost"], job["job"])
@@ -338,12 +338,12 @@ def _minute_point(row: MinuteRow) -> dict[str, Any]:
     }
 
 
-def _worst_first(row: dict[str, Any]) -> tuple[int, float, float, str]:
+def worst_first(row: dict[str, Any]) -> tuple[int, float, float, str]:
     rank = STATE_ORDER.index(row["state"]) if row["state"] in STATE_ORDER else len(STATE_ORDER)
     return (rank, -(row["starvation_ratio"] or 0.0), -row["gpu_hours_lost_today"], row["node_id"])
 
 
-def _counts(values: Any) -> dict[str, int]:
+def counts(values: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
         out[v] = out.get(v, 0) + 1
