@@ -26,8 +26,9 @@ log = structlog.get_logger("nodeagent.collector")
 
 # A worker has this long to open its database and ports (a big database's checks take a while).
 START_TIMEOUT_SECONDS = 60.0
-# A worker has this long after SIGTERM to drain (its final flush and acks) before SIGKILL.
-STOP_TIMEOUT_SECONDS = 30.0
+# A worker has this long after SIGTERM to drain (its final flush and acks) before SIGKILL:
+# within the systemd unit's TimeoutStopSec (30 s), which counts the front's own stop too.
+STOP_TIMEOUT_SECONDS = 20.0
 # Restart delays: 0.5 s, growing to 30 s while a worker keeps dying; reset once it ran a minute.
 RESTART_BASE_SECONDS = 0.5
 RESTART_CAP_SECONDS = 30.0
