@@ -99,7 +99,7 @@ def test_metrics_through_the_front_hold_every_series_once(tmp_path: Path) -> Non
     assert sum(1 for name, _ in series if name == "nodeagent_collector_redirects_total") == 2
     families = text_string_to_metric_families(text)
     ingested = [s.value for f in families for s in f.samples if s.name == "nodeagent_ingest_reports_total"]
-    assert len(ingested) == 2, "one count per worker (worker=\"i\")"
+    assert len(ingested) == 2, 'one count per worker (worker="i")'
     assert sum(ingested) == 4
     from shutil import which
 
@@ -145,3 +145,29 @@ def test_sigterm_on_the_front_drains_every_worker(tmp_path: Path) -> None:
         assert not alive, "a worker outlived its front"
     for owner, node in picked.items():
         assert _stored(front.dbs[owner]) == {node: 20}
+
+
+def test_real_agents_follow_the_redirect_and_land_on_their_owners(tmp_path: Path) -> None:
+    picked = {owner_index(node, 2): node for node in NODES}
+    with running_front(tmp_path) as front:
+        agents = [_agent(front.address, node, tmp_path) for node in picked.values()]
+        try:
+            assert [agent.wait(timeout=90) for agent in agents] == [0, 0]
+        finally:
+            for agent in agents:
+                agent.kill()
+        listed = {str(n["node_id"]): int(str(n["reports_total"])) for n in _nodes(front.address)}
+        assert listed == dict.fromkeys(picked.values(), 20)
+        assert front.stop() == 0
+    for owner, node in picked.items():
+        assert _stored(front.dbs[owner]) == {node: 20}
+
+
+def _agent(collector: str, node: str, tmp: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "nodeagent.agent", "--log-level", "info", "run", "--collector", collector,
+        "--node-id", node, "--simulate", "ordinary-cloud", "--interval", "0.05", "--max-reports", "20",
+        "--deadline", "60", "--spool-dir", str(tmp / f"spool-{node}"),
+    ]  # fmt: skip
+    with (tmp / f"{node}.log").open("w") as log:
+        return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
