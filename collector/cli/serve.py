@@ -295,6 +295,8 @@ def serve(
     from nodeagent.collector.workers.worker_args import default_worker_ports_base  # noqa: PLC0415
 
     base = default_worker_ports_base(listen) if worker_ports is None else worker_ports
+    if base + workers - 1 > 65535:
+        raise click.BadParameter(f"{workers} workers from port {base} run past 65535", param_hint="--worker-ports")
     log_level = str(click.get_current_context().find_root().params.get("log_level") or "info")
     asyncio.run(run_front(config, workers, base, log_level))
 
