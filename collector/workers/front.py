@@ -25,7 +25,7 @@ from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.rendezvous import owner_index
-from nodeagent.core.transport.security import AccessPolicy, certificate_names, token_ok
+from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, token_ok
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
 from nodeagent.core.wire.validate import InvalidMessageError, check_hello
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -44,6 +44,7 @@ class FrontServer:
         # Per worker: streams sent to it. By reason: streams refused here.
         self.redirects_total = [0] * len(supervisor.workers)
         self.refused_total: dict[str, int] = {}
+        self.streams_by_source: dict[str, int] = {}
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -103,6 +104,25 @@ class FrontServer:
     # ---- the redirect ----
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        # The bound a collector keeps per source: streams that never say hello cannot pile up here either.
+        source = peer_source(context.peer())
+        held = self.streams_by_source.get(source, 0)
+        if held >= self.config.max_streams_per_source:
+            await self._refuse(
+                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
+                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
+            )  # fmt: skip
+        self.streams_by_source[source] = held + 1
+        try:
+            await self._redirect(context)
+        finally:
+            left = self.streams_by_source.get(source, 1) - 1
+            if left > 0:
+                self.streams_by_source[source] = left
+            else:
+                self.streams_by_source.pop(source, None)
+
+    async def _redirect(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):
             await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
         try:
