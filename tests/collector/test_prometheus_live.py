@@ -34,6 +34,10 @@ from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
 from tests.promtool_lint import promtool_problems
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 SHIPPED = REPO / "packaging" / "prometheus"
 STARVED, HEALTHY = "sim-ordinary-cloud", "sim-fast-cloud"
 
@@ -48,7 +52,7 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     _require_tools()
     tmp = tmp_path_factory.mktemp("prometheus-fleet")
-    collector = Collector(db=tmp / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp / "c.db", port=free_port())
     agent_port = free_port()
     with processes() as started:
         started.append(collector.start())
