@@ -10,7 +10,7 @@ collectors that list each other cannot ask each other in a loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -112,6 +112,11 @@ class ShardClients:
         except (OSError, ValueError) as err:
             return Answer(shard.name, None, f"{type(err).__name__}: {err}")
         return StreamAnswer(shard.name, pages[-1] if pages else None, "", pages)
+
+
+def is_local_call(metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
+    """The call asks for the receiver's own answer only (it carries ``LOCAL_HEADER``)."""
+    return any((key, value) == LOCAL_HEADER for key, value in metadata or ())
 
 
 def ask_all_sync(shards: Sequence[Shard], method: str, request: Message, timeout: float) -> list[Answer]:

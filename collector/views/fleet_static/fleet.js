@@ -86,7 +86,16 @@ function alertTable(alerts) {
 async function api(path) {
   const reply = await fetch(path, {cache: "no-store"});
   if (!reply.ok) throw new Error(`${path}: ${reply.status}`);
-  return reply.json();
+  const data = await reply.json();
+  shardBanner(data.shards || []);
+  return data;
+}
+function shardBanner(shards) {  // a merged page ([fleet] collectors): one line naming who did not answer
+  const missing = shards.filter((s) => !s.answered);
+  const banner = document.getElementById("shards");
+  banner.hidden = !missing.length;
+  banner.textContent = missing.length ? `${missing.length} of ${shards.length} collectors did not answer, ` +
+    `their nodes are missing here: ` + missing.map((s) => `${s.shard} (${s.error})`).join("; ") : "";
 }
 async function drawFleet() {
   const params = new URLSearchParams(location.search);
