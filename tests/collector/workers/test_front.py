@@ -171,3 +171,20 @@ def _agent(collector: str, node: str, tmp: Path) -> subprocess.Popen[bytes]:
     ]  # fmt: skip
     with (tmp / f"{node}.log").open("w") as log:
         return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def test_the_fleet_page_through_the_front_shows_every_worker_s_nodes(tmp_path: Path) -> None:
+    picked = {owner_index(node, 2): node for node in NODES}
+    with running_front(tmp_path) as front:
+        for owner, node in picked.items():
+            assert deliver(front.ports[owner], node, [1, 2]) == 2
+        with urllib.request.urlopen(f"http://{front.http}/", timeout=20) as response:
+            assert response.headers["Content-Type"].startswith("text/html")
+            assert b"<html" in response.read()
+        with urllib.request.urlopen(f"http://{front.http}/api/fleet", timeout=20) as response:
+            fleet = json.loads(response.read())
+        with urllib.request.urlopen(f"http://{front.http}/healthz", timeout=20) as response:
+            assert response.status == 200
+    shown = {row["node_id"] for row in fleet["nodes"]}
+    assert shown == set(picked.values()), fleet["nodes"]
+    assert [(s["shard"], s["answered"]) for s in fleet["shards"]] == [("worker-0", True), ("worker-1", True)]
