@@ -93,11 +93,14 @@ def hello(node: str, routing_key: str = "") -> bytes:
     return pb.AgentMessage(hello=info).SerializeToString()
 
 
-def redirect_of(address: str, node: str, routing_key: str = "") -> tuple[grpc.StatusCode, str, int | None]:
+def redirect_of(
+    address: str, node: str, routing_key: str = "", token: str | None = None
+) -> tuple[grpc.StatusCode, str, int | None]:
     """Say hello to ``address``: the stream's status, its details and the owner port it names."""
+    metadata = () if token is None else (("authorization", f"Bearer {token}"),)
     with grpc.insecure_channel(address) as channel:
         call = channel.stream_stream(STREAM_METHOD, request_serializer=lambda b: b)
-        responses = call(iter([hello(node, routing_key)]), timeout=10)
+        responses = call(iter([hello(node, routing_key)]), timeout=10, metadata=metadata)
         try:
             for _ in responses:
                 pass
