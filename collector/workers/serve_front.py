@@ -56,7 +56,7 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         for i in range(spec.workers)
     ]
     clients = ShardClients(shards)
-    front = FrontServer(config, supervisor, FrontQueries(AccessPolicy(config.security), clients))
+    front = FrontServer(config, supervisor, FrontQueries(AccessPolicy(config.security), clients, config.query))
     try:
         port = await front.start()
     except RuntimeError as err:
