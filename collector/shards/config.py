@@ -43,6 +43,7 @@ class FleetConfig:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     security: ClientSecurity = field(default_factory=ClientSecurity)
     insecure: bool = False
+    source: str = "<defaults>"
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], *, source: str) -> FleetConfig:
@@ -69,7 +70,7 @@ class FleetConfig:
             check_token_transport(collectors, security, insecure=values["insecure"])
         except ValueError as err:
             raise FleetConfigError(f"{where}: {err}") from err
-        return cls(tuple(dict.fromkeys(collectors)), values["timeout_seconds"], security, values["insecure"])
+        return cls(tuple(dict.fromkeys(collectors)), values["timeout_seconds"], security, values["insecure"], source)
 
     def check(self) -> None:
         """The files it names can be read (at start-up, not when the file is shown):
@@ -79,7 +80,7 @@ class FleetConfig:
         try:
             self.security.check()
         except ValueError as err:
-            raise FleetConfigError(f"[fleet]: {err}") from err
+            raise FleetConfigError(f"{self.source}: fleet: {err}") from err
 
     def to_plain(self) -> dict[str, Any]:
         """The table with every key, as ``config show`` prints it."""

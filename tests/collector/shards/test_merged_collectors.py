@@ -172,6 +172,19 @@ def test_one_collector_is_asked_as_ever(fleet: Fleet) -> None:
     assert sorted(r["node_id"] for r in rows) == ["b1", "moved"] and all("shard" not in r for r in rows)
 
 
+def test_the_list_can_come_from_fleet_in_collector_toml(fleet: Fleet, tmp_path: Path) -> None:
+    config = tmp_path / "collector.toml"
+    listed = ", ".join(f'"{fleet.address[n]}"' for n in "ABC")
+    config.write_text(f"[fleet]\ncollectors = [{listed}]\ntimeout_seconds = 9.0\n")
+    result = CliRunner().invoke(cli, ["nodes", "--json", "--config", str(config), "--timeout", "1"])
+    assert result.exit_code == 0, result.stderr
+    assert {r["node_id"] for r in json.loads(result.stdout)} >= {"a1", "b1"}
+    assert sorted(_warned_about(fleet, result.stderr.splitlines())) == ["C"]
+    # A --collector on the command line is asked alone, as ever.
+    result = CliRunner().invoke(cli, ["nodes", "--json", "--config", str(config), "--collector", fleet.address["A"]])
+    assert result.exit_code == 0 and all("shard" not in r for r in json.loads(result.stdout))
+
+
 def test_alerts_jobs_and_history_merged(fleet: Fleet) -> None:
     status, out, err, _took = _cli(fleet, "alerts", "--json", "--all")
     assert status == 0 and sorted(_warned_about(fleet, err)) == ["C", "D"]
@@ -245,10 +258,13 @@ def test_the_page_shows_a_banner_naming_who_did_not_answer(fleet: Fleet, tmp_pat
         page.wait_for("document.querySelectorAll('#nodes tr.node').length === 3")
         banner = page.evaluate("({hidden: document.getElementById('shards').hidden, "
                                "text: document.getElementById('shards').textContent})")  # fmt: skip
+        held = page.evaluate("Object.fromEntries([...document.querySelectorAll('#nodes tr.node')].map("
+                             "(r) => [r.dataset.node, r.querySelector('.shard').textContent]))")  # fmt: skip
     assert not banner["hidden"]
     assert banner["text"].startswith("2 of 4 collectors did not answer")
     assert fleet.address["C"] in banner["text"] and fleet.address["D"] in banner["text"]
     assert fleet.address["B"] not in banner["text"]
+    assert held == {"a1": fleet.address["A"], "b1": fleet.address["B"], "moved": f"{fleet.address['B']} +1 stale"}
 
 
 def test_forget_asks_each_and_says_which_held_it(fleet: Fleet) -> None:
@@ -262,3 +278,27 @@ def test_forget_asks_each_and_says_which_held_it(fleet: Fleet) -> None:
         status == 1
         and err[-1] == f"Error: no collector holds node 'moved' (asked: {fleet.address['A']}, {fleet.address['B']})"
     )
+
+
+def test_a_collector_that_returns_is_asked_again_within_seconds(fleet: Fleet, tmp_path: Path) -> None:
+    """A's kept channel to C retries every 2 s at most: C back on its port is merged again."""
+    back = fleet._server(tmp_path, "C", FleetConfig())
+
+    async def start() -> None:
+        await back.start()
+        feed_simulated(back.ingest, {"c1": "healthy"}, 5)
+
+    fleet.loop.run(start())
+    try:
+        deadline = time.monotonic() + 15.0
+        answered: list[bool] = []
+        while time.monotonic() < deadline:
+            _status, body, _took = fleet.http("A", "/api/fleet")
+            answered = [s["answered"] for s in body["shards"]]
+            if answered[2]:
+                break
+            time.sleep(0.25)
+        assert answered == [True, True, True, False]
+        assert "c1" in {n["node_id"] for n in body["nodes"]}
+    finally:
+        fleet.loop.run(back.stop(0.0))
