@@ -149,6 +149,8 @@ def test_failover_and_the_move_back_when_the_first_choice_returns(collectors: Co
         node.stop()
     collectors.close()
     missing, doubled, _stored = _all_once(collectors, [node])
+    print(f"back on the first choice {back_seconds:.2f} s after it returned (probe {probe:g} s); "
+          f"doubled {doubled}, resent {resent}")  # fmt: skip
     # Within about two probe periods (the first probe may just have missed it), loaded machine aside.
     assert back_seconds < 2 * probe + 1.5, back_seconds
     assert missing == 0
@@ -214,3 +216,34 @@ def test_a_16_node_job_spread_over_three_collectors_ends_up_on_one(collectors: C
     print(f"16 nodes on one collector {done_at[0] - held_at[0]:.2f} s after the key's third report")
     assert _all_once(collectors, nodes) == (0, 0, 16 * 60)
     assert resent == [0] * 16
+
+
+def test_reports_sent_again_to_another_collector_are_counted_resent(collectors: Collectors) -> None:
+    """A collector that took five reports and went away without acknowledging them: sent again to
+    the next, they are counted (each may now be stored on both)."""
+    sessions: list[int] = []
+
+    async def takes_five_then_fails(_requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        sessions.append(1)
+        await context.read()  # hello
+        if len(sessions) == 1:
+            await context.send_initial_metadata((("nodeagent-stream", "accepted"),))
+            for _ in range(5):
+                await context.read()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "going away")
+
+    lost = f"127.0.0.1:{serve_ingest(takes_five_then_fails, 30)}"
+    real = collectors.addresses[0]
+    node_id = next(f"n{i}" for i in range(100) if rendezvous_order(f"n{i}", [lost, real])[0] == lost)
+    node = FakeNode(node_id, Spool(), [lost, real])
+    drive([node], 5, 0.0)
+    node.start()
+    try:
+        assert wait_for(node.spool.all_acked, timeout=15)
+        sender = node.sender
+        assert sender is not None
+        assert sender.reports_resent_total == 5
+    finally:
+        node.stop()
+    collectors.close()
+    assert _all_once(collectors, [node]) == (0, 0, 5)
