@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -312,7 +313,8 @@ class Sender:
         assert self._rekey is not None
         while True:
             preferred = self.order[: self.order.index(target)] if target in self.order else list(self.order)
-            wait = self.config.preferred_probe_seconds if preferred else None
+            # Jittered a little: the nodes of a collector that returns do not all move back at once.
+            wait = self.config.preferred_probe_seconds * random.uniform(0.9, 1.1) if preferred else None
             try:
                 await asyncio.wait_for(self._rekey.wait(), wait)
             except TimeoutError:

@@ -66,6 +66,12 @@ def test_goodbye_ends_the_stream_marks_the_node_moved_and_a_new_stream_clears_it
         # A report after goodbye is refused.
         code, _acks = _call(address, iter([_hello(), _report(1), _goodbye(), _report(2)]))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
+        # A goodbye is checked as a hello is: its key is a job key.
+        bad = pb.AgentMessage(goodbye=pb.Goodbye(reason="moving", routing_key="k" * 300)).SerializeToString()
+        code, _acks = _call(address, iter([_hello(), bad]))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert shards.on(0, lambda s: s.rejected.get(("INVALID_ARGUMENT", "invalid_goodbye"))) == 1
+        assert shards.on(0, lambda s: s.rejected.get(("INVALID_ARGUMENT", "after_goodbye"))) == 1
 
         # Silent long enough for NodeDown, then goodbye: it resolves, the node shows moved.
         seen: list[tuple[str, list[str]]] = []
