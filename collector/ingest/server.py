@@ -57,7 +57,7 @@ from nodeagent.core.transport.security import (
     token_ok,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
-from nodeagent.core.wire.validate import InvalidMessageError, check_hello, check_report
+from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_hello, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -347,9 +347,13 @@ class CollectorServer:
             message = self._parse(raw)
             body = message.WhichOneof("body") if message is not None else None
             if body == "goodbye" and message is not None and not stream.goodbye:
+                try:
+                    check_goodbye(message.goodbye)
+                except InvalidMessageError as err:
+                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_goodbye", str(err))
                 stream.goodbye = True
-                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason[:64],
-                         routing_key=message.goodbye.routing_key[:256])  # fmt: skip
+                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason,
+                         routing_key=message.goodbye.routing_key)  # fmt: skip
                 continue
             if stream.goodbye:
                 await self._refuse(

@@ -224,6 +224,7 @@ def _agent_page_with_links_and_ports() -> str:
     class NoSender:
         connected_to = None
         reconnects_total = 0
+        reports_resent_total = 0
 
     spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
     metrics = AgentMetrics(telemetry, spool, NoSender(), ("127.0.0.1:1",))  # type: ignore[arg-type]

@@ -165,13 +165,15 @@ def test_agent_fails_over_to_the_next_collector(tmp_path: Path) -> None:
         assert wait_for(lambda: preferred.reports("node-fo") >= 20, timeout=20), agent.tail()
         assert fallback.reports("node-fo") == 0
         preferred.kill()
-        code, _summary = agent.wait(timeout=60)
+        code, summary = agent.wait(timeout=60)
         assert code == 0, agent.tail()
         on_fallback = fallback.node("node-fo")
     on_preferred = _last_durable(tmp_path / ("a.db" if preferred is a else "b.db"))
     # Between them the two shards hold every report; the fallback holds a contiguous tail.
     assert (on_fallback["last_seq"], on_fallback["gap_reports_total"]) == (120, 0)
     assert on_preferred + on_fallback["reports_total"] >= 120
+    # What both hold is what the killed one committed without acknowledging: counted as resent.
+    assert on_preferred + on_fallback["reports_total"] - 120 <= summary["reports_resent_total"]
 
 
 @pytest.mark.parametrize(
