@@ -115,7 +115,7 @@ def test_dashboard_and_rules_query_only_metrics_that_exist(fleet: Fleet) -> None
     assert recorded - used == set()
 
 
-def test_every_metric_the_docs_list_is_served(fleet: Fleet) -> None:
+def test_every_metric_the_docs_list_is_served(fleet: Fleet, tmp_path: Path) -> None:
     listed = set(re.findall(r"`(nodeagent_[a-z0-9_]+)`", (REPO / "docs" / "metrics.md").read_text()))
     # A metric any other page names is one docs/metrics.md lists too.
     pages = [REPO / "README.md", *(REPO / "docs").glob("*.md")]
@@ -124,6 +124,11 @@ def test_every_metric_the_docs_list_is_served(fleet: Fleet) -> None:
     # The agent leaves out a family with no sample, as the Go exporters do; the simulated nodes have
     # no per-link NVLink counters and no RDMA port: those families come from a node that has them.
     served |= _help_names(_agent_page_with_links_and_ports())
+    # The front's own families: a serve --workers 2 (the fleet's collector above is one process).
+    from tests.collector.workers.front_process import running_front
+
+    with running_front(tmp_path) as front:
+        served |= _help_names(_get(f"http://{front.http}/metrics"))
     assert len(listed) > 40
     assert listed - served == set()
     assert named - listed == set(), "named in the docs but not listed in docs/metrics.md"
