@@ -6,6 +6,10 @@ other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal c
 stream; every other stream and the flusher go on. Fields this collector does not know are
 discarded as a message is parsed, so nothing a client adds beyond the schema is kept or stored.
 
+An agent that moves to another collector says ``goodbye`` on its stream: no report may follow
+it (``INVALID_ARGUMENT``), its last acks still go out, and when the stream ends the node is
+shown ``moved`` and left out of NodeDown until a new stream of it arrives.
+
 A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
 without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
 clients cannot pile up, and a source over its bound is refused without touching the others.
@@ -46,16 +50,14 @@ from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
-    Access,
     AccessPolicy,
     ServerSecurity,
     certificate_names,
-    http_certificate_names,
     peer_source,
     token_ok,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
-from nodeagent.core.wire.validate import InvalidMessageError, check_hello, check_report
+from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_hello, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -99,6 +101,10 @@ class ServerConfig:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     remote_write: tuple[RemoteWriteConfig, ...] = ()
     query: QueryBounds = field(default_factory=QueryBounds)
+    # Set for a worker of ``serve --workers N``: its index (its own families get worker="i") and
+    # the unix socket its front asks it on (calls there are the front's: operator calls).
+    worker_index: int | None = None
+    front_socket: Path | None = None
 
 
 class CollectorServer:
@@ -179,6 +185,8 @@ class CollectorServer:
             self.port = server.add_secure_port(self.config.listen, security.credentials())
         else:
             self.port = server.add_insecure_port(self.config.listen)
+        if self.config.front_socket is not None:
+            server.add_insecure_port(f"unix:{self.config.front_socket}")
         self._fan_out_pages()
         self.queries.fleet_pages = self.fleet_pages
         await server.start()
@@ -196,7 +204,8 @@ class CollectorServer:
         """``[fleet] collectors`` other than this one (its --listen, its port): the page merges theirs."""
         fleet = self.config.settings.fleet
         others = fleet.others(self.config.listen, self.port)
-        if not others:
+        # A worker answers its front with its own nodes; the front is the one that merges.
+        if not others or self.config.worker_index is not None:
             return
         mine = [t for t in fleet.collectors if t not in others]
         name = mine[0] if mine else self.config.listen
@@ -211,7 +220,7 @@ class CollectorServer:
         pages = self.fleet_pages.route if self.fleet_pages is not None else self.pages.fleet.route
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self._scrape_guard, pages=pages,
+            name="nodeagent-collector", guard=self.policy.http_scrape, pages=pages,
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)
@@ -219,13 +228,6 @@ class CollectorServer:
             self.http = None
             await self.stop(0.0)
             raise HttpListenError(f"cannot listen on {listen} (--http-listen): {err.strerror or err}") from err
-
-    def _scrape_guard(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
-        """``/metrics`` needs a scraper's or an operator's credential when client auth is configured."""
-        decision = self.policy.scrape(token, http_certificate_names(peer))
-        if decision.access is Access.ALLOWED:
-            return None
-        return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
 
     @property
     def flusher(self) -> asyncio.Task[None] | None:
@@ -346,7 +348,21 @@ class CollectorServer:
             if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
                 return
             message = self._parse(raw)
-            if message is None or message.WhichOneof("body") != "report":
+            body = message.WhichOneof("body") if message is not None else None
+            if body == "goodbye" and message is not None and not stream.goodbye:
+                try:
+                    check_goodbye(message.goodbye)
+                except InvalidMessageError as err:
+                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_goodbye", str(err))
+                stream.goodbye = True
+                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason,
+                         routing_key=message.goodbye.routing_key)  # fmt: skip
+                continue
+            if stream.goodbye:
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "after_goodbye", "nothing may follow goodbye on a stream"
+                )
+            if message is None or body != "report":
                 await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
             report = message.report
             try:

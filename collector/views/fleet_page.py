@@ -24,7 +24,7 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.views.fleet_assets import page
+from nodeagent.collector.views.fleet_assets import shell_for
 from nodeagent.collector.views.shown_state import DOWN, NO_GPU, is_silent, node_shown_state
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from nodeagent.collector.ingest.server import CollectorServer
 
 # Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
-# job; a down one says nothing at all.
-STATE_ORDER: Final = ("starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
+# job; a down one says nothing at all; a moved one reports to another collector now.
+STATE_ORDER: Final = (
+    "starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new", "moved",
+)  # fmt: skip
 # Jobs: a slowed one costs every GPU of it now.
 JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
@@ -54,16 +56,9 @@ class FleetPage:
     def route(self, path: str, query: str) -> Reply | None:
         """The reply for ``path``, None where it is not a page of the fleet view."""
         params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
-        if path == "/":
-            return "200 OK", HTML_TYPE, page("fleet")
-        if path == "/alerts":
-            return "200 OK", HTML_TYPE, page("alerts")
-        if path.startswith("/node/") and len(path) > len("/node/"):
-            return "200 OK", HTML_TYPE, page("node")
-        if path == "/jobs":
-            return "200 OK", HTML_TYPE, page("jobs")
-        if path.startswith("/job/") and len(path) > len("/job/"):
-            return "200 OK", HTML_TYPE, page("job")
+        shell = shell_for(path)
+        if shell is not None:
+            return "200 OK", HTML_TYPE, shell
         if path == "/api/fleet":
             return _json(self.fleet(params.get("state"), params.get("cause")))
         if path == "/api/alerts":
