@@ -1,25 +1,31 @@
-"""How many node reports per second one collector process takes without its backlog growing.
+"""How many node reports per second one collector takes without its backlog growing, with 1
+and more worker processes (``serve --workers N``) measured side by side in the same run.
 
-Starts ``nodeagent-collector serve`` on a fresh SQLite file, then offers it rising loads with
-``nodeagent-collector loadgen`` (simulated 8-GPU nodes at 1 report/s each, real gRPC, one
-stream per node, spread over processes). A load is sustained when the load generator could
-offer it (it shares this machine's cores), the collector acknowledged at least 98% of what was
-sent and the unacknowledged backlog did not grow. Prints, per load: reports/s sent and
-acknowledged, the backlog left, bytes on the wire per report (gRPC message with its 5-byte
-prefix) next to the Prometheus text exposition of the same report, and CPU per report: the
-whole collector process, its main thread (the event loop, which holds the interpreter lock and
-so bounds what one process takes), and the same for a reference server that only reads and
-acknowledges each message (bench/grpc_floor_server.py), with the ratio of the two. It also
-prints the load generator's CPU per message and, from the reference's figures, the ceilings of
-this machine: what one process's event-loop thread takes when it does nothing but read and
-acknowledge, and what the machine's cores take when both ends of the stream are Python gRPC.
+For each worker count, starts ``nodeagent-collector serve --workers N`` on a fresh SQLite file,
+then offers it rising loads with ``nodeagent-collector loadgen`` (simulated 8-GPU nodes at 1
+report/s each, real gRPC, one stream per node, spread over processes; with N > 1 each stream is
+redirected by the front to its owning worker, as an agent's is), then halves the gap between the
+last load sustained and the first that was not (``--refine``). A load is sustained when the load
+generator could offer it (it shares this machine's cores), the collector acknowledged at least
+98% of what was sent and the unacknowledged backlog did not grow. Prints, per load: reports/s
+sent and acknowledged, the backlog left, bytes on the wire per report (gRPC message with its
+5-byte prefix; the Prometheus text exposition of the same report beside it once), and CPU per
+report: all the collector's processes, its event-loop threads (the main thread of each worker:
+it holds the interpreter lock and so bounds what one process takes), each worker's main thread
+per report of the nodes it took, the front's share, and the load generator's. Per worker count:
+the sustained load and those costs there, next to a reference server that only reads and
+acknowledges each message (bench/grpc_floor_server.py) at the load one worker's loop took, and
+the ratio of the sustained loads (N workers vs 1, this run). Finally the machine's ceilings from
+the reference: one event loop that does nothing but read and acknowledge, and the cores when
+both ends of the stream are Python gRPC.
 
-    python bench/ingest_throughput.py [--loads 2000,4000,...] [--seconds 15] [--processes 2]
+    python bench/ingest_throughput.py [--workers 1,2] [--loads 1000,2000,...] [--seconds 15] [--processes 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -30,8 +36,10 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import psutil
 from google.protobuf.descriptor import FieldDescriptor
@@ -44,7 +52,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--loads", default="1000,2000,3000,4000,6000,8000,10000")
+    parser.add_argument("--loads", default="1000,1500,2000,2500,3000,3500,4000,5000,6000,8000,10000")
+    parser.add_argument(
+        "--workers", default="1",
+        help="serve --workers counts to measure in this run, e.g. 1,2: each its own rising loads, judged side by side.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--refine", type=int, default=2,
+        help="Halvings between the last sustained load and the first that was not, per worker count.",
+    )  # fmt: skip
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument(
@@ -59,6 +75,8 @@ def main() -> None:
         help="serve's --remote-write-resolution-seconds: 0 sends every report (the dearest case).",
     )  # fmt: skip
     args = parser.parse_args()
+    counts = [int(x) for x in args.workers.split(",")]
+    loads = [int(x) for x in args.loads.split(",")]
     print(
         f"history {args.history}, remote write {args.remote_write}"
         + (
@@ -66,47 +84,45 @@ def main() -> None:
             if args.remote_write == "on"
             else ""
         )
+        + f"; {os.cpu_count()} cores shared by the collector and the load generator ({args.processes} processes)"
     )
     receiver = _Sink() if args.remote_write == "on" else None
     wire, exposition = _sizes()
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
-    print(f"{'offered/s':>9} {'sent/s':>7} {'acked/s':>7} {'backlog':>7} {'B/report':>8} {'CPU us/report':>13} "
-          f"{'main thread':>11} {'reference':>9} {'ratio':>5} {'loadgen':>7}  sustained")  # fmt: skip
-    best, capacity, floors = 0, [], []
+    print(f"{'workers':>7} {'offered/s':>9} {'sent/s':>7} {'acked/s':>7} {'backlog':>7} {'B/report':>8} "
+          f"{'CPU us/report':>13} {'main thread':>11} {'front':>5} {'loadgen':>7}  sustained  "
+          f"(main thread of each worker)")  # fmt: skip
+    extra = [] if args.history == "on" else ["--no-history"]
+    if receiver is not None:
+        extra += ["--remote-write-url", receiver.url,
+                  "--remote-write-resolution-seconds", f"{args.remote_write_resolution_seconds:g}"]  # fmt: skip
+    summaries: dict[int, dict[str, Any]] = {}
+    floors: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for load in (int(x) for x in args.loads.split(",")):
-            extra = [] if args.history == "on" else ["--no-history"]
-            if receiver is not None:
-                extra += ["--remote-write-url", receiver.url,
-                          "--remote-write-resolution-seconds", f"{args.remote_write_resolution_seconds:g}"]  # fmt: skip
-            row = _step(_collector(Path(tmp) / f"c{load}.db") + extra, load, args.seconds, args.processes)
-            floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")], load, args.seconds,
-                          args.processes)  # fmt: skip
-            offered = row["sent"] >= 0.95 * load * args.seconds
-            ok = offered and row["acked"] >= 0.98 * row["sent"] and row["backlog_end"] <= max(row["backlog_half"], 50)
-            best = max(best, load) if ok else best
-            ratio = row["main_us_per_report"] / floor["main_us_per_report"]
-            capacity.append(1e6 / row["main_us_per_report"])
+        for workers in counts:
+
+            def step(load: int, workers: int = workers) -> dict[str, Any]:
+                db = Path(tmp) / f"w{workers}-{load}.db"
+                row = _step(_collector(db, workers) + extra, load, args.seconds, args.processes, workers)
+                _print_row(workers, load, row, args.seconds)
+                if receiver is not None:
+                    per_second = row["remote_write_samples"] / args.seconds
+                    cpu_us = row["remote_write_cpu_seconds"] / max(1.0, row["remote_write_samples"]) * 1e6
+                    print(f"remote write: {row['remote_write_samples']:.0f} samples pushed ({per_second:.0f}/s, "
+                          f"{row['remote_write_samples'] / max(1, row['acked']):.0f} per report), "
+                          f"{cpu_us:.1f} us of the sender thread's CPU per sample")  # fmt: skip
+                if args.history == "on" and workers == 1:
+                    _print_history_size(db, load, args.seconds)
+                return row
+
+            best, best_row = _sustained(step, loads, args.refine)
+            # The reference at the load each worker's event loop took: its messages/s per process.
+            floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")],
+                          max(1, round((best or loads[0]) / workers)), args.seconds, args.processes, 1)  # fmt: skip
             floors.append(floor)
-            print(f"{load:>9} {row['sent_per_second']:>7.0f} {row['acked_per_second']:>7.0f} "
-                  f"{row['backlog_end']:>7} "
-                  f"{row['bytes_per_report']:>8.0f} {row['cpu_us_per_report']:>13.0f} "
-                  f"{row['main_us_per_report']:>11.0f} "
-                  f"{floor['main_us_per_report']:>9.0f} {ratio:>5.2f} {row['loadgen_us_per_report']:>7.0f}  "
-                  f"{'yes' if ok else 'no' if offered else 'loadgen could not offer it'}")  # fmt: skip
-            if receiver is not None:
-                per_second = row["remote_write_samples"] / args.seconds
-                cpu_us = row["remote_write_cpu_seconds"] / max(1.0, row["remote_write_samples"]) * 1e6
-                print(f"remote write: {row['remote_write_samples']:.0f} samples pushed ({per_second:.0f}/s, "
-                      f"{row['remote_write_samples'] / max(1, row['acked']):.0f} per report), "
-                      f"{cpu_us:.1f} us of the sender thread's CPU per sample")  # fmt: skip
-            if args.history == "on":
-                _print_history_size(Path(tmp) / f"c{load}.db", load, args.seconds)
-            if not ok:
-                break
-    print(f"sustained: {best} reports/s (= nodes at 1 Hz) in one collector process; its event-loop thread "
-          f"would saturate near {max(capacity):.0f} reports/s")  # fmt: skip
+            summaries[workers] = _summary(workers, best, best_row, floor)
+    _print_summaries(summaries)
     main_floor = min(f["main_us_per_report"] for f in floors)
     process_floor = min(f["cpu_us_per_report"] for f in floors)
     exchange = min(f["cpu_us_per_report"] + f["loadgen_us_per_report"] for f in floors)
@@ -118,6 +134,80 @@ def main() -> None:
     print(f"with a Python load generator on the same cores, a do-nothing exchange costs {exchange:.0f} us of "
           f"CPU per message: this machine offers and takes at most about {cores * 1e6 / exchange:.0f} "
           f"messages/s")  # fmt: skip
+
+
+def _sustained(
+    step: Callable[[int], dict[str, Any]], loads: list[int], refine: int
+) -> tuple[int, dict[str, Any] | None]:
+    """The highest load sustained: the rising loads until one is not, then ``refine`` halvings
+    of the gap (to 50 reports/s) between the last that was and the first that was not."""
+    best, best_row, failed = 0, None, 0
+    for load in loads:
+        row = step(load)
+        if not row["ok"]:
+            failed = load
+            break
+        best, best_row = load, row
+    for _ in range(refine if failed else 0):
+        load = round((best + failed) / 2 / 50) * 50
+        if load in (best, failed) or load <= 0:
+            break
+        row = step(load)
+        if row["ok"]:
+            best, best_row = load, row
+        else:
+            failed = load
+    return best, best_row
+
+
+def _print_row(workers: int, load: int, row: dict[str, Any], seconds: float) -> None:
+    verdict = "yes" if row["ok"] else "no" if row["offered"] else "loadgen could not offer it"
+    each = ", ".join(f"{us:.0f}" for us in row["worker_main_us"])
+    print(f"{workers:>7} {load:>9} {row['sent_per_second']:>7.0f} {row['acked_per_second']:>7.0f} "
+          f"{row['backlog_end']:>7} {row['bytes_per_report']:>8.0f} {row['cpu_us_per_report']:>13.0f} "
+          f"{row['main_us_per_report']:>11.0f} {row['front_us_per_report']:>5.0f} "
+          f"{row['loadgen_us_per_report']:>7.0f}  {verdict}  ({each})")  # fmt: skip
+
+
+def _summary(workers: int, best: int, row: dict[str, Any] | None, floor: dict[str, Any]) -> dict[str, Any]:
+    each = list(row["worker_main_us"]) if row else []
+    mean = sum(each) / len(each) if each else 0.0
+    return {
+        "sustained": best,
+        "main_mean_us": mean,
+        # All the workers' main threads together, per report the collector took.
+        "main_sum_us": row["main_us_per_report"] if row else 0.0,
+        "floor_us": floor["main_us_per_report"],
+        "floor_load": floor["sent_per_second"],
+        "collector_us": row["cpu_us_per_report"] if row else 0.0,
+        "front_us": row["front_us_per_report"] if row else 0.0,
+        "loadgen_us": row["loadgen_us_per_report"] if row else 0.0,
+        "each": each,
+    }
+
+
+def _print_summaries(summaries: dict[int, dict[str, Any]]) -> None:
+    cores = os.cpu_count() or 1
+    for workers, s in summaries.items():
+        each = ", ".join(f"{us:.0f}" for us in s["each"])
+        ratio = s["main_mean_us"] / s["floor_us"] if s["floor_us"] else 0.0
+        machine = s["sustained"] * (s["collector_us"] + s["loadgen_us"]) / 1e6
+        print(f"workers {workers}: sustained {s['sustained']:.0f} reports/s; main thread per report of each "
+              f"worker ({each}) us, mean {s['main_mean_us']:.0f}, all together {s['main_sum_us']:.0f}; gRPC floor "
+              f"{s['floor_us']:.0f} us at {s['floor_load']:.0f}/s (ratio {ratio:.2f}); the collector's processes "
+              f"{s['collector_us']:.0f} us (front {s['front_us']:.0f}), the load generator {s['loadgen_us']:.0f} us "
+              f"per report: {machine:.2f} of {cores} cores at that load")  # fmt: skip
+    if 1 in summaries and len(summaries) > 1:
+        one = summaries[1]
+        for workers, s in summaries.items():
+            if workers == 1 or not one["sustained"]:
+                continue
+            ratio = s["sustained"] / one["sustained"]
+            # What the cores would take if the collector had them to itself, and what its loops take.
+            alone = min(workers * 1e6 / s["main_mean_us"], cores * 1e6 / s["collector_us"]) if s["collector_us"] else 0
+            print(f"{workers} workers vs 1 (this run): {s['sustained']:.0f} / {one['sustained']:.0f} reports/s = "
+                  f"{ratio:.2f}x; with the cores to itself (no load generator) the collector's loops and "
+                  f"processes would bound it near {alone:.0f} reports/s ({alone / one['sustained']:.2f}x)")  # fmt: skip
 
 
 def _print_history_size(db: Path, nodes: int, seconds: float) -> None:
@@ -132,29 +222,44 @@ def _print_history_size(db: Path, nodes: int, seconds: float) -> None:
           f"{report_bytes * 3600 / 1e6:.2f} MB per node for a 1 h window of reports")  # fmt: skip
 
 
-def _collector(db: Path) -> list[str]:
+def _collector(db: Path, workers: int) -> list[str]:
     return [sys.executable, "-m", "nodeagent.collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
-            "--http-listen", "127.0.0.1:0", "--db", str(db),
+            "--http-listen", "127.0.0.1:0", "--db", str(db), *_workers_flag(workers),
             # Every simulated node streams from 127.0.0.1: the per-source bound is for real fleets.
             "--max-streams-per-source", "100000"]  # fmt: skip
 
 
-def _step(server_command: list[str], load: int, seconds: float, processes: int) -> dict[str, float]:
-    """Run one load against a fresh server; CPU per acknowledged (or, for the reference, sent) report."""
+@functools.cache
+def _workers_flag(workers: int) -> list[str]:
+    """``--workers N``; a build of serve without the flag is one process, and takes only 1."""
+    help_text = subprocess.run([sys.executable, "-m", "nodeagent.collector", "serve", "--help"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    if "--workers" in help_text:
+        return ["--workers", str(workers)]
+    if workers != 1:
+        sys.exit(f"this build's serve has no --workers: cannot measure {workers} workers")
+    return []
+
+
+def _step(server_command: list[str], load: int, seconds: float, processes: int, workers: int) -> dict[str, Any]:
+    """Run one load against a fresh server; CPU per acknowledged (or, for the reference, sent)
+    report: all its processes, and each worker's main thread per report of the nodes it took."""
     server = subprocess.Popen(server_command, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         address = server.stdout.readline().split()[-1]
         http = server.stdout.readline().split()[-1] if "--http-listen" in server_command else ""
-        proc = psutil.Process(server.pid)
-        before, main_before = _cpu(proc)
+        front = psutil.Process(server.pid)
+        loops = _worker_loops(front, address, workers)
+        everyone = [front, *(proc for proc in loops.values() if proc.pid != front.pid)]
+        before = [_cpu(proc) for proc in everyone]
         done = subprocess.run(
             [sys.executable, "-m", "nodeagent.collector", "loadgen", "--collector", address, "--nodes", str(load),
              "--rate", "1", "--duration", str(seconds), "--processes", str(processes), "--json"],
             cwd=REPO, capture_output=True, text=True, check=True,
         )  # fmt: skip
-        after, main_after = _cpu(proc)
-        result = json.loads(done.stdout)
+        after = [_cpu(proc) for proc in everyone]
+        result: dict[str, Any] = json.loads(done.stdout)
         if "--remote-write-url" in server_command:
             time.sleep(1.0)  # the last batch
             result.update(_remote_write_counters(http))
@@ -162,13 +267,48 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int) 
         server.terminate()
         server.wait(timeout=30)
     reports = max(1, result["sent"])
-    result["cpu_us_per_report"] = (after - before) / reports * 1e6
-    result["main_us_per_report"] = (main_after - main_before) / reports * 1e6
+    spent = {proc.pid: (a[0] - b[0], a[1] - b[1]) for proc, b, a in zip(everyone, before, after, strict=True)}
+    result["cpu_us_per_report"] = sum(total for total, _main in spent.values()) / reports * 1e6
+    result["main_us_per_report"] = sum(spent[proc.pid][1] for proc in loops.values()) / reports * 1e6
+    result["front_us_per_report"] = spent[front.pid][0] / reports * 1e6 if workers > 1 else 0.0
+    # Each worker's main thread per report of the nodes the load generator's streams ended on it.
+    by_target = result.get("sent_by_target", {})
+    result["worker_main_us"] = [
+        spent[proc.pid][1] / max(1, by_target.get(target, 0)) * 1e6 for target, proc in sorted(loops.items())
+    ]
     # The load generator's workers, over the timed window only (start-up left out).
     result["loadgen_us_per_report"] = result["cpu_seconds"] / reports * 1e6
     result["backlog_half"] = result["sent_at_half"] - result["acked_at_half"]
     result["backlog_end"] = result["sent"] - result["acked"]
-    return dict(result)
+    result["offered"] = result["sent"] >= 0.95 * load * seconds
+    result["ok"] = (
+        result["offered"]
+        and result["acked"] >= 0.98 * result["sent"]
+        and result["backlog_end"] <= max(result["backlog_half"], 50)
+    )
+    return result
+
+
+def _worker_loops(front: psutil.Process, address: str, workers: int) -> dict[str, psutil.Process]:
+    """The processes whose event loops take the agents' streams, by the HOST:PORT they listen on:
+    the server itself for one process, else its children with a TCP listener (the workers)."""
+    if workers <= 1:
+        return {address: front}
+    host = address.rpartition(":")[0]
+    deadline = time.monotonic() + 30
+    while True:
+        found: dict[str, psutil.Process] = {}
+        for child in front.children(recursive=True):
+            try:
+                ports = [c.laddr.port for c in child.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+            except psutil.Error:
+                continue
+            found.update({f"{host}:{port}": child for port in ports})
+        if len(found) >= workers or time.monotonic() > deadline:
+            if len(found) < workers:
+                sys.exit(f"found {len(found)} of {workers} workers listening")
+            return found
+        time.sleep(0.2)
 
 
 class _Sink:
@@ -190,7 +330,7 @@ class _Sink:
         self.url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
 
 
-def _remote_write_counters(http: str) -> dict[str, float]:
+def _remote_write_counters(http: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     sent = re.search(r'nodeagent_remote_write_samples_total\{result="sent",url="[^"]*"\} (\S+)', text)
