@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -76,6 +77,20 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
         "SQLite file (default: collector.db in the state directory: $STATE_DIRECTORY, else "
         "/var/lib/nodeagent as root, else $XDG_STATE_HOME/nodeagent)."
     ),
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="Processes (each with its own database) behind one front; default: the CPUs this process may use "
+    "(1: one process, as before; docs/collector.md#workers).",
+)
+@click.option(
+    "--worker-ports",
+    "worker_ports",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Agent port of worker 0 (worker i: this + i); default: --listen's port + 1 (0: ephemeral ports).",
 )
 @click.option("--insecure", is_flag=True, help="Allow plaintext on a non-loopback address.")
 @click.option("--tls-cert", type=click.Path(path_type=Path), help="Server certificate (PEM).")
@@ -180,6 +195,8 @@ def serve(
     listen: str,
     http_listen: str,
     db_path: Path | None,
+    workers: int | None,
+    worker_ports: int | None,
     insecure: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -269,10 +286,22 @@ def serve(
         history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
         remote_write=remote_write, query=QueryBounds(max_per_caller=max_queries_per_caller),
     )  # fmt: skip
-    asyncio.run(_serve(config))
+    if workers is None:
+        workers = len(os.sched_getaffinity(0))
+    if workers == 1:
+        asyncio.run(run_server(config))
+        return
+    from nodeagent.collector.workers.serve_front import run_front  # noqa: PLC0415  (N > 1 only)
+    from nodeagent.collector.workers.worker_args import default_worker_ports_base  # noqa: PLC0415
+
+    base = default_worker_ports_base(listen) if worker_ports is None else worker_ports
+    if base + workers - 1 > 65535:
+        raise click.BadParameter(f"{workers} workers from port {base} run past 65535", param_hint="--worker-ports")
+    log_level = str(click.get_current_context().find_root().params.get("log_level") or "info")
+    asyncio.run(run_front(config, workers, base, log_level))
 
 
-def _bind_error(listen: str) -> str:
+def bind_error(listen: str) -> str:
     """Why gRPC could not bind ``listen``: it says only "Failed to bind", so ask the OS."""
     host, port = parse_target(listen, any_port=True)
     try:
@@ -288,7 +317,8 @@ def _bind_error(listen: str) -> str:
     return "gRPC could not bind it"
 
 
-async def _serve(config: ServerConfig) -> None:
+async def run_server(config: ServerConfig) -> None:
+    """One collector process (``--workers 1``, or one worker of a front) until SIGTERM or SIGINT."""
     try:
         server = CollectorServer(config)
     except LockedError as err:  # another collector writes this database
@@ -298,7 +328,7 @@ async def _serve(config: ServerConfig) -> None:
     except HttpListenError as err:
         raise click.ClickException(str(err)) from err
     except RuntimeError as err:
-        raise click.ClickException(f"cannot listen on {config.listen}: {_bind_error(config.listen)}") from err
+        raise click.ClickException(f"cannot listen on {config.listen}: {bind_error(config.listen)}") from err
     host, _ = parse_target(config.listen, any_port=True)
     # One plain line on stdout, so scripts and tests learn the port when --listen asked for :0.
     click.echo(f"listening on {host}:{port}", err=False)

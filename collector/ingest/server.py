@@ -6,6 +6,10 @@ other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal c
 stream; every other stream and the flusher go on. Fields this collector does not know are
 discarded as a message is parsed, so nothing a client adds beyond the schema is kept or stored.
 
+An agent that moves to another collector says ``goodbye`` on its stream: no report may follow
+it (``INVALID_ARGUMENT``), its last acks still go out, and when the stream ends the node is
+shown ``moved`` and left out of NodeDown until a new stream of it arrives.
+
 A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
 without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
 clients cannot pile up, and a source over its bound is refused without touching the others.
@@ -46,11 +50,9 @@ from nodeagent.collector.views.metrics import MetricsExposition
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
-    Access,
     AccessPolicy,
     ServerSecurity,
     certificate_names,
-    http_certificate_names,
     peer_source,
     token_ok,
 )
@@ -99,6 +101,10 @@ class ServerConfig:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     remote_write: tuple[RemoteWriteConfig, ...] = ()
     query: QueryBounds = field(default_factory=QueryBounds)
+    # Set for a worker of ``serve --workers N``: its index (its own families get worker="i") and
+    # the unix socket its front asks it on (calls there are the front's: operator calls).
+    worker_index: int | None = None
+    front_socket: Path | None = None
 
 
 class CollectorServer:
@@ -167,6 +173,8 @@ class CollectorServer:
             self.port = server.add_secure_port(self.config.listen, security.credentials())
         else:
             self.port = server.add_insecure_port(self.config.listen)
+        if self.config.front_socket is not None:
+            server.add_insecure_port(f"unix:{self.config.front_socket}")
         await server.start()
         self._server = server
         self.started_monotonic = time.monotonic()
@@ -183,7 +191,7 @@ class CollectorServer:
         security = self.config.security
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self._scrape_guard, pages=FleetPage(self).route,
+            name="nodeagent-collector", guard=self.policy.http_scrape, pages=FleetPage(self).route,
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)
@@ -191,13 +199,6 @@ class CollectorServer:
             self.http = None
             await self.stop(0.0)
             raise HttpListenError(f"cannot listen on {listen} (--http-listen): {err.strerror or err}") from err
-
-    def _scrape_guard(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
-        """``/metrics`` needs a scraper's or an operator's credential when client auth is configured."""
-        decision = self.policy.scrape(token, http_certificate_names(peer))
-        if decision.access is Access.ALLOWED:
-            return None
-        return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
 
     @property
     def flusher(self) -> asyncio.Task[None] | None:
@@ -316,7 +317,17 @@ class CollectorServer:
             if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
                 return
             message = self._parse(raw)
-            if message is None or message.WhichOneof("body") != "report":
+            body = message.WhichOneof("body") if message is not None else None
+            if body == "goodbye" and message is not None and not stream.goodbye:
+                stream.goodbye = True
+                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason[:64],
+                         routing_key=message.goodbye.routing_key[:256])  # fmt: skip
+                continue
+            if stream.goodbye:
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "after_goodbye", "nothing may follow goodbye on a stream"
+                )
+            if message is None or body != "report":
                 await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
             report = message.report
             try:

@@ -32,6 +32,18 @@ _BODIES: Final = {
 }
 
 
+def shell_for(path: str) -> bytes | None:
+    """The HTML shell that answers ``path`` (``/``, ``/alerts``, ``/node/X``, ``/jobs``, ``/job/X``), else None."""
+    if path == "/":
+        return page("fleet")
+    if path in ("/alerts", "/jobs"):
+        return page(path[1:])
+    for prefix, name in (("/node/", "node"), ("/job/", "job")):
+        if path.startswith(prefix) and len(path) > len(prefix):
+            return page(name)
+    return None
+
+
 @functools.cache
 def page(name: str) -> bytes:
     """The HTML shell of ``name`` (``fleet``, ``node``, ``jobs``, ``job``, ``alerts``)."""

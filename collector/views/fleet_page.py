@@ -24,7 +24,7 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.views.fleet_assets import page
+from nodeagent.collector.views.fleet_assets import shell_for
 from nodeagent.collector.views.shown_state import DOWN, NO_GPU, is_silent, node_shown_state
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from nodeagent.collector.ingest.server import CollectorServer
 
 # Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
-# job; a down one says nothing at all.
-STATE_ORDER: Final = ("starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
+# job; a down one says nothing at all; a moved one reports to another collector now.
+STATE_ORDER: Final = (
+    "starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new", "moved",
+)  # fmt: skip
 # Jobs: a slowed one costs every GPU of it now.
 JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
@@ -54,16 +56,9 @@ class FleetPage:
     def route(self, path: str, query: str) -> Reply | None:
         """The reply for ``path``, None where it is not a page of the fleet view."""
         params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
-        if path == "/":
-            return "200 OK", HTML_TYPE, page("fleet")
-        if path == "/alerts":
-            return "200 OK", HTML_TYPE, page("alerts")
-        if path.startswith("/node/") and len(path) > len("/node/"):
-            return "200 OK", HTML_TYPE, page("node")
-        if path == "/jobs":
-            return "200 OK", HTML_TYPE, page("jobs")
-        if path.startswith("/job/") and len(path) > len("/job/"):
-            return "200 OK", HTML_TYPE, page("job")
+        shell = shell_for(path)
+        if shell is not None:
+            return "200 OK", HTML_TYPE, shell
         if path == "/api/fleet":
             return _json(self.fleet(params.get("state"), params.get("cause")))
         if path == "/api/alerts":
@@ -93,10 +88,10 @@ class FleetPage:
         jobs_of = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
         for r in rows:
             r["jobs"] = jobs_of.get(r["node_id"], [])
-        states = _counts(r["state"] for r in rows)
-        causes = _counts(r["cause"] for r in rows if r["cause"])
+        states = counts(r["state"] for r in rows)
+        causes = counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
-        shown.sort(key=_worst_first)
+        shown.sort(key=worst_first)
         return {
             "time_unix_seconds": now, "gpu_hours_lost_today_source": source, "states": states, "causes": causes,
             "nodes": shown,
@@ -149,8 +144,8 @@ class FleetPage:
         now = self.server.ingest.clock()
         fresh = self._fresh_nodes(now)
         shown = [_job_row(v, fresh) for v in self.server.ingest.jobs.verdicts()]
-        shown.sort(key=_job_worst_first)
-        return {"time_unix_seconds": now, "states": _counts(j["state"] for j in shown), "jobs": shown}
+        shown.sort(key=job_worst_first)
+        return {"time_unix_seconds": now, "states": counts(j["state"] for j in shown), "jobs": shown}
 
     def job(self, name: str) -> dict[str, Any] | None:
         """One job: its verdict, and its nodes side by side, each with its own verdict (on the GPUs
@@ -320,7 +315,7 @@ def _job_gpus(node: NodeState, job: str) -> set[int] | None:
     return None
 
 
-def _job_worst_first(job: dict[str, Any]) -> tuple[int, float, str]:
+def job_worst_first(job: dict[str, Any]) -> tuple[int, float, str]:
     state = job["state"]
     rank = JOB_STATE_ORDER.index(state) if state in JOB_STATE_ORDER else len(JOB_STATE_ORDER)
     return (rank, -job["gpu_hours_lost"], job["job"])
@@ -345,12 +340,12 @@ def _minute_point(row: MinuteRow) -> dict[str, Any]:
     }
 
 
-def _worst_first(row: dict[str, Any]) -> tuple[int, float, float, str]:
+def worst_first(row: dict[str, Any]) -> tuple[int, float, float, str]:
     rank = STATE_ORDER.index(row["state"]) if row["state"] in STATE_ORDER else len(STATE_ORDER)
     return (rank, -(row["starvation_ratio"] or 0.0), -row["gpu_hours_lost_today"], row["node_id"])
 
 
-def _counts(values: Any) -> dict[str, int]:
+def counts(values: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
         out[v] = out.get(v, 0) + 1

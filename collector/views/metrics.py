@@ -197,8 +197,11 @@ class MetricsExposition:
     def __init__(self, server: CollectorServer) -> None:
         self.server = server
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(CollectorMetrics(server))
-        ProcessCollector(registry=self.registry)
+        own: list[Collector] = [CollectorMetrics(server), ProcessCollector(registry=None)]
+        index = server.config.worker_index
+        for collector in own:
+            # A worker's own families carry worker="i": merged by its front, they stay distinct series.
+            self.registry.register(collector if index is None else LabelledCollector(collector, "worker", str(index)))
         self.fleet = FleetMetrics(server.ingest)
 
     def render(self) -> bytes:
@@ -217,6 +220,20 @@ class MetricsExposition:
         if age > FLUSH_STALE_SECONDS:
             return False, f"no store flush completed for {age:.1f} s"
         return True, "ok"
+
+
+class LabelledCollector(Collector):
+    """Every sample of ``inner`` with one more label (``worker="i"``)."""
+
+    def __init__(self, inner: Collector, name: str, value: str) -> None:
+        self.inner = inner
+        self.label = {name: value}
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.inner.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [sample._replace(labels={**sample.labels, **self.label}) for sample in family.samples]
+            yield labelled
 
 
 def _histogram(name: str, help_text: str, histogram: Histogram) -> HistogramMetricFamily:

@@ -269,6 +269,13 @@ class AccessPolicy:
             "a scraper or operator",
         )  # fmt: skip
 
+    def http_scrape(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
+        """The HTTP listener's guard (``MetricsHttpServer``'s ``Guard``): None to serve, else (401 or 403, why)."""
+        decision = self.scrape(token, http_certificate_names(peer))
+        if decision.access is Access.ALLOWED:
+            return None
+        return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
+
     def _decide(
         self, token: str | None, names: frozenset[str], tokens: list[str | None], allowed: frozenset[str], role: str
     ) -> Decision:

@@ -1,0 +1,190 @@
+"""The front's gRPC server on ``--listen``: it sends each agent to the worker that owns its node,
+and answers the Query service by asking every worker (``front_query``).
+
+An agent's stream says hello; the front checks it as a collector does (the node token, the
+hello itself, with mutual TLS the certificate's node) and ends the stream with UNAVAILABLE and
+the owner's port in the trailer ``OWNER_PORT_TRAILER``: the agent dials that port on the same
+host, once, at once. The owner is ``owner_index(routing_key or node_id, N)``: all nodes of one
+job meet in one worker. A worker that is restarting is UNAVAILABLE without a trailer (the agent
+retries as after any failure). Health is SERVING while every worker is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NoReturn
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from nodeagent.collector.ingest.server import INGEST_SERVICE, QUERY_SERVICE, ServerConfig
+from nodeagent.collector.query.reflection import enable_operator_reflection
+from nodeagent.collector.workers.supervisor import Supervisor
+from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
+from nodeagent.core.transport.rendezvous import owner_index
+from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, token_ok
+from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
+from nodeagent.core.wire.validate import InvalidMessageError, check_hello
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+
+log = structlog.get_logger("nodeagent.collector")
+
+
+class FrontServer:
+    def __init__(self, config: ServerConfig, supervisor: Supervisor, queries: pb_grpc.QueryServicer) -> None:
+        self.config = config
+        self.supervisor = supervisor
+        self.queries = queries
+        self.policy = AccessPolicy(config.security)
+        self._token = config.security.token()
+        # Per worker: streams sent to it. By reason: streams refused here.
+        self.redirects_total = [0] * len(supervisor.workers)
+        self.refused_total: dict[str, int] = {}
+        self.streams_by_source: dict[str, int] = {}
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._health_tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        """Bind ``--listen`` and serve (``RuntimeError`` when it cannot be bound); returns the port."""
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", self.config.max_message_bytes),
+                ("grpc.max_send_message_length", self.config.max_message_bytes),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+                ("grpc.http2.max_ping_strikes", 0),
+                ("grpc.server_handshake_timeout_ms", max(1000, int(self.config.hello_timeout_seconds * 1000))),
+                ("grpc.so_reuseport", 0),  # a second collector on this port must fail, as serve's does
+                *KEEPALIVE_OPTIONS,
+            ]
+        )
+        handler: grpc.RpcMethodHandler[bytes, pb.Ack] = grpc.stream_stream_rpc_method_handler(
+            self._stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
+        )
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})])
+        pb_grpc.add_QueryServicer_to_server(self.queries, server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        enable_operator_reflection(
+            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server, self.policy
+        )
+        security = self.config.security
+        if security.tls:
+            self.port = server.add_secure_port(self.config.listen, security.credentials())
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
+        await server.start()
+        self._server = server
+        await self._set_health()
+        self.supervisor.on_change.append(self._health_changed)
+        return self.port
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    def _health_changed(self) -> None:
+        task = asyncio.create_task(self._set_health())
+        self._health_tasks.add(task)
+        task.add_done_callback(self._health_tasks.discard)
+
+    async def _set_health(self) -> None:
+        if self._health is None:
+            return
+        up = self.supervisor.all_up and not self.supervisor.stopping
+        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", INGEST_SERVICE, QUERY_SERVICE):
+            await self._health.set(name, status)
+
+    # ---- the redirect ----
+
+    async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        # The bound a collector keeps per source: streams that never say hello cannot pile up here either.
+        source = peer_source(context.peer())
+        held = self.streams_by_source.get(source, 0)
+        if held >= self.config.max_streams_per_source:
+            await self._refuse(
+                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
+                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
+            )  # fmt: skip
+        self.streams_by_source[source] = held + 1
+        try:
+            await self._redirect(context)
+        finally:
+            left = self.streams_by_source.get(source, 1) - 1
+            if left > 0:
+                self.streams_by_source[source] = left
+            else:
+                self.streams_by_source.pop(source, None)
+
+    async def _redirect(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        if not token_ok(self._token, context.invocation_metadata()):
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
+        try:
+            first = await asyncio.wait_for(context.read(), self.config.hello_timeout_seconds)
+        except TimeoutError:
+            await self._refuse(
+                context, grpc.StatusCode.DEADLINE_EXCEEDED, "hello_timeout",
+                f"no hello within {self.config.hello_timeout_seconds:g} s",
+            )  # fmt: skip
+        if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
+            return
+        hello = _hello(first)
+        if hello is None:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "no_hello", "the first message must be hello")
+        try:
+            check_hello(hello)
+        except InvalidMessageError as err:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_hello", str(err))
+        await self._check_certificate(context, hello.node_id)
+        index = owner_index(hello.routing_key or hello.node_id, len(self.supervisor.workers))
+        worker = self.supervisor.workers[index]
+        if not worker.up:
+            await self._refuse(
+                context, grpc.StatusCode.UNAVAILABLE, "worker_down",
+                f"node {hello.node_id} is served by worker {index}, which is restarting; try again",
+            )  # fmt: skip
+        self.redirects_total[index] += 1
+        log.debug("node sent to its worker", node=hello.node_id, worker=index, port=worker.port)
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"node {hello.node_id} is served by worker {index} on port {worker.port}",
+            trailing_metadata=((OWNER_PORT_TRAILER, str(worker.port)),),
+        )
+
+    async def _check_certificate(self, context: grpc.aio.ServicerContext[bytes, pb.Ack], node_id: str) -> None:
+        """With mutual TLS, the refusals a worker would give, given here."""
+        if not self.config.security.mutual:
+            return
+        names = certificate_names(context.auth_context())
+        if node_id not in names:
+            await self._refuse(
+                context, grpc.StatusCode.PERMISSION_DENIED, "certificate_node_mismatch",
+                f"client certificate names {sorted(names)}, not node {node_id!r}",
+            )  # fmt: skip
+        if self.policy.is_reader(names):
+            await self._refuse(
+                context, grpc.StatusCode.PERMISSION_DENIED, "certificate_not_a_node",
+                f"client certificate {sorted(names)} is an operator or scraper identity, not a node",
+            )  # fmt: skip
+
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
+    ) -> NoReturn:
+        self.refused_total[reason] = self.refused_total.get(reason, 0) + 1
+        log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
+        await context.abort(code, detail[:512])
+
+
+def _hello(raw: bytes) -> pb.NodeInfo | None:
+    try:
+        message = pb.AgentMessage.FromString(raw)
+    except DecodeError:
+        return None
+    message.DiscardUnknownFields()
+    return message.hello if message.WhichOneof("body") == "hello" else None

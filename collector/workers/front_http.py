@@ -1,0 +1,72 @@
+"""The front's HTTP listener on ``--http-listen``: ``/metrics``, ``/healthz`` and the fleet page.
+
+The HTML shells are served here (``fleet_assets``); ``/api/*`` and ``/metrics`` are every
+worker's ``Page`` over its unix socket, merged (``merge_page``), with the front's own families
+(``front_metrics``) as one more part of ``/metrics``. The same binding, TLS and credentials as
+a single collector's listener (``MetricsHttpServer`` with the scrape guard). Requests run on the
+HTTP server's threads; the asking runs on the front's event loop, where the channels live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+from collections.abc import Callable
+
+from nodeagent.collector.shards.fanout import Answer, ShardClients
+from nodeagent.collector.shards.page_merge import merge_page, shard_query
+from nodeagent.collector.views.fleet_assets import shell_for
+from nodeagent.collector.workers.front_metrics import FRONT_LABEL
+from nodeagent.core.exposition.http_server import MetricsHttpServer
+from nodeagent.core.transport.security import AccessPolicy, ServerSecurity
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+HTML_TYPE = "text/html; charset=utf-8"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# How long one page waits for the workers.
+PAGE_TIMEOUT_SECONDS = 10.0
+
+
+class FrontHttp:
+    def __init__(
+        self, listen: str, security: ServerSecurity, policy: AccessPolicy, clients: ShardClients,
+        loop: asyncio.AbstractEventLoop, *, own_metrics: Callable[[], bytes], health: Callable[[], tuple[bool, str]],
+        timeout: float = PAGE_TIMEOUT_SECONDS,
+    ) -> None:  # fmt: skip
+        self.clients = clients
+        self.loop = loop
+        self.own_metrics = own_metrics
+        self.timeout = timeout
+        self.server = MetricsHttpServer(
+            listen, self.metrics, health=health, ssl_context=security.http_ssl_context(), name="nodeagent-collector",
+            guard=policy.http_scrape, pages=self.route,
+        )  # fmt: skip
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def route(self, path: str, query: str) -> tuple[str, str, bytes] | None:
+        shell = shell_for(path)
+        if shell is not None:
+            return "200 OK", HTML_TYPE, shell
+        if not path.startswith("/api/"):
+            return None
+        # The shards are asked without the fleet's filters: merge_page applies them after the merge.
+        page = merge_page(path, query, self._ask(path, shard_query(path, query)))
+        try:
+            phrase = http.HTTPStatus(page.status).phrase
+        except ValueError:
+            phrase = "Unknown"
+        return f"{page.status} {phrase}", page.content_type, page.body
+
+    def metrics(self) -> bytes:
+        answers = self._ask("/metrics", "")
+        own = pb.PageResponse(status=200, content_type=METRICS_TYPE, body=self.own_metrics())
+        answers.append(Answer(shard=FRONT_LABEL, reply=own, error=""))
+        return merge_page("/metrics", "", answers).body
+
+    def _ask(self, path: str, query: str) -> list[Answer]:
+        request = pb.PageRequest(path=path, query=query)
+        future = asyncio.run_coroutine_threadsafe(self.clients.ask_all("Page", request, self.timeout), self.loop)
+        return future.result(self.timeout + 5.0)

@@ -1,0 +1,106 @@
+"""The front's Query service: every call asked of every worker at once, the answers merged.
+
+Operators only, as on a single collector (``authorize_operator``); the workers are asked on
+their unix sockets (the front's calls). ListNodes, ListAlerts, ListJobs, Jobs and History merge
+by the rules of ``nodeagent.collector.shards.merge`` (a worker that does not answer in time is
+named in ``shards`` and the merge goes on without it); StreamHistory is History's merged answer
+in one page. LatestReport and ForgetNode go to every worker: a node is on one, which answers;
+the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page over gRPC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.shards.fanout import Answer, ShardClients
+from nodeagent.collector.shards.merge import merge
+from nodeagent.collector.shards.page_merge import merge_page
+from nodeagent.core.transport.security import AccessPolicy
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
+
+# How long the front waits for a worker (less when the caller's own deadline is nearer).
+WORKER_TIMEOUT_SECONDS = 10.0
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class FrontQueries(pb_grpc.QueryServicer):
+    def __init__(self, policy: AccessPolicy, clients: ShardClients, *, timeout: float = WORKER_TIMEOUT_SECONDS) -> None:
+        self.policy = policy
+        self.clients = clients
+        self.timeout = timeout
+
+    async def ListNodes(self, request: pb.ListNodesRequest, context: Context) -> pb.ListNodesResponse:
+        return await self._merged("ListNodes", request, context)  # type: ignore[return-value]
+
+    async def ListAlerts(self, request: pb.ListAlertsRequest, context: Context) -> pb.ListAlertsResponse:
+        return await self._merged("ListAlerts", request, context)  # type: ignore[return-value]
+
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
+        return await self._merged("ListJobs", request, context)  # type: ignore[return-value]
+
+    async def Jobs(self, request: pb.JobsRequest, context: Context) -> pb.JobsResponse:
+        return await self._merged("Jobs", request, context)  # type: ignore[return-value]
+
+    async def History(self, request: pb.HistoryRequest, context: Context) -> pb.HistoryResponse:
+        return await self._merged("History", request, context)  # type: ignore[return-value]
+
+    async def StreamHistory(self, request: pb.HistoryRequest, context: Context) -> None:
+        """Every worker's pages, merged into one page (the rows of one node are on one worker)."""
+        await authorize_operator(self.policy, context)
+        answers = await self.clients.ask_stream("StreamHistory", request, self._timeout(context))
+        await context.write(merge("History", answers))
+
+    async def LatestReport(self, request: pb.LatestReportRequest, context: Context) -> pb.NodeReport:
+        return await self._one("LatestReport", request, context, f"no report from node {request.node_id[:64]!r}")  # type: ignore[return-value]
+
+    async def ForgetNode(self, request: pb.ForgetNodeRequest, context: Context) -> pb.ForgetNodeResponse:
+        return await self._one("ForgetNode", request, context, f"no node {request.node_id[:64]!r} here")  # type: ignore[return-value]
+
+    async def Page(self, request: pb.PageRequest, context: Context) -> pb.PageResponse:
+        await authorize_operator(self.policy, context)
+        return merge_page(request.path, request.query, await self._ask("Page", request, context))
+
+    # ---- helpers ----
+
+    async def _merged(self, method: str, request: Message, context: Context) -> Message:
+        await authorize_operator(self.policy, context)
+        return merge(method, await self._ask(method, request, context))
+
+    async def _one(self, method: str, request: Message, context: Context, not_found: str) -> Message:
+        """The answer of the worker that holds the node; else the first refusal that is not NOT_FOUND."""
+        await authorize_operator(self.policy, context)
+        answers = await self._ask(method, request, context)
+        for answer in answers:
+            if answer.reply is not None:
+                return answer.reply
+        refusal = _first_refusal(answers)
+        if refusal is not None:
+            code, detail = refusal
+            await context.abort(code, detail)
+        await context.abort(grpc.StatusCode.NOT_FOUND, not_found)
+        raise AssertionError("abort returned")
+
+    async def _ask(self, method: str, request: Message, context: Context) -> list[Answer]:
+        return await self.clients.ask_all(method, request, self._timeout(context))
+
+    def _timeout(self, context: Context) -> float:
+        remaining = context.time_remaining()
+        return self.timeout if remaining is None else max(0.05, min(self.timeout, remaining - 0.05))
+
+
+def _first_refusal(answers: list[Answer]) -> tuple[grpc.StatusCode, str] | None:
+    """A worker's status other than NOT_FOUND (``CODE: detail`` in its error), e.g. a connected
+    node's FAILED_PRECONDITION for ForgetNode; a worker that did not answer is UNAVAILABLE."""
+    for answer in answers:
+        name, _, detail = answer.error.partition(": ")
+        if name == "NOT_FOUND":
+            continue
+        code = grpc.StatusCode.__members__.get(name, grpc.StatusCode.UNAVAILABLE)
+        return code, f"{answer.shard}: {detail or answer.error}"
+    return None

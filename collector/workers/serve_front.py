@@ -1,0 +1,131 @@
+"""``serve --workers N`` with N > 1: the front's run, from its start to its last worker's drain.
+
+In order: bind ``--listen`` and ``--http-listen`` (a taken port fails before any worker starts,
+as a single collector's does), start the workers (one that cannot start, e.g. its database
+locked by another collector, ends the front with that worker's status: its reason is on the
+shared stderr), print the lines scripts read, serve until SIGTERM or SIGINT, then stop the
+front's listeners and each worker with its drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+import structlog
+
+from nodeagent.collector.ingest.server import ServerConfig
+from nodeagent.collector.shards.fanout import Shard, ShardClients
+from nodeagent.collector.workers.front import FrontServer
+from nodeagent.collector.workers.front_http import FrontHttp
+from nodeagent.collector.workers.front_metrics import FrontMetrics
+from nodeagent.collector.workers.front_query import FrontQueries
+from nodeagent.collector.workers.supervisor import Supervisor, WorkerStartError
+from nodeagent.collector.workers.worker_args import WorkerSpec, write_spec
+from nodeagent.core.transport.channel import ClientSecurity, parse_target
+from nodeagent.core.transport.rendezvous import worker_name
+from nodeagent.core.transport.security import AccessPolicy
+
+log = structlog.get_logger("nodeagent.collector")
+
+
+async def run_front(config: ServerConfig, workers: int, worker_ports_base: int, log_level: str) -> None:
+    """Serve as the front of ``workers`` workers until SIGTERM or SIGINT (``click`` errors as ``serve``'s)."""
+    runtime_dir = Path(tempfile.mkdtemp(prefix="nodeagent-collector-", dir=_runtime_parent()))  # 0700
+    try:
+        await _run(config, WorkerSpec(config, workers, runtime_dir, log_level, worker_ports_base))
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
+    spec_path = write_spec(spec)
+    supervisor = Supervisor(spec, spec_path)
+    shards = [
+        Shard(name=worker_name(i), target=f"unix:{spec.socket_path(i)}", security=ClientSecurity())
+        for i in range(spec.workers)
+    ]
+    clients = ShardClients(shards)
+    front = FrontServer(config, supervisor, FrontQueries(AccessPolicy(config.security), clients))
+    try:
+        port = await front.start()
+    except RuntimeError as err:
+        from nodeagent.collector.cli.serve import bind_error  # noqa: PLC0415  (serve imports this module)
+
+        raise click.ClickException(f"cannot listen on {config.listen}: {bind_error(config.listen)}") from err
+    metrics = FrontMetrics(front)
+    web: FrontHttp | None = None
+    try:
+        if config.http_listen is not None:
+            web = FrontHttp(
+                config.http_listen, config.security, front.policy, clients, asyncio.get_running_loop(),
+                own_metrics=metrics.render, health=lambda: _health(supervisor),
+            )  # fmt: skip
+            try:
+                await asyncio.to_thread(web.server.start)
+            except OSError as err:
+                raise click.ClickException(
+                    f"cannot listen on {config.http_listen} (--http-listen): {err.strerror or err}"
+                ) from err
+        try:
+            await supervisor.start()
+        except WorkerStartError as err:
+            log.error("collector not started", reason=str(err))
+            raise click.exceptions.Exit(err.status or 1) from err
+        _print_lines(config, port, web, supervisor)
+        await _until_signal()
+        log.info("collector stopping")
+    finally:
+        if web is not None:
+            await asyncio.to_thread(web.server.stop)
+        await front.stop()
+        await supervisor.stop()
+        await clients.close()
+
+
+def _print_lines(config: ServerConfig, port: int, web: FrontHttp | None, supervisor: Supervisor) -> None:
+    host, _ = parse_target(config.listen, any_port=True)
+    # The lines a single collector prints (the front's addresses; scripts read them), then one per worker.
+    click.echo(f"listening on {host}:{port}")
+    if web is not None:
+        click.echo(f"http on {web.address}")
+    click.echo(f"database {config.db_path}")
+    for worker in supervisor.workers:
+        click.echo(f"worker {worker.index} on {host}:{worker.port} database {worker.db_path}")
+    sys.stdout.flush()
+    log.info(
+        "collector serving", listen=f"{host}:{port}", http=web.address if web else None,
+        workers=len(supervisor.workers), tls=config.security.tls,
+    )  # fmt: skip
+
+
+def _health(supervisor: Supervisor) -> tuple[bool, str]:
+    down = [str(w.index) for w in supervisor.workers if not w.up]
+    if supervisor.stopping:
+        return False, "stopping"
+    if down:
+        return False, f"worker {', '.join(down)} not serving (restarting)"
+    return True, "ok"
+
+
+async def _until_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _runtime_parent() -> str | None:
+    """systemd's ``RuntimeDirectory=``, else ``$XDG_RUNTIME_DIR``, else the temporary directory."""
+    for name in ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR"):
+        value = os.environ.get(name, "").split(":")[0]
+        if value and os.path.isdir(value):
+            return value
+    return None

@@ -1,0 +1,63 @@
+"""A worker process: ``python -m nodeagent.collector.workers.worker_main SPEC INDEX [PORT]``.
+
+A normal ``CollectorServer`` run as ``serve`` runs one (the same stdout lines: ``listening on``,
+``database``; the supervisor reads the port from them), with the worker's own database and
+agent port and the front's unix socket. It ends on SIGTERM (the front's stop: a drain, like
+``serve``'s), and by itself when the front is gone (SIGKILLed: nobody would stop it otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from nodeagent.collector.workers.worker_args import read_spec
+from nodeagent.core.program.log import configure_logging
+
+# How often a worker looks whether its front still lives.
+PARENT_POLL_SECONDS = 1.0
+
+
+def main(argv: list[str]) -> int:
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    spec = read_spec(Path(argv[1]))
+    index = int(argv[2])
+    port = int(argv[3]) if len(argv) > 3 else None
+    configure_logging(spec.log_level)
+    config = spec.worker_config(index, port)
+    if config.front_socket is not None:
+        with contextlib.suppress(FileNotFoundError):  # left by a worker that was killed
+            config.front_socket.unlink()
+    _stop_when_orphaned(os.getppid())
+    from nodeagent.collector.cli.serve import run_server  # noqa: PLC0415  (after logging is set up)
+
+    try:
+        asyncio.run(run_server(config))
+    except click.ClickException as err:
+        message = " ".join(err.format_message().split())
+        sys.stderr.write(f"nodeagent-collector: error: worker {index}: {message}\n")
+        return 2
+    return 0
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """SIGTERM this process (its drain) once its parent, the front, is gone."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="front-watch", daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,173 @@
+"""``serve --workers 2`` as a real process: the front's redirect, the owner's database, merged
+queries and /metrics, a worker killed and restarted, and the front's stop draining its workers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodeagent.core.transport.rendezvous import owner_index
+from tests.collector.workers.front_process import deliver, redirect_of, running_front
+from tests.fakes.fleet import wait_for
+from tests.fakes.trees import REPO
+
+NODES = [f"node-{i}" for i in range(12)]
+
+
+def _stored(db: Path) -> dict[str, int]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return dict(conn.execute("SELECT node_id, reports_total FROM nodes"))
+
+
+def _nodes(address: str) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent.collector", "nodes", "--json", "--collector", address],
+        cwd=REPO, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def test_a_hello_is_sent_to_the_worker_owning_its_key_and_always_the_same(tmp_path: Path) -> None:
+    with running_front(tmp_path) as front:
+        owners = set()
+        for node in NODES:
+            code, details, port = redirect_of(front.address, node)
+            assert code is grpc.StatusCode.UNAVAILABLE, details
+            owner = owner_index(node, 2)
+            assert port == front.ports[owner], (node, details)
+            assert details == f"node {node} is served by worker {owner} on port {port}"
+            assert redirect_of(front.address, node)[2] == port  # stable
+            owners.add(owner)
+        assert owners == {0, 1}, "twelve nodes all on one worker: the hashing does not spread"
+        # A job's nodes meet on the worker of the job's key, whatever their own ids.
+        job_ports = {redirect_of(front.address, node, routing_key="slurm/4242")[2] for node in NODES}
+        assert job_ports == {front.ports[owner_index("slurm/4242", 2)]}
+        # A bad hello is refused as a collector refuses it, with no redirect.
+        code, _details, port = redirect_of(front.address, "bad node id with spaces")
+        assert (code, port) == (grpc.StatusCode.INVALID_ARGUMENT, None)
+
+
+def test_reports_through_the_redirect_are_stored_by_the_owner_and_listed_by_the_front(tmp_path: Path) -> None:
+    # One node for each worker.
+    picked = {owner_index(node, 2): node for node in NODES}
+    assert set(picked) == {0, 1}
+    with running_front(tmp_path) as front:
+        for owner, node in picked.items():
+            _code, _details, port = redirect_of(front.address, node)
+            assert port == front.ports[owner]
+            assert deliver(port, node, [1, 2, 3]) == 3
+        listed = {n["node_id"]: n for n in _nodes(front.address)}
+        assert set(listed) == set(picked.values())
+        assert all(int(str(n["reports_total"])) == 3 for n in listed.values())
+        assert front.stop() == 0
+    # After the drain each report is in its owner's database, and only there.
+    for owner, node in picked.items():
+        assert _stored(front.dbs[owner]) == {node: 3}
+    assert front.dbs[0] == tmp_path / "collector.db"
+    assert front.dbs[1] == tmp_path / "collector.worker1.db"
+
+
+def test_metrics_through_the_front_hold_every_series_once(tmp_path: Path) -> None:
+    with running_front(tmp_path) as front:
+        for node in NODES[:4]:
+            port = redirect_of(front.address, node)[2]
+            assert port is not None
+            assert deliver(port, node, [1]) == 1
+        with urllib.request.urlopen(f"http://{front.http}/metrics", timeout=20) as response:
+            text = response.read().decode()
+    series = [
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+    assert len(series) == len(set(series)), "a series twice on the merged page"
+    workers = {dict(labels).get("worker") for name, labels in series if name == "process_cpu_seconds_total"}
+    assert workers == {"0", "1", "front"}, workers
+    assert ("nodeagent_collector_workers_up", ()) in series
+    assert sum(1 for name, _ in series if name == "nodeagent_collector_redirects_total") == 2
+    families = text_string_to_metric_families(text)
+    ingested = [s.value for f in families for s in f.samples if s.name == "nodeagent_ingest_reports_total"]
+    assert len(ingested) == 2, 'one count per worker (worker="i")'
+    assert sum(ingested) == 4
+    from shutil import which
+
+    if which("promtool") is None:
+        pytest.skip("promtool (Debian's prometheus package) is not installed; the parse above passed")
+    from tests.promtool_lint import promtool_problems
+
+    assert promtool_problems(text) == set()
+
+
+def test_a_killed_worker_is_restarted_on_its_port_and_its_nodes_deliver_again(tmp_path: Path) -> None:
+    node = next(n for n in NODES if owner_index(n, 2) == 1)
+    with running_front(tmp_path) as front:
+        port = redirect_of(front.address, node)[2]
+        assert port == front.ports[1]
+        assert deliver(port, node, [1, 2]) == 2
+        before = front.worker_pids()
+        assert len(before) == 2
+        victim = next(pid for pid in before if psutil.Process(pid).cmdline()[4] == "1")
+        psutil.Process(victim).kill()
+        assert wait_for(lambda: len(front.worker_pids()) == 2 and victim not in front.worker_pids(), 30)
+        # Up again on the port its agents were sent to; the front sends them there again.
+        assert wait_for(lambda: redirect_of(front.address, node)[2] == port, 30)
+        assert wait_for(lambda: deliver(port, node, [3, 4]) == 4, 30)
+        with urllib.request.urlopen(f"http://{front.http}/metrics", timeout=20) as response:
+            text = response.read().decode()
+        assert 'nodeagent_collector_worker_restarts_total{worker="1"} 1.0' in text
+        assert front.stop() == 0
+    assert _stored(front.dbs[1]) == {node: 4}
+
+
+def test_sigterm_on_the_front_drains_every_worker(tmp_path: Path) -> None:
+    picked = {owner_index(node, 2): node for node in NODES}
+    with running_front(tmp_path) as front:
+        workers = [psutil.Process(pid) for pid in front.worker_pids()]
+        assert len(workers) == 2
+        for owner, node in picked.items():
+            assert deliver(front.ports[owner], node, list(range(1, 21))) == 20
+        started = time.monotonic()
+        assert front.stop(signal.SIGTERM) == 0
+        assert time.monotonic() - started < 45
+        _gone, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, "a worker outlived its front"
+    for owner, node in picked.items():
+        assert _stored(front.dbs[owner]) == {node: 20}
+
+
+def test_real_agents_follow_the_redirect_and_land_on_their_owners(tmp_path: Path) -> None:
+    picked = {owner_index(node, 2): node for node in NODES}
+    with running_front(tmp_path) as front:
+        agents = [_agent(front.address, node, tmp_path) for node in picked.values()]
+        try:
+            assert [agent.wait(timeout=90) for agent in agents] == [0, 0]
+        finally:
+            for agent in agents:
+                agent.kill()
+        listed = {str(n["node_id"]): int(str(n["reports_total"])) for n in _nodes(front.address)}
+        assert listed == dict.fromkeys(picked.values(), 20)
+        assert front.stop() == 0
+    for owner, node in picked.items():
+        assert _stored(front.dbs[owner]) == {node: 20}
+
+
+def _agent(collector: str, node: str, tmp: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "nodeagent.agent", "--log-level", "info", "run", "--collector", collector,
+        "--node-id", node, "--simulate", "ordinary-cloud", "--interval", "0.05", "--max-reports", "20",
+        "--deadline", "60", "--spool-dir", str(tmp / f"spool-{node}"),
+    ]  # fmt: skip
+    with (tmp / f"{node}.log").open("w") as log:
+        return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
