@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nodeagent.core.transport.rendezvous import owner_index
+from tests.collector.workers.front_process import running_front
 from tests.fakes.fleet import Collector, cli, free_port, processes
 from tests.fakes.trees import REPO
 
@@ -61,3 +63,21 @@ def test_ingest_benchmark_runs_with_remote_write_and_without_history() -> None:
     assert int(pushed.group(1)) >= 40 * 2 * 50  # every report's series (over 100 each for 8 GPUs)
     assert float(pushed.group(4)) > 0
     assert "history on disk" not in done.stdout
+
+
+def test_loadgen_follows_the_fronts_redirect_to_each_nodes_owner(tmp_path: Path) -> None:
+    """Against a real ``serve --workers 2``: every stream is redirected once, as an agent's is, and
+    lands on the worker that owns its node; what each worker took is what its database stored."""
+    nodes = 30
+    with running_front(tmp_path, workers=2) as front:
+        out = cli("collector", "loadgen", "--collector", front.address, "--nodes", str(nodes), "--rate", "4",
+                  "--duration", "2", "--processes", "2", "--json", timeout=90)  # fmt: skip
+        stored = Collector(db=front.db, port=int(front.address.rpartition(":")[2])).nodes()
+    result = json.loads(out)
+    assert (result["streams_redirected"], result["streams_failed"]) == (nodes, 0), result["failures"]
+    assert result["acked"] == result["sent"] >= nodes * 4 * 2 * 0.9
+    owners = [0, 0]
+    for node in stored:
+        owners[owner_index(node["node_id"], 2)] += node["reports_total"]
+    assert len(stored) == nodes and all(owners)  # both workers own some of the 30
+    assert result["sent_by_target"] == {f"127.0.0.1:{port}": owners[i] for i, port in enumerate(front.ports)}
