@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import re
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def main() -> None:
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
     print(f"{'workers':>7} {'offered/s':>9} {'sent/s':>7} {'acked/s':>7} {'backlog':>7} {'B/report':>8} "
-          f"{'CPU us/report':>13} {'main thread':>11} {'front':>5} {'loadgen':>7}  sustained  "
+          f"{'CPU us/report':>13} {'main thread':>11} {'front':>5} {'loadgen':>7} {'others':>6}  sustained  "
           f"(main thread of each worker)")  # fmt: skip
     extra = [] if args.history == "on" else ["--no-history"]
     if receiver is not None:
@@ -100,23 +101,22 @@ def main() -> None:
     summaries: dict[int, dict[str, Any]] = {}
     floors: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for workers in counts:
 
-            def step(load: int, workers: int = workers) -> dict[str, Any]:
-                db = Path(tmp) / f"w{workers}-{load}.db"
-                row = _step(_collector(db, workers) + extra, load, args.seconds, args.processes, workers)
-                _print_row(workers, load, row, args.seconds)
-                if receiver is not None:
-                    per_second = row["remote_write_samples"] / args.seconds
-                    cpu_us = row["remote_write_cpu_seconds"] / max(1.0, row["remote_write_samples"]) * 1e6
-                    print(f"remote write: {row['remote_write_samples']:.0f} samples pushed ({per_second:.0f}/s, "
-                          f"{row['remote_write_samples'] / max(1, row['acked']):.0f} per report), "
-                          f"{cpu_us:.1f} us of the sender thread's CPU per sample")  # fmt: skip
-                if args.history == "on" and workers == 1:
-                    _print_history_size(db, load, args.seconds)
-                return row
+        def step(workers: int, load: int) -> dict[str, Any]:
+            db = Path(tmp) / f"w{workers}-{load}.db"
+            row = _step(_collector(db, workers) + extra, load, args.seconds, args.processes, workers)
+            _print_row(workers, load, row)
+            if receiver is not None:
+                per_second = row["remote_write_samples"] / args.seconds
+                cpu_us = row["remote_write_cpu_seconds"] / max(1.0, row["remote_write_samples"]) * 1e6
+                print(f"remote write: {row['remote_write_samples']:.0f} samples pushed ({per_second:.0f}/s, "
+                      f"{row['remote_write_samples'] / max(1, row['acked']):.0f} per report), "
+                      f"{cpu_us:.1f} us of the sender thread's CPU per sample")  # fmt: skip
+            if args.history == "on" and workers == 1:
+                _print_history_size(db, load, args.seconds)
+            return row
 
-            best, best_row = _sustained(step, loads, args.refine)
+        for workers, (best, best_row) in _sustained(step, counts, loads, args.refine).items():
             # The reference at the load each worker's event loop took: its messages/s per process.
             floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")],
                           max(1, round((best or loads[0]) / workers)), args.seconds, args.processes, 1)  # fmt: skip
@@ -137,36 +137,46 @@ def main() -> None:
 
 
 def _sustained(
-    step: Callable[[int], dict[str, Any]], loads: list[int], refine: int
-) -> tuple[int, dict[str, Any] | None]:
-    """The highest load sustained: the rising loads until one is not, then ``refine`` halvings
-    of the gap (to 50 reports/s) between the last that was and the first that was not."""
-    best, best_row, failed = 0, None, 0
+    step: Callable[[int, int], dict[str, Any]], counts: list[int], loads: list[int], refine: int
+) -> dict[int, tuple[int, dict[str, Any] | None]]:
+    """Per worker count, the highest load sustained: the rising loads until one is not, then
+    ``refine`` halvings of the gap (to 50 reports/s) between the last that was and the first that
+    was not. The counts take turns at each load, so that what else runs on the machine weighs on
+    each alike and their ratio is judged on the same machine state."""
+    best: dict[int, tuple[int, dict[str, Any] | None]] = dict.fromkeys(counts, (0, None))
+    failed: dict[int, int] = {}
     for load in loads:
-        row = step(load)
-        if not row["ok"]:
-            failed = load
+        rising = [workers for workers in counts if workers not in failed]
+        if not rising:
             break
-        best, best_row = load, row
-    for _ in range(refine if failed else 0):
-        load = round((best + failed) / 2 / 50) * 50
-        if load in (best, failed) or load <= 0:
-            break
-        row = step(load)
-        if row["ok"]:
-            best, best_row = load, row
-        else:
-            failed = load
-    return best, best_row
+        for workers in rising:
+            row = step(workers, load)
+            if row["ok"]:
+                best[workers] = (load, row)
+            else:
+                failed[workers] = load
+    for _ in range(refine):
+        for workers in counts:
+            if workers not in failed:
+                continue
+            load = round((best[workers][0] + failed[workers]) / 2 / 50) * 50
+            if load in (best[workers][0], failed[workers]) or load <= 0:
+                continue
+            row = step(workers, load)
+            if row["ok"]:
+                best[workers] = (load, row)
+            else:
+                failed[workers] = load
+    return best
 
 
-def _print_row(workers: int, load: int, row: dict[str, Any], seconds: float) -> None:
+def _print_row(workers: int, load: int, row: dict[str, Any]) -> None:
     verdict = "yes" if row["ok"] else "no" if row["offered"] else "loadgen could not offer it"
     each = ", ".join(f"{us:.0f}" for us in row["worker_main_us"])
     print(f"{workers:>7} {load:>9} {row['sent_per_second']:>7.0f} {row['acked_per_second']:>7.0f} "
           f"{row['backlog_end']:>7} {row['bytes_per_report']:>8.0f} {row['cpu_us_per_report']:>13.0f} "
           f"{row['main_us_per_report']:>11.0f} {row['front_us_per_report']:>5.0f} "
-          f"{row['loadgen_us_per_report']:>7.0f}  {verdict}  ({each})")  # fmt: skip
+          f"{row['loadgen_us_per_report']:>7.0f} {row['others_cores']:>6.2f}  {verdict}  ({each})")  # fmt: skip
 
 
 def _summary(workers: int, best: int, row: dict[str, Any] | None, floor: dict[str, Any]) -> dict[str, Any]:
@@ -253,12 +263,14 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int, 
         loops = _worker_loops(front, address, workers)
         everyone = [front, *(proc for proc in loops.values() if proc.pid != front.pid)]
         before = [_cpu(proc) for proc in everyone]
+        machine_before = _machine()
         done = subprocess.run(
             [sys.executable, "-m", "nodeagent.collector", "loadgen", "--collector", address, "--nodes", str(load),
              "--rate", "1", "--duration", str(seconds), "--processes", str(processes), "--json"],
             cwd=REPO, capture_output=True, text=True, check=True,
         )  # fmt: skip
         after = [_cpu(proc) for proc in everyone]
+        machine_after = _machine()
         result: dict[str, Any] = json.loads(done.stdout)
         if "--remote-write-url" in server_command:
             time.sleep(1.0)  # the last batch
@@ -268,7 +280,12 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int, 
         server.wait(timeout=30)
     reports = max(1, result["sent"])
     spent = {proc.pid: (a[0] - b[0], a[1] - b[1]) for proc, b, a in zip(everyone, before, after, strict=True)}
-    result["cpu_us_per_report"] = sum(total for total, _main in spent.values()) / reports * 1e6
+    collector_seconds = sum(total for total, _main in spent.values())
+    result["cpu_us_per_report"] = collector_seconds / reports * 1e6
+    # Cores busy meanwhile with anything else on the machine (the load generator's whole run and
+    # this collector's processes left out): a shared machine's noise, said beside each figure.
+    busy, loadgen_seconds, wall = (after - before for after, before in zip(machine_after, machine_before, strict=True))
+    result["others_cores"] = max(0.0, busy - loadgen_seconds - collector_seconds) / wall
     result["main_us_per_report"] = sum(spent[proc.pid][1] for proc in loops.values()) / reports * 1e6
     result["front_us_per_report"] = spent[front.pid][0] / reports * 1e6 if workers > 1 else 0.0
     # Each worker's main thread per report of the nodes the load generator's streams ended on it.
@@ -339,6 +356,15 @@ def _remote_write_counters(http: str) -> dict[str, Any]:
         "remote_write_samples": float(sent.group(1)) if sent else 0.0,
         "remote_write_cpu_seconds": float(cpu.group(1)) if cpu else 0.0,
     }
+
+
+def _machine() -> tuple[float, float, float]:
+    """CPU seconds every core spent busy, the CPU seconds of this script's finished children (the
+    load generator and its processes, once waited for) and the time."""
+    times = psutil.cpu_times()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    return busy, children.ru_utime + children.ru_stime, time.monotonic()
 
 
 def _cpu(proc: psutil.Process) -> tuple[float, float]:
