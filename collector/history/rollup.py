@@ -37,8 +37,10 @@ DEFAULT_RETENTION_SECONDS: Final = 14 * 86400.0
 PRUNE_EVERY_SECONDS: Final = 30.0
 # The open minute is written at most this often (report time); see NodeHistory.
 OPEN_WRITE_SECONDS: Final = 5.0
-# ... or once this many wall-clock seconds passed with it unwritten (its node went quiet).
-OPEN_WRITE_WALL_SECONDS: Final = 1.0
+# ... or once its node went quiet: no report for this long (wall clock) past its usual gap between
+# reports (at most OPEN_WRITE_SECONDS of it). A node on time is never quiet: at 1 Hz, a silence
+# of 1 s is the next report on its way, and writing then would write the minute with every report.
+QUIET_MARGIN_SECONDS: Final = 0.5
 # NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
 RATE_EVERY_SECONDS: Final = 5.0
 # A report stands for the time since the one before it, at most this long (the detector's
@@ -121,7 +123,11 @@ class NodeHistory:
         self.closed: list[MinuteRow] = []
         self.touched = False
         self.written_at = -math.inf
-        self.written_wall = -math.inf
+        # When a flush last took a new report of the node (wall clock), and the gap before that
+        # one: how long a silence makes the node quiet. ``fresh``: a report since that flush.
+        self.heard_wall = -math.inf
+        self.heard_gap = 0.0
+        self.fresh = False
         self.reports: list[StoredReport] = []
         self.previous: pb.NodeReport | None = None
         self.lost: dict[int, float] = {}
@@ -154,7 +160,7 @@ class NodeHistory:
             self.open = {}
             self.minute = minute
             self.written_at = -math.inf
-        self.touched = True
+        self.touched = self.fresh = True
         self.newest = max(self.newest, time)
         if keep is not None:
             self.reports.append(StoredReport(self.node_id, time, report.epoch, report.seq, keep))
@@ -187,17 +193,16 @@ class NodeHistory:
         return self.touched
 
     def take(self, wall_seconds: float) -> HistoryBatch:
-        """What the next flush writes; ``wall_seconds`` is a monotonic clock: an open minute not
-        written for ``OPEN_WRITE_WALL_SECONDS`` goes out too (a node that stopped reporting)."""
+        """What the next flush writes; ``wall_seconds`` is a monotonic clock (``math.inf``: every
+        open minute, as at a stop): the open minute goes out too once its node is quiet."""
+        if self.fresh and wall_seconds < math.inf:
+            if self.heard_wall > -math.inf:
+                self.heard_gap = min(wall_seconds - self.heard_wall, OPEN_WRITE_SECONDS)
+            self.heard_wall, self.fresh = wall_seconds, False
         batch = HistoryBatch(reports=self.reports, minutes=self.closed)
-        due = (
-            self.config.reports_seconds <= 0
-            or self.newest - self.written_at >= OPEN_WRITE_SECONDS
-            or wall_seconds - self.written_wall >= OPEN_WRITE_WALL_SECONDS
-        )
-        if self.touched and due:
+        if self.touched and self.due(wall_seconds):
             batch.minutes = self.closed + [acc.row(self.node_id) for acc in self.open.values()]
-            self.written_at, self.written_wall = self.newest, wall_seconds
+            self.written_at = self.newest
             self.touched = False
         self.reports, self.closed = [], []
         if self.newest and self.newest - self.pruned_at >= PRUNE_EVERY_SECONDS:
@@ -208,12 +213,21 @@ class NodeHistory:
             self.pruned_at = self.newest
         return batch
 
+    def due(self, wall_seconds: float) -> bool:
+        """Whether the open minute is to be written now: every ``OPEN_WRITE_SECONDS`` of reports,
+        with every flush without stored reports, and once the node is quiet."""
+        return (
+            self.config.reports_seconds <= 0
+            or self.newest - self.written_at >= OPEN_WRITE_SECONDS
+            or wall_seconds - self.heard_wall >= self.heard_gap + QUIET_MARGIN_SECONDS
+        )
+
     def put_back(self, batch: HistoryBatch) -> None:
         """A flush that did not commit: its reports and minutes go out with the next one (the
         open minute's newer copy, written after them, wins)."""
         self.reports = batch.reports + self.reports
         self.closed = batch.minutes + self.closed
-        self.written_at = self.written_wall = -math.inf
+        self.written_at = -math.inf
         self.touched = True
         if self.node_id in batch.prune:
             self.pruned_at = 0.0

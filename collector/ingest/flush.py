@@ -38,6 +38,9 @@ log = structlog.get_logger("nodeagent.collector")
 # The latest report of each node is rewritten at most this often (it serves queries after a
 # restart); counters and watermarks go out with every flush.
 LATEST_EVERY_SECONDS = 10.0
+# Nodes whose open minute waits to be written (and took no report since the last flush) are
+# looked at this often, not with every flush: thousands of them, twenty flushes a second.
+PENDING_CHECK_SECONDS = 0.25
 
 
 class Flusher:
@@ -71,6 +74,7 @@ class Flusher:
         self._touched: set[StreamHandle] = set()
         # Nodes whose open minute holds reports not written yet (see NodeHistory.take).
         self._history_pending: set[str] = set()
+        self._pending_checked_at = -math.inf  # monotonic
         self._swept_at = 0.0  # the collector's clock at the last retention sweep over every node
 
     # ---- what the intake tells it ----
@@ -225,7 +229,12 @@ class Flusher:
     def _take_history(self, batch: list[NodeRow], wall: float) -> HistoryBatch:
         """The history of the nodes in ``batch``, and the open minutes of quiet nodes left unwritten."""
         merged = HistoryBatch()
-        for node_id in {row.node_id for row in batch} | self._history_pending:
+        taking = {row.node_id for row in batch}
+        if wall - self._pending_checked_at >= PENDING_CHECK_SECONDS:
+            taking |= self._history_pending
+            if wall < math.inf:
+                self._pending_checked_at = wall
+        for node_id in taking:
             history = self.nodes[node_id].history
             if history is not None:
                 taken = history.take(wall)

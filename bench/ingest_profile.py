@@ -1,0 +1,189 @@
+"""Where the collector's event-loop thread spends its time per report, stage by stage.
+
+In one process, without gRPC: a real ``Ingest`` on a fresh SQLite file holds ``--nodes``
+simulated 8-GPU nodes (the reports ``nodeagent-collector loadgen`` sends: a pool of simulator
+ticks, each node's id, epoch, seq and time merged in), fed one report per node per simulated
+second, with a flush every ``--flush-every`` reports (at 1,000 reports/s and serve's 50 ms
+flush, 50). Each report takes the path ``collector/ingest/server.py`` gives it: parse
+(``FromString`` and ``DiscardUnknownFields``), validate (``check_report``), serialize, then
+``Ingest.accept``. The stages inside ``accept`` are timed by wrapping them (alert rules, the
+detector, the job roll-up, the timeline and the verdict's signals, the history); what is left of
+``accept`` is its own bookkeeping (dedup, the node's row). A flush is timed on this thread's
+CPU clock, so the store thread's commit is left out, as it is off the event loop in ``serve``.
+The flusher's monotonic clock follows the simulated one (a simulated second is a second, as for
+``serve`` under 1 Hz agents), so what it does by the wall clock happens as often as there.
+
+The first ``--warmup`` simulated seconds are not counted (the detectors' windows fill, the
+history opens its minutes). Prints microseconds per report per stage and their sum: the
+event-loop thread's work per report beyond gRPC's own (``bench/ingest_throughput.py`` measures
+that whole, against ``bench/grpc_floor_server.py``). ``--cprofile N`` prints the N functions
+with the most time of their own instead.
+
+    python bench/ingest_profile.py [--nodes 1000] [--seconds 30] [--warmup 10] [--json] [--cprofile N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.ingest import flush as flush_module
+from nodeagent.collector.ingest.intake import Ingest
+from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.store.database import StoreWriter
+from nodeagent.collector.views.node_timeline import NodeTimeline
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.core.wire.framing import frame_report
+from nodeagent.core.wire.validate import check_report
+from nodeagent.tools.loadgen import _report_pool
+from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+# Stage name -> (class, method) wrapped while timing. Each is called from inside accept().
+_INNER: dict[str, tuple[type, str]] = {
+    "alert rules": (Alerting, "observe"),
+    "detector": (NodeDetector, "observe"),
+    "job roll-up": (JobRollup, "observe"),
+    "job signals": (JobRollup, "signals"),
+    "verdict signals": (NodeDetector, "signals"),
+    "timeline": (NodeTimeline, "record"),
+    "history": (NodeHistory, "observe"),
+}
+_ORDER = ("parse", "validate", "serialize", *_INNER, "accept (own)", "flush")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=30, help="Simulated seconds counted (1 report per node each).")
+    parser.add_argument("--warmup", type=int, default=10, help="Simulated seconds run first, not counted.")
+    parser.add_argument("--flush-every", type=int, default=50, help="Reports between flushes.")
+    parser.add_argument("--scenario", default="healthy")
+    parser.add_argument("--no-history", action="store_true", help="As serve --no-history.")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N", help="Print the top N functions instead.")
+    args = parser.parse_args()
+    if args.nodes < 1 or args.seconds < 1 or args.warmup < 0 or args.flush_every < 1:
+        parser.error("need --nodes, --seconds, --flush-every >= 1 and --warmup >= 0")
+    with tempfile.TemporaryDirectory() as tmp:
+        stages, reports = asyncio.run(_run(args, Path(tmp) / "profile.db"))
+    if args.cprofile:
+        return
+    per_report = {name: stages.get(name, 0.0) / reports * 1e6 for name in _ORDER}
+    total = sum(per_report.values())
+    if args.json:
+        print(json.dumps({"nodes": args.nodes, "reports": reports, "us_per_report": per_report, "total_us": total}))
+        return
+    print(f"{args.nodes} nodes, {reports} reports counted ({args.scenario}, history "
+          f"{'off' if args.no_history else 'on'}, a flush every {args.flush_every} reports)")  # fmt: skip
+    print(f"{'stage':<18} {'us/report':>9} {'share':>6}")
+    for name in _ORDER:
+        print(f"{name:<18} {per_report[name]:>9.1f} {per_report[name] / total:>6.1%}")
+    print(f"{'total':<18} {total:>9.1f}")
+
+
+async def _run(args: argparse.Namespace, db: Path) -> tuple[dict[str, float], int]:
+    info, pool = _report_pool(args.scenario)
+    clock = [DEFAULT_START_TIME]
+    writer = StoreWriter(db)
+    flush_module.time = types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter)  # type: ignore[assignment]
+    ingest = Ingest(
+        writer, Alerting(AlertConfig(), []), clock=lambda: clock[0], max_nodes=args.nodes,
+        history=HistoryConfig(enabled=not args.no_history),
+    )  # fmt: skip
+    streams: list[StreamHandle] = []
+    for n in range(args.nodes):
+        node_id = f"sim-{n:06d}"
+        stream = StreamHandle(node_id, "bench")
+        hello = pb.NodeInfo()
+        hello.CopyFrom(info)
+        hello.node_id = hello.hostname = node_id
+        ingest.attach(stream, hello)
+        streams.append(stream)
+    stages: dict[str, float] = {}
+    counting = [False]
+    restore = [_timed(stages, counting, name, *where) for name, where in _INNER.items()]
+    profiler = cProfile.Profile() if args.cprofile else None
+    reports = 0
+    since_flush = 0
+    try:
+        for second in range(args.warmup + args.seconds):
+            counting[0] = second >= args.warmup
+            if counting[0] and profiler is not None and second == args.warmup:
+                profiler.enable()
+            seq = second + 1
+            for n, stream in enumerate(streams):
+                clock[0] = DEFAULT_START_TIME + second + n / len(streams)  # the nodes spread over the second
+                suffix = pb.NodeReport(node_id=stream.node_id, epoch=1, seq=seq, time_unix_seconds=clock[0])
+                raw = frame_report(pool[(seq + n) % len(pool)] + suffix.SerializeToString())
+                inner_before = sum(stages.get(name, 0.0) for name in _INNER)
+                t0 = time.thread_time()
+                message = pb.AgentMessage.FromString(raw)
+                message.DiscardUnknownFields()
+                report = message.report
+                t1 = time.thread_time()
+                check_report(report, stream.node_id)
+                t2 = time.thread_time()
+                serialized = report.SerializeToString()
+                t3 = time.thread_time()
+                ingest.accept(stream, report, serialized)
+                t4 = time.thread_time()
+                since_flush += 1
+                if since_flush >= args.flush_every:
+                    since_flush = 0
+                    c0 = time.thread_time()
+                    await ingest.flusher.flush()
+                    flushed = time.thread_time() - c0
+                else:
+                    flushed = 0.0
+                if counting[0]:
+                    reports += 1
+                    inner = sum(stages.get(name, 0.0) for name in _INNER) - inner_before
+                    for name, spent in (("parse", t1 - t0), ("validate", t2 - t1), ("serialize", t3 - t2),
+                                        ("accept (own)", t4 - t3 - inner), ("flush", flushed)):  # fmt: skip
+                        stages[name] = stages.get(name, 0.0) + spent
+        if profiler is not None:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(args.cprofile)
+    finally:
+        for undo in restore:
+            undo()
+        flush_module.time = time
+        await ingest.flusher.flush(final=True)
+        writer.call_sync(ingest.alerting.close)
+        writer.close()
+    return stages, max(1, reports)
+
+
+def _timed(stages: dict[str, float], counting: list[bool], name: str, owner: type, method: str) -> Callable[[], None]:
+    """Wrap ``owner.method`` to add its time to ``stages[name]``; returns what undoes it."""
+    original = getattr(owner, method)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if counting[0]:
+                stages[name] = stages.get(name, 0.0) + time.thread_time() - started
+
+    setattr(owner, method, wrapper)
+    return lambda: setattr(owner, method, original)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
