@@ -191,7 +191,9 @@ def _summary(workers: int, best: int, row: dict[str, Any] | None, floor: dict[st
         "floor_load": floor["sent_per_second"],
         "collector_us": row["cpu_us_per_report"] if row else 0.0,
         "front_us": row["front_us_per_report"] if row else 0.0,
+        "front_redirect_us": row["front_us_per_redirect"] if row else 0.0,
         "loadgen_us": row["loadgen_us_per_report"] if row else 0.0,
+        "others": row["others_cores"] if row else 0.0,
         "each": each,
     }
 
@@ -205,19 +207,34 @@ def _print_summaries(summaries: dict[int, dict[str, Any]]) -> None:
         print(f"workers {workers}: sustained {s['sustained']:.0f} reports/s; main thread per report of each "
               f"worker ({each}) us, mean {s['main_mean_us']:.0f}, all together {s['main_sum_us']:.0f}; gRPC floor "
               f"{s['floor_us']:.0f} us at {s['floor_load']:.0f}/s (ratio {ratio:.2f}); the collector's processes "
-              f"{s['collector_us']:.0f} us (front {s['front_us']:.0f}), the load generator {s['loadgen_us']:.0f} us "
+              f"{s['collector_us']:.0f} us (the front {s['front_us']:.0f}: {s['front_redirect_us']:.0f} us per stream "
+              f"it redirected), the load generator {s['loadgen_us']:.0f} us "
               f"per report: {machine:.2f} of {cores} cores at that load")  # fmt: skip
-    if 1 in summaries and len(summaries) > 1:
-        one = summaries[1]
-        for workers, s in summaries.items():
-            if workers == 1 or not one["sustained"]:
-                continue
-            ratio = s["sustained"] / one["sustained"]
-            # What the cores would take if the collector had them to itself, and what its loops take.
-            alone = min(workers * 1e6 / s["main_mean_us"], cores * 1e6 / s["collector_us"]) if s["collector_us"] else 0
-            print(f"{workers} workers vs 1 (this run): {s['sustained']:.0f} / {one['sustained']:.0f} reports/s = "
-                  f"{ratio:.2f}x; with the cores to itself (no load generator) the collector's loops and "
-                  f"processes would bound it near {alone:.0f} reports/s ({alone / one['sustained']:.2f}x)")  # fmt: skip
+    for workers, s in summaries.items():
+        if s["collector_us"]:
+            loops, shared, alone = _bounds(workers, s, cores)
+            print(f"workers {workers}, bounds from those costs: the event loops {loops:.0f} reports/s, this "
+                  f"machine's {cores} cores {shared:.0f} with the load generator on them and {alone:.0f} "
+                  f"without it")  # fmt: skip
+    one = summaries.get(1)
+    for workers, s in summaries.items():
+        if workers == 1 or one is None or not one["sustained"] or not s["collector_us"] or not one["collector_us"]:
+            continue
+        here = min(_bounds(workers, s, cores)[:2]) / min(_bounds(1, one, cores)[:2])
+        apart = min(_bounds(workers, s, cores)[0], _bounds(workers, s, cores)[2]) / min(
+            _bounds(1, one, cores)[0], _bounds(1, one, cores)[2]
+        )
+        print(f"{workers} workers vs 1 (this run): {s['sustained']:.0f} / {one['sustained']:.0f} reports/s = "
+              f"{s['sustained'] / one['sustained']:.2f}x sustained (others kept {one['others']:.2f} and "
+              f"{s['others']:.2f} cores busy); from the costs, {here:.2f}x with the load generator on these "
+              f"cores, {apart:.2f}x with it elsewhere")  # fmt: skip
+
+
+def _bounds(workers: int, s: dict[str, Any], cores: int) -> tuple[float, float, float]:
+    """Reports/s that bound ``workers`` workers, from their CPU per report: their event loops (each
+    a core at most), the cores shared with the load generator, the cores without it."""
+    loops = workers * 1e6 / s["main_mean_us"]
+    return loops, cores * 1e6 / (s["collector_us"] + s["loadgen_us"]), cores * 1e6 / s["collector_us"]
 
 
 def _print_history_size(db: Path, nodes: int, seconds: float) -> None:
@@ -288,6 +305,8 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int, 
     result["others_cores"] = max(0.0, busy - loadgen_seconds - collector_seconds) / wall
     result["main_us_per_report"] = sum(spent[proc.pid][1] for proc in loops.values()) / reports * 1e6
     result["front_us_per_report"] = spent[front.pid][0] / reports * 1e6 if workers > 1 else 0.0
+    # The front works when a stream says hello (idle, it spends nothing): its cost is per redirect.
+    result["front_us_per_redirect"] = spent[front.pid][0] / max(1, result["streams_redirected"]) * 1e6
     # Each worker's main thread per report of the nodes the load generator's streams ended on it.
     by_target = result.get("sent_by_target", {})
     result["worker_main_us"] = [
