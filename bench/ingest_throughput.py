@@ -207,8 +207,7 @@ def _print_summaries(summaries: dict[int, dict[str, Any]]) -> None:
         print(f"workers {workers}: sustained {s['sustained']:.0f} reports/s; main thread per report of each "
               f"worker ({each}) us, mean {s['main_mean_us']:.0f}, all together {s['main_sum_us']:.0f}; gRPC floor "
               f"{s['floor_us']:.0f} us at {s['floor_load']:.0f}/s (ratio {ratio:.2f}); the collector's processes "
-              f"{s['collector_us']:.0f} us (the front {s['front_us']:.0f}: {s['front_redirect_us']:.0f} us per stream "
-              f"it redirected), the load generator {s['loadgen_us']:.0f} us "
+              f"{s['collector_us']:.0f} us{_front(s)}, the load generator {s['loadgen_us']:.0f} us "
               f"per report: {machine:.2f} of {cores} cores at that load")  # fmt: skip
     for workers, s in summaries.items():
         if s["collector_us"]:
@@ -228,6 +227,12 @@ def _print_summaries(summaries: dict[int, dict[str, Any]]) -> None:
               f"{s['sustained'] / one['sustained']:.2f}x sustained (others kept {one['others']:.2f} and "
               f"{s['others']:.2f} cores busy); from the costs, {here:.2f}x with the load generator on these "
               f"cores, {apart:.2f}x with it elsewhere")  # fmt: skip
+
+
+def _front(s: dict[str, Any]) -> str:
+    if not s["front_redirect_us"]:
+        return ""
+    return f" (the front {s['front_us']:.0f}: {s['front_redirect_us']:.0f} us per stream it redirected)"
 
 
 def _bounds(workers: int, s: dict[str, Any], cores: int) -> tuple[float, float, float]:
@@ -306,7 +311,8 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int, 
     result["main_us_per_report"] = sum(spent[proc.pid][1] for proc in loops.values()) / reports * 1e6
     result["front_us_per_report"] = spent[front.pid][0] / reports * 1e6 if workers > 1 else 0.0
     # The front works when a stream says hello (idle, it spends nothing): its cost is per redirect.
-    result["front_us_per_redirect"] = spent[front.pid][0] / max(1, result["streams_redirected"]) * 1e6
+    redirected = result["streams_redirected"]
+    result["front_us_per_redirect"] = spent[front.pid][0] / redirected * 1e6 if workers > 1 and redirected else 0.0
     # Each worker's main thread per report of the nodes the load generator's streams ended on it.
     by_target = result.get("sent_by_target", {})
     result["worker_main_us"] = [
