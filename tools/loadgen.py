@@ -230,7 +230,7 @@ async def _open(
         )(metadata=spec.security.metadata())
         try:
             await call.write(node.hello)
-            headers = await asyncio.wait_for(call.initial_metadata(), ANSWER_WAIT_SECONDS)
+            headers = await asyncio.wait_for(asyncio.shield(call.initial_metadata()), ANSWER_WAIT_SECONDS)
             if not any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
                 await asyncio.wait_for(asyncio.shield(call.code()), ANSWER_WAIT_SECONDS)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
