@@ -1,4 +1,5 @@
-"""The collector's own sections of its configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``.
+"""The collector's own sections of its configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``,
+``[fleet]``.
 
 Every table is checked strictly by its owner; an unknown key, a wrong type or an impossible value
 stops start-up with one line naming the file and the key. The file's other keys are command
@@ -15,11 +16,12 @@ from typing import Any
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
+from nodeagent.collector.shards.config import FleetConfig, FleetConfigError
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.tables import check_table
 
-TABLES = ("alerts", "detector", "sinks")
+TABLES = ("alerts", "detector", "fleet", "sinks")
 
 
 class CollectorConfigError(ValueError):
@@ -31,6 +33,8 @@ class CollectorConfig:
     alerts: AlertConfig = field(default_factory=AlertConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     sinks: Mapping[str, Any] = field(default_factory=dict)
+    # The other collectors the fleet page merges with, and the query commands' list.
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     source: str = "<defaults>"
 
     def build_sinks(self) -> list[Sink]:
@@ -61,10 +65,11 @@ def config_from_mapping(
             alerts=AlertConfig.from_mapping(raw.get("alerts", {}), source=source),
             detector=DetectorConfig.from_mapping(raw.get("detector", {}), source=f"{source} [detector]"),
             sinks=sinks,
+            fleet=FleetConfig.from_mapping(raw.get("fleet", {}), source=source),
             source=source,
         )
         config.build_sinks()  # check now, so a bad URL stops start-up
-    except (AlertConfigError, DetectorConfigError, SinkConfigError) as err:
+    except (AlertConfigError, DetectorConfigError, FleetConfigError, SinkConfigError) as err:
         raise CollectorConfigError(str(err)) from err
     return config
 
@@ -78,6 +83,7 @@ def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     return {
         "alerts": _fields(config.alerts),
         "detector": _fields(config.detector),
+        "fleet": config.fleet.to_plain(),
         "sinks": check_table(config.sinks, SINK_KEYS, source=source, table="sinks", error=CollectorConfigError),
     }
 

@@ -1,8 +1,14 @@
-"""The query commands' side of the wire: flags to reach a collector, and one call."""
+"""The query commands' side of the wire: flags to reach a collector, and one call.
+
+Several collectors (``--collector`` repeated, or ``[fleet] collectors`` of ``--config`` when no
+``--collector`` is given): every one is asked at once (``collector/shards/fanout.py``), the
+answers merged (``collector/shards/merge.py``), a collector that did not answer said in one line
+on stderr; the command fails only when none answered. One collector: one call, as ever."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,6 +16,10 @@ from typing import Any, TypeVar
 import click
 import grpc
 
+from nodeagent.collector.config import CollectorConfigError, load_collector_config
+from nodeagent.collector.shards.config import FleetConfig
+from nodeagent.collector.shards.fanout import Answer, Shard, ask_all_sync, ask_stream_sync
+from nodeagent.collector.shards.merge import merge
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
 from nodeagent.core.transport.diagnosis import unreachable_reason
@@ -35,7 +45,18 @@ _REQUESTS: dict[str, Any] = {
 def client_options(func: F) -> F:
     """``--collector`` and how to reach it (TLS, token), for commands that query a collector."""
     decorators = [
-        click.option("--collector", default=DEFAULT_COLLECTOR, show_default=True, help="Collector HOST:PORT."),
+        click.option(
+            "--collector",
+            multiple=True,
+            help=f"Collector HOST:PORT (default: {DEFAULT_COLLECTOR}, or the [fleet] collectors of --config); "
+            "repeat it to ask several and merge their answers.",
+        ),
+        click.option(
+            "--config",
+            "config_path",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="collector.toml: without --collector, ask its [fleet] collectors (with its [fleet] TLS and token).",
+        ),
         click.option("--tls-ca", type=click.Path(path_type=Path), help="CA of the collector's certificate: use TLS."),
         click.option("--tls-cert", type=click.Path(path_type=Path), help="Operator client certificate (mutual TLS)."),
         click.option("--tls-key", type=click.Path(path_type=Path), help="Operator client key (mutual TLS)."),
@@ -58,9 +79,73 @@ def client_options(func: F) -> F:
 
 
 def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
-    """Call one Query method; a one-line ``ClickException`` when the collector cannot answer."""
+    """Call one Query method; a one-line ``ClickException`` when the collector cannot answer.
+    Several collectors: the merged answer (its ``shards`` say who answered)."""
+    if len(collectors(options)) > 1:
+        return merge(method, ask_each(options, method, **fields))
     target, security = _reach(options)
     return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+
+
+def several(options: dict[str, Any]) -> bool:
+    return len(collectors(options)) > 1
+
+
+def collectors(options: dict[str, Any]) -> list[str]:
+    """The collectors to ask: ``--collector`` as given, else ``[fleet] collectors`` of
+    ``--config``, else the default one."""
+    given = list(options.get("collector") or ())
+    if given:
+        return list(dict.fromkeys(given))
+    fleet = _fleet(options)
+    return list(fleet.collectors) if fleet is not None and fleet.collectors else [DEFAULT_COLLECTOR]
+
+
+def ask_each(options: dict[str, Any], method: str, *, report: bool = True, **fields: Any) -> list[Answer]:
+    """``method`` on every collector at once: one line on stderr for each that did not answer,
+    ``RuntimeFailure`` (exit 1) when none did (``report=False``: the answers as they are)."""
+    shards = _shards(options)
+    answers = ask_all_sync(shards, method, _REQUESTS[method](**fields), float(options["timeout"]))
+    return _reported(answers, method) if report else answers
+
+
+def ask_each_pages(options: dict[str, Any], method: str, *, fallback: str, **fields: Any) -> list[Answer]:
+    """A streaming method on every collector at once (each answer holds its pages); one that
+    lacks it (older) is asked ``fallback``."""
+    shards = _shards(options)
+    timeout = float(options["timeout"])
+    answers = ask_stream_sync(shards, method, _REQUESTS[method](**fields), timeout)
+    older = [s for s, a in zip(shards, answers, strict=True) if a.error.startswith("UNIMPLEMENTED")]
+    if older:
+        again = {a.shard: a for a in ask_all_sync(older, fallback, _REQUESTS[fallback](**fields), timeout)}
+        answers = [again.get(a.shard, a) for a in answers]
+    return _reported(answers, method)
+
+
+def _reported(answers: list[Answer], method: str) -> list[Answer]:
+    for answer in answers:
+        if answer.error:
+            click.echo(f"nodeagent-collector: collector {answer.shard} did not answer: {answer.error}", err=True)
+    if not any(a.answered for a in answers):
+        raise RuntimeFailure(f"no collector answered {method} ({', '.join(a.shard for a in answers)})")
+    return answers
+
+
+def _shards(options: dict[str, Any]) -> list[Shard]:
+    targets = collectors(options)
+    security = _security(options)
+    insecure = bool(options["insecure"])
+    fleet = _fleet(options)
+    if not options.get("collector") and fleet is not None and not _security_flags(options):
+        security, insecure = fleet.security, insecure or fleet.insecure
+    try:
+        for target in targets:
+            parse_target(target)
+        security.check()
+        check_token_transport(targets, security, insecure=insecure)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    return [Shard(t, t, security) for t in targets]
 
 
 def query_pages(
@@ -88,11 +173,11 @@ def query_pages(
 
 
 def _reach(options: dict[str, Any]) -> tuple[str, ClientSecurity]:
-    target = str(options["collector"])
-    security = ClientSecurity(
-        ca_file=options["tls_ca"], cert_file=options["tls_cert"], key_file=options["tls_key"],
-        token_file=options["token_file"], server_name=options["tls_server_name"],
-    )  # fmt: skip
+    (target,) = collectors(options)
+    security = _security(options)
+    fleet = _fleet(options)
+    if not options.get("collector") and fleet is not None and fleet.collectors and not _security_flags(options):
+        security = fleet.security
     try:
         parse_target(target)
         security.check()
@@ -100,6 +185,31 @@ def _reach(options: dict[str, Any]) -> tuple[str, ClientSecurity]:
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     return target, security
+
+
+def _security(options: dict[str, Any]) -> ClientSecurity:
+    return ClientSecurity(
+        ca_file=options["tls_ca"], cert_file=options["tls_cert"], key_file=options["tls_key"],
+        token_file=options["token_file"], server_name=options["tls_server_name"],
+    )  # fmt: skip
+
+
+def _security_flags(options: dict[str, Any]) -> bool:
+    return any(options[k] for k in ("tls_ca", "tls_cert", "tls_key", "token_file", "tls_server_name"))
+
+
+def _fleet(options: dict[str, Any]) -> FleetConfig | None:
+    """``[fleet]`` of ``--config`` (None without one)."""
+    path = options.get("config_path")
+    return None if path is None else _fleet_of(str(path))
+
+
+@functools.cache
+def _fleet_of(path: str) -> FleetConfig:
+    try:
+        return load_collector_config(Path(path)).fleet
+    except CollectorConfigError as err:
+        raise click.UsageError(str(err)) from err
 
 
 def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float = 5.0, **fields: Any) -> Any:

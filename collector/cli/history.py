@@ -1,6 +1,10 @@
 """``nodeagent-collector history NODE``: a node's per-minute rows from a running collector;
 ``reset-history``: a stopped collector's history deleted and started afresh, after damage
-stopped it (docs/history.md). ``jobs``, beside the history's totals per job, is ``jobs.py``."""
+stopped it (docs/history.md). ``jobs``, beside the history's totals per job, is ``jobs.py``.
+
+Several collectors: each streams its rows of the node (one it moved from holds the minutes
+before the move), all of them are collected, sorted by (minute, GPU) and printed with the
+collector each row came from (``shard``)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import Any
 
 import click
 
-from nodeagent.collector.cli.client import client_options, query_pages
+from nodeagent.collector.cli.client import ask_each_pages, client_options, query_pages, several
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, VALUES
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path
 from nodeagent.collector.store.database import reset_history as reset_stored_history
@@ -96,8 +100,22 @@ def history(
         fields["gpu"] = gpu
     # Pages as they come (a node's 14 days do not fit one message), printed as they come.
     out = RowPrinter(node, "json" if as_json else "csv" if as_csv else "table")
-    query_pages(options, "StreamHistory", out.page, fallback="History", **fields)
+    if several(options):
+        out.rows_of(merged_rows(ask_each_pages(options, "StreamHistory", fallback="History", **fields)))
+    else:
+        query_pages(options, "StreamHistory", out.page, fallback="History", **fields)
     out.close()
+
+
+def merged_rows(answers: list[Any]) -> list[dict[str, Any]]:
+    """Every collector's rows of the node, each naming its collector, by (minute, GPU, collector)."""
+    rows: list[dict[str, Any]] = []
+    for answer in answers:
+        pages = getattr(answer, "pages", None) or ([answer.reply] if answer.reply is not None else [])
+        for page in pages:
+            rows.extend({**row, "shard": answer.shard} for row in history_rows(page))
+    rows.sort(key=lambda r: (r["time_unix_seconds"], -1 if r["gpu"] is None else r["gpu"], r["shard"]))
+    return rows
 
 
 class RowPrinter:
@@ -110,7 +128,10 @@ class RowPrinter:
         self._fields: list[str] | None = None
 
     def page(self, response: Any) -> None:
-        rows = history_rows(response)
+        self.rows_of(history_rows(response))
+
+    def rows_of(self, rows: list[dict[str, Any]]) -> None:
+        """Rows as ``history_rows`` makes them (with ``shard`` when merged), printed now."""
         if not rows:
             return
         out = io.StringIO()
@@ -126,16 +147,19 @@ class RowPrinter:
             for row in rows:
                 writer.writerow({**row, "jobs": " ".join(row["jobs"])})
         else:
+            merged = "shard" in rows[0]
             if not self.rows:
                 out.write(
-                    f"{'TIME':<20} {'GPU':>4} {'UTIL':>6} {'MIN':>6} {'STARVED':>8} {'LOST_S':>8} {'STATE':<10} CAUSE\n"
+                    f"{'TIME':<20} {'GPU':>4} {'UTIL':>6} {'MIN':>6} {'STARVED':>8} {'LOST_S':>8} {'STATE':<10} "
+                    + ("CAUSE         SHARD\n" if merged else "CAUSE\n")
                 )
             for row in rows:
                 util, low, ratio = row["utilization_mean"], row["utilization_min"], row["starvation_ratio"]
+                cause = row["cause"] or "-"
                 out.write(
                     f"{iso_time(row['time_unix_seconds']):<20} {'node' if row['gpu'] is None else row['gpu']:>4} "
                     f"{_pct(util):>6} {_pct(low):>6} {_pct(ratio):>8} {row['gpu_seconds_lost'] or 0.0:>8.1f} "
-                    f"{row['state']:<10} {row['cause'] or '-'}\n"
+                    f"{row['state']:<10} " + (f"{cause:<13} {row['shard']}\n" if merged else f"{cause}\n")
                 )
         self.rows += len(rows)
         click.echo(out.getvalue(), nl=False)

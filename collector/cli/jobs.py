@@ -7,6 +7,9 @@ in the history (finished, or one that never spanned nodes) is listed too, its li
 The history's GPU-hours lost count every GPU of a job, the waiting ones included (the roll-up
 makes a waiting GPU count as lost). A collector without ``ListJobs`` (an older one) gives the
 history alone, said on stderr.
+
+Several collectors: each job's verdict from the one whose roll-up judged it over most nodes
+(its ``shard``), the history's totals summed over all of them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Final
 import click
 import grpc
 
-from nodeagent.collector.cli.client import client_options, query
+from nodeagent.collector.cli.client import client_options, query, several
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_table import short
@@ -40,9 +43,12 @@ _EVIDENCE_CHARS: Final = 48
 def jobs(since: float, as_json: bool, **options: object) -> None:
     """Multi-node jobs: the live verdict (state, straggler, cause, wait share) beside the
     history's GPU-hours and GPU-hours lost (by cause) per job."""
-    live = _live(options)
+    live, shards = _live(options)
     history = query(options, "Jobs", last_seconds=since)
     rows = job_rows(live, history)
+    if several(options):
+        for row in rows:
+            row["shard"] = shards.get(row["job"])
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -52,7 +58,8 @@ def jobs(since: float, as_json: bool, **options: object) -> None:
     click.echo(render_jobs(rows, since))
 
 
-def _live(options: dict[str, Any]) -> list[JobVerdict]:
+def _live(options: dict[str, Any]) -> tuple[list[JobVerdict], dict[str, str]]:
+    """The live verdicts, and the shard of each job (merged answers only)."""
     try:
         response = query(options, "ListJobs")
     except RuntimeFailure as err:
@@ -61,9 +68,9 @@ def _live(options: dict[str, Any]) -> list[JobVerdict]:
             click.echo(
                 "nodeagent-collector: the collector has no ListJobs (older): the history's totals only", err=True
             )
-            return []
+            return [], {}
         raise
-    return [verdict_of(message) for message in response.jobs]
+    return [verdict_of(message) for message in response.jobs], {m.job: m.shard for m in response.jobs if m.shard}
 
 
 def verdict_of(message: pb.JobVerdict) -> JobVerdict:
@@ -98,9 +105,10 @@ def job_rows(live: list[JobVerdict], history: pb.JobsResponse) -> list[dict[str,
 def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
     """The table: the live verdict, then the history's GPU-hours lost over ``since``."""
     window = _span(since)
+    merged = any("shard" in row for row in rows)
     lines = [
         f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>6} "
-        f"{'GPU-H LOST ' + window:>15}  EVIDENCE"
+        f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + "EVIDENCE"
     ]
     for row in rows:
         wait = row["wait_ratio"]
@@ -111,7 +119,8 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
             f"{short(row['job'], 24):<24} {row['state'] or '-':<7} {len(row['nodes']):>5} {gpus:>5} "
             f"{short(straggler, 18):<18} {short(row['cause'] or '-', 9):<9} "
             f"{'-' if wait is None else f'{wait * 100:.0f}%':>6} {'-' if lost is None else f'{lost:.2f}':>15}  "
-            f"{evidence_short(row['evidence'])}"
+            + (f"{short(row['shard'] or '-', 21):<21} " if merged else "")
+            + evidence_short(row["evidence"])
         )
     lines.append(
         f"(WAIT %: share of the job's GPU time spent waiting, live; GPU-H LOST: the history's over the last "

@@ -43,6 +43,7 @@ from nodeagent.collector.remote_write.config import (
     RemoteWriteConfig,
     RemoteWriteConfigError,
 )
+from nodeagent.collector.shards.config import FleetConfigError
 from nodeagent.collector.store.database import default_db_path
 from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.transport.channel import parse_target
@@ -265,7 +266,8 @@ def serve(
     overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}
     try:
         settings = load_collector_config(config_path, sink_overrides=overrides)
-    except CollectorConfigError as err:
+        settings.fleet.check()
+    except (CollectorConfigError, FleetConfigError) as err:
         raise click.UsageError(str(err)) from err
     for warning in warnings:
         log.warning(warning)

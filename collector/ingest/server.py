@@ -42,11 +42,11 @@ from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.sender import RemoteWriter
+from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import StoreReader
-from nodeagent.collector.views.fleet_page import FleetPage
-from nodeagent.collector.views.metrics import MetricsExposition
+from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
@@ -57,7 +57,7 @@ from nodeagent.core.transport.security import (
     token_ok,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
-from nodeagent.core.wire.validate import InvalidMessageError, check_hello, check_report
+from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_hello, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -137,6 +137,10 @@ class CollectorServer:
         self._flusher: asyncio.Task[None] | None = None
         self.queries: QueryService | None = None
         self.port = 0
+        # /metrics and the fleet page, for the HTTP listener and the Page RPC alike.
+        self.pages = LocalPages(self)
+        # With [fleet] collectors: the page's /api/... merged with the other collectors'.
+        self.fleet_pages: FleetPages | None = None
 
     async def start(self) -> int:
         options: list[tuple[str, Any]] = [
@@ -157,7 +161,12 @@ class CollectorServer:
         server.add_generic_rpc_handlers([self._ingest_handler()])
         config = self.config
         self.queries = QueryService(
-            self.ingest, self.policy, self.reader, bounds=config.query, max_message_bytes=config.max_message_bytes
+            self.ingest,
+            self.policy,
+            self.reader,
+            bounds=config.query,
+            max_message_bytes=config.max_message_bytes,
+            pages=self.pages,
         )
         pb_grpc.add_QueryServicer_to_server(self.queries, server)
         health_servicer = health.aio.HealthServicer()
@@ -175,6 +184,8 @@ class CollectorServer:
             self.port = server.add_insecure_port(self.config.listen)
         if self.config.front_socket is not None:
             server.add_insecure_port(f"unix:{self.config.front_socket}")
+        self._fan_out_pages()
+        self.queries.fleet_pages = self.fleet_pages
         await server.start()
         self._server = server
         self.started_monotonic = time.monotonic()
@@ -186,12 +197,27 @@ class CollectorServer:
             await self._start_http(self.config.http_listen)
         return self.port
 
+    def _fan_out_pages(self) -> None:
+        """``[fleet] collectors`` other than this one (its --listen, its port): the page merges theirs."""
+        fleet = self.config.settings.fleet
+        others = fleet.others(self.config.listen, self.port)
+        # A worker answers its front with its own nodes; the front is the one that merges.
+        if not others or self.config.worker_index is not None:
+            return
+        mine = [t for t in fleet.collectors if t not in others]
+        name = mine[0] if mine else self.config.listen
+        self.fleet_pages = FleetPages(
+            self.pages, name, fleet.shards(others), fleet.timeout_seconds, asyncio.get_running_loop()
+        )
+
     async def _start_http(self, listen: str) -> None:
-        exposition = MetricsExposition(self)
+        exposition = self.pages.exposition
         security = self.config.security
+        # /metrics is this collector's alone, fanned out or not: each one is scraped.
+        pages = self.fleet_pages.route if self.fleet_pages is not None else self.pages.fleet.route
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self.policy.http_scrape, pages=FleetPage(self).route,
+            name="nodeagent-collector", guard=self.policy.http_scrape, pages=pages,
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)
@@ -216,6 +242,8 @@ class CollectorServer:
             self.http = None
         if self._server is not None:
             await self._server.stop(grace)
+        if self.fleet_pages is not None:
+            await self.fleet_pages.close()
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -319,9 +347,13 @@ class CollectorServer:
             message = self._parse(raw)
             body = message.WhichOneof("body") if message is not None else None
             if body == "goodbye" and message is not None and not stream.goodbye:
+                try:
+                    check_goodbye(message.goodbye)
+                except InvalidMessageError as err:
+                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_goodbye", str(err))
                 stream.goodbye = True
-                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason[:64],
-                         routing_key=message.goodbye.routing_key[:256])  # fmt: skip
+                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason,
+                         routing_key=message.goodbye.routing_key)  # fmt: skip
                 continue
             if stream.goodbye:
                 await self._refuse(

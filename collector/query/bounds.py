@@ -59,7 +59,10 @@ class InFlight:
     def take(self, caller: str) -> None:
         """One more query of ``caller``; ``QueryRefusedError`` beyond its share or the cap."""
         held = self.by_caller.get(caller, 0)
-        if held >= self.bounds.max_per_caller:
+        # A front (serve --workers N) asks on a unix socket for all its operators, each held to
+        # their own share there: it may use the whole cap here.
+        share = self.bounds.max_in_flight if caller.startswith("unix:") else self.bounds.max_per_caller
+        if held >= share:
             raise QueryRefusedError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{caller} has {held} queries running, the limit (--max-queries-per-caller): retry when one is done",

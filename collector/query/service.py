@@ -9,7 +9,13 @@ Reports name processes, users and jobs: a node's credentials do not read them (s
 History and jobs are read from the store by ``StoreReader``, never on the writer's thread: the
 flush's commit gates every acknowledgement. Each reading query takes a slot (``bounds.InFlight``:
 per caller and in all), its store time is bounded (``QueryBounds.read_seconds``) and so are its
-rows; the merging and the totals run on the reader's thread, not on the event loop."""
+rows; the merging and the totals run on the reader's thread, not on the event loop.
+
+``Page`` answers what the HTTP listener would (``/metrics``, the fleet page's JSON), on a thread.
+A call that carries ``LOCAL_HEADER`` (``collector/shards/fanout.py``) is answered with this
+collector's own nodes; without it, a collector with ``[fleet] collectors`` merges the others'
+pages into its own, as its fleet page does. The other methods always answer with this
+collector's own: the query commands merge several collectors themselves."""
 
 from __future__ import annotations
 
@@ -27,8 +33,11 @@ from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, caller_of
 from nodeagent.collector.query.history_pages import HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
+from nodeagent.collector.shards.fanout import is_local_call
+from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
+from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.collector.views.shown_state import is_silent, node_shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
@@ -44,7 +53,7 @@ _ANSWER_MARGIN_BYTES = 64
 class QueryService(pb_grpc.QueryServicer):
     def __init__(
         self, ingest: Ingest, policy: AccessPolicy, reader: StoreReader, *,
-        bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024,
+        bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024, pages: LocalPages | None = None,
     ) -> None:  # fmt: skip
         self.ingest = ingest
         self.policy = policy
@@ -52,6 +61,8 @@ class QueryService(pb_grpc.QueryServicer):
         self.bounds = bounds or QueryBounds()
         self.in_flight = InFlight(self.bounds)
         self.max_answer_bytes = max_message_bytes - _ANSWER_MARGIN_BYTES
+        self.pages = pages
+        self.fleet_pages: FleetPages | None = None
 
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
@@ -211,6 +222,27 @@ class QueryService(pb_grpc.QueryServicer):
         except RetireRefusedError as refused:
             await context.abort(grpc.StatusCode[refused.code], refused.detail)
         return pb.ForgetNodeResponse(reports_deleted=deleted)
+
+    async def Page(
+        self, request: pb.PageRequest, context: grpc.aio.ServicerContext[pb.PageRequest, pb.PageResponse]
+    ) -> pb.PageResponse:
+        """What the HTTP listener answers for ``path?query``: this collector's own with
+        ``LOCAL_HEADER``, else merged with ``[fleet] collectors`` where those are set."""
+        await self._authorize(context)
+        if self.pages is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector serves no pages")
+        assert self.pages is not None
+        if self.fleet_pages is not None and not is_local_call(context.invocation_metadata()):
+            reply = await self.fleet_pages.answer(request.path, request.query)
+        else:
+            reply = await asyncio.to_thread(self.pages.answer, request.path, request.query)
+        if reply.ByteSize() > self.max_answer_bytes:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the page {request.path[:64]!r} is more than one message holds ({self.max_answer_bytes} bytes): "
+                "raise serve's --max-message-bytes",
+            )
+        return reply
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)

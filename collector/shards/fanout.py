@@ -10,7 +10,7 @@ collectors that list each other cannot ask each other in a loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -114,6 +114,11 @@ class ShardClients:
         return StreamAnswer(shard.name, pages[-1] if pages else None, "", pages)
 
 
+def is_local_call(metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
+    """The call asks for the receiver's own answer only (it carries ``LOCAL_HEADER``)."""
+    return any((key, value) == LOCAL_HEADER for key, value in metadata or ())
+
+
 def ask_all_sync(shards: Sequence[Shard], method: str, request: Message, timeout: float) -> list[Answer]:
     """``ShardClients.ask_all`` for a command line: its own event loop, channels closed after."""
 
@@ -142,13 +147,24 @@ def ask_stream_sync(shards: Sequence[Shard], method: str, request: Message, time
 
 # Past grpc's own deadline, before the call is given up from outside.
 _GRACE_SECONDS = 0.25
+# A kept channel to a shard that went away tries again at most this far apart (gRPC's default
+# grows to 120 s): a collector that comes back is asked again within seconds. (Not
+# min_reconnect_backoff_ms: it is also the connect timeout, and a far TLS peer needs its 20 s.)
+_RECONNECT_OPTIONS: tuple[tuple[str, int | str], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
 
 
 def _open(shard: Shard) -> grpc.aio.Channel:
     if shard.target.startswith(UNIX_PREFIX):
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.enable_retries", 0)]
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.enable_retries", 0),
+            *_RECONNECT_OPTIONS,
+        ]
         return grpc.aio.insecure_channel(shard.target, options=options)
-    return open_channel(shard.target, shard.security)
+    return open_channel(shard.target, shard.security, _RECONNECT_OPTIONS)
 
 
 def _metadata(shard: Shard, local: bool) -> tuple[tuple[str, str], ...]:

@@ -80,8 +80,8 @@ def merge_fleet(found: Found, params: dict[str, str]) -> dict[str, Any]:
     for shard, body in found:
         _add_counts(states, body.get("states", {}))
         _add_counts(causes, body.get("causes", {}))
-        for row in body.get("nodes", []):
-            node = {**row, "shard": shard}
+        for node in body.get("nodes", []):
+            node["shard"] = shard  # the parsed answers are this merge's own: tagged in place
             held = best.get(node["node_id"])
             if held is None or node["last_seen"] > held["last_seen"]:
                 best[node["node_id"]] = node

@@ -54,5 +54,6 @@ def page(name: str) -> bytes:
         f"<body data-page='{html.escape(name)}'><nav><a href='/'>fleet</a><a href='/jobs'>jobs</a>"
         "<a href='/alerts'>alerts</a>"
         "<a href='/metrics'>metrics</a></nav><p id='error' style='color:#c62828'></p>"
+        "<p id='shards' class='banner' hidden></p>"
         f"{_BODIES[name]}<script>{script}</script></body></html>"
     ).encode()

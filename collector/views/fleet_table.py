@@ -11,7 +11,9 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
-    return [
+    """Rows for JSON and the table; a merged answer's (several collectors) name each node's
+    ``shard`` and the ``stale_shards`` that still hold an older copy of it."""
+    rows = [
         {
             "node_id": n.node_id,
             "hostname": n.hostname,
@@ -47,10 +49,14 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
         }
         for n in response.nodes
     ]
+    if response.shards:
+        for row, n in zip(rows, response.nodes, strict=True):
+            row.update(shard=n.shard, stale_shards=list(n.stale_shards))
+    return rows
 
 
 def alert_rows(response: pb.ListAlertsResponse) -> list[dict[str, Any]]:
-    return [
+    rows = [
         {
             "name": a.name, "node_id": a.node_id, "key": a.key, "severity": a.severity,
             "state": "resolved" if a.HasField("ends_at_unix_seconds") else "firing",
@@ -60,6 +66,10 @@ def alert_rows(response: pb.ListAlertsResponse) -> list[dict[str, Any]]:
         }
         for a in response.alerts
     ]  # fmt: skip
+    if response.shards:  # merged: the collector that holds each
+        for row, a in zip(rows, response.alerts, strict=True):
+            row["shard"] = a.shard
+    return rows
 
 
 def alert_subject(row: dict[str, Any]) -> str:
@@ -74,10 +84,12 @@ def alert_subject(row: dict[str, Any]) -> str:
 
 
 def render_fleet(rows: list[dict[str, Any]]) -> str:
-    """The fleet at a glance: per node its verdict, why, and what it costs."""
+    """The fleet at a glance: per node its verdict, why, and what it costs; from several
+    collectors, the one that holds it (``+N``: N others hold an older copy)."""
+    merged = any("shard" in row for row in rows)
     lines = [
         f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
-        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}"
+        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}" + ("  SHARD" if merged else "")
     ]
     notes = []
     for row in rows:
@@ -97,8 +109,14 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{row['gpu_hours_lost']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
+            + (f"  {_shard_words(row)}" if merged else "")
         )
     return "\n".join(lines + notes)
+
+
+def _shard_words(row: dict[str, Any]) -> str:
+    stale = row.get("stale_shards") or []
+    return str(row.get("shard", "")) + (f" (+{len(stale)} stale)" if stale else "")
 
 
 def short(text: str, width: int) -> str:

@@ -10,11 +10,14 @@ the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page o
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
+from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, caller_of
 from nodeagent.collector.query.service import authorize_operator
 from nodeagent.collector.shards.fanout import Answer, ShardClients
 from nodeagent.collector.shards.merge import merge
@@ -30,30 +33,36 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class FrontQueries(pb_grpc.QueryServicer):
-    def __init__(self, policy: AccessPolicy, clients: ShardClients, *, timeout: float = WORKER_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, policy: AccessPolicy, clients: ShardClients, bounds: QueryBounds, *,
+        timeout: float = WORKER_TIMEOUT_SECONDS,
+    ) -> None:  # fmt: skip
         self.policy = policy
         self.clients = clients
         self.timeout = timeout
+        # Each caller's share of the store queries, kept here: the workers see the front as one caller.
+        self.in_flight = InFlight(bounds)
 
     async def ListNodes(self, request: pb.ListNodesRequest, context: Context) -> pb.ListNodesResponse:
         return await self._merged("ListNodes", request, context)  # type: ignore[return-value]
 
     async def ListAlerts(self, request: pb.ListAlertsRequest, context: Context) -> pb.ListAlertsResponse:
-        return await self._merged("ListAlerts", request, context)  # type: ignore[return-value]
+        return await self._merged("ListAlerts", request, context, store=True)  # type: ignore[return-value]
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         return await self._merged("ListJobs", request, context)  # type: ignore[return-value]
 
     async def Jobs(self, request: pb.JobsRequest, context: Context) -> pb.JobsResponse:
-        return await self._merged("Jobs", request, context)  # type: ignore[return-value]
+        return await self._merged("Jobs", request, context, store=True)  # type: ignore[return-value]
 
     async def History(self, request: pb.HistoryRequest, context: Context) -> pb.HistoryResponse:
-        return await self._merged("History", request, context)  # type: ignore[return-value]
+        return await self._merged("History", request, context, store=True)  # type: ignore[return-value]
 
     async def StreamHistory(self, request: pb.HistoryRequest, context: Context) -> None:
         """Every worker's pages, merged into one page (the rows of one node are on one worker)."""
         await authorize_operator(self.policy, context)
-        answers = await self.clients.ask_stream("StreamHistory", request, self._timeout(context))
+        async with self._slot(context):
+            answers = await self.clients.ask_stream("StreamHistory", request, self._timeout(context))
         await context.write(merge("History", answers))
 
     async def LatestReport(self, request: pb.LatestReportRequest, context: Context) -> pb.NodeReport:
@@ -68,9 +77,25 @@ class FrontQueries(pb_grpc.QueryServicer):
 
     # ---- helpers ----
 
-    async def _merged(self, method: str, request: Message, context: Context) -> Message:
+    async def _merged(self, method: str, request: Message, context: Context, *, store: bool = False) -> Message:
+        """``store``: a query that reads the workers' stores, within the caller's share of them."""
         await authorize_operator(self.policy, context)
-        return merge(method, await self._ask(method, request, context))
+        if not store:
+            return merge(method, await self._ask(method, request, context))
+        async with self._slot(context):
+            return merge(method, await self._ask(method, request, context))
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, context: Context) -> AsyncIterator[None]:
+        caller = caller_of(self.policy, context)
+        try:
+            self.in_flight.take(caller)
+        except QueryRefusedError as refused:
+            await context.abort(refused.code, refused.detail)
+        try:
+            yield
+        finally:
+            self.in_flight.give_back(caller)
 
     async def _one(self, method: str, request: Message, context: Context, not_found: str) -> Message:
         """The answer of the worker that holds the node; else the first refusal that is not NOT_FOUND."""

@@ -1,10 +1,11 @@
 """``serve --workers N`` with N > 1: the front's run, from its start to its last worker's drain.
 
-In order: bind ``--listen`` and ``--http-listen`` (a taken port fails before any worker starts,
-as a single collector's does), start the workers (one that cannot start, e.g. its database
-locked by another collector, ends the front with that worker's status: its reason is on the
-shared stderr), print the lines scripts read, serve until SIGTERM or SIGINT, then stop the
-front's listeners and each worker with its drain.
+In order: check that no other collector holds a worker's database (the one line a single
+collector gives, exit status 2), bind ``--listen`` and ``--http-listen`` (a taken port fails
+before any worker starts, as a single collector's does), start the workers (one that cannot
+start ends the front with that worker's status: its reason is on the shared stderr), print the
+lines scripts read, serve until SIGTERM or SIGINT, then stop the front's listeners and each
+worker with its drain.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import structlog
 
 from nodeagent.collector.ingest.server import ServerConfig
 from nodeagent.collector.shards.fanout import Shard, ShardClients
+from nodeagent.collector.store.database import lock_path
 from nodeagent.collector.workers.front import FrontServer
 from nodeagent.collector.workers.front_http import FrontHttp
 from nodeagent.collector.workers.front_metrics import FrontMetrics
 from nodeagent.collector.workers.front_query import FrontQueries
 from nodeagent.collector.workers.supervisor import Supervisor, WorkerStartError
-from nodeagent.collector.workers.worker_args import WorkerSpec, write_spec
+from nodeagent.collector.workers.worker_args import WorkerSpec, worker_db_path, write_spec
+from nodeagent.core.program.lock_file import LockedError, LockFile
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.rendezvous import worker_name
 from nodeagent.core.transport.security import AccessPolicy
@@ -45,6 +48,7 @@ async def run_front(config: ServerConfig, workers: int, worker_ports_base: int, 
 
 
 async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
+    _check_databases(config.db_path, spec.workers)
     spec_path = write_spec(spec)
     supervisor = Supervisor(spec, spec_path)
     shards = [
@@ -52,7 +56,7 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         for i in range(spec.workers)
     ]
     clients = ShardClients(shards)
-    front = FrontServer(config, supervisor, FrontQueries(AccessPolicy(config.security), clients))
+    front = FrontServer(config, supervisor, FrontQueries(AccessPolicy(config.security), clients, config.query))
     try:
         port = await front.start()
     except RuntimeError as err:
@@ -87,6 +91,17 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         await front.stop()
         await supervisor.stop()
         await clients.close()
+
+
+def _check_databases(db_path: Path, workers: int) -> None:
+    """A database another collector holds stops the front before anything starts, in the one line a
+    single collector gives (each worker takes its lock again as it opens its database)."""
+    for index in range(workers):
+        path = worker_db_path(db_path, index)
+        try:
+            LockFile(lock_path(path), f"database {path}").release()
+        except LockedError as err:
+            raise click.BadParameter(str(err), param_hint="--db") from err
 
 
 def _print_lines(config: ServerConfig, port: int, web: FrontHttp | None, supervisor: Supervisor) -> None:

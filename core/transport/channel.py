@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,13 +98,17 @@ def _is_ipv6(text: str) -> bool:
     return True
 
 
-def open_channel(target: str, security: ClientSecurity) -> grpc.aio.Channel:
+def open_channel(
+    target: str, security: ClientSecurity, extra_options: Sequence[tuple[str, int | str]] = ()
+) -> grpc.aio.Channel:
+    """A channel to ``target`` (``extra_options``: more gRPC channel arguments, after these)."""
     options: list[tuple[str, int | str]] = [
         *KEEPALIVE_OPTIONS,
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         # Reconnecting is the sender's job (with its own backoff and failover); a channel is one try.
         ("grpc.enable_retries", 0),
+        *extra_options,
     ]
     if not security.tls:
         return grpc.aio.insecure_channel(target, options=options)

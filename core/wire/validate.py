@@ -129,6 +129,11 @@ def check_hello(info: pb.NodeInfo) -> None:
     _check(info, "hello")
 
 
+def check_goodbye(goodbye: pb.Goodbye) -> None:
+    """Its routing key is a job key (printable, bounded), its reason a short string."""
+    _check(goodbye, "goodbye")
+
+
 # ---- the walk ----
 # Paths are built only on the way out of an error, so a good report costs no string formatting.
 

@@ -38,6 +38,7 @@ def _exposition(
 class _NoSender:
     connected_to = None
     reconnects_total = 0
+    reports_resent_total = 0
 
 
 def _gpu_values(text: str) -> Values:

@@ -32,6 +32,10 @@ from tests.fakes.fleet import Collector, feed_simulated, free_port, processes
 from tests.fakes.ingest_client import send_messages
 from tests.fakes.jobs import FakeRollup, job_verdict
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 FLEET = {"web-starved": "ordinary-cloud", "web-healthy": "healthy", "web-idle": "idle"}
 SECONDS = 240  # simulated, ending now: the ordinary cloud is starved within the first window
 
@@ -163,7 +167,7 @@ def test_gpu_hours_lost_today_survive_a_collector_restart(tmp_path: Path) -> Non
     day = time.time() // 86400
     reports = _starved_reports(node_id, 300)
     before_part, after_part = reports[:180], reports[180:]
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         _stream(collector, before_part)

@@ -43,6 +43,10 @@ from tests.fakes.jobs import FakeRollup, job_verdict
 from tests.fakes.trees import REPO
 from tests.promtool_lint import promtool_problems
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 SECONDS = 150  # simulated: the ordinary cloud is starved (network, high) well before this
 
 
@@ -304,7 +308,7 @@ def test_serve_refuses_a_bad_http_listener(tmp_path: Path, args: list[str], code
 
 
 def test_agent_metrics_follow_its_reports_and_its_stream(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     port = free_port()
     with processes() as started:
         started.append(collector.start())

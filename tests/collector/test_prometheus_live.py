@@ -34,6 +34,10 @@ from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
 from tests.promtool_lint import promtool_problems
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 SHIPPED = REPO / "packaging" / "prometheus"
 STARVED, HEALTHY = "sim-ordinary-cloud", "sim-fast-cloud"
 
@@ -48,7 +52,7 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     _require_tools()
     tmp = tmp_path_factory.mktemp("prometheus-fleet")
-    collector = Collector(db=tmp / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp / "c.db", port=free_port())
     agent_port = free_port()
     with processes() as started:
         started.append(collector.start())
@@ -111,7 +115,7 @@ def test_dashboard_and_rules_query_only_metrics_that_exist(fleet: Fleet) -> None
     assert recorded - used == set()
 
 
-def test_every_metric_the_docs_list_is_served(fleet: Fleet) -> None:
+def test_every_metric_the_docs_list_is_served(fleet: Fleet, tmp_path: Path) -> None:
     listed = set(re.findall(r"`(nodeagent_[a-z0-9_]+)`", (REPO / "docs" / "metrics.md").read_text()))
     # A metric any other page names is one docs/metrics.md lists too.
     pages = [REPO / "README.md", *(REPO / "docs").glob("*.md")]
@@ -120,6 +124,11 @@ def test_every_metric_the_docs_list_is_served(fleet: Fleet) -> None:
     # The agent leaves out a family with no sample, as the Go exporters do; the simulated nodes have
     # no per-link NVLink counters and no RDMA port: those families come from a node that has them.
     served |= _help_names(_agent_page_with_links_and_ports())
+    # The front's own families: a serve --workers 2 (the fleet's collector above is one process).
+    from tests.collector.workers.front_process import running_front
+
+    with running_front(tmp_path) as front:
+        served |= _help_names(_get(f"http://{front.http}/metrics"))
     assert len(listed) > 40
     assert listed - served == set()
     assert named - listed == set(), "named in the docs but not listed in docs/metrics.md"
@@ -220,6 +229,7 @@ def _agent_page_with_links_and_ports() -> str:
     class NoSender:
         connected_to = None
         reconnects_total = 0
+        reports_resent_total = 0
 
     spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
     metrics = AgentMetrics(telemetry, spool, NoSender(), ("127.0.0.1:1",))  # type: ignore[arg-type]

@@ -32,6 +32,10 @@ from tests.conftest import require
 from tests.fakes.fleet import Collector, free_port, processes, wait_for
 from tests.fakes.http_receiver import http_receiver
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 STARVED, HEALTHY = "rw-ordinary-cloud", "rw-fast-cloud"
 REPORTS = 600  # 10 simulated minutes at 1 s, ending now: Prometheus takes samples this recent
 QUEUE_SAMPLES = 10_000
@@ -144,7 +148,7 @@ def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
     start = time.time() - REPORTS - 120
     starved, healthy = Node(STARVED, "ordinary-cloud", start), Node(HEALTHY, "fast-cloud", start)
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(),
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(),
         args=["--remote-write-url", prometheus.write_url, "--remote-write-resolution-seconds", "0",
               "--remote-write-queue-samples", str(QUEUE_SAMPLES)],
     )  # fmt: skip
@@ -218,7 +222,7 @@ def test_bad_receivers_do_not_touch_ingest(tmp_path: Path) -> None:
     with http_receiver(script=[400] * 1000, error_body="out of order sample") as refusing, processes() as started:
         closed = f"http://127.0.0.1:{free_port()}/api/v1/write"
         collector = Collector(
-            db=tmp_path / "c.db", port=free_port(),
+            workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(),
             args=["--remote-write-url", refusing.url, "--remote-write-url", closed,
                   "--remote-write-resolution-seconds", "0"],
         )  # fmt: skip

@@ -141,7 +141,10 @@ COLLECTOR_FILE_ERRORS = [
     ("[sinks]\nwebhook_url = 'ftp://x'", "sinks.webhook_url: "),
     ("[detector]\nmoderate_ratio = 2", "\b[detector]: moderate_ratio: a ratio must be within 0..1, got 2"),
     ("[command.nodes]\ntimeout = 0", "command.nodes.timeout: expected a number at least 0.1, got 0"),
-    ("[command.alerts]\ncollector = 5", "command.alerts.collector: expected a string, got 5"),
+    ("[command.alerts]\ncollector = 5", "command.alerts.collector: expected a list of strings, got 5"),
+    ("[fleet]\ncollectors = 'a:1'", "fleet.collectors: expected a list of HOST:PORT strings, got 'a:1'"),
+    ("[fleet]\ntimeout = 2", "fleet.timeout: unknown key (known: collectors, insecure, timeout_seconds, "),
+    ("[fleet]\ncollectors = ['127.0.0.1:1']\ntls_ca = '/no/ca.pem'", "fleet: /no/ca.pem: no such file"),
 ]
 
 
@@ -490,7 +493,7 @@ def test_documented_configuration_examples_load(tmp_path: Path, capsys: pytest.C
 
 
 # The tables other pages show, each as its program's configuration file would hold it.
-DOCUMENTED_TABLES = {"agent.md": AGENT, "alerts.md": COLLECTOR, "detector.md": COLLECTOR}
+DOCUMENTED_TABLES = {"agent.md": AGENT, "alerts.md": COLLECTOR, "collector.md": COLLECTOR, "detector.md": COLLECTOR}
 
 
 @pytest.mark.parametrize("page", sorted(DOCUMENTED_TABLES))

@@ -44,6 +44,10 @@ class Collector:
     http_address: str = ""
     # Where the logs go (default: beside the database), e.g. off a filesystem a test fills.
     log_dir: Path | None = None
+    # serve --workers (None: its default, the CPUs: a front and its workers). 1 where a test
+    # speaks one collector's ingest stream raw (a front answers a hello with a redirect) or
+    # reads its database (a front's nodes are spread over its workers' databases).
+    workers: int | None = None
 
     @property
     def address(self) -> str:
@@ -56,6 +60,8 @@ class Collector:
         self.starts += 1
         # A port of its own for HTTP, unless the test chose one: collectors run side by side.
         http = [] if "--http-listen" in self.args else ["--http-listen", "127.0.0.1:0"]
+        # Ephemeral worker ports: --listen's port + 1 + i may be taken by another test's process.
+        http += ["--worker-ports", "0"] if self.workers is None else ["--workers", str(self.workers)]
         command = [*self.prefix, sys.executable, "-m", "nodeagent.collector", "--log-level", "info", "serve",
                    "--listen", self.address, "--db", str(self.db), *http, *self.args]  # fmt: skip
         with self.log.open("w") as log:

@@ -86,7 +86,16 @@ function alertTable(alerts) {
 async function api(path) {
   const reply = await fetch(path, {cache: "no-store"});
   if (!reply.ok) throw new Error(`${path}: ${reply.status}`);
-  return reply.json();
+  const data = await reply.json();
+  shardBanner(data.shards || []);
+  return data;
+}
+function shardBanner(shards) {  // a merged page ([fleet] collectors): one line naming who did not answer
+  const missing = shards.filter((s) => !s.answered);
+  const banner = document.getElementById("shards");
+  banner.hidden = !missing.length;
+  banner.textContent = missing.length ? `${missing.length} of ${shards.length} collectors did not answer, ` +
+    `their nodes are missing here: ` + missing.map((s) => `${s.shard} (${s.error})`).join("; ") : "";
 }
 async function drawFleet() {
   const params = new URLSearchParams(location.search);
@@ -103,18 +112,22 @@ async function drawFleet() {
     };
   }
   // Without a history the day's count is only what this collector saw since it started: say so.
+  const merged = Array.isArray(data.shards);  // several collectors: say which holds each node
   const lostSource = data.gpu_hours_lost_today_source === "history" ? "" :
     ` <span class="muted" id="lost-source">(${esc(data.gpu_hours_lost_today_source)})</span>`;
   document.getElementById("nodes").innerHTML =
     `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today${lostSource}</th>` +
-    `<th>GPUs (busy share)</th><th>job</th></tr>` +
+    `<th>GPUs (busy share)</th><th>job</th>${merged ? "<th>collector</th>" : ""}</tr>` +
     data.nodes.map((n) => `<tr class="node ${esc(n.state)}" data-node="${esc(n.node_id)}">` +
       `<td class="node-id"><a href="/node/${encodeURIComponent(n.node_id)}">${longName(n.node_id)}</a></td>` +
       `<td>${badge(n.state)}${n.forming ? ` <span class="muted forming">${esc(n.forming)}</span>` : ""}</td>` +
       `<td class="cause">${n.cause ? esc(n.cause) : (n.waiting_on || []).length ?
         "waits on " + n.waiting_on.map(nodeLink).join(", ") : ""}</td><td>${pct(n.starvation_ratio)}</td>` +
       `<td>${n.gpu_hours_lost_today.toFixed(2)}</td><td>${heatmap(n.gpus)}</td>` +
-      `<td>${(n.jobs || []).map(jobLink).join(", ")}</td></tr>`).join("");
+      `<td>${(n.jobs || []).map(jobLink).join(", ")}</td>` +
+      (merged ? `<td class="shard">${esc(n.shard)}${(n.stale_shards || []).length ?
+        ` <span class="muted" title="${esc(n.stale_shards.join(", "))}">+${n.stale_shards.length} stale</span>` : ""}</td>` : "") +
+      `</tr>`).join("");
   document.getElementById("summary").textContent =
     `${data.nodes.length} nodes shown · updated ${clock(data.time_unix_seconds)} UTC`;
 }

@@ -472,6 +472,7 @@ def test_a_failed_spool_disk_is_exported_and_queued_as_a_report_event(
 
     before = values()
     assert (before["nodeagent_agent_spool_disk_failures_total"], before["nodeagent_agent_spool_on_disk"]) == (0, 1)
+    assert before["nodeagent_agent_reports_resent_total"] == 0
     assert 0 < before["nodeagent_agent_spool_disk_bytes"] <= spool.max_bytes
     monkeypatch.setattr(disk_io.os, "write", no_space)
     _fill(spool, 1)

@@ -14,6 +14,10 @@ from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, cli, free_port, processes, wait_for
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 # Reports 10 s apart ending about now: the collector refuses times far from its clock.
 T0 = time.time() - 60
 
@@ -39,7 +43,7 @@ def _alerts(collector: Collector, *extra: str) -> list[dict[str, object]]:
 
 
 def test_lost_gpu_alert_fires_survives_a_restart_and_resolves(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         _stream(collector.address, [_report(1, lost=False), _report(2, lost=True)])

@@ -14,6 +14,10 @@ import grpc
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes
 from tests.fakes.ingest_client import framed, hello_message, streamed
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 HOUR = 3600.0
 
 
@@ -23,7 +27,7 @@ def _metric(text: str, name: str, labels: str) -> float | None:
 
 
 def test_reports_out_of_the_clock_bounds_are_acked_not_stored(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     now = time.time()
     # seq: its time. Good reports, one from an hour ahead, one from two days back, then a run of
     # reports an hour ahead (a clock set wrong): all acknowledged, only the good ones stored.
@@ -60,7 +64,7 @@ def test_reports_out_of_the_clock_bounds_are_acked_not_stored(tmp_path: Path) ->
 def test_a_sped_up_simulated_node_stays_behind_the_wall_clock(tmp_path: Path) -> None:
     """``--time-scale 30`` for 10 s of wall clock: five simulated minutes that end about now, not
     five minutes in the future, and none of them refused."""
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         agent = Agent(

@@ -40,6 +40,10 @@ from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.ingest_client import hello_message, send_messages, small_report, tls_channel
 from tests.fakes.trees import REPO
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 Metadata = Sequence[tuple[str, str]]
 
 
@@ -100,7 +104,10 @@ def test_a_node_certificate_streams_but_only_an_operator_certificate_reads(tmp_p
     node = ca.issue("node-a", dns=("node-a",), server=False)
     operator = ca.issue("ops-console", dns=("ops-console",), server=False)
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(), args=[*_tls_args(server, ca), "--operator-identity", "ops-console"]
+        workers=ONE_PROCESS,
+        db=tmp_path / "c.db",
+        port=free_port(),
+        args=[*_tls_args(server, ca), "--operator-identity", "ops-console"],
     )
     # The CLI takes the operator's credentials from the settings file too ([command.nodes]).
     settings = tmp_path / "collector.toml"
@@ -141,7 +148,7 @@ def test_tokens_split_nodes_operators_and_scrapers(tmp_path: Path) -> None:
         tokens[role] = tmp_path / f"{role}.token"
         tokens[role].write_text(f"{role}-secret\n")
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(),
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(),
         args=["--token-file", str(tokens["node"]), "--operator-token-file", str(tokens["operator"]),
               "--scrape-token-file", str(tokens["scrape"])],
     )  # fmt: skip
@@ -189,7 +196,9 @@ def test_the_node_token_alone_reads_nothing(tmp_path: Path) -> None:
     """The setup of a site that had only --token-file: its node token no longer reads."""
     token = tmp_path / "node.token"
     token.write_text("node-secret\n")
-    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--token-file", str(token)])
+    collector = Collector(
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(), args=["--token-file", str(token)]
+    )
     node: Metadata = [("authorization", "Bearer node-secret")]
     with processes() as started:
         started.append(collector.start())
@@ -256,7 +265,7 @@ def test_a_certificate_names_its_node_by_its_sans_not_its_common_name(tmp_path: 
     mixed = ca.issue("node-b", dns=("node-a",), server=False)  # SAN node-a, CN node-b
     cn_only = ca.issue("node-c", server=False)
     ip_only = ca.issue("node-d", ips=("10.0.0.4",), server=False)  # no DNS/URI SAN: the CN names it
-    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=_tls_args(server, ca))
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(), args=_tls_args(server, ca))
     seen = {}
     with processes() as started:
         started.append(collector.start())

@@ -31,6 +31,10 @@ from tests.conftest import require_root_tools
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
 from tests.fakes.trees import REPO
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 
 def _report(node: str, seq: int) -> bytes:
     # Made now: the collector refuses times too far from its clock.
@@ -86,7 +90,7 @@ class _Stream:
 
 
 def test_second_stream_for_a_node_replaces_the_first(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(f"127.0.0.1:{collector.port}") as channel:
         started.append(collector.start())
         first = _Stream(channel)
@@ -108,7 +112,7 @@ def test_second_stream_for_a_node_replaces_the_first(tmp_path: Path) -> None:
 
 
 def test_query_health_and_reflection(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(f"127.0.0.1:{collector.port}") as channel:
         started.append(collector.start())
         stream = _Stream(channel)
@@ -148,8 +152,8 @@ def test_rendezvous_order_is_stable_and_spreads_nodes() -> None:
 
 
 def test_agent_fails_over_to_the_next_collector(tmp_path: Path) -> None:
-    a = Collector(db=tmp_path / "a.db", port=free_port())
-    b = Collector(db=tmp_path / "b.db", port=free_port())
+    a = Collector(workers=ONE_PROCESS, db=tmp_path / "a.db", port=free_port())
+    b = Collector(workers=ONE_PROCESS, db=tmp_path / "b.db", port=free_port())
     preferred, fallback = (a, b) if rendezvous_order("node-fo", [a.address, b.address])[0] == a.address else (b, a)
     with processes() as started:
         started.extend([a.start(), b.start()])
@@ -161,13 +165,15 @@ def test_agent_fails_over_to_the_next_collector(tmp_path: Path) -> None:
         assert wait_for(lambda: preferred.reports("node-fo") >= 20, timeout=20), agent.tail()
         assert fallback.reports("node-fo") == 0
         preferred.kill()
-        code, _summary = agent.wait(timeout=60)
+        code, summary = agent.wait(timeout=60)
         assert code == 0, agent.tail()
         on_fallback = fallback.node("node-fo")
     on_preferred = _last_durable(tmp_path / ("a.db" if preferred is a else "b.db"))
     # Between them the two shards hold every report; the fallback holds a contiguous tail.
     assert (on_fallback["last_seq"], on_fallback["gap_reports_total"]) == (120, 0)
     assert on_preferred + on_fallback["reports_total"] >= 120
+    # What both hold is what the killed one committed without acknowledging: counted as resent.
+    assert on_preferred + on_fallback["reports_total"] - 120 <= summary["reports_resent_total"]
 
 
 @pytest.mark.parametrize(
@@ -213,7 +219,7 @@ def _last_durable(db: Path) -> int:
 
 
 def test_a_half_closed_stream_still_gets_its_final_ack(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         call = channel.stream_stream(
@@ -225,7 +231,7 @@ def test_a_half_closed_stream_still_gets_its_final_ack(tmp_path: Path) -> None:
 
 
 def test_a_locked_database_delays_acks_but_loses_nothing(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         stream = _Stream(channel)
@@ -249,7 +255,7 @@ def test_a_locked_database_delays_acks_but_loses_nothing(tmp_path: Path) -> None
 
 
 def test_list_nodes_shows_only_what_is_committed(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         stream = _Stream(channel)
@@ -276,7 +282,7 @@ def test_list_nodes_shows_only_what_is_committed(tmp_path: Path) -> None:
 def test_silent_streams_time_out_and_one_source_cannot_hold_them_all(tmp_path: Path) -> None:
     # "localhost" listens on 127.0.0.1 and ::1: two sources on one machine.
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(), host="localhost",
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(), host="localhost",
         args=["--hello-timeout-seconds", "2", "--max-streams-per-source", "4"],
     )  # fmt: skip
     port = collector.port
@@ -345,7 +351,9 @@ def small_filesystem(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.root
 def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesystem: Path) -> None:
     db = small_filesystem / "c.db"
-    collector = Collector(db=db, port=free_port(), args=["--flush-seconds", "0.01"], log_dir=small_filesystem.parent)
+    collector = Collector(
+        workers=ONE_PROCESS, db=db, port=free_port(), args=["--flush-seconds", "0.01"], log_dir=small_filesystem.parent
+    )
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         stream = _Stream(channel)
@@ -397,7 +405,7 @@ def _fill(path: Path) -> Path:
 
 
 def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         first = _Stream(channel)

@@ -39,6 +39,10 @@ from tests.fakes.ingest_client import (
 )
 from tests.fakes.trees import REPO
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 GOOD_REPORTS = 160
 
 
@@ -85,7 +89,7 @@ def _bad_cases(node: str) -> Iterator[tuple[str, list[bytes], grpc.StatusCode]]:
 
 
 def test_bad_input_is_refused_while_a_good_stream_flows(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         good = Agent(
@@ -125,7 +129,7 @@ def test_tls_refusals_and_node_identity(tmp_path: Path) -> None:
     foreign = stranger.issue("node-y", dns=("node-y",), server=False)
     operator = ca.issue("ops", dns=("ops",), server=False)
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(),
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(),
         args=["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-client-ca", str(ca.cert_file),
               "--operator-identity", "ops"],
     )  # fmt: skip
@@ -166,7 +170,7 @@ def test_bearer_token_is_required_when_configured(tmp_path: Path) -> None:
     operator = tmp_path / "operator-token"
     operator.write_text("operator-token\n")
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(),
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(),
         args=["--token-file", str(token), "--operator-token-file", str(operator)],
     )  # fmt: skip
     message = [hello_message("node-t"), frame_report(small_report("node-t", 1).SerializeToString())]
@@ -202,7 +206,9 @@ def test_serve_refuses_unsafe_or_broken_setups(tmp_path: Path, args: list[str], 
 
 
 def test_insecure_flag_serves_beyond_loopback_with_a_warning(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port("0.0.0.0"), host="0.0.0.0", args=["--insecure"])
+    collector = Collector(
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port("0.0.0.0"), host="0.0.0.0", args=["--insecure"]
+    )
     with processes() as started:
         started.append(collector.start())
         time.sleep(0.3)
@@ -231,7 +237,7 @@ POISON = [(1, 1), (1, 2**63 - 1), (2, 1), (2, 5)]
 
 
 def test_one_client_cannot_stop_the_storage_of_the_others(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         before = streamed(channel, [hello_message("good"), *(framed("good", 7, seq) for seq in range(1, 6))])
@@ -288,7 +294,7 @@ async def _row_refused(tmp_path: Path) -> None:
 
 
 def test_a_stream_carries_at_most_two_epochs(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         three = streamed(channel, [hello_message("hopper"), *(framed("hopper", epoch, 1) for epoch in (1, 2, 3))])
@@ -342,7 +348,7 @@ WARM_NODES = 10
 
 def test_unknown_fields_are_neither_kept_nor_stored(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
-    collector = Collector(db=db, port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=db, port=free_port())
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         assert collector.proc is not None
@@ -369,7 +375,7 @@ def test_unknown_fields_are_neither_kept_nor_stored(tmp_path: Path) -> None:
 
 
 def test_nodes_beyond_the_bound_are_refused_and_the_others_go_on(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--max-nodes", "3"])
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(), args=["--max-nodes", "3"])
     with processes() as started, grpc.insecure_channel(collector.address) as channel:
         started.append(collector.start())
         first = [streamed(channel, [hello_message(f"n{i}"), framed(f"n{i}", 1, 1)]) for i in range(3)]

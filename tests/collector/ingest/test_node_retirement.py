@@ -33,6 +33,10 @@ from tests.fakes.http_receiver import http_receiver
 from tests.fakes.ingest_client import framed, hello_message, small_report, streamed
 from tests.fakes.trees import REPO
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 
 def _forget(collector: Collector, node: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -60,7 +64,10 @@ def test_forget_retires_a_node_resolves_its_node_down_and_keeps_its_minutes(tmp_
     config.write_text("[alerts]\nnode_down_seconds = 1.0\n")
     with http_receiver() as hooks, processes() as started:
         collector = Collector(
-            db=tmp_path / "c.db", port=free_port(), args=["--config", str(config), "--webhook-url", hooks.url]
+            workers=ONE_PROCESS,
+            db=tmp_path / "c.db",
+            port=free_port(),
+            args=["--config", str(config), "--webhook-url", hooks.url],
         )
         started.append(collector.start())
         with grpc.insecure_channel(collector.address) as channel:
@@ -109,7 +116,9 @@ def test_forget_retires_a_node_resolves_its_node_down_and_keeps_its_minutes(tmp_
 
 
 def test_a_node_silent_past_the_age_is_retired(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port(), args=["--retire-after-seconds", "2"])
+    collector = Collector(
+        workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port(), args=["--retire-after-seconds", "2"]
+    )
     with processes() as started:
         started.append(collector.start())
         with grpc.insecure_channel(collector.address) as channel:
@@ -129,7 +138,10 @@ def test_nodes_that_come_and_go_never_hold_the_max_nodes_slots_for_good(tmp_path
     """A rented fleet whose host names come and go: with ``--max-nodes 3``, a node forgotten or
     silent past the age frees its slot for the next one, across a restart too."""
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(), args=["--max-nodes", "3", "--retire-after-seconds", "3"]
+        workers=ONE_PROCESS,
+        db=tmp_path / "c.db",
+        port=free_port(),
+        args=["--max-nodes", "3", "--retire-after-seconds", "3"],
     )
 
     def joins(channel: grpc.Channel, node: str) -> bool:

@@ -26,6 +26,10 @@ from tests.fakes.fleet import Collector, cli, free_port, processes
 from tests.fakes.ingest_client import hello_message, send_messages, small_report
 from tests.fakes.trees import REPO
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 NODE = "n1"
 T = TypeVar("T")
 # Reports of the last hour: the history's retention sweep (by the collector's clock) keeps them.
@@ -52,7 +56,7 @@ def _stream(collector: Collector, seqs: range) -> grpc.StatusCode:
 @contextmanager
 def _collector_with_reports(tmp_path: Path, count: int) -> Iterator[Collector]:
     """A collector on ``tmp_path / "c.db"`` that stored reports 1..count of NODE; killed at the end."""
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         assert _stream(collector, range(1, count + 1)) == grpc.StatusCode.OK
@@ -81,7 +85,7 @@ def test_a_second_collector_on_the_same_database_is_refused(tmp_path: Path) -> N
 
 
 def test_a_stopped_collectors_lock_is_taken_by_the_next(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         collector.kill(signal.SIGKILL)  # the kernel drops a dead process's lock

@@ -32,6 +32,10 @@ from tests.fakes.fleet import Collector, cli, free_port, processes
 from tests.fakes.ingest_client import hello_message, small_report
 from tests.fakes.trees import REPO
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect) and read its database; the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 DAY = 86400.0
 BIG = "big-node"
 ROWS_PER_MINUTE = 9  # an 8-GPU node: one row per GPU and the node's
@@ -43,7 +47,7 @@ def test_a_flood_of_queries_does_not_delay_a_steady_agents_acks(tmp_path: Path) 
     thread, in front of the flush whose commit the acks wait for.)"""
     db = tmp_path / "c.db"
     seed_history(db, [BIG, "other-node"], days=3)
-    collector = Collector(db=db, port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=db, port=free_port())
     with processes() as started:
         started.append(collector.start())
         with grpc.insecure_channel(collector.address) as channel:
@@ -103,7 +107,7 @@ def test_stream_history_pages_a_history_larger_than_4_mb_and_the_cli_prints_it_a
     db = tmp_path / "c.db"
     seed_history(db, [BIG], days=2)
     expected = 2 * 1440 * ROWS_PER_MINUTE
-    collector = Collector(db=db, port=free_port())
+    collector = Collector(workers=ONE_PROCESS, db=db, port=free_port())
     with processes() as started:
         started.append(collector.start())
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]

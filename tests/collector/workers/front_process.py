@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,8 +63,7 @@ def running_front(tmp: Path, workers: int = 2, args: Sequence[str] = ()) -> Iter
     log = (tmp / "front.log").open("w")
     proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
     try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline().strip() for _ in range(3 + workers)]
+        lines = _read_lines(proc, 3 + workers, START_SECONDS)
         assert lines[0].startswith("listening on "), f"{lines} {(tmp / 'front.log').read_text()[-3000:]}"
         front = Front(proc, lines[0].split()[-1], lines[1].split()[-1], Path(lines[2].split()[-1]))
         for index, line in enumerate(lines[3:]):
@@ -88,16 +88,34 @@ def running_front(tmp: Path, workers: int = 2, args: Sequence[str] = ()) -> Iter
         log.close()
 
 
+def _read_lines(proc: subprocess.Popen[str], count: int, timeout: float) -> list[str]:
+    """The first ``count`` lines of ``proc``'s stdout, waiting at most ``timeout`` seconds for them."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        while len(lines) < count and (line := proc.stdout.readline()):
+            lines.append(line.strip())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return lines + [""] * (count - len(lines))
+
+
 def hello(node: str, routing_key: str = "") -> bytes:
     info = pb.NodeInfo(node_id=node, hostname=node, routing_key=routing_key)
     return pb.AgentMessage(hello=info).SerializeToString()
 
 
-def redirect_of(address: str, node: str, routing_key: str = "") -> tuple[grpc.StatusCode, str, int | None]:
+def redirect_of(
+    address: str, node: str, routing_key: str = "", token: str | None = None
+) -> tuple[grpc.StatusCode, str, int | None]:
     """Say hello to ``address``: the stream's status, its details and the owner port it names."""
+    metadata = () if token is None else (("authorization", f"Bearer {token}"),)
     with grpc.insecure_channel(address) as channel:
         call = channel.stream_stream(STREAM_METHOD, request_serializer=lambda b: b)
-        responses = call(iter([hello(node, routing_key)]), timeout=10)
+        responses = call(iter([hello(node, routing_key)]), timeout=10, metadata=metadata)
         try:
             for _ in responses:
                 pass

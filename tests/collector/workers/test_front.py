@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.core.transport.rendezvous import owner_index
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.collector.workers.front_process import deliver, redirect_of, running_front
 from tests.fakes.fleet import wait_for
 from tests.fakes.trees import REPO
@@ -171,3 +174,50 @@ def _agent(collector: str, node: str, tmp: Path) -> subprocess.Popen[bytes]:
     ]  # fmt: skip
     with (tmp / f"{node}.log").open("w") as log:
         return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def test_the_fleet_page_through_the_front_shows_every_worker_s_nodes(tmp_path: Path) -> None:
+    picked = {owner_index(node, 2): node for node in NODES}
+    with running_front(tmp_path) as front:
+        for owner, node in picked.items():
+            assert deliver(front.ports[owner], node, [1, 2]) == 2
+        with urllib.request.urlopen(f"http://{front.http}/", timeout=20) as response:
+            assert response.headers["Content-Type"].startswith("text/html")
+            assert b"<html" in response.read()
+        with urllib.request.urlopen(f"http://{front.http}/api/fleet", timeout=20) as response:
+            fleet = json.loads(response.read())
+        with urllib.request.urlopen(f"http://{front.http}/healthz", timeout=20) as response:
+            assert response.status == 200
+    shown = {row["node_id"] for row in fleet["nodes"]}
+    assert shown == set(picked.values()), fleet["nodes"]
+    assert [(s["shard"], s["answered"]) for s in fleet["shards"]] == [("worker-0", True), ("worker-1", True)]
+
+
+def test_the_front_asks_the_credentials_a_collector_asks(tmp_path: Path) -> None:
+    node_token, operator_token = tmp_path / "node.token", tmp_path / "operator.token"
+    node_token.write_text("node-secret\n")
+    operator_token.write_text("operator-secret\n")
+    args = ["--token-file", str(node_token), "--operator-token-file", str(operator_token)]
+    with running_front(tmp_path, args=args) as front:
+        assert redirect_of(front.address, "node-1")[::2] == (grpc.StatusCode.UNAUTHENTICATED, None)
+        assert redirect_of(front.address, "node-1", token="wrong")[::2] == (grpc.StatusCode.UNAUTHENTICATED, None)
+        code, _details, port = redirect_of(front.address, "node-1", token="node-secret")
+        assert (code, port) == (grpc.StatusCode.UNAVAILABLE, front.ports[owner_index("node-1", 2)])
+        with grpc.insecure_channel(front.address) as channel:
+            stub = pb_grpc.QueryStub(channel)
+            for metadata, refused in (
+                ((), grpc.StatusCode.UNAUTHENTICATED),
+                (_bearer("node-secret"), grpc.StatusCode.PERMISSION_DENIED),
+            ):
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.ListNodes(pb.ListNodesRequest(), timeout=10, metadata=metadata)
+                assert err.value.code() is refused  # type: ignore[attr-defined]
+            answer = stub.ListNodes(pb.ListNodesRequest(), timeout=10, metadata=_bearer("operator-secret"))
+        assert [(s.shard, s.answered) for s in answer.shards] == [("worker-0", True), ("worker-1", True)]
+        with pytest.raises(urllib.error.HTTPError) as http_err:
+            urllib.request.urlopen(f"http://{front.http}/metrics", timeout=20)
+        assert http_err.value.code == 401
+
+
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)

@@ -1,0 +1,65 @@
+"""The fleet page across collectors: this collector's ``/api/...`` answer merged with the other
+collectors' (``[fleet] collectors``), each asked over the ``Page`` RPC with ``LOCAL_HEADER`` so
+that none of them fans out again, none waited on past ``[fleet] timeout_seconds``.
+
+A collector that does not answer is listed in the JSON's ``"shards"`` (``answered: false`` and
+why), and the page's script shows a one-line banner naming it. The HTML shells are this
+collector's own. ``/metrics`` is never fanned out: every collector is scraped, and the TSDB is
+the fleet-wide store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+from collections.abc import Sequence
+from typing import Final
+
+from nodeagent.collector.shards.fanout import Answer, Shard, ShardClients
+from nodeagent.collector.shards.page_merge import merge_page, shard_query
+from nodeagent.collector.views.local_pages import LocalPages
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+API_PREFIX: Final = "/api/"
+# This collector's own part may wait on its store (the alert book, a node's timeline) longer than
+# the others are waited on; past this the HTTP request is answered 504.
+OWN_MARGIN_SECONDS: Final = 10.0
+
+Reply = tuple[str, str, bytes]
+
+
+class FleetPages:
+    def __init__(
+        self, own: LocalPages, own_name: str, shards: Sequence[Shard], timeout: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.own = own
+        self.own_name = own_name
+        self.clients = ShardClients(shards)
+        self.timeout = timeout
+        self.loop = loop
+
+    async def answer(self, path: str, query: str) -> pb.PageResponse:
+        """The page for ``path?query`` across the fleet (on the event loop)."""
+        if not path.startswith(API_PREFIX):
+            return await asyncio.to_thread(self.own.answer, path, query)
+        asked = shard_query(path, query)
+        mine, others = await asyncio.gather(
+            asyncio.to_thread(self.own.answer, path, asked),
+            self.clients.ask_all("Page", pb.PageRequest(path=path, query=asked), self.timeout),
+        )
+        return merge_page(path, query, [Answer(self.own_name, mine), *others])
+
+    def route(self, path: str, query: str) -> Reply | None:
+        """The HTTP listener's pages (on its thread): ``/api/...`` merged on the event loop."""
+        if not path.startswith(API_PREFIX):
+            return self.own.fleet.route(path, query)
+        future = asyncio.run_coroutine_threadsafe(self.answer(path, query), self.loop)
+        try:
+            reply = future.result(self.timeout + OWN_MARGIN_SECONDS)
+        except TimeoutError:
+            future.cancel()
+            return "504 Gateway Timeout", "application/json", b'{"error": "no answer in time"}\n'
+        return f"{reply.status} {http.HTTPStatus(reply.status).phrase}", reply.content_type, reply.body
+
+    async def close(self) -> None:
+        await self.clients.close()
