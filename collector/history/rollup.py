@@ -49,6 +49,7 @@ MAX_HELD_INTERVAL_SECONDS: Final = 10.0
 
 _UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
+_MEAN: Final = tuple(kind == "mean" for kind in KIND)
 
 
 class _Open:
@@ -87,11 +88,11 @@ class _Open:
         self.counts[i] += 1
 
     def row(self, node_id: str) -> MinuteRow:
-        values: dict[str, float] = {}
-        for i, name in enumerate(VALUES):
-            n = self.counts[i]
-            if n:
-                values[name] = self.sums[i] / n if KIND[i] == "mean" else self.sums[i]
+        values = {
+            name: total / n if mean else total
+            for name, mean, total, n in zip(VALUES, _MEAN, self.sums, self.counts, strict=True)
+            if n
+        }
         held = None if self.gpu == NODE_ROW else self.held or 0.0
         return MinuteRow(
             node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time,
@@ -247,8 +248,9 @@ class NodeHistory:
         node_sums, node_counts = node.sums, node.counts
         lost_total = 0.0
         util_sum, util_gpus = 0.0, 0
+        accs = self.open
         for gpu in report.gpus:
-            acc = self._acc(gpu.index)
+            acc = accs.get(gpu.index) or self._acc(gpu.index)
             acc.samples += 1
             acc.last_time = time
             sums, counts = acc.sums, acc.counts

@@ -231,7 +231,9 @@ class Flusher:
         merged = HistoryBatch()
         taking = {row.node_id for row in batch}
         if wall - self._pending_checked_at >= PENDING_CHECK_SECONDS:
-            taking |= self._history_pending
+            # A node not in the batch took no report since the last flush: it has nothing to
+            # hand over but its open minute, and that only once due (quiet, or put back).
+            taking.update(n for n in self._history_pending if n not in taking and self._due(n, wall))
             if wall < math.inf:
                 self._pending_checked_at = wall
         for node_id in taking:
@@ -246,6 +248,10 @@ class Flusher:
                 else:
                     self._history_pending.discard(node_id)
         return merged
+
+    def _due(self, node_id: str, wall: float) -> bool:
+        history = self.nodes[node_id].history
+        return history is None or history.due(wall)
 
     def _put_back_history(self, history: HistoryBatch) -> None:
         per_node: dict[str, HistoryBatch] = {}

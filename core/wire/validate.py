@@ -8,7 +8,9 @@ above 2^63 is a negative number sent as unsigned. Strings are bounded and node i
 too. A world size or rank is any uint32: a job that claims 10,000 ranks is the job roll-up's to
 judge, not a malformed report. The walk visits only the fields a message has set (``ListFields``, one C
 call per message) and dispatches on a kind per field computed once per message type, inline:
-this runs for every report, and a function call per field would double its cost.
+this runs for every report, and a function call per field would double its cost. Nested messages
+are walked without a wrapper call each (41 messages in an 8-GPU report): a list's entry is
+counted only on the way out of an error, by walking the list again.
 
 The kinds are those the wire's report and hello have (double, uint64, uint32, bool, string,
 messages, repeated messages, strings and uint32s, maps of strings and of uint64): a field of another kind
@@ -162,10 +164,10 @@ def _check(message: Message, path: str) -> None:
 def _walk(message: Message) -> None:
     kinds = _KINDS
     for field, value in message.ListFields():
-        kind_limit = kinds.get(field)
-        if kind_limit is None:
-            kind_limit = _learn(field, value)
-        kind, limit = kind_limit
+        try:
+            kind, limit = kinds[field]
+        except KeyError:
+            kind, limit = _learn(field, value)
         if kind == _DOUBLE:
             if not (value >= 0.0 and value != math.inf):  # false for NaN too
                 raise _BadValueError(field.name, f"{value!r} is not a finite, non-negative number")
@@ -179,7 +181,10 @@ def _walk(message: Message) -> None:
             if len(value) > limit:
                 raise _BadValueError(field.name, f"{len(value)} characters, at most {limit}")
         elif kind == _MESSAGE:
-            _nested(field.name, value)
+            try:
+                _walk(value)
+            except _BadValueError as bad:
+                raise _BadValueError(f"{field.name}.{bad.where}", bad.problem) from None
         elif kind == _OTHER:
             continue
         elif kind == _KEY:
@@ -192,8 +197,11 @@ def _walk(message: Message) -> None:
         elif kind == _REPEATED_UINT:
             continue  # every uint32 is valid; only the count is bounded
         elif kind == _REPEATED_MESSAGE:
-            for index, item in enumerate(value):
-                _nested(f"{field.name}[{index}]", item)
+            try:
+                for item in value:
+                    _walk(item)
+            except _BadValueError:
+                _name_the_entry(field.name, value)
         elif kind == _REPEATED_STRING:
             if max(map(len, value)) > MAX_STRING:
                 raise _BadValueError(field.name, f"an entry longer than {MAX_STRING} characters")
@@ -216,11 +224,13 @@ def _flat_instances(report: pb.NodeReport) -> None:
                 raise _BadValueError(f"gpus[{i}].mig_instances[{j}].mig_instances", "a MIG instance has no instances")
 
 
-def _nested(name: str, message: Message) -> None:
-    try:
-        _walk(message)
-    except _BadValueError as bad:
-        raise _BadValueError(f"{name}.{bad.where}", bad.problem) from None
+def _name_the_entry(name: str, items: Any) -> None:
+    """On the way out of an error in a list: walk it again, counting, to name the entry."""
+    for index, item in enumerate(items):
+        try:
+            _walk(item)
+        except _BadValueError as bad:
+            raise _BadValueError(f"{name}[{index}].{bad.where}", bad.problem) from None
 
 
 def _learn(field: FieldDescriptor, value: object) -> tuple[int, int]:
