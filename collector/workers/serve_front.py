@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -29,13 +30,16 @@ from nodeagent.collector.workers.front_http import FrontHttp
 from nodeagent.collector.workers.front_metrics import FrontMetrics
 from nodeagent.collector.workers.front_query import FrontQueries
 from nodeagent.collector.workers.supervisor import Supervisor, WorkerStartError
-from nodeagent.collector.workers.worker_args import WorkerSpec, worker_db_path, write_spec
+from nodeagent.collector.workers.worker_args import WORKER_MODULE, WorkerSpec, worker_db_path, write_spec
 from nodeagent.core.program.lock_file import LockedError, LockFile
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.rendezvous import worker_name
 from nodeagent.core.transport.security import AccessPolicy
 
 log = structlog.get_logger("nodeagent.collector")
+
+# How long a new front waits for a worker of a killed front to drain and let go of its database.
+ORPHAN_DRAIN_SECONDS = 10.0
 
 
 async def run_front(config: ServerConfig, workers: int, worker_ports_base: int, log_level: str) -> None:
@@ -48,7 +52,7 @@ async def run_front(config: ServerConfig, workers: int, worker_ports_base: int, 
 
 
 async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
-    _check_databases(config.db_path, spec.workers)
+    await _check_databases(config.db_path, spec.workers)
     spec_path = write_spec(spec)
     supervisor = Supervisor(spec, spec_path)
     shards = [
@@ -93,15 +97,31 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         await clients.close()
 
 
-def _check_databases(db_path: Path, workers: int) -> None:
+async def _check_databases(db_path: Path, workers: int) -> None:
     """A database another collector holds stops the front before anything starts, in the one line a
-    single collector gives (each worker takes its lock again as it opens its database)."""
+    single collector gives (each worker takes its lock again as it opens its database).
+
+    A worker holding it is waited for a while: the worker of a front that was SIGKILLed drains
+    and stops by itself within seconds, and a collector restarted at once must not fail on it."""
+    deadline = time.monotonic() + ORPHAN_DRAIN_SECONDS
     for index in range(workers):
         path = worker_db_path(db_path, index)
-        try:
-            LockFile(lock_path(path), f"database {path}").release()
-        except LockedError as err:
-            raise click.BadParameter(str(err), param_hint="--db") from err
+        while True:
+            try:
+                LockFile(lock_path(path), f"database {path}").release()
+                break
+            except LockedError as err:
+                if time.monotonic() > deadline or not _held_by_a_worker(lock_path(path)):
+                    raise click.BadParameter(str(err), param_hint="--db") from err
+            await asyncio.sleep(0.1)
+
+
+def _held_by_a_worker(lock: Path) -> bool:
+    try:
+        pid = int(lock.read_text().strip())
+        return WORKER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
 
 
 def _print_lines(config: ServerConfig, port: int, web: FrontHttp | None, supervisor: Supervisor) -> None:
