@@ -19,7 +19,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import NODE_ROW
-from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.history.rollup import OPEN_WRITE_SECONDS, QUIET_MARGIN_SECONDS, HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay
@@ -269,3 +269,26 @@ def test_replay_needs_a_trace_or_a_stored_node(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "none.db" in done.stderr
+
+
+def test_a_1_hz_node_has_its_open_minute_written_every_5_s_and_once_it_goes_quiet() -> None:
+    """The open minute goes out every OPEN_WRITE_SECONDS of reports, not with every report of a
+    node whose reports come a second apart; a node that stops has it written once its silence
+    passes its usual gap by QUIET_MARGIN_SECONDS."""
+    sim = Simulation("healthy", node_id=NODE)
+    history = NodeHistory(NODE, HistoryConfig())
+    wall, writes, reports = 1000.0, 0, 30
+    for seq in range(1, reports + 1):
+        report = sim.step(1.0)
+        report.epoch, report.seq = 1, seq
+        history.observe(report, report.SerializeToString(), None)
+        wall += 1.0
+        for flush in range(20):  # the report's flush, then the flushes before the next report
+            batch = history.take(wall + 0.01 + flush * 0.05)
+            writes += bool(batch.minutes)
+    # Every 5 s of reports (the first report's write among them), and a minute that closed.
+    assert writes <= reports / OPEN_WRITE_SECONDS + 2
+    assert history.pending
+    assert not history.take(wall + 1.0 + QUIET_MARGIN_SECONDS - 0.1).minutes  # the next report may be on its way
+    assert history.take(wall + 1.0 + QUIET_MARGIN_SECONDS + 0.1).minutes  # quiet: written
+    assert not history.pending
