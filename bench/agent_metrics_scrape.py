@@ -303,6 +303,7 @@ def serve(groups: list[str], writes: int, *, dgx_host: bool = False) -> None:
     class NoSender:
         connected_to = None
         reconnects_total = 0
+        reports_resent_total = 0
 
     sampler = Sampler(sorted(available()), node_id="bench")
     telemetry = AgentTelemetry("bench", INTERVAL_SECONDS)

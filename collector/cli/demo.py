@@ -69,5 +69,6 @@ def loadgen(
         f"{result['nodes']} nodes, {result['seconds']:.0f} s: "
         f"sent {result['sent']} ({result['sent_per_second']:.0f}/s), "
         f"acked {result['acked']} ({result['acked_per_second']:.0f}/s), {result['bytes_per_report']:.0f} B/report, "
-        f"{result['streams_failed']} streams failed, {result['streams_reopened']} reopened"
+        f"{result['streams_failed']} streams failed, {result['streams_reopened']} reopened, "
+        f"{result['streams_redirected']} redirected to their owner"
     )
