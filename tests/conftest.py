@@ -16,7 +16,7 @@ from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, enabled_names
 from tests.fakes.trees import SHARED_FIXTURES, materialize
 
-pytest_plugins = ["tests.fakes.nvml.plugin", "tests.fakes.alertmanager"]
+pytest_plugins = ["tests.fakes.nvml.plugin", "tests.fakes.alertmanager", "tests.fakes.prometheus"]
 
 REQUIRE_LIVE = os.environ.get("NODEAGENT_REQUIRE_LIVE_TESTS") == "1"
 
