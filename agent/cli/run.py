@@ -299,7 +299,7 @@ def run(
         summary = {
             "node_id": node_id, "epoch": spool.epoch, "produced": produced, "last_seq": stats.last_seq,
             "acked_seq": stats.acked_seq, "unacked": stats.reports, "dropped_total": stats.dropped_total,
-            "dropped_unresolved": stats.dropped_unresolved,
+            "dropped_unresolved": stats.dropped_unresolved, "reports_resent_total": outcome.reports_resent_total,
         }  # fmt: skip
         click.echo(json.dumps(summary))
     if (max_reports is not None or deadline is not None) and not outcome.delivered:

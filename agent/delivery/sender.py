@@ -5,9 +5,14 @@ opens ``Ingest/Stream``, says which node it is (``hello``), then writes every sp
 from the oldest unacknowledged one on, and removes reports from the spool as cumulative acks
 arrive. When the stream breaks it reconnects with exponential backoff and full jitter.
 
-With several collectors the agent ranks them by rendezvous hashing of its node id (every agent
-of a fleet agrees on a node's shard without coordination); each connection attempt starts from
-the top of that ranking and moves down on failure, so a shard that comes back gets its nodes back.
+With several collectors the agent ranks them by rendezvous hashing of its routing key: its job
+key when it runs a job (``routing.py``), else its node id, so every node of a job meets on one
+collector without coordination. Each connection attempt starts from the top of that ranking and
+moves down on failure. A *move* (``moves.py``) leaves a collector that still works: when the key
+changes so that another ranks first, or when, while on a fallback, a preferred collector answers
+its health probe again; the stream says ``Goodbye``, waits for the acks of what it sent and ends,
+and the sender connects to the new first choice at once. A collector's front may answer the hello
+with a redirect to the worker that owns the node (``OWNER_PORT_TRAILER``): followed once, at once.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ from typing import NoReturn
 import grpc
 import structlog
 
+from nodeagent.agent.delivery.moves import (
+    MOVE_ACK_WAIT_SECONDS,
+    MOVE_CLOSE_WAIT_SECONDS,
+    PREFERRED_PROBE_SECONDS,
+    ResentCount,
+    first_serving,
+    owner_port,
+    with_port,
+)
+from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.core.transport.backoff import Backoff
@@ -60,6 +75,9 @@ class SenderConfig:
     accept_wait_seconds: float = 0.3
     # How often the sender logs one line on delivery (reports acked, spool depth); 0: never.
     summary_seconds: float = 60.0
+    # While not on the first choice, how often to ask the preferred collectors' health.
+    preferred_probe_seconds: float = PREFERRED_PROBE_SECONDS
+    move_ack_wait_seconds: float = MOVE_ACK_WAIT_SECONDS
 
 
 class Sender:
@@ -71,6 +89,7 @@ class Sender:
         hello: Callable[[], pb.NodeInfo],
         security: ClientSecurity | None = None,
         config: SenderConfig | None = None,
+        routing: RoutingKey | None = None,
     ) -> None:
         if not targets:
             raise ValueError("no collector to send to")
@@ -83,8 +102,17 @@ class Sender:
         self.order: list[str] = []
         self._targets = list(targets)
         self.connected_to: str | None = None
+        # Where the stream of ``connected_to`` really goes: the owner a front redirected it to.
+        self.connected_via: str | None = None
         self.reconnects_total = 0
+        self.moves_total = 0
         self.delivery_log = DeliveryLog()
+        self.routing = routing
+        # The key ``order`` ranks by ("" : the node id), and the node id.
+        self.routing_key = ""
+        self._node_id = ""
+        self._resent = ResentCount()
+        self._rekey: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -112,6 +140,11 @@ class Sender:
             time.sleep(0.02)
         return True
 
+    @property
+    def reports_resent_total(self) -> int:
+        """Reports sent again to another collector after the stream that sent them ended unacknowledged."""
+        return self._resent.total
+
     # ---- the sender thread ----
 
     def _thread_main(self) -> None:
@@ -128,9 +161,16 @@ class Sender:
             loop.call_soon_threadsafe(wake.set)
 
         self.spool.subscribe(wake_up)
+        rekey = self._rekey = asyncio.Event()
+        if self.routing is not None:
+
+            def rekeyed(_key: str) -> None:
+                loop.call_soon_threadsafe(rekey.set)
+
+            self.routing.subscribe(rekeyed)
+        self._node_id = self.hello().node_id
+        self._apply_key()
         self._started.set()
-        hello = self.hello()
-        self.order = rendezvous_order(hello.node_id, self._targets)
         summaries = asyncio.create_task(self._summaries()) if self.config.summary_seconds > 0 else None
         try:
             await self._deliver()
@@ -145,63 +185,106 @@ class Sender:
         # Rounds through every collector without an ack since the last that had one.
         failures = 0
         while not self._stop.is_set():
-            delivered = False
-            for target in self.order:
+            self._apply_key()
+            delivered = moved = False
+            for target in list(self.order):
                 if self._stop.is_set():
                     return
                 try:
-                    delivered = await self._session(target) or delivered
+                    end = await self._session(target)
                 except Exception as err:  # the sender must outlive any one session's surprise
                     log.error("collector session failed", collector=target, error=_describe(err))
-                if delivered:
+                    end = _End()
+                delivered = end.acked or delivered
+                moved = end.moved
+                if delivered or moved:
                     break
+            if moved:
+                failures = 0
+                continue  # a move connects to the new first choice at once
             failures = 0 if delivered else failures + 1
             await self._sleep(backoff.delay(failures))
 
-    async def _session(self, target: str) -> bool:
-        """One stream to one collector; True when it got at least one ack (the collector works)."""
+    def _apply_key(self) -> bool:
+        """Take the routing key's current value; True when it changed ``order``'s key."""
+        key = self.routing.key if self.routing is not None else ""
+        if self.order and key == self.routing_key:
+            return False
+        self.routing_key = key
+        self.order = rendezvous_order(key or self._node_id, self._targets)
+        return True
+
+    async def _session(self, target: str) -> _End:
+        """One session with one collector: its stream, and the one a front's redirect names."""
+        end = await self._stream(target, target)
+        if end.redirect is None:
+            return end
+        dial = with_port(target, end.redirect)
+        log.debug("redirected to the owning worker", collector=target, owner=dial)
+        followed = await self._stream(target, dial)
+        if followed.redirect is not None:  # one hop only: a second redirect is a failure of this target
+            self.delivery_log.failed("collector redirected twice", target, f"{dial} redirects to {followed.redirect}")
+        return _End(acked=followed.acked, moved=followed.moved)
+
+    def _hello_message(self) -> bytes:
+        info = pb.NodeInfo()
+        info.CopyFrom(self.hello())
+        info.routing_key = self.routing_key
+        return pb.AgentMessage(hello=info).SerializeToString()
+
+    async def _stream(self, target: str, dial: str) -> _End:
+        """One stream to ``dial`` on behalf of ``target`` (the collector in ``order``)."""
         assert self._stop is not None
         try:
-            channel = open_channel(target, self.security)  # rereads TLS files: they may be rotating
+            channel = open_channel(dial, self.security)  # rereads TLS files: they may be rotating
         except (OSError, ValueError) as err:
             self.delivery_log.failed("cannot open a channel to the collector", target, _describe(err))
-            return False
-        acked_any = False
+            return _End()
+        acked_any = moved = False
+        progress = _Progress()
         call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None = None
         try:
             try:
                 if not await self._connected(channel):
-                    return False
+                    return _End()
             except (TimeoutError, grpc.aio.AioRpcError) as err:
                 # gRPC's words for the usual mistakes (TLS expected, the HTTP port) said plainly;
                 # no probe here: it would load OpenSSL into the agent.
                 details = str(err.details()) if isinstance(err, grpc.aio.AioRpcError) else ""
-                reason = unreachable_reason(target, self.security, details, probe=False)
+                reason = unreachable_reason(dial, self.security, details, probe=False)
                 self.delivery_log.failed("cannot reach the collector", target, reason or _describe(err))
-                return False
+                return _End()
             call = channel.stream_stream(
                 STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
             )(metadata=self.security.metadata())
-            await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
+            await call.write(self._hello_message())
             await self._accepted(call)
             self.spool.stream_started()  # before anything of this stream is sent
-            self.connected_to = target
-            log.debug("streaming to collector", collector=target)
-            progress = _Progress()
-            writer = asyncio.create_task(self._write_reports(call, progress))
+            self.connected_to, self.connected_via = target, dial
+            log.debug("streaming to collector", collector=target, via=dial)
+            resent_through = self._resent.bound_for(target, self.spool.first_unacked_seq())
+            lock = asyncio.Lock()  # held around each write: a move stops the writer between two
+            writer = asyncio.create_task(self._write_reports(call, progress, lock, resent_through))
             reader = asyncio.create_task(self._read_acks(call, progress, target))
             watchdog = asyncio.create_task(self._ack_watchdog(progress))
             stopper = asyncio.create_task(self._stop.wait())
-            done, pending = await asyncio.wait({writer, reader, watchdog, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            mover = asyncio.create_task(self._move_wanted(target))
+            tasks = {writer, reader, watchdog, stopper, mover}
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if done == {mover}:
+                moved = True
+                await self._move(call, progress, writer, reader, lock, target, mover.result())
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             acked_any = progress.acked
+            if moved:
+                return _End(acked=acked_any, moved=True)
             # The reader's error says why the stream ended; a writer that hit the finished call
             # (InvalidStateError) only says that it did.
-            errors = [task.exception() for task in sorted(done, key=lambda t: t is not reader) if task is not stopper]
-            raised = [error for error in errors if error is not None]  # every one retrieved, the first raised
-            if raised:
+            ended = sorted(done - {stopper, mover}, key=lambda t: t is not reader)
+            raised = [error for error in (task.exception() for task in ended) if error is not None]
+            if raised:  # every one retrieved, the first raised
                 raise raised[0]
         except (
             TimeoutError, grpc.aio.AioRpcError, ConnectionError, _StreamStalledError, asyncio.InvalidStateError,
@@ -210,6 +293,9 @@ class Sender:
             # The collector's status says why (UNAUTHENTICATED, UNAVAILABLE); what the writer or
             # the reader hit first (InvalidStateError, "Internal error from Core") only says that it ended.
             status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
+            redirect = owner_port(await call.trailing_metadata()) if status and call is not None else None
+            if redirect is not None and status is not None and status.startswith("UNAVAILABLE"):
+                return _End(acked=acked_any, redirect=redirect)
             before = self._last_status.get(target)
             if status is not None and status.startswith(_RACED) and not acked_any and _maybe_refused(before):
                 # A report written while a slow collector refused the stream: gRPC says only that
@@ -218,11 +304,56 @@ class Sender:
             self._last_status[target] = status or ""
             self.delivery_log.failed("collector stream ended", target, status or _describe(err))
         finally:
+            if call is not None:
+                self._resent.ended(target, progress.sent_seq, self.spool.first_unacked_seq())
             self.spool.stream_ended()
-            self.connected_to = None
+            self.connected_to = self.connected_via = None
             self.reconnects_total += 1
             await channel.close(grace=None)
-        return acked_any
+        return _End(acked=acked_any)
+
+    async def _move_wanted(self, target: str) -> str:
+        """Return (with the reason) once this stream should move: the routing key now ranks
+        another collector first, or one ranked above ``target`` answers its health probe."""
+        assert self._rekey is not None
+        while True:
+            preferred = self.order[: self.order.index(target)] if target in self.order else list(self.order)
+            wait = self.config.preferred_probe_seconds if preferred else None
+            try:
+                await asyncio.wait_for(self._rekey.wait(), wait)
+            except TimeoutError:
+                answered = await first_serving(preferred, self.security)
+                if answered is not None:
+                    return f"preferred collector {answered} answers"
+                continue
+            self._rekey.clear()
+            if self._apply_key() and self.order[0] != target:
+                return "routing key changed"
+
+    async def _move(
+        self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, writer: asyncio.Task[NoReturn],
+        reader: asyncio.Task[NoReturn], lock: asyncio.Lock, target: str, reason: str,
+    ) -> None:  # fmt: skip
+        """Leave ``target``: no more reports, ``Goodbye``, the acks of what was sent (bounded), half-close."""
+        started = time.monotonic()
+        async with lock:  # the writer is between two writes: nothing is cut in half
+            writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+        goodbye = pb.AgentMessage(goodbye=pb.Goodbye(reason="moving", routing_key=self.routing_key))
+        try:
+            await call.write(goodbye.SerializeToString())
+            deadline = started + self.config.move_ack_wait_seconds
+            while progress.acked_seq < progress.sent_seq and not reader.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await call.done_writing()
+            await asyncio.wait({reader}, timeout=MOVE_CLOSE_WAIT_SECONDS)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError) as err:
+            log.debug("stream ended during a move", collector=target, error=_describe(err))
+        self.moves_total += 1
+        log.info(
+            "moving to another collector", collector=target, reason=reason, routing_key=self.routing_key,
+            unacked=max(0, progress.sent_seq - progress.acked_seq), seconds=round(time.monotonic() - started, 3),
+        )  # fmt: skip
 
     async def _refusal(self, channel: grpc.aio.Channel) -> str | None:
         """``CODE: details`` of the collector's refusal of a stream that sends the hello and
@@ -232,7 +363,7 @@ class Sender:
             STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
         )(metadata=self.security.metadata())
         try:
-            await call.write(pb.AgentMessage(hello=self.hello()).SerializeToString())
+            await call.write(self._hello_message())
             headers = await asyncio.wait_for(call.initial_metadata(), REFUSAL_WAIT_SECONDS)
             if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
                 return None
@@ -277,7 +408,12 @@ class Sender:
             return False
         raise TimeoutError
 
-    async def _write_reports(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress) -> NoReturn:
+    async def _write_reports(
+        self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, lock: asyncio.Lock,
+        resent_through: int,
+    ) -> NoReturn:  # fmt: skip
+        """Every report from the oldest unacknowledged on; those up to ``resent_through`` may
+        already be on another collector (``ResentCount``)."""
         assert self._wake is not None
         cursor = self.spool.first_unacked_seq()
         while True:
@@ -289,11 +425,14 @@ class Sender:
                 continue
             cursor = max(cursor, records[0].seq)  # the spool dropped what we had not sent yet
             for record in records:
-                if progress.waiting_since is None:
-                    progress.waiting_since = time.monotonic()
-                self.spool.sending(record.seq)
-                await call.write(frame_report(record.data))
-                progress.sent_seq = record.seq
+                async with lock:
+                    if progress.waiting_since is None:
+                        progress.waiting_since = time.monotonic()
+                    self.spool.sending(record.seq)
+                    await call.write(frame_report(record.data))
+                    progress.sent_seq = record.seq
+                    if record.seq <= resent_through:
+                        self._resent.total += 1
                 cursor = record.seq + 1
 
     async def _read_acks(
@@ -326,12 +465,21 @@ class Sender:
     async def _summaries(self) -> None:
         while True:
             await asyncio.sleep(self.config.summary_seconds)
-            self.delivery_log.summary(self.spool, self.connected_to)
+            self.delivery_log.summary(self.spool, self.connected_to, self._resent.total)
 
     async def _sleep(self, seconds: float) -> None:
         assert self._stop is not None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """How a stream ended: with an ack (the collector works), in a move, or redirected (the owner's port)."""
+
+    acked: bool = False
+    moved: bool = False
+    redirect: int | None = None
 
 
 @dataclass(slots=True)

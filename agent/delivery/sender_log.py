@@ -72,8 +72,9 @@ class DeliveryLog:
         log.warning(event, **fields)
         self._failure = _Failure(key, now)
 
-    def summary(self, spool: Spool, connected_to: str | None) -> None:
-        """One line on how delivery goes: what was acknowledged, what waits in the spool."""
+    def summary(self, spool: Spool, connected_to: str | None, reports_resent_total: int = 0) -> None:
+        """One line on how delivery goes: what was acknowledged, what waits in the spool, what was
+        sent again to another collector (``moves.ResentCount``)."""
         stats = spool.stats()
         log.info(
             "delivery summary",
@@ -82,4 +83,5 @@ class DeliveryLog:
             spool_reports=stats.reports,
             spool_bytes=stats.bytes,
             spool_dropped_reports_total=stats.dropped_total,
+            reports_resent_total=reports_resent_total,
         )

@@ -155,6 +155,11 @@ class AgentMetrics:
             "nodeagent_agent_sender_reconnects_total", "counter",
             "Streams to a collector that ended (the sender connects again).", self.sender.reconnects_total,
         )  # fmt: skip
+        yield _scalar(
+            "nodeagent_agent_reports_resent_total", "counter",
+            "Reports sent again to another collector after the stream that sent them ended unacknowledged "
+            "(at most what is stored twice across shards).", self.sender.reports_resent_total,
+        )  # fmt: skip
         report = telemetry.latest
         if report is not None:
             yield _scalar(

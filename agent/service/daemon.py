@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
@@ -66,6 +67,7 @@ class DaemonSettings:
 class Outcome:
     produced: int  # reports sampled and spooled
     delivered: bool  # every one acknowledged before the run ended
+    reports_resent_total: int = 0  # sent again to another collector after an unacknowledged stream
 
 
 class MetricsListenError(Exception):
@@ -76,7 +78,10 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
     """Run until a signal, ``max_reports`` or ``stop_at``; the spool and the source are closed
     on return (and when ``MetricsListenError`` is raised)."""
     node_id = settings.node_id
-    sender = Sender(spool, settings.collectors, hello=lambda: _hello(source, node_id), security=settings.security)
+    routing = RoutingKey()
+    sender = Sender(
+        spool, settings.collectors, hello=lambda: _hello(source, node_id), security=settings.security, routing=routing
+    )
     stop = threading.Event()
     _on_signals(stop)
     telemetry = AgentTelemetry(node_id, settings.interval_seconds)
@@ -97,7 +102,7 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
     collectors = list(settings.collectors)
     log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=collectors)
     try:
-        produced = _sample_loop(source, spool, settings, stop, telemetry)
+        produced = _sample_loop(source, spool, settings, stop, telemetry, routing)
         delivered = _finish(sender, settings, stop)
     finally:
         sd_notify.stopping()
@@ -108,12 +113,13 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
         sender.stop()
         spool.close()
         source.close()
-    return Outcome(produced, delivered)
+    return Outcome(produced, delivered, sender.reports_resent_total)
 
 
 def _sample_loop(
-    source: ReportSource, spool: Spool, settings: DaemonSettings, stop: threading.Event, telemetry: AgentTelemetry
-) -> int:
+    source: ReportSource, spool: Spool, settings: DaemonSettings, stop: threading.Event, telemetry: AgentTelemetry,
+    routing: RoutingKey,
+) -> int:  # fmt: skip
     interval, max_reports, end = settings.interval_seconds, settings.max_reports, settings.stop_at
     produced = 0
     next_tick = time.monotonic()
@@ -122,6 +128,7 @@ def _sample_loop(
             break
         report = source.tick()
         _sanitize(report)
+        routing.observe(report)  # its job keys, before the report is serialized
         for problem in spool.take_events():  # a failing spool disk, reports lost to damage
             report.events.add(
                 time_unix_seconds=report.time_unix_seconds, kind="spool_degraded", severity="warning",

@@ -55,12 +55,15 @@ class Alerting:
         """Signals of a batch that did not commit: they go with the next one, in order."""
         self._pending[:0] = signals
 
-    def take(self, now: float, last_seen: Callable[[], Mapping[str, float]]) -> list[AlertSignal]:
-        """The signals gathered since the last flush (plus NodeDown's, when due)."""
+    def take(
+        self, now: float, last_seen: Callable[[], Mapping[str, float]], moved: Callable[[], Iterable[str]] = tuple
+    ) -> list[AlertSignal]:
+        """The signals gathered since the last flush (plus NodeDown's, when due); ``moved``: the
+        nodes that went to another collector (their NodeDown resolves, none fires)."""
         signals, self._pending = self._pending, []
         if now >= self._next_down_check:
             self._next_down_check = now + NODE_DOWN_CHECK_SECONDS
-            signals.extend(self.watch.check(last_seen(), now))
+            signals.extend(self.watch.check(last_seen(), now, moved()))
         return signals
 
     # ---- the store thread's side ----

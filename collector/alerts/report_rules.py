@@ -14,7 +14,7 @@ Time is the report's own (``time_unix_seconds``), so replays of recorded traces 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.rule_state import NOT_FIRING, Burst, Counter, Instance, Sustained
@@ -283,10 +283,15 @@ class NodeDownWatch:
         self.config = config
         self._down: dict[str, bool] = {}
 
-    def check(self, last_seen: Mapping[str, float], now: float) -> list[AlertSignal]:
+    def check(self, last_seen: Mapping[str, float], now: float, moved: Iterable[str] = ()) -> list[AlertSignal]:
+        """NodeDown signals for the nodes in ``last_seen``; ``moved`` nodes (gone to another
+        collector, not in ``last_seen``) resolve theirs and are watched again once listed."""
         limit = self.config.node_down_seconds
         out: list[AlertSignal] = []
         down = self._down
+        for node_id in moved:
+            if down.pop(node_id, False):
+                out.append(AlertSignal(NODE_DOWN, node_id, "", False, CRITICAL, {}, {}))
         for node_id, seen in last_seen.items():
             is_down = now - seen >= limit
             if down.get(node_id) is is_down:

@@ -119,7 +119,7 @@ class Flusher:
             config = self.history_config
             history.sweep = (now - config.reports_seconds, now - config.retention_seconds)
             self._swept_at = now
-        signals = self.alerting.take(now, self._last_seen)
+        signals = self.alerting.take(now, self._last_seen, self._moved)
         signals.extend(self.history_guard.take_signals())
         started = time.perf_counter()
         try:
@@ -253,7 +253,16 @@ class Flusher:
                 self._history_pending.add(node_id)
 
     def _last_seen(self) -> dict[str, float]:
-        return {node_id: node.row.last_seen for node_id, node in self.nodes.items() if node.row.last_seen}
+        """Each node's last report, for NodeDown: not of a node that moved to another collector, and
+        for one back from there, no earlier than its return."""
+        return {
+            node_id: max(node.row.last_seen, node.returned_at)
+            for node_id, node in self.nodes.items()
+            if node.row.last_seen and not node.moved_at
+        }
+
+    def _moved(self) -> list[str]:
+        return [node_id for node_id, node in self.nodes.items() if node.moved_at]
 
     def _take_batch(self) -> tuple[list[NodeRow], list[tuple[str, int, int]]]:
         now = self.clock()

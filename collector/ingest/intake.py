@@ -128,6 +128,8 @@ class Ingest:
         previous = node.stream
         node.stream = stream
         node.attached_at = self.clock()
+        if node.moved_at:  # back from another collector
+            node.moved_at, node.returned_at = 0.0, node.attached_at
         # Acknowledge at once what is already durable of the node's latest epoch (even nothing):
         # reports committed just before the collector went away were never acked, and an agent
         # whose spool dropped them meanwhile waits for this ack to learn whether they are stored.
@@ -148,6 +150,8 @@ class Ingest:
         node = self.nodes.get(stream.node_id)
         if node is not None and node.stream is stream:
             node.stream = None
+            if stream.goodbye:  # it went to another collector: not down, shown moved
+                node.moved_at = self.clock()
         self.flusher.forget(stream)
 
     def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:

@@ -54,7 +54,8 @@ class StreamHandle:
     """One agent stream, as the flusher sees it: where to send acks and how far they went."""
 
     __slots__ = (
-        "ack_wanted", "acked_sent", "attach_ack", "context", "epoch", "epochs", "node_id", "peer", "task", "wake",
+        "ack_wanted", "acked_sent", "attach_ack", "context", "epoch", "epochs", "goodbye", "node_id", "peer", "task",
+        "wake",
     )  # fmt: skip
 
     def __init__(self, node_id: str, peer: str, context: object = None) -> None:
@@ -71,6 +72,8 @@ class StreamHandle:
         self.task: asyncio.Task[object] | None = None
         # (epoch, seq) the stream's first ack says: what was stored of the node when it attached.
         self.attach_ack: tuple[int, int] | None = None
+        # The agent said goodbye (it moves to another collector): no more reports on this stream.
+        self.goodbye = False
 
 
 @dataclass(slots=True)
@@ -98,6 +101,12 @@ class NodeState:
     attached_at: float = 0.0
     # Set while a flush retires the node: its streams are refused until it is gone.
     retiring: bool = False
+    # The collector's clock when a stream that said goodbye ended (0: not moved): the node reports
+    # to another collector now; shown ``moved``, left out of NodeDown. Its next stream clears it,
+    # and from then (``returned_at``) NodeDown counts its silence again. Memory only: after a
+    # restart a moved node reads as it was stored.
+    moved_at: float = 0.0
+    returned_at: float = 0.0
     # Its newest report's time minus the collector's clock when it arrived (None: none yet), and
     # its reports refused for a time out of bounds (``clock_bounds``), since this collector started.
     clock_skew_seconds: float | None = None

@@ -6,6 +6,10 @@ other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal c
 stream; every other stream and the flusher go on. Fields this collector does not know are
 discarded as a message is parsed, so nothing a client adds beyond the schema is kept or stored.
 
+An agent that moves to another collector says ``goodbye`` on its stream: no report may follow
+it (``INVALID_ARGUMENT``), its last acks still go out, and when the stream ends the node is
+shown ``moved`` and left out of NodeDown until a new stream of it arrives.
+
 A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
 without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
 clients cannot pile up, and a source over its bound is refused without touching the others.
@@ -316,7 +320,17 @@ class CollectorServer:
             if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
                 return
             message = self._parse(raw)
-            if message is None or message.WhichOneof("body") != "report":
+            body = message.WhichOneof("body") if message is not None else None
+            if body == "goodbye" and message is not None and not stream.goodbye:
+                stream.goodbye = True
+                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason[:64],
+                         routing_key=message.goodbye.routing_key[:256])  # fmt: skip
+                continue
+            if stream.goodbye:
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, "after_goodbye", "nothing may follow goodbye on a stream"
+                )
+            if message is None or body != "report":
                 await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
             report = message.report
             try:

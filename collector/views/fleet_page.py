@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from nodeagent.collector.ingest.server import CollectorServer
 
 # Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
-# job; a down one says nothing at all.
-STATE_ORDER: Final = ("starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new")
+# job; a down one says nothing at all; a moved one reports to another collector now.
+STATE_ORDER: Final = (
+    "starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new", "moved",
+)  # fmt: skip
 # Jobs: a slowed one costs every GPU of it now.
 JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0

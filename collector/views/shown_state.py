@@ -5,8 +5,9 @@ The detector's verdict says what the node's GPUs do while its reports come; two 
 see override it. A node silent for longer than the detector's window is ``down`` (its last verdict
 says nothing of now; the views that show it say when it was last heard), and a node without a GPU
 is ``no-gpu`` rather than ``idle`` (nothing there can wait for data). A node that said hello but
-sent no report yet is ``new``. Any other state, one the detector adds later included, passes
-through as the detector says it.
+sent no report yet is ``new``. A node whose agent said goodbye (it moved to another collector,
+its routing key ranks that one first) is ``moved`` until it connects here again: not down. Any
+other state, one the detector adds later included, passes through as the detector says it.
 """
 
 from __future__ import annotations
@@ -19,11 +20,17 @@ if TYPE_CHECKING:
 DOWN: Final = "down"
 NO_GPU: Final = "no-gpu"
 NEW: Final = "new"
+MOVED: Final = "moved"
 
 
-def shown_state(verdict_state: str | None, *, gpu_count: int, heard: bool = True, silent: bool = False) -> str:
+def shown_state(
+    verdict_state: str | None, *, gpu_count: int, heard: bool = True, silent: bool = False, moved: bool = False
+) -> str:
     """The word for a node whose detector says ``verdict_state`` (None: it has none); ``heard``:
-    a report ever arrived; ``silent``: none within the detector's window."""
+    a report ever arrived; ``silent``: none within the detector's window; ``moved``: its agent
+    said goodbye and went to another collector."""
+    if moved:
+        return MOVED
     if not heard:
         return NEW
     if silent:
@@ -47,4 +54,5 @@ def node_shown_state(node: NodeState, now: float, window_seconds: float) -> str:
         gpu_count=node.row.gpu_count,
         heard=bool(node.row.last_seen),
         silent=is_silent(node, now, window_seconds),
+        moved=bool(node.moved_at),
     )
