@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 import pytest
 
+from nodeagent.core.transport.rendezvous import rendezvous_order, routing_key
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.conftest import require
@@ -120,15 +121,15 @@ def _shard_dies(run: Run, shards: list[Collector], watch: Watch) -> None:
     def homes() -> dict[str, int]:
         return _homes(shards, time.time() - 1.0)
 
-    def placed_by_job() -> dict[str, int] | None:
-        # Each node starts on the first choice for its node id and moves once its job key has
-        # held for 3 reports (ROUTING_HOLD_REPORTS): then a job's nodes are on one shard.
-        now = homes()
-        together = len(now) == len(NODES) and now["a0"] == now["a1"] and now["b0"] == now["b1"]
-        return now if together else None
-
-    placed = _until(placed_by_job, 20, f"every node on a shard, each job on one ({homes()})")
+    # Each node starts on the first choice for its node id and moves once its job key has held
+    # for 3 reports (ROUTING_HOLD_REPORTS): then every node is on the first choice for its key.
+    targets = [shard.address for shard in shards]
+    expected = {node: targets.index(rendezvous_order(routing_key(node, job), targets)[0])
+                for node, (job, _rank) in NODES.items()}  # fmt: skip
+    _until(lambda: homes() == expected, 20, f"every node on its first choice {expected}")
+    placed = expected
     run.figures["placed"] = placed
+    time.sleep(2.0)  # under load: every node streaming to its shard
     _until(lambda: watch.xid_alerts() == 1, 20, f"XIDError of {XID_NODE} in Alertmanager")
     run.victim = victim = placed[XID_NODE]
     moving = sorted(node for node, shard in placed.items() if shard == victim)
