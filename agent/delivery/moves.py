@@ -18,6 +18,7 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health_pb2
 
+from nodeagent.agent.delivery.stream_status import HEALTH_METHOD
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
 
@@ -30,8 +31,6 @@ MOVE_CLOSE_WAIT_SECONDS = 3.0
 # One health question's deadline.
 PROBE_TIMEOUT_SECONDS = 2.0
 
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-
 
 async def first_serving(targets: list[str], security: ClientSecurity) -> str | None:
     """The first of ``targets`` whose gRPC health says SERVING now; None when none does."""
@@ -42,7 +41,7 @@ async def first_serving(targets: list[str], security: ClientSecurity) -> str | N
             continue
         try:
             check = channel.unary_unary(
-                _HEALTH_CHECK,
+                HEALTH_METHOD,
                 request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
                 response_deserializer=health_pb2.HealthCheckResponse.FromString,
             )

@@ -40,6 +40,7 @@ from nodeagent.agent.delivery.moves import (
 from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
+from nodeagent.agent.delivery.stream_status import RACED, describe, final_status, maybe_refused, ready_or_reason
 from nodeagent.core.transport.backoff import Backoff
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.core.transport.diagnosis import unreachable_reason
@@ -49,15 +50,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.sender")
 
-# Asked only to learn why a connection fails: a call that does not wait for the channel fails
-# at once with the transport's own reason ("Connection refused", a TLS handshake error).
-_HEALTH_METHOD = "/grpc.health.v1.Health/Check"
-# What gRPC says of a call whose write raced the collector's refusal, instead of the refusal.
-_RACED = "INTERNAL: Internal error from Core"
 # How long the stream that asks why (the hello alone) waits for the collector's answer.
 REFUSAL_WAIT_SECONDS = 1.0
-# Statuses of a collector refusing a stream's credentials: after one, a raced end is likely another.
-_REFUSALS = ("UNAUTHENTICATED:", "PERMISSION_DENIED:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +187,7 @@ class Sender:
                 try:
                     end = await self._session(target)
                 except Exception as err:  # the sender must outlive any one session's surprise
-                    log.error("collector session failed", collector=target, error=_describe(err))
+                    log.error("collector session failed", collector=target, error=describe(err))
                     end = _End()
                 delivered = end.acked or delivered
                 moved = end.moved
@@ -238,7 +232,7 @@ class Sender:
         try:
             channel = open_channel(dial, self.security)  # rereads TLS files: they may be rotating
         except (OSError, ValueError) as err:
-            self.delivery_log.failed("cannot open a channel to the collector", target, _describe(err))
+            self.delivery_log.failed("cannot open a channel to the collector", target, describe(err))
             return _End()
         acked_any = moved = False
         progress = _Progress()
@@ -252,7 +246,7 @@ class Sender:
                 # no probe here: it would load OpenSSL into the agent.
                 details = str(err.details()) if isinstance(err, grpc.aio.AioRpcError) else ""
                 reason = unreachable_reason(dial, self.security, details, probe=False)
-                self.delivery_log.failed("cannot reach the collector", target, reason or _describe(err))
+                self.delivery_log.failed("cannot reach the collector", target, reason or describe(err))
                 return _End()
             call = channel.stream_stream(
                 STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
@@ -292,17 +286,17 @@ class Sender:
         ) as err:  # fmt: skip
             # The collector's status says why (UNAUTHENTICATED, UNAVAILABLE); what the writer or
             # the reader hit first (InvalidStateError, "Internal error from Core") only says that it ended.
-            status = await _final_status(call) if not isinstance(err, _StreamStalledError) else None
+            status = await final_status(call) if not isinstance(err, _StreamStalledError) else None
             redirect = owner_port(await call.trailing_metadata()) if status and call is not None else None
             if redirect is not None and status is not None and status.startswith("UNAVAILABLE"):
                 return _End(acked=acked_any, redirect=redirect)
             before = self._last_status.get(target)
-            if status is not None and status.startswith(_RACED) and not acked_any and _maybe_refused(before):
+            if status is not None and status.startswith(RACED) and not acked_any and maybe_refused(before):
                 # A report written while a slow collector refused the stream: gRPC says only that
                 # the write raced the end. A stream with the hello alone gets the refusal itself.
                 status = await self._refusal(channel) or status
             self._last_status[target] = status or ""
-            self.delivery_log.failed("collector stream ended", target, status or _describe(err))
+            self.delivery_log.failed("collector stream ended", target, status or describe(err))
         finally:
             if call is not None:
                 self._resent.ended(target, progress.sent_seq, self.spool.first_unacked_seq())
@@ -348,7 +342,7 @@ class Sender:
             await call.done_writing()
             await asyncio.wait({reader}, timeout=MOVE_CLOSE_WAIT_SECONDS)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError) as err:
-            log.debug("stream ended during a move", collector=target, error=_describe(err))
+            log.debug("stream ended during a move", collector=target, error=describe(err))
         self.moves_total += 1
         log.info(
             "moving to another collector", collector=target, reason=reason, routing_key=self.routing_key,
@@ -367,9 +361,9 @@ class Sender:
             headers = await asyncio.wait_for(call.initial_metadata(), REFUSAL_WAIT_SECONDS)
             if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
                 return None
-            return await _final_status(call)
+            return await final_status(call)
         except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            return await _final_status(call) if call.done() else None
+            return await final_status(call) if call.done() else None
         finally:
             call.cancel()
 
@@ -393,7 +387,7 @@ class Sender:
         """Wait for the connection, but not past a stop: an agent told to stop does not wait out
         a connect timeout to a collector that is away. TimeoutError when it does not come up."""
         assert self._stop is not None
-        ready = asyncio.create_task(_ready_or_reason(channel))
+        ready = asyncio.create_task(ready_or_reason(channel))
         stopping = asyncio.create_task(self._stop.wait())
         done, pending = await asyncio.wait(
             {ready, stopping}, timeout=self.config.connect_timeout_seconds, return_when=asyncio.FIRST_COMPLETED
@@ -493,50 +487,3 @@ class _Progress:
 
 class _StreamStalledError(Exception):
     pass
-
-
-async def _ready_or_reason(channel: grpc.aio.Channel) -> None:
-    """Return once the channel is ready; raise the transport's ``AioRpcError`` when it fails.
-
-    ``channel_ready()`` alone waits through every failure until a timeout, so an agent pointed
-    at a port where nothing listens would only ever say "TimeoutError"."""
-    state = channel.get_state(try_to_connect=True)
-    while state != grpc.ChannelConnectivity.READY:
-        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            probe = channel.unary_unary(
-                _HEALTH_METHOD, request_serializer=passthrough, response_deserializer=passthrough
-            )
-            try:
-                await probe(b"", timeout=2.0, wait_for_ready=False)
-            except grpc.aio.AioRpcError as err:
-                if err.code() == grpc.StatusCode.UNAVAILABLE:
-                    raise
-            # Any other answer came over a working connection: the channel is up again.
-        await channel.wait_for_state_change(state)
-        state = channel.get_state(try_to_connect=True)
-
-
-def _maybe_refused(previous: str | None) -> bool:
-    """Whether a raced end may hide a refusal: the first failure of this collector, or one after
-    a refusal of the stream's credentials (not after a stream ended otherwise, as a replaced one)."""
-    return previous is None or previous.startswith(_REFUSALS)
-
-
-async def _final_status(call: grpc.aio.StreamStreamCall[bytes, pb.Ack] | None) -> str | None:
-    """``CODE: details`` of a call the collector ended with an error status; None otherwise."""
-    if call is None:
-        return None
-    try:
-        code = await asyncio.wait_for(call.code(), 1.0)
-        details = await call.details()
-    except (TimeoutError, grpc.aio.AioRpcError):
-        return None
-    if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
-        return None
-    return f"{code.name}: {details}"
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, grpc.aio.AioRpcError):
-        return f"{err.code().name}: {err.details()}"
-    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
