@@ -8,14 +8,13 @@ simulator steps through the same span of virtual time as fast as the CPU allows;
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import platform
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import click
 
@@ -25,6 +24,7 @@ from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, enabled_names
 from nodeagent.core.wire.trace import TraceWriter
 from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation
+from nodeagent.tools.simulator.scenarios import parse_overrides
 
 _ROOT = click.Path(exists=True, file_okay=False, readable=True)
 
@@ -68,8 +68,8 @@ def record(
             f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})", param_hint="--simulate"
         )
     if scenario is not None:
-        params = dict(_override(text) for text in overrides)
         try:
+            params = parse_overrides(overrides)
             sim = Simulation(scenario, node_id=node_id or f"sim-{scenario}", seed=seed or 0, gpus=gpus, **params)
         except ScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--set") from err
@@ -120,17 +120,6 @@ def _live(
             time.sleep(max(0.0, deadline - time.monotonic()))
     finally:
         sampler.close()
-
-
-def _override(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE``; the value as JSON when it reads as JSON (numbers, true, null), else text."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise click.BadParameter(f"{text!r}: expected NAME=VALUE", param_hint="--set")
-    try:
-        return name, json.loads(value)
-    except ValueError:
-        return name, value
 
 
 @contextlib.contextmanager

@@ -126,6 +126,10 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--simulate", "scenario", metavar="SCENARIO", help="Simulated node instead of this machine's sources.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option(
+    "--set", "overrides", multiple=True, metavar="NAME=VALUE",
+    help="With --simulate: a simulation parameter, e.g. job_key=torch/run-1 (docs/detector.md). Repeatable.",
+)  # fmt: skip
+@click.option(
     "--time-scale", type=click.FloatRange(min=0.01, max=10_000), default=1.0, show_default=True,
     help="With --simulate: simulated seconds per wall-clock second (a demo can show an hour in a minute); "
     "the simulated clock starts in the past so that it never runs ahead of the wall clock.",
@@ -197,6 +201,7 @@ def run(
     spool_max_age: float,
     scenario: str | None,
     seed: int,
+    overrides: tuple[str, ...],
     time_scale: float,
     time_scale_seconds: float | None,
     max_reports: int | None,
@@ -235,6 +240,8 @@ def run(
         _check_metrics_listen(metrics_listen, insecure=metrics_insecure, tls=metrics_tls is not None)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
+    if overrides and scenario is None:
+        raise click.UsageError("--set needs --simulate")
     config = agent_config(config_path, link_speed)
     names = enabled_collectors(flags)
     options = collector_options(flags)
@@ -250,7 +257,8 @@ def run(
     source: ReportSource
     if scenario is not None:
         # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
-        from nodeagent.tools.simulator import UnknownScenarioError  # noqa: PLC0415
+        from nodeagent.tools.simulator import ScenarioError, UnknownScenarioError  # noqa: PLC0415
+        from nodeagent.tools.simulator.scenarios import parse_overrides  # noqa: PLC0415
         from nodeagent.tools.simulator.source import SimulatedSampler, scaled_clock  # noqa: PLC0415
 
         if time_scale_seconds is None:
@@ -259,9 +267,12 @@ def run(
             time_scale_seconds = min(ends, default=None)
         clock = scaled_clock(time_scale, time_scale_seconds)
         try:
-            source = SimulatedSampler(scenario, node_id=node_id, sequence=sequence, seed=seed, clock=clock)
+            params = parse_overrides(overrides)
+            source = SimulatedSampler(scenario, node_id=node_id, sequence=sequence, seed=seed, clock=clock, **params)
         except UnknownScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err
+        except ScenarioError as err:
+            raise click.BadParameter(str(err), param_hint="--set") from err
     else:
         source = Sampler(
             names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence,

@@ -122,8 +122,16 @@ class Prometheus(Receiver):
     name = "prometheus"
     binaries = ("prometheus",)
 
+    def __init__(self, tmp: Path, rule_files: tuple[Path, ...] = (), *, out_of_order_window: str = "") -> None:
+        super().__init__(tmp, rule_files)
+        # A shard that died re-sends reports older than what it had written: Prometheus refuses
+        # them (the whole request) unless it accepts samples this far out of order.
+        self.out_of_order_window = out_of_order_window
+
     def start(self) -> Prometheus:
         config: dict[str, Any] = {"global": {"scrape_interval": "1h", "evaluation_interval": "1s"}}
+        if self.out_of_order_window:
+            config["storage"] = {"tsdb": {"out_of_order_time_window": self.out_of_order_window}}
         if self.rule_files:
             config["rule_files"] = [str(p) for p in recording_only(self.rule_files, self.tmp)]
         (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(config))

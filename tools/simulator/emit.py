@@ -178,6 +178,8 @@ class NodeHardware:
         self._fill_host(report.host, with_cores=with_cores)
         for index in range(self.gpus):
             self._fill_gpu(report.gpus.add(index=index), index, a)
+        if a.assigned and self.p.job_key:
+            self._fill_job(report)
 
     def _fill_host(self, host: pb.HostSample, *, with_cores: bool) -> None:
         total = host.cpu_total
@@ -223,6 +225,10 @@ class NodeHardware:
             g.memory_used_bytes = int(a.gpu_memory_bytes) + index * 3 * _MIB
             proc = g.processes.add(pid=41_000 + index, used_memory_bytes=int(a.gpu_memory_bytes), name="python")
             proc.job.slurm_job_id = self.p.job_id
+            if self.p.job_key:
+                ref, node_rank = proc.job, self.p.job_node_rank
+                ref.job_key, ref.world_size = self.p.job_key, self.p.job_nodes * self.gpus
+                ref.rank, ref.local_rank, ref.node_rank = node_rank * self.gpus + index, index, node_rank
         else:
             g.memory_used_bytes = _IDLE_MEMORY_BYTES
         if profile.gpm_supported:
@@ -236,6 +242,17 @@ class NodeHardware:
         g.power_watts = float(round(60.0 + (profile.power_limit_watts - 60.0) * util))
         clock = profile.max_sm_clock_mhz * self.p.clock_ratio if util >= 0.01 else 210
         g.sm_clock_mhz = int(clock)
+
+    def _fill_job(self, report: pb.NodeReport) -> None:
+        """The node's one ``JobSample``, as ``agent/gpu/job_samples.py`` builds it from the processes."""
+        p, gpus = self.p, self.gpus
+        key = p.job_key
+        source = "torch" if key.startswith("torch/") else "mpi" if key.startswith("mpi/") else "slurm"
+        first = p.job_node_rank * gpus
+        report.jobs.add(
+            job=key, source=source, world_size=p.job_nodes * gpus, ranks=range(first, first + gpus),
+            node_rank=p.job_node_rank, gpus=range(gpus),
+        )  # fmt: skip
 
     def _has_rdma(self) -> bool:
         return self.p.volume_transport == "rdma" and self.p.rdma_rate_bytes_per_second > 0

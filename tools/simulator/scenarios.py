@@ -9,7 +9,8 @@ the labelled suite varies them. The workload is calibrated on DESIGN.md's compar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -55,6 +56,13 @@ class Params:
     # -- the job --
     job: bool = True
     job_id: str = "4242"
+    # A job that spans nodes: its key (``JobRef.job_key``, the same on every node of the job, e.g.
+    # "torch/run-1"; "" for none), its nodes and this node's rank among them. With a key, each GPU
+    # process carries it with its global rank (node rank x GPUs + local rank) and the report one
+    # ``JobSample``, as a real node's agent sends them (``agent/gpu/job_samples.py``).
+    job_key: str = ""
+    job_nodes: int = 1
+    job_node_rank: int = 0
     # Training samples one GPU consumes per second when nothing else limits it (A800 speed;
     # scaled by the profile's relative speed).
     gpu_samples_per_second: float = 3472.2
@@ -90,6 +98,13 @@ class Params:
     checkpoint_bytes: float = 30e9
     epoch_every_seconds: float | None = None
     epoch_gap_seconds: float = 25.0
+    # A faulty GPU: ``xid_gpu`` raises Xid ``xid_code`` every ``xid_every_seconds`` of the run (the
+    # first one that far in), each an ``xid`` event in the report as the agent's event thread sends
+    # it, with ``xid_severity`` ("critical" for the Xids in the agent's CRITICAL_XIDS, such as 79).
+    xid_every_seconds: float | None = None
+    xid_code: int = 13
+    xid_gpu: int = 0
+    xid_severity: str = "warning"
     # -- noise (standard deviations) --
     util_noise_ratio: float = 0.01
     step_noise_ratio: float = 0.01
@@ -124,6 +139,16 @@ class Params:
             raise ScenarioError(f"need 0 <= loader_cores ({self.loader_cores}) <= cpu_count ({self.cpu_count})")
         if not 0 < self.clock_ratio <= 1 or not 0 <= self.page_cache_hit_ratio < 1:
             raise ScenarioError("clock_ratio must be in (0, 1], page_cache_hit_ratio in [0, 1)")
+        if len(self.job_key) > 256 or not self.job_key.isprintable():
+            raise ScenarioError(f"job_key must be printable and at most 256 characters, got {self.job_key!r}")
+        if not 0 <= self.job_node_rank < self.job_nodes:
+            raise ScenarioError(f"need 0 <= job_node_rank ({self.job_node_rank}) < job_nodes ({self.job_nodes})")
+        if self.xid_every_seconds is not None and not self.xid_every_seconds > 0:
+            raise ScenarioError(f"xid_every_seconds must be above 0, got {self.xid_every_seconds!r}")
+        if self.xid_code < 0 or self.xid_gpu < 0:
+            raise ScenarioError("xid_code and xid_gpu must not be negative")
+        if self.xid_severity not in ("warning", "critical"):
+            raise ScenarioError(f"xid_severity must be warning or critical, got {self.xid_severity!r}")
 
 
 def _same_kind(current: object, value: object) -> bool:
@@ -224,6 +249,11 @@ SCENARIOS: Final[Mapping[str, Scenario]] = MappingProxyType(
                 epoch_every_seconds=420.0,
             ),
             _scenario(
+                "xid-errors",
+                "healthy job, but GPU 0 raises Xid 13 (graphics engine exception) every 10 s: XIDError fires",
+                xid_every_seconds=10.0,
+            ),
+            _scenario(
                 "software-bound",
                 "the input pipeline is slow by itself (a lock in the loader): starved with nothing saturated",
                 loader_cap_samples_per_second=18_000.0,
@@ -231,6 +261,21 @@ SCENARIOS: Final[Mapping[str, Scenario]] = MappingProxyType(
         ]
     )
 )
+
+
+def parse_overrides(texts: Iterable[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` texts (``--set``) as overrides: a value as JSON when it reads as JSON
+    (numbers, true, null), else as text. The names and kinds are checked by ``Params.replace``."""
+    out: dict[str, Any] = {}
+    for text in texts:
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise ScenarioError(f"{text!r}: expected NAME=VALUE")
+        try:
+            out[name] = json.loads(value)
+        except ValueError:
+            out[name] = value
+    return out
 
 
 def find_scenario(name: str) -> Scenario:

@@ -104,7 +104,22 @@ class Simulation:
             every = self.params.core_times_every_seconds
             self._next_core_times = (math.floor(end / every) + 1) * every if every > 0 else math.inf
         self._hardware.fill(report, activity, with_cores=with_cores)
+        self._xids(report, end - dt_seconds, end)
         return report
+
+    def _xids(self, report: pb.NodeReport, start: float, end: float) -> None:
+        """The Xids of a faulty GPU raised in (start, end], as the agent's event thread reports them."""
+        p = self.params
+        every = p.xid_every_seconds
+        if every is None or p.xid_gpu >= self.gpus:
+            return
+        for k in range(math.floor(start / every) + 1, math.floor(end / every) + 1):
+            report.events.add(
+                time_unix_seconds=self.start_time + k * every, kind="xid", subject=f"gpu:{p.xid_gpu}",
+                severity=p.xid_severity,
+                message=f"Xid {p.xid_code} on GPU {p.xid_gpu}",
+                attributes={"xid": str(p.xid_code), "uuid": self._info.gpu.gpus[p.xid_gpu].uuid},
+            )  # fmt: skip
 
     # ---- what happens over one tick ----------------------------------------------------------
 
