@@ -332,11 +332,18 @@ class Sender:
     ) -> None:  # fmt: skip
         """Leave ``target``: no more reports, ``Goodbye``, the acks of what was sent (bounded), half-close."""
         started = time.monotonic()
-        async with lock:  # the writer is between two writes: nothing is cut in half
-            writer.cancel()
+        try:
+            # The writer stops between two writes, nothing cut in half; a write the collector
+            # never takes (flow control) holds it only so long, then the stream is cancelled.
+            await asyncio.wait_for(lock.acquire(), self.config.move_ack_wait_seconds)
+        except TimeoutError:
+            call.cancel()
+        writer.cancel()
         await asyncio.gather(writer, return_exceptions=True)
         goodbye = pb.AgentMessage(goodbye=pb.Goodbye(reason="moving", routing_key=self.routing_key))
         try:
+            if call.done():
+                raise ConnectionError("the stream ended before its goodbye")
             await call.write(goodbye.SerializeToString())
             deadline = started + self.config.move_ack_wait_seconds
             while progress.acked_seq < progress.sent_seq and not reader.done() and time.monotonic() < deadline:
