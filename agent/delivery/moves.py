@@ -15,10 +15,16 @@ then stores as well, the upper bound of what is stored twice across shards.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
 import grpc
+import structlog
 from grpc_health.v1 import health_pb2
 
-from nodeagent.agent.delivery.stream_status import HEALTH_METHOD
+from nodeagent.agent.delivery.stream_status import HEALTH_METHOD, describe
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
 
@@ -30,6 +36,37 @@ MOVE_ACK_WAIT_SECONDS = 5.0
 MOVE_CLOSE_WAIT_SECONDS = 3.0
 # One health question's deadline.
 PROBE_TIMEOUT_SECONDS = 2.0
+
+log = structlog.get_logger("nodeagent.sender")
+
+
+async def leave(
+    call: grpc.aio.StreamStreamCall[bytes, Any], writer: asyncio.Task[Any], reader: asyncio.Task[Any],
+    lock: asyncio.Lock, goodbye: bytes, unacked: Callable[[], int], ack_wait_seconds: float,
+) -> None:  # fmt: skip
+    """End a stream that works: stop ``writer`` between two writes (it holds ``lock`` around
+    each), write ``goodbye``, wait up to ``ack_wait_seconds`` while ``unacked()`` reports are
+    waiting for their acks (``reader`` takes them), half-close, and let the collector end it."""
+    started = time.monotonic()
+    try:
+        # A write the collector never takes (flow control) holds the writer only so long; then
+        # the stream is cancelled, and what it sent is sent again elsewhere.
+        await asyncio.wait_for(lock.acquire(), ack_wait_seconds)
+    except TimeoutError:
+        call.cancel()
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+    try:
+        if call.done():
+            raise ConnectionError("the stream ended before its goodbye")
+        await call.write(goodbye)
+        deadline = started + ack_wait_seconds
+        while unacked() > 0 and not reader.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await call.done_writing()
+        await asyncio.wait({reader}, timeout=MOVE_CLOSE_WAIT_SECONDS)
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError) as err:
+        log.debug("stream ended during a move", error=describe(err))
 
 
 async def first_serving(targets: list[str], security: ClientSecurity) -> str | None:

@@ -31,28 +31,33 @@ import structlog
 
 from nodeagent.agent.delivery.moves import (
     MOVE_ACK_WAIT_SECONDS,
-    MOVE_CLOSE_WAIT_SECONDS,
     PREFERRED_PROBE_SECONDS,
     ResentCount,
     first_serving,
+    leave,
     owner_port,
     with_port,
 )
 from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.delivery.stream_status import RACED, describe, final_status, maybe_refused, ready_or_reason
+from nodeagent.agent.delivery.stream_status import (
+    RACED,
+    accepted,
+    describe,
+    final_status,
+    maybe_refused,
+    ready_or_reason,
+    refusal,
+)
 from nodeagent.core.transport.backoff import Backoff
 from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.core.transport.diagnosis import unreachable_reason
 from nodeagent.core.transport.rendezvous import rendezvous_order
-from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER, STREAM_METHOD, frame_report, passthrough
+from nodeagent.core.wire.framing import STREAM_METHOD, frame_report, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.sender")
-
-# How long the stream that asks why (the hello alone) waits for the collector's answer.
-REFUSAL_WAIT_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +96,7 @@ class Sender:
         self.spool = spool
         self.hello = hello
         self.security = security or ClientSecurity()
-        # Per collector, the status its last stream ended with ("" for none): see _refusal.
+        # Per collector, the status its last stream ended with ("" for none): see stream_status.refusal.
         self._last_status: dict[str, str] = {}
         self.config = config or SenderConfig()
         self.order: list[str] = []
@@ -253,7 +258,7 @@ class Sender:
                 STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
             )(metadata=self.security.metadata())
             await call.write(self._hello_message())
-            await self._accepted(call)
+            await accepted(call, self.config.accept_wait_seconds)
             self.spool.stream_started()  # before anything of this stream is sent
             self.connected_to, self.connected_via = target, dial
             log.debug("streaming to collector", collector=target, via=dial)
@@ -295,7 +300,7 @@ class Sender:
             if status is not None and status.startswith(RACED) and not acked_any and maybe_refused(before):
                 # A report written while a slow collector refused the stream: gRPC says only that
                 # the write raced the end. A stream with the hello alone gets the refusal itself.
-                status = await self._refusal(channel) or status
+                status = await refusal(channel, self._hello_message(), self.security.metadata()) or status
             self._last_status[target] = status or ""
             self.delivery_log.failed("collector stream ended", target, status or describe(err))
         finally:
@@ -330,60 +335,18 @@ class Sender:
         self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, writer: asyncio.Task[NoReturn],
         reader: asyncio.Task[NoReturn], lock: asyncio.Lock, target: str, reason: str,
     ) -> None:  # fmt: skip
-        """Leave ``target``: no more reports, ``Goodbye``, the acks of what was sent (bounded), half-close."""
+        """Leave ``target`` (``moves.leave``) and say so."""
         started = time.monotonic()
-        async with lock:  # the writer is between two writes: nothing is cut in half
-            writer.cancel()
-        await asyncio.gather(writer, return_exceptions=True)
         goodbye = pb.AgentMessage(goodbye=pb.Goodbye(reason="moving", routing_key=self.routing_key))
-        try:
-            await call.write(goodbye.SerializeToString())
-            deadline = started + self.config.move_ack_wait_seconds
-            while progress.acked_seq < progress.sent_seq and not reader.done() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            await call.done_writing()
-            await asyncio.wait({reader}, timeout=MOVE_CLOSE_WAIT_SECONDS)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError) as err:
-            log.debug("stream ended during a move", collector=target, error=describe(err))
+        await leave(
+            call, writer, reader, lock, goodbye.SerializeToString(),
+            lambda: progress.sent_seq - progress.acked_seq, self.config.move_ack_wait_seconds,
+        )  # fmt: skip
         self.moves_total += 1
         log.info(
             "moving to another collector", collector=target, reason=reason, routing_key=self.routing_key,
             unacked=max(0, progress.sent_seq - progress.acked_seq), seconds=round(time.monotonic() - started, 3),
         )  # fmt: skip
-
-    async def _refusal(self, channel: grpc.aio.Channel) -> str | None:
-        """``CODE: details`` of the collector's refusal of a stream that sends the hello and
-        nothing more, waited for up to ``REFUSAL_WAIT_SECONDS``; None when it accepts it (then it
-        is closed at once) or says nothing in time."""
-        call = channel.stream_stream(
-            STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
-        )(metadata=self.security.metadata())
-        try:
-            await call.write(self._hello_message())
-            headers = await asyncio.wait_for(call.initial_metadata(), REFUSAL_WAIT_SECONDS)
-            if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
-                return None
-            return await final_status(call)
-        except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            return await final_status(call) if call.done() else None
-        finally:
-            call.cancel()
-
-    async def _accepted(self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack]) -> None:
-        """Return once the collector accepted the stream (or says nothing: an older one);
-        ``ConnectionError`` when it refused it, whose status the caller then reads."""
-        wait = self.config.accept_wait_seconds
-        try:
-            headers = await asyncio.wait_for(asyncio.shield(call.initial_metadata()), wait)
-        except TimeoutError:
-            return
-        if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
-            return
-        # Headers without the mark: a refusal's (its status follows them), or an older collector's.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(call.code()), wait)
-        if call.done():
-            raise ConnectionError("collector refused the stream")
 
     async def _connected(self, channel: grpc.aio.Channel) -> bool:
         """Wait for the connection, but not past a stop: an agent told to stop does not wait out

@@ -9,10 +9,12 @@ the real reason, so the sender's log (``sender_log.py``) can say it in one line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Sequence
 
 import grpc
 
-from nodeagent.core.wire.framing import passthrough
+from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER, STREAM_METHOD, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Asked only to learn why a connection fails: a call that does not wait for the channel fails
@@ -22,6 +24,8 @@ HEALTH_METHOD = "/grpc.health.v1.Health/Check"
 RACED = "INTERNAL: Internal error from Core"
 # Statuses of a collector refusing a stream's credentials: after one, a raced end is likely another.
 REFUSALS = ("UNAUTHENTICATED:", "PERMISSION_DENIED:")
+# How long the stream that asks why (the hello alone) waits for the collector's answer.
+REFUSAL_WAIT_SECONDS = 1.0
 
 
 async def ready_or_reason(channel: grpc.aio.Channel) -> None:
@@ -69,3 +73,38 @@ def describe(err: BaseException) -> str:
     if isinstance(err, grpc.aio.AioRpcError):
         return f"{err.code().name}: {err.details()}"
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+async def refusal(channel: grpc.aio.Channel, hello: bytes, metadata: Sequence[tuple[str, str]]) -> str | None:
+    """``CODE: details`` of the collector's refusal of a stream that sends the hello and
+    nothing more, waited for up to ``REFUSAL_WAIT_SECONDS``; None when it accepts it (then it
+    is closed at once) or says nothing in time."""
+    call = channel.stream_stream(
+        STREAM_METHOD, request_serializer=passthrough, response_deserializer=pb.Ack.FromString
+    )(metadata=metadata)
+    try:
+        await call.write(hello)
+        headers = await asyncio.wait_for(call.initial_metadata(), REFUSAL_WAIT_SECONDS)
+        if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
+            return None
+        return await final_status(call)
+    except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        return await final_status(call) if call.done() else None
+    finally:
+        call.cancel()
+
+
+async def accepted(call: grpc.aio.StreamStreamCall[bytes, pb.Ack], wait: float) -> None:
+    """Return once the collector accepted the stream (or says nothing: an older one);
+    ``ConnectionError`` when it refused it, whose status the caller then reads."""
+    try:
+        headers = await asyncio.wait_for(asyncio.shield(call.initial_metadata()), wait)
+    except TimeoutError:
+        return
+    if any(key == STREAM_ACCEPTED_HEADER for key, _value in headers):
+        return
+    # Headers without the mark: a refusal's (its status follows them), or an older collector's.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(call.code()), wait)
+    if call.done():
+        raise ConnectionError("collector refused the stream")
