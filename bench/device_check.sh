@@ -12,6 +12,8 @@
 #   6. bench/gpu_verdict.py: the collector's verdict on a matmul loop and two starved loaders
 #   7. bench/lab.py --gpu: the bottleneck lab with a real CUDA step and the real driver (clean,
 #      h2d, cpu, network; needs root for the network namespace), within LAB_SECONDS per scenario
+#   8. many cores: bench/ingest_throughput.py with the collector on CPUs 0-1 (1 and 2 workers)
+#      and the load generator on the others, so it takes none of the collector's cores
 #
 # Packages missing on the GPU machine travel as wheels in .whl/ (installed to /tmp/site), e.g.
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
@@ -91,5 +93,10 @@ LAB_SECONDS=${LAB_SECONDS:-35}
 step "bench/lab.py --gpu --seconds $LAB_SECONDS"
 timeout $((LAB_SECONDS * 4 + 200)) $PY bench/lab.py --gpu --scenarios clean,h2d,cpu,network --seconds "$LAB_SECONDS" \
   --record "$OUT/lab" | tee "$OUT/lab.md"
+echo "rc=${PIPESTATUS[0]}"
+step "bench/ingest_throughput.py --workers 1,2, collector on CPUs 0-1, load generator on the rest"
+LAST_CPU=$(($(nproc) - 1))
+timeout 420 $PY bench/ingest_throughput.py --workers 1,2 --loads 1000,1500,2000,2500,3000,3500,4000,5000 --refine 1 \
+  --seconds 8 --processes 6 --collector-cpus 0,1 --loadgen-cpus "2-$LAST_CPU" | tee "$OUT/ingest-many-core.txt"
 echo "rc=${PIPESTATUS[0]}"
 step "done"

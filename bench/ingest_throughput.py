@@ -50,7 +50,7 @@ import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from google.protobuf.descriptor import FieldDescriptor
@@ -61,7 +61,10 @@ from nodeagent.tools.simulator import Simulation
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the receivers the live tests use (tests/fakes/tsdb.py)
 
-from tests.fakes.tsdb import RECEIVERS, Receiver  # noqa: E402
+if TYPE_CHECKING:
+    from tests.fakes.tsdb import Receiver
+# The real receivers are imported only when asked for (they need PyYAML, a test dependency).
+RECEIVER_KINDS = ("prometheus", "victoria-metrics")
 
 
 def main() -> None:
@@ -78,6 +81,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument(
+        "--collector-cpus", default="",
+        help="CPUs for the collector (taskset list, e.g. 0,1), and --loadgen-cpus for the load generator: on a "
+        "machine with cores to spare, the load generator then takes none of the collector's.",
+    )  # fmt: skip
+    parser.add_argument("--loadgen-cpus", default="", help="CPUs for the load generator (taskset list).")
+    parser.add_argument(
         "--history", choices=("on", "off"), default="on", help="The collector's history (serve --no-history when off)."
     )
     parser.add_argument(
@@ -89,7 +98,7 @@ def main() -> None:
         help="serve's --remote-write-resolution-seconds: 0 sends every report (the dearest case).",
     )  # fmt: skip
     parser.add_argument(
-        "--receiver", choices=("sink", *RECEIVERS), default="sink",
+        "--receiver", choices=("sink", *RECEIVER_KINDS), default="sink",
         help="The remote-write receiver: a loopback sink, or a real Prometheus or VictoriaMetrics.",
     )  # fmt: skip
     args = parser.parse_args()
@@ -102,12 +111,17 @@ def main() -> None:
             if args.remote_write == "on"
             else ""
         )
-        + f"; {os.cpu_count()} cores shared by the collector and the load generator ({args.processes} processes)"
+        + (
+            f"; {os.cpu_count()} cores shared by the collector and the load generator ({args.processes} processes)"
+            if not (args.collector_cpus or args.loadgen_cpus)
+            else f"; collector on CPUs {args.collector_cpus or 'any'}, load generator ({args.processes} processes) "
+            f"on CPUs {args.loadgen_cpus or 'any'}"
+        )
     )
     tmp_receiver = tempfile.TemporaryDirectory()
     receiver: _Sink | Receiver | None = None
     if args.remote_write == "on":
-        receiver = _Sink() if args.receiver == "sink" else RECEIVERS[args.receiver](Path(tmp_receiver.name)).start()
+        receiver = _Sink() if args.receiver == "sink" else _real_receiver(args.receiver, Path(tmp_receiver.name))
     wire, exposition = _sizes()
     print(f"8-GPU report (healthy scenario): {wire} B protobuf, {exposition} B Prometheus text "
           f"({exposition / wire:.1f}x)")  # fmt: skip
@@ -125,7 +139,8 @@ def main() -> None:
         def step(workers: int, load: int) -> dict[str, Any]:
             db = Path(tmp) / f"w{workers}-{load}.db"
             received_before = _received(receiver)
-            row = _step(_collector(db, workers) + extra, load, args.seconds, args.processes, workers)
+            row = _step(_pinned(args.collector_cpus) + _collector(db, workers) + extra, load, args.seconds,
+                        args.processes, workers, _pinned(args.loadgen_cpus))  # fmt: skip
             row["received"] = _received(receiver) - received_before
             _print_row(workers, load, row)
             if receiver is not None:
@@ -136,11 +151,13 @@ def main() -> None:
 
         for workers, (best, best_row) in _sustained(step, counts, loads, args.refine).items():
             # The reference at the load each worker's event loop took: its messages/s per process.
-            floor = _step([sys.executable, str(REPO / "bench" / "grpc_floor_server.py")],
-                          max(1, round((best or loads[0]) / workers)), args.seconds, args.processes, 1)  # fmt: skip
+            reference = [*_pinned(args.collector_cpus), sys.executable, str(REPO / "bench" / "grpc_floor_server.py")]
+            floor = _step(reference,
+                          max(1, round((best or loads[0]) / workers)), args.seconds, args.processes, 1,
+                          _pinned(args.loadgen_cpus))  # fmt: skip
             floors.append(floor)
             summaries[workers] = _summary(workers, best, best_row, floor)
-    if isinstance(receiver, Receiver):
+    if receiver is not None and not isinstance(receiver, _Sink):
         receiver.stop()
     tmp_receiver.cleanup()
     _print_summaries(summaries)
@@ -294,7 +311,14 @@ def _workers_flag(workers: int) -> list[str]:
     return []
 
 
-def _step(server_command: list[str], load: int, seconds: float, processes: int, workers: int) -> dict[str, Any]:
+def _pinned(cpus: str) -> list[str]:
+    """``taskset`` in front of a command when CPUs are named (the processes it starts inherit them)."""
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+def _step(
+    server_command: list[str], load: int, seconds: float, processes: int, workers: int, loadgen_prefix: list[str]
+) -> dict[str, Any]:
     """Run one load against a fresh server; CPU per acknowledged (or, for the reference, sent)
     report: all its processes, and each worker's main thread per report of the nodes it took."""
     server = subprocess.Popen(server_command, cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -308,7 +332,8 @@ def _step(server_command: list[str], load: int, seconds: float, processes: int, 
         before = [_cpu(proc) for proc in everyone]
         machine_before = _machine()
         done = subprocess.run(
-            [sys.executable, "-m", "nodeagent.collector", "loadgen", "--collector", address, "--nodes", str(load),
+            [*loadgen_prefix, sys.executable, "-m", "nodeagent.collector", "loadgen", "--collector", address,
+             "--nodes", str(load),
              "--rate", "1", "--duration", str(seconds), "--processes", str(processes), "--json"],
             cwd=REPO, capture_output=True, text=True, check=True,
         )  # fmt: skip
@@ -446,7 +471,13 @@ def _write_url(receiver: _Sink | Receiver) -> str:
 
 
 def _received(receiver: _Sink | Receiver | None) -> float:
-    return receiver.samples_received() if isinstance(receiver, Receiver) else 0.0
+    return receiver.samples_received() if receiver is not None and not isinstance(receiver, _Sink) else 0.0
+
+
+def _real_receiver(kind: str, tmp: Path) -> Receiver:
+    from tests.fakes.tsdb import RECEIVERS
+
+    return RECEIVERS[kind](tmp).start()
 
 
 def _machine() -> tuple[float, float, float]:
