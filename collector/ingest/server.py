@@ -37,6 +37,7 @@ from nodeagent.collector.ingest.clock_bounds import ClockBounds
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
+from nodeagent.collector.ingest.source_streams import SourceStreams
 from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
@@ -129,8 +130,7 @@ class CollectorServer:
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}
         self.replaced_total = 0
-        # Source address -> streams it holds now (entries go when they reach 0).
-        self.streams_by_source: dict[str, int] = {}
+        self.streams = SourceStreams()
         self.serving = False
         self.started_monotonic = 0.0
         self.http: MetricsHttpServer | None = None
@@ -267,21 +267,14 @@ class CollectorServer:
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         source = peer_source(context.peer())
-        held = self.streams_by_source.get(source, 0)
-        if held >= self.config.max_streams_per_source:
+        held = self.streams.over(source, self.config.max_streams_per_source)
+        if held is not None:
             await self._refuse(
                 context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
                 f"{source} holds {held} streams, the limit (--max-streams-per-source)",
             )  # fmt: skip
-        self.streams_by_source[source] = held + 1
-        try:
+        with self.streams.holding(source):
             await self._serve_stream(context)
-        finally:
-            left = self.streams_by_source.get(source, 1) - 1
-            if left > 0:
-                self.streams_by_source[source] = left
-            else:
-                self.streams_by_source.pop(source, None)
 
     async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):

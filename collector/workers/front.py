@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nodeagent.collector.ingest.server import INGEST_SERVICE, QUERY_SERVICE, ServerConfig
+from nodeagent.collector.ingest.source_streams import SourceStreams
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
@@ -44,7 +45,7 @@ class FrontServer:
         # Per worker: streams sent to it. By reason: streams refused here.
         self.redirects_total = [0] * len(supervisor.workers)
         self.refused_total: dict[str, int] = {}
-        self.streams_by_source: dict[str, int] = {}
+        self.streams = SourceStreams()
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -106,21 +107,14 @@ class FrontServer:
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         # The bound a collector keeps per source: streams that never say hello cannot pile up here either.
         source = peer_source(context.peer())
-        held = self.streams_by_source.get(source, 0)
-        if held >= self.config.max_streams_per_source:
+        held = self.streams.over(source, self.config.max_streams_per_source)
+        if held is not None:
             await self._refuse(
                 context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
                 f"{source} holds {held} streams, the limit (--max-streams-per-source)",
             )  # fmt: skip
-        self.streams_by_source[source] = held + 1
-        try:
+        with self.streams.holding(source):
             await self._redirect(context)
-        finally:
-            left = self.streams_by_source.get(source, 1) - 1
-            if left > 0:
-                self.streams_by_source[source] = left
-            else:
-                self.streams_by_source.pop(source, None)
 
     async def _redirect(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         if not token_ok(self._token, context.invocation_metadata()):
