@@ -8,7 +8,9 @@ them would pile up behind the readers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +84,23 @@ class InFlight:
             self.by_caller[caller] = left
         else:
             self.by_caller.pop(caller, None)
+
+
+@contextlib.asynccontextmanager
+async def query_slot(
+    in_flight: InFlight, policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]
+) -> AsyncIterator[None]:
+    """Hold one of the caller's query slots while the block runs; ``RESOURCE_EXHAUSTED`` at once
+    when none is free (the query service and a front's alike)."""
+    caller = caller_of(policy, context)
+    try:
+        in_flight.take(caller)
+    except QueryRefusedError as refused:
+        await context.abort(refused.code, refused.detail)
+    try:
+        yield
+    finally:
+        in_flight.give_back(caller)
 
 
 def caller_of(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> str:

@@ -20,9 +20,8 @@ collector's own: the query commands merge several collectors themselves."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
@@ -30,7 +29,7 @@ import grpc
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, caller_of
+from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, query_slot
 from nodeagent.collector.query.history_pages import HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.shards.fanout import is_local_call
@@ -118,7 +117,9 @@ class QueryService(pb_grpc.QueryServicer):
     ) -> pb.ListAlertsResponse:
         await self._authorize(context)
         writer = self.ingest.writer
-        async with self._slot(context):  # the alert book is the writer's: bounded, not moved
+        async with query_slot(
+            self.in_flight, self.policy, context
+        ):  # the alert book is the writer's: bounded, not moved
             alerts = await writer.call(self.ingest.alerting.recent, request.include_resolved)
         response = pb.ListAlertsResponse()
         for alert in alerts:
@@ -148,7 +149,7 @@ class QueryService(pb_grpc.QueryServicer):
     ) -> pb.HistoryResponse:
         await self._authorize(context)
         await _check_step(request, context)
-        async with self._slot(context):
+        async with query_slot(self.in_flight, self.policy, context):
             return await self._read(context, history_answer, request, self.max_answer_bytes)
 
     async def StreamHistory(
@@ -157,7 +158,7 @@ class QueryService(pb_grpc.QueryServicer):
         """History's rows in pages, each read from the store as the one before it is sent."""
         await self._authorize(context)
         await _check_step(request, context)
-        async with self._slot(context):
+        async with query_slot(self.in_flight, self.policy, context):
             pages = HistoryPages(request)
             deadline = time.monotonic() + self.bounds.stream_seconds
             while (page := await self._read(context, pages.next_page)) is not None:
@@ -175,21 +176,8 @@ class QueryService(pb_grpc.QueryServicer):
         self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[pb.JobsRequest, pb.JobsResponse]
     ) -> pb.JobsResponse:
         await self._authorize(context)
-        async with self._slot(context):
+        async with query_slot(self.in_flight, self.policy, context):
             return await self._read(context, job_totals, request, self.bounds.max_rows, self.max_answer_bytes)
-
-    @contextlib.asynccontextmanager
-    async def _slot(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
-        """Hold one of the caller's query slots; ``RESOURCE_EXHAUSTED`` at once when none is free."""
-        caller = caller_of(self.policy, context)
-        try:
-            self.in_flight.take(caller)
-        except QueryRefusedError as refused:
-            await context.abort(refused.code, refused.detail)
-        try:
-            yield
-        finally:
-            self.in_flight.give_back(caller)
 
     async def _read(
         self, context: grpc.aio.ServicerContext[Any, Any], func: Callable[Concatenate[ReadContext, P], T],

@@ -10,14 +10,12 @@ the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page o
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, caller_of
+from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.service import authorize_operator
 from nodeagent.collector.shards.fanout import Answer, ShardClients
 from nodeagent.collector.shards.merge import merge
@@ -61,7 +59,7 @@ class FrontQueries(pb_grpc.QueryServicer):
     async def StreamHistory(self, request: pb.HistoryRequest, context: Context) -> None:
         """Every worker's pages, merged into one page (the rows of one node are on one worker)."""
         await authorize_operator(self.policy, context)
-        async with self._slot(context):
+        async with query_slot(self.in_flight, self.policy, context):
             answers = await self.clients.ask_stream("StreamHistory", request, self._timeout(context))
         await context.write(merge("History", answers))
 
@@ -82,20 +80,8 @@ class FrontQueries(pb_grpc.QueryServicer):
         await authorize_operator(self.policy, context)
         if not store:
             return merge(method, await self._ask(method, request, context))
-        async with self._slot(context):
+        async with query_slot(self.in_flight, self.policy, context):
             return merge(method, await self._ask(method, request, context))
-
-    @contextlib.asynccontextmanager
-    async def _slot(self, context: Context) -> AsyncIterator[None]:
-        caller = caller_of(self.policy, context)
-        try:
-            self.in_flight.take(caller)
-        except QueryRefusedError as refused:
-            await context.abort(refused.code, refused.detail)
-        try:
-            yield
-        finally:
-            self.in_flight.give_back(caller)
 
     async def _one(self, method: str, request: Message, context: Context, not_found: str) -> Message:
         """The answer of the worker that holds the node; else the first refusal that is not NOT_FOUND."""
