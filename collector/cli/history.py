@@ -22,7 +22,7 @@ from nodeagent.collector.cli.client import ask_each_pages, client_options, query
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, VALUES
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path
 from nodeagent.collector.store.database import reset_history as reset_stored_history
-from nodeagent.collector.views.fleet_table import iso_time
+from nodeagent.collector.views.fleet_table import iso_time, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.quantities.units import parse_duration_seconds
@@ -147,7 +147,7 @@ class RowPrinter:
             for row in rows:
                 writer.writerow({**row, "jobs": " ".join(row["jobs"])})
         else:
-            merged = "shard" in rows[0]
+            merged = shows_shards(rows[:1])
             if not self.rows:
                 out.write(
                     f"{'TIME':<20} {'GPU':>4} {'UTIL':>6} {'MIN':>6} {'STARVED':>8} {'LOST_S':>8} {'STATE':<10} "

@@ -24,7 +24,7 @@ import grpc
 from nodeagent.collector.cli.client import client_options, query, several
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.views.fleet_table import short
+from nodeagent.collector.views.fleet_table import short, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -105,7 +105,7 @@ def job_rows(live: list[JobVerdict], history: pb.JobsResponse) -> list[dict[str,
 def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
     """The table: the live verdict, then the history's GPU-hours lost over ``since``."""
     window = _span(since)
-    merged = any("shard" in row for row in rows)
+    merged = shows_shards(rows)
     lines = [
         f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>6} "
         f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + "EVIDENCE"

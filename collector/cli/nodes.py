@@ -9,7 +9,15 @@ import json
 import click
 
 from nodeagent.collector.cli.client import ask_each, client_options, query, several
-from nodeagent.collector.views.fleet_table import alert_rows, alert_subject, iso_time, node_rows, render_fleet, short
+from nodeagent.collector.views.fleet_table import (
+    alert_rows,
+    alert_subject,
+    iso_time,
+    node_rows,
+    render_fleet,
+    short,
+    shows_shards,
+)
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.wire.identity import check_node_id
 
@@ -41,7 +49,7 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
     if not rows:
         click.echo("no alerts" if include_resolved else "no firing alerts")
         return
-    merged = any("shard" in row for row in rows)
+    merged = shows_shards(rows)
     shard_head = f"{'SHARD':<21} " if merged else ""
     click.echo(
         f"{'ALERT':<20} {'NODE':<20} {'SUBJECT':<28} {'SEVERITY':<9} {'STATE':<9} {'SINCE':<20} {shard_head}SUMMARY"

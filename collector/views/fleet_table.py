@@ -83,10 +83,16 @@ def alert_subject(row: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p) or "-"
 
 
+def shows_shards(rows: list[dict[str, Any]]) -> bool:
+    """Whether a table of these rows gets a SHARD column: they come from several collectors. A
+    front's own workers ("worker-N") are one collector: the JSON names them, the tables do not."""
+    return any(not str(row.get("shard", "worker-")).startswith("worker-") for row in rows)
+
+
 def render_fleet(rows: list[dict[str, Any]]) -> str:
     """The fleet at a glance: per node its verdict, why, and what it costs; from several
     collectors, the one that holds it (``+N``: N others hold an older copy)."""
-    merged = any("shard" in row for row in rows)
+    merged = shows_shards(rows)
     lines = [
         f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
         f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}" + ("  SHARD" if merged else "")

@@ -27,6 +27,7 @@ GIB = 1024**3
 class _NoSender:
     connected_to = None
     reconnects_total = 0
+    reports_resent_total = 0
 
 
 class _Pods:

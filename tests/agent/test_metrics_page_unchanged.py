@@ -94,6 +94,7 @@ def _plain_render(families: Iterable[TextFamily]) -> str:
 class _NoSender:
     connected_to = "127.0.0.1:1"
     reconnects_total = 2
+    reports_resent_total = 0
 
 
 def _host(report: pb.NodeReport, t: int) -> None:

@@ -19,6 +19,10 @@ from tests.fakes.remote_write_node import Node
 
 QUEUE_SAMPLES = 10_000
 
+# One collector process: these tests speak its ingest stream raw (a front would answer the hello
+# with a redirect); the front and its workers: tests/collector/workers/.
+ONE_PROCESS = 1
+
 
 def _value(text: str, name: str, **labels: str) -> float:
     """One sample of the collector's /metrics (labels in any order)."""
@@ -47,7 +51,7 @@ def _child(collector: Collector) -> psutil.Process:
 def test_with_the_receiver_away_the_queue_drops_exactly_what_it_cannot_hold(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}/api/v1/write"
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(),
+        db=tmp_path / "c.db", port=free_port(), workers=ONE_PROCESS,
         args=["--remote-write-url", closed, "--remote-write-resolution-seconds", "0",
               "--remote-write-queue-samples", str(QUEUE_SAMPLES)],
     )  # fmt: skip
@@ -80,7 +84,7 @@ def test_the_process_is_started_again_after_sigkill_and_dies_with_the_collector(
     node = Node("rw-restart", "fast-cloud", time.time() - 300)
     with http_receiver() as receiver, processes() as started:
         collector = Collector(
-            db=tmp_path / "c.db", port=free_port(),
+            db=tmp_path / "c.db", port=free_port(), workers=ONE_PROCESS,
             args=["--remote-write-url", receiver.url, "--remote-write-resolution-seconds", "0"],
         )  # fmt: skip
         started.append(collector.start())
@@ -118,7 +122,7 @@ def test_ingest_acks_every_report_while_the_process_is_stopped(tmp_path: Path) -
     nodes = [Node(f"rw-stopped-{i}", "fast-cloud", time.time() - 4200) for i in range(2)]
     with http_receiver() as receiver, processes() as started:
         collector = Collector(
-            db=tmp_path / "c.db", port=free_port(),
+            db=tmp_path / "c.db", port=free_port(), workers=ONE_PROCESS,
             args=["--remote-write-url", receiver.url, "--remote-write-resolution-seconds", "0"],
         )  # fmt: skip
         started.append(collector.start())
@@ -150,7 +154,7 @@ def test_ingest_acks_every_report_while_the_process_is_stopped(tmp_path: Path) -
 def test_what_a_killed_process_held_is_counted_as_lost(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}/api/v1/write"
     collector = Collector(
-        db=tmp_path / "c.db", port=free_port(),
+        db=tmp_path / "c.db", port=free_port(), workers=ONE_PROCESS,
         args=["--remote-write-url", closed, "--remote-write-resolution-seconds", "0"],
     )  # fmt: skip
     node = Node("rw-lost", "fast-cloud", time.time() - 300)

@@ -113,7 +113,7 @@ def _write_a_short_run(tmp: Path, receivers: list[Receiver]) -> None:
     args = ["--remote-write-resolution-seconds", "0"]
     for receiver in receivers:
         args += ["--remote-write-url", receiver.write_url]
-    collector = Collector(db=tmp / "c.db", port=free_port(), args=args)
+    collector = Collector(db=tmp / "c.db", port=free_port(), args=args, workers=1)
     with processes() as started:
         started.append(collector.start())
         for node in nodes:

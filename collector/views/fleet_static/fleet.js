@@ -112,7 +112,8 @@ async function drawFleet() {
     };
   }
   // Without a history the day's count is only what this collector saw since it started: say so.
-  const merged = Array.isArray(data.shards);  // several collectors: say which holds each node
+  // Several collectors: say which holds each node (a front's own workers are one collector).
+  const merged = Array.isArray(data.shards) && data.shards.some((s) => !s.shard.startsWith("worker-"));
   const lostSource = data.gpu_hours_lost_today_source === "history" ? "" :
     ` <span class="muted" id="lost-source">(${esc(data.gpu_hours_lost_today_source)})</span>`;
   document.getElementById("nodes").innerHTML =

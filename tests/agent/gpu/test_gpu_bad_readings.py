@@ -61,6 +61,7 @@ def _agent_metrics(previous: pb.NodeReport, current: pb.NodeReport) -> str:
     class _NoSender:
         connected_to = None
         reconnects_total = 0
+        reports_resent_total = 0
 
     spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
     metrics = AgentMetrics(telemetry, spool, sender=_NoSender(), targets=())  # type: ignore[arg-type]
