@@ -135,6 +135,12 @@ def _serve(
             if encoded is not None:
                 for writer in writers:
                     writer.enqueue(encoded)
+        if size < 0 and _STOP["asked"]:
+            # Asked to stop (the collector died, or a signal to this process): what was in the
+            # socket has been read (the read timed out); its end of file may never come from a
+            # collector that is alive and did not ask.
+            counters.set_read(reports, jobs)
+            return
         now = time.monotonic()
         if now - published >= PUBLISH_SECONDS:
             published = now
@@ -152,8 +158,10 @@ def _publish(counters: SharedCounters, writers: list[RemoteWriter]) -> None:
 
 
 def _die_with(parent_pid: int) -> None:
-    """SIGTERM when the collector dies, however it dies (Linux's parent-death signal)."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    """SIGTERM when the collector dies, however it dies (Linux's parent-death signal). It does
+    not stop the process at once: what the collector handed over before it died is still in the
+    socket, and is built and given to the receivers first (``_serve`` ends at the socket's end)."""
+    signal.signal(signal.SIGTERM, _stop_asked)
     # Ctrl-C reaches the whole process group: the collector's shutdown (end of file) ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -163,6 +171,13 @@ def _die_with(parent_pid: int) -> None:
         pass  # not Linux: the socket's end of file still ends it
     if os.getppid() != parent_pid:
         sys.exit(0)  # the collector died before the signal was armed
+
+
+_STOP = {"asked": False}
+
+
+def _stop_asked(_signal: int, _frame: object) -> None:
+    _STOP["asked"] = True
 
 
 def _config(item: dict[str, object]) -> RemoteWriteConfig:
