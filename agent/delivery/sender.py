@@ -314,7 +314,8 @@ class Sender:
 
     async def _move_wanted(self, target: str) -> str:
         """Return (with the reason) once this stream should move: the routing key now ranks
-        another collector first, or one ranked above ``target`` answers its health probe."""
+        another collector first (or, through a front's redirect, may own another worker), or
+        one ranked above ``target`` answers its health probe."""
         assert self._rekey is not None
         while True:
             preferred = self.order[: self.order.index(target)] if target in self.order else list(self.order)
@@ -328,7 +329,9 @@ class Sender:
                     return f"preferred collector {answered} answers"
                 continue
             self._rekey.clear()
-            if self._apply_key() and self.order[0] != target:
+            # Moved when the key ranks another collector first, and also when a front chose this
+            # stream's worker by the old key (the stream came through its redirect).
+            if self._apply_key() and (self.order[0] != target or self.connected_via != target):
                 return "routing key changed"
 
     async def _move(

@@ -176,6 +176,46 @@ def _agent(collector: str, node: str, tmp: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
 
 
+def test_a_job_s_nodes_that_start_on_both_workers_meet_on_the_job_s_worker(tmp_path: Path) -> None:
+    """Agents behind one front (one collector address): their routing key turns from the node id
+    to the job key after a few reports, and each moves through the front again, so the whole job
+    ends on the worker that owns its key; nothing lost or doubled over the two databases."""
+    job = "torch/front-job"
+    home = owner_index(job, 2)
+    # Two nodes whose node ids put them on each worker before the job key holds.
+    by_worker: dict[int, list[str]] = {0: [], 1: []}
+    for node in NODES:
+        if len(by_worker[owner_index(node, 2)]) < 2:
+            by_worker[owner_index(node, 2)].append(node)
+    nodes = by_worker[0] + by_worker[1]
+    reports = 40
+    with running_front(tmp_path) as front:
+        agents = []
+        for rank, node in enumerate(nodes):
+            command = [
+                sys.executable, "-m", "nodeagent.agent", "--log-level", "info", "run", "--collector", front.address,
+                "--node-id", node, "--simulate", "healthy", "--set", f"job_key={job}", "--set", "job_nodes=4",
+                "--set", f"job_node_rank={rank}", "--interval", "0.05", "--max-reports", str(reports),
+                "--deadline", "60", "--spool-dir", str(tmp_path / f"spool-{node}"),
+            ]  # fmt: skip
+            with (tmp_path / f"{node}.log").open("w") as log:
+                agents.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log))
+        try:
+            assert [agent.wait(timeout=90) for agent in agents] == [0] * 4
+        finally:
+            for agent in agents:
+                if agent.poll() is None:
+                    agent.kill()
+        assert front.stop() == 0
+    stored = [_stored(db) for db in front.dbs]
+    # Every report once, over both databases (a move doubles nothing: it waits for the acks).
+    assert {node: sum(s.get(node, 0) for s in stored) for node in nodes} == dict.fromkeys(nodes, reports)
+    # The last reports of every node are on the job's worker: its last seq is stored there.
+    with sqlite3.connect(f"file:{front.dbs[home]}?mode=ro", uri=True) as conn:
+        last = dict(conn.execute("SELECT node_id, last_seq FROM nodes"))
+    assert {node: last.get(node) for node in nodes} == dict.fromkeys(nodes, reports)
+
+
 def test_the_fleet_page_through_the_front_shows_every_worker_s_nodes(tmp_path: Path) -> None:
     picked = {owner_index(node, 2): node for node in NODES}
     with running_front(tmp_path) as front:
