@@ -466,13 +466,17 @@ def _seen(polls: Path) -> set[str]:
 
 
 def _stored_trace(db: Path, node_ids: list[str], out: Path, until: float) -> Path:
-    """Every node's stored reports up to ``until``, one trace in time order (a multi-node trace)."""
+    """Every node's stored reports up to ``until``, one trace in time order (a multi-node trace),
+    from every worker's database (``serve --workers``: a node's first reports may be on the
+    worker its node id chose, before its job key moved it to the job's)."""
     from nodeagent.collector.store.database import read_stored_reports
     from nodeagent.core.wire.trace import TraceWriter
 
     reports = []
-    for node in node_ids:
-        reports.extend(read_stored_reports(db, node, 3600.0))
+    for stored in [db, *sorted(db.parent.glob(f"{db.stem}.worker*{db.suffix}"))]:
+        for node in node_ids:
+            reports.extend(read_stored_reports(stored, node, 3600.0))
+    reports = list({(r.node_id, r.epoch, r.seq): r for r in reports}.values())
     reports = sorted(
         (r for r in reports if r.time_unix_seconds <= until), key=lambda r: (r.time_unix_seconds, r.node_id)
     )

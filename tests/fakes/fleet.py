@@ -13,11 +13,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from tests.fakes.trees import REPO
 
@@ -177,3 +179,27 @@ def feed_simulated(ingest: Any, scenarios: dict[str, str], seconds: float, step_
             if seq == 1:
                 report.info.CopyFrom(sim.info())
             ingest.accept(stream, report, report.SerializeToString())
+
+
+def started_at(pids: Sequence[str | int]) -> dict[int, float]:
+    """Each process's start time, to tell it later from a process that reused its pid (tests
+    run two at once, and a busy machine hands pids out again quickly)."""
+    out: dict[int, float] = {}
+    for pid in pids:
+        try:
+            out[int(pid)] = psutil.Process(int(pid)).create_time()
+        except psutil.Error:
+            continue
+    return out
+
+
+def still_running(started: Mapping[int, float]) -> list[int]:
+    """The processes of ``started`` that still exist: the same pid with the same start time."""
+    alive = []
+    for pid, created in started.items():
+        try:
+            if psutil.Process(pid).create_time() == created:
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive

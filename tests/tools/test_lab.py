@@ -3,7 +3,6 @@ and Ctrl-C leaving nothing behind."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import require, require_root_tools
+from tests.fakes.fleet import started_at, still_running
 from tests.fakes.trees import REPO
 
 LAB = [sys.executable, str(REPO / "bench" / "lab.py")]
@@ -78,6 +78,7 @@ def test_ctrl_c_removes_the_namespaces_and_processes(fake_nvml_dir: object) -> N
         time.sleep(3)  # its server and collector are starting
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, timeout=30,
                                   check=False).stdout.split()  # fmt: skip
+        started = started_at(children)
         assert children, "the lab started no processes"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -87,5 +88,4 @@ def test_ctrl_c_removes_the_namespaces_and_processes(fake_nvml_dir: object) -> N
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert tag not in _namespaces()
-    alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")]
-    assert not alive, alive
+    assert not still_running(started), started

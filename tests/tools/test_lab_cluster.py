@@ -19,6 +19,7 @@ import pytest
 
 from nodeagent.tools.lab_traces import ClusterTrace, cluster_traces, lab_traces
 from tests.conftest import require, require_root_tools
+from tests.fakes.fleet import started_at, still_running
 from tests.fakes.trees import REPO
 
 LAB = [sys.executable, str(REPO / "bench" / "lab_cluster.py")]
@@ -242,7 +243,7 @@ def test_clean_and_network_runs_are_judged_and_leave_nothing(fake_nvml_dir: obje
 
 def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: object) -> None:
     require_root_tools("ip", "tc", "losetup")
-    before = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+    before = _lab_loops()
     proc = subprocess.Popen([*LAB, "--scenarios", "storage", "--seconds", "600"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     tag = f"na-c{proc.pid % 100000}-"
@@ -259,8 +260,9 @@ def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: ob
         time.sleep(2)
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, timeout=30,
                                   check=False).stdout.split()  # fmt: skip
+        started = started_at(children)
         assert len(children) >= 10, children  # server, collector, poller, 4 agents, 4 ranks
-        during = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+        during = _lab_loops()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=90)
     finally:
@@ -270,10 +272,9 @@ def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: ob
     assert "interrupted" in err
     assert tag not in _namespaces()
     assert len(during.splitlines()) > len(before.splitlines())
-    after = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+    after = _lab_loops()
     assert len(after.splitlines()) == len(before.splitlines()), after
-    alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")]
-    assert not alive, alive
+    assert not still_running(started), started
     assert not Path(f"/sys/fs/cgroup/blkio/nodeagent-test-{proc.pid}").exists()
 
 
@@ -491,3 +492,10 @@ def test_the_nodes_that_wait_name_the_straggler(name: str) -> None:
                 assert final["state"] != "waiting", (name, node, final["state"])
             else:
                 assert (final["state"], final["waiting_on"]) == ("waiting", [job.straggler]), (name, node, final)
+
+
+def _lab_loops() -> str:
+    """The loop devices over the multi-node lab's disk files (other tests' loop devices, which
+    may come and go meanwhile, left out)."""
+    listed = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=30, check=False).stdout
+    return "\n".join(line for line in listed.splitlines() if "nodeagent-lab-cluster-" in line)
