@@ -50,6 +50,7 @@ def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=True).stdout
 
 
+@pytest.mark.alone
 def test_two_scenarios_get_the_right_verdict_and_leave_nothing(fake_nvml_dir: object) -> None:
     require_root_tools("ip", "tc", "losetup")
     require(shutil.which("gcc") is not None, "needs gcc for the fake NVML")
@@ -63,6 +64,7 @@ def test_two_scenarios_get_the_right_verdict_and_leave_nothing(fake_nvml_dir: ob
     assert f"-{proc.pid % 100000}" not in _namespaces()
 
 
+@pytest.mark.alone
 def test_ctrl_c_removes_the_namespaces_and_processes(fake_nvml_dir: object) -> None:
     require_root_tools("ip", "tc")
     # Long enough that the lab is still running when the Ctrl-C comes, however slowly a busy

@@ -215,6 +215,7 @@ def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=True).stdout
 
 
+@pytest.mark.alone
 def test_clean_and_network_runs_are_judged_and_leave_nothing(fake_nvml_dir: object) -> None:
     require_root_tools("ip", "tc", "losetup")
     require(shutil.which("gcc") is not None, "needs gcc for the fake NVML")
@@ -241,6 +242,7 @@ def test_clean_and_network_runs_are_judged_and_leave_nothing(fake_nvml_dir: obje
     assert f"na-c{proc.pid % 100000}-" not in _namespaces()
 
 
+@pytest.mark.alone
 def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: object) -> None:
     require_root_tools("ip", "tc", "losetup")
     before = _lab_loops()

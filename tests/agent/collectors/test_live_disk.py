@@ -23,6 +23,7 @@ FIO_SECONDS = 5
 FIO_RATE_IOPS = 4000
 
 
+@pytest.mark.alone
 def test_random_read_iops_match_fio(tmp_path: Path) -> None:
     require_root_tools("fio", "losetup")
     backing = tmp_path / "volume.img"

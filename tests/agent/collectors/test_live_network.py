@@ -21,6 +21,7 @@ SAMPLE_INTERVAL = 0.5
 IPERF_SECONDS = 5
 
 
+@pytest.mark.alone
 def test_receive_throughput_matches_iperf3() -> None:
     require_root_tools("ip", "tc", "iperf3")
     with veth_pair() as pair:

@@ -123,6 +123,7 @@ def diag_probe(directory: Path, wrap: Wrap) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.alone
 @pytest.mark.root
 def test_probe_iops_match_fio_on_a_loop_device_mount(loop_mount: tuple[Path, str]) -> None:
     mountpoint, device = loop_mount
