@@ -38,7 +38,6 @@ import argparse
 import functools
 import json
 import os
-import re
 import resource
 import sqlite3
 import subprocess
@@ -431,21 +430,24 @@ def _drained_counters(http: str, seconds: float = 60.0) -> dict[str, float]:
 
 
 def _remote_write_counters(http: str) -> dict[str, float]:
+    """The remote-write families of the collector's /metrics, summed over receivers and (behind a
+    front) over the workers, whose samples carry a ``worker`` label."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
         text = answer.read().decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
 
-    def one(pattern: str) -> float:
-        return sum(float(v) for v in re.findall("^" + pattern + r" (\S+)$", text, re.MULTILINE))
+    def one(name: str, label: str = "", values: tuple[str, ...] = ()) -> float:
+        return sum(s.value for s in samples if s.name == name and (not label or s.labels.get(label) in values))
 
     return {
-        "remote_write_samples": one(r'nodeagent_remote_write_samples_total\{result="sent",url="[^"]*"\}'),
-        "dropped_samples": one(
-            r'nodeagent_remote_write_samples_total\{result="(?:dropped_queue_full|refused)",url="[^"]*"\}'
-        ),
-        "queued": one(r'nodeagent_remote_write_queued_samples\{url="[^"]*"\}'),
-        "handed_over": one(r"nodeagent_remote_write_reports_handed_over_total"),
-        "reports_dropped": one(r'nodeagent_remote_write_reports_dropped_total\{reason="[^"]*"\}'),
-        "remote_write_cpu_seconds": one(r"nodeagent_remote_write_process_cpu_seconds_total"),
+        "remote_write_samples": one("nodeagent_remote_write_samples_total", "result", ("sent",)),
+        "dropped_samples": one("nodeagent_remote_write_samples_total", "result", ("dropped_queue_full", "refused")),
+        "queued": one("nodeagent_remote_write_queued_samples"),
+        "handed_over": one("nodeagent_remote_write_reports_handed_over_total"),
+        "reports_dropped": one("nodeagent_remote_write_reports_dropped_total"),
+        "remote_write_cpu_seconds": one("nodeagent_remote_write_process_cpu_seconds_total"),
     }
 
 

@@ -43,6 +43,7 @@ from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.process import RemoteWriteProcess
+from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES
 from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
@@ -145,10 +146,17 @@ class CollectorServer:
         # With [fleet] collectors: the page's /api/... merged with the other collectors'.
         self.fleet_pages: FleetPages | None = None
 
+    def _max_send_bytes(self) -> int:
+        if self.config.front_socket is None:
+            return self.config.max_message_bytes
+        return max(self.config.max_message_bytes, UNIX_MESSAGE_BYTES)
+
     async def start(self) -> int:
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", self.config.max_message_bytes),
-            ("grpc.max_send_message_length", self.config.max_message_bytes),
+            # A worker sends its front (on the unix socket) its whole /metrics and node list;
+            # what it answers anyone else is held to --max-message-bytes by the query service.
+            ("grpc.max_send_message_length", self._max_send_bytes()),
             # Agents ping every 10 s to notice dead links; allow it, and ping them back.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),

@@ -32,7 +32,7 @@ from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, query_slot
 from nodeagent.collector.query.history_pages import HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
-from nodeagent.collector.shards.fanout import is_local_call
+from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES, is_local_call
 from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
@@ -102,7 +102,7 @@ class QueryService(pb_grpc.QueryServicer):
         await self._authorize(context)
         verdicts = sorted(self.ingest.jobs.verdicts(), key=lambda v: (-v.gpu_seconds_lost, v.job))
         response = pb.ListJobsResponse(jobs=[v.to_proto() for v in verdicts])
-        if response.ByteSize() > self.max_answer_bytes:
+        if response.ByteSize() > self._answer_bytes(context):
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{len(verdicts)} job verdicts are more than one message holds ({self.max_answer_bytes} bytes): "
@@ -150,7 +150,7 @@ class QueryService(pb_grpc.QueryServicer):
         await self._authorize(context)
         await _check_step(request, context)
         async with query_slot(self.in_flight, self.policy, context):
-            return await self._read(context, history_answer, request, self.max_answer_bytes)
+            return await self._read(context, history_answer, request, self._answer_bytes(context))
 
     async def StreamHistory(
         self, request: pb.HistoryRequest, context: grpc.aio.ServicerContext[pb.HistoryRequest, pb.HistoryResponse]
@@ -177,7 +177,7 @@ class QueryService(pb_grpc.QueryServicer):
     ) -> pb.JobsResponse:
         await self._authorize(context)
         async with query_slot(self.in_flight, self.policy, context):
-            return await self._read(context, job_totals, request, self.bounds.max_rows, self.max_answer_bytes)
+            return await self._read(context, job_totals, request, self.bounds.max_rows, self._answer_bytes(context))
 
     async def _read(
         self, context: grpc.aio.ServicerContext[Any, Any], func: Callable[Concatenate[ReadContext, P], T],
@@ -224,13 +224,20 @@ class QueryService(pb_grpc.QueryServicer):
             reply = await self.fleet_pages.answer(request.path, request.query)
         else:
             reply = await asyncio.to_thread(self.pages.answer, request.path, request.query)
-        if reply.ByteSize() > self.max_answer_bytes:
+        if reply.ByteSize() > self._answer_bytes(context):
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the page {request.path[:64]!r} is more than one message holds ({self.max_answer_bytes} bytes): "
                 "raise serve's --max-message-bytes",
             )
         return reply
+
+    def _answer_bytes(self, context: grpc.aio.ServicerContext[Any, Any]) -> int:
+        """The largest answer: one message of --max-message-bytes, or, to the front of this
+        worker on its unix socket, what that socket carries (a worker's whole /metrics)."""
+        if context.peer().startswith("unix:"):
+            return UNIX_MESSAGE_BYTES - _ANSWER_MARGIN_BYTES
+        return self.max_answer_bytes
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)

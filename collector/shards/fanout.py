@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import grpc
 from google.protobuf.message import Message
 
-from nodeagent.core.transport.channel import MAX_MESSAGE_BYTES, ClientSecurity, open_channel
+from nodeagent.core.transport.channel import ClientSecurity, open_channel
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 # Metadata a fanning-out caller sends: "answer with your own only".
@@ -156,10 +156,15 @@ _RECONNECT_OPTIONS: tuple[tuple[str, int | str], ...] = (
 )
 
 
+# A worker's answers to its front on the private unix socket (a worker's whole /metrics, its
+# nodes): not bound by --max-message-bytes, which is for what crosses the network.
+UNIX_MESSAGE_BYTES = 1 << 30
+
+
 def _open(shard: Shard) -> grpc.aio.Channel:
     if shard.target.startswith(UNIX_PREFIX):
         options = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", UNIX_MESSAGE_BYTES),
             ("grpc.enable_retries", 0),
             *_RECONNECT_OPTIONS,
         ]

@@ -134,6 +134,21 @@ def test_a_killed_worker_is_restarted_on_its_port_and_its_nodes_deliver_again(tm
     assert _stored(front.dbs[1]) == {node: 4}
 
 
+def test_a_worker_s_metrics_larger_than_one_message_still_reach_the_front(tmp_path: Path) -> None:
+    """--max-message-bytes bounds what crosses the network, not a worker's answer to its own front:
+    with a bound far below a worker's /metrics, the front's page still has every node."""
+    nodes = [node for node in NODES if owner_index(node, 2) == 0][:4]
+    with running_front(tmp_path, args=["--max-message-bytes", "8192"]) as front:
+        for node in nodes:
+            assert deliver(front.ports[0], node, [1, 2]) == 2
+        with urllib.request.urlopen(f"http://{front.http}/metrics", timeout=20) as response:
+            text = response.read().decode()
+        assert front.stop() == 0
+    assert len(text.encode()) > 8192
+    for node in nodes:
+        assert f'nodeagent_node_reports_total{{node="{node}"}} 2.0' in text, node
+
+
 def test_sigterm_on_the_front_drains_every_worker(tmp_path: Path) -> None:
     picked = {owner_index(node, 2): node for node in NODES}
     with running_front(tmp_path) as front:
