@@ -26,7 +26,6 @@ from typing import Any, NoReturn
 
 import grpc
 import structlog
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -34,6 +33,7 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds
+from nodeagent.collector.ingest.hello import parse_message, read_hello
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
@@ -54,12 +54,10 @@ from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
     AccessPolicy,
     ServerSecurity,
-    certificate_names,
     peer_source,
-    token_ok,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
-from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_hello, check_report
+from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -285,46 +283,17 @@ class CollectorServer:
             await self._serve_stream(context)
 
     async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        if not token_ok(self._token, context.invocation_metadata()):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
-        if self.ingest.flusher.failing_for() > STORE_FAILING_REFUSE_SECONDS:
-            await self._refuse(
-                context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
-            )
-        try:
-            first = await asyncio.wait_for(context.read(), self.config.hello_timeout_seconds)
-        except TimeoutError:
-            await self._refuse(
-                context, grpc.StatusCode.DEADLINE_EXCEEDED, "hello_timeout",
-                f"no hello within {self.config.hello_timeout_seconds:g} s",
-            )  # fmt: skip
+        hello = await read_hello(
+            context, token=self._token, timeout=self.config.hello_timeout_seconds, security=self.config.security,
+            policy=self.policy, refuse=self._refuse, after_token=lambda: self._store_works(context),
+        )  # fmt: skip
+        if hello is None:
             return
-        if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
-            return
-        hello = self._parse(first)
-        if hello is None or hello.WhichOneof("body") != "hello":
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "no_hello", "the first message must be hello")
-        node_id = hello.hello.node_id
-        try:
-            check_hello(hello.hello)
-        except InvalidMessageError as err:
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_hello", str(err))
-        if self.config.security.mutual:
-            names = certificate_names(context.auth_context())
-            if node_id not in names:
-                await self._refuse(
-                    context, grpc.StatusCode.PERMISSION_DENIED, "certificate_node_mismatch",
-                    f"client certificate names {sorted(names)}, not node {node_id!r}",
-                )  # fmt: skip
-            if self.policy.is_reader(names):
-                await self._refuse(
-                    context, grpc.StatusCode.PERMISSION_DENIED, "certificate_not_a_node",
-                    f"client certificate {sorted(names)} is an operator or scraper identity, not a node",
-                )  # fmt: skip
+        node_id = hello.node_id
         stream = StreamHandle(node_id, context.peer(), context)
         stream.task = asyncio.current_task()
         try:
-            previous = self.ingest.attach(stream, hello.hello)
+            previous = self.ingest.attach(stream, hello)
         except StreamRefusedError as refused:
             await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
             return
@@ -348,7 +317,7 @@ class CollectorServer:
             raw = await context.read()
             if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
                 return
-            message = self._parse(raw)
+            message = parse_message(raw)
             body = message.WhichOneof("body") if message is not None else None
             if body == "goodbye" and message is not None and not stream.goodbye:
                 try:
@@ -418,14 +387,13 @@ class CollectorServer:
         if previous.task is not None:
             previous.task.cancel()
 
-    def _parse(self, raw: bytes) -> pb.AgentMessage | None:
-        try:
-            message = pb.AgentMessage.FromString(raw)
-        except DecodeError:
-            return None
-        # Unknown fields would otherwise live on in memory (hello, the latest report) and in the store.
-        message.DiscardUnknownFields()
-        return message
+    async def _store_works(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        """After the token: a collector whose store has not committed for a while refuses new
+        streams, so that agents fail over."""
+        if self.ingest.flusher.failing_for() > STORE_FAILING_REFUSE_SECONDS:
+            await self._refuse(
+                context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
+            )
 
     async def _refuse(
         self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str

@@ -16,19 +16,18 @@ from typing import NoReturn
 
 import grpc
 import structlog
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from nodeagent.collector.ingest.hello import read_hello
 from nodeagent.collector.ingest.server import INGEST_SERVICE, QUERY_SERVICE, ServerConfig
 from nodeagent.collector.ingest.source_streams import SourceStreams
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.rendezvous import owner_index
-from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, token_ok
+from nodeagent.core.transport.security import AccessPolicy, peer_source
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
-from nodeagent.core.wire.validate import InvalidMessageError, check_hello
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -117,25 +116,13 @@ class FrontServer:
             await self._redirect(context)
 
     async def _redirect(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        if not token_ok(self._token, context.invocation_metadata()):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
-        try:
-            first = await asyncio.wait_for(context.read(), self.config.hello_timeout_seconds)
-        except TimeoutError:
-            await self._refuse(
-                context, grpc.StatusCode.DEADLINE_EXCEEDED, "hello_timeout",
-                f"no hello within {self.config.hello_timeout_seconds:g} s",
-            )  # fmt: skip
-        if first is grpc.aio.EOF:  # type: ignore[comparison-overlap]
-            return
-        hello = _hello(first)
+        # The checks a worker would make, made here: a refused agent hears it from the front.
+        hello = await read_hello(
+            context, token=self._token, timeout=self.config.hello_timeout_seconds, security=self.config.security,
+            policy=self.policy, refuse=self._refuse,
+        )  # fmt: skip
         if hello is None:
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "no_hello", "the first message must be hello")
-        try:
-            check_hello(hello)
-        except InvalidMessageError as err:
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_hello", str(err))
-        await self._check_certificate(context, hello.node_id)
+            return
         index = owner_index(hello.routing_key or hello.node_id, len(self.supervisor.workers))
         worker = self.supervisor.workers[index]
         if not worker.up:
@@ -151,34 +138,9 @@ class FrontServer:
             trailing_metadata=((OWNER_PORT_TRAILER, str(worker.port)),),
         )
 
-    async def _check_certificate(self, context: grpc.aio.ServicerContext[bytes, pb.Ack], node_id: str) -> None:
-        """With mutual TLS, the refusals a worker would give, given here."""
-        if not self.config.security.mutual:
-            return
-        names = certificate_names(context.auth_context())
-        if node_id not in names:
-            await self._refuse(
-                context, grpc.StatusCode.PERMISSION_DENIED, "certificate_node_mismatch",
-                f"client certificate names {sorted(names)}, not node {node_id!r}",
-            )  # fmt: skip
-        if self.policy.is_reader(names):
-            await self._refuse(
-                context, grpc.StatusCode.PERMISSION_DENIED, "certificate_not_a_node",
-                f"client certificate {sorted(names)} is an operator or scraper identity, not a node",
-            )  # fmt: skip
-
     async def _refuse(
         self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
     ) -> NoReturn:
         self.refused_total[reason] = self.refused_total.get(reason, 0) + 1
         log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
         await context.abort(code, detail[:512])
-
-
-def _hello(raw: bytes) -> pb.NodeInfo | None:
-    try:
-        message = pb.AgentMessage.FromString(raw)
-    except DecodeError:
-        return None
-    message.DiscardUnknownFields()
-    return message.hello if message.WhichOneof("body") == "hello" else None

@@ -4,6 +4,7 @@ queries and /metrics, a worker killed and restarted, and the front's stop draini
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,6 +23,7 @@ from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.collector.workers.front_process import deliver, redirect_of, running_front
+from tests.conftest import require
 from tests.fakes.fleet import wait_for
 from tests.fakes.trees import REPO
 
@@ -104,10 +106,7 @@ def test_metrics_through_the_front_hold_every_series_once(tmp_path: Path) -> Non
     ingested = [s.value for f in families for s in f.samples if s.name == "nodeagent_ingest_reports_total"]
     assert len(ingested) == 2, 'one count per worker (worker="i")'
     assert sum(ingested) == 4
-    from shutil import which
-
-    if which("promtool") is None:
-        pytest.skip("promtool (Debian's prometheus package) is not installed; the parse above passed")
+    require(shutil.which("promtool") is not None, "needs promtool (Debian's prometheus; `make system-deps`)")
     from tests.promtool_lint import promtool_problems
 
     assert promtool_problems(text) == set()
