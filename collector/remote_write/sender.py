@@ -9,6 +9,14 @@ Retries: connection errors, timeouts, 5xx and 429, with exponential backoff and 
 any other 4xx is the receiver refusing the content: those samples are dropped and counted, and
 the receiver's reason is logged at most once a minute.
 
+A receiver refuses a whole request for one bad sample: Prometheus answers 400 "duplicate sample for
+timestamp" when a sample repeats a series' newest timestamp with another value, which is what a
+report sent again through another collector does (its verdict series are that collector's). So a
+batch of several reports refused with 400 or 413 is split in halves and each half posted again,
+down to the report the receiver refuses on its own: only that report's samples are dropped, not
+the other nodes' in the same batch. Other refusals (401, 403, 404: the receiver, not the content)
+are not split.
+
 Each report is serialized once, when it is turned into series (``NodeSeries.encode``); a
 batch is those bytes joined. Protobuf defines the concatenation of two serialized messages as the
 serialization of their merge, and a ``WriteRequest``'s only field is its repeated ``timeseries``:
@@ -39,6 +47,9 @@ from nodeagent.core.transport.backoff import Backoff
 log = structlog.get_logger("nodeagent.collector")
 
 REFUSAL_LOG_SECONDS = 60.0
+# Refusals that may be one report's doing (a bad or duplicate sample, a request too large): a batch
+# of several is split to find it. Any other 4xx refuses every request alike.
+SPLIT_STATUSES = frozenset({400, 413})
 
 
 @dataclass(slots=True)
@@ -112,14 +123,25 @@ class RemoteWriter:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
-            outcome = self._post(batch)
-            if outcome == "retry":
+            if not self._deliver(batch):
                 # The queue, bounded in samples, is where an outage is held meanwhile.
                 if self._stop.wait(backoff.next()):
                     return
                 continue
             backoff.reset()
-            self._release(batch, sent=outcome == "sent")
+
+    def _deliver(self, batch: list[_Item]) -> bool:
+        """Post the batch and take it off the queue, sent or refused; a refused batch of several
+        reports in halves (``SPLIT_STATUSES``). False: an answer worth another attempt came, and
+        what was not taken off yet stays at the queue's head for it."""
+        outcome = self._post(batch)
+        if outcome == "retry":
+            return False
+        if outcome == "split" and len(batch) > 1:
+            middle = len(batch) // 2
+            return self._deliver(batch[:middle]) and self._deliver(batch[middle:])
+        self._release(batch, sent=outcome == "sent")
+        return True
 
     def _enqueue(self, report: EncodedReport) -> None:
         with self._lock:
@@ -156,7 +178,8 @@ class RemoteWriter:
                     self.stats.samples_refused_total += item.samples
 
     def _post(self, batch: list[_Item]) -> str:
-        """ "sent", "refused" (a 4xx other than 429: never retried) or "retry"."""
+        """ "sent", "retry", "split" (refused, perhaps for one of its reports: ``SPLIT_STATUSES``)
+        or "refused" (any other 4xx than 429: never retried)."""
         body = bytes(cramjam.snappy.compress_raw(b"".join(item.body for item in batch)))
         self.stats.requests_total += 1
         answer = post(
@@ -166,7 +189,9 @@ class RemoteWriter:
             return "sent"
         self.stats.request_failures_total += 1
         self._log_failure(answer.detail, retrying=answer.retry)
-        return "retry" if answer.retry else "refused"
+        if answer.retry:
+            return "retry"
+        return "split" if answer.status in SPLIT_STATUSES else "refused"
 
     def _log_failure(self, detail: str, *, retrying: bool) -> None:
         now = time.monotonic()

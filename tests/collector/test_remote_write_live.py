@@ -15,6 +15,9 @@ from pathlib import Path
 import cramjam
 import pytest
 
+from nodeagent.collector.remote_write.config import RemoteWriteConfig
+from nodeagent.collector.remote_write.sender import RemoteWriter
+from nodeagent.collector.remote_write.series import EncodedReport
 from nodeagent.prompb import remote_pb2 as prompb
 from tests.conftest import require
 from tests.fakes.fleet import Collector, free_port, processes, wait_for
@@ -120,6 +123,51 @@ def test_prometheus_gets_the_simulated_series_and_an_outage_loses_nothing(
         assert dropped > 0
         assert prometheus.stored_samples(STARVED, latest()) + dropped == starved.series_total
         assert collector.reports(STARVED) == REPORTS + 130  # ingest never waited for Prometheus
+
+
+def test_a_report_sent_again_with_another_verdict_costs_only_its_own_samples(prometheus: Prometheus) -> None:
+    """A report a dead shard had written, sent again through another collector: its verdict series
+    are that collector's, another value at the series' newest timestamp, and Prometheus refuses the
+    whole request ("duplicate sample for timestamp"). The other nodes' reports in the same batch
+    must still be stored: the batch is split down to the refused report."""
+    millis = int(time.time() * 1000)
+    first = RemoteWriter(RemoteWriteConfig(url=prometheus.write_url, resolution_seconds=0))
+    first.enqueue(_report("n1", millis, starved_seconds=1.0))
+    second = RemoteWriter(RemoteWriteConfig(url=prometheus.write_url, resolution_seconds=0, backoff_seconds=0.01))
+    for report in (_report("n2", millis), _report("n3", millis), _report("n1", millis, starved_seconds=2.0),
+                   _report("n4", millis), _report("n5", millis)):  # fmt: skip
+        second.enqueue(report)
+    for writer in (first, second):
+        _run_until_sent(writer)
+    assert first.stats.samples_sent_total == 2
+    # n1's report went again and was refused on its own; the four other nodes' went through.
+    assert (second.stats.samples_sent_total, second.stats.samples_refused_total) == (8, 2)
+    at = millis / 1000 + 1
+    for node in ("n2", "n3", "n4", "n5"):
+        assert prometheus.query(f'node_context_switches_total{{node="{node}"}}', at), node
+    kept = prometheus.query('nodeagent_gpu_data_starved_seconds_total{node="n1"}[5m]', at)
+    assert [v for _t, v in kept[0]["values"]] == ["1"]  # the first writer's value stays
+
+
+def _run_until_sent(writer: RemoteWriter) -> None:
+    writer.start()
+    try:
+        assert wait_for(lambda: writer.stats.queued_samples == 0, 30, 0.05), writer.stats
+    finally:
+        writer.stop()
+
+
+def _report(node: str, millis: int, starved_seconds: float = 0.0) -> EncodedReport:
+    """One report's series as the remote-write process encodes them: a counter of the agent's and a
+    verdict series of the collector's."""
+    request = prompb.WriteRequest()
+    values = (("node_context_switches_total", 1000.0), ("nodeagent_gpu_data_starved_seconds_total", starved_seconds))
+    for name, value in values:
+        series = request.timeseries.add()
+        for label, text in (("__name__", name), ("gpu", "0"), ("node", node)):
+            series.labels.add(name=label, value=text)
+        series.samples.add(value=value, timestamp=millis)
+    return EncodedReport(request.SerializeToString(), len(request.timeseries))
 
 
 def test_bad_receivers_do_not_touch_ingest(tmp_path: Path) -> None:

@@ -207,15 +207,32 @@ def test_the_sender_posts_the_batch_the_reference_builds() -> None:
     assert writer.stats.samples_sent_total == len(prompb.WriteRequest.FromString(expected).timeseries)
 
 
-def test_the_sender_retries_a_503_and_drops_what_a_400_refuses() -> None:
+def test_the_sender_retries_a_503_and_drops_only_the_report_a_400_refuses() -> None:
     reports = _reports("healthy", "rw-a", 2)
-    with http_receiver([503, 400], error_body="out of order sample") as receiver:
+    # 503: the batch again; 400: the batch in halves, of which the first is refused on its own.
+    with http_receiver([503, 400, 400], error_body="duplicate sample for timestamp") as receiver:
         writer = RemoteWriter(RemoteWriteConfig(url=receiver.url, resolution_seconds=0, backoff_seconds=0.01))
         _push(writer, reports, done=lambda stats: stats.samples_refused_total > 0)
-    assert [attempt.outcome for attempt in receiver.attempts] == [503, 400]
+    assert [attempt.outcome for attempt in receiver.attempts] == [503, 400, 400, 200]
     stats = writer.stats
-    assert (stats.requests_total, stats.request_failures_total, stats.samples_sent_total) == (2, 2, 0)
-    assert stats.samples_refused_total > 0
+    assert (stats.requests_total, stats.request_failures_total) == (4, 3)
+    first, second = (len(prompb.WriteRequest.FromString(_body(a.body)).timeseries) for a in receiver.attempts[2:])
+    assert (stats.samples_refused_total, stats.samples_sent_total) == (first, second)
+    assert first > 0 and second > 0
+
+
+def test_a_refusal_of_the_receiver_itself_is_not_split() -> None:
+    """401, 403, 404: the receiver refuses any request alike; posting halves would only multiply them."""
+    reports = _reports("healthy", "rw-a", 4)
+    with http_receiver([401], error_body="unauthorized") as receiver:
+        writer = RemoteWriter(RemoteWriteConfig(url=receiver.url, resolution_seconds=0, backoff_seconds=0.01))
+        _push(writer, reports, done=lambda stats: stats.samples_refused_total > 0)
+    assert [attempt.outcome for attempt in receiver.attempts] == [401]
+    assert writer.stats.samples_sent_total == 0
+
+
+def _body(compressed: bytes) -> bytes:
+    return bytes(cramjam.snappy.decompress_raw(compressed))
 
 
 def _push(

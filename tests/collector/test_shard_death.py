@@ -216,8 +216,8 @@ def _nothing_lost(
         killed_seq = (run.killed_at - _first_report_time(shards, node)) / INTERVAL
         assert all(abs(seq - killed_seq) < 15 for seq in seqs), (node, seqs, killed_seq)
     # Prometheus: one sample of a per-report series per report, whichever shards wrote it.
-    counts = _until(lambda: _tsdb_counts(prometheus, outcomes), 30, "Prometheus holds every report's sample")
-    run.figures["tsdb_samples"] = counts
+    # Each count as last read goes into the figures, printed whether or not this holds.
+    _until(lambda: _tsdb_counts(prometheus, outcomes, run.figures), 30, "Prometheus holds every report's sample")
     assert watch.max_xid_alerts == 1, f"XIDError seen {watch.max_xid_alerts} times at once in Alertmanager"
     assert watch.xid_alerts() == 1
 
@@ -268,10 +268,12 @@ def _list_jobs(address: str) -> list[pb.JobVerdict]:
         return []
 
 
-def _tsdb_counts(prometheus: Prometheus, outcomes: dict[str, tuple[int, dict[str, Any]]]) -> dict[str, int] | None:
+def _tsdb_counts(
+    prometheus: Prometheus, outcomes: dict[str, tuple[int, dict[str, Any]]], figures: dict[str, Any]
+) -> dict[str, int] | None:
     """Samples of each node's ``node_context_switches_total`` (one per report), once every node has
-    one per report; None until then."""
-    counts: dict[str, int] = {}
+    one per report; None until then. The counts go into ``figures["tsdb_samples"]`` as read."""
+    counts: dict[str, int] = figures.setdefault("tsdb_samples", {})
     for node in outcomes:
         series = prometheus.query(f'node_context_switches_total{{node="{node}"}}[30m]', time.time())
         assert len(series) == 1, series
