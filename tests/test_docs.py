@@ -8,6 +8,7 @@ starts are run as written, on ports and paths of the test's own."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from nodeagent.agent.cli import main as agent_cli
 from nodeagent.collector.cli import main as collector_cli
-from tests.fakes.fleet import free_port
+from tests.fakes.fleet import free_port_run
 from tests.fakes.trees import REPO
 
 README = REPO / "README.md"
@@ -85,7 +86,9 @@ def test_make_targets_run_the_tested_commands() -> None:
 
 
 def test_readme_quick_starts_run_as_written(tmp_path: Path) -> None:
-    grpc, http = free_port(), free_port()
+    # serve's default worker ports follow its --listen port (one per CPU): all free, and not http's.
+    grpc = free_port_run(1 + len(os.sched_getaffinity(0)) + 1)
+    http = grpc + 1 + len(os.sched_getaffinity(0))
     swaps = {"127.0.0.1:50051": f"127.0.0.1:{grpc}", "127.0.0.1:9477": f"127.0.0.1:{http}", "/tmp/": f"{tmp_path}/"}
     blocks = list(_sh_commands(README.read_text()))[1:]  # the first is make demo / make test
     commands = [[_swap(arg, swaps) for arg in argv] for block in blocks for argv in block if argv[0] in PROGRAMS]

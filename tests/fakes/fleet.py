@@ -5,6 +5,7 @@ Every process a test starts here is killed when the test ends, pass or fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,6 +31,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """A port free with the ``count - 1`` after it: for ``serve`` with its default worker ports
+    (``--listen``'s port + 1 + i), which another test's process may otherwise hold."""
+    for _ in range(100):
+        first = free_port(host)
+        if first + count > 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    held.enter_context(socket.socket()).bind((host, port))
+            except OSError:
+                continue
+        return first
+    raise AssertionError(f"no {count} free ports in a row on {host}")
 
 
 @dataclass

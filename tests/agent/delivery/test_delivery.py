@@ -59,7 +59,8 @@ def test_collector_killed_mid_stream_loses_nothing(tmp_path: Path) -> None:
 
 
 def test_agent_killed_with_disk_spool_delivers_after_restart(tmp_path: Path) -> None:
-    collector = Collector(db=tmp_path / "c.db", port=free_port())
+    # One process, so that SIGSTOP freezes what acks (a front's workers would go on acking).
+    collector = Collector(db=tmp_path / "c.db", port=free_port(), workers=1)
     spool = tmp_path / "spool"
     with processes() as started:
         started.append(collector.start())
