@@ -38,13 +38,17 @@ from nodeagent.core.transport.security import AccessPolicy
 
 log = structlog.get_logger("nodeagent.collector")
 
+# The front's directory of worker sockets: RUNTIME_PREFIX and 8 random characters.
+RUNTIME_PREFIX = "nodeagent-collector-"
+# The longest path a unix socket may have (sun_path less its NUL, on Linux).
+UNIX_PATH_BYTES = 107
 # How long a new front waits for a worker of a killed front to drain and let go of its database.
 ORPHAN_DRAIN_SECONDS = 10.0
 
 
 async def run_front(config: ServerConfig, workers: int, worker_ports_base: int, log_level: str) -> None:
     """Serve as the front of ``workers`` workers until SIGTERM or SIGINT (``click`` errors as ``serve``'s)."""
-    runtime_dir = Path(tempfile.mkdtemp(prefix="nodeagent-collector-", dir=_runtime_parent()))  # 0700
+    runtime_dir = Path(tempfile.mkdtemp(prefix=RUNTIME_PREFIX, dir=_runtime_parent(workers)))  # 0700
     try:
         await _run(config, WorkerSpec(config, workers, runtime_dir, log_level, worker_ports_base))
     finally:
@@ -157,10 +161,18 @@ async def _until_signal() -> None:
     await stop.wait()
 
 
-def _runtime_parent() -> str | None:
-    """systemd's ``RuntimeDirectory=``, else ``$XDG_RUNTIME_DIR``, else the temporary directory."""
-    for name in ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR"):
-        value = os.environ.get(name, "").split(":")[0]
-        if value and os.path.isdir(value):
+def _runtime_parent(workers: int) -> str:
+    """systemd's ``RuntimeDirectory=``, else ``$XDG_RUNTIME_DIR``, else the temporary directory,
+    else /tmp: the first that exists and is short enough for the workers' socket paths (a unix
+    socket's path is at most 107 bytes; gRPC would only say it "could not bind")."""
+    names = [os.environ.get(name, "").split(":")[0] for name in ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR")]
+    candidates = [*names, tempfile.gettempdir(), "/tmp"]
+    # mkdtemp's name (the prefix and 8 characters) and the longest worker's socket.
+    longest = len(f"/{RUNTIME_PREFIX}xxxxxxxx/worker{workers - 1}.sock")
+    for value in candidates:
+        if value and os.path.isdir(value) and len(os.fsencode(value)) + longest <= UNIX_PATH_BYTES:
             return value
-    return None
+    raise click.ClickException(
+        f"no directory for the workers' sockets: {', '.join(v for v in candidates if v)} are missing or their "
+        f"paths too long for a unix socket ({UNIX_PATH_BYTES} bytes); set RUNTIME_DIRECTORY to a short one"
+    )

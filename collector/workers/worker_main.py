@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -36,7 +37,8 @@ def main(argv: list[str]) -> int:
     if config.front_socket is not None:
         with contextlib.suppress(FileNotFoundError):  # left by a worker that was killed
             config.front_socket.unlink()
-    _stop_when_orphaned(os.getppid())
+    front = os.getppid()
+    _stop_when_orphaned(front)
     from nodeagent.collector.cli.serve import run_server  # noqa: PLC0415  (after logging is set up)
 
     try:
@@ -45,7 +47,20 @@ def main(argv: list[str]) -> int:
         message = " ".join(err.format_message().split())
         sys.stderr.write(f"nodeagent-collector: error: worker {index}: {message}\n")
         return 2
+    finally:
+        if os.getppid() != front:
+            _leave_runtime_dir(spec.runtime_dir, config.front_socket)
     return 0
+
+
+def _leave_runtime_dir(runtime_dir: Path, own_socket: Path | None) -> None:
+    """A front that was killed removed nothing: each of its workers takes its socket away as it
+    stops, and the last one the directory (without it, every SIGKILL left one in /tmp)."""
+    if own_socket is not None:
+        with contextlib.suppress(FileNotFoundError):
+            own_socket.unlink()
+    if not any(runtime_dir.glob("worker*.sock")):
+        shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
 def _stop_when_orphaned(parent: int) -> None:

@@ -53,15 +53,20 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_front(tmp: Path, workers: int = 2, args: Sequence[str] = ()) -> Iterator[Front]:
-    """``serve --workers N`` on ports 0; stopped (SIGKILL past a minute) however the test ends."""
+def running_front(
+    tmp: Path, workers: int = 2, args: Sequence[str] = (), env: dict[str, str] | None = None
+) -> Iterator[Front]:
+    """``serve --workers N`` on ports 0 (``env`` added to its environment); stopped (SIGKILL past a
+    minute) however the test ends."""
     db = tmp / "collector.db"
     command = [
         sys.executable, "-m", "nodeagent.collector", "--log-level", "info", "serve", "--listen", "127.0.0.1:0",
         "--http-listen", "127.0.0.1:0", "--db", str(db), "--workers", str(workers), *args,
     ]  # fmt: skip
     log = (tmp / "front.log").open("w")
-    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
+    proc = subprocess.Popen(
+        command, cwd=REPO, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=log, text=True
+    )
     try:
         lines = _read_lines(proc, 3 + workers, START_SECONDS)
         assert lines[0].startswith("listening on "), f"{lines} {(tmp / 'front.log').read_text()[-3000:]}"

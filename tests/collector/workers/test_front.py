@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -162,6 +163,35 @@ def test_sigterm_on_the_front_drains_every_worker(tmp_path: Path) -> None:
         assert not alive, "a worker outlived its front"
     for owner, node in picked.items():
         assert _stored(front.dbs[owner]) == {node: 20}
+
+
+def test_a_killed_front_s_workers_drain_and_leave_no_runtime_directory(tmp_path: Path) -> None:
+    # Where the front makes its directory of sockets ($XDG_RUNTIME_DIR): short, as socket paths must be.
+    runtime = Path(tempfile.mkdtemp(prefix="na-run-"))
+    try:
+        picked = {owner_index(node, 2): node for node in NODES}
+        with running_front(tmp_path, env={"XDG_RUNTIME_DIR": str(runtime)}) as front:
+            (made,) = runtime.iterdir()
+            assert sorted(p.name for p in made.iterdir()) == ["worker0.sock", "worker1.sock", "workers.spec"]
+            workers = [psutil.Process(pid) for pid in front.worker_pids()]
+            for owner, node in picked.items():
+                assert deliver(front.ports[owner], node, list(range(1, 11))) == 10
+            front.stop(signal.SIGKILL)
+            _gone, alive = psutil.wait_procs(workers, timeout=30)
+            assert not alive, "a worker outlived its killed front"
+        assert not made.exists(), sorted(p.name for p in made.iterdir())
+        for owner, node in picked.items():
+            assert _stored(front.dbs[owner]) == {node: 10}  # each drained what it had acked
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_a_runtime_directory_too_long_for_socket_paths_is_passed_over(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)  # with the front's own name and a socket's, past 107 bytes
+    deep.mkdir()
+    with running_front(tmp_path, env={"XDG_RUNTIME_DIR": str(deep)}) as front:
+        assert not any(deep.iterdir())  # its sockets went to the temporary directory instead
+        assert deliver(front.ports[0], "node-0", [1, 2, 3]) == 3
 
 
 def test_real_agents_follow_the_redirect_and_land_on_their_owners(tmp_path: Path) -> None:
