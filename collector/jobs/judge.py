@@ -5,8 +5,9 @@
 2. **Idle, warm-up**: no GPU of the job judged nor warming up is `idle`; more warming up than
    judged is `warmup`.
 3. **Compare** (two nodes or more, and ranks whose claims agree: ``membership.claims``): every
-   node's standing this step (``straggler.stand_out``) joins its history; persistent stand-outs
-   are the stragglers (``straggler.stragglers``).
+   node's standing this step (``straggler.stand_out``; none at a step where too many stood out:
+   ``straggler.uncrowded``) joins its history; persistent stand-outs are the stragglers
+   (``straggler.stragglers``).
 4. **Straggler**: `slowed`, the stragglers named with their persistent cause; the wait share
    (``wait_share``) and, for a network or storage cause, the ingest the straggler would need;
    every other judged node waits on them; those that stood out on nothing at this step wait
@@ -43,6 +44,7 @@ from nodeagent.collector.jobs.straggler import (
     stand_out,
     stood_out_steps,
     stragglers,
+    uncrowded,
 )
 from nodeagent.collector.jobs.wait_share import gpm_wait, job_wait, straggler_wait
 from nodeagent.core.detector.config import DetectorConfig
@@ -90,7 +92,7 @@ def judge(
     notes: list[str] = []
     named: tuple[str, ...] = ()
     if len(judged) >= 2 and claims.comparable:
-        standings = stand_out(judged, step, waits, config)
+        standings = uncrowded(stand_out(judged, step, waits, config), step)
         for node, member in members.items():
             remember(member, standings.get(node, Standing(step, False)))
         compared = {node: members[node] for node in judged}

@@ -24,7 +24,10 @@ It is a *straggler* when it stood out in ``enter_steps`` of the last ``window_st
 detector's 4 of 6), and stays one while it stands out in more than ``window_steps -
 enter_steps`` of them; its cause is the majority of its steps' causes (tie: the latest). Fewer
 than half the compared nodes can be stragglers (one of two): more, and nobody stands out from
-a majority, so none is named.
+a majority, so none is named. The same holds at each step (``uncrowded``): a step at which more
+nodes stood out than may be stragglers counts for none of them. A job waiting on all its nodes
+alike (every data link slow) has them stand out in turn, two of four at a step as their loads
+alternate, and without this one of them could gather 4 of 6 steps by chance and be named.
 """
 
 from __future__ import annotations
@@ -96,6 +99,19 @@ def stand_out(
     return out
 
 
+def straggler_limit(compared: int) -> int:
+    """The most stragglers ``compared`` nodes can have: fewer than half of them (one of two)."""
+    return max(1, (compared - 1) // 2)
+
+
+def uncrowded(standings: dict[str, Standing], step: int) -> dict[str, Standing]:
+    """The standings as they count: none stood out at a step where more nodes stood out than
+    ``straggler_limit`` allows (nobody stands out from a majority)."""
+    if sum(s.stood_out for s in standings.values()) <= straggler_limit(len(standings)):
+        return standings
+    return {node: Standing(step, False) for node in standings}
+
+
 def remember(member: Member, standing: Standing) -> None:
     """The standing joins the member's history (a ring of ``window_steps``)."""
     member.history.append(standing)
@@ -111,8 +127,7 @@ def stragglers(
         need = window_steps - enter_steps + 1 if node in before else enter_steps
         if count >= need:
             named.append(node)
-    limit = max(1, (len(members) - 1) // 2)
-    return tuple(sorted(named)) if len(named) <= limit else ()
+    return tuple(sorted(named)) if len(named) <= straggler_limit(len(members)) else ()
 
 
 def persistent_cause(member: Member, step: int, window_steps: int) -> str:

@@ -232,6 +232,28 @@ def test_every_node_starved_for_the_network_is_job_wide_and_names_no_node() -> N
     assert v.needed_bytes_per_second == pytest.approx(1.2e9 / 0.6, rel=0.05)
 
 
+def test_nodes_that_wait_for_data_in_turn_are_job_wide_and_none_is_named() -> None:
+    """Every data link slow, the loads alternating: at each step two of the four nodes wait for
+    data while the other two wait in the collective. node-2 is among the two in 4 of every 6
+    steps; counted, those steps would name it (the lab's job-wide run, 2026-12-02)."""
+    nodes = job_nodes("1234", 4)
+    run = Run(nodes)
+    run.seconds(int(ONSET))
+    turns = [(2, 3), (2, 0), (2, 1), (2, 3), (0, 1), (0, 3)]  # node-2 4 of 6, node-0 and node-3 3, node-1 2
+    step = int(run.config.evaluate_seconds)
+    for turn in range(18):
+        for i, node in enumerate(nodes):
+            if i in turns[turn % len(turns)]:
+                _starve_network(node, busy=0.4)
+            else:
+                node.util, node.data_rx_bytes_per_second = 0.98, 4e8
+        run.seconds(step)
+    assert run.ever_named() == set()
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause, v.job_wide) == ("slowed", (), "network", True)
+    assert all(d.verdict.state != "waiting" for d in run.detectors.values())
+
+
 def test_two_jobs_on_disjoint_nodes_a_straggler_in_one_only() -> None:
     a, b = job_nodes("1234", 4, prefix="a"), job_nodes("torch/run-7", 4, prefix="b")
     run = Run([*a, *b])
