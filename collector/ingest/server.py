@@ -54,7 +54,6 @@ from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.security import (
     AccessPolicy,
     ServerSecurity,
-    peer_source,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
 from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_report
@@ -272,15 +271,7 @@ class CollectorServer:
         return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        source = peer_source(context.peer())
-        held = self.streams.over(source, self.config.max_streams_per_source)
-        if held is not None:
-            await self._refuse(
-                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
-                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
-            )  # fmt: skip
-        with self.streams.holding(source):
-            await self._serve_stream(context)
+        await self.streams.serve(context, self.config.max_streams_per_source, self._refuse, self._serve_stream)
 
     async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         hello = await read_hello(

@@ -7,7 +7,12 @@ flood. The collector's ingest and a front's redirect hold the same bound the sam
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+
+import grpc
+
+from nodeagent.collector.ingest.hello import Context, Refuse
+from nodeagent.core.transport.security import peer_source
 
 
 class SourceStreams:
@@ -33,3 +38,18 @@ class SourceStreams:
                 self.held[source] = left
             else:
                 self.held.pop(source, None)
+
+    async def serve(
+        self, context: Context, limit: int, refuse: Refuse, stream: Callable[[Context], Awaitable[None]]
+    ) -> None:
+        """``stream(context)`` held as one stream of the peer's source, or refused with
+        RESOURCE_EXHAUSTED when that source already holds ``limit``."""
+        source = peer_source(context.peer())
+        held = self.over(source, limit)
+        if held is not None:
+            await refuse(
+                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
+                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
+            )  # fmt: skip
+        with self.holding(source):
+            await stream(context)

@@ -26,7 +26,7 @@ from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.rendezvous import owner_index
-from nodeagent.core.transport.security import AccessPolicy, peer_source
+from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
@@ -105,15 +105,7 @@ class FrontServer:
 
     async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         # The bound a collector keeps per source: streams that never say hello cannot pile up here either.
-        source = peer_source(context.peer())
-        held = self.streams.over(source, self.config.max_streams_per_source)
-        if held is not None:
-            await self._refuse(
-                context, grpc.StatusCode.RESOURCE_EXHAUSTED, "streams_per_source",
-                f"{source} holds {held} streams, the limit (--max-streams-per-source)",
-            )  # fmt: skip
-        with self.streams.holding(source):
-            await self._redirect(context)
+        await self.streams.serve(context, self.config.max_streams_per_source, self._refuse, self._redirect)
 
     async def _redirect(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         # The checks a worker would make, made here: a refused agent hears it from the front.

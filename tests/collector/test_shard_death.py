@@ -23,20 +23,20 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from nodeagent.core.transport.rendezvous import rendezvous_order, routing_key
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.conftest import require
 from tests.fakes.alertmanager import alerts as am_alerts
+from tests.fakes.alertmanager import wait as _wait
 from tests.fakes.fleet import Agent, Collector, free_port, processes
 from tests.fakes.tsdb import Prometheus
 
@@ -128,11 +128,11 @@ def _shard_dies(run: Run, shards: list[Collector], watch: Watch) -> None:
     targets = [shard.address for shard in shards]
     expected = {node: targets.index(rendezvous_order(routing_key(node, job), targets)[0])
                 for node, (job, _rank) in NODES.items()}  # fmt: skip
-    _until(lambda: homes() == expected, 20, f"every node on its first choice {expected}")
+    _wait(lambda: homes() == expected, 20, f"every node on its first choice {expected}")
     placed = expected
     run.figures["placed"] = placed
     time.sleep(2.0)  # under load: every node streaming to its shard
-    _until(lambda: watch.xid_alerts() == 1, 20, f"XIDError of {XID_NODE} in Alertmanager")
+    _wait(lambda: watch.xid_alerts() == 1, 20, f"XIDError of {XID_NODE} in Alertmanager")
     run.victim = victim = placed[XID_NODE]
     moving = sorted(node for node, shard in placed.items() if shard == victim)
 
@@ -147,7 +147,7 @@ def _shard_dies(run: Run, shards: list[Collector], watch: Watch) -> None:
                 arrived.setdefault(node, now - killed)
         return len(arrived) == len(moving)
 
-    _until(moved, MOVE_SECONDS, f"the dead shard's nodes {moving} on another shard (arrived: {arrived})")
+    _wait(moved, MOVE_SECONDS, f"the dead shard's nodes {moving} on another shard (arrived: {arrived})")
     run.figures["moved_seconds"] = {node: round(s, 2) for node, s in arrived.items()}
     now = _homes(shards, killed)
     survivor = now["a0"]
@@ -160,11 +160,11 @@ def _shard_dies(run: Run, shards: list[Collector], watch: Watch) -> None:
         return any(v.job == "torch/job-a" and sorted(v.nodes) == ["a0", "a1"] for v in verdicts)
 
     started = time.time()
-    _until(job_listed, 20, "ListJobs on the survivor names torch/job-a with a0 and a1")
+    _wait(job_listed, 20, "ListJobs on the survivor names torch/job-a with a0 and a1")
     run.figures["job_resumed_seconds"] = round(time.time() - killed, 2)
     run.figures["job_listed_after_move_seconds"] = round(time.time() - started, 2)
     # The survivor raised the XIDError itself (its own alert table), and Alertmanager has one.
-    _until(lambda: _firing(shards[survivor].db, "XIDError", XID_NODE), 20, "the survivor fires XIDError")
+    _wait(lambda: _firing(shards[survivor].db, "XIDError", XID_NODE), 20, "the survivor fires XIDError")
     assert watch.xid_alerts() == 1
 
     # The shard returns on its port and database; its nodes come back within about two probes.
@@ -180,7 +180,7 @@ def _shard_dies(run: Run, shards: list[Collector], watch: Watch) -> None:
                 returned.setdefault(node, now - back_at)
         return len(returned) == len(moving)
 
-    _until(came_back, 2 * PROBE_SECONDS + 5, f"{moving} back on the restarted shard (back: {returned})")
+    _wait(came_back, 2 * PROBE_SECONDS + 5, f"{moving} back on the restarted shard (back: {returned})")
     run.figures["returned_seconds"] = {node: round(s, 2) for node, s in returned.items()}
 
 
@@ -217,7 +217,7 @@ def _nothing_lost(
         assert all(abs(seq - killed_seq) < 15 for seq in seqs), (node, seqs, killed_seq)
     # Prometheus: one sample of a per-report series per report, whichever shards wrote it.
     # Each count as last read goes into the figures, printed whether or not this holds.
-    _until(lambda: _tsdb_counts(prometheus, outcomes, run.figures), 30, "Prometheus holds every report's sample")
+    _wait(lambda: _tsdb_counts(prometheus, outcomes, run.figures), 30, "Prometheus holds every report's sample")
     assert watch.max_xid_alerts == 1, f"XIDError seen {watch.max_xid_alerts} times at once in Alertmanager"
     assert watch.xid_alerts() == 1
 
@@ -318,14 +318,3 @@ class Watch:
 
 def _rfc3339(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.1)
