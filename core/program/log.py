@@ -24,7 +24,9 @@ def configure_logging(level: str = "warning") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line, its newline in it: print() writes the newline apart, and the lines of
+        # processes sharing stderr (a front, its workers, the remote-write process) ran together.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         # Not cached: the programs log a few lines a minute, and a logger bound once would keep the
         # first configuration for good (structlog.testing.capture_logs could not see it).
         cache_logger_on_first_use=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -9,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import structlog
+
+from nodeagent.core.program.log import configure_logging
 from tests.fakes.trees import REPO
 
 
@@ -59,3 +64,28 @@ def test_readable_lines_on_a_terminal(tmp_path: Path) -> None:
     text = b"".join(chunks).decode(errors="replace")
     assert "agent running" in text
     assert not any(line.lstrip().startswith("{") for line in text.splitlines() if "agent running" in line)
+
+
+def test_each_line_is_one_write_so_processes_sharing_stderr_never_run_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A front, its workers and the remote-write process share one stderr: a line written in two
+    parts (print's newline apart) lets another process's line land between them."""
+    writes: list[str] = []
+
+    class Recorder(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    saved = structlog.get_config()
+    try:
+        configure_logging("info")
+        structlog.get_logger("nodeagent.test").info("one line", node="n1")
+    finally:
+        structlog.configure(**saved)
+    assert len(writes) == 1 and writes[0].endswith("\n") and json.loads(writes[0])["event"] == "one line"
