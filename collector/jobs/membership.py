@@ -1,18 +1,18 @@
-"""Which nodes, GPUs and ranks belong to each job key, from the ``JobSample``s of the nodes'
-reports; what the ranks claim; and nodes that leave.
+"""The job stage's members: which nodes, GPUs and ranks belong to each job key, from the
+nodes' ``JobStep``s; what the ranks claim; and nodes that leave.
 
-A node joins a job when a report of its names the job key (``NodeReport.jobs``), with the GPUs
-the job's processes use there (``JobSample.gpus``: a node in two jobs gives each only its own
-GPUs), its ranks, node rank and the world size its processes claim. It leaves when a report
-no longer names the key, or when it is silent (no report) for longer than the detector's window;
-the job's verdict notes either for a window. Membership is read at each of the node's window
-steps, not every report.
+A node joins a job with its first step for the job key (its node stage sends one per job its
+reports name, ``node_stage``), with the GPUs the job's processes use there (a node in two jobs
+gives each only its own GPUs), its ranks, node rank and the world size its processes claim. It
+leaves when its node stage says so (``JobLeave``: the reports no longer name the key, or the node
+was retired), or when it is silent (no step) for longer than the detector's window; the job's
+verdict notes either for a window.
 
 Bounds: at most ``max_jobs`` jobs (a new key past it is not followed, ``refused_jobs_total``), at
 most ``max_nodes_per_job`` nodes per job (a node past it is left out of that job and counted in
-its notes), at most ``max_jobs_per_node`` keys read from a report, ``max_ranks_per_node`` ranks
-kept per node. So memory is bounded by the nodes the collector holds times ``max_jobs_per_node``,
-whatever the reports claim.
+its notes), ``max_ranks_per_node`` ranks kept per node (and, on the node's side, at most
+``max_jobs_per_node`` keys read from a report). So memory is bounded by the nodes of the jobs
+this owner holds, whatever the reports claim.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from nodeagent.collector.jobs.config import JobRollupConfig
-from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.collector.jobs.messages import Home
 
 if TYPE_CHECKING:
+    from nodeagent.collector.jobs.messages import JobStep
     from nodeagent.collector.jobs.node_values import NodeValues
     from nodeagent.collector.jobs.straggler import Standing
-    from nodeagent.core.detector.node import NodeDetector
 
 _log = structlog.get_logger("nodeagent.collector.jobs")
 
@@ -56,15 +56,15 @@ class Member:
     # The job step its values are for (-1: none yet), and the values.
     step: int = -1
     values: NodeValues | None = None
-    detector: NodeDetector | None = None
     # Its standing over the last window steps (straggler.py), and whether it waits on a straggler.
     history: deque[Standing] = field(default_factory=deque)
     waiting: bool = False
     # Per GPU index: the detector's cumulative GPU time lost last seen (the job's loss adds deltas).
     lost_seen: dict[int, float] = field(default_factory=dict)
-    # Cumulative link error counters at its last step (node_values turns them into per-step deltas).
-    nvlink_errors_total: int | None = None
-    nic_errors_total: int | None = None
+    # Where its node's stage lives (its waits go there), and when its last step arrived (this
+    # process's clock: a job whose nodes all fell silent ends by time, not by their reports).
+    home: Home = field(default_factory=Home)
+    heard_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -100,60 +100,42 @@ class Membership:
         # node -> job key -> its member there.
         self.by_node: dict[str, dict[str, Member]] = {}
         self.refused_jobs_total = 0
-        self.ignored_job_samples_total = 0
         self._refusal_logged = -_REFUSAL_LOG_SECONDS
 
-    def update(
-        self, node_id: str, report: pb.NodeReport, detector: NodeDetector
-    ) -> tuple[list[tuple[Job, Member]], list[tuple[Job, Member]]]:
-        """The jobs a node's step report names, joined or updated; and those it left (no longer named)."""
-        t = report.time_unix_seconds
+    def update(self, step: JobStep, heard_at: float) -> Member | None:
+        """A node's step for one job: the member joined or updated; None when the job or the
+        node is past its bound (not followed)."""
+        t = step.time_unix_seconds
         config = self.config
-        mine = self.by_node.get(node_id, {})
-        named: dict[str, pb.JobSample] = {}
-        for sample in report.jobs:
-            if sample.job and sample.job not in named:
-                if len(named) >= config.max_jobs_per_node:
-                    self.ignored_job_samples_total += 1
-                    continue
-                named[sample.job] = sample
-        left = []
-        for key in [k for k in mine if k not in named]:
-            gone = self.jobs[key]
-            member = self.leave(gone, node_id, t, f"{node_id} left: its reports no longer name the job")
-            if member is not None:
-                left.append((gone, member))
-        out = []
-        for key, sample in named.items():
-            job = self.jobs.get(key)
-            if job is None:
-                if len(self.jobs) >= config.max_jobs:
-                    self._refuse(key, t)
-                    continue
-                job = self.jobs[key] = Job(key, sample.source)
-            member = job.members.get(node_id)
-            if member is None:
-                if len(job.members) >= config.max_nodes_per_job:
-                    job.refused_nodes[node_id] = t
-                    continue
-                member = Member(node_id, job, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
-                job.members[node_id] = member
-                job.claims = None
-                self.by_node.setdefault(node_id, {})[key] = member
-            job.source = sample.source or job.source
-            ranks, gpus = sample.ranks, tuple(sample.gpus)
-            kept = tuple(ranks[: config.max_ranks_per_node])
-            if (gpus, kept, len(ranks), sample.world_size) != (
-                member.gpus, member.ranks, member.ranks_count, member.world_size,
-            ):  # fmt: skip
-                member.gpus, member.ranks, member.ranks_count = gpus, kept, len(ranks)
-                member.world_size = sample.world_size
-                job.claims = None
-            member.node_rank = sample.node_rank if sample.HasField("node_rank") else None
-            member.last_report = t
-            member.detector = detector
-            out.append((job, member))
-        return out, left
+        key, node_id = step.job, step.node_id
+        job = self.jobs.get(key)
+        if job is None:
+            if len(self.jobs) >= config.max_jobs:
+                self._refuse(key, t)
+                return None
+            job = self.jobs[key] = Job(key, step.source)
+        member = job.members.get(node_id)
+        if member is None:
+            if len(job.members) >= config.max_nodes_per_job:
+                job.refused_nodes[node_id] = t
+                return None
+            member = Member(node_id, job, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
+            job.members[node_id] = member
+            job.claims = None
+            self.by_node.setdefault(node_id, {})[key] = member
+        job.source = step.source or job.source
+        kept = step.ranks[: config.max_ranks_per_node]
+        if (step.gpus, kept, step.ranks_count, step.world_size) != (
+            member.gpus, member.ranks, member.ranks_count, member.world_size,
+        ):  # fmt: skip
+            member.gpus, member.ranks, member.ranks_count = step.gpus, kept, step.ranks_count
+            member.world_size = step.world_size
+            job.claims = None
+        member.node_rank = step.node_rank
+        member.last_report = t
+        member.home = step.home
+        member.heard_at = heard_at
+        return member
 
     def leave(self, job: Job, node_id: str, t: float, note: str) -> Member | None:
         member = job.members.pop(node_id, None)

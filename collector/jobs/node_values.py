@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nodeagent.collector.jobs.config import JobRollupConfig
-from nodeagent.collector.jobs.membership import Member
 from nodeagent.collector.jobs.nic_peaks import NicPeaks
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
@@ -34,6 +33,22 @@ _INGEST_KEYS = {
     "storage": ("storage_read_bytes_per_second",),
 }
 _RDMA_ERRORS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "local_link_integrity_errors")
+
+
+@dataclass(slots=True)
+class NodeMember:
+    """What a node's stage keeps of one of its jobs between its steps."""
+
+    job: str
+    source: str
+    gpus: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()
+    ranks_count: int = 0
+    world_size: int = 0
+    node_rank: int | None = None
+    # Cumulative link error counters at its last step (node_values turns them into per-step deltas).
+    nvlink_errors_total: int | None = None
+    nic_errors_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +99,7 @@ class NodeValues:
 
 
 def node_values(
-    member: Member, report: pb.NodeReport, detector: NodeDetector, peaks: NicPeaks | None, config: JobRollupConfig
+    member: NodeMember, report: pb.NodeReport, detector: NodeDetector, peaks: NicPeaks | None, config: JobRollupConfig
 ) -> NodeValues:
     wanted = set(member.gpus)
     own = [g for g in detector.own_gpus if not wanted or g.index in wanted]
@@ -174,7 +189,7 @@ def _own_cause(judged: list[GpuVerdict]) -> str | None:
 
 
 def _links(
-    member: Member, report: pb.NodeReport, samples: list[pb.GpuSample], peaks: NicPeaks | None,
+    member: NodeMember, report: pb.NodeReport, samples: list[pb.GpuSample], peaks: NicPeaks | None,
     config: JobRollupConfig,
 ) -> tuple[LinkValues, float | None]:  # fmt: skip
     """The node's link values, and the mean SM clock of the job's GPUs (one pass over them)."""
