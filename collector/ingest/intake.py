@@ -37,8 +37,10 @@ from nodeagent.collector.ingest.node_state import (
 )
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
 from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.jobs.signals import ALERT_NAME as JOB_ALERT_NAME
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
+from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -253,6 +255,29 @@ class Ingest:
         if node is None or node.retiring:
             raise RetireRefusedError("NOT_FOUND", f"node {node_id[:64]!r} is not known here")
         return await self.retirement.ask(node)
+
+    def job_stage_changed(self) -> None:
+        """The job stage judged messages from other workers or collectors: its signals to the book."""
+        signals = self.jobs.signals()
+        if signals:
+            self.alerting.add(signals)
+
+    async def tick_jobs(self) -> None:
+        """Time ends jobs (``JobStage.tick``); and once a window and a step have passed since the
+        start, a ``JobStraggler`` the book holds firing for a job this process no longer judges (it
+        fired before a restart, or the job's owner is another process now) resolves."""
+        self.jobs.tick()
+        config = self.detector_config
+        if self.clock() - self.counting_since >= config.window_seconds + config.evaluate_seconds:
+            active = await self.writer.call(self.alerting.recent, False)
+            firing = self.jobs.jobs.firing()
+            orphans = [
+                AlertSignal(name=a.name, node_id=a.node_id, key=a.key, firing=False)
+                for a in active
+                if a.name == JOB_ALERT_NAME and (a.key, a.node_id) not in firing
+            ]
+            self.alerting.add(orphans)
+        self.job_stage_changed()
 
     def _rewaited(self, node_id: str) -> None:
         """The job roll-up changed another node's verdict: its signals and timeline, as after a step."""

@@ -38,11 +38,16 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
 from nodeagent.collector.ingest.source_streams import SourceStreams
+from nodeagent.collector.jobs.messages import Home
+from nodeagent.collector.jobstage.messenger import JobMessenger
+from nodeagent.collector.jobstage.routes import Routes
+from nodeagent.collector.jobstage.service import JobStageService
 from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.process import RemoteWriteProcess
+from nodeagent.collector.shards.config import is_this_collector
 from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES
 from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.database import StoreWriter
@@ -50,13 +55,14 @@ from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import StoreReader
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.exposition.http_server import MetricsHttpServer
-from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
+from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS, parse_target
 from nodeagent.core.transport.security import (
     AccessPolicy,
     ServerSecurity,
 )
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
 from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_report
+from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -104,6 +110,10 @@ class ServerConfig:
     # the unix socket its front asks it on (calls there are the front's: operator calls).
     worker_index: int | None = None
     front_socket: Path | None = None
+    # A worker's siblings (every worker's unix socket, by index; the job roll-up's messages go
+    # there) and its front's --listen (the collector's address in [fleet] collectors).
+    worker_sockets: tuple[Path, ...] = ()
+    front_listen: str | None = None
 
 
 class CollectorServer:
@@ -142,6 +152,8 @@ class CollectorServer:
         self.pages = LocalPages(self)
         # With [fleet] collectors: the page's /api/... merged with the other collectors'.
         self.fleet_pages: FleetPages | None = None
+        self.job_messenger: JobMessenger | None = None
+        self._job_tasks: list[asyncio.Task[None]] = []
 
     def _max_send_bytes(self) -> int:
         if self.config.front_socket is None:
@@ -194,16 +206,45 @@ class CollectorServer:
             server.add_insecure_port(f"unix:{self.config.front_socket}")
         self._fan_out_pages()
         self.queries.fleet_pages = self.fleet_pages
+        self.job_messenger = self._job_messenger()
+        js_grpc.add_JobStageServicer_to_server(JobStageService(self.job_messenger, self.policy), server)
         await server.start()
         self._server = server
         self.started_monotonic = time.monotonic()
         self._flusher = asyncio.create_task(self.ingest.flusher.run())
+        self._job_tasks = [asyncio.create_task(self.job_messenger.run()), asyncio.create_task(self._tick_jobs())]
         if self.remote_write is not None:
             self.remote_write.start()
         self.serving = True
         if self.config.http_listen is not None:
             await self._start_http(self.config.http_listen)
         return self.port
+
+    def _job_messenger(self) -> JobMessenger:
+        """The job roll-up's messages: each job judged by its owner among this collector's workers
+        and ``[fleet] collectors``, each wait sent back to the node's home."""
+        config = self.config
+        fleet = config.settings.fleet
+        listen = config.front_listen or config.listen
+        port = parse_target(listen, any_port=True)[1] if config.front_listen else self.port
+        me = next((t for t in fleet.collectors if is_this_collector(t, listen, port)), "")
+        worker = config.worker_index or 0
+        routes = Routes(worker=worker, workers=len(config.worker_sockets) or 1, fleet=fleet.collectors, me=me)
+        self.ingest.jobs.nodes.home = Home("", worker)
+        return JobMessenger(
+            self.ingest.jobs, routes, sockets=config.worker_sockets, security=fleet.security,
+            on_change=self.ingest.job_stage_changed,
+        )  # fmt: skip
+
+    async def _tick_jobs(self) -> None:
+        """Time ends jobs whose nodes fell silent (``Ingest.tick_jobs``), twice a step."""
+        seconds = max(0.1, self.config.settings.detector.evaluate_seconds / 2)
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.ingest.tick_jobs()
+            except Exception:
+                log.exception("job tick failed")
 
     def _fan_out_pages(self) -> None:
         """``[fleet] collectors`` other than this one (its --listen, its port): the page merges theirs."""
@@ -252,6 +293,11 @@ class CollectorServer:
             await self._server.stop(grace)
         if self.fleet_pages is not None:
             await self.fleet_pages.close()
+        for task in self._job_tasks:
+            task.cancel()
+        await asyncio.gather(*self._job_tasks, return_exceptions=True)
+        if self.job_messenger is not None:
+            await self.job_messenger.close()
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)

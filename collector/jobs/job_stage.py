@@ -105,6 +105,10 @@ class JobStage:
     def verdict(self, job: str) -> JobVerdict | None:
         return self._verdicts.get(job)
 
+    def firing(self) -> set[tuple[str, str]]:
+        """(job, node) of every ``JobStraggler`` this stage holds firing ("" : job-wide)."""
+        return {(job, node) for job, nodes in self._firing.items() for node in nodes}
+
     def signals(self) -> list[AlertSignal]:
         """The ``JobStraggler`` signals of the job steps judged since the last call (taken once)."""
         out, self._signals = self._signals, []

@@ -77,13 +77,13 @@ class ShardClients:
     def _stub(self, shard: Shard) -> pb_grpc.QueryStub:
         channel = self._channels.get(shard.name)
         if channel is None:
-            channel = _open(shard)
+            channel = open_shard_channel(shard)
             self._channels[shard.name] = channel
         return pb_grpc.QueryStub(channel)
 
     async def _ask(self, shard: Shard, method: str, request: Message, timeout: float, local: bool) -> Answer:
         try:
-            call = getattr(self._stub(shard), method)(request, timeout=timeout, metadata=_metadata(shard, local))
+            call = getattr(self._stub(shard), method)(request, timeout=timeout, metadata=shard_metadata(shard, local))
             # grpc's deadline ends the call; the outer bound covers a channel stuck before it.
             reply = await asyncio.wait_for(call, timeout + _GRACE_SECONDS)
         except grpc.aio.AioRpcError as err:
@@ -97,7 +97,7 @@ class ShardClients:
     async def _ask_stream(self, shard: Shard, method: str, request: Message, timeout: float, local: bool) -> Answer:
         pages: list[Message] = []
         try:
-            call = getattr(self._stub(shard), method)(request, metadata=_metadata(shard, local))
+            call = getattr(self._stub(shard), method)(request, metadata=shard_metadata(shard, local))
             while True:
                 try:
                     page = await asyncio.wait_for(call.read(), timeout)
@@ -161,7 +161,7 @@ _RECONNECT_OPTIONS: tuple[tuple[str, int | str], ...] = (
 UNIX_MESSAGE_BYTES = 1 << 30
 
 
-def _open(shard: Shard) -> grpc.aio.Channel:
+def open_shard_channel(shard: Shard) -> grpc.aio.Channel:
     if shard.target.startswith(UNIX_PREFIX):
         options = [
             ("grpc.max_receive_message_length", UNIX_MESSAGE_BYTES),
@@ -172,7 +172,7 @@ def _open(shard: Shard) -> grpc.aio.Channel:
     return open_channel(shard.target, shard.security, _RECONNECT_OPTIONS)
 
 
-def _metadata(shard: Shard, local: bool) -> tuple[tuple[str, str], ...]:
+def shard_metadata(shard: Shard, local: bool = False) -> tuple[tuple[str, str], ...]:
     token = () if shard.target.startswith(UNIX_PREFIX) else shard.security.metadata()
     return (*token, LOCAL_HEADER) if local else token
 

@@ -125,6 +125,7 @@ class CollectorMetrics(Collector):
                 "1 while the history is kept; 0 once damage stopped it for this run (HistoryUnavailable).",
                 value=1.0 if guard.available else 0.0,
             )
+        yield from _job_stage(server)
         yield from self._alerts()
 
     def _alerts(self) -> Iterator[Metric]:
@@ -162,6 +163,36 @@ class CollectorMetrics(Collector):
             "nodeagent_alert_queued_transitions", "Transitions waiting for the sinks.", value=stats.queued
         )
         yield from _remote_write(self.server)
+
+
+def _job_stage(server: CollectorServer) -> Iterator[Metric]:
+    """The job roll-up's two stages and the messages between them (docs/fleet-scale.md)."""
+    rollup = server.ingest.jobs
+    yield CounterMetricFamily(
+        "nodeagent_collector_job_steps_sent", "Node stage: one node's values for one job at one window step, sent.",
+        value=rollup.nodes.steps_sent_total,
+    )  # fmt: skip
+    yield CounterMetricFamily(
+        "nodeagent_collector_job_steps_received", "Job stage: node steps received for the jobs this process owns.",
+        value=rollup.jobs.steps_received_total,
+    )  # fmt: skip
+    yield GaugeMetricFamily(
+        "nodeagent_collector_jobs_owned", "Multi-node jobs this process owns and judges.", value=len(rollup.verdicts())
+    )
+    messenger = server.job_messenger
+    if messenger is not None:
+        messages = CounterMetricFamily(
+            "nodeagent_collector_job_messages",
+            "Job roll-up messages to and from other workers and collectors, by outcome (dropped: not "
+            "delivered or the queue full; bad: refused on arrival).",
+            labels=["outcome"],
+        )  # fmt: skip
+        for outcome, count in (
+            ("sent", messenger.sent_total), ("dropped", messenger.dropped_total),
+            ("received", messenger.received_total), ("bad", messenger.bad_total),
+        ):  # fmt: skip
+            messages.add_metric([outcome], count)
+        yield messages
 
 
 def _remote_write(server: CollectorServer) -> Iterator[Metric]:

@@ -22,12 +22,14 @@ from grpc_reflection.v1alpha import reflection
 from nodeagent.collector.ingest.hello import read_hello
 from nodeagent.collector.ingest.server import INGEST_SERVICE, QUERY_SERVICE, ServerConfig
 from nodeagent.collector.ingest.source_streams import SourceStreams
+from nodeagent.collector.jobstage.front import FrontJobStage
 from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
+from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -47,6 +49,7 @@ class FrontServer:
         self.streams = SourceStreams()
         self.port = 0
         self._server: grpc.aio.Server | None = None
+        self.job_stage: FrontJobStage | None = None
         self._health: health.aio.HealthServicer | None = None
         self._health_tasks: set[asyncio.Task[None]] = set()
 
@@ -68,6 +71,10 @@ class FrontServer:
         )
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})])
         pb_grpc.add_QueryServicer_to_server(self.queries, server)
+        # The job roll-up's messages from other collectors, each to the worker it belongs to.
+        spec = self.supervisor.spec
+        self.job_stage = FrontJobStage([spec.socket_path(i) for i in range(spec.workers)], self.policy)
+        js_grpc.add_JobStageServicer_to_server(self.job_stage, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         enable_operator_reflection(

@@ -58,6 +58,7 @@ class WorkerSpec:
         return dataclasses.replace(
             self.config, listen=f"{host}:{port}", db_path=worker_db_path(self.config.db_path, index),
             http_listen=None, worker_index=index, front_socket=self.socket_path(index),
+            worker_sockets=tuple(self.socket_path(i) for i in range(self.workers)), front_listen=self.config.listen,
         )  # fmt: skip
 
 

@@ -1,0 +1,38 @@
+"""The ``JobStage`` gRPC service of a collector or a worker: the job roll-up's messages from the
+other workers and collectors, handed to this process's stages (``JobMessenger.receive_*``).
+
+Operators only, as the Query service (``authorize_operator``): a worker is called on its private
+unix socket, a collector with ``[fleet]``'s operator credentials. Bad messages are dropped and
+counted (``nodeagent_collector_job_messages_total{outcome="bad"}``), the rest judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from nodeagent.collector.jobs.wire import node_messages_from_pb, waits_from_pb
+from nodeagent.collector.jobstage.messenger import JobMessenger
+from nodeagent.collector.query.service import authorize_operator
+from nodeagent.core.transport.security import AccessPolicy
+from nodeagent.v1 import jobstage_pb2 as js
+from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class JobStageService(js_grpc.JobStageServicer):
+    def __init__(self, messenger: JobMessenger, policy: AccessPolicy) -> None:
+        self.messenger = messenger
+        self.policy = policy
+
+    async def NodeMessages(self, request: js.JobNodeMessages, context: Context) -> js.JobStageAck:
+        await authorize_operator(self.policy, context)
+        self.messenger.receive_steps(*node_messages_from_pb(request))
+        return js.JobStageAck()
+
+    async def Waits(self, request: js.JobWaitMessages, context: Context) -> js.JobStageAck:
+        await authorize_operator(self.policy, context)
+        self.messenger.receive_waits(*waits_from_pb(request))
+        return js.JobStageAck()

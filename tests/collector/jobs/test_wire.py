@@ -1,0 +1,77 @@
+"""The job roll-up's messages as they travel between processes (``jobs/wire.py``): a job judged
+from messages that went through the wire gets exactly the verdicts of one judged in process, and
+bad messages from another process are dropped, counted, never judged."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from nodeagent.collector.jobs.messages import Home, JobLeave, JobWait, NodeMessage
+from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.jobs.wire import node_messages_from_pb, node_messages_to_pb, waits_from_pb, waits_to_pb
+from nodeagent.collector.replay import Replay
+from nodeagent.tools.lab_traces import cluster_traces
+from nodeagent.v1 import jobstage_pb2 as js
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "lab_cluster"
+TRACES = {t.name: t for t in cluster_traces(DATA)}
+
+
+def _through_the_wire(rollup: JobRollup) -> list[int]:
+    """Route both stages' messages through their bytes; counts the bytes of each batch."""
+    sizes: list[int] = []
+
+    def steps(messages: list[NodeMessage]) -> None:
+        data = node_messages_to_pb(messages).SerializeToString()
+        sizes.append(len(data))
+        back, bad = node_messages_from_pb(js.JobNodeMessages.FromString(data))
+        assert bad == 0
+        rollup.jobs.receive(back)
+
+    def waits(messages: list[JobWait]) -> None:
+        back, bad = waits_from_pb(js.JobWaitMessages.FromString(waits_to_pb(messages).SerializeToString()))
+        assert bad == 0
+        rollup.nodes.apply(back)
+
+    rollup.route_steps, rollup.route_waits = steps, waits
+    return sizes
+
+
+@pytest.mark.parametrize("scenario", ["network", "two-jobs", "fabric"])
+def test_a_job_judged_from_the_wire_gets_the_verdicts_of_one_judged_in_process(scenario: str) -> None:
+    trace = TRACES[scenario]
+    direct = Replay(trace.config, jobs=JobRollup(trace.config))
+    wired_rollup = JobRollup(trace.config)
+    sizes = _through_the_wire(wired_rollup)
+    wired = Replay(trace.config, jobs=wired_rollup)
+    for report in trace.reports():
+        direct.observe(report)
+        wired.observe(report)
+    assert sizes, "no message was sent"
+    assert direct.to_plain()["jobs"] == wired.to_plain()["jobs"]
+    assert [n["final_verdict"] for n in direct.to_plain()["nodes"]] == [
+        n["final_verdict"] for n in wired.to_plain()["nodes"]
+    ]
+    # One node's values for one job and step: a small message.
+    assert max(sizes) < 2_000 * 4, sizes
+
+
+def test_bad_messages_from_another_process_are_dropped_and_counted() -> None:
+    batch = js.JobNodeMessages()
+    good = batch.messages.add()
+    good.leave.job, good.leave.node_id, good.leave.note = "torch/a", "node-1", "left"
+    batch.messages.add().leave.node_id = "node-2"  # no job
+    nan = batch.messages.add()
+    nan.step.job, nan.step.node_id = "torch/a", "node-3"
+    nan.step.values.busy_ratio = math.nan
+    batch.messages.add()  # neither a step nor a leave
+    messages, bad = node_messages_from_pb(batch)
+    assert messages == [JobLeave("torch/a", "node-1", 0.0, "left", Home())]
+    assert bad == 3
+    waits = js.JobWaitMessages()
+    w = waits.waits.add()
+    w.job, w.node_id, w.wait_ratio = "torch/a", "node-1", 1.5
+    assert waits_from_pb(waits) == ([], 1)
