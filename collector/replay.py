@@ -19,6 +19,7 @@ from nodeagent.collector.alerts.lifecycle import RESOLVED, alert_labels, next_tr
 from nodeagent.collector.alerts.report_rules import NodeRules
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.pipeline import Pipeline
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -124,6 +125,7 @@ class NodeReplay:
     rules: NodeRules
     first_time: float
     last_time: float
+    detector_epoch: int = 0
     reports: int = 0
     timeline: list[StateChange] = field(default_factory=list)
     evaluations: list[tuple[float, list[AlertSignal]]] = field(default_factory=list)
@@ -131,14 +133,10 @@ class NodeReplay:
     gpu_shares: dict[int, Shares] = field(default_factory=dict)
     _shown: dict[int, tuple[str, str | None, str | None]] = field(default_factory=dict)
 
-    def observe(self, report: pb.NodeReport) -> bool:
-        """Take one report; True when the node's verdict advanced (a new window step)."""
-        # The hardware rules (GPULost, NVLinkDown, XIDError, ...) see every report, as in the collector.
-        hardware = self.rules.observe(report)
-        if hardware:
-            self.evaluations.append((report.time_unix_seconds, hardware))
-        before = self.detector.verdict
-        verdict = self.detector.observe(report)
+    def account(self, report: pb.NodeReport, changed: bool) -> None:
+        """After the pipeline took the report: the time since the last one, in the verdict's states;
+        the GPUs' state changes when the verdict changed."""
+        verdict = self.detector.verdict
         t = report.time_unix_seconds
         if self.reports:
             seconds = min(t - self.last_time, self.detector.config.max_interval_seconds)
@@ -147,11 +145,8 @@ class NodeReplay:
                 self.gpu_shares.setdefault(g.index, Shares()).add(g.state, g.cause, seconds)
         self.reports += 1
         self.last_time = t
-        if verdict is not before:
+        if changed:
             self._changes(verdict)
-            self.evaluations.append((verdict.time_unix_seconds, self.detector.signals()))
-            return True
-        return False
 
     def _changes(self, verdict: NodeVerdict) -> None:
         for g in verdict.gpus:
@@ -248,6 +243,12 @@ class Replay:
         self.jobs: dict[str, JobReplay] = {}
         self.job_evaluations: list[tuple[float, Sequence[AlertSignal]]] = []
         self._snapshot: tuple[JobVerdict, ...] = self.rollup.verdicts()
+        # The collector's own order of stages (collector/pipeline.py).
+        self.pipeline = Pipeline(
+            config, self.rollup, rules=lambda node_id: self.nodes[node_id].rules,
+            node_signals=lambda node_id, t, signals: self.nodes[node_id].evaluations.append((t, signals)),
+            job_signals=lambda t, signals: self.job_evaluations.append((t, signals)), rewaited=self._rewaited,
+        )  # fmt: skip
 
     def observe(self, report: pb.NodeReport) -> None:
         node = self.nodes.get(report.node_id)
@@ -255,9 +256,10 @@ class Replay:
             detector = NodeDetector(report.node_id, self.config)
             t = report.time_unix_seconds
             rules = NodeRules(report.node_id, self.alert_config)
-            node = self.nodes[report.node_id] = NodeReplay(report.node_id, detector, rules, t, t)
-        advanced = node.observe(report)
-        self.rollup.observe(report.node_id, report, node.detector, advanced)
+            node = NodeReplay(report.node_id, detector, rules, t, t, detector_epoch=report.epoch)
+            self.nodes[report.node_id] = node
+        changed = self.pipeline.take(report.node_id, node, report)
+        node.account(report, changed)
         snapshot = self.rollup.verdicts()
         if snapshot is not self._snapshot:  # the roll-up evaluated: a new snapshot, replaced whole
             self._snapshot = snapshot
@@ -266,7 +268,14 @@ class Replay:
                 if job is None:
                     job = self.jobs[verdict.job] = JobReplay(verdict.job, verdict.time_unix_seconds, verdict)
                 job.observe(verdict)
-            self.job_evaluations.append((report.time_unix_seconds, self.rollup.signals()))
+
+    def _rewaited(self, node_id: str) -> None:
+        """The roll-up changed another node's verdict (its GPUs wait, or no longer): as after its step."""
+        node = self.nodes.get(node_id)
+        if node is not None:
+            verdict = node.detector.verdict
+            node._changes(verdict)
+            node.evaluations.append((verdict.time_unix_seconds, node.detector.signals()))
 
     def to_plain(self) -> dict[str, Any]:
         alerts = replay_alerts(self.job_evaluations)

@@ -101,6 +101,9 @@ class Alerting:
         if self.book is not None:
             self.book.record_deliveries()
 
+    def rules_for(self, node_id: str) -> NodeRules:
+        return self._rules(node_id)
+
     def _rules(self, node_id: str) -> NodeRules:
         rules = self.rules.get(node_id)
         if rules is None:

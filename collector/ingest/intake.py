@@ -38,11 +38,11 @@ from nodeagent.collector.ingest.node_state import (
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.signals import ALERT_NAME as JOB_ALERT_NAME
+from nodeagent.collector.pipeline import Pipeline
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -79,7 +79,13 @@ class Ingest:
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict, bytes], None]] = []
         self.history_config = history or HistoryConfig()
         # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
-        self.jobs = JobRollup(self.detector_config, on_rewait=self._rewaited)
+        self.jobs = JobRollup(self.detector_config)
+        # Rules, detector, job roll-up and signals: the one order replay follows too.
+        self.pipeline = Pipeline(
+            self.detector_config, self.jobs, rules=alerting.rules_for,
+            node_signals=lambda _node, _t, signals: alerting.add(signals),
+            job_signals=lambda _t, signals: alerting.add(signals), rewaited=self._rewaited,
+        )  # fmt: skip
         self.retirement = Retirement(retire_after_seconds, started_at=clock())
         self.flusher = Flusher(
             self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,
@@ -218,22 +224,11 @@ class Ingest:
             row.agent_version = report.info.agent_version or row.agent_version
             row.gpu_count = len(report.info.gpu.gpus)
             self.alerting.observe_info(row.node_id, report.info)
-        self.alerting.observe(row.node_id, report)
+        changed = self.pipeline.take(row.node_id, node, report)
         detector = node.detector
-        if detector is None or node.detector_epoch != epoch:
-            # A new epoch is a restarted agent: its clock (or a simulation's) starts afresh, and
-            # the old windows say nothing about it.
-            detector = node.detector = NodeDetector(row.node_id, self.detector_config)
-            node.detector_epoch = epoch
-        before = detector.verdict
-        advanced = detector.observe(report) is not before  # a new verdict (the window advanced)
-        self.jobs.observe(row.node_id, report, detector, advanced)
-        if detector.verdict is not before:  # its own step, or the roll-up's waiting
-            self.alerting.add(detector.signals())
+        assert detector is not None  # the pipeline made it
+        if changed:
             node.timeline.record(detector)
-        job_signals = self.jobs.signals()
-        if job_signals:
-            self.alerting.add(job_signals)
         if self.history_config.enabled:
             if node.history is None:
                 node.history = NodeHistory(row.node_id, self.history_config)

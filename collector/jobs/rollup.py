@@ -50,6 +50,14 @@ class JobRollup:
         self.route_waits: Callable[[list[JobWait]], None] = self.nodes.apply
 
     @property
+    def on_rewait(self) -> Callable[[str], None] | None:
+        return self.nodes.on_rewait
+
+    @on_rewait.setter
+    def on_rewait(self, callback: Callable[[str], None] | None) -> None:
+        self.nodes.on_rewait = callback
+
+    @property
     def refused_jobs_total(self) -> int:
         return self.jobs.refused_jobs_total
 

@@ -46,6 +46,7 @@ class FakeRollup:
     script: Callable[[str, pb.NodeReport, NodeDetector, bool], Sequence[JobVerdict] | None] | None = None
     observed: list[tuple[str, float, bool]] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
+    on_rewait: Callable[[str], None] | None = None
 
     def observe(self, node_id: str, report: pb.NodeReport, detector: NodeDetector, advanced: bool) -> None:
         self.observed.append((node_id, report.time_unix_seconds, advanced))

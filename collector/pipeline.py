@@ -1,0 +1,81 @@
+"""One report's way through the collector's stages, in one order, for ingest, replay and tests alike.
+
+After deduplication (ingest's alone: replay has no duplicates), every new report of a node goes:
+
+1. to the node's hardware and health rules (``NodeRules``: GPULost, NVLinkDown, XIDError, ...);
+2. to the node's detector: a new one when the report starts a new epoch (a restarted agent: its
+   clock, or a simulation's, starts afresh and the old windows say nothing about it);
+3. to the job roll-up's node stage (``JobRollup.observe``), which may send its steps to the jobs'
+   owners and, in this process, make GPUs of this node or of other nodes `waiting`;
+4. then, when the node's verdict changed (its own step or the roll-up's wait), its signals;
+   and the job stage's signals (``JobStraggler``) of the steps judged meanwhile.
+
+So a replay of a trace sees what the live collector saw: the verdict after the roll-up had its
+say, a new detector on a new epoch, and other nodes' verdicts changed by a wait (``rewaited``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from nodeagent.collector.alerts.report_rules import NodeRules
+from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.core.detector.alert_signals import AlertSignal
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.node import NodeDetector
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+class NodeStages(Protocol):
+    """What the pipeline keeps on a node's record: its detector and the epoch it is for."""
+
+    @property
+    def detector(self) -> NodeDetector | None: ...
+    @detector.setter
+    def detector(self, value: NodeDetector) -> None: ...
+
+    detector_epoch: int
+
+
+class Pipeline:
+    def __init__(
+        self,
+        detector_config: DetectorConfig,
+        jobs: JobRollup,
+        *,
+        rules: Callable[[str], NodeRules],
+        node_signals: Callable[[str, float, list[AlertSignal]], None],
+        job_signals: Callable[[float, list[AlertSignal]], None],
+        rewaited: Callable[[str], None],
+    ) -> None:
+        """``rules(node_id)``: the node's rules; ``node_signals(node_id, time, signals)``: a node's
+        rule and detector signals; ``job_signals(time, signals)``: the job stage's; ``rewaited(node_id)``:
+        the roll-up changed the verdict of a node other than the one whose report is in hand."""
+        self.detector_config = detector_config
+        self.jobs = jobs
+        self.rules = rules
+        self.node_signals = node_signals
+        self.job_signals = job_signals
+        jobs.on_rewait = rewaited
+
+    def take(self, node_id: str, node: NodeStages, report: pb.NodeReport) -> bool:
+        """One new report of ``node_id``; True when its verdict changed."""
+        t = report.time_unix_seconds
+        hardware = self.rules(node_id).observe(report)
+        if hardware:
+            self.node_signals(node_id, t, hardware)
+        detector = node.detector
+        if detector is None or node.detector_epoch != report.epoch:
+            detector = node.detector = NodeDetector(node_id, self.detector_config)
+            node.detector_epoch = report.epoch
+        before = detector.verdict
+        advanced = detector.observe(report) is not before  # a new verdict (the window advanced)
+        self.jobs.observe(node_id, report, detector, advanced)
+        changed = detector.verdict is not before  # its own step, or the roll-up's waiting
+        if changed:
+            self.node_signals(node_id, detector.verdict.time_unix_seconds, detector.signals())
+        judged = self.jobs.signals()
+        if judged:
+            self.job_signals(t, judged)
+        return changed
