@@ -79,7 +79,7 @@ class Ingest:
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict, bytes], None]] = []
         self.history_config = history or HistoryConfig()
         # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
-        self.jobs = JobRollup(self.detector_config)
+        self.jobs = JobRollup(self.detector_config, clock=clock)
         # Rules, detector, job roll-up and signals: the one order replay follows too.
         self.pipeline = Pipeline(
             self.detector_config, self.jobs, rules=alerting.rules_for,

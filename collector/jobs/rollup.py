@@ -15,6 +15,7 @@ pipeline (``collector/pipeline.py``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from nodeagent.collector.jobs.config import JobRollupConfig
@@ -37,6 +38,7 @@ class JobRollup:
         config: JobRollupConfig | None = None,
         *,
         on_rewait: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``on_rewait(node_id)``: the roll-up changed the verdict of a node other than the one
         whose report it is observing (its GPUs began or stopped waiting): the collector hands
@@ -44,7 +46,8 @@ class JobRollup:
         self.detector_config = detector_config
         self.config = config or JobRollupConfig()
         self.nodes = NodeJobs(detector_config, self.config, self._to_owners, on_rewait=on_rewait)
-        self.jobs = JobStage(detector_config, self.config, self._to_homes)
+        # Its clock ends jobs whose nodes fell silent (``tick``).
+        self.jobs = JobStage(detector_config, self.config, self._to_homes, clock=clock)
         # Where the messages go; by default, this process's own stages at once.
         self.route_steps: Callable[[list[NodeMessage]], None] = self.jobs.receive
         self.route_waits: Callable[[list[JobWait]], None] = self.nodes.apply

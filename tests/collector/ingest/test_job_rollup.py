@@ -123,3 +123,83 @@ async def _two_jobs(tmp_path: Path) -> None:
     assert firing == {("JobStraggler", "shared", "A"), ("JobStraggler", "shared", "torch/B")}
     writer.call_sync(alerting.close)
     writer.close()
+
+
+def test_time_ends_a_job_whose_nodes_all_stopped_and_its_alert_outlives_no_restart(tmp_path: Path) -> None:
+    asyncio.run(_silent_job(tmp_path))
+
+
+async def _silent_job(tmp_path: Path) -> None:
+    now = [START]
+    writer = StoreWriter(tmp_path / "c.db")
+    alerting = Alerting(AlertConfig(), [])
+    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    nodes = job_nodes("1234", 4)
+    streams = {}
+    for node in nodes:
+        streams[node.node_id] = stream = StreamHandle(node.node_id, "test")
+        ingest.attach(stream, node.info())
+    nodes[1].util, nodes[1].data_rx_bytes_per_second = 0.5, 1.2e9
+    for _ in range(ONSET + 90):
+        for node in nodes:
+            report = node.report(now[0])
+            ingest.accept(streams[node.node_id], report, report.SerializeToString())
+        now[0] += 1.0
+        await ingest.flusher.flush()
+
+    def straggler_alerts() -> set[str]:
+        return {a.node_id for a in writer.call_sync(alerting.recent, False) if a.name == "JobStraggler"}
+
+    assert straggler_alerts() == {"node-1"}
+    # Every node stops at once: no report drives the roll-up any more; its clock does.
+    config = ingest.detector_config
+    step = config.evaluate_seconds / 2
+    ended_after = None
+    for tick in range(1, 40):
+        now[0] += step
+        await ingest.tick_jobs()
+        await ingest.flusher.flush()
+        if not straggler_alerts():
+            ended_after = tick * step
+            break
+    assert ended_after is not None and ended_after <= config.window_seconds + config.evaluate_seconds
+    assert ingest.jobs.verdicts() == ()
+    writer.close()
+
+
+def test_a_job_alert_the_restarted_collector_no_longer_judges_resolves(tmp_path: Path) -> None:
+    asyncio.run(_restart(tmp_path))
+
+
+async def _restart(tmp_path: Path) -> None:
+    now = [START]
+    writer = StoreWriter(tmp_path / "c.db")
+    alerting = Alerting(AlertConfig(), [])
+    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    nodes = job_nodes("1234", 4)
+    streams = {}
+    for node in nodes:
+        streams[node.node_id] = stream = StreamHandle(node.node_id, "test")
+        ingest.attach(stream, node.info())
+    nodes[1].util, nodes[1].data_rx_bytes_per_second = 0.5, 1.2e9
+    for _ in range(ONSET + 90):
+        for node in nodes:
+            report = node.report(now[0])
+            ingest.accept(streams[node.node_id], report, report.SerializeToString())
+        now[0] += 1.0
+        await ingest.flusher.flush()
+    await ingest.flusher.flush(final=True)
+    writer.close()
+    # The collector restarts; the job's nodes went elsewhere (or stopped): nobody judges the job here.
+    writer = StoreWriter(tmp_path / "c.db")
+    alerting = Alerting(AlertConfig(), [])
+    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    firing = [a for a in writer.call_sync(alerting.recent, False) if a.name == "JobStraggler"]
+    assert [a.node_id for a in firing] == ["node-1"]
+    config = ingest.detector_config
+    for _ in range(int((config.window_seconds + config.evaluate_seconds) / 5) + 1):
+        now[0] += 5.0
+        await ingest.tick_jobs()
+        await ingest.flusher.flush()
+    assert [a for a in writer.call_sync(alerting.recent, False) if a.name == "JobStraggler"] == []
+    writer.close()
