@@ -338,10 +338,9 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         if server.stdout.readline().strip() != "serving":
             raise LabError(f"the data server did not start: {(tmp / 'server.log').read_text()[-300:]}")
         prefix = ["ip", "netns", "exec", rig.mgmt_ns]
-        # One process: the lab judges the job roll-up over a short run. Behind a front, the nodes
-        # whose node id chose another worker move to the job's when its key holds, and their
-        # detectors start again there (docs/fleet-scale.md, Limits): seconds a real job never
-        # misses, a share of a 35 s run. The front's moves: tests/collector/workers/.
+        # One process: every node of the job in one worker, so the lab's job roll-up needs nothing
+        # between workers. Behind a front each node stays on the worker its node id owns
+        # (docs/fleet-scale.md); the front's placement: tests/collector/workers/.
         collector = Collector(tmp / "c.db", COLLECTOR_PORT, host=COLLECTOR_ADDR, prefix=prefix, workers=1,
                               args=["--config", str(tmp / "collector.toml")])  # fmt: skip
         try:
@@ -471,8 +470,8 @@ def _seen(polls: Path) -> set[str]:
 
 def _stored_trace(db: Path, node_ids: list[str], out: Path, until: float) -> Path:
     """Every node's stored reports up to ``until``, one trace in time order (a multi-node trace),
-    from every worker's database (``serve --workers``: a node's first reports may be on the
-    worker its node id chose, before its job key moved it to the job's)."""
+    from every worker's database (``serve --workers``: each worker holds the nodes its node ids
+    own, and a node that failed over has reports in two)."""
     from nodeagent.collector.store.database import read_stored_reports
     from nodeagent.core.wire.trace import TraceWriter
 

@@ -1,12 +1,13 @@
 """What the sender needs to move a node between collectors: probes of the preferred ones, the
 front's redirect, and the count of reports that may be stored on two of them.
 
-A *move* (``sender.py``) leaves a collector that still works: its routing key now ranks another
-first, or a collector ranked above the one it fell back to answers again. The sender stops
+A node moves only around a failover: its collector fails and it goes to the next (no goodbye:
+the stream broke), and a *move* (``sender.py``) takes it home, leaving a collector that still
+works, when a collector ranked above the one it fell back to answers again. The sender stops
 writing reports, says ``Goodbye``, waits (at most ``MOVE_ACK_WAIT_SECONDS``) for the acks of
 what it sent, half-closes and connects to the new first choice at once. While it is not on its
 first choice it asks the collectors ranked above the current one for their gRPC health every
-``PREFERRED_PROBE_SECONDS``.
+``PREFERRED_PROBE_SECONDS``. A job starting or ending never moves a node.
 
 ``ResentCount`` counts reports sent on a stream that ended without their ack and then sent again
 to a different collector: what a collector may have committed without acknowledging and another

@@ -5,14 +5,14 @@ opens ``Ingest/Stream``, says which node it is (``hello``), then writes every sp
 from the oldest unacknowledged one on, and removes reports from the spool as cumulative acks
 arrive. When the stream breaks it reconnects with exponential backoff and full jitter.
 
-With several collectors the agent ranks them by rendezvous hashing of its routing key: its job
-key when it runs a job (``routing.py``), else its node id, so every node of a job meets on one
-collector without coordination. Each connection attempt starts from the top of that ranking and
-moves down on failure. A *move* (``moves.py``) leaves a collector that still works: when the key
-changes so that another ranks first, or when, while on a fallback, a preferred collector answers
-its health probe again; the stream says ``Goodbye``, waits for the acks of what it sent and ends,
-and the sender connects to the new first choice at once. A collector's front may answer the hello
-with a redirect to the worker that owns the node (``OWNER_PORT_TRAILER``): followed once, at once.
+With several collectors the agent ranks them by rendezvous hashing of its node id, so each node
+has one home without coordination, and keeps it: a job starting or ending moves nothing. Each
+connection attempt starts from the top of that ranking and moves down on failure. A *move*
+(``moves.py``) leaves a collector that still works only to go home: while on a fallback, when a
+preferred collector answers its health probe again; the stream says ``Goodbye``, waits for the
+acks of what it sent and ends, and the sender connects to the new first choice at once. A
+collector's front may answer the hello with a redirect to the worker that owns the node
+(``OWNER_PORT_TRAILER``): followed once, at once.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from nodeagent.agent.delivery.moves import (
     owner_port,
     with_port,
 )
-from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.delivery.stream_status import (
@@ -89,7 +88,6 @@ class Sender:
         hello: Callable[[], pb.NodeInfo],
         security: ClientSecurity | None = None,
         config: SenderConfig | None = None,
-        routing: RoutingKey | None = None,
     ) -> None:
         if not targets:
             raise ValueError("no collector to send to")
@@ -107,12 +105,7 @@ class Sender:
         self.reconnects_total = 0
         self.moves_total = 0
         self.delivery_log = DeliveryLog()
-        self.routing = routing
-        # The key ``order`` ranks by ("" : the node id), and the node id.
-        self.routing_key = ""
-        self._node_id = ""
         self._resent = ResentCount()
-        self._rekey: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -161,15 +154,8 @@ class Sender:
             loop.call_soon_threadsafe(wake.set)
 
         self.spool.subscribe(wake_up)
-        rekey = self._rekey = asyncio.Event()
-        if self.routing is not None:
-
-            def rekeyed(_key: str) -> None:
-                loop.call_soon_threadsafe(rekey.set)
-
-            self.routing.subscribe(rekeyed)
-        self._node_id = self.hello().node_id
-        self._apply_key()
+        # Ranked by the node id alone, once: the node's home never changes while it runs.
+        self.order = rendezvous_order(self.hello().node_id, self._targets)
         self._started.set()
         summaries = asyncio.create_task(self._summaries()) if self.config.summary_seconds > 0 else None
         try:
@@ -185,7 +171,6 @@ class Sender:
         # Rounds through every collector without an ack since the last that had one.
         failures = 0
         while not self._stop.is_set():
-            self._apply_key()
             delivered = moved = False
             for target in list(self.order):
                 if self._stop.is_set():
@@ -205,15 +190,6 @@ class Sender:
             failures = 0 if delivered else failures + 1
             await self._sleep(backoff.delay(failures))
 
-    def _apply_key(self) -> bool:
-        """Take the routing key's current value; True when it changed ``order``'s key."""
-        key = self.routing.key if self.routing is not None else ""
-        if self.order and key == self.routing_key:
-            return False
-        self.routing_key = key
-        self.order = rendezvous_order(key or self._node_id, self._targets)
-        return True
-
     async def _session(self, target: str) -> _End:
         """One session with one collector: its stream, and the one a front's redirect names."""
         end = await self._stream(target, target)
@@ -227,10 +203,8 @@ class Sender:
         return _End(acked=followed.acked, moved=followed.moved)
 
     def _hello_message(self) -> bytes:
-        info = pb.NodeInfo()
-        info.CopyFrom(self.hello())
-        info.routing_key = self.routing_key
-        return pb.AgentMessage(hello=info).SerializeToString()
+        # NodeInfo.routing_key stays empty: a front places the node by its node id alone.
+        return pb.AgentMessage(hello=self.hello()).SerializeToString()
 
     async def _stream(self, target: str, dial: str) -> _End:
         """One stream to ``dial`` on behalf of ``target`` (the collector in ``order``)."""
@@ -313,26 +287,17 @@ class Sender:
         return _End(acked=acked_any)
 
     async def _move_wanted(self, target: str) -> str:
-        """Return (with the reason) once this stream should move: the routing key now ranks
-        another collector first (or, through a front's redirect, may own another worker), or
-        one ranked above ``target`` answers its health probe."""
-        assert self._rekey is not None
+        """Return (with the reason) once this stream should move home: a collector ranked above
+        ``target`` answers its health probe. On its first choice, never."""
+        preferred = self.order[: self.order.index(target)] if target in self.order else list(self.order)
+        if not preferred:
+            await asyncio.Event().wait()  # home: only the stream's end or a stop ends this session
         while True:
-            preferred = self.order[: self.order.index(target)] if target in self.order else list(self.order)
             # Jittered a little: the nodes of a collector that returns do not all move back at once.
-            wait = self.config.preferred_probe_seconds * random.uniform(0.9, 1.1) if preferred else None
-            try:
-                await asyncio.wait_for(self._rekey.wait(), wait)
-            except TimeoutError:
-                answered = await first_serving(preferred, self.security)
-                if answered is not None:
-                    return f"preferred collector {answered} answers"
-                continue
-            self._rekey.clear()
-            # Moved when the key ranks another collector first, and also when a front chose this
-            # stream's worker by the old key (the stream came through its redirect).
-            if self._apply_key() and (self.order[0] != target or self.connected_via != target):
-                return "routing key changed"
+            await asyncio.sleep(self.config.preferred_probe_seconds * random.uniform(0.9, 1.1))
+            answered = await first_serving(preferred, self.security)
+            if answered is not None:
+                return f"preferred collector {answered} answers"
 
     async def _move(
         self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, writer: asyncio.Task[NoReturn],
@@ -340,14 +305,14 @@ class Sender:
     ) -> None:  # fmt: skip
         """Leave ``target`` (``moves.leave``) and say so."""
         started = time.monotonic()
-        goodbye = pb.AgentMessage(goodbye=pb.Goodbye(reason="moving", routing_key=self.routing_key))
+        goodbye = pb.AgentMessage(goodbye=pb.Goodbye(reason="moving"))
         await leave(
             call, writer, reader, lock, goodbye.SerializeToString(),
             lambda: progress.sent_seq - progress.acked_seq, self.config.move_ack_wait_seconds,
         )  # fmt: skip
         self.moves_total += 1
         log.info(
-            "moving to another collector", collector=target, reason=reason, routing_key=self.routing_key,
+            "moving to another collector", collector=target, reason=reason,
             unacked=max(0, progress.sent_seq - progress.acked_seq), seconds=round(time.monotonic() - started, 3),
         )  # fmt: skip
 

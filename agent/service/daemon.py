@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
@@ -78,10 +77,7 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
     """Run until a signal, ``max_reports`` or ``stop_at``; the spool and the source are closed
     on return (and when ``MetricsListenError`` is raised)."""
     node_id = settings.node_id
-    routing = RoutingKey()
-    sender = Sender(
-        spool, settings.collectors, hello=lambda: _hello(source, node_id), security=settings.security, routing=routing
-    )
+    sender = Sender(spool, settings.collectors, hello=lambda: _hello(source, node_id), security=settings.security)
     stop = threading.Event()
     _on_signals(stop)
     telemetry = AgentTelemetry(node_id, settings.interval_seconds)
@@ -102,7 +98,7 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
     collectors = list(settings.collectors)
     log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=collectors)
     try:
-        produced = _sample_loop(source, spool, settings, stop, telemetry, routing)
+        produced = _sample_loop(source, spool, settings, stop, telemetry)
         delivered = _finish(sender, settings, stop)
     finally:
         sd_notify.stopping()
@@ -117,9 +113,8 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
 
 
 def _sample_loop(
-    source: ReportSource, spool: Spool, settings: DaemonSettings, stop: threading.Event, telemetry: AgentTelemetry,
-    routing: RoutingKey,
-) -> int:  # fmt: skip
+    source: ReportSource, spool: Spool, settings: DaemonSettings, stop: threading.Event, telemetry: AgentTelemetry
+) -> int:
     interval, max_reports, end = settings.interval_seconds, settings.max_reports, settings.stop_at
     produced = 0
     next_tick = time.monotonic()
@@ -128,7 +123,6 @@ def _sample_loop(
             break
         report = source.tick()
         _sanitize(report)
-        routing.observe(report)  # its job keys, before the report is serialized
         for problem in spool.take_events():  # a failing spool disk, reports lost to damage
             report.events.add(
                 time_unix_seconds=report.time_unix_seconds, kind="spool_degraded", severity="warning",

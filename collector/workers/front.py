@@ -4,9 +4,10 @@ and answers the Query service by asking every worker (``front_query``).
 An agent's stream says hello; the front checks it as a collector does (the node token, the
 hello itself, with mutual TLS the certificate's node) and ends the stream with UNAVAILABLE and
 the owner's port in the trailer ``OWNER_PORT_TRAILER``: the agent dials that port on the same
-host, once, at once. The owner is ``owner_index(routing_key or node_id, N)``: all nodes of one
-job meet in one worker. A worker that is restarting is UNAVAILABLE without a trailer (the agent
-retries as after any failure). Health is SERVING while every worker is up.
+host, once, at once. The owner is ``owner_index(node_id, N)``: a node's stream stays on the worker
+that owns its node id whatever jobs it runs (the hello's ``routing_key`` is ignored). A worker
+that is restarting is UNAVAILABLE without a trailer (the agent retries as after any failure).
+Health is SERVING while every worker is up.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class FrontServer:
         )  # fmt: skip
         if hello is None:
             return
-        index = owner_index(hello.routing_key or hello.node_id, len(self.supervisor.workers))
+        index = owner_index(hello.node_id, len(self.supervisor.workers))
         worker = self.supervisor.workers[index]
         if not worker.up:
             await self._refuse(

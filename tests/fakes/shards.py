@@ -10,11 +10,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodeagent.agent.delivery.routing import RoutingKey
 from nodeagent.agent.delivery.sender import Sender, SenderConfig
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.collector.alerts.config import AlertConfig
@@ -96,7 +95,7 @@ class Collectors:
 
 @dataclass
 class FakeNode:
-    """One agent: a spool, its routing key, a sender; ``tick`` makes and spools one report."""
+    """One agent: a spool and a sender; ``tick`` makes and spools one report."""
 
     node_id: str
     spool: Spool
@@ -105,13 +104,12 @@ class FakeNode:
     job_from_seq: int = 0  # the first seq that names ``job`` (0: never)
     gpus: int = 4
     config: SenderConfig = FAST
-    routing: RoutingKey = field(default_factory=RoutingKey)
     seq: int = 0
     sender: Sender | None = None
 
     def start(self) -> FakeNode:
         info = pb.NodeInfo(node_id=self.node_id, hostname=self.node_id)
-        self.sender = Sender(self.spool, self.targets, hello=lambda: info, config=self.config, routing=self.routing)
+        self.sender = Sender(self.spool, self.targets, hello=lambda: info, config=self.config)
         self.sender.start()
         return self
 
@@ -123,7 +121,6 @@ class FakeNode:
             report.gpus.add(index=g, uuid=f"GPU-{self.node_id}-{g}", utilization_gpu_ratio=0.9)
         if self.job and self.job_from_seq and self.seq >= self.job_from_seq:
             report.jobs.add(job=self.job, source="slurm", gpus=range(self.gpus))
-        self.routing.observe(report)
         self.spool.append(self.seq, report.SerializeToString(), time.time())
 
     def stop(self) -> None:

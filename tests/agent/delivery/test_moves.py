@@ -1,12 +1,14 @@
-"""Routing by job over real gRPC on loopback: a node moves to the collector its job key ranks
-first, follows a front's redirect, fails over and moves back, and a job's nodes meet on one
-collector; every report stored exactly once over all collectors (or twice only as counted)."""
+"""Placement by node id over real gRPC on loopback: a node whose job appears stays on the
+collector its node id ranks first (and so does every node of a job), follows a front's redirect,
+fails over and moves back; every report stored exactly once over all collectors (or twice only
+as counted)."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,11 +16,11 @@ import grpc
 import pytest
 
 from nodeagent.agent.delivery.spool import Spool
+from nodeagent.collector.ingest.server import CollectorServer
 from nodeagent.collector.views.shown_state import node_shown_state
 from nodeagent.core.transport.rendezvous import rendezvous_order
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
 from nodeagent.v1 import nodeagent_pb2 as pb
-from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.fleet import wait_for
 from tests.fakes.ingest_server import serve_ingest
 from tests.fakes.shards import FAST, Collectors, FakeNode, drive
@@ -43,6 +45,12 @@ def _key_ranking_first(addresses: list[str], wanted: str, avoid: str = "") -> st
     raise AssertionError("no key ranks it first")
 
 
+def _stored_on(shards: Collectors, i: int) -> int:
+    """Reports stored in collector ``i``'s database (after ``close``)."""
+    with sqlite3.connect(shards.dbs[i]) as conn:
+        return int(conn.execute("SELECT count(*) FROM history_reports").fetchone()[0])
+
+
 def _all_once(shards: Collectors, nodes: list[FakeNode]) -> tuple[int, int, int]:
     """(missing, doubled, stored) over every collector's store, of the reports the nodes made."""
     stored = shards.stored()
@@ -52,42 +60,31 @@ def _all_once(shards: Collectors, nodes: list[FakeNode]) -> tuple[int, int, int]
     return missing, doubled, sum(stored.values())
 
 
-@pytest.mark.parametrize("collectors", [(2, 1.0)], indirect=True)
-def test_a_node_whose_job_appears_moves_to_the_collector_its_key_ranks_first(
-    collectors: Collectors, tmp_path: Path
-) -> None:
-    node_id = "mover"
+def test_a_node_whose_job_appears_stays_on_its_collector(collectors: Collectors, tmp_path: Path) -> None:
+    """The job's key ranks the other collector first: the node stays where its node id put it,
+    no goodbye, no second stream, every report stored once and all of them at home."""
+    node_id = "stayer"
     addresses = collectors.addresses
     home = rendezvous_order(node_id, addresses)[0]
-    new = next(a for a in addresses if a != home)
-    job = _key_ranking_first(addresses, new)
+    other = next(a for a in addresses if a != home)
+    job = _key_ranking_first(addresses, other)
     node = FakeNode(node_id, Spool(directory=tmp_path / "spool"), addresses, job=job, job_from_seq=11).start()
-    i_home, i_new = addresses.index(home), addresses.index(new)
+    i_home, i_other = addresses.index(home), addresses.index(other)
     try:
         drive([node], 10, 0.05)
         assert wait_for(lambda: node_id in collectors.connected(i_home), timeout=10)
         drive([node], 30, 0.05)
         assert wait_for(node.spool.all_acked, timeout=15)
-        assert node_id in collectors.connected(i_new)
         sender = node.sender
         assert sender is not None
-        assert (sender.routing_key, sender.moves_total, sender.reports_resent_total) == (job, 1, 0)
-        # The old collector: moved, not down, and no NodeDown (1 s) after it stays silent for 2.5 s.
-        time.sleep(2.5)
-
-        def seen_there(server: object) -> tuple[str, list[str]]:
-            ingest = server.ingest  # type: ignore[attr-defined]
-            state = node_shown_state(ingest.nodes[node_id], ingest.clock(), ingest.detector_config.window_seconds)
-            book = server.alerting.book  # type: ignore[attr-defined]
-            return state, [a.name for a in book.recent(1000) if a.node_id == node_id]
-
-        state, alerts = collectors.on(i_home, seen_there)
-        assert state == "moved"
-        assert "NodeDown" not in alerts
+        assert (sender.connected_to, sender.moves_total, sender.reconnects_total) == (home, 0, 0)
+        assert node_id in collectors.connected(i_home)
+        assert node_id not in collectors.connected(i_other)
     finally:
         node.stop()
     collectors.close()
     assert _all_once(collectors, [node]) == (0, 0, 40)
+    assert _stored_on(collectors, i_other) == 0
 
 
 def test_a_front_redirect_is_followed_to_the_owner_port(collectors: Collectors, tmp_path: Path) -> None:
@@ -136,6 +133,8 @@ def test_failover_and_the_move_back_when_the_first_choice_returns(collectors: Co
         back_from = time.monotonic()
         assert wait_for(lambda: node_id in collectors.connected(first), timeout=4 * probe + 5)
         back_seconds = time.monotonic() - back_from
+        # The move home said goodbye: the fallback shows the node moved, not down.
+        assert wait_for(lambda: collectors.on(second, _shown_state(node_id)) == "moved", timeout=5)
         time.sleep(0.5)
     finally:
         stop.set()
@@ -157,6 +156,14 @@ def test_failover_and_the_move_back_when_the_first_choice_returns(collectors: Co
     assert doubled <= resent  # what the stopped collector committed without acknowledging, counted
 
 
+def _shown_state(node_id: str) -> Callable[[CollectorServer], str]:
+    def read(server: CollectorServer) -> str:
+        ingest = server.ingest
+        return node_shown_state(ingest.nodes[node_id], ingest.clock(), ingest.detector_config.window_seconds)
+
+    return read
+
+
 def _produce(node: FakeNode, stop: threading.Event) -> None:
     while not stop.is_set():
         node.tick()
@@ -164,58 +171,45 @@ def _produce(node: FakeNode, stop: threading.Event) -> None:
 
 
 @pytest.mark.parametrize("collectors", [(3, 60.0)], indirect=True)
-def test_a_16_node_job_spread_over_three_collectors_ends_up_on_one(collectors: Collectors, tmp_path: Path) -> None:
+def test_a_job_s_nodes_spread_over_three_collectors_stay_spread(collectors: Collectors, tmp_path: Path) -> None:
+    """Six nodes of one job, their node ids' homes on all three collectors: when the job appears
+    each keeps its stream at home; nothing lost or doubled, nothing resent."""
     addresses = collectors.addresses
-    names = [f"gpu-node-{i:02d}" for i in range(16)]
-    homes = {rendezvous_order(name, addresses)[0] for name in names}
-    assert len(homes) == 3  # they come up spread over all three
+    names = _names_on_every_collector(addresses, per_collector=2)
+    homes = {name: addresses.index(rendezvous_order(name, addresses)[0]) for name in names}
     job = "slurm/4242"
-    target = addresses.index(rendezvous_order(job, addresses)[0])
-    job_from = 11
-    nodes = [FakeNode(n, Spool(directory=tmp_path / n), addresses, job=job, job_from_seq=job_from) for n in names]
+    nodes = [FakeNode(n, Spool(directory=tmp_path / n), addresses, job=job, job_from_seq=11) for n in names]
     for node in nodes:
         node.start()
-    interval = 0.1
     try:
-        drive(nodes, job_from - 1, interval)
-        assert wait_for(lambda: sum(len(collectors.connected(i)) for i in range(3)) == 16, timeout=15)
-        assert len(collectors.connected(target)) < 16
-        held_at: list[float] = []
-        done_at: list[float] = []
+        drive(nodes, 10, 0.05)
 
-        def watch() -> None:
-            end = time.monotonic() + 30
-            while time.monotonic() < end and not done_at:
-                if len(collectors.connected(target)) == 16:
-                    done_at.append(time.monotonic())
-                time.sleep(0.02)
+        def placed() -> dict[str, int]:
+            return {name: i for i in range(3) for name in collectors.connected(i)}
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        drive(nodes, 2, interval)  # the job key's first two reports
-        held_at.append(time.monotonic())
-        drive(nodes, 48, interval)  # its third makes it the key
-        watcher.join(30)
-        assert done_at, "not every node reached the job's collector"
-        assert all(not collectors.connected(i) for i in range(3) if i != target)
+        assert wait_for(lambda: placed() == homes, timeout=15), placed()
+        drive(nodes, 30, 0.05)
         assert wait_for(lambda: all(n.spool.all_acked() for n in nodes), timeout=30)
-
-        def job_nodes() -> list[str]:
-            with grpc.insecure_channel(addresses[target]) as channel:
-                jobs = pb_grpc.QueryStub(channel).ListJobs(pb.ListJobsRequest(), timeout=10).jobs
-            return [n for j in jobs if j.job == job for n in j.nodes]
-
-        assert wait_for(lambda: len(job_nodes()) == 16, timeout=15), job_nodes()
-        members = collectors.on(target, lambda s: sorted(s.ingest.jobs.membership.jobs[job].members))
-        assert members == names
-        resent = [n.sender.reports_resent_total for n in nodes if n.sender is not None]
+        assert placed() == homes
+        senders = [n.sender for n in nodes if n.sender is not None]
+        moved = [(s.moves_total, s.reconnects_total, s.reports_resent_total) for s in senders]
     finally:
         for node in nodes:
             node.stop()
     collectors.close()
-    print(f"16 nodes on one collector {done_at[0] - held_at[0]:.2f} s after the key's third report")
-    assert _all_once(collectors, nodes) == (0, 0, 16 * 60)
-    assert resent == [0] * 16
+    assert moved == [(0, 0, 0)] * len(names)
+    assert _all_once(collectors, nodes) == (0, 0, len(names) * 40)
+
+
+def _names_on_every_collector(addresses: list[str], per_collector: int) -> list[str]:
+    """Node ids, ``per_collector`` of them ranking each collector first."""
+    by_home: dict[str, list[str]] = {a: [] for a in addresses}
+    for i in range(1000):
+        name = f"gpu-node-{i:03d}"
+        home = by_home[rendezvous_order(name, addresses)[0]]
+        if len(home) < per_collector:
+            home.append(name)
+    return [name for home in by_home.values() for name in home]
 
 
 def test_reports_sent_again_to_another_collector_are_counted_resent(collectors: Collectors) -> None:
