@@ -18,7 +18,10 @@ the flushes counts), in the same process, over the same reports:
 
 Then what the roll-up found (jobs slowed, stragglers named, right or not).
 
-    python bench/job_rollup.py [--nodes 1000] [--jobs 100] [--seconds 120] [--straggler-jobs 10] [--json]
+With ``--wire`` the roll-up's messages go through their bytes both ways in (1), as between the
+workers or collectors that own the nodes and the jobs: the shipping's serialization counts.
+
+    python bench/job_rollup.py [--nodes 1000] [--jobs 100] [--seconds 120] [--straggler-jobs 10] [--wire] [--json]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.jobs.wire import through_bytes
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -106,6 +110,10 @@ def main() -> None:
     parser.add_argument("--straggler-jobs", type=int, default=10)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--chunk-seconds", type=int, default=10, help="Simulated seconds fed to each Ingest in turn.")
+    parser.add_argument(
+        "--wire", action="store_true",
+        help="The roll-up's messages through their bytes, both ways (what a process boundary costs them).",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="The figures as JSON.")
     args = parser.parse_args()
     if args.nodes < 1 or args.jobs < 1 or args.jobs > args.nodes or args.seconds < 1:
@@ -153,6 +161,9 @@ async def _through_ingest(args: argparse.Namespace, tmp: Path) -> tuple[float, f
         ingest = Ingest(writer, Alerting(AlertConfig(), []), clock=lambda c=clock: c[0], max_nodes=args.nodes)
         if name == "off":
             ingest.jobs = NoRollup(ingest.detector_config)
+            ingest.pipeline.jobs = ingest.jobs
+        elif args.wire:
+            through_bytes(ingest.jobs)
         streams = {}
         for n, node in enumerate(fleet.nodes):
             streams[node] = stream = StreamHandle(node, "bench")

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from nodeagent.collector.jobs.messages import Home, JobLeave, JobStep, JobWait, NodeMessage
 from nodeagent.collector.jobs.node_values import LinkValues, NodeValues
 from nodeagent.v1 import jobstage_pb2 as js
+
+if TYPE_CHECKING:
+    from nodeagent.collector.jobs.rollup import JobRollup
 
 # Bounds on what one message may carry from another process.
 MAX_KEY_CHARS = 256
@@ -189,3 +193,22 @@ def _ratio(value: float) -> float:
     if not 0.0 <= _finite(value) <= 1.0:
         raise BadJobMessage(f"not a ratio: {value!r}")
     return value
+
+
+def through_bytes(rollup: JobRollup) -> list[int]:
+    """Route both of ``rollup``'s stages through their bytes, in one process: what a process
+    boundary costs them, without the socket (the bench's ``--wire``, and the tests). Returns the
+    list the size of each batch of node messages is appended to."""
+    sizes: list[int] = []
+
+    def steps(messages: list[NodeMessage]) -> None:
+        data = node_messages_to_pb(messages).SerializeToString()
+        sizes.append(len(data))
+        rollup.jobs.receive(node_messages_from_pb(js.JobNodeMessages.FromString(data))[0])
+
+    def waits(messages: list[JobWait]) -> None:
+        data = waits_to_pb(messages).SerializeToString()
+        rollup.nodes.apply(waits_from_pb(js.JobWaitMessages.FromString(data))[0])
+
+    rollup.route_steps, rollup.route_waits = steps, waits
+    return sizes

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.collector.jobs.messages import Home, JobLeave, JobWait, NodeMessage
+from nodeagent.collector.jobs.messages import Home, JobLeave
 from nodeagent.collector.jobs.rollup import JobRollup
-from nodeagent.collector.jobs.wire import node_messages_from_pb, node_messages_to_pb, waits_from_pb, waits_to_pb
+from nodeagent.collector.jobs.wire import node_messages_from_pb, through_bytes, waits_from_pb
 from nodeagent.collector.replay import Replay
 from nodeagent.tools.lab_traces import cluster_traces
 from nodeagent.v1 import jobstage_pb2 as js
@@ -20,32 +20,12 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "lab_cluster"
 TRACES = {t.name: t for t in cluster_traces(DATA)}
 
 
-def _through_the_wire(rollup: JobRollup) -> list[int]:
-    """Route both stages' messages through their bytes; counts the bytes of each batch."""
-    sizes: list[int] = []
-
-    def steps(messages: list[NodeMessage]) -> None:
-        data = node_messages_to_pb(messages).SerializeToString()
-        sizes.append(len(data))
-        back, bad = node_messages_from_pb(js.JobNodeMessages.FromString(data))
-        assert bad == 0
-        rollup.jobs.receive(back)
-
-    def waits(messages: list[JobWait]) -> None:
-        back, bad = waits_from_pb(js.JobWaitMessages.FromString(waits_to_pb(messages).SerializeToString()))
-        assert bad == 0
-        rollup.nodes.apply(back)
-
-    rollup.route_steps, rollup.route_waits = steps, waits
-    return sizes
-
-
 @pytest.mark.parametrize("scenario", ["network", "two-jobs", "fabric"])
 def test_a_job_judged_from_the_wire_gets_the_verdicts_of_one_judged_in_process(scenario: str) -> None:
     trace = TRACES[scenario]
     direct = Replay(trace.config, jobs=JobRollup(trace.config))
     wired_rollup = JobRollup(trace.config)
-    sizes = _through_the_wire(wired_rollup)
+    sizes = through_bytes(wired_rollup)
     wired = Replay(trace.config, jobs=wired_rollup)
     for report in trace.reports():
         direct.observe(report)
