@@ -300,7 +300,7 @@ def plan(scenario: Scenario, nodes_per_job: int, run: int, tag: str) -> list[Job
 
 
 def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int, tmp: Path, nvml_dir: Path,
-                 device_filter: bool) -> Outcome:  # fmt: skip
+                 device_filter: bool, workers: int | None = None) -> Outcome:  # fmt: skip
     from tests.fakes.fleet import Collector, cli
     from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
     from tests.fakes.nvml.plugin import STATE_ENV
@@ -338,10 +338,9 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         if server.stdout.readline().strip() != "serving":
             raise LabError(f"the data server did not start: {(tmp / 'server.log').read_text()[-300:]}")
         prefix = ["ip", "netns", "exec", rig.mgmt_ns]
-        # One process: every node of the job in one worker, so the lab's job roll-up needs nothing
-        # between workers. Behind a front each node stays on the worker its node id owns
-        # (docs/fleet-scale.md); the front's placement: tests/collector/workers/.
-        collector = Collector(tmp / "c.db", COLLECTOR_PORT, host=COLLECTOR_ADDR, prefix=prefix, workers=1,
+        # The default serve, as users run it: a front and a worker per core, each node on the
+        # worker its node id owns, each job judged by the worker its key owns (docs/fleet-scale.md).
+        collector = Collector(tmp / "c.db", COLLECTOR_PORT, host=COLLECTOR_ADDR, prefix=prefix, workers=workers,
                               args=["--config", str(tmp / "collector.toml")])  # fmt: skip
         try:
             collector.start()
@@ -818,6 +817,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--two-jobs-nodes", type=int, default=None,
                         help="nodes of each job in two-jobs (default: --nodes; 2 or 3 on a small machine)")  # fmt: skip
     parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="serve --workers N (default: serve's own, a worker per core behind a front)")  # fmt: skip
     args = parser.parse_args(argv)
     names = [n for n in args.scenarios.split(",") if n]
     unknown = [n for n in names if n not in SCENARIOS]
@@ -831,6 +832,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         bad(f"--seconds {args.seconds}: at least 30 (a window and a verdict)")
     if args.runs < 1:
         bad(f"--runs {args.runs}: at least 1")
+    if args.workers is not None and args.workers < 1:
+        bad(f"--workers {args.workers}: at least 1")
     if not 3 <= args.nodes <= 16:
         bad(f"--nodes {args.nodes}: 3 to 16 (a straggler needs peers to be told apart from)")
     two = args.two_jobs_nodes or args.nodes
@@ -868,7 +871,9 @@ def main(argv: list[str] | None = None) -> int:
                 per_job = args.two if scenario.jobs > 1 else args.nodes
                 with tempfile.TemporaryDirectory(prefix=f"nodeagent-lab-cluster-{name}-") as tmp:
                     t0 = time.monotonic()
-                    outcome = run_scenario(scenario, per_job, args.seconds, run, Path(tmp), nvml_dir, device_filter)
+                    outcome = run_scenario(
+                        scenario, per_job, args.seconds, run, Path(tmp), nvml_dir, device_filter, args.workers
+                    )
                     if args.record is not None and run == 0:
                         record(outcome, args.record)
                     judged = judge(outcome)
