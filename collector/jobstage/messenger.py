@@ -4,10 +4,11 @@ The node stage hands its ``JobStep``s and ``JobLeave``s over (``to_owners``), th
 ``JobWait``s (``to_homes``). A message for this process is handed over at once; the others are
 queued per destination (bounded: past ``max_queued`` the oldest are dropped and counted) and sent
 in batches by one task (``run``): to another worker of this collector on its unix socket, to another
-collector of the fleet over TCP with ``[fleet]``'s operator credentials. A destination that does
-not answer costs the messages of that batch (counted): the job state is small and comes back with
-the next steps. A collector that does not answer is passed over for ``DOWN_SECONDS``, so its jobs
-are judged by the next collector their keys rank.
+collector of the fleet over TCP with ``[fleet]``'s operator credentials. A worker that does not
+answer costs the messages of that batch (counted): the job state is small and comes back with
+the next steps. A collector that does not answer is passed over for ``DOWN_SECONDS`` (and tried
+again after), and the batch goes at once to the next collector its jobs' keys rank, which judges
+them meanwhile.
 """
 
 from __future__ import annotations
@@ -151,7 +152,10 @@ class JobMessenger:
     async def _send_steps(self, place: Place, q: deque[NodeMessage]) -> None:
         batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
         stub = js_grpc.JobStageStub(self._channel(place))
-        await self._call(place, stub.NodeMessages, node_messages_to_pb(batch), len(batch))
+        if not await self._call(place, stub.NodeMessages, node_messages_to_pb(batch), len(batch)) and place.collector:
+            # Passed over now: the batch goes to the next collector its jobs' keys rank.
+            self.dropped_total -= len(batch)
+            self.to_owners(batch)
         if q:
             self._wake.set()
 
@@ -162,7 +166,7 @@ class JobMessenger:
         if q:
             self._wake.set()
 
-    async def _call(self, place: Place, method: Callable[..., Awaitable[object]], request: object, count: int) -> None:
+    async def _call(self, place: Place, method: Callable[..., Awaitable[object]], request: object, count: int) -> bool:
         shard = self._shard(place)
         try:
             await method(request, timeout=CALL_TIMEOUT_SECONDS, metadata=shard_metadata(shard))
@@ -171,8 +175,9 @@ class JobMessenger:
             if place.collector:
                 self._down[place.collector] = time.monotonic() + DOWN_SECONDS
             log.debug("job messages not delivered", to=shard.name, code=err.code().name, messages=count)
-            return
+            return False
         self.sent_total += count
+        return True
 
     def _shard(self, place: Place) -> Shard:
         if place.collector:
