@@ -73,6 +73,4 @@ def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_
         restarted = time.monotonic()
         assert wait_for(lambda: named_by(owner), timeout=60, interval=0.5)
         back_home = time.monotonic() - restarted
-        print(
-            f"named by its successor {back_elsewhere:.1f} s after the kill, by its owner {back_home:.1f} s after its restart"
-        )
+        print(f"named by its successor {back_elsewhere:.1f} s after the kill, by its owner {back_home:.1f} s after")
