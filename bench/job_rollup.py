@@ -119,7 +119,7 @@ def main() -> None:
     if args.nodes < 1 or args.jobs < 1 or args.jobs > args.nodes or args.seconds < 1:
         parser.error("need 1 <= --jobs <= --nodes and --seconds >= 1")
     with tempfile.TemporaryDirectory() as tmp:
-        on, off, judged = asyncio.run(_through_ingest(args, Path(tmp)))
+        on, off, judged, shipped = asyncio.run(_through_ingest(args, Path(tmp)))
     alone, with_rollup, found = _detector_and_rollup(args)
     reports = args.nodes * args.seconds
     figures = {
@@ -131,6 +131,7 @@ def main() -> None:
         "detector_and_rollup_cpu_seconds_per_report": with_rollup / reports,
         "rollup_cpu_seconds_per_report": (with_rollup - alone) / reports,
         "job_steps_judged": judged, **{f"jobs_{k}": v for k, v in found.items()},
+        "job_steps_sent": shipped[0], "job_step_bytes_total": shipped[1],
     }  # fmt: skip
     if args.json:
         print(json.dumps(figures, indent=2))
@@ -141,6 +142,9 @@ def main() -> None:
     print(f"  roll-up on   {on / reports * 1e6:8.1f} us")
     print(f"  roll-up off  {off / reports * 1e6:8.1f} us")
     print(f"  ratio        {on / off:8.3f}  (target <= 1.10; adds {(on - off) / reports * 1e6:.1f} us)")
+    if args.wire:
+        steps, size = shipped
+        print(f"  shipped      {steps} job steps, {size / max(steps, 1):.0f} bytes each on the wire")
     print("detector and roll-up alone, CPU per report:")
     print(f"  NodeDetector.observe              {alone / reports * 1e6:8.1f} us")
     print(f"  + JobRollup.observe               {with_rollup / reports * 1e6:8.1f} us")
@@ -152,9 +156,10 @@ def main() -> None:
     )
 
 
-async def _through_ingest(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
+async def _through_ingest(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int, tuple[int, int]]:
     fleet = Fleet(args.nodes, args.jobs, args.straggler_jobs, args.gpus)
     ingests = []
+    sizes: list[int] = []
     for name in ("on", "off"):
         clock = [DEFAULT_START_TIME]
         writer = StoreWriter(tmp / f"{name}.db")
@@ -163,7 +168,7 @@ async def _through_ingest(args: argparse.Namespace, tmp: Path) -> tuple[float, f
             ingest.jobs = NoRollup(ingest.detector_config)
             ingest.pipeline.jobs = ingest.jobs
         elif args.wire:
-            through_bytes(ingest.jobs)
+            sizes = through_bytes(ingest.jobs)
         streams = {}
         for n, node in enumerate(fleet.nodes):
             streams[node] = stream = StreamHandle(node, "bench")
@@ -194,7 +199,8 @@ async def _through_ingest(args: argparse.Namespace, tmp: Path) -> tuple[float, f
         await ingest.flusher.flush(final=True)
         writer.call_sync(ingest.alerting.close)
         writer.close()
-    return spent[0], spent[1], judged
+    steps = ingests[0][0].jobs.nodes.steps_sent_total
+    return spent[0], spent[1], judged, (steps, sum(sizes))
 
 
 def _detector_and_rollup(args: argparse.Namespace) -> tuple[float, float, dict[str, int]]:
