@@ -1,18 +1,23 @@
 """``nodeagent-collector demo``: a small fleet on this machine, and what nodeagent finds in it.
 
-Starts a collector on a SQLite file in a temporary directory, an agent sampling this very
-machine, and two simulated 8-GPU training nodes: the two environments of the design's reference
-comparison (CLIP, 100M pairs, same code on both):
+Starts a collector (one process, ``--workers 1``) on a SQLite file in a temporary directory, an
+agent sampling this very machine, two simulated 8-GPU training nodes, the two environments of the
+design's reference comparison (CLIP, 100M pairs, same code on both):
 
 - ``rental-10g-pcie``: a 10 Gb/s public link and all-reduce over PCIe (``ordinary-cloud``);
-- ``rental-50g-nvlink``: 50 Gb/s, NVLink and an RDMA volume (``fast-cloud``).
+- ``rental-50g-nvlink``: 50 Gb/s, NVLink and an RDMA volume (``fast-cloud``);
+
+and one simulated 4-node job (``torch/clip-4node``, ranks 0-3): three nodes on ``fast-cloud``
+and ``clip-node-3`` on ``ordinary-cloud``, which holds the whole job back.
 
 The simulated nodes run ``--time-scale`` times faster than the wall clock, so a short demo shows
-several minutes of training: their clocks start that many minutes back and reach the wall clock
-about when the report is printed (the collector refuses reports from the future), then run at
-1x. Then it prints the fleet table and the alerts, explains each starved node in a sentence or
-two, prints the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and
-stops every process it started.
+several minutes of training: their clocks start that many minutes back and all meet the wall
+clock at one moment (``--time-scale-anchor``), when the report is printed (the collector refuses
+reports from the future), then run at 1x; the job's nodes read the same simulated time, so the
+collector compares them step by step. Then it prints the fleet table, the alerts and the jobs
+(as ``nodeagent-collector jobs`` does), explains each node and the job in a sentence or two,
+prints the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and stops
+every process it started.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +38,22 @@ from typing import Any
 import click
 
 from nodeagent.collector.cli.client import fetch
+from nodeagent.collector.cli.jobs import job_rows, render_jobs, verdict_of
 from nodeagent.collector.views.fleet_table import alert_rows, node_rows, render_fleet
 from nodeagent.core.quantities.units import format_bits
 from nodeagent.core.transport.channel import ClientSecurity
 from nodeagent.core.wire.identity import NODE_ID_RE
 
+DAY_SECONDS = 86_400.0
+
 SIMULATED = (("rental-10g-pcie", "ordinary-cloud"), ("rental-50g-nvlink", "fast-cloud"))
+# One 4-node training job (the same job key, ranks 0..3): three nodes on the fast cloud, one on
+# the 10 Gb/s link, which holds the whole job back.
+JOB = "torch/clip-4node"
+JOB_NODES = (
+    ("clip-node-0", "fast-cloud"), ("clip-node-1", "fast-cloud"), ("clip-node-2", "fast-cloud"),
+    ("clip-node-3", "ordinary-cloud"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +69,8 @@ def run_demo(plan: DemoPlan) -> None:
     with tempfile.TemporaryDirectory(prefix="nodeagent-demo-") as tmp, _processes() as started:
         db = Path(tmp) / "collector.db"
         collector = _spawn(
-            ["nodeagent-collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
+            # One process (--workers 1): the job's nodes meet in one roll-up on any machine.
+            ["nodeagent-collector", "--log-level", "warning", "serve", "--workers", "1", "--listen", "127.0.0.1:0",
              "--http-listen", "127.0.0.1:0", "--db", str(db)],
             Path(tmp) / "collector.log", started, pipe=True,
         )  # fmt: skip
@@ -68,30 +85,51 @@ def run_demo(plan: DemoPlan) -> None:
             Path(tmp) / f"{this_node}.log", started,
         )  # fmt: skip
         click.echo(f"agent      {this_node} (this machine, sampled every second)")
+        # Every simulated clock meets the wall clock at the same moment, when the report is printed:
+        # the job's nodes read the same simulated time, which the collector needs to compare them.
+        anchor = time.time() + plan.seconds
+        sped_up = ["--time-scale", f"{plan.time_scale:g}", "--time-scale-anchor", f"{anchor:.3f}",
+                   "--interval", f"{plan.interval:g}"]  # fmt: skip
         for node, scenario in SIMULATED:
             _spawn(
-                ["nodeagent", "run", "--collector", address, "--node-id", node, "--simulate", scenario,
-                 "--time-scale", f"{plan.time_scale:g}", "--time-scale-seconds", f"{plan.seconds:g}",
-                 "--interval", f"{plan.interval:g}"],
+                ["nodeagent", "run", "--collector", address, "--node-id", node, "--simulate", scenario, *sped_up],
                 Path(tmp) / f"{node}.log", started,
             )  # fmt: skip
             click.echo(f"simulated  {node} ({scenario}: 8 GPUs, {plan.time_scale:g}x real time)")
+        for rank, (node, scenario) in enumerate(JOB_NODES):
+            job = ["--set", f"job_key={JOB}", "--set", f"job_nodes={len(JOB_NODES)}", "--set", f"job_node_rank={rank}"]
+            _spawn(
+                ["nodeagent", "run", "--collector", address, "--node-id", node, "--simulate", scenario, *job, *sped_up],
+                Path(tmp) / f"{node}.log", started,
+            )  # fmt: skip
+        *fast, (slow, slow_scenario) = JOB_NODES
+        click.echo(
+            f"simulated  job {JOB} (8 GPUs a node, ranks 0-{len(JOB_NODES) - 1}): {fast[0][0]} to {fast[-1][0]} "
+            f"({fast[0][1]}), {slow} ({slow_scenario})"
+        )
         _wait_with_progress(plan.seconds)
         rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
         firing = alert_rows(fetch(address, ClientSecurity(), "ListAlerts"))
-        click.echo(_report(rows, firing, plan))
-        click.echo(f"\nThe fleet page: {page}  (the starved node: {page}node/{SIMULATED[0][0]})")
+        live = [verdict_of(v) for v in fetch(address, ClientSecurity(), "ListJobs").jobs]
+        jobs = job_rows(live, fetch(address, ClientSecurity(), "Jobs", last_seconds=DAY_SECONDS))
+        click.echo(_report(rows, firing, jobs, plan))
+        click.echo(
+            f"\nThe fleet page: {page}  (the starved node: {page}node/{SIMULATED[0][0]}; the job: "
+            f"{page}job/{urllib.parse.quote(JOB, safe='')}; every live job: {page}jobs)"
+        )
         if plan.wait:
             click.echo("It stays up, live, until you press Enter.")
             with contextlib.suppress(EOFError, KeyboardInterrupt):
                 input()
 
 
-def _report(rows: list[dict[str, Any]], firing: list[dict[str, Any]], plan: DemoPlan) -> str:
+def _report(
+    rows: list[dict[str, Any]], firing: list[dict[str, Any]], jobs: list[dict[str, Any]], plan: DemoPlan
+) -> str:
     simulated_minutes = plan.seconds * plan.time_scale / 60
     out = [
         "",
-        f"Fleet after {plan.seconds:.0f} s ({simulated_minutes:.0f} simulated minutes on the rentals):",
+        f"Fleet after {plan.seconds:.0f} s ({simulated_minutes:.0f} simulated minutes on the simulated nodes):",
         "",
         render_fleet(rows),
         "",
@@ -103,11 +141,32 @@ def _report(rows: list[dict[str, Any]], firing: list[dict[str, Any]], plan: Demo
             out.append(f"  {alert['name']} [{alert['severity']}] {alert['node_id']}: {summary}")
     else:
         out.append("Alerts: none firing")
+    out += ["", "Jobs (`nodeagent-collector jobs`; the live ones are the fleet page's /jobs):", ""]
+    out.append(render_jobs(jobs, DAY_SECONDS))
     out.append("")
     out.append("Why:")
     for row in rows:
         out.append("  " + _why(row))
+    for job in jobs:
+        if job["live"]:
+            out.append("  " + _job_why(job))
     return "\n".join(out)
+
+
+def _job_why(job: dict[str, Any]) -> str:
+    """One live job in a sentence: who holds it back and what the wait costs every GPU of it."""
+    name, nodes, gpus = job["job"], len(job["nodes"]), job["gpus"]
+    if job["state"] != "slowed":
+        return f"{name}: {nodes} nodes, {gpus} GPUs, {job['state']}: no node holds the job back."
+    wait = job["wait_ratio"] or 0.0
+    if job["job_wide"]:
+        held = f"every node alike ({job['cause']}): no one node to blame"
+    else:
+        held = f"{', '.join(job['straggler_nodes'])} holds it back ({job['cause']})"
+    return (
+        f"{name}: {nodes} nodes, {gpus} GPUs, slowed: {held}; the job's GPUs spend {wait:.0%} of their time"
+        " waiting for it (JobStraggler)."
+    )
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -117,6 +176,12 @@ def _why(row: dict[str, Any]) -> str:
         return f"{node}: no NVIDIA GPU here; its NICs, disks and CPUs are sampled all the same (`nodeagent sample`)."
     ratio = row["starvation_ratio"] or 0.0
     interconnect = row["interconnect_ratio"] or 0.0
+    if state == "waiting":
+        on = ", ".join(row.get("waiting_on") or []) or "another node"
+        return (
+            f"{node}: {gpus} GPUs waiting on {on}, the slow node of their job {row.get('waiting_job') or ''}; "
+            "the wait counts as their GPU time lost."
+        )
     if state != "starved":
         return (
             f"{node}: {gpus} GPUs kept busy; waiting for data {ratio:.1%} and for the all-reduce "

@@ -139,6 +139,12 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="With --time-scale: wall-clock seconds the sped-up run lasts; its clock starts that far back, times the "
     "scale, and runs at 1x once it reaches now (default: --deadline, else --max-reports intervals, else 120).",
 )  # fmt: skip
+@click.option(
+    "--time-scale-anchor", type=float, metavar="UNIX_SECONDS",
+    help="With --time-scale: the wall-clock moment the simulated clock meets the wall clock (a sped-up run's "
+    "end, instead of --time-scale-seconds from its start). Nodes of one simulated job given the same scale and "
+    "anchor read the same time at the same moment, which the collector needs to compare them (docs/jobs.md).",
+)  # fmt: skip
 @click.option("--max-reports", type=click.IntRange(min=1), help="Stop after N reports; exit 0 once all are acked.")
 @click.option(
     "--deadline", type=click.FloatRange(min=0.1), help="Seconds to run at most (exit 1 if reports are unacked)."
@@ -204,6 +210,7 @@ def run(
     overrides: tuple[str, ...],
     time_scale: float,
     time_scale_seconds: float | None,
+    time_scale_anchor: float | None,
     max_reports: int | None,
     deadline: float | None,
     procfs: str,
@@ -259,15 +266,27 @@ def run(
         # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
         from nodeagent.tools.simulator import ScenarioError, UnknownScenarioError  # noqa: PLC0415
         from nodeagent.tools.simulator.scenarios import parse_overrides  # noqa: PLC0415
-        from nodeagent.tools.simulator.source import SimulatedSampler, scaled_clock  # noqa: PLC0415
+        from nodeagent.tools.simulator.source import (  # noqa: PLC0415
+            JOB_ALIGN_SECONDS,
+            SimulatedSampler,
+            scaled_clock,
+        )
 
         if time_scale_seconds is None:
             # The run ends at its deadline or after its reports, whichever comes first.
             ends = [s for s in (deadline, max_reports * interval if max_reports else None) if s is not None]
             time_scale_seconds = min(ends, default=None)
-        clock = scaled_clock(time_scale, time_scale_seconds)
         try:
             params = parse_overrides(overrides)
+            # A node of a multi-node job: its clock meets the wall clock at a whole minute, which
+            # the job's other nodes, started with it, share (an anchor makes it certain).
+            align = JOB_ALIGN_SECONDS if params.get("job_nodes", 1) != 1 else 0.0
+            clock = scaled_clock(time_scale, time_scale_seconds, anchor=time_scale_anchor, align_seconds=align)
+        except ScenarioError as err:
+            raise click.BadParameter(str(err), param_hint="--set") from err
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--time-scale-anchor") from err
+        try:
             source = SimulatedSampler(scenario, node_id=node_id, sequence=sequence, seed=seed, clock=clock, **params)
         except UnknownScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err

@@ -29,7 +29,8 @@ from nodeagent.tools.simulator import SCENARIOS
     "--no-wait", is_flag=True, help="Stop at once after the report instead of keeping the fleet page up until Enter."
 )
 def demo(seconds: float, time_scale: float, no_wait: bool) -> None:
-    """A collector, this machine's agent and two simulated 8-GPU rentals: what nodeagent finds."""
+    """A collector, this machine's agent, two simulated 8-GPU rentals and a simulated 4-node job with a
+    straggler: what nodeagent finds."""
     run_demo(DemoPlan(seconds=seconds, time_scale=time_scale, wait=not no_wait))
 
 

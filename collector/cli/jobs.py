@@ -2,8 +2,10 @@
 roll-up's memory) beside the history's totals per job (``Jobs``, over ``--since``), as one table
 or one JSON list.
 
-A job the roll-up follows now has its state, straggler, cause and wait share; a job found only
-in the history (finished, or one that never spanned nodes) is listed too, its live fields null.
+A job the roll-up follows now has its state, straggler, cause and wait share: these are the
+multi-node jobs of the fleet page's ``/jobs``, the same list. A job found only in the history
+(finished, or one that never spanned nodes, such as a single node's Slurm job) is listed too,
+marked: ``live`` false and its live fields null in JSON, under its own line in the table.
 The history's GPU-hours lost count every GPU of a job, the waiting ones included (the roll-up
 makes a waiting GPU count as lost). A collector without ``ListJobs`` (an older one) gives the
 history alone, said on stderr.
@@ -31,6 +33,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 # Live jobs first, the ones that cost GPU time now first; then those only in the history.
 STATE_ORDER: Final = ("slowed", "warmup", "busy", "idle")
 _EVIDENCE_CHARS: Final = 48
+# Above the jobs the roll-up does not follow now: the live ones are the fleet page's /jobs.
+HISTORY_ONLY: Final = "-- in the history only (no live verdict: finished, or never on more than one node) --"
 
 
 @click.command()
@@ -95,9 +99,9 @@ def job_rows(live: list[JobVerdict], history: pb.JobsResponse) -> list[dict[str,
     totals = {total.job: _history_plain(total) for total in history.jobs}
     rows = []
     for verdict in live:
-        rows.append({**verdict.to_plain(), "history": totals.pop(verdict.job, None)})
+        rows.append({**verdict.to_plain(), "live": True, "history": totals.pop(verdict.job, None)})
     for name, total in totals.items():
-        rows.append({**_absent(name), "nodes": total["nodes"], "history": total})
+        rows.append({**_absent(name), "live": False, "nodes": total["nodes"], "history": total})
     rows.sort(key=_order)
     return rows
 
@@ -110,7 +114,9 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
         f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>6} "
         f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + "EVIDENCE"
     ]
-    for row in rows:
+    for index, row in enumerate(rows):
+        if not row["live"] and (index == 0 or rows[index - 1]["live"]):
+            lines.append(HISTORY_ONLY)
         wait = row["wait_ratio"]
         lost = row["history"]["gpu_hours_lost"] if row["history"] else None
         straggler = "job-wide" if row["job_wide"] else ",".join(row["straggler_nodes"]) or "-"

@@ -1,30 +1,75 @@
-"""The README's first command: the demo names the starved rental and why, and cleans up."""
+"""The README's first command: the demo names the starved rental and why, the 4-node job's
+straggler and its cause (in the jobs table, the alerts and the fleet page's ``/jobs``), and cleans up."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import urllib.request
+from typing import Any
 
 import psutil
 
 from tests.fakes.trees import REPO
 
+JOB = "torch/clip-4node"
 
-def test_demo_names_the_starved_node_and_the_cause() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "nodeagent.collector", "demo", "--seconds", "12", "--no-wait"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def test_demo_names_the_starved_node_the_jobs_straggler_and_the_cause() -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent.collector", "demo", "--seconds", "15"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.startswith("rental-")}
-    assert lines["rental-10g-pcie"][3:5] == ["starved", "network"]
-    assert lines["rental-50g-nvlink"][3] == "busy"
+    assert demo.stdout is not None and demo.stdin is not None
+    lines: list[str] = []
+    try:
+        for line in demo.stdout:
+            lines.append(line)
+            if line.startswith("It stays up"):
+                break
+        page = re.search(r"The fleet page: (http://127\.0\.0\.1:\d+/)", "".join(lines))
+        assert page, "".join(lines)
+        # The page, while it stays up: /jobs lists the job that `jobs` lists live, and its straggler.
+        jobs = _get(page[1] + "api/jobs")["jobs"]
+        alerts = _get(page[1] + "api/alerts")["alerts"]
+        demo.stdin.write("\n")
+        demo.stdin.flush()
+        rest, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    out = "".join(lines) + rest
+    assert demo.returncode == 0, err[-2000:]
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("rental-", "clip-"))}
+    assert rows["rental-10g-pcie"][3:5] == ["starved", "network"]
+    assert rows["rental-50g-nvlink"][3] == "busy"
+    assert rows["clip-node-3"][3:5] == ["starved", "network"]
+    assert all(rows[f"clip-node-{rank}"][3] == "waiting" for rank in range(3)), rows
     # Sped up 30x and yet never ahead of the wall clock: nothing refused, the skew at most zero.
-    for rental in ("rental-10g-pcie", "rental-50g-nvlink"):
-        assert lines[rental][-1] == "0" and lines[rental][-2].startswith("-"), lines[rental]
-    assert "GPUDataStarved [critical] rental-10g-pcie" in done.stdout
-    assert "the network into the node is the bottleneck" in done.stdout
-    assert re.search(r"The fleet page: http://127\.0\.0\.1:\d+/", done.stdout)
+    for node, row in rows.items():
+        if node.startswith(("rental-", "clip-node-")):
+            assert row[-1] == "0" and row[-2].startswith("-"), row
+    assert "GPUDataStarved [critical] rental-10g-pcie" in out
+    assert f"JobStraggler [critical] clip-node-3: job {JOB}: clip-node-3 holds back 3 other nodes (network)" in out
+    assert "the network into the node is the bottleneck" in out
+    # The jobs table: the 4-node job live, slowed by clip-node-3 (network); the rentals' own
+    # Slurm jobs only in the history, never one job shared by the two.
+    (job,) = [line.split() for line in out.splitlines() if line.startswith(JOB)]
+    assert job[1:6] == ["slowed", "4", "32", "clip-node-3", "network"] and job[6].endswith("%")
+    history_only = out.split("-- in the history only")[1].split("(WAIT %")[0].splitlines()[1:]
+    assert [line.split()[2] for line in history_only] == ["1", "1"]
+    assert [(j["job"], j["state"], j["straggler_nodes"], j["cause"]) for j in jobs] == [
+        (JOB, "slowed", ["clip-node-3"], "network")
+    ]
+    assert {(a["name"], a["node_id"]) for a in alerts} >= {("JobStraggler", "clip-node-3")}
     # Every process the demo started is gone (they would be orphans now, not our children).
     assert not [p for p in psutil.process_iter(["cmdline"]) if "rental-10g-pcie" in (p.info["cmdline"] or [])]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "clip-node-3" in (p.info["cmdline"] or [])]

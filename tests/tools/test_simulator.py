@@ -15,6 +15,7 @@ from nodeagent.tools.simulator import SCENARIOS, ScenarioError, Simulation, Unkn
 from nodeagent.tools.simulator.model import flow
 from nodeagent.tools.simulator.source import (
     DEFAULT_SCALED_SECONDS,
+    JOB_ALIGN_SECONDS,
     MAX_SCALED_LEAD_SECONDS,
     SimulatedSampler,
     scaled_clock,
@@ -154,7 +155,41 @@ def test_a_sped_up_clock_starts_in_the_past_and_never_passes_the_wall_clock() ->
     assert [simulated for now, simulated in readings[20:]] == [now for now, _ in readings[20:]]  # ... then 1x
     # Without a length: DEFAULT_SCALED_SECONDS; never more than MAX_SCALED_LEAD_SECONDS back.
     assert scaled_clock(20.0, wall=lambda: wall[0])() == wall[0] - 19 * DEFAULT_SCALED_SECONDS
-    assert scaled_clock(10_000.0, 300.0, wall=lambda: wall[0])() == wall[0] - MAX_SCALED_LEAD_SECONDS
+    assert scaled_clock(10_000.0, 300.0, wall=lambda: wall[0])() == pytest.approx(wall[0] - MAX_SCALED_LEAD_SECONDS)
     slow = scaled_clock(0.5, wall=lambda: wall[0])
     wall[0] += 10
     assert slow() == wall[0] - 5
+
+
+def test_clocks_given_one_anchor_read_the_same_time_whenever_each_started() -> None:
+    """The nodes of one simulated job start one after another; at 30x, clocks counted from each
+    one's own start would be 30 s apart for every second between their starts."""
+    wall = [1_800_000_000.0]
+    clocks = []
+    for _ in range(4):
+        clocks.append(scaled_clock(30.0, 25.0, wall=lambda: wall[0], anchor=1_800_000_025.0))
+        wall[0] += 1.3
+    for _ in range(40):
+        wall[0] += 0.5
+        assert len({clock() for clock in clocks}) == 1
+        assert clocks[0]() <= wall[0]
+    assert clocks[0]() == wall[0]  # met the wall clock at the anchor, then 1x
+    # Without an anchor, a job's node meets the wall clock at the next whole minute after its run:
+    # nodes started together share it.
+    wall[0] = 1_800_000_010.0
+    starts = []
+    for _ in range(4):
+        starts.append(scaled_clock(30.0, 25.0, wall=lambda: wall[0], align_seconds=JOB_ALIGN_SECONDS))
+        wall[0] += 1.3
+    assert len({clock() for clock in starts}) == 1
+    assert starts[0]() == pytest.approx(wall[0] - 29 * (1_800_000_060.0 - wall[0]))
+    # Slowed: they fall behind from the whole minute before.
+    slow = [scaled_clock(0.5, wall=lambda: wall[0], align_seconds=JOB_ALIGN_SECONDS) for _ in range(2)]
+    assert slow[0]() == slow[1]() == 1_800_000_000.0 + (wall[0] - 1_800_000_000.0) / 2
+
+
+def test_an_anchor_too_far_or_not_a_number_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"would start 29\.0 h back"):
+        scaled_clock(30.0, wall=lambda: 1_800_000_000.0, anchor=1_800_000_000.0 + 3600)
+    with pytest.raises(ValueError, match="finite"):
+        scaled_clock(30.0, wall=lambda: 1_800_000_000.0, anchor=float("nan"))

@@ -65,6 +65,22 @@ def test_a_faulty_gpu_raises_xids_on_schedule_and_xid_error_fires_at_the_first()
     assert Simulation("xid-errors", node_id="n1").params.xid_every_seconds == 10.0
 
 
+def test_unrelated_nodes_never_share_a_slurm_job_but_the_nodes_of_one_job_do() -> None:
+    """The history adds up GPU-minutes by job: two simulated rentals that both said Slurm job 4242
+    were one 2-node job there."""
+
+    def slurm_ids(sim: Simulation) -> set[str]:
+        return {p.job.slurm_job_id for gpu in sim.step(1.0).gpus for p in gpu.processes}
+
+    a, b = (slurm_ids(Simulation("ordinary-cloud", node_id=n)) for n in ("rental-a", "rental-b"))
+    assert len(a) == len(b) == 1 and a != b and a == slurm_ids(Simulation("fast-cloud", node_id="rental-a"))
+    job = [slurm_ids(Simulation("healthy", node_id=f"n{r}", job_key="torch/run-e", job_nodes=2, job_node_rank=r))
+           for r in (0, 1)]  # fmt: skip
+    assert job[0] == job[1] != a
+    assert slurm_ids(Simulation("healthy", node_id="n", job_key="hopper/1234", job_nodes=2)) == {"1234"}
+    assert slurm_ids(Simulation("healthy", node_id="n", job_id="77")) == {"77"}
+
+
 def test_overrides_parse_as_json_else_as_text() -> None:
     assert parse_overrides(["job_key=torch/run-1", "job_nodes=3", "xid_every_seconds=null", "job=false"]) == {
         "job_key": "torch/run-1", "job_nodes": 3, "xid_every_seconds": None, "job": False
@@ -79,6 +95,8 @@ def test_overrides_parse_as_json_else_as_text() -> None:
         (["--set", "job_nodes=2"], "--set needs --simulate"),
         (["--simulate", "healthy", "--set", "job_nodez=2"], "unknown simulator parameter 'job_nodez'"),
         (["--simulate", "healthy", "--set", "job_nodes=two"], "job_nodes: expected int"),
+        (["--simulate", "healthy", "--time-scale", "30", "--time-scale-anchor", "nan"], "finite number"),
+        (["--simulate", "healthy", "--time-scale", "30", "--time-scale-anchor", "9e9"], "h back"),
     ],
 )
 def test_run_refuses_a_bad_set_in_one_line(args: list[str], message: str) -> None:

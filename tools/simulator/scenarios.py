@@ -55,7 +55,9 @@ class Params:
     remote_store_bytes_per_second: float | None = None
     # -- the job --
     job: bool = True
-    job_id: str = "4242"
+    # The Slurm job id on the GPU processes; "": the node's own (``simulation.own_job_id``), so
+    # unrelated simulated nodes never share one, or with a job key the job's.
+    job_id: str = ""
     # A job that spans nodes: its key (``JobRef.job_key``, the same on every node of the job, e.g.
     # "torch/run-1"; "" for none), its nodes and this node's rank among them. With a key, each GPU
     # process carries it with its global rank (node rank x GPUs + local rank) and the report one

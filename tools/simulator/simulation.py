@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -61,7 +62,8 @@ class Simulation:
         **overrides: Any,
     ) -> None:
         self.scenario: Scenario = find_scenario(scenario)
-        self.params: Params = self.scenario.params.replace(overrides)
+        params = self.scenario.params.replace(overrides)
+        self.params: Params = params if params.job_id else params.replace({"job_id": own_job_id(params, node_id)})
         if gpus < 1:
             raise ValueError(f"gpus must be at least 1, got {gpus}")
         self.node_id = node_id
@@ -228,6 +230,18 @@ class Simulation:
 def _uniform(time: float, phase: str, state: str, cause: str | None, data: float, sync: float, n: int) -> Truth:
     gpus = tuple(GpuTruth(i, state, cause, data, sync) for i in range(n))
     return Truth(time, phase, state, cause, data, sync, gpus)
+
+
+def own_job_id(params: Params, node_id: str) -> str:
+    """The Slurm job id of a node given none: the node's own, so that unrelated simulated nodes
+    never share a job (the history would add them up as one); with a job key, the job's, the same
+    on every node of it (a Slurm key's own number, else a number made from the key)."""
+    key = params.job_key
+    if key and not key.startswith(("torch/", "mpi/")):
+        number = key.rpartition("/")[2]
+        if number.isdigit():
+            return number
+    return str(1000 + zlib.crc32((key or node_id).encode()) % 9000)  # four digits, as 4242 was
 
 
 def describe(overrides: Mapping[str, Any]) -> str:

@@ -4,6 +4,7 @@ clock or on a sped-up one (``scaled_clock``) that never runs ahead of it."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -18,31 +19,73 @@ DEFAULT_SCALED_SECONDS: Final = 120.0
 # The furthest back a sped-up clock starts: well inside the collector's default bound on reports
 # behind its clock (25 h), and a day of history at most.
 MAX_SCALED_LEAD_SECONDS: Final = 12 * 3600.0
+# A simulated multi-node job's node (``job_nodes`` above 1) given no anchor: its sped-up clock
+# meets the wall clock at the next whole minute after its run, so that the job's nodes started
+# together read the same time (``scaled_clock``'s ``align_seconds``).
+JOB_ALIGN_SECONDS: Final = 60.0
 
 
 def scaled_clock(
-    scale: float, run_seconds: float | None = None, wall: Callable[[], float] = time.time
+    scale: float,
+    run_seconds: float | None = None,
+    wall: Callable[[], float] = time.time,
+    *,
+    anchor: float | None = None,
+    align_seconds: float = 0.0,
 ) -> Callable[[], float]:
-    """A clock ``scale`` times faster than ``wall`` that never runs ahead of it.
+    """A clock ``scale`` times faster (or slower) than ``wall`` that never runs ahead of it.
 
     A clock sped up from now would put the node's reports in the future, which the collector
     refuses (its ``--max-clock-ahead-seconds``). So it starts in the past, far enough back that
     ``run_seconds`` of wall-clock time at ``scale`` end at the wall clock's now (at most
-    ``MAX_SCALED_LEAD_SECONDS`` back), and from the moment it catches up it runs at 1x. A scale at
-    or below 1 starts now and only falls behind."""
+    ``MAX_SCALED_LEAD_SECONDS`` back), and from the moment it catches up it runs at 1x. A scale
+    below 1 starts now and only falls behind.
+
+    The clock is a function of the wall clock and its ``anchor`` alone, the wall-clock moment at
+    which it reads the wall clock's time (a sped-up clock's catching up, a slowed one's start):
+    ``min(wall, anchor + (wall - anchor) x scale)``. Clocks given the same scale and anchor read
+    the same time at the same moment, whenever each started, as the nodes of one simulated job
+    must for the collector to compare them at the same evaluation step. Without an anchor it
+    comes from this clock's start; ``align_seconds`` rounds it to the wall clock's whole multiple
+    of that many seconds (the next, for a sped-up clock), so that clocks started together share it
+    unless a multiple falls between their starts."""
     if scale == 1.0:
         return wall
     start = wall()
-    if scale < 1.0:
-        return lambda: start + (wall() - start) * scale
-    lead = min(MAX_SCALED_LEAD_SECONDS, (scale - 1.0) * (run_seconds or DEFAULT_SCALED_SECONDS))
-    origin = start - lead
+    if anchor is not None and not math.isfinite(anchor):
+        raise ValueError(f"anchor must be a finite number of Unix seconds, got {anchor!r}")
+    if anchor is None:
+        anchor = default_anchor(scale, start, run_seconds, align_seconds)
+    elif (scale - 1.0) * (anchor - start) > MAX_SCALED_LEAD_SECONDS:
+        back = (scale - 1.0) * (anchor - start) / 3600
+        raise ValueError(
+            f"anchor {anchor:.0f} is {anchor - start:.0f} s away: the clock would start {back:.1f} h back "
+            f"(at most {MAX_SCALED_LEAD_SECONDS / 3600:.0f} h)"
+        )
+    meet = anchor
 
     def clock() -> float:
         now = wall()
-        return min(now, origin + (now - start) * scale)
+        return min(now, meet + (now - meet) * scale)
 
     return clock
+
+
+def default_anchor(scale: float, start: float, run_seconds: float | None, align_seconds: float = 0.0) -> float:
+    """Where a clock started at ``start`` meets the wall clock when no anchor is given: a sped-up
+    one ``run_seconds`` later (at most ``MAX_SCALED_LEAD_SECONDS`` of lead), a slowed one at once;
+    rounded to a multiple of ``align_seconds`` where that keeps within those bounds."""
+    if scale < 1.0:
+        return math.floor(start / align_seconds) * align_seconds if align_seconds > 0 else start
+    longest = MAX_SCALED_LEAD_SECONDS / (scale - 1.0)
+    end = start + min(longest, DEFAULT_SCALED_SECONDS if run_seconds is None else run_seconds)
+    if align_seconds <= 0:
+        return end
+    later = math.ceil(end / align_seconds) * align_seconds
+    if later - start <= longest:
+        return later
+    earlier = math.floor(end / align_seconds) * align_seconds
+    return earlier if earlier > start else end
 
 
 class SimulatedSampler:

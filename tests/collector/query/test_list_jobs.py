@@ -14,7 +14,10 @@ from typing import Any
 import grpc
 import pytest
 
+from nodeagent.collector.cli.jobs import HISTORY_ONLY
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.views.fleet_page import FleetPage
+from nodeagent.collector.views.fleet_table import short
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.fleet import feed_simulated
@@ -119,6 +122,7 @@ def test_jobs_shows_live_verdicts_beside_the_history_totals(tmp_path: Path) -> N
         out: dict[str, Any] = {"history": {j.job: j for j in history.jobs}, "joined": joined.job, "new": new.job}
         out["json"] = _collector("jobs", "--json", "--collector", address)
         out["table"] = _collector("jobs", "--collector", address)
+        out["page"] = [j["job"] for j in FleetPage(server).jobs()["jobs"]]  # what /jobs shows
         return out
 
     seen = _serve(tmp_path, work)
@@ -143,6 +147,9 @@ def test_jobs_shows_live_verdicts_beside_the_history_totals(tmp_path: Path) -> N
         only = by_job[name]
         assert only["state"] is None and only["gpus"] is None and only["history"]["nodes"]
     assert rows[0]["job"] == seen["joined"]  # the slowed job first
+    # The live jobs are the fleet page's /jobs, the same ones; the history's alone are marked.
+    assert sorted(r["job"] for r in rows if r["live"]) == sorted(seen["page"]) == sorted([joined["job"], new["job"]])
+    assert all(r["state"] is None for r in rows if not r["live"])
 
     table = seen["table"]
     assert table.returncode == 0, table.stderr
@@ -155,6 +162,9 @@ def test_jobs_shows_live_verdicts_beside_the_history_totals(tmp_path: Path) -> N
     long_row = next(line for line in lines if " warmup " in line)
     assert long_row.startswith("torch/a-ver") and "…" in long_row.split()[0] and long_row.split()[0].endswith("end")
     assert len(long_row.split()[0]) == 24
+    marker = lines.index(HISTORY_ONLY)
+    assert {line.split()[0] for line in lines[:marker]} == {short(j, 24) for j in seen["page"]}
+    assert {line.split()[0] for line in lines[marker + 1 : -1]} == set(seen["history"]) - {seen["joined"]}
 
 
 def test_jobs_without_a_collector_fails_in_one_line_exit_1() -> None:
