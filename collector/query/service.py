@@ -31,7 +31,7 @@ from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, query_slot
-from nodeagent.collector.query.history_pages import HistoryPages, history_answer
+from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.shards.answer_pages import KINDS, page_bytes, pages_of
 from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES, is_local_call
@@ -189,7 +189,8 @@ class QueryService(pb_grpc.QueryServicer):
         async with query_slot(self.in_flight, self.policy, context):
             pages = HistoryPages(request)
             deadline = time.monotonic() + self.bounds.stream_seconds
-            while (page := await self._read(context, pages.next_page)) is not None:
+            size = page_bytes(self._answer_bytes(context))  # under a lower --max-message-bytes too
+            while (page := await self._read(context, pages.next_page, PAGE_ROWS, size)) is not None:
                 try:
                     # A client that stops reading would hold its slot for ever.
                     await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
