@@ -17,9 +17,11 @@ import click
 import grpc
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
+from nodeagent.collector.shards.answer_pages import KINDS, PAGE_BYTES
 from nodeagent.collector.shards.config import FleetConfig
-from nodeagent.collector.shards.fanout import Answer, Shard, ask_all_sync, ask_stream_sync
+from nodeagent.collector.shards.fanout import Answer, Shard, ShardClients, ask_all_sync, ask_stream_sync
 from nodeagent.collector.shards.merge import merge
+from nodeagent.collector.shards.stream_merge import merged_pages
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
 from nodeagent.core.transport.diagnosis import unreachable_reason
@@ -39,6 +41,10 @@ _REQUESTS: dict[str, Any] = {
     "Jobs": pb.JobsRequest,
     "ListJobs": pb.ListJobsRequest,
     "ForgetNode": pb.ForgetNodeRequest,
+    "StreamNodes": pb.ListNodesRequest,
+    "StreamAlerts": pb.ListAlertsRequest,
+    "StreamJobs": pb.ListJobsRequest,
+    "StreamJobTotals": pb.JobsRequest,
 }
 
 
@@ -85,6 +91,34 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
         return merge(method, ask_each(options, method, **fields))
     target, security = _reach(options)
     return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+
+
+def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:
+    """A streaming Query method (``StreamNodes``, ``StreamAlerts``, ``StreamJobs``,
+    ``StreamJobTotals``) read page by page into one answer of its unary twin's type, however
+    large: no answer is bounded by one message. A collector without it (older) is asked the
+    unary twin. Several collectors: their streams merged page by page (``shards/stream_merge.py``),
+    one line on stderr for each that did not answer, ``RuntimeFailure`` when none did."""
+    kind = KINDS[method]
+    whole: Any = kind.page()
+    if not several(options):
+        query_pages(options, method, whole.MergeFrom, fallback=kind.unary, **fields)
+        return whole
+    shards = _shards(options)
+    request = _REQUESTS[method](**fields)
+
+    async def run() -> None:
+        clients = ShardClients(shards)
+        try:
+            pages = merged_pages(clients, kind, request, float(options["timeout"]), PAGE_BYTES)
+            async for page in pages:
+                whole.MergeFrom(page)
+        finally:
+            await clients.close()
+
+    asyncio.run(run())
+    _reported([Answer(s.shard, None, s.error) for s in whole.shards], kind.unary)
+    return whole
 
 
 def several(options: dict[str, Any]) -> bool:

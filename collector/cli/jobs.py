@@ -23,7 +23,7 @@ from typing import Any, Final
 import click
 import grpc
 
-from nodeagent.collector.cli.client import client_options, query, several
+from nodeagent.collector.cli.client import client_options, query_whole, several
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_table import short, shows_shards
@@ -48,7 +48,7 @@ def jobs(since: float, as_json: bool, **options: object) -> None:
     """Multi-node jobs: the live verdict (state, straggler, cause, wait share) beside the
     history's GPU-hours and GPU-hours lost (by cause) per job."""
     live, shards = _live(options)
-    history = query(options, "Jobs", last_seconds=since)
+    history = query_whole(options, "StreamJobTotals", last_seconds=since)
     rows = job_rows(live, history)
     if several(options):
         for row in rows:
@@ -65,7 +65,7 @@ def jobs(since: float, as_json: bool, **options: object) -> None:
 def _live(options: dict[str, Any]) -> tuple[list[JobVerdict], dict[str, str]]:
     """The live verdicts, and the shard of each job (merged answers only)."""
     try:
-        response = query(options, "ListJobs")
+        response = query_whole(options, "StreamJobs")
     except RuntimeFailure as err:
         cause = err.__cause__
         if isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.UNIMPLEMENTED:

@@ -8,7 +8,8 @@ import json
 
 import click
 
-from nodeagent.collector.cli.client import ask_each, client_options, query, several
+from nodeagent.collector.cli.client import ask_each, client_options, query, query_whole, several
+from nodeagent.collector.shards.merge import alert_order
 from nodeagent.collector.views.fleet_table import (
     alert_rows,
     alert_subject,
@@ -27,7 +28,7 @@ from nodeagent.core.wire.identity import check_node_id
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
 def nodes(as_json: bool, **options: object) -> None:
     """The nodes a running collector knows."""
-    response = query(options, "ListNodes")
+    response = query_whole(options, "StreamNodes")
     rows = node_rows(response)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -41,7 +42,9 @@ def nodes(as_json: bool, **options: object) -> None:
 @click.option("--all", "include_resolved", is_flag=True, help="Recently resolved alerts too.")
 def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
     """The alerts of a running collector: firing ones (and, with --all, recently resolved)."""
-    response = query(options, "ListAlerts", include_resolved=include_resolved)
+    response = query_whole(options, "StreamAlerts", include_resolved=include_resolved)
+    # Streamed by key: shown as the fleet page shows them, firing first, then the newest.
+    response.alerts.sort(key=alert_order)
     rows = alert_rows(response)
     if as_json:
         click.echo(json.dumps(rows, indent=2))

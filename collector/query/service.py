@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, query_slot
-from nodeagent.collector.query.history_pages import HistoryPages, history_answer
+from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
+from nodeagent.collector.shards.answer_pages import KINDS, page_bytes, pages_of
 from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES, is_local_call
 from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.nodes import NodeRow
@@ -47,6 +49,8 @@ T = TypeVar("T")
 P = ParamSpec("P")
 # What a unary answer may take of the message limit (the response's own framing).
 _ANSWER_MARGIN_BYTES = 64
+# A streamed answer is cut into pages: the whole of it is bounded by rows, not bytes.
+UNBOUNDED_ANSWER_BYTES = 1 << 62
 
 
 class QueryService(pb_grpc.QueryServicer):
@@ -67,14 +71,22 @@ class QueryService(pb_grpc.QueryServicer):
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
     ) -> pb.ListNodesResponse:
         await self._authorize(context)
-        response = pb.ListNodesResponse()
+        return pb.ListNodesResponse(nodes=self._node_summaries())
+
+    async def StreamNodes(self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """ListNodes in pages, by node id (``shards/answer_pages.py``)."""
+        await self._authorize(context)
+        await self._send_pages(context, "StreamNodes", self._node_summaries())
+
+    def _node_summaries(self) -> list[pb.NodeSummary]:
+        summaries = []
         now, window = self.ingest.clock(), self.ingest.detector_config.window_seconds
         for node_id in sorted(self.ingest.nodes):
             node = self.ingest.nodes[node_id]
             # Totals as committed: the in-memory row counts reports that may not be durable yet.
             row = node.committed or NodeRow(node_id=node_id)
             live = node.row
-            response.nodes.add(
+            summary = pb.NodeSummary(
                 node_id=row.node_id, hostname=live.hostname, agent_version=live.agent_version,
                 reports_total=row.reports_total, duplicates_total=row.duplicates_total,
                 first_seen_unix_seconds=row.first_seen, last_seen_unix_seconds=row.last_seen,
@@ -83,7 +95,6 @@ class QueryService(pb_grpc.QueryServicer):
                 gap_reports_total=row.gap_reports_total, clock_skew_seconds=node.clock_skew_seconds,
                 clock_refused_reports_total=node.clock_refused_total,
             )  # fmt: skip
-            summary = response.nodes[-1]
             summary.state = node_shown_state(node, now, window)
             summary.window_seconds = window
             detector = node.detector
@@ -92,7 +103,8 @@ class QueryService(pb_grpc.QueryServicer):
                 summary.window_seen_seconds = detector.seen_seconds
                 if not is_silent(node, now, window):  # a down node's verdict is of the past
                     _verdict_into(summary, detector.verdict)
-        return response
+            summaries.append(summary)
+        return summaries
 
     async def ListJobs(
         self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[pb.ListJobsRequest, pb.ListJobsResponse]
@@ -110,20 +122,35 @@ class QueryService(pb_grpc.QueryServicer):
             )
         return response
 
+    async def StreamJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """ListJobs in pages, by job: however many jobs the roll-up follows."""
+        await self._authorize(context)
+        await self._send_pages(context, "StreamJobs", [v.to_proto() for v in self.ingest.jobs.verdicts()])
+
     async def ListAlerts(
         self,
         request: pb.ListAlertsRequest,
         context: grpc.aio.ServicerContext[pb.ListAlertsRequest, pb.ListAlertsResponse],
     ) -> pb.ListAlertsResponse:
         await self._authorize(context)
+        return pb.ListAlertsResponse(alerts=await self._alert_records(request, context))
+
+    async def StreamAlerts(self, request: pb.ListAlertsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """ListAlerts in pages, by (name, node, key)."""
+        await self._authorize(context)
+        await self._send_pages(context, "StreamAlerts", await self._alert_records(request, context))
+
+    async def _alert_records(
+        self, request: pb.ListAlertsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> list[pb.AlertRecord]:
         writer = self.ingest.writer
         async with query_slot(
             self.in_flight, self.policy, context
         ):  # the alert book is the writer's: bounded, not moved
             alerts = await writer.call(self.ingest.alerting.recent, request.include_resolved)
-        response = pb.ListAlertsResponse()
+        records = []
         for alert in alerts:
-            record = response.alerts.add(
+            record = pb.AlertRecord(
                 name=alert.name, node_id=alert.node_id, key=alert.key, severity=alert.severity,
                 starts_at_unix_seconds=alert.starts_at,
             )  # fmt: skip
@@ -131,7 +158,8 @@ class QueryService(pb_grpc.QueryServicer):
             record.annotations.update(alert.annotations)
             if alert.ends_at is not None:
                 record.ends_at_unix_seconds = alert.ends_at
-        return response
+            records.append(record)
+        return records
 
     async def LatestReport(
         self, request: pb.LatestReportRequest, context: grpc.aio.ServicerContext[pb.LatestReportRequest, pb.NodeReport]
@@ -161,7 +189,8 @@ class QueryService(pb_grpc.QueryServicer):
         async with query_slot(self.in_flight, self.policy, context):
             pages = HistoryPages(request)
             deadline = time.monotonic() + self.bounds.stream_seconds
-            while (page := await self._read(context, pages.next_page)) is not None:
+            size = page_bytes(self._answer_bytes(context))  # under a lower --max-message-bytes too
+            while (page := await self._read(context, pages.next_page, PAGE_ROWS, size)) is not None:
                 try:
                     # A client that stops reading would hold its slot for ever.
                     await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
@@ -178,6 +207,28 @@ class QueryService(pb_grpc.QueryServicer):
         await self._authorize(context)
         async with query_slot(self.in_flight, self.policy, context):
             return await self._read(context, job_totals, request, self.bounds.max_rows, self._answer_bytes(context))
+
+    async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """Jobs in pages, by job: the totals of as many jobs as the history's row bound allows."""
+        await self._authorize(context)
+        async with query_slot(self.in_flight, self.policy, context):
+            totals = await self._read(context, job_totals, request, self.bounds.max_rows, UNBOUNDED_ANSWER_BYTES)
+        await self._send_pages(context, "StreamJobTotals", totals.jobs)
+
+    async def _send_pages(
+        self, context: grpc.aio.ServicerContext[Any, Any], method: str, items: Sequence[Message]
+    ) -> None:
+        """``items`` in pages under the message limit, each write within the stream's time bound."""
+        deadline = time.monotonic() + self.bounds.stream_seconds
+        for page in pages_of(KINDS[method], items, page_bytes(self._answer_bytes(context))):
+            try:
+                # A client that stops reading would hold the answer in memory for ever.
+                await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the answer's stream ran past its {self.bounds.stream_seconds:g} s bound: the reader stopped",
+                )
 
     async def _read(
         self, context: grpc.aio.ServicerContext[Any, Any], func: Callable[Concatenate[ReadContext, P], T],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message
@@ -70,6 +71,16 @@ class ShardClients:
         calls = [self._ask_stream(shard, method, request, timeout, local) for shard in self.shards]
         return list(await asyncio.gather(*calls))
 
+    async def ask_one(
+        self, shard: Shard, method: str, request: Message, timeout: float, *, local: bool = True
+    ) -> Answer:
+        """``method`` on one shard: its answer, or why not in one line."""
+        return await self._ask(shard, method, request, timeout, local)
+
+    def open_stream(self, shard: Shard, method: str, request: Message, *, local: bool = True) -> Any:
+        """A streaming method's call on one shard, to be read message by message (``call.read()``)."""
+        return getattr(self._stub(shard), method)(request, metadata=_metadata(shard, local))
+
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
@@ -87,7 +98,7 @@ class ShardClients:
             # grpc's deadline ends the call; the outer bound covers a channel stuck before it.
             reply = await asyncio.wait_for(call, timeout + _GRACE_SECONDS)
         except grpc.aio.AioRpcError as err:
-            return Answer(shard.name, None, _one_line(err, timeout))
+            return Answer(shard.name, None, one_line(err, timeout))
         except TimeoutError:
             return Answer(shard.name, None, f"DEADLINE_EXCEEDED: no answer within {timeout:g} s")
         except (OSError, ValueError) as err:  # a CA or token file that cannot be read
@@ -108,7 +119,7 @@ class ShardClients:
                     break
                 pages.append(page)
         except grpc.aio.AioRpcError as err:
-            return Answer(shard.name, None, _one_line(err, timeout))
+            return Answer(shard.name, None, one_line(err, timeout))
         except (OSError, ValueError) as err:
             return Answer(shard.name, None, f"{type(err).__name__}: {err}")
         return StreamAnswer(shard.name, pages[-1] if pages else None, "", pages)
@@ -177,7 +188,7 @@ def shard_metadata(shard: Shard, local: bool = False) -> tuple[tuple[str, str], 
     return (*token, LOCAL_HEADER) if local else token
 
 
-def _one_line(err: grpc.aio.AioRpcError, timeout: float) -> str:
+def one_line(err: grpc.aio.AioRpcError, timeout: float) -> str:
     if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"DEADLINE_EXCEEDED: no answer within {timeout:g} s"
     details = " ".join(str(err.details() or "").split())

@@ -68,7 +68,7 @@ def merge_alerts(answers: Sequence[Answer]) -> pb.ListAlertsResponse:
                 best[key] = copy
     response = pb.ListAlertsResponse(shards=shard_answers(answers))
     # As the fleet page orders them: firing first, then the newest.
-    response.alerts.extend(sorted(best.values(), key=_alert_order))
+    response.alerts.extend(sorted(best.values(), key=alert_order))
     return response
 
 
@@ -143,7 +143,7 @@ def _alert_rank(alert: pb.AlertRecord) -> tuple[bool, float, float]:
     return (firing, alert.starts_at_unix_seconds, alert.ends_at_unix_seconds)
 
 
-def _alert_order(alert: pb.AlertRecord) -> tuple[bool, float, str, str, str]:
+def alert_order(alert: pb.AlertRecord) -> tuple[bool, float, str, str, str]:
     resolved = alert.HasField("ends_at_unix_seconds")
     return (resolved, -alert.starts_at_unix_seconds, alert.name, alert.node_id, alert.key)
 

@@ -3,23 +3,31 @@
 Operators only, as on a single collector (``authorize_operator``); the workers are asked on
 their unix sockets (the front's calls). ListNodes, ListAlerts, ListJobs, Jobs and History merge
 by the rules of ``nodeagent.collector.shards.merge`` (a worker that does not answer in time is
-named in ``shards`` and the merge goes on without it); StreamHistory is History's merged answer
-in one page. LatestReport and ForgetNode go to every worker: a node is on one, which answers;
+named in ``shards`` and the merge goes on without it). Their streaming twins (StreamNodes,
+StreamAlerts, StreamJobs, StreamJobTotals) and StreamHistory merge the workers' streams page by
+page (``shards/stream_merge.py``): an answer of any size, a page per worker held at a time, and
+pages under ``--max-message-bytes``. LatestReport and ForgetNode go to every worker: a node is on one, which answers;
 the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page over gRPC.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
+from nodeagent.collector.ingest.server import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.shards.answer_pages import KINDS, page_bytes
 from nodeagent.collector.shards.fanout import Answer, ShardClients
 from nodeagent.collector.shards.merge import merge
 from nodeagent.collector.shards.page_merge import merge_page
+from nodeagent.collector.shards.stream_merge import merged_pages
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
@@ -33,11 +41,13 @@ Context = grpc.aio.ServicerContext[Any, Any]
 class FrontQueries(pb_grpc.QueryServicer):
     def __init__(
         self, policy: AccessPolicy, clients: ShardClients, bounds: QueryBounds, *,
-        timeout: float = WORKER_TIMEOUT_SECONDS,
+        timeout: float = WORKER_TIMEOUT_SECONDS, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:  # fmt: skip
         self.policy = policy
         self.clients = clients
         self.timeout = timeout
+        self.bounds = bounds
+        self.page_bytes = page_bytes(max_message_bytes)
         # Each caller's share of the store queries, kept here: the workers see the front as one caller.
         self.in_flight = InFlight(bounds)
 
@@ -57,11 +67,21 @@ class FrontQueries(pb_grpc.QueryServicer):
         return await self._merged("History", request, context, store=True)  # type: ignore[return-value]
 
     async def StreamHistory(self, request: pb.HistoryRequest, context: Context) -> None:
-        """Every worker's pages, merged into one page (the rows of one node are on one worker)."""
-        await authorize_operator(self.policy, context)
-        async with query_slot(self.in_flight, self.policy, context):
-            answers = await self.clients.ask_stream("StreamHistory", request, self._timeout(context))
-        await context.write(merge("History", answers))
+        """Every worker's pages, merged as they come (a node's rows are on one worker, or on two
+        when it moved between them)."""
+        await self._streamed("StreamHistory", request, context, store=True)
+
+    async def StreamNodes(self, request: pb.ListNodesRequest, context: Context) -> None:
+        await self._streamed("StreamNodes", request, context)
+
+    async def StreamAlerts(self, request: pb.ListAlertsRequest, context: Context) -> None:
+        await self._streamed("StreamAlerts", request, context, store=True)
+
+    async def StreamJobs(self, request: pb.ListJobsRequest, context: Context) -> None:
+        await self._streamed("StreamJobs", request, context)
+
+    async def StreamJobTotals(self, request: pb.JobsRequest, context: Context) -> None:
+        await self._streamed("StreamJobTotals", request, context, store=True)
 
     async def LatestReport(self, request: pb.LatestReportRequest, context: Context) -> pb.NodeReport:
         return await self._one("LatestReport", request, context, f"no report from node {request.node_id[:64]!r}")  # type: ignore[return-value]
@@ -82,6 +102,28 @@ class FrontQueries(pb_grpc.QueryServicer):
             return merge(method, await self._ask(method, request, context))
         async with query_slot(self.in_flight, self.policy, context):
             return merge(method, await self._ask(method, request, context))
+
+    async def _streamed(self, method: str, request: Message, context: Context, *, store: bool = False) -> None:
+        """The workers' streams merged page by page, each page written as it fills; the whole
+        stream within the query bounds' ``stream_seconds`` (a caller that stops reading would
+        hold every worker's stream open)."""
+        await authorize_operator(self.policy, context)
+        async with contextlib.AsyncExitStack() as slot:
+            if store:
+                await slot.enter_async_context(query_slot(self.in_flight, self.policy, context))
+            deadline = time.monotonic() + self.bounds.stream_seconds
+            pages = merged_pages(self.clients, KINDS[method], request, self._timeout(context), self.page_bytes)
+            try:
+                async for page in pages:
+                    try:
+                        await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
+                    except TimeoutError:
+                        await context.abort(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"the answer's stream ran past its {self.bounds.stream_seconds:g} s bound",
+                        )
+            finally:
+                await pages.aclose()
 
     async def _one(self, method: str, request: Message, context: Context, not_found: str) -> Message:
         """The answer of the worker that holds the node; else the first refusal that is not NOT_FOUND."""

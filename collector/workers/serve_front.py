@@ -64,7 +64,11 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         for i in range(spec.workers)
     ]
     clients = ShardClients(shards)
-    front = FrontServer(config, supervisor, FrontQueries(AccessPolicy(config.security), clients, config.query))
+    front = FrontServer(
+        config,
+        supervisor,
+        FrontQueries(AccessPolicy(config.security), clients, config.query, max_message_bytes=config.max_message_bytes),
+    )
     try:
         port = await front.start()
     except RuntimeError as err:

@@ -148,6 +148,26 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
                 _registered_method=True)
+        self.StreamNodes = channel.unary_stream(
+                '/nodeagent.v1.Query/StreamNodes',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.FromString,
+                _registered_method=True)
+        self.StreamAlerts = channel.unary_stream(
+                '/nodeagent.v1.Query/StreamAlerts',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.FromString,
+                _registered_method=True)
+        self.StreamJobs = channel.unary_stream(
+                '/nodeagent.v1.Query/StreamJobs',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
+        self.StreamJobTotals = channel.unary_stream(
+                '/nodeagent.v1.Query/StreamJobTotals',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
+                _registered_method=True)
         self.ForgetNode = channel.unary_unary(
                 '/nodeagent.v1.Query/ForgetNode',
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ForgetNodeRequest.SerializeToString,
@@ -211,6 +231,36 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamNodes(self, request, context):
+        """ListNodes, ListAlerts, ListJobs and Jobs in pages of bounded bytes, for answers larger than
+        one message (10,000 nodes, 10,000 jobs). Each stream's items come in the order of their key:
+        nodes by node_id, alerts by (name, node_id, key), verdicts and totals by job, so that a
+        front (or a command line asking several collectors) merges its shards' streams page by page.
+        In a merged stream the last page carries `shards`. A collector without them answers
+        UNIMPLEMENTED: ask the unary method.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamAlerts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamJobTotals(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ForgetNode(self, request, context):
         """Retire a node (docs/collector.md): its row, watermark and live state go and its NodeDown
         resolves; its history stays for the history's own retention. A connected node is refused
@@ -265,6 +315,26 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.StreamHistory,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.SerializeToString,
+            ),
+            'StreamNodes': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamNodes,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'StreamAlerts': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamAlerts,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.SerializeToString,
+            ),
+            'StreamJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamJobs,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'StreamJobTotals': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamJobTotals,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.SerializeToString,
             ),
             'ForgetNode': grpc.unary_unary_rpc_method_handler(
                     servicer.ForgetNode,
@@ -467,6 +537,114 @@ class Query:
             '/nodeagent.v1.Query/StreamHistory',
             nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/nodeagent.v1.Query/StreamNodes',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamAlerts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/nodeagent.v1.Query/StreamAlerts',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/nodeagent.v1.Query/StreamJobs',
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamJobTotals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/nodeagent.v1.Query/StreamJobTotals',
+            nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
