@@ -27,8 +27,8 @@ def _recipe() -> str:
 def test_the_simulated_job_recipe_names_the_straggler_and_its_cause(tmp_path: Path) -> None:
     recipe = _recipe()
     assert recipe.count("nodeagent run ") == 2 and "--time-scale-anchor $anchor" in recipe
-    # One process: the roll-up across a front's workers is another change's (docs/collector.md#workers).
-    collector = Collector(workers=1, db=tmp_path / "c.db", port=free_port())
+    # The default serve (a front and a worker per core), as the recipe's reader runs it.
+    collector = Collector(db=tmp_path / "c.db", port=free_port())
     with processes() as started:
         started.append(collector.start())
         bin_dir = str(Path(sys.executable).parent)

@@ -1,6 +1,6 @@
 """``nodeagent-collector demo``: a small fleet on this machine, and what nodeagent finds in it.
 
-Starts a collector (one process, ``--workers 1``) on a SQLite file in a temporary directory, an
+Starts a collector (the default ``serve``: a front and a worker per core) on a SQLite file in a temporary directory, an
 agent sampling this very machine, two simulated 8-GPU training nodes, the two environments of the
 design's reference comparison (CLIP, 100M pairs, same code on both):
 
@@ -69,9 +69,10 @@ def run_demo(plan: DemoPlan) -> None:
     with tempfile.TemporaryDirectory(prefix="nodeagent-demo-") as tmp, _processes() as started:
         db = Path(tmp) / "collector.db"
         collector = _spawn(
-            # One process (--workers 1): the job's nodes meet in one roll-up on any machine.
-            ["nodeagent-collector", "--log-level", "warning", "serve", "--workers", "1", "--listen", "127.0.0.1:0",
-             "--http-listen", "127.0.0.1:0", "--db", str(db)],
+            # The default serve, as users run it: the job's nodes live on the workers their node ids
+            # own, and the job is judged by the worker its key owns (ports 0: any free ones).
+            ["nodeagent-collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
+             "--worker-ports", "0", "--http-listen", "127.0.0.1:0", "--db", str(db)],
             Path(tmp) / "collector.log", started, pipe=True,
         )  # fmt: skip
         address = _listening(collector, Path(tmp) / "collector.log")

@@ -79,7 +79,7 @@ class ShardClients:
 
     def open_stream(self, shard: Shard, method: str, request: Message, *, local: bool = True) -> Any:
         """A streaming method's call on one shard, to be read message by message (``call.read()``)."""
-        return getattr(self._stub(shard), method)(request, metadata=_metadata(shard, local))
+        return getattr(self._stub(shard), method)(request, metadata=shard_metadata(shard, local))
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
