@@ -13,7 +13,8 @@ from nodeagent.core.transport.rendezvous import rendezvous_order
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for
 
 JOB = "torch/run-x"
-# The simulated job at 30 times the wall clock: a window of 60 s takes 2 s.
+# The simulated job at 30 times the wall clock (a window of 60 s takes 2 s), every node's clock
+# on one anchor so that their steps meet.
 PACE = ["--interval", "0.1", "--time-scale", "30"]
 
 
@@ -37,6 +38,7 @@ def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_
     fleet.write_text("[fleet]\ncollectors = [" + ", ".join(f'"{a}"' for a in addresses) + "]\n")
     nodes = _spread(addresses)
     owner = rendezvous_order(JOB, addresses)[0]
+    anchor = str(int(time.time()) + 20)
     with processes() as started:
         collectors = {}
         for i, port in enumerate(ports):
@@ -47,7 +49,8 @@ def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_
             scenario = "ordinary-cloud" if rank == 0 else "fast-cloud"
             args = [
                 *[a for address in addresses for a in ("--collector", address)], "--node-id", node,
-                "--simulate", scenario, "--spool-dir", str(tmp_path / f"spool-{node}"), *PACE,
+                "--simulate", scenario, "--spool-dir", str(tmp_path / f"spool-{node}"),
+                *PACE, "--time-scale-anchor", anchor,
                 "--set", f"job_key={JOB}", "--set", "job_nodes=3", "--set", f"job_node_rank={rank}",
             ]  # fmt: skip
             started.append(Agent(args).start(tmp_path / f"{node}.log"))
