@@ -269,7 +269,7 @@ class GpuSource(Source):
                 report.events.append(responsive_event(state.index, state.uuid, recovery, now))
                 if not state.opened:
                     self.needs_rescan = True
-            got = results.get(state.index)
+            got = results[state.index]
             if isinstance(got, Overrun):
                 if state.opened and state.gpu.lost:
                     sample = self._sample(state, report, pids)  # lost: reported without a call
@@ -282,7 +282,8 @@ class GpuSource(Source):
             elif not state.opened:
                 continue  # it answers again: described at the next scan, which comes at once
             else:
-                sample, events, gpu_pids = got
+                answered: tuple[pb.GpuSample, list[pb.Event], set[int]] = got
+                sample, events, gpu_pids = answered
                 report.events.extend(events)
                 pids.update(gpu_pids)
             sample.samples_taken_total, sample.samples_expected_total = self._readers.completeness(state.index)
