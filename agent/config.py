@@ -1,6 +1,6 @@
 """The agent's own sections of its configuration file: what the kernel cannot tell and the operator can.
 
-``[link_speeds]`` and ``rescan_seconds``. The file's other keys are command settings (flags),
+``[link_speeds]``, ``[gpu_deadlines]`` and ``rescan_seconds``. The file's other keys are command settings (flags),
 checked by ``nodeagent.core.settings.framework``. An unknown key, a wrong type or an impossible value is a
 ``ConfigError`` whose message names the file, the key and what was expected, in one line.
 """
@@ -15,7 +15,18 @@ from typing import Any
 from nodeagent.core.settings.readers import link_rate, read_toml
 
 # Top-level keys of agent.toml that belong here rather than to a command's flags.
-SECTIONS = frozenset({"link_speeds", "rescan_seconds"})
+SECTIONS = frozenset({"link_speeds", "rescan_seconds", "gpu_deadlines"})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDeadlines:
+    """How long the tick waits for one GPU (``[gpu_deadlines]``; docs/agent.md, "A GPU that stops
+    answering"). A GPU past either bound is reported ``unresponsive`` and read again with backoff."""
+
+    call_seconds: float = 0.5  # one NVML call on one GPU
+    tick_seconds: float = 1.0  # all of one GPU's calls in one tick
+    scan_seconds: float = 5.0  # one GPU's calls at a topology scan (first calls on a GPU are slower)
+    backoff_max_seconds: float = 60.0  # the longest wait between two tries of an unresponsive GPU
 
 
 class ConfigError(ValueError):
@@ -29,6 +40,7 @@ class AgentConfig:
     link_speeds: Mapping[str, float] = field(default_factory=dict)
     # Seconds between topology rescans (new NICs, disks, ports); reads stay every tick.
     rescan_seconds: float = 30.0
+    gpu_deadlines: GpuDeadlines = field(default_factory=GpuDeadlines)
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -50,13 +62,19 @@ def config_from_mapping(raw: Mapping[str, Any], source: str = "<config>") -> Age
     rescan = raw.get("rescan_seconds", 30.0)
     if isinstance(rescan, bool) or not isinstance(rescan, int | float) or rescan <= 0:
         raise ConfigError(f"{source}: rescan_seconds: expected a number of seconds above 0, got {rescan!r}")
-    return AgentConfig(link_speeds=speeds, rescan_seconds=float(rescan))
+    deadlines = _gpu_deadlines(raw.get("gpu_deadlines", {}), source)
+    return AgentConfig(link_speeds=speeds, rescan_seconds=float(rescan), gpu_deadlines=deadlines)
 
 
 def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The sections checked, with their defaults: ``nodeagent.core.settings.framework.Layout.check_sections``."""
     config = config_from_mapping(raw, source=source)
-    return {"link_speeds": dict(config.link_speeds), "rescan_seconds": config.rescan_seconds}
+    deadlines = config.gpu_deadlines
+    return {
+        "link_speeds": dict(config.link_speeds),
+        "rescan_seconds": config.rescan_seconds,
+        "gpu_deadlines": {name: getattr(deadlines, name) for name in GpuDeadlines.__dataclass_fields__},
+    }
 
 
 def parse_link_speed_flag(text: str) -> tuple[str, float]:
@@ -65,6 +83,23 @@ def parse_link_speed_flag(text: str) -> tuple[str, float]:
     if not sep or not name:
         raise ConfigError(f"--link-speed {text!r}: expected IFACE=RATE, e.g. eth0=50G")
     return name, _rate(value, f"--link-speed {name}")
+
+
+def _gpu_deadlines(table: object, source: str) -> GpuDeadlines:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: gpu_deadlines: expected a table of seconds, got {table!r}")
+    known = GpuDeadlines.__dataclass_fields__
+    values: dict[str, float] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{source}: gpu_deadlines.{key}: unknown key (known: {', '.join(sorted(known))})")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{source}: gpu_deadlines.{key}: expected a number of seconds above 0, got {value!r}")
+        values[key] = float(value)
+    deadlines = GpuDeadlines(**values)
+    if deadlines.call_seconds > deadlines.tick_seconds:
+        raise ConfigError(f"{source}: gpu_deadlines.call_seconds: above tick_seconds ({deadlines.tick_seconds})")
+    return deadlines
 
 
 def _rate(value: object, where: str) -> float:

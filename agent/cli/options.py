@@ -74,7 +74,7 @@ def agent_config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
         speeds.update(parse_link_speed_flag(flag) for flag in link_speed)
     except ConfigError as err:
         raise click.UsageError(str(err)) from err
-    return AgentConfig(link_speeds=speeds, rescan_seconds=config.rescan_seconds)
+    return AgentConfig(link_speeds=speeds, rescan_seconds=config.rescan_seconds, gpu_deadlines=config.gpu_deadlines)
 
 
 def _option_param(source: str, option: str) -> str:

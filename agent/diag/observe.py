@@ -10,9 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+from nodeagent.agent.config import GpuDeadlines
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.deadlines import GpuReaders, Overrun
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, enabled_names
@@ -62,7 +65,7 @@ def observe(
     try:
         first = sampler.tick()
         started = time.monotonic()
-        extras = _gpu_extras(sampler.info.gpu)
+        extras = _gpu_extras(sampler.info.gpu, first, sampler.ctx.config.gpu_deadlines)
         meanwhile()
         time.sleep(max(0.0, window_seconds - (time.monotonic() - started)))
         last = sampler.tick()
@@ -81,33 +84,42 @@ _EXTRA_FIELDS = (
 )
 
 
-def _gpu_extras(topology: pb.GpuTopology) -> dict[int, GpuExtras]:
-    """One field-value call and one PCIe query per GPU; nothing when NVML is unusable."""
+def _gpu_extras(topology: pb.GpuTopology, first: pb.NodeReport, deadlines: GpuDeadlines) -> dict[int, GpuExtras]:
+    """One field-value call and one PCIe query per GPU, each GPU on its own thread within the tick's
+    bound; nothing of a GPU that did not answer the first tick or does not now, nor without NVML."""
     if topology.unavailable_reason:
         return {}
-    out: dict[int, GpuExtras] = {}
-    for info in topology.gpus:
-        gpu = nvml.Gpu.open(info.index)
-        if gpu is None or gpu.lost:
-            continue
-        links = info.nvlink_count
-        requests = [(f, 0) for f in _EXTRA_FIELDS] + gpu_fields.link_speed_requests(links)
-        values = gpu.field_values(requests)
+    answered = {g.index for g in first.gpus if not g.unresponsive and not g.lost}
+    readers = GpuReaders(deadlines)
+    try:
+        work = {info.index: partial(_extras_of, info) for info in topology.gpus if info.index in answered}
+        got = readers.read(work, deadlines.tick_seconds, count=False)
+    finally:
+        readers.close()
+    return {index: extras for index, extras in got.items() if extras is not None and not isinstance(extras, Overrun)}
 
-        def get(field: int, scope: int = 0, values: dict[tuple[int, int], int | float] = values) -> int | None:
-            value = values.get((field, scope))
-            return None if value is None else int(value)
 
-        pending = get(gpu_fields.FI_RETIRED_PENDING)
-        speeds = tuple(get(gpu_fields.FI_NVLINK_GET_SPEED, link) for link in range(links))
-        out[info.index] = GpuExtras(
-            index=info.index,
-            gpu_max_pcie_generation=gpu.gpu_max_pcie_generation(),
-            retired_single_bit_total=get(gpu_fields.FI_RETIRED_SBE),
-            retired_double_bit_total=get(gpu_fields.FI_RETIRED_DBE),
-            retired_pending=None if pending is None else bool(pending),
-            remapped_correctable_total=get(gpu_fields.FI_REMAPPED_COR),
-            remapped_uncorrectable_total=get(gpu_fields.FI_REMAPPED_UNC),
-            nvlink_speeds_bytes_per_second=tuple(None if s is None else s * 1e6 for s in speeds),
-        )
-    return out
+def _extras_of(info: pb.GpuInfo) -> GpuExtras | None:
+    gpu = nvml.Gpu.open(info.index)
+    if gpu is None or gpu.lost:
+        return None
+    links = info.nvlink_count
+    requests = [(f, 0) for f in _EXTRA_FIELDS] + gpu_fields.link_speed_requests(links)
+    values = gpu.field_values(requests)
+
+    def get(field: int, scope: int = 0, values: dict[tuple[int, int], int | float] = values) -> int | None:
+        value = values.get((field, scope))
+        return None if value is None else int(value)
+
+    pending = get(gpu_fields.FI_RETIRED_PENDING)
+    speeds = tuple(get(gpu_fields.FI_NVLINK_GET_SPEED, link) for link in range(links))
+    return GpuExtras(
+        index=info.index,
+        gpu_max_pcie_generation=gpu.gpu_max_pcie_generation(),
+        retired_single_bit_total=get(gpu_fields.FI_RETIRED_SBE),
+        retired_double_bit_total=get(gpu_fields.FI_RETIRED_DBE),
+        retired_pending=None if pending is None else bool(pending),
+        remapped_correctable_total=get(gpu_fields.FI_REMAPPED_COR),
+        remapped_uncorrectable_total=get(gpu_fields.FI_REMAPPED_UNC),
+        nvlink_speeds_bytes_per_second=tuple(None if s is None else s * 1e6 for s in speeds),
+    )

@@ -33,7 +33,12 @@ from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.agent.exposition.process import ProcessFamilies
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
-from nodeagent.core.exposition.gpu_health import XID_COUNT_WINDOW_SECONDS, gpu_health_families, xid_count_family
+from nodeagent.core.exposition.gpu_health import (
+    XID_COUNT_WINDOW_SECONDS,
+    gpu_answer_families,
+    gpu_health_families,
+    xid_count_family,
+)
 from nodeagent.core.exposition.gpu_shares import gpu_share_families
 from nodeagent.core.exposition.http_reply import gzip_bytes
 from nodeagent.core.exposition.node import node_families
@@ -223,6 +228,7 @@ class AgentExposition:
             if "gpu" in groups:
                 families.extend(dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid, pods))
                 families.extend(gpu_health_families(report, telemetry.gpu_labels, pods))
+                families.extend(gpu_answer_families(report, telemetry.gpu_labels, pods))
                 families.extend(gpu_share_families(report, telemetry.gpu_labels))
             if "xid_count" in groups:
                 families.append(xid_count_family(report, telemetry.gpu_labels, telemetry.recent_xids, pods=pods))

@@ -114,7 +114,10 @@ def _choose_variants(library: Any) -> dict[str, str]:
 class _Session:
     """NVML's process-wide state; every field is guarded by ``lock``."""
 
-    __slots__ = ("active_calls", "atexit_registered", "calls", "initialized", "lock", "shutting_down", "variants")
+    __slots__ = (
+        "abandoned", "active_calls", "atexit_registered", "calls", "in_flight", "initialized", "lock",
+        "shutting_down", "slowest", "variants",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -124,6 +127,12 @@ class _Session:
         self.active_calls = 0  # calls inside the library now; shutdown waits for them
         self.variants: dict[str, str] = {}
         self.calls: Counter[str] = Counter()
+        # The per-thread call watch (``watch_reset``, ``call_in_flight``, ``slowest_call``, ``abandon``),
+        # by thread id: the call each thread is in and since when (monotonic), the slowest call it
+        # made since its last reset, and the threads whose calls were abandoned (no new call starts).
+        self.in_flight: dict[int, tuple[str, float]] = {}
+        self.slowest: dict[int, tuple[str, float]] = {}
+        self.abandoned: set[int] = set()
 
 
 _session = _Session()
@@ -203,19 +212,62 @@ def reset_call_counts() -> None:
         _session.calls.clear()
 
 
+# ---- The call watch: which call a thread is in, for how long, and abandoning it ---------------------
+# A GPU that stops answering blocks its caller inside the library, where Python cannot interrupt it.
+# ``agent/gpu/deadlines.py`` reads each GPU on its own thread and watches that thread from here:
+# the call it is in and since when, so the tick can stop waiting and name the call; ``abandon``
+# makes that thread's next calls return None at once, so at most the one blocked call is left.
+
+
+def watch_reset() -> None:
+    """Start a fresh watch of the calling thread: no slowest call, not abandoned."""
+    ident = threading.get_ident()
+    with _session.lock:
+        _session.slowest.pop(ident, None)
+        _session.abandoned.discard(ident)
+
+
+def call_in_flight(thread_id: int) -> tuple[str, float] | None:
+    """(C symbol, monotonic start) of the call ``thread_id`` is inside now, or None."""
+    with _session.lock:
+        return _session.in_flight.get(thread_id)
+
+
+def slowest_call(thread_id: int) -> tuple[str, float] | None:
+    """(C symbol, seconds) of the slowest finished call of ``thread_id`` since its ``watch_reset``."""
+    with _session.lock:
+        return _session.slowest.get(thread_id)
+
+
+def abandon(thread_id: int) -> None:
+    """No new NVML call starts on ``thread_id`` (each returns None) until it calls ``watch_reset``."""
+    with _session.lock:
+        _session.abandoned.add(thread_id)
+
+
 def _enter(symbol: str) -> bool:
     s = _session
+    ident = threading.get_ident()
     with s.lock:
-        if not s.initialized or s.shutting_down:
+        if not s.initialized or s.shutting_down or ident in s.abandoned:
             return False
         s.active_calls += 1
         s.calls[symbol] += 1
+        s.in_flight[ident] = (symbol, time.monotonic())
         return True
 
 
 def _leave() -> None:
-    with _session.lock:
-        _session.active_calls -= 1
+    s = _session
+    ident = threading.get_ident()
+    with s.lock:
+        s.active_calls -= 1
+        entered = s.in_flight.pop(ident, None)
+        if entered is not None:
+            took = time.monotonic() - entered[1]
+            slowest = s.slowest.get(ident)
+            if slowest is None or took > slowest[1]:
+                s.slowest[ident] = (entered[0], took)
 
 
 def _system(symbol: str, fn: Callable[[], _T]) -> _T | None:

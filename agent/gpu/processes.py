@@ -118,7 +118,7 @@ class ProcessReader:
 
     def retain(self, pids: Set[int]) -> None:
         """Forget pids no longer on any GPU (a reused pid is then read afresh)."""
-        for pid in [p for p in self._cache if p not in pids]:
+        for pid in [p for p in list(self._cache) if p not in pids]:  # list(): GPU threads may add
             del self._cache[pid]
 
     def _read(self, pid: int) -> ProcessInfo:

@@ -20,9 +20,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import mig, nvml
+from nodeagent.agent.gpu.deadlines import (
+    GpuReaders,
+    Overrun,
+    responsive_event,
+    unresponsive_event,
+    unresponsive_sample,
+)
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
 from nodeagent.agent.gpu.fabric import FabricWatch
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
@@ -54,6 +62,7 @@ class _GpuState:
     plan: gpu_fields.TickPlan | None = None
     plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
     mig: mig.MigState | None = None  # a GPU in MIG mode: its instances
+    opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
 
     def tick_plan(self) -> gpu_fields.TickPlan:
         """This tick's field requests; remade only when the GPU refused another field."""
@@ -88,6 +97,8 @@ class GpuSource(Source):
         self._shares = ProcessShares()
         self._xids = XidLedger()
         self._suspects = SuspectReadings()
+        self._readers = GpuReaders(ctx.config.gpu_deadlines)
+        self._watched: list[tuple[int, str]] = []
 
     def scan(self, info: pb.NodeInfo) -> None:
         self._job_pressure.locate()
@@ -108,7 +119,7 @@ class GpuSource(Source):
         if driver.cuda_driver_version is not None:
             topology.cuda_driver_version = driver.cuda_driver_version
         previous = {state.index: state for state in self._gpus}
-        states = [s for s in (self._open(i, previous.get(i)) for i in range(count)) if s is not None]
+        states = self._open_all(count, previous)
         kept = {id(state) for state in states}
         for dropped in previous.values():
             if id(dropped) not in kept:
@@ -119,9 +130,12 @@ class GpuSource(Source):
         self._shares.retain(uuids)
         self._xids.retain(uuids)
         self._suspects.retain(uuids)
-        watched = [(s.index, s.uuid) for s in states]
-        if self._watcher is None or watched != [(s.index, s.uuid) for s in self._gpus]:
-            self._restart_watcher(states)
+        # A GPU that does not answer is left out of the event set: registering it would block.
+        live = [s for s in states if s.opened and self._readers.answering(s.index)]
+        watched = [(s.index, s.uuid) for s in live]
+        if self._watcher is None or watched != self._watched:
+            self._restart_watcher(live)
+            self._watched = watched
         self._gpus = states
 
     def collect(self, report: pb.NodeReport) -> None:
@@ -140,8 +154,7 @@ class GpuSource(Source):
         if self._watcher is not None:
             report.events.extend(self._watcher.drain())
         pids: set[int] = set()
-        for state in self._gpus:
-            report.gpus.append(self._sample(state, report, pids))
+        self._sample_all(report, pids)
         members = (
             JobMember(gpu=g.index, pid=p.pid, identity=self._processes.info(p.pid).identity)
             for g in report.gpus
@@ -154,10 +167,28 @@ class GpuSource(Source):
         self._suspects.observe(report)
 
     def close(self) -> None:
-        """Stop the event thread and free GPM buffers; NVML itself shuts down at exit."""
+        """Stop the event thread, the GPUs' threads, and free GPM buffers; NVML itself shuts down at exit."""
         self._forget_gpus()
+        self._readers.close()
 
     # -- scan helpers --
+
+    def _open_all(self, count: int, previous: dict[int, _GpuState]) -> list[_GpuState]:
+        """Each GPU opened on its own thread within the scan's bound; one that does not answer keeps
+        its last state, or a placeholder until it answers."""
+        bound = self._readers.deadlines.scan_seconds
+        work = {i: partial(self._open, i, previous.get(i)) for i in range(count)}
+        opened = self._readers.read(work, bound, count=False)
+        states: list[_GpuState] = []
+        for index in range(count):
+            got = opened.get(index)
+            if isinstance(got, Overrun):
+                got = previous.get(index) or _GpuState(
+                    index=index, uuid="", gpu=nvml.Gpu(index, None), info=pb.GpuInfo(index=index), opened=False
+                )
+            if got is not None:
+                states.append(got)
+        return states
 
     def _open(self, index: int, previous: _GpuState | None) -> _GpuState | None:
         gpu = nvml.Gpu.open(index)
@@ -165,7 +196,7 @@ class GpuSource(Source):
             return None
         if gpu.lost:
             # A GPU lost before or during the scan keeps its identity from the last scan.
-            if previous is not None:
+            if previous is not None and previous.opened:
                 previous.gpu.lost = True
                 return previous
             return _GpuState(index=index, uuid="", gpu=gpu, info=pb.GpuInfo(index=index))
@@ -222,6 +253,48 @@ class GpuSource(Source):
         self._gpus = []
 
     # -- per tick --
+
+    def _sample_all(self, report: pb.NodeReport, pids: set[int]) -> None:
+        """Every GPU read on its own thread at once (``deadlines.py``); one that overruns is reported
+        unresponsive, and the report goes on with the others."""
+        now = report.time_unix_seconds or time.time()
+        work = {
+            s.index: partial(self._sample_alone, s, now) if s.opened else partial(self._open, s.index, None)
+            for s in self._gpus
+        }
+        results = self._readers.read(work, self._readers.deadlines.tick_seconds)
+        for state in self._gpus:
+            recovery = self._readers.recovered.get(state.index)
+            if recovery is not None:
+                report.events.append(responsive_event(state.index, state.uuid, recovery, now))
+                if not state.opened:
+                    self.needs_rescan = True
+            got = results[state.index]
+            if isinstance(got, Overrun):
+                if state.opened and state.gpu.lost:
+                    sample = self._sample(state, report, pids)  # lost: reported without a call
+                else:
+                    sample = unresponsive_sample(state.index, state.uuid, got, now)
+                    if got.began:
+                        report.events.append(
+                            unresponsive_event(state.index, state.uuid, got, self._readers.deadlines, now)
+                        )
+            elif not state.opened:
+                continue  # it answers again: described at the next scan, which comes at once
+            else:
+                answered: tuple[pb.GpuSample, list[pb.Event], set[int]] = got
+                sample, events, gpu_pids = answered
+                report.events.extend(events)
+                pids.update(gpu_pids)
+            sample.samples_taken_total, sample.samples_expected_total = self._readers.completeness(state.index)
+            report.gpus.append(sample)
+
+    def _sample_alone(self, state: _GpuState, now: float) -> tuple[pb.GpuSample, list[pb.Event], set[int]]:
+        """One GPU's sample on its own thread: its events and pids kept apart until the tick merges them."""
+        side = pb.NodeReport(time_unix_seconds=now)
+        pids: set[int] = set()
+        sample = self._sample(state, side, pids)
+        return sample, list(side.events), pids
 
     def _sample(self, state: _GpuState, report: pb.NodeReport, pids: set[int]) -> pb.GpuSample:
         sample = pb.GpuSample(index=state.index, uuid=state.uuid)

@@ -1,6 +1,6 @@
 """Hardware and health alerts read straight from each node's reports.
 
-``NodeRules`` (one per node) looks at every report: GPULost, NVLinkDown, NVLinkErrors,
+``NodeRules`` (one per node) looks at every report: GPULost, GPUUnresponsive, NVLinkDown, NVLinkErrors,
 GPUFabricUnhealthy, NICDegraded, XIDError, ECCUncorrectable, ThermalThrottling. ``NodeDownWatch`` checks the whole
 fleet's last-report times for NodeDown. Both send a signal only when the verdict for an alert
 instance is known and differs from what they sent last, so the alert book sees a few signals a
@@ -23,6 +23,9 @@ from nodeagent.core.wire.fabric import describe, fabric_problems
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 GPU_LOST = "GPULost"
+GPU_UNRESPONSIVE = "GPUUnresponsive"
+# What an Xid that comes with a lost GPU says (NVIDIA's Xid catalogue), for GPULost's summary.
+LOSS_XIDS = {"79": "fallen off the bus", "48": "double-bit ECC", "119": "GSP timeout", "120": "GSP error"}
 NVLINK_DOWN = "NVLinkDown"
 NVLINK_ERRORS = "NVLinkErrors"
 FABRIC_UNHEALTHY = "GPUFabricUnhealthy"
@@ -89,6 +92,9 @@ class NodeRules:
             if gpu.lost:
                 self._lost(gpu, state)
                 continue  # a lost GPU's other values mean nothing
+            if gpu.unresponsive:
+                self._unresponsive(gpu, state)
+                continue  # it sent no readings: nothing else to judge
             self._gpu(gpu, state, now, dbe.get(index, 0) if dbe else 0)
             if check_links and gpu.nvlinks:
                 self._links(gpu, state, now)
@@ -103,9 +109,28 @@ class NodeRules:
     # -- GPUs --
 
     def _lost(self, gpu: pb.GpuSample, state: _GpuState) -> None:
-        if state.lost.changed(True, "lost"):
-            notes = {"summary": f"GPU {gpu.index} is lost (NVML: GPU is lost)", "uuid": gpu.uuid}
+        if state.unresponsive.sent is not NOT_FIRING and state.unresponsive.changed(False):
+            self._emit(state.unresponsive, False)  # lost says more
+        # The Xid that came with the loss (79: fallen off the bus) is named; one arriving after the
+        # alert fired updates it.
+        xid = state.xid_codes[-1] if state.xid_codes else ""
+        if state.lost.changed(True, f"lost:{xid}"):
+            summary = f"GPU {gpu.index} is lost (NVML: GPU is lost)"
+            if xid:
+                summary += f" after Xid {xid}" + (f" ({LOSS_XIDS[xid]})" if xid in LOSS_XIDS else "")
+            notes = {"summary": summary, "uuid": gpu.uuid, **({"xid": xid} if xid else {})}
             self._emit(state.lost, True, CRITICAL, notes)
+
+    def _unresponsive(self, gpu: pb.GpuSample, state: _GpuState) -> None:
+        """GPUUnresponsive: the agent's deadlines passed on this GPU; the node itself reports on time."""
+        if state.unresponsive.changed(True, gpu.unresponsive_call):
+            notes = {
+                "summary": f"GPU {gpu.index} does not answer NVML ({gpu.unresponsive_call} overran); "
+                "the node reports on time without its readings",
+                "uuid": gpu.uuid,
+                "call": gpu.unresponsive_call,
+            }
+            self._emit(state.unresponsive, True, CRITICAL, notes)
 
     def _missing_gpus(self, now: float) -> None:
         """GPUs seen before and absent from a report that has others: fallen off the bus."""
@@ -133,6 +158,8 @@ class NodeRules:
         config = self.config
         if state.lost.sent is not NOT_FIRING and state.lost.changed(False):
             self._emit(state.lost, False)
+        if state.unresponsive.sent is not NOT_FIRING and state.unresponsive.changed(False):
+            self._emit(state.unresponsive, False)
 
         ecc = gpu.ecc_uncorrected_volatile_total if gpu.HasField("ecc_uncorrected_volatile_total") else None
         grew = state.ecc_counter.increase(ecc) + dbe
@@ -313,14 +340,15 @@ class NodeDownWatch:
 
 class _GpuState:
     __slots__ = (
-        "ecc", "ecc_burst", "ecc_counter", "fabric", "heat", "links", "lost", "seen_at", "thermal", "xid", "xid_burst",
-        "xid_codes", "xid_critical",
+        "ecc", "ecc_burst", "ecc_counter", "fabric", "heat", "links", "lost", "seen_at", "thermal", "unresponsive",
+        "xid", "xid_burst", "xid_codes", "xid_critical",
     )  # fmt: skip
 
     def __init__(self, index: int, now: float) -> None:
         key, labels = f"gpu:{index}", {"gpu": str(index)}
         self.seen_at = now
         self.lost = Instance(GPU_LOST, key, labels)
+        self.unresponsive = Instance(GPU_UNRESPONSIVE, key, labels)
         self.xid = Instance(XID_ERROR, key, labels)
         self.xid_burst = Burst(now)
         self.xid_codes: list[str] = []

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def admit(track: GpuTrack, g: pb.GpuSample, t: float) -> bool:
     """Follow lost, assigned and warm-up from this report; whether it counts toward the idle share."""
-    if g.lost:
+    if g.lost or g.unresponsive:  # no readings this report: nothing to judge, as for a lost GPU
         track.lost, track.assigned = True, False
         end_gap(track)
         return False

@@ -85,6 +85,33 @@ def gpu_health_families(
     yield from (info, registered, healthy, condition, xids, suspect)
 
 
+def gpu_answer_families(
+    report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
+) -> Iterator[TextFamily]:
+    """Whether each GPU answers within the agent's deadlines, and its samples taken of those expected."""
+    unresponsive = TextFamily(
+        "nodeagent_gpu_unresponsive", "gauge",
+        "1 while the GPU does not answer NVML within the agent's deadlines (call: the call that overran).",
+    )  # fmt: skip
+    taken = TextFamily(
+        "nodeagent_gpu_samples_taken_total", "counter", "Ticks that read the GPU whole since the agent started."
+    )
+    expected = TextFamily(
+        "nodeagent_gpu_samples_expected_total", "counter", "Ticks that should have read the GPU, since the start."
+    )
+    for gpu in report.gpus:
+        if gpu.index not in labels_by_gpu or not gpu.samples_expected_total:
+            continue
+        labels = label_text(gpu_series_labels(gpu, labels_by_gpu, pods))
+        if gpu.unresponsive:
+            unresponsive.lines.append(f"{unresponsive.name}{{{labels},{label('call', gpu.unresponsive_call)}}} 1\n")
+        else:
+            unresponsive.lines.append(f"{unresponsive.name}{{{labels}}} 0\n")
+        taken.lines.append(f"{taken.name}{{{labels}}} {gpu.samples_taken_total}\n")
+        expected.lines.append(f"{expected.name}{{{labels}}} {gpu.samples_expected_total}\n")
+    yield from (unresponsive, taken, expected)
+
+
 def xid_count_family(
     report: pb.NodeReport,
     labels_by_gpu: Mapping[int, dict[str, str]],

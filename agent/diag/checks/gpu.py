@@ -26,8 +26,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Every check of this area, including those of the other GPU modules, for skipping them all.
 GPU_CHECKS = (
-    "gpu.count", "gpu.model", "gpu.lost", "gpu.ecc", "gpu.remapped_rows", "gpu.retired_pages", "gpu.xid",
-    "gpu.temperature", "gpu.throttle", "gpu.pcie_link", "gpu.pcie_replay",
+    "gpu.count", "gpu.model", "gpu.lost", "gpu.responsive", "gpu.ecc", "gpu.remapped_rows", "gpu.retired_pages",
+    "gpu.xid", "gpu.temperature", "gpu.throttle", "gpu.pcie_link", "gpu.pcie_replay",
     "gpu.readings", "nvlink.links", "nvlink.speed", "nvlink.errors", "fabric.state", "fabric.health", "fabric.clique",
 )  # fmt: skip
 # Clock-event reasons that mean heat or power is slowing the GPU. sw_power_cap is left out: a
@@ -44,6 +44,7 @@ def run(ctx: DiagContext) -> list[CheckResult]:
         return _without_nvml(topology.unavailable_reason, expected)
     gpus = _Gpus(ctx)
     results = [_driver(topology), *_count(gpus, expected), *_model(gpus, ctx.profile.gpu.model), *_lost(gpus)]
+    results += _responsive(gpus)
     results += xid.check(ctx, gpus.info)  # the kernel log also speaks of GPUs lost since
     if not gpus.alive:
         return results
@@ -61,14 +62,17 @@ def run(ctx: DiagContext) -> list[CheckResult]:
 class _Gpus:
     """The GPUs NVML listed, and the last sample of each."""
 
-    __slots__ = ("alive", "extras", "info", "lost")
+    __slots__ = ("alive", "extras", "info", "lost", "unresponsive")
 
     def __init__(self, ctx: DiagContext) -> None:
         self.extras = ctx.observation.gpu_extras
         self.info = {g.index: g for g in ctx.observation.info.gpu.gpus}
         samples = {g.index: g for g in ctx.observation.last.gpus}
         self.lost = [i for i in self.info if i not in samples or samples[i].lost]
-        self.alive = [samples[i] for i in self.info if i not in self.lost]
+        # A GPU past the agent's deadlines: its own failure, and no readings for the other checks.
+        self.unresponsive = [samples[i] for i in self.info if i not in self.lost and samples[i].unresponsive]
+        gone = {*self.lost, *(g.index for g in self.unresponsive)}
+        self.alive = [samples[i] for i in self.info if i not in gone]
 
     @property
     def label(self) -> str:
@@ -107,6 +111,7 @@ def _driver(topology: pb.GpuTopology) -> CheckResult:
 def _count(gpus: _Gpus, expected: int | None) -> list[CheckResult]:
     usable = len(gpus.alive)
     value = plural(usable, "GPU") + (f" (+{len(gpus.lost)} lost)" if gpus.lost else "")
+    value += f" (+{len(gpus.unresponsive)} unresponsive)" if gpus.unresponsive else ""
     if expected is None:
         if not gpus.info:
             return [
@@ -124,6 +129,20 @@ def _count(gpus: _Gpus, expected: int | None) -> list[CheckResult]:
             warned("gpu.count", NODE, value, str(expected), "more GPUs than the profile says: is it the right one?")
         ]
     return [passed("gpu.count", NODE, value, str(expected))]
+
+
+def _responsive(gpus: _Gpus) -> list[CheckResult]:
+    """Each GPU answered NVML within the agent's deadlines ([gpu_deadlines]: a call, a tick)."""
+    hint = (
+        "the GPU or its driver is failing (calls that take seconds or never return): check the kernel "
+        "log for Xid 79 and GSP errors, drain the node, then reset or replace the GPU"
+    )
+    problems = [
+        failed("gpu.responsive", f"gpu:{g.index}", f"did not answer {g.unresponsive_call}", "answers NVML", hint)
+        for g in gpus.unresponsive
+    ]
+    answering = plural(len(gpus.alive), "GPU")
+    return summarize("gpu.responsive", answering, problems, f"{answering} answer", "answers NVML")
 
 
 def _model(gpus: _Gpus, model: str | None) -> list[CheckResult]:

@@ -239,3 +239,34 @@ def test_diag_calls_only_listed_nvml_symbols(fake_nvml: FakeNvml, diag: Callable
     ours = nvml.call_counts()
     for symbol in called - {"nvmlEventSetWait_v2"}:  # the event thread may be inside a wait
         assert fake_nvml.calls(symbol) == ours.get(symbol, 0), symbol
+
+
+@pytest.mark.parametrize("failing", [{"hang": 1}, {"delay_ms": 3000}], ids=["hanging", "slow"])
+def test_a_gpu_that_does_not_answer_fails_its_own_check_and_diag_ends(
+    fake_nvml: FakeNvml, diag: Callable[..., DiagRun], failing: dict[str, int]
+) -> None:
+    state = load(fake_nvml)
+    for key, value in failing.items():
+        setattr(state.gpus[3], key, value)
+    try:
+        run = diag("--expect-gpus", "8")
+    finally:
+        state.gpus[3].hang = state.gpus[3].delay_ms = 0
+        fake_nvml.write()  # releases the call left blocked in the fake
+    assert run.exit_code == 1, run.out + run.err
+    assert run.report["verdict"] != "healthy"
+    fails = run.checks("gpu.responsive", "FAIL")
+    assert [r["subject"] for r in fails] == ["gpu:3"]
+    assert fails[0]["value"].startswith("did not answer nvml")
+    assert run.checks("gpu.count", "FAIL")[0]["value"] == "7 GPUs (+1 unresponsive)"
+    # The other GPUs were checked as usual.
+    assert ("gpu.lost", "node") not in run.problems()
+
+
+def test_a_gpu_lost_after_some_calls_fails_as_lost(fake_nvml: FakeNvml, diag: Callable[..., DiagRun]) -> None:
+    state = load(fake_nvml)
+    state.gpus[3].lost_after = 3  # it answers the scan's first calls, then is lost
+    run = diag("--expect-gpus", "8")
+    assert run.exit_code == 1, run.out + run.err
+    assert [r["subject"] for r in run.checks("gpu.lost", "FAIL")] == ["gpu:3"]
+    assert run.checks("gpu.responsive", "FAIL") == []

@@ -363,3 +363,39 @@ def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_col
     state.gpus[3].lost = 1
     fake_nvml.write()
     assert firing(tick()) == [("GPULost", "gpu:3", True, "critical")]
+
+
+def unresponsive(index: int, call: str = "nvmlDeviceGetUtilizationRates") -> pb.GpuSample:
+    return pb.GpuSample(index=index, uuid=f"GPU-{index}", unresponsive=True, unresponsive_call=call)
+
+
+def test_an_unresponsive_gpu_is_the_fault_not_the_node() -> None:
+    rules = NodeRules("node-a", EVERY_REPORT)
+    watch = NodeDownWatch(EVERY_REPORT)
+    rules.observe(report(0, [gpu(0), gpu(3)]))
+    signals = rules.observe(report(1, [gpu(0), unresponsive(3)]))
+    assert firing(signals) == [("GPUUnresponsive", "gpu:3", True, "critical")]
+    assert signals[0].annotations["call"] == "nvmlDeviceGetUtilizationRates"
+    assert "nvmlDeviceGetUtilizationRates" in signals[0].annotations["summary"]
+    # The node keeps reporting on time: no NodeDown, however long the GPU stays unresponsive.
+    for t in range(2, 300, 10):
+        assert firing(rules.observe(report(t, [gpu(0), unresponsive(3)]))) == []
+        assert firing(watch.check({"node-a": T0 + t}, T0 + t)) == []
+    assert of("GPUUnresponsive", rules.observe(report(301, [gpu(0), gpu(3)]))) == [
+        ("GPUUnresponsive", "gpu:3", False, "warning")
+    ]
+
+
+def test_an_unresponsive_gpu_then_lost_with_xid_79_is_lost_naming_the_xid() -> None:
+    rules = NodeRules("node-a", EVERY_REPORT)
+    rules.observe(report(0, [gpu(0), gpu(3)]))
+    rules.observe(report(1, [gpu(0), unresponsive(3)]))
+    signals = rules.observe(report(2, [gpu(0), gpu(3, lost=True)], events=[xid(3, 79)]))
+    assert brief(signals) == [
+        ("XIDError", "gpu:3", True, "critical"),
+        ("GPUUnresponsive", "gpu:3", False, "warning"),
+        ("GPULost", "gpu:3", True, "critical"),
+    ]
+    lost = signals[-1]
+    assert lost.annotations["xid"] == "79"
+    assert "Xid 79 (fallen off the bus)" in lost.annotations["summary"]

@@ -126,6 +126,22 @@ def test_lost_gpu_and_garbage_values_do_not_break_the_node() -> None:
     json.dumps(v.to_plain())
 
 
+def test_an_unresponsive_gpu_gets_no_starvation_verdict_from_stale_readings() -> None:
+    # Every GPU starved; then GPU 3 stops answering (no readings, unresponsive): it is held out at
+    # the gate like a lost GPU, not judged on the readings it sent before.
+    detector = NodeDetector("node-a", DetectorConfig())
+    for n, report in enumerate(reports("ordinary-cloud", 300)):
+        if n > 100:
+            report.gpus[3].Clear()
+            report.gpus[3].index, report.gpus[3].unresponsive = 3, True
+            report.gpus[3].unresponsive_call = "nvmlDeviceGetUtilizationRates"
+        detector.observe(report)
+    v = detector.verdict
+    assert v.gpus[3].state == "lost"
+    assert 3 not in [g.index for g in v.starved_gpus]
+    assert v.gpus[0].state == "starved"
+
+
 def test_time_going_backwards_and_empty_reports_are_ignored() -> None:
     detector = NodeDetector("node-a", DetectorConfig())
     stream = list(reports("ordinary-cloud", 120))

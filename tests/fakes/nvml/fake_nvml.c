@@ -81,6 +81,10 @@ struct nvmlDevice_st {
     int parent; /* -1 for a GPU, its GPU's index for a MIG device */
     unsigned int gi, ci, slices, sms;
     char profile[32];
+    /* A failing GPU: every call on it takes delay_ms more, or blocks while hang is set (the state
+       file is re-read meanwhile), or fails with GPU_IS_LOST once it has had lost_after calls. */
+    unsigned int delay_ms, hang;
+    unsigned long long lost_after;
 };
 
 struct nvmlEventSet_st {
@@ -117,6 +121,7 @@ typedef struct { const char *name; unsigned long long total, per_gpu[MAX_GPUS]; 
 static symbol_count symbols[MAX_SYMBOLS];
 static int n_symbols;
 static unsigned long long field_requests[MAX_GPUS][FIELD_IDS];
+static unsigned long long gpu_calls[MAX_GPUS]; /* every call on each GPU, for lost_after */
 
 static void count_call(const char *name, int gpu) {
     int i;
@@ -128,6 +133,7 @@ static void count_call(const char *name, int gpu) {
     }
     symbols[i].total++;
     if (gpu >= 0 && gpu < MAX_GPUS) symbols[i].per_gpu[gpu]++;
+    if (gpu >= 0 && gpu < MAX_GPUS) gpu_calls[gpu]++;
 }
 
 unsigned long long fake_nvml_calls(const char *name, int gpu) {
@@ -170,6 +176,7 @@ void fake_nvml_reset_counts(void) {
         memset(symbols[i].per_gpu, 0, sizeof symbols[i].per_gpu);
     }
     memset(field_requests, 0, sizeof field_requests);
+    memset(gpu_calls, 0, sizeof gpu_calls);
     pthread_mutex_unlock(&lock);
 }
 
@@ -218,7 +225,7 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
     U32(mem_clock), U32(util_enc), U32(util_dec), U32(mem_temp), U64(energy_mj),
     U32(fabric_state), U32(fabric_status), U32(fabric_clique), U32(fabric_health), U32(fabric_summary),
     STR(fabric_cluster), U32(c2c_links), U32(c2c_mbps), U32(mig_capable), U32(mig_mode), U32(mig_count),
-    U32(gi), U32(ci), U32(slices), U32(sms), STR(profile),
+    U32(gi), U32(ci), U32(slices), U32(sms), STR(profile), U32(delay_ms), U32(hang), U64(lost_after),
 };
 
 #define LINK_U32(f) {#f, offsetof(fake_link, f), 4}
@@ -405,6 +412,24 @@ static nvmlReturn_t enter(const char *symbol) {
     return init_refcount ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
+static void sleep_unlocked(unsigned int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    pthread_mutex_unlock(&lock);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&lock);
+    maybe_reload();
+}
+
+/* GPU i failing as its state says (delay_ms, hang, lost_after); called with the lock held, which it
+   gives up while it sleeps, so the other GPUs' calls go on. 1: the GPU is lost now. */
+static int misbehave(int i) {
+    if (gpus[i].lost_after && gpu_calls[i] > gpus[i].lost_after) return 1;
+    if (gpus[i].delay_ms) sleep_unlocked(gpus[i].delay_ms);
+    while (gpus[i].hang) sleep_unlocked(20);
+    return 0;
+}
+
 static int valid_device(nvmlDevice_t d) { return d >= &gpus[0] && d < &gpus[gpu_count]; }
 
 static nvmlReturn_t enter_device(const char *symbol, nvmlDevice_t d);
@@ -428,6 +453,7 @@ static nvmlReturn_t enter_any(const char *symbol, nvmlDevice_t d) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     count_call(symbol, d->index);
+    if (misbehave(d->index)) return NVML_ERROR_GPU_IS_LOST;
     if (!init_refcount) return NVML_ERROR_UNINITIALIZED;
     if (gpus[d->index].lost) return NVML_ERROR_GPU_IS_LOST;
     for (int i = 0; i < d->n_unsupported; i++)
@@ -443,6 +469,7 @@ static nvmlReturn_t enter_device(const char *symbol, nvmlDevice_t d) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     count_call(symbol, d->index);
+    if (misbehave(d->index)) return NVML_ERROR_GPU_IS_LOST;
     if (!init_refcount) return NVML_ERROR_UNINITIALIZED;
     if (d->lost) return NVML_ERROR_GPU_IS_LOST;
     for (int i = 0; i < d->n_unsupported; i++)
@@ -545,6 +572,10 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     nvmlReturn_t r = enter("nvmlDeviceGetHandleByIndex_v2");
     if (r == NVML_SUCCESS && (index >= gpu_count || !device)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        gpu_calls[index]++; /* a call on that GPU for lost_after (counted once above, system-wide) */
+        if (misbehave((int)index)) r = NVML_ERROR_GPU_IS_LOST;
+    }
     if (r == NVML_SUCCESS && gpus[index].lost) r = NVML_ERROR_GPU_IS_LOST;
     if (r == NVML_SUCCESS) *device = &gpus[index];
     return leave(r);

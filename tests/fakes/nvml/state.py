@@ -16,6 +16,8 @@ The file is plain lines, one setting each, that the C side parses with ``strtok`
     gpu 0 c2c_links 10             gpu 0 proc_util 4242 55 20      (pid, SM %, memory %)
     gpu 0 mig_capable 1            gpu 0 mig_mode 1                gpu 0 mig_count 3
     gpu 0 mig 1 gi 2               gpu 0 mig 1 profile 2g.20gb     gpu 0 mig 1 proc 4242 1048576
+    gpu 3 delay_ms 2000            gpu 3 hang 1                    gpu 3 lost_after 40
+                                   (a failing GPU: slow calls, calls that block, lost after N calls)
 
 The library re-reads the file whenever it changes; ``FakeNvmlState.write`` replaces it atomically.
 Profiles (``a100_sxm4``, ``a800_sxm4``, ``h100_sxm5``, ``b200``) build states that look like
@@ -159,6 +161,12 @@ class GpuState:
     mig_mode: int = 0
     mig: list[MigInstance] = field(default_factory=list)
     proc_util: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> (SM %, memory %)
+    # A failing GPU: each call on it takes delay_ms more; while hang is 1 each call blocks (until
+    # a new state clears it); after lost_after calls on it (counted since the test began) every
+    # call fails with GPU_IS_LOST. The other GPUs' calls go on meanwhile.
+    delay_ms: int = 0
+    hang: int = 0
+    lost_after: int = 0
 
     def add_traffic(
         self,
