@@ -438,9 +438,7 @@ def test_config_show_text_is_laid_out_as_the_file(tmp_path: Path, capsys: pytest
     assert re.search(r'^webhook_url = "https://hooks\.example/…" +# file$', out, re.MULTILINE)
 
 
-def test_one_collector_in_a_file_may_be_a_string_or_a_list(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_one_collector_in_a_file_may_be_a_string_or_a_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "agent.toml"
     for body in ('collector = "10.0.0.5:50051"', 'collector = ["10.0.0.5:50051"]'):
         config.write_text(body + "\n")
