@@ -25,8 +25,8 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.node_down import NodeDownWatch
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle
-from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.collector.views.shown_state import node_shown_state
 from nodeagent.core.detector.config import DetectorConfig
