@@ -162,3 +162,40 @@ def test_a_clean_stop_says_goodbye_the_node_is_stopped_not_down(tmp_path: Path) 
         ("kill-1", "NodeDown", "critical"),
         ("term-1", "NodeStopped", "info"),
     ]
+
+
+def test_a_signal_before_the_acks_says_what_stopped_it_and_where_the_reports_are(tmp_path: Path) -> None:
+    """`--max-reports` with no collector to take them, stopped by SIGTERM (twice, on one spool):
+    not "10 of 5 reports not acknowledged by the deadline" (there was none, and the spool holds
+    the earlier run's reports too), but what stopped it, how many, and where they are."""
+    spool = tmp_path / "spool"
+    argv = [sys.executable, "-m", "nodeagent.agent", "run", "--simulate", "healthy", "--no-collector.gpu",
+            "--node-id", "sig-1", "--interval", "0.01", "--max-reports", "3", "--spool-dir", str(spool),
+            "--collector", f"127.0.0.1:{free_port()}"]  # fmt: skip
+
+    def spooled() -> int:
+        return sum(path.stat().st_size for path in spool.glob("seg-*"))
+
+    ends = []
+    for _run in range(2):
+        before = spooled() if spool.exists() else 0
+        agent = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: spool.exists() and spooled() > before, timeout=60)  # noqa: B023
+            agent.send_signal(signal.SIGTERM)
+            out, err = agent.communicate(timeout=60)
+        finally:
+            agent.kill()
+        summary = json.loads(out.splitlines()[-1])
+        ends.append((agent.returncode, summary["unacked"], summary["produced"], err.splitlines()[-1]))
+    (first_status, first_unacked, _, first_line), (status, unacked, produced, line) = ends
+    where = f"; they stay in {spool} for the next run"
+    assert first_status == 1 and first_line == (
+        f"nodeagent: error: stopped by a signal with {first_unacked} report{'s' * (first_unacked != 1)} not "
+        "acknowledged (after a 2 s drain)" + where
+    )
+    assert status == 1 and unacked > produced
+    assert line == (
+        f"nodeagent: error: stopped by a signal with {unacked} reports not acknowledged (after a 2 s drain), "
+        f"at least {unacked - produced} of them from an earlier run" + where
+    )
