@@ -10,7 +10,7 @@ comparison (CLIP, 100M pairs, same code on both):
 The simulated nodes run ``--time-scale`` times faster than the wall clock, so a short demo shows
 several minutes of training: their clocks start that many minutes back and reach the wall clock
 about when the report is printed (the collector refuses reports from the future), then run at
-1x. Then it prints the fleet table and the alerts, explains each starved node in a sentence or
+1x; the report waits until they have (their SKEW within a second or two). Then it prints the fleet table and the alerts, explains each starved node in a sentence or
 two, prints the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and
 stops every process it started.
 """
@@ -38,6 +38,10 @@ from nodeagent.core.transport.channel import ClientSecurity
 from nodeagent.core.wire.identity import NODE_ID_RE
 
 SIMULATED = (("rental-10g-pcie", "ordinary-cloud"), ("rental-50g-nvlink", "fast-cloud"))
+# A simulated clock this close behind the collector's has caught up (it then runs at 1x); the
+# demo waits at most this long more for the rentals to get there.
+CAUGHT_UP_SECONDS = 2.0
+CATCH_UP_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ def run_demo(plan: DemoPlan) -> None:
             )  # fmt: skip
             click.echo(f"simulated  {node} ({scenario}: 8 GPUs, {plan.time_scale:g}x real time)")
         _wait_with_progress(plan.seconds)
-        rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
+        rows = _caught_up_rows(address, [node for node, _scenario in SIMULATED])
         firing = alert_rows(fetch(address, ClientSecurity(), "ListAlerts"))
         click.echo(_report(rows, firing, plan))
         click.echo(f"\nThe fleet page: {page}  (the starved node: {page}node/{SIMULATED[0][0]})")
@@ -166,6 +170,22 @@ def _listening(collector: subprocess.Popen[str], log: Path) -> str:
     if not line.startswith("listening on"):
         raise click.ClickException(f"the collector did not start: {log.read_text().strip()[-500:]}")
     return line.split()[-1]
+
+
+def _caught_up_rows(address: str, simulated: list[str]) -> list[dict[str, Any]]:
+    """The fleet once the simulated clocks have caught up with the wall clock. They were started
+    to reach it after ``--seconds`` of their own, but each agent starts a little after the demo's
+    count begins, and every second of that is ``time_scale - 1`` seconds of lag (half a minute
+    behind, printed as the rentals' SKEW); at ``time_scale`` times the wall clock, it is made up
+    within a second or so. Bounded: a slow machine prints what it has."""
+    end = time.monotonic() + CATCH_UP_WAIT_SECONDS
+    while True:
+        rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
+        skews = [row.get("clock_skew_seconds") for row in rows if row["node_id"] in simulated]
+        caught_up = len(skews) == len(simulated) and all(s is not None and s >= -CAUGHT_UP_SECONDS for s in skews)
+        if caught_up or time.monotonic() >= end:
+            return rows
+        time.sleep(0.2)
 
 
 def _wait_with_progress(seconds: float) -> None:
