@@ -225,9 +225,9 @@ def test_the_top_sample_in_views_md_is_what_top_draws() -> None:
     """docs/views.md's 80-column `top` sample against `nodeagent top --simulate ordinary-cloud
     --once` drawn 80 columns wide: each line of the page is a line of the screen (the page
     elides GPUs 1-7, and its footer adds the CPU times the interactive view prints)."""
-    from click.testing import CliRunner  # noqa: PLC0415
+    from click.testing import CliRunner
 
-    from nodeagent.agent.cli.main import cli  # noqa: PLC0415
+    from nodeagent.agent.cli.main import cli
 
     text = (REPO / "docs" / "views.md").read_text()
     sample = next(body for _lang, body in FENCE.findall(text) if body.startswith("nodeagent top · "))
@@ -237,14 +237,14 @@ def test_the_top_sample_in_views_md_is_what_top_draws() -> None:
     for line in sample.splitlines():
         if line.strip().startswith("..."):
             continue
-        line = line.split(" · CPU tick", 1)[0]
-        assert any(_same_screen_line(line, shown) for shown in screen), f"not on the screen: {line!r}\n{drawn.output}"
+        said = line.split(" · CPU tick", 1)[0]
+        assert any(_same_screen_line(said, shown) for shown in screen), f"not on the screen: {said!r}\n{drawn.output}"
 
 
 def test_the_demo_sample_in_collector_md_shows_the_skew_the_page_says() -> None:
     """The demo waits for the rentals' sped-up clocks to catch up (``CAUGHT_UP_SECONDS``), and the
     page's sample and its prose say the same: not "a few seconds behind" beside -26.1 s."""
-    from nodeagent.tools.demo import CAUGHT_UP_SECONDS  # noqa: PLC0415
+    from nodeagent.tools.demo import CAUGHT_UP_SECONDS
 
     text = (REPO / "docs" / "collector.md").read_text()
     assert f"within {CAUGHT_UP_SECONDS:g} s of the collector's" in " ".join(text.split())

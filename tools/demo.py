@@ -10,9 +10,9 @@ comparison (CLIP, 100M pairs, same code on both):
 The simulated nodes run ``--time-scale`` times faster than the wall clock, so a short demo shows
 several minutes of training: their clocks start that many minutes back and reach the wall clock
 about when the report is printed (the collector refuses reports from the future), then run at
-1x; the report waits until they have (their SKEW within a second or two). Then it prints the fleet table and the alerts, explains each starved node in a sentence or
-two, prints the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and
-stops every process it started.
+1x; the report waits until they have (their SKEW within 2 s). Then it prints the fleet table
+and the alerts, explains each starved node in a sentence or two, prints the fleet page's address
+and keeps it up until Enter (``--no-wait``: at once), and stops every process it started.
 """
 
 from __future__ import annotations
