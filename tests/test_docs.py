@@ -117,10 +117,11 @@ def test_readme_quick_starts_run_as_written(tmp_path: Path) -> None:
     assert re.match(r"(HEALTHY|UNHEALTHY) ", outputs["nodeagent diag"].splitlines()[-1])
     assert "8xH100-sxm-ib" in outputs["nodeagent diag --list-profiles"]
     nodes = next(out for name, out in outputs.items() if name.startswith("nodeagent-collector nodes"))
-    sim = next(line.split() for line in nodes.splitlines() if line.startswith("sim-1 "))
-    assert sim[3:5] == ["starved", "network"]
+    states = {line.split()[0]: line.split()[3] for line in nodes.splitlines()[1:] if line.strip()}
+    assert states["sim-1"] == "stopped" and set(states.values()) == {"stopped"}, nodes  # not down: they said goodbye
     alerts = next(out for name, out in outputs.items() if name.startswith("nodeagent-collector alerts"))
-    assert re.search(r"^GPUDataStarved +sim-1 ", alerts, re.MULTILINE)
+    assert re.search(r"^GPUDataStarved +sim-1 .*\(network\)", alerts, re.MULTILINE), alerts
+    assert re.search(r"^NodeStopped +sim-1 ", alerts, re.MULTILINE) and "NodeDown" not in alerts, alerts
 
 
 def test_every_relative_link_points_to_a_file_that_exists() -> None:

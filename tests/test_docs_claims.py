@@ -205,3 +205,51 @@ def test_the_metrics_page_lists_every_lint_promtool_is_allowed_to_draw() -> None
     # The kinds tests/promtool_lint.py lets through, each said on the page.
     for kind in ('"_total"', "type 'counter'", "camelCase (`modelName`, `Hostname`)", "node_memory_MemFree_bytes"):
         assert kind in listed, kind
+
+
+# ---- samples of program output ---------------------------------------------------------------------
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _same_screen_line(page_line: str, screen_line: str) -> bool:
+    """The same words and units, every number within 15% (or 1) of the screen's: a simulated node
+    drifts a little from run to run, a unit or a figure 8 times off does not."""
+    if _NUMBER.sub("#", page_line) != _NUMBER.sub("#", screen_line):
+        return False
+    pairs = zip(_NUMBER.findall(page_line), _NUMBER.findall(screen_line), strict=True)
+    return all(abs(float(a) - float(b)) <= max(1.0, 0.15 * abs(float(b))) for a, b in pairs)
+
+
+def test_the_top_sample_in_views_md_is_what_top_draws() -> None:
+    """docs/views.md's 80-column `top` sample against `nodeagent top --simulate ordinary-cloud
+    --once` drawn 80 columns wide: each line of the page is a line of the screen (the page
+    elides GPUs 1-7, and its footer adds the CPU times the interactive view prints)."""
+    from click.testing import CliRunner
+
+    from nodeagent.agent.cli.main import cli
+
+    text = (REPO / "docs" / "views.md").read_text()
+    sample = next(body for _lang, body in FENCE.findall(text) if body.startswith("nodeagent top · "))
+    drawn = CliRunner().invoke(cli, ["top", "--simulate", "ordinary-cloud", "--once"], env={"COLUMNS": "80"})
+    assert drawn.exit_code == 0, drawn.output
+    screen = [line.rstrip() for line in drawn.output.splitlines()]
+    for line in sample.splitlines():
+        if line.strip().startswith("..."):
+            continue
+        said = line.split(" · CPU tick", 1)[0]
+        assert any(_same_screen_line(said, shown) for shown in screen), f"not on the screen: {said!r}\n{drawn.output}"
+
+
+def test_the_demo_sample_in_collector_md_shows_the_skew_the_page_says() -> None:
+    """The demo waits for the rentals' sped-up clocks to catch up (``CAUGHT_UP_SECONDS``), and the
+    page's sample and its prose say the same: not "a few seconds behind" beside -26.1 s."""
+    from nodeagent.tools.demo import CAUGHT_UP_SECONDS
+
+    text = (REPO / "docs" / "collector.md").read_text()
+    assert f"within {CAUGHT_UP_SECONDS:g} s of the collector's" in " ".join(text.split())
+    sample = next(body for _lang, body in FENCE.findall(text) if body.startswith("collector  127.0.0.1:"))
+    skews = {line.split()[0]: line.split()[-2] for line in sample.splitlines() if line.startswith("rental-")}
+    assert len(skews) == 2
+    for node, skew in skews.items():
+        assert -CAUGHT_UP_SECONDS <= float(skew.removesuffix("s")) <= 0, (node, skew)

@@ -14,9 +14,10 @@ The simulated nodes run ``--time-scale`` times faster than the wall clock, so a 
 several minutes of training: their clocks start that many minutes back and all meet the wall
 clock at one moment (``--time-scale-anchor``), when the report is printed (the collector refuses
 reports from the future), then run at 1x; the job's nodes read the same simulated time, so the
-collector compares them step by step. Then it prints the fleet table, the alerts and the jobs
-(as ``nodeagent-collector jobs`` does), explains each node and the job in a sentence or two,
-prints the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and stops
+collector compares them step by step. Once every simulated clock is within 2 s of the wall clock
+(it waits 10 s at most), it prints the fleet table, the alerts and the jobs (as
+``nodeagent-collector jobs`` does), explains each node and the job in a sentence or two, prints
+the fleet page's address and keeps it up until Enter (``--no-wait``: at once), and stops
 every process it started.
 """
 
@@ -54,6 +55,10 @@ JOB_NODES = (
     ("clip-node-0", "fast-cloud"), ("clip-node-1", "fast-cloud"), ("clip-node-2", "fast-cloud"),
     ("clip-node-3", "ordinary-cloud"),
 )  # fmt: skip
+# A simulated clock this close behind the collector's has caught up (it then runs at 1x); the
+# demo waits at most this long more for the simulated nodes to get there.
+CAUGHT_UP_SECONDS = 2.0
+CATCH_UP_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +114,7 @@ def run_demo(plan: DemoPlan) -> None:
             f"({fast[0][1]}), {slow} ({slow_scenario})"
         )
         _wait_with_progress(plan.seconds)
-        rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
+        rows = _caught_up_rows(address, [node for node, _scenario in (*SIMULATED, *JOB_NODES)])
         firing = alert_rows(fetch(address, ClientSecurity(), "ListAlerts"))
         live = [verdict_of(v) for v in fetch(address, ClientSecurity(), "ListJobs").jobs]
         jobs = job_rows(live, fetch(address, ClientSecurity(), "Jobs", last_seconds=DAY_SECONDS))
@@ -232,6 +237,22 @@ def _listening(collector: subprocess.Popen[str], log: Path) -> str:
     if not line.startswith("listening on"):
         raise click.ClickException(f"the collector did not start: {log.read_text().strip()[-500:]}")
     return line.split()[-1]
+
+
+def _caught_up_rows(address: str, simulated: list[str]) -> list[dict[str, Any]]:
+    """The fleet once the simulated clocks have caught up with the wall clock. They were started
+    to reach it after ``--seconds`` of their own, but each agent starts a little after the demo's
+    count begins, and every second of that is ``time_scale - 1`` seconds of lag (half a minute
+    behind, printed as the rentals' SKEW); at ``time_scale`` times the wall clock, it is made up
+    within a second or so. Bounded: a slow machine prints what it has."""
+    end = time.monotonic() + CATCH_UP_WAIT_SECONDS
+    while True:
+        rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
+        skews = [row.get("clock_skew_seconds") for row in rows if row["node_id"] in simulated]
+        caught_up = len(skews) == len(simulated) and all(s is not None and s >= -CAUGHT_UP_SECONDS for s in skews)
+        if caught_up or time.monotonic() >= end:
+            return rows
+        time.sleep(0.2)
 
 
 def _wait_with_progress(seconds: float) -> None:

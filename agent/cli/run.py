@@ -25,7 +25,7 @@ from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_P
 from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
 from nodeagent.agent.sampling.report_source import ReportSequence, ReportSource
 from nodeagent.agent.sampling.sampler import Sampler
-from nodeagent.agent.service.daemon import DaemonSettings, MetricsListenError, run_daemon
+from nodeagent.agent.service.daemon import DRAIN_SECONDS, DaemonSettings, MetricsListenError, Outcome, run_daemon
 from nodeagent.agent.sources import Roots
 from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
@@ -325,6 +325,25 @@ def run(
         # `--deadline` alone samples until it passes, then drains: what is still unacknowledged
         # after the drain fails the run as it does with `--max-reports`.
         click.echo(
-            f"nodeagent: error: {stats.reports} of {produced} reports not acknowledged by the deadline", err=True
+            f"nodeagent: error: {undelivered_words(stats.reports, produced, outcome, deadline, spool_dir)}", err=True
         )
         raise click.exceptions.Exit(EXIT_UNDELIVERED)
+
+
+def undelivered_words(
+    unacked: int, produced: int, outcome: Outcome, deadline: float | None, spool_dir: Path | None
+) -> str:
+    """Why a finite run ends with reports unacknowledged, in one line: what ended it (a signal,
+    after the short drain, or the deadline), how many, and where they are now. The spool may hold
+    an earlier run's reports too, so the count is not "N of the reports made"."""
+    plural = "report" if unacked == 1 else "reports"
+    if outcome.signalled:
+        why = f"stopped by a signal with {unacked} {plural} not acknowledged (after a {DRAIN_SECONDS:g} s drain)"
+    else:
+        given = f" (--deadline {deadline:g} s)" if deadline is not None else ""
+        why = f"{unacked} {plural} not acknowledged by the deadline{given}"
+    if unacked > produced:
+        why += f", at least {unacked - produced} of them from an earlier run"
+    if spool_dir is not None:
+        return f"{why}; they stay in {spool_dir} for the next run"
+    return f"{why}; without --spool-dir they are lost"

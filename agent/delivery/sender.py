@@ -13,6 +13,7 @@ preferred collector answers its health probe again; the stream says ``Goodbye``,
 acks of what it sent and ends, and the sender connects to the new first choice at once. A
 collector's front may answer the hello with a redirect to the worker that owns the node
 (``OWNER_PORT_TRAILER``): followed once, at once.
+A clean stop says ``Goodbye`` too, of the stopping kind: the collector shows the node stopped, not down.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ from nodeagent.core.wire.framing import STREAM_METHOD, frame_report, passthrough
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.sender")
+
+# On a stop, how long the goodbye waits for acks still due (the agent's drain waited already).
+STOP_ACK_WAIT_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +252,8 @@ class Sender:
             if done == {mover}:
                 moved = True
                 await self._move(call, progress, writer, reader, lock, target, mover.result())
+            elif done == {stopper}:  # a clean stop: the collector shows the node stopped, not down
+                await self._stopping(call, progress, writer, reader, lock)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -314,6 +320,18 @@ class Sender:
         log.info(
             "moving to another collector", collector=target, reason=reason,
             unacked=max(0, progress.sent_seq - progress.acked_seq), seconds=round(time.monotonic() - started, 3),
+        )  # fmt: skip
+
+    async def _stopping(
+        self, call: grpc.aio.StreamStreamCall[bytes, pb.Ack], progress: _Progress, writer: asyncio.Task[NoReturn],
+        reader: asyncio.Task[NoReturn], lock: asyncio.Lock,
+    ) -> None:  # fmt: skip
+        """Leave with ``Goodbye(kind=KIND_STOPPING)``: the agent's drain already waited for the
+        acks, so this waits only a little for the last of them."""
+        goodbye = pb.AgentMessage(goodbye=pb.Goodbye(reason="stopping", kind=pb.Goodbye.KIND_STOPPING))
+        await leave(
+            call, writer, reader, lock, goodbye.SerializeToString(),
+            lambda: progress.sent_seq - progress.acked_seq, STOP_ACK_WAIT_SECONDS,
         )  # fmt: skip
 
     async def _connected(self, channel: grpc.aio.Channel) -> bool:

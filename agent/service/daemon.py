@@ -67,6 +67,7 @@ class Outcome:
     produced: int  # reports sampled and spooled
     delivered: bool  # every one acknowledged before the run ended
     reports_resent_total: int = 0  # sent again to another collector after an unacknowledged stream
+    signalled: bool = False  # stopped by SIGTERM or SIGINT (then the drain waited DRAIN_SECONDS at most)
 
 
 class MetricsListenError(Exception):
@@ -109,7 +110,7 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
         sender.stop()
         spool.close()
         source.close()
-    return Outcome(produced, delivered, sender.reports_resent_total)
+    return Outcome(produced, delivered, sender.reports_resent_total, stop.is_set())
 
 
 def _sample_loop(

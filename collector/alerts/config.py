@@ -17,6 +17,10 @@ from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 _REASON_BITS = {name: bit for bit, name in CLOCK_EVENT_REASONS}
 
 
+# Settings whose 0 means off.
+_MAY_BE_ZERO = frozenset({"node_stopped_down_seconds"})
+
+
 class AlertConfigError(ValueError):
     """An ``[alerts]`` value that cannot be used; the message is one line."""
 
@@ -27,8 +31,12 @@ class AlertConfig:
     # carries an Xid or ECC event); counters are cumulative, so a check sees all that happened since
     # the last one. Reports in between cost next to nothing.
     check_seconds: float = 5.0
-    # NodeDown: a node that sent no report for this long is down (reports come every ~1 s).
+    # NodeDown: a node that sent no report for this long is down (reports come every ~1 s); the
+    # same threshold makes `nodes` and the fleet page say `down`.
     node_down_seconds: float = 60.0
+    # NodeDown for a node whose agent stopped cleanly (a stopping goodbye) and has not come back
+    # within this long; 0 (the default): never, such a node raises only the info NodeStopped.
+    node_stopped_down_seconds: float = 0.0
     # NVLinkDown: links each GPU must have active, links 0..N-1 (an HGX A100 has 12, H100 18);
     # 0 expects the links that were active when the collector first saw the GPU.
     nvlink_expected_active_links: int = 0
@@ -80,7 +88,9 @@ class AlertConfig:
         where = f"{source}: alerts"
         for name, value in values.items():
             kind = spec[name][0]
-            if kind is float and value <= 0 and name != "nic_speed_min_ratio":
+            if kind is float and name in _MAY_BE_ZERO and value < 0:
+                raise AlertConfigError(f"{where}.{name}: must be 0 (off) or more, got {value!r}")
+            if kind is float and value <= 0 and name not in (*_MAY_BE_ZERO, "nic_speed_min_ratio"):
                 raise AlertConfigError(f"{where}.{name}: must be positive, got {value!r}")
             if kind is int and value < 0:
                 raise AlertConfigError(f"{where}.{name}: must be 0 or more, got {value!r}")

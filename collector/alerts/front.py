@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from nodeagent.collector.alerts.book import Alert, AlertBook
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
+from nodeagent.collector.alerts.node_down import NodeDownWatch
+from nodeagent.collector.alerts.report_rules import NodeRules
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.dispatcher import SinkDispatcher
 from nodeagent.collector.store.alert_tables import AlertTables
@@ -56,14 +57,16 @@ class Alerting:
         self._pending[:0] = signals
 
     def take(
-        self, now: float, last_seen: Callable[[], Mapping[str, float]], moved: Callable[[], Iterable[str]] = tuple
-    ) -> list[AlertSignal]:
-        """The signals gathered since the last flush (plus NodeDown's, when due); ``moved``: the
-        nodes that went to another collector (their NodeDown resolves, none fires)."""
+        self, now: float, last_seen: Callable[[], Mapping[str, float]], moved: Callable[[], Iterable[str]] = tuple,
+        stopped: Callable[[], Mapping[str, float]] = dict,
+    ) -> list[AlertSignal]:  # fmt: skip
+        """The signals gathered since the last flush (plus the node watch's, when due); ``moved``:
+        the nodes that went to another collector (their NodeDown resolves, none fires);
+        ``stopped``: those whose agents stopped cleanly, and when (``alerts/node_down.py``)."""
         signals, self._pending = self._pending, []
         if now >= self._next_down_check:
             self._next_down_check = now + NODE_DOWN_CHECK_SECONDS
-            signals.extend(self.watch.check(last_seen(), now, moved()))
+            signals.extend(self.watch.check(last_seen(), now, moved(), stopped()))
         return signals
 
     # ---- the store thread's side ----

@@ -14,7 +14,7 @@ Time is the report's own (``time_unix_seconds``), so replays of recorded traces 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.rule_state import NOT_FIRING, Burst, Counter, Instance, Sustained
@@ -33,7 +33,6 @@ NIC_DEGRADED = "NICDegraded"
 XID_ERROR = "XIDError"
 ECC_UNCORRECTABLE = "ECCUncorrectable"
 THERMAL_THROTTLING = "ThermalThrottling"
-NODE_DOWN = "NodeDown"
 
 WARNING = "warning"
 CRITICAL = "critical"
@@ -299,40 +298,6 @@ class NodeRules:
             return
         labels = dict(alert.labels)
         self._out.append(AlertSignal(alert.name, self.node_id, alert.key, True, severity, labels, annotations or {}))
-
-
-class NodeDownWatch:
-    """NodeDown for the whole fleet: no report for ``node_down_seconds``; resolves when reports
-    come back. A node the caller no longer lists gets no signal: a retired node's alerts are
-    resolved by ``AlertBook.resolve_node`` (``collector/ingest/retire.py``), then ``forget``."""
-
-    def __init__(self, config: AlertConfig) -> None:
-        self.config = config
-        self._down: dict[str, bool] = {}
-
-    def check(self, last_seen: Mapping[str, float], now: float, moved: Iterable[str] = ()) -> list[AlertSignal]:
-        """NodeDown signals for the nodes in ``last_seen``; ``moved`` nodes (gone to another
-        collector, not in ``last_seen``) resolve theirs and are watched again once listed."""
-        limit = self.config.node_down_seconds
-        out: list[AlertSignal] = []
-        down = self._down
-        for node_id in moved:
-            if down.pop(node_id, False):
-                out.append(AlertSignal(NODE_DOWN, node_id, "", False, CRITICAL, {}, {}))
-        for node_id, seen in last_seen.items():
-            is_down = now - seen >= limit
-            if down.get(node_id) is is_down:
-                continue
-            down[node_id] = is_down
-            notes = {
-                "summary": f"no report from {node_id} for {now - seen:.0f} s",
-                "last_report_unix_seconds": f"{seen}",
-            }
-            out.append(AlertSignal(NODE_DOWN, node_id, "", is_down, CRITICAL, {}, notes if is_down else {}))
-        return out
-
-    def forget(self, node_id: str) -> None:
-        self._down.pop(node_id, None)
 
 
 # -- per-instance state --

@@ -123,7 +123,7 @@ class Flusher:
             config = self.history_config
             history.sweep = (now - config.reports_seconds, now - config.retention_seconds)
             self._swept_at = now
-        signals = self.alerting.take(now, self._last_seen, self._moved)
+        signals = self.alerting.take(now, self._last_seen, self._moved, self._stopped)
         signals.extend(self.history_guard.take_signals())
         started = time.perf_counter()
         try:
@@ -268,16 +268,21 @@ class Flusher:
                 self._history_pending.add(node_id)
 
     def _last_seen(self) -> dict[str, float]:
-        """Each node's last report, for NodeDown: not of a node that moved to another collector, and
-        for one back from there, no earlier than its return."""
+        """Each node's last report, for NodeDown: not of a node that moved to another collector or
+        stopped, and for one back from there, no earlier than its return."""
         return {
-            node_id: max(node.row.last_seen, node.returned_at)
+            # A stopped node that connects again: its silence counts from then, not from its stop.
+            node_id: max(node.row.last_seen, node.returned_at, node.attached_at if node.stopped_at else 0.0)
             for node_id, node in self.nodes.items()
-            if node.row.last_seen and not node.moved_at
+            if node.row.last_seen and not node.moved_at and not node.stopped
         }
 
     def _moved(self) -> list[str]:
         return [node_id for node_id, node in self.nodes.items() if node.moved_at]
+
+    def _stopped(self) -> dict[str, float]:
+        """The nodes whose agents stopped cleanly, and when (the collector's clock)."""
+        return {node_id: node.stopped_at for node_id, node in self.nodes.items() if node.stopped}
 
     def _take_batch(self) -> tuple[list[NodeRow], list[tuple[str, int, int]]]:
         now = self.clock()

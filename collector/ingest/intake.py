@@ -159,7 +159,10 @@ class Ingest:
         node = self.nodes.get(stream.node_id)
         if node is not None and node.stream is stream:
             node.stream = None
-            if stream.goodbye:  # it went to another collector: not down, shown moved
+            # A stopping goodbye: the agent stopped cleanly, shown stopped; any other goodbye (an
+            # older agent's too): it went to another collector, shown moved. Neither is down.
+            node.stopped_at = self.clock() if stream.goodbye and stream.stopping else 0.0
+            if stream.goodbye and not stream.stopping:
                 node.moved_at = self.clock()
         self.flusher.forget(stream)
 

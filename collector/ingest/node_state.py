@@ -54,8 +54,8 @@ class StreamHandle:
     """One agent stream, as the flusher sees it: where to send acks and how far they went."""
 
     __slots__ = (
-        "ack_wanted", "acked_sent", "attach_ack", "context", "epoch", "epochs", "goodbye", "node_id", "peer", "task",
-        "wake",
+        "ack_wanted", "acked_sent", "attach_ack", "context", "epoch", "epochs", "goodbye", "node_id", "peer",
+        "stopping", "task", "wake",
     )  # fmt: skip
 
     def __init__(self, node_id: str, peer: str, context: object = None) -> None:
@@ -72,8 +72,10 @@ class StreamHandle:
         self.task: asyncio.Task[object] | None = None
         # (epoch, seq) the stream's first ack says: what was stored of the node when it attached.
         self.attach_ack: tuple[int, int] | None = None
-        # The agent said goodbye (it moves to another collector): no more reports on this stream.
+        # The agent said goodbye (it moves to another collector, or ``stopping``: it stops): no
+        # more reports on this stream.
         self.goodbye = False
+        self.stopping = False
 
 
 @dataclass(slots=True)
@@ -107,6 +109,16 @@ class NodeState:
     # restart a moved node reads as it was stored.
     moved_at: float = 0.0
     returned_at: float = 0.0
+    # The collector's clock when a stream that said a stopping goodbye ended (0: it did not): the
+    # agent stopped cleanly; shown ``stopped`` while no stream is attached, and no NodeDown unless
+    # ``[alerts] node_stopped_down_seconds`` asks for one. The node's next stream that ends without
+    # such a goodbye clears it. Memory only, like ``moved_at``.
+    stopped_at: float = 0.0
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.stopped_at) and self.stream is None
+
     # Its newest report's time minus the collector's clock when it arrived (None: none yet), and
     # its reports refused for a time out of bounds (``clock_bounds``), since this collector started.
     clock_skew_seconds: float | None = None

@@ -8,7 +8,9 @@ discarded as a message is parsed, so nothing a client adds beyond the schema is 
 
 An agent that moves to another collector says ``goodbye`` on its stream: no report may follow
 it (``INVALID_ARGUMENT``), its last acks still go out, and when the stream ends the node is
-shown ``moved`` and left out of NodeDown until a new stream of it arrives.
+shown ``moved`` and left out of NodeDown until a new stream of it arrives. An agent that stops
+cleanly says a goodbye of the stopping kind: the node is shown ``stopped`` instead, with an info
+``NodeStopped`` and no NodeDown unless ``[alerts] node_stopped_down_seconds`` asks for one.
 
 A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
 without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
@@ -362,8 +364,9 @@ class CollectorServer:
                 except InvalidMessageError as err:
                     await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_goodbye", str(err))
                 stream.goodbye = True
+                stream.stopping = message.goodbye.kind == pb.Goodbye.KIND_STOPPING
                 log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason,
-                         routing_key=message.goodbye.routing_key)  # fmt: skip
+                         stopping=stream.stopping, routing_key=message.goodbye.routing_key)  # fmt: skip
                 continue
             if stream.goodbye:
                 await self._refuse(

@@ -39,7 +39,7 @@ from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
 from nodeagent.collector.views.local_pages import LocalPages
-from nodeagent.collector.views.shown_state import is_silent, node_shown_state
+from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -81,6 +81,7 @@ class QueryService(pb_grpc.QueryServicer):
     def _node_summaries(self) -> list[pb.NodeSummary]:
         summaries = []
         now, window = self.ingest.clock(), self.ingest.detector_config.window_seconds
+        down = down_after_seconds(self.ingest)
         for node_id in sorted(self.ingest.nodes):
             node = self.ingest.nodes[node_id]
             # Totals as committed: the in-memory row counts reports that may not be durable yet.
@@ -95,13 +96,13 @@ class QueryService(pb_grpc.QueryServicer):
                 gap_reports_total=row.gap_reports_total, clock_skew_seconds=node.clock_skew_seconds,
                 clock_refused_reports_total=node.clock_refused_total,
             )  # fmt: skip
-            summary.state = node_shown_state(node, now, window)
+            summary.state = node_shown_state(node, now, down)
             summary.window_seconds = window
             detector = node.detector
             if detector is not None:
                 summary.gpu_seconds_lost = detector.verdict.gpu_seconds_lost
                 summary.window_seen_seconds = detector.seen_seconds
-                if not is_silent(node, now, window):  # a down node's verdict is of the past
+                if not is_silent(node, now, down) and not node.stopped:  # a down node's verdict is of the past
                     _verdict_into(summary, detector.verdict)
             summaries.append(summary)
         return summaries

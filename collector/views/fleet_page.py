@@ -25,7 +25,16 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_assets import shell_for
-from nodeagent.collector.views.shown_state import DOWN, NO_GPU, is_silent, node_shown_state
+from nodeagent.collector.views.shown_state import (
+    DOWN,
+    MOVED,
+    NEW,
+    NO_GPU,
+    STOPPED,
+    down_after_seconds,
+    is_silent,
+    node_shown_state,
+)
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -35,7 +44,7 @@ if TYPE_CHECKING:
 # Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
 # job; a down one says nothing at all; a moved one reports to another collector now.
 STATE_ORDER: Final = (
-    "starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "new", "moved",
+    "starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "stopped", "new", "moved",
 )  # fmt: skip
 # Jobs: a slowed one costs every GPU of it now.
 JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
@@ -83,8 +92,9 @@ class FleetPage:
     def fleet(self, state: str | None = None, cause: str | None = None) -> dict[str, Any]:
         now = self.server.ingest.clock()
         window = self.server.ingest.detector_config.window_seconds
+        down = down_after_seconds(self.server.ingest)
         source = self.lost_today_source(now)
-        rows = [_row(node, now, window) for node in list(self.server.ingest.nodes.values())]
+        rows = [_row(node, now, window, down) for node in list(self.server.ingest.nodes.values())]
         jobs_of = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
         for r in rows:
             r["jobs"] = jobs_of.get(r["node_id"], [])
@@ -113,15 +123,19 @@ class FleetPage:
             return None
         now = self.server.ingest.clock()
         window = self.server.ingest.detector_config.window_seconds
-        out = _row(node, now, window)
+        out = _row(node, now, window, down_after_seconds(self.server.ingest))
         out["gpu_hours_lost_today_source"] = self.lost_today_source(now)
         detector = node.detector
         verdict = detector.verdict.to_plain() if detector is not None else None
         out["verdict"] = verdict
         said = verdict_sentence(verdict) if verdict is not None else "no reports yet"
-        if out["state"] == NO_GPU:
-            said = "no GPU here to wait for data"  # as top says it, not "0 GPUs: idle"
-        if out["state"] == DOWN:
+        if out["state"] == NO_GPU or (not node.row.gpu_count and out["state"] not in (DOWN, STOPPED, NEW, MOVED)):
+            said = "no GPU here to wait for data"  # as top says it, not "0 GPUs: idle" nor a forming window
+        if out["state"] == STOPPED:
+            heard = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(node.row.last_seen))
+            out["sentence"] = f"stopped: its agent said goodbye {_ago(now - node.stopped_at)} ago, last heard {heard}"
+            out["last_known"] = said
+        elif out["state"] == DOWN:
             # What follows is the last verdict, not now: say when it was heard.
             heard = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(node.row.last_seen))
             out["sentence"] = f"down: no report for {_ago(now - node.row.last_seen)}, last heard {heard}"
@@ -167,7 +181,7 @@ class FleetPage:
         node = self.server.ingest.nodes.get(node_id)
         if node is None:  # a node of the job this collector does not hold (another shard's, retired)
             return {"node_id": node_id, "known": False, "straggler": straggler, "state": "unknown", "gpus": []}
-        row = _row(node, now, now - fresh_after)
+        row = _row(node, now, now - fresh_after, down_after_seconds(self.server.ingest))
         detector = node.detector
         v = detector.verdict if detector is not None and row["state"] != "down" else None
         mine = _job_gpus(node, verdict.job)
@@ -220,12 +234,15 @@ class FleetPage:
         return sorted(alerts, key=lambda a: (a.ends_at is not None, -a.starts_at))
 
 
-def _row(node: NodeState, now: float, window_seconds: float) -> dict[str, Any]:
+def _row(node: NodeState, now: float, window_seconds: float, down_seconds: float) -> dict[str, Any]:
     row = node.row
     detector = node.detector
     verdict = detector.verdict if detector is not None else None
-    fresh = verdict is not None and bool(verdict.time_unix_seconds) and not is_silent(node, now, window_seconds)
-    state = node_shown_state(node, now, window_seconds)
+    state = node_shown_state(node, now, down_seconds)
+    fresh = (
+        verdict is not None and bool(verdict.time_unix_seconds) and not is_silent(node, now, down_seconds)
+        and state != STOPPED
+    )  # fmt: skip
     gpus = []
     if fresh and verdict is not None:
         for g in verdict.gpus:
@@ -248,7 +265,7 @@ def _row(node: NodeState, now: float, window_seconds: float) -> dict[str, Any]:
         "gpu_count": row.gpu_count,
         "gpus": gpus,
         # While the detector's window fills, a starved node still reads busy: say so.
-        "forming": forming_words(seen, window_seconds) if fresh else "",
+        "forming": forming_words(seen, window_seconds) if fresh and row.gpu_count else "",
         # While waiting: the node(s) of its multi-node job it waits on.
         "waiting_on": list(verdict.waiting_on) if fresh and verdict is not None else [],
         "waiting_job": (verdict.waiting_job or None) if fresh and verdict is not None else None,

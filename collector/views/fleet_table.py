@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from nodeagent.collector.views.shown_state import DOWN, MOVED, NEW, NO_GPU
+from nodeagent.collector.views.shown_state import DOWN, MOVED, NEW, NO_GPU, STOPPED
 from nodeagent.core.detector.verdict_words import forming_words, ingest_words
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -104,7 +104,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
         state = row["state"] or "-"
         needs = row["needed_ingest_bytes_per_second"]
         forming = forming_words(row.get("window_seen_seconds") or 0.0, row.get("window_seconds") or 0.0)
-        if forming and state not in (DOWN, MOVED, NEW, NO_GPU):
+        if forming and state not in (DOWN, MOVED, NEW, NO_GPU, STOPPED) and row.get("gpu_count"):
             notes.append(f"{row['node_id']}: {forming}")
         # A waiting node's "why" is the node of its job it waits on.
         waiting = row.get("waiting_on") or []

@@ -7,7 +7,7 @@ per report for the sake of metrics. Runs on the HTTP server's thread: it takes a
 table (one C-level call, atomic under the GIL) and reads only objects that the event loop
 replaces whole (verdicts, evidence) or plain numbers (row counters).
 
-A node's verdict families are shown while its last report is younger than the detector's window;
+A node's verdict families are shown while its last report is younger than `[alerts] node_down_seconds`;
 after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
 so those series end rather than repeat a stale state, and ``nodeagent_node_state`` says
 ``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. A job's
@@ -24,7 +24,7 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.metrics_jobs import job_families
-from nodeagent.collector.views.shown_state import is_silent, node_shown_state
+from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.core.exposition.text import TextFamily, escape, label, render
@@ -122,7 +122,7 @@ class FleetMetrics:
             for table in (NODE_FAMILIES, VERDICT_FAMILIES, GPU_FAMILIES)
             for name, (kind, help_text) in table.items()
         }
-        now, window = self.clock(), self.ingest.detector_config.window_seconds
+        now, down = self.clock(), down_after_seconds(self.ingest)
         nodes = list(self.ingest.nodes.values())  # a copy: the event loop may add nodes meanwhile
         if len(self._node_labels) > 2 * len(nodes) + 1000:
             self._node_labels.clear()
@@ -130,8 +130,8 @@ class FleetMetrics:
         for node in nodes:
             labels = self._node_label(node.row.node_id)
             self._row(families, node, labels)
-            state = node_shown_state(node, now, window)
-            detector = node.detector if not is_silent(node, now, window) else None
+            state = node_shown_state(node, now, down)
+            detector = node.detector if not is_silent(node, now, down) and not node.stopped else None
             if detector is not None:
                 fresh.add(node.row.node_id)
             verdict = detector.verdict if detector is not None and detector.verdict.time_unix_seconds else None

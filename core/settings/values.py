@@ -18,7 +18,10 @@ class SettingsError(click.UsageError):
 
 
 def from_file(param: click.Option, value: object, where: str, ctx: click.Context) -> object:
-    """A TOML value for ``param``: of the option's kind (an array for a repeatable flag), converted, checked."""
+    """A TOML value for ``param``: of the option's kind (an array for a repeatable flag, or one
+    item of it alone: ``collector = "host:50051"`` is a list of one), converted, checked."""
+    if param.multiple and not isinstance(value, list | Mapping):
+        value = [value]  # its kind is checked as an item's, so `collector = 5` still says what it wants
     if param.multiple or param.nargs != 1:
         if not isinstance(value, list):
             raise SettingsError(f"{where}: expected {describe(param)}, got {shown(value)}")

@@ -48,7 +48,8 @@ class ClientSecurity:
         return (("authorization", f"Bearer {read_token(self.token_file)}"),)
 
     def check(self) -> None:
-        """Raise ``ValueError`` naming the first unusable setting."""
+        """Raise ``ValueError`` naming the first unusable setting, the client key and certificate
+        that do not make a pair included."""
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("--tls-cert and --tls-key go together")
         for path in (self.ca_file, self.cert_file, self.key_file, self.token_file):
@@ -56,6 +57,13 @@ class ClientSecurity:
                 raise ValueError(f"{path}: no such file")
         if self.token_file is not None:
             read_token(self.token_file)
+        if self.cert_file is not None and self.key_file is not None:
+            # A key that is not the certificate's: gRPC would log "Invalid private key" at every
+            # handshake and retry for ever. Imported here: security.py imports this module, and
+            # the check loads OpenSSL, which only a TLS client needs.
+            from nodeagent.core.transport.security import check_key_pair  # noqa: PLC0415
+
+            check_key_pair(self.cert_file, self.key_file, self.ca_file, ca_flag="--tls-ca")
 
 
 def read_token(path: Path) -> str:

@@ -140,15 +140,18 @@ class ServerSecurity:
         return read_token(self.token_file) if self.token_file is not None else None
 
 
-def check_key_pair(cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> None:
+def check_key_pair(
+    cert_file: Path, key_file: Path, ca_file: Path | None = None, *, ca_flag: str = "--tls-client-ca"
+) -> None:
     """``SecurityConfigError`` with the reason in one line when the certificate and key do not
-    make a pair, or a file is not what its flag says: gRPC would only fail to bind the port."""
+    make a pair, or a file is not what its flag says (``ca_flag``: the CA's, ``--tls-ca`` for a
+    client): gRPC would only fail to bind the port, or a client retry its handshake for ever."""
     import ssl  # noqa: PLC0415  (OpenSSL only where TLS is configured)
 
     for flag, path, marker, what in (
         ("--tls-cert", cert_file, "-----BEGIN CERTIFICATE-----", "PEM certificate"),
         ("--tls-key", key_file, "PRIVATE KEY-----", "PEM private key"),
-        ("--tls-client-ca", client_ca_file, "-----BEGIN CERTIFICATE-----", "PEM CA certificate"),
+        (ca_flag, ca_file, "-----BEGIN CERTIFICATE-----", "PEM CA certificate"),
     ):
         if path is None:
             continue
@@ -167,11 +170,11 @@ def check_key_pair(cert_file: Path, key_file: Path, client_ca_file: Path | None 
                 f"--tls-key {key_file} is not the key of --tls-cert {cert_file} (they do not make a pair)"
             ) from err
         raise SecurityConfigError(f"--tls-cert {cert_file} with --tls-key {key_file}: unusable ({err})") from err
-    if client_ca_file is not None:
+    if ca_file is not None:
         try:
-            context.load_verify_locations(cafile=str(client_ca_file))
+            context.load_verify_locations(cafile=str(ca_file))
         except ssl.SSLError as err:
-            raise SecurityConfigError(f"--tls-client-ca {client_ca_file}: unusable ({err})") from err
+            raise SecurityConfigError(f"{ca_flag} {ca_file}: unusable ({err})") from err
 
 
 def is_loopback(host: str) -> bool:

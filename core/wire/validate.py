@@ -274,4 +274,6 @@ def _kind(field: FieldDescriptor, *, is_map: bool) -> tuple[int, int]:
         return _STRING, (MAX_LONG_STRING if qualified in LONG_STRINGS else MAX_STRING)
     elif field.type in (FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_BOOL):
         return _OTHER, 0  # every value is valid
+    elif field.type == FieldDescriptor.TYPE_ENUM:
+        return _OTHER, 0  # an open enum: a value this side does not know reads as the unspecified one
     raise TypeError(f"{qualified}: a kind of field validate.py has no rule for; give it one")

@@ -21,10 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.alerts.node_down import NodeDownWatch
 from nodeagent.collector.history.rollup import HistoryConfig
-from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.ingest.node_state import NodeState, StreamHandle
 from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.fleet_page import FleetPage
+from nodeagent.collector.views.shown_state import node_shown_state
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -309,3 +313,26 @@ def test_a_state_the_detector_adds_passes_through_unchanged() -> None:
     assert shown_state("waiting", gpu_count=8, silent=True) == "down"
     assert shown_state("idle", gpu_count=0) == "no-gpu"
     assert shown_state(None, gpu_count=8, heard=False) == "new"
+
+
+def test_a_node_without_a_gpu_says_so_not_that_its_verdict_is_forming(tmp_path: Path) -> None:
+    """40 s into its run the window is not full, but a node without a GPU has no verdict to form."""
+
+    def work(server: CollectorServer, target: str) -> tuple[dict[str, Any], str]:
+        return FleetPage(server).node(NO_GPU) or {}, _collector_cli("nodes", "--collector", target)
+
+    node, table = _serve(tmp_path, work, **{NO_GPU: {**FLEET[NO_GPU], "seconds": 40}})
+    assert (node["state"], node["forming"], node["sentence"]) == ("no-gpu", "", "no GPU here to wait for data")
+    assert "forming" not in table, table
+
+
+def test_down_is_one_threshold_node_down_seconds_not_the_detector_window() -> None:
+    """`nodes` and the page say `down` exactly when NodeDown fires: after `[alerts]
+    node_down_seconds`, whether it is shorter or longer than the detector's 60 s window."""
+    node = NodeState(row=NodeRow(node_id="n", last_seen=1000.0, gpu_count=8))
+    assert node_shown_state(node, 1000.0 + 100, 300.0) != "down"  # past the window, not the threshold
+    assert node_shown_state(node, 1000.0 + 300, 300.0) == "down"
+    assert node_shown_state(node, 1000.0 + 10, 10.0) == "down"  # well within the window
+    watch = NodeDownWatch(AlertConfig(node_down_seconds=300.0))
+    assert not [s for s in watch.check({"n": 1000.0}, 1000.0 + 100) if s.firing]
+    assert [s.name for s in watch.check({"n": 1000.0}, 1000.0 + 300) if s.firing] == ["NodeDown"]

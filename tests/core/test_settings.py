@@ -98,7 +98,7 @@ AGENT_FILE_ERRORS = [
     ("interval = true", "interval: expected a number at least 0.01, got true"),
     ("spool_max_bytes = 1.5", "spool_max_bytes: expected an integer at least 65536, got 1.5"),
     ("node_id = 17", "node_id: expected a string, got 17"),
-    ("collector = 'a:50051'", 'collector: expected a list of strings (HOST:PORT), got "a:50051"'),
+    ("collector = 'a:70000'", "collector: 'a:70000' is not HOST:PORT"),  # one string: a list of one, checked
     ("collector = [50051]", "collector: expected a string (HOST:PORT), got 50051"),
     ("collector_gpu = 'yes'", 'collector_gpu: expected true or false, got "yes"'),
     ("[command.sample]\ncount = '3'", 'command.sample.count: expected an integer at least 1, got "3"'),
@@ -141,7 +141,7 @@ COLLECTOR_FILE_ERRORS = [
     ("[sinks]\nwebhook_url = 'ftp://x'", "sinks.webhook_url: "),
     ("[detector]\nmoderate_ratio = 2", "\b[detector]: moderate_ratio: a ratio must be within 0..1, got 2"),
     ("[command.nodes]\ntimeout = 0", "command.nodes.timeout: expected a number at least 0.1, got 0"),
-    ("[command.alerts]\ncollector = 5", "command.alerts.collector: expected a list of strings, got 5"),
+    ("[command.alerts]\ncollector = 5", "command.alerts.collector: expected a string, got 5"),
     ("[fleet]\ncollectors = 'a:1'", "fleet.collectors: expected a list of HOST:PORT strings, got 'a:1'"),
     ("[fleet]\ntimeout = 2", "fleet.timeout: unknown key (known: collectors, insecure, timeout_seconds, "),
     ("[fleet]\ncollectors = ['127.0.0.1:1']\ntls_ca = '/no/ca.pem'", "fleet: /no/ca.pem: no such file"),
@@ -436,6 +436,13 @@ def test_config_show_text_is_laid_out_as_the_file(tmp_path: Path, capsys: pytest
     # Secrets stay out: a webhook URL's path and credentials are its secret.
     assert "s3cr3t" not in out and "pw" not in out
     assert re.search(r'^webhook_url = "https://hooks\.example/…" +# file$', out, re.MULTILINE)
+
+
+def test_one_collector_in_a_file_may_be_a_string_or_a_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "agent.toml"
+    for body in ('collector = "10.0.0.5:50051"', 'collector = ["10.0.0.5:50051"]'):
+        config.write_text(body + "\n")
+        assert show(AGENT, "--config", str(config), capsys=capsys)["collector"]["value"] == ["10.0.0.5:50051"], body
 
 
 def test_config_show_names_variables_nothing_reads(

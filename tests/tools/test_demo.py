@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 
+from nodeagent.tools.demo import CAUGHT_UP_SECONDS
 from tests.fakes.trees import REPO
 
 JOB = "torch/clip-4node"
@@ -57,6 +58,8 @@ def test_demo_names_the_starved_node_the_jobs_straggler_and_the_cause() -> None:
     for node, row in rows.items():
         if node.startswith(("rental-", "clip-node-")):
             assert row[-1] == "0" and row[-2].startswith("-"), row
+            # Caught up when the table is printed (docs/collector.md says within 2 s).
+            assert -CAUGHT_UP_SECONDS <= float(row[-2].removesuffix("s")) <= 0, row
     assert "GPUDataStarved [critical] rental-10g-pcie" in out
     assert f"JobStraggler [critical] clip-node-3: job {JOB}: clip-node-3 holds back 3 other nodes (network)" in out
     assert "the network into the node is the bottleneck" in out

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 class LogSink:
     """``alert firing`` / ``alert updated`` / ``alert resolved`` events at warning level (an alert
-    is worth a look wherever the collector's logs go), with the alert's labels and annotations."""
+    is worth a look wherever the collector's logs go), an ``info`` alert's (``NodeStopped``) at
+    info level, with the alert's labels and annotations."""
 
     name = "log"
     resend_seconds: float | None = None
@@ -24,7 +25,8 @@ class LogSink:
     def deliver(self, transitions: Sequence[Transition]) -> None:
         for transition in transitions:
             alert = transition.alert
-            self._log.warning(
+            emit = self._log.info if alert.severity == "info" else self._log.warning
+            emit(
                 f"alert {transition.kind}",
                 alertname=alert.name,
                 node=alert.node_id or alert.labels.get("node", ""),

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -687,12 +688,22 @@ class AgentMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[NodeInfo, _Mapping]] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ...) -> None: ...
 
 class Goodbye(_message.Message):
-    __slots__ = ("reason", "routing_key")
+    __slots__ = ("reason", "routing_key", "kind")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[Goodbye.Kind]
+        KIND_MOVING: _ClassVar[Goodbye.Kind]
+        KIND_STOPPING: _ClassVar[Goodbye.Kind]
+    KIND_UNSPECIFIED: Goodbye.Kind
+    KIND_MOVING: Goodbye.Kind
+    KIND_STOPPING: Goodbye.Kind
     REASON_FIELD_NUMBER: _ClassVar[int]
     ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     reason: str
     routing_key: str
-    def __init__(self, reason: _Optional[str] = ..., routing_key: _Optional[str] = ...) -> None: ...
+    kind: Goodbye.Kind
+    def __init__(self, reason: _Optional[str] = ..., routing_key: _Optional[str] = ..., kind: _Optional[_Union[Goodbye.Kind, str]] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("node_id", "epoch", "acked_seq", "attached")

@@ -51,7 +51,10 @@ def test_a_token_file_briefly_empty_costs_a_session_not_the_sender(tmp_path: Pat
     async def ack_everything(_requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         await context.read()  # hello
         while (message := await context.read()) is not grpc.aio.EOF:  # type: ignore[comparison-overlap]
-            seq = pb.AgentMessage.FromString(message).report.seq
+            parsed = pb.AgentMessage.FromString(message)
+            if not parsed.HasField("report"):
+                continue  # the goodbye of the sender's stop
+            seq = parsed.report.seq
             acked.append(seq)
             await context.write(pb.Ack(node_id="n", epoch=spool.epoch, acked_seq=seq))
 
@@ -98,3 +101,26 @@ def test_a_collector_that_stops_acknowledging_is_left_for_a_new_stream() -> None
     assert len(sessions) >= 2
     # Not before the watchdog's timeout: the first session was given its second.
     assert sessions[1] - sessions[0] >= 1.0
+
+
+def test_a_stop_says_a_stopping_goodbye_after_the_acks() -> None:
+    """A clean stop leaves as a move does, with ``Goodbye(kind=KIND_STOPPING)``: the collector
+    then shows the node stopped, not down."""
+    goodbyes: list[pb.Goodbye] = []
+
+    async def ack_and_listen(_requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+        await context.read()  # hello
+        while (message := await context.read()) is not grpc.aio.EOF:  # type: ignore[comparison-overlap]
+            parsed = pb.AgentMessage.FromString(message)
+            if parsed.HasField("goodbye"):
+                goodbyes.append(parsed.goodbye)
+                continue
+            await context.write(pb.Ack(node_id="n", epoch=spool.epoch, acked_seq=parsed.report.seq))
+
+    spool = _spool(3)
+    port = serve_ingest(ack_and_listen, 8)
+    sender = Sender(spool, [f"127.0.0.1:{port}"], hello=lambda: pb.NodeInfo(node_id="n"), config=FAST)
+    sender.start()
+    assert sender.wait_all_acked(time.monotonic() + 10)
+    sender.stop()
+    assert [(g.kind, g.reason) for g in goodbyes] == [(pb.Goodbye.KIND_STOPPING, "stopping")]

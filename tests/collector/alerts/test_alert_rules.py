@@ -11,7 +11,8 @@ import pytest
 
 from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
-from nodeagent.collector.alerts.report_rules import NodeDownWatch, NodeRules
+from nodeagent.collector.alerts.node_down import NodeDownWatch
+from nodeagent.collector.alerts.report_rules import NodeRules
 from nodeagent.collector.store.alert_tables import AlertTables
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -253,10 +254,40 @@ def test_node_down_and_back() -> None:
     assert watch.check(last_seen, T0 + 20) == []
     last_seen["a"] = T0 + 50
     signals = watch.check(last_seen, T0 + 70)
-    assert [(s.node_id, s.firing) for s in signals] == [("b", True)]
+    # Down: NodeDown fires, and its verdict's GPUDataStarved resolves (no report will resolve it).
+    assert [(s.name, s.node_id, s.firing) for s in signals] == [("NodeDown", "b", True), ("GPUDataStarved", "b", False)]
     assert "70 s" in signals[0].annotations["summary"]
     last_seen["b"] = T0 + 80
     assert [(s.node_id, s.firing) for s in watch.check(last_seen, T0 + 81)] == [("b", False)]
+
+
+def test_a_clean_stop_is_an_info_event_not_node_down() -> None:
+    watch = NodeDownWatch(AlertConfig(node_down_seconds=60))
+    watch.check({"a": T0}, T0 + 1)
+    # Its agent said a stopping goodbye at T0 + 2: NodeStopped (info), GPUDataStarved resolved.
+    signals = watch.check({}, T0 + 3, stopped={"a": T0 + 2})
+    assert [(s.name, s.firing, s.severity) for s in signals] == [
+        ("NodeStopped", True, "info"),
+        ("GPUDataStarved", False, "warning"),
+    ]
+    # Hours later, still no NodeDown: it was stopped, not lost.
+    assert watch.check({}, T0 + 86_400, stopped={"a": T0 + 2}) == []
+    # It comes back: NodeStopped resolves; NodeDown counts again from its return.
+    back = watch.check({"a": T0 + 86_401}, T0 + 86_402)
+    assert [(s.name, s.firing) for s in back] == [("NodeStopped", False)]
+    assert [(s.name, s.firing) for s in watch.check({"a": T0 + 86_401}, T0 + 86_500)] == [
+        ("NodeDown", True),
+        ("GPUDataStarved", False),
+    ]
+
+
+def test_a_stopped_node_is_down_after_node_stopped_down_seconds_when_asked() -> None:
+    watch = NodeDownWatch(AlertConfig(node_down_seconds=60, node_stopped_down_seconds=600))
+    watch.check({"a": T0}, T0 + 1)
+    assert "NodeDown" not in {s.name for s in watch.check({}, T0 + 300, stopped={"a": T0 + 2}) if s.firing}
+    late = [s for s in watch.check({}, T0 + 603, stopped={"a": T0 + 2}) if s.firing]
+    assert [(s.name, s.severity) for s in late] == [("NodeDown", "critical")]
+    assert "stopped 601 s ago and has not come back" in late[0].annotations["summary"]
 
 
 def test_rules_through_the_book() -> None:

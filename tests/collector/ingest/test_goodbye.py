@@ -1,5 +1,6 @@
-"""The collector's side of a move: ``goodbye`` ends what a stream may carry, the node shows
-``moved`` (not down, no NodeDown) once that stream ends, and its next stream here clears it."""
+"""The collector's side of a goodbye: it ends what a stream may carry; after a move the node shows
+``moved``, after a clean stop ``stopped`` (neither down, no NodeDown) once that stream ends, and
+its next stream here clears it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import grpc
 
 from nodeagent.collector.views.fleet_page import STATE_ORDER
-from nodeagent.collector.views.shown_state import MOVED, node_shown_state, shown_state
+from nodeagent.collector.views.shown_state import MOVED, STOPPED, down_after_seconds, node_shown_state, shown_state
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import wait_for
@@ -47,7 +48,7 @@ def _call(address: str, messages: Iterator[bytes]) -> tuple[grpc.StatusCode, lis
 def _state(shards: Collectors) -> tuple[str, list[str]]:
     def read(server: object) -> tuple[str, list[str]]:
         ingest = server.ingest  # type: ignore[attr-defined]
-        state = node_shown_state(ingest.nodes[NODE], ingest.clock(), ingest.detector_config.window_seconds)
+        state = node_shown_state(ingest.nodes[NODE], ingest.clock(), down_after_seconds(ingest))
         book = server.alerting.book  # type: ignore[attr-defined]
         return state, [a.name for a in book.active() if a.node_id == NODE]
 
@@ -102,5 +103,41 @@ def test_goodbye_ends_the_stream_marks_the_node_moved_and_a_new_stream_clears_it
         assert code == grpc.StatusCode.OK
         assert seen[-1][0] != MOVED
         assert "NodeDown" in _state(shards)[1]
+    finally:
+        shards.close()
+
+
+def _stopping() -> bytes:
+    return pb.AgentMessage(goodbye=pb.Goodbye(reason="stopping", kind=pb.Goodbye.KIND_STOPPING)).SerializeToString()
+
+
+def test_a_stopping_goodbye_shows_stopped_with_an_info_event_and_no_node_down(tmp_path: Path) -> None:
+    shards = Collectors(tmp_path, 1, node_down_seconds=1.0)
+    address = shards.addresses[0]
+    try:
+        code, acks = _call(address, iter([_hello(), _report(1), _stopping()]))
+        assert (code, acks[-1:]) == (grpc.StatusCode.OK, [1])
+        assert wait_for(lambda: _state(shards) == (STOPPED, ["NodeStopped"]), timeout=5), _state(shards)
+        time.sleep(2.5)  # silent past node_down_seconds: still stopped, no NodeDown
+        assert _state(shards) == (STOPPED, ["NodeStopped"])
+        severity = shards.on(0, lambda s: [a.severity for a in s.alerting.book.active() if a.node_id == NODE])
+        assert severity == ["info"]
+
+        # Back: NodeStopped resolves, and the node is watched for NodeDown again from its return.
+        seen: list[tuple[str, list[str]]] = []
+
+        def back() -> Iterator[bytes]:
+            yield _hello()
+            for seq in range(2, 200):  # reporting, so never silent for node_down_seconds
+                report = pb.NodeReport(node_id=NODE, epoch=7, seq=seq, time_unix_seconds=time.time())
+                yield frame_report(report.SerializeToString())
+                time.sleep(0.1)
+                state = _state(shards)
+                if state[0] != STOPPED and "NodeStopped" not in state[1]:
+                    seen.append(state)
+                    return
+
+        assert _call(address, back())[0] == grpc.StatusCode.OK
+        assert seen and "NodeDown" not in seen[0][1], seen
     finally:
         shards.close()

@@ -27,15 +27,16 @@ from tests.fakes.trees import REPO
 
 PAGE = REPO / "docs" / "security.md"
 SECTION = "## Certificates in ten minutes"
+ONE_MACHINE = "## Certificates on one machine"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 PROGRAMS = {"nodeagent": "nodeagent.agent", "nodeagent-collector": "nodeagent.collector"}
 # The simulated node of the test, finite: appended to the page's `nodeagent run`.
 NODE_RUN = ("--simulate", "healthy", "--interval", "0.1", "--max-reports", "5", "--deadline", "60")
 
 
-def _blocks() -> dict[str, str]:
+def _blocks(heading: str = SECTION) -> dict[str, str]:
     text = PAGE.read_text()
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     return dict(FENCE.findall(section))
 
 
@@ -158,6 +159,66 @@ def test_what_the_first_hour_gets_wrong_is_said_in_one_line(recipe: dict[str, ob
         "nodeagent-collector: error: --tls-key tls/ops.key is not the key of --tls-cert tls/collector.crt "
         "(they do not make a pair)"
     ]
+    # The clients' own pair, checked at start as serve's is: not gRPC's "Invalid private key" at
+    # every handshake, retried for ever.
+    node_pair = ["--tls-cert", "tls/gpu-node-01.crt", "--tls-key", "tls/ops.key"]
+    said = "--tls-key tls/ops.key is not the key of --tls-cert tls/gpu-node-01.crt (they do not make a pair)"
+    clients = {
+        "nodeagent": ["nodeagent", "run", "--collector", grpc_target, "--node-id", "gpu-node-01", *ca, *node_pair],
+        **{
+            command: ["nodeagent-collector", command, "--collector", grpc_target, *ca, *node_pair]
+            for command in ("nodes", "alerts", "jobs")
+        },
+        **{
+            command: ["nodeagent-collector", command, "gpu-node-01", "--collector", grpc_target, *ca, *node_pair]
+            for command in ("history", "forget")
+        },
+    }
+    for case, argv in clients.items():
+        done = _run(argv, recipe)
+        assert (done.returncode, done.stderr.strip().splitlines()) == (2, [f"{argv[0]}: error: {said}"]), case
+
+
+def test_the_one_machine_recipe_works_as_written(tmp_path: Path) -> None:
+    """The one-machine variant, every command as the page writes it but for its two ports (free
+    ones here): certificates for localhost and 127.0.0.1, a database in the directory, a node
+    that stops after its reports and says goodbye."""
+    require(shutil.which("openssl") is not None, "needs openssl (Debian package openssl)")
+    require(shutil.which("curl") is not None, "needs curl (Debian package curl)")
+    blocks = _blocks(ONE_MACHINE)
+    assert set(blocks) == {"bash", "sh"}
+    made = subprocess.run(
+        ["bash", "-e", "-c", blocks["bash"]], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert made.returncode == 0, made.stderr
+    ports = {":50051": f":{free_port()}", ":9477": f":{free_port()}"}
+    commands = [[_swap(arg, ports) for arg in argv] for argv in _commands(blocks["sh"])]
+    assert [argv[0] for argv in commands] == ["nodeagent-collector", "nodeagent", "nodeagent-collector", "curl"]
+    assert "--db" in commands[0]
+    # No state directory: the database is where the page puts it, nowhere else.
+    env = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "XDG_STATE_HOME")}
+    recipe: dict[str, object] = {"work": tmp_path, "env": env}
+    serve = subprocess.Popen(
+        _python(commands[0]), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert serve.stdout is not None
+        assert serve.stdout.readline().startswith("listening on"), serve.stderr
+        node = _run(commands[1], recipe)
+        assert node.returncode == 0, node.stderr[-2000:]
+        nodes = _run(commands[2], recipe)
+        assert nodes.returncode == 0, nodes.stderr
+        assert (tmp_path / "collector.db").is_file()
+        row = next(line.split() for line in nodes.stdout.splitlines() if line.startswith("gpu-node-01 "))
+        assert "stopped" in row, nodes.stdout
+        scrape = subprocess.run(
+            [*commands[3], "-sS"], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False
+        )
+        assert scrape.returncode == 0, scrape.stderr
+        assert re.search(r'^nodeagent_node_reports_total\{node="gpu-node-01"\} 5(\.0)?$', scrape.stdout, re.M)
+    finally:
+        serve.kill()
+        serve.wait(timeout=30)
 
 
 def _run(argv: list[str], recipe: dict[str, object]) -> subprocess.CompletedProcess[str]:
