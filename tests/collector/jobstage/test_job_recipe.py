@@ -55,9 +55,11 @@ def test_the_recipe_names_the_starved_node_with_its_cause_on_the_default_serve(t
                 return job
             return None
 
+        agents_started = time.monotonic()
         assert wait_for(named, timeout=120, interval=1.0), (
             cli("collector", "jobs", "--collector", collector.address) + collector.log.read_text()[-3000:]
         )
+        print(f"named {nodes[0]} (network) {time.monotonic() - agents_started:.1f} s after the agents started")
         job = named()
         assert job is not None and job["nodes"] == sorted(nodes)
         # Its waiting nodes say whom they wait on (their waits came back from the job's worker).
