@@ -6,7 +6,8 @@ hello itself, with mutual TLS the certificate's node) and ends the stream with U
 the owner's port in the trailer ``OWNER_PORT_TRAILER``: the agent dials that port on the same
 host, once, at once. The owner is ``owner_index(routing_key or node_id, N)``: all nodes of one
 job meet in one worker. A worker that is restarting is UNAVAILABLE without a trailer (the agent
-retries as after any failure). Health is SERVING while every worker is up.
+retries as after any failure). Health is SERVING while at least one worker is up: a worker that
+cannot start must not take the other workers' agents away with it (docs/fleet-scale.md).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class FrontServer:
     async def _set_health(self) -> None:
         if self._health is None:
             return
-        up = self.supervisor.all_up and not self.supervisor.stopping
+        up = self.supervisor.any_up and not self.supervisor.stopping
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", INGEST_SERVICE, QUERY_SERVICE):
             await self._health.set(name, status)
