@@ -65,7 +65,8 @@ def test_a_worker_whose_database_is_unusable_leaves_the_other_serving_and_is_nam
         )
         assert why in listed.stderr and "its nodes are missing here" in listed.stderr
         # Started again and again, with backoff: the count grows, the worker stays down.
-        assert wait_for(lambda: _metrics(front.http).get(("nodeagent_collector_worker_restarts_total", "1"), 0) >= 2, 30)
+        restarts = ("nodeagent_collector_worker_restarts_total", "1")
+        assert wait_for(lambda: _metrics(front.http).get(restarts, 0) >= 2, 30)
         metrics = _metrics(front.http)
         assert metrics[("nodeagent_collector_worker_up", "0")] == 1.0
         assert metrics[("nodeagent_collector_worker_up", "1")] == 0.0
@@ -120,9 +121,7 @@ def _serve(tmp: Path, *args: str) -> subprocess.Popen[str]:
         sys.executable, "-m", "nodeagent.collector", "serve", "--db", str(tmp / "collector.db"), "--workers", "2",
         *args,
     ]  # fmt: skip
-    return subprocess.Popen(
-        command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_default_worker_ports_pass_over_the_http_port_and_taken_ones(tmp_path: Path) -> None:
