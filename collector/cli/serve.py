@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import socket
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from nodeagent.collector.remote_write.config import (
     RemoteWriteConfigError,
 )
 from nodeagent.collector.shards.config import FleetConfigError
-from nodeagent.collector.store.database import default_db_path
+from nodeagent.collector.store.database import StoreUnreadableError, default_db_path
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.lock_file import LockedError
 from nodeagent.core.transport.channel import bind_problem, parse_target
@@ -329,7 +328,7 @@ async def run_server(config: ServerConfig) -> None:
         server = CollectorServer(config)
     except LockedError as err:  # another collector writes this database
         raise click.BadParameter(str(err), param_hint="--db") from err
-    except sqlite3.DatabaseError as err:  # not a database, damaged, or its files unusable ("disk I/O error")
+    except StoreUnreadableError as err:  # not a database, damaged, or its files unusable ("disk I/O error")
         raise RuntimeFailure(f"cannot open database {config.db_path}: {err}") from err
     host, wanted = parse_target(config.listen, any_port=True)
     # A taken port said in one line, before gRPC tries it (it would print a C-core line first).

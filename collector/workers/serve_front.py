@@ -98,8 +98,11 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
             await supervisor.start()
         except NoWorkerStartedError as err:
             raise (click.ClickException if err.status == 2 else RuntimeFailure)(str(err)) from err
+        # Asked before the lines are printed: a script that reads them and stops the front at once
+        # gets the drain, not SIGTERM's default death.
+        stop = _stop_on_signals()
         _print_lines(config, port, web, supervisor)
-        await _until_signal()
+        await stop.wait()
         log.info("collector stopping")
     finally:
         if web is not None:
@@ -168,12 +171,13 @@ def _health(supervisor: Supervisor) -> tuple[bool, str]:
     return True, "; ".join(["ok", *down])
 
 
-async def _until_signal() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def _runtime_parent(workers: int) -> str:
