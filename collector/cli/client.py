@@ -90,7 +90,17 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
     if len(collectors(options)) > 1:
         return merge(method, ask_each(options, method, **fields))
     target, security = _reach(options)
-    return fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+    response = fetch(target, security, method, timeout=float(options["timeout"]), **fields)
+    # A front (serve --workers N) merges its workers: one that did not answer is said, as a
+    # collector of several is, and its nodes are missing from what is shown.
+    for shard in getattr(response, "shards", ()):
+        if not shard.answered:
+            click.echo(
+                f"nodeagent-collector: {shard.shard} of the collector at {target} did not answer: {shard.error}; "
+                "its nodes are missing here",
+                err=True,
+            )
+    return response
 
 
 def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:

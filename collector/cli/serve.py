@@ -44,9 +44,10 @@ from nodeagent.collector.remote_write.config import (
     RemoteWriteConfigError,
 )
 from nodeagent.collector.shards.config import FleetConfigError
-from nodeagent.collector.store.database import default_db_path
+from nodeagent.collector.store.database import StoreUnreadableError, default_db_path
+from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.lock_file import LockedError
-from nodeagent.core.transport.channel import parse_target
+from nodeagent.core.transport.channel import bind_problem, parse_target
 from nodeagent.core.transport.security import SecurityConfigError, ServerSecurity
 
 log = structlog.get_logger("nodeagent.collector")
@@ -91,7 +92,8 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     "worker_ports",
     type=click.IntRange(min=0, max=65535),
     default=None,
-    help="Agent port of worker 0 (worker i: this + i); default: --listen's port + 1 (0: ephemeral ports).",
+    help="Agent port of worker 0 (worker i: this + i); default: the first free ports above --listen's, "
+    "passing over --http-listen's (0: ephemeral ports).",
 )
 @click.option("--insecure", is_flag=True, help="Allow plaintext on a non-loopback address.")
 @click.option("--tls-cert", type=click.Path(path_type=Path), help="Server certificate (PEM).")
@@ -294,13 +296,14 @@ def serve(
         asyncio.run(run_server(config))
         return
     from nodeagent.collector.workers.serve_front import run_front  # noqa: PLC0415  (N > 1 only)
-    from nodeagent.collector.workers.worker_args import default_worker_ports_base  # noqa: PLC0415
+    from nodeagent.collector.workers.worker_args import pick_worker_ports  # noqa: PLC0415
 
-    base = default_worker_ports_base(listen) if worker_ports is None else worker_ports
-    if base + workers - 1 > 65535:
-        raise click.BadParameter(f"{workers} workers from port {base} run past 65535", param_hint="--worker-ports")
+    try:
+        ports = pick_worker_ports(listen, http_listen, workers, worker_ports)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--worker-ports") from err
     log_level = str(click.get_current_context().find_root().params.get("log_level") or "info")
-    asyncio.run(run_front(config, workers, base, log_level))
+    asyncio.run(run_front(config, workers, ports, log_level))
 
 
 def bind_error(listen: str) -> str:
@@ -325,13 +328,19 @@ async def run_server(config: ServerConfig) -> None:
         server = CollectorServer(config)
     except LockedError as err:  # another collector writes this database
         raise click.BadParameter(str(err), param_hint="--db") from err
+    except StoreUnreadableError as err:  # not a database, damaged, or its files unusable ("disk I/O error")
+        raise RuntimeFailure(f"cannot open database {config.db_path}: {err}") from err
+    host, wanted = parse_target(config.listen, any_port=True)
+    # A taken port said in one line, before gRPC tries it (it would print a C-core line first).
+    taken = bind_problem(host, wanted) if wanted else ""
+    if taken:
+        raise click.ClickException(f"cannot listen on {config.listen}: {taken}")
     try:
         port = await server.start()
     except HttpListenError as err:
         raise click.ClickException(str(err)) from err
     except RuntimeError as err:
         raise click.ClickException(f"cannot listen on {config.listen}: {bind_error(config.listen)}") from err
-    host, _ = parse_target(config.listen, any_port=True)
     # One plain line on stdout, so scripts and tests learn the port when --listen asked for :0.
     click.echo(f"listening on {host}:{port}", err=False)
     http = server.http.address if server.http is not None else None

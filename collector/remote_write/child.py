@@ -12,7 +12,6 @@ which it builds what was still in the socket, gives the receivers a moment to ta
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import pickle
@@ -32,6 +31,7 @@ from nodeagent.collector.remote_write.counters import SharedCounters
 from nodeagent.collector.remote_write.records import INFO, JOBS, REPORT, read_info, read_jobs, read_report
 from nodeagent.collector.remote_write.sender import RemoteWriter
 from nodeagent.collector.remote_write.series import EncodedReport, JobSeries, NodeSeries, VerdictRow
+from nodeagent.core.program.child_restart import die_with_parent
 from nodeagent.core.program.log import configure_logging
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -39,7 +39,6 @@ log = structlog.get_logger("nodeagent.collector")
 
 PUBLISH_SECONDS: Final = 0.05
 DRAIN_SECONDS: Final = 2.0
-_PR_SET_PDEATHSIG: Final = 1
 _PATH_FIELDS: Final = ("basic_auth_password_file", "bearer_token_file", "tls_ca", "tls_cert", "tls_key")
 
 
@@ -164,11 +163,7 @@ def _die_with(parent_pid: int) -> None:
     signal.signal(signal.SIGTERM, _stop_asked)
     # Ctrl-C reaches the whole process group: the collector's shutdown (end of file) ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the socket's end of file still ends it
+    die_with_parent(signal.SIGTERM)  # not Linux: the socket's end of file still ends it
     if os.getppid() != parent_pid:
         sys.exit(0)  # the collector died before the signal was armed
 

@@ -12,8 +12,9 @@ its samples are not known. Inside the child the bounded queue per receiver count
 before.
 
 The child dies with the collector (``PR_SET_PDEATHSIG``, and the socket's end of file), and is
-started again when it dies (``restarts_total``), given each node's topology again before the
-node's next report: what the dead child had read and not sent is
+started again when it dies (``restarts_total``), after the delay the workers' supervisor waits by
+too (``core/program/child_restart.py``: 0.5 s, growing while it keeps dying at once), given each
+node's topology again before the node's next report: what the dead child had read and not sent is
 lost and counted (``lost_samples``: its queue as it last published it; reports handed over and
 never read: ``dropped["child_died"]``). Its counters live in shared memory (``counters.py``),
 continued by the next child, and ``/metrics`` reads them there.
@@ -42,6 +43,7 @@ from nodeagent.collector.remote_write.records import info_record, jobs_record, r
 from nodeagent.collector.remote_write.sender import RemoteWriteStats
 from nodeagent.collector.remote_write.series import verdict_row
 from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.program.child_restart import RestartPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
@@ -49,7 +51,6 @@ log = structlog.get_logger("nodeagent.collector")
 # The socket's buffer: what the child may fall behind by before reports are dropped (about two
 # seconds of 1,500 reports/s at a few KB each). Above net.core.wmem_max only as root.
 SOCKET_BUFFER_BYTES: Final = 8 * 1024 * 1024
-RESTART_DELAY_SECONDS: Final = 0.5
 STOP_SECONDS: Final = 5.0
 # Why a report was not handed over (the label of nodeagent_remote_write_reports_dropped_total).
 DROP_REASONS: Final = ("handover_full", "process_down", "too_large", "process_died")
@@ -75,6 +76,7 @@ class RemoteWriteProcess:
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.handed_over = 0
         self.restarts_total = 0
+        self._restarts = RestartPolicy()
         # Per receiver: samples a dead child held in its queue.
         self.lost_samples = [0] * len(self.configs)
         self._unread_counted = 0
@@ -203,6 +205,7 @@ class RemoteWriteProcess:
         try:
             fds = (theirs.fileno(), self.counters.fd)
             self._proc = subprocess.Popen(command, pass_fds=fds, stdin=subprocess.DEVNULL)
+            self._restarts.started()
         finally:
             theirs.close()
         old, self._sock = self._sock, ours
@@ -219,8 +222,13 @@ class RemoteWriteProcess:
             if self._stopping.is_set():
                 return
             self._count_losses()
-            log.warning("remote-write process exited; starting it again", pid=proc.pid, status=proc.returncode)
-            if self._stopping.wait(RESTART_DELAY_SECONDS):
+            ran = self._restarts.ran_seconds()
+            delay = self._restarts.delay()
+            log.warning(
+                "remote-write process exited; starting it again", pid=proc.pid, status=proc.returncode,
+                ran_seconds=round(ran, 1), restart_in_seconds=round(delay, 2),
+            )  # fmt: skip
+            if self._stopping.wait(delay):
                 return
             with self._lock:
                 if self._stopping.is_set():

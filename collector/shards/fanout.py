@@ -10,7 +10,7 @@ collectors that list each other cannot ask each other in a loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,23 +52,32 @@ class StreamAnswer(Answer):
 
 
 class ShardClients:
-    """One open channel per shard (opened on first use, in the running event loop)."""
+    """One open channel per shard (opened on first use, in the running event loop).
 
-    def __init__(self, shards: Sequence[Shard]) -> None:
+    ``unavailable(i)``: why shard i is known not to serve now, "" when it may (a front's worker
+    that is restarting): it is not asked, and its answer is UNAVAILABLE with that reason."""
+
+    def __init__(self, shards: Sequence[Shard], *, unavailable: Callable[[int], str] | None = None) -> None:
         self.shards = tuple(shards)
+        self._unavailable = unavailable
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def ask_all(self, method: str, request: Message, timeout: float, *, local: bool = True) -> list[Answer]:
         """``method`` of the Query service on every shard at once, in the shards' order; no
         shard is waited on past ``timeout`` seconds."""
-        calls = [self._ask(shard, method, request, timeout, local) for shard in self.shards]
+        calls = [
+            self._down(i) or self._ask(shard, method, request, timeout, local) for i, shard in enumerate(self.shards)
+        ]
         return list(await asyncio.gather(*calls))
 
     async def ask_stream(self, method: str, request: Message, timeout: float, *, local: bool = True) -> list[Answer]:
         """A streaming method on every shard at once; each answer's reply is the list of its
         messages (``Answer.reply`` holds the last one, ``pages`` the list). ``timeout`` bounds
         each shard's wait for each message."""
-        calls = [self._ask_stream(shard, method, request, timeout, local) for shard in self.shards]
+        calls = [
+            self._down(i) or self._ask_stream(shard, method, request, timeout, local)
+            for i, shard in enumerate(self.shards)
+        ]
         return list(await asyncio.gather(*calls))
 
     async def ask_one(
@@ -84,6 +93,10 @@ class ShardClients:
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
+
+    def _down(self, index: int) -> Awaitable[Answer] | None:
+        reason = self._unavailable(index) if self._unavailable is not None else ""
+        return _answered_now(Answer(self.shards[index].name, None, f"UNAVAILABLE: {reason}")) if reason else None
 
     def _stub(self, shard: Shard) -> pb_grpc.QueryStub:
         channel = self._channels.get(shard.name)
@@ -123,6 +136,10 @@ class ShardClients:
         except (OSError, ValueError) as err:
             return Answer(shard.name, None, f"{type(err).__name__}: {err}")
         return StreamAnswer(shard.name, pages[-1] if pages else None, "", pages)
+
+
+async def _answered_now(answer: Answer) -> Answer:
+    return answer
 
 
 def is_local_call(metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:

@@ -69,6 +69,9 @@ class Store:
         self.lock = LockFile(lock_path(path), f"database {path}")
         try:
             self._open(path)
+        except sqlite3.DatabaseError as err:  # not a database, damaged, its files unusable ("disk I/O error")
+            self.lock.release()
+            raise StoreUnreadableError(str(err)) from err
         except BaseException:
             self.lock.release()
             raise

@@ -7,7 +7,8 @@ the owner's port in the trailer ``OWNER_PORT_TRAILER``: the agent dials that por
 host, once, at once. The owner is ``owner_index(node_id, N)``: a node's stream stays on the worker
 that owns its node id whatever jobs it runs (the hello's ``routing_key`` is ignored). A worker
 that is restarting is UNAVAILABLE without a trailer (the agent retries as after any failure).
-Health is SERVING while every worker is up.
+Health is SERVING while at least one worker is up: a worker that cannot start must not take the
+other workers' agents away with it (docs/fleet-scale.md).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class FrontServer:
     async def _set_health(self) -> None:
         if self._health is None:
             return
-        up = self.supervisor.all_up and not self.supervisor.stopping
+        up = self.supervisor.any_up and not self.supervisor.stopping
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", INGEST_SERVICE, QUERY_SERVICE):
             await self._health.set(name, status)

@@ -39,7 +39,8 @@ class FrontMetrics(Collector):
         workers = self.front.supervisor.workers
         up = GaugeMetricFamily("nodeagent_collector_worker_up", "1 while the worker process serves.", labels=["worker"])
         restarts = CounterMetricFamily(
-            "nodeagent_collector_worker_restarts", "Times the worker process died and was started again.",
+            "nodeagent_collector_worker_restarts",
+            "Times the worker process was started again, after it died or failed to start.",
             labels=["worker"],
         )  # fmt: skip
         redirects = CounterMetricFamily(

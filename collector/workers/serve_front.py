@@ -2,10 +2,13 @@
 
 In order: check that no other collector holds a worker's database (the one line a single
 collector gives, exit status 2), bind ``--listen`` and ``--http-listen`` (a taken port fails
-before any worker starts, as a single collector's does), start the workers (one that cannot
-start ends the front with that worker's status: its reason is on the shared stderr), print the
-lines scripts read, serve until SIGTERM or SIGINT, then stop the front's listeners and each
-worker with its drain.
+before any worker starts, as a single collector's does), start the workers, print the lines
+scripts read, serve until SIGTERM or SIGINT, then stop the front's listeners and each worker
+with its drain. A worker that cannot start does not stop the others: the front serves with the
+workers that came up (its log names the others and why; the supervisor keeps starting them
+again) and says so in its health, ``/metrics``, the merged answers and the fleet page. Only
+when no worker starts does the front exit, in one line: every worker's reason, status 2 when
+every one refused its input, else 1.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from nodeagent.collector.workers.front import FrontServer
 from nodeagent.collector.workers.front_http import FrontHttp
 from nodeagent.collector.workers.front_metrics import FrontMetrics
 from nodeagent.collector.workers.front_query import FrontQueries
-from nodeagent.collector.workers.supervisor import Supervisor, WorkerStartError
+from nodeagent.collector.workers.supervisor import NoWorkerStartedError, Supervisor
 from nodeagent.collector.workers.worker_args import WORKER_MODULE, WorkerSpec, worker_db_path, write_spec
+from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.lock_file import LockedError, LockFile
-from nodeagent.core.transport.channel import ClientSecurity, parse_target
+from nodeagent.core.transport.channel import ClientSecurity, bind_problem, parse_target
 from nodeagent.core.transport.rendezvous import worker_name
 from nodeagent.core.transport.security import AccessPolicy
 
@@ -46,11 +50,11 @@ UNIX_PATH_BYTES = 107
 ORPHAN_DRAIN_SECONDS = 10.0
 
 
-async def run_front(config: ServerConfig, workers: int, worker_ports_base: int, log_level: str) -> None:
+async def run_front(config: ServerConfig, workers: int, worker_ports: tuple[int, ...], log_level: str) -> None:
     """Serve as the front of ``workers`` workers until SIGTERM or SIGINT (``click`` errors as ``serve``'s)."""
     runtime_dir = Path(tempfile.mkdtemp(prefix=RUNTIME_PREFIX, dir=_runtime_parent(workers)))  # 0700
     try:
-        await _run(config, WorkerSpec(config, workers, runtime_dir, log_level, worker_ports_base))
+        await _run(config, WorkerSpec(config, workers, runtime_dir, log_level, worker_ports))
     finally:
         shutil.rmtree(runtime_dir, ignore_errors=True)
 
@@ -63,12 +67,17 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         Shard(name=worker_name(i), target=f"unix:{spec.socket_path(i)}", security=ClientSecurity())
         for i in range(spec.workers)
     ]
-    clients = ShardClients(shards)
+    # A worker that is down is not asked: the merged answer names it, with why, at once.
+    clients = ShardClients(shards, unavailable=supervisor.down_reason)
     front = FrontServer(
         config,
         supervisor,
         FrontQueries(AccessPolicy(config.security), clients, config.query, max_message_bytes=config.max_message_bytes),
     )
+    host, wanted = parse_target(config.listen, any_port=True)
+    taken = bind_problem(host, wanted) if wanted else ""  # in one line, before gRPC's C-core line
+    if taken:
+        raise click.ClickException(f"cannot listen on {config.listen}: {taken}")
     try:
         port = await front.start()
     except RuntimeError as err:
@@ -91,11 +100,13 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
                 ) from err
         try:
             await supervisor.start()
-        except WorkerStartError as err:
-            log.error("collector not started", reason=str(err))
-            raise click.exceptions.Exit(err.status or 1) from err
+        except NoWorkerStartedError as err:
+            raise (click.ClickException if err.status == 2 else RuntimeFailure)(str(err)) from err
+        # Asked before the lines are printed: a script that reads them and stops the front at once
+        # gets the drain, not SIGTERM's default death.
+        stop = _stop_on_signals()
         _print_lines(config, port, web, supervisor)
-        await _until_signal()
+        await stop.wait()
         log.info("collector stopping")
     finally:
         if web is not None:
@@ -140,29 +151,37 @@ def _print_lines(config: ServerConfig, port: int, web: FrontHttp | None, supervi
         click.echo(f"http on {web.address}")
     click.echo(f"database {config.db_path}")
     for worker in supervisor.workers:
-        click.echo(f"worker {worker.index} on {host}:{worker.port} database {worker.db_path}")
+        if worker.up:
+            click.echo(f"worker {worker.index} on {host}:{worker.port} database {worker.db_path}")
+        else:
+            click.echo(f"worker {worker.index} not started ({worker.last_error}); restarting it")
     sys.stdout.flush()
+    down = [w.index for w in supervisor.workers if not w.up]
     log.info(
         "collector serving", listen=f"{host}:{port}", http=web.address if web else None,
-        workers=len(supervisor.workers), tls=config.security.tls,
+        workers=len(supervisor.workers), workers_down=down, tls=config.security.tls,
     )  # fmt: skip
 
 
 def _health(supervisor: Supervisor) -> tuple[bool, str]:
-    down = [str(w.index) for w in supervisor.workers if not w.up]
+    """Healthy while at least one worker serves: the agents of the others are refused (the front
+    says UNAVAILABLE and they retry), but a load balancer or a liveness probe that took the
+    whole front away would refuse every agent. The reason names the workers that are down."""
     if supervisor.stopping:
         return False, "stopping"
-    if down:
-        return False, f"worker {', '.join(down)} not serving (restarting)"
-    return True, "ok"
+    down = [supervisor.down_reason(w.index) for w in supervisor.workers if not w.up]
+    if not supervisor.any_up:
+        return False, "; ".join(down)
+    return True, "; ".join(["ok", *down])
 
 
-async def _until_signal() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def _runtime_parent(workers: int) -> str:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.collector.ingest.server import ServerConfig
-from nodeagent.core.transport.channel import parse_target
+from nodeagent.core.transport.channel import bind_problem, parse_target
 
 # The module a worker runs (``python -m``): worker_main.py beside this one.
 WORKER_MODULE = "nodeagent.collector.workers.worker_main"
 SPEC_NAME = "workers.spec"
+MAX_PORT = 65535
 
 
 # The settings hold read-only mappings (MappingProxyType), which pickle cannot write by itself.
@@ -42,11 +43,15 @@ class WorkerSpec:
     workers: int
     runtime_dir: Path
     log_level: str = "info"
-    # First agent port of the workers (worker i: base + i); 0: each an ephemeral port.
-    worker_ports_base: int = 0
+    # Each worker's agent port (``worker_ports``); empty: each an ephemeral port.
+    worker_ports: tuple[int, ...] = ()
 
     def socket_path(self, index: int) -> Path:
         return self.runtime_dir / f"worker{index}.sock"
+
+    def reason_path(self, index: int) -> Path:
+        """Where worker ``index`` writes why it failed, in one line, for the front's log."""
+        return self.runtime_dir / f"worker{index}.reason"
 
     def worker_config(self, index: int, port: int | None = None) -> ServerConfig:
         """Worker ``index``'s settings: its database and agent port, no HTTP (the front's), the socket.
@@ -54,7 +59,7 @@ class WorkerSpec:
         ``port``: the one it had before a restart, so agents redirected there find it again."""
         host, _ = parse_target(self.config.listen, any_port=True)
         if port is None:
-            port = self.worker_ports_base + index if self.worker_ports_base else 0
+            port = self.worker_ports[index] if self.worker_ports else 0
         return dataclasses.replace(
             self.config, listen=f"{host}:{port}", db_path=worker_db_path(self.config.db_path, index),
             http_listen=None, worker_index=index, front_socket=self.socket_path(index),
@@ -62,10 +67,39 @@ class WorkerSpec:
         )  # fmt: skip
 
 
-def default_worker_ports_base(listen: str) -> int:
-    """``--listen``'s port + 1 (worker i on port + 1 + i); 0 (ephemeral ports) when it is 0."""
-    _, port = parse_target(listen, any_port=True)
-    return port + 1 if port else 0
+def pick_worker_ports(listen: str, http_listen: str | None, workers: int, base: int | None) -> tuple[int, ...]:
+    """Each worker's agent port; ``ValueError`` (the ``--worker-ports`` to give) when they cannot be had.
+
+    ``base`` given (``--worker-ports``): base + i, which must not be one of the collector's own
+    ports. Not given: from ``--listen``'s port + 1 up, passing over ``--http-listen``'s port and
+    any port something on this host holds now (``serve --listen :50151 --http-listen :50152``
+    must not put worker 0 on the HTTP port). ``--listen``'s port 0: ephemeral ports (empty)."""
+    host, listen_port = parse_target(listen, any_port=True)
+    own = {listen_port: "--listen"}
+    if http_listen is not None:
+        own.setdefault(parse_target(http_listen, any_port=True)[1], "--http-listen")
+    own.pop(0, None)
+    if base == 0 or (base is None and not listen_port):
+        return ()
+    if base is not None:
+        ports = tuple(range(base, base + workers))
+        if ports[-1] > MAX_PORT:
+            raise ValueError(f"{workers} workers from port {base} run past {MAX_PORT}")
+        for index, port in enumerate(ports):
+            if port in own:
+                raise ValueError(
+                    f"worker {index}'s port {port} is {own[port]}'s: give a base whose {workers} ports are free"
+                )
+        return ports
+    picked: list[int] = []
+    port = listen_port
+    while len(picked) < workers:
+        port += 1
+        if port > MAX_PORT:
+            raise ValueError(f"no {workers} free ports above --listen's {listen_port}: give --worker-ports")
+        if port not in own and not bind_problem(host, port):
+            picked.append(port)
+    return tuple(picked)
 
 
 def worker_db_path(db_path: Path, index: int) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,24 @@ def parse_target(text: str, *, any_port: bool = False) -> tuple[str, int]:
     if not sep or not valid_host or not port_text.isdigit() or not (0 if any_port else 1) <= int(port_text) < 65536:
         raise ValueError(f"{text!r} is not HOST:PORT")
     return host, int(port_text)
+
+
+def bind_problem(host: str, port: int) -> str:
+    """Why a listener could not bind ``host:port`` now, in the OS's words ("" when it could).
+    Asked as gRPC binds (SO_REUSEADDR: a port some closed connection still waits on is free),
+    before gRPC is asked: its own failure is a C-core line on stderr and "Failed to bind"."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return ""  # a host that does not resolve: gRPC's own error says so
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as err:
+                return str(err.strerror or err).lower()
+    return ""
 
 
 # A host name or an IPv4 address; an IPv6 address goes in brackets.

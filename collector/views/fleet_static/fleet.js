@@ -94,7 +94,9 @@ function shardBanner(shards) {  // a merged page ([fleet] collectors): one line 
   const missing = shards.filter((s) => !s.answered);
   const banner = document.getElementById("shards");
   banner.hidden = !missing.length;
-  banner.textContent = missing.length ? `${missing.length} of ${shards.length} collectors did not answer, ` +
+  // A front's own workers ("worker-N") are one collector's processes: name them as such.
+  const kind = shards.every((s) => s.shard.startsWith("worker-")) ? "workers" : "collectors";
+  banner.textContent = missing.length ? `${missing.length} of ${shards.length} ${kind} did not answer, ` +
     `their nodes are missing here: ` + missing.map((s) => `${s.shard} (${s.error})`).join("; ") : "";
 }
 async function drawFleet() {

@@ -34,6 +34,9 @@ class Front:
     # Per worker index: its agent port and database.
     ports: list[int] = field(default_factory=list)
     dbs: list[Path] = field(default_factory=list)
+    # Per worker that did not start: why, as the front said it.
+    not_started: dict[int, str] = field(default_factory=dict)
+    log: Path = Path()
 
     def worker_pids(self) -> list[int]:
         """The worker processes now (the front's children running worker_main)."""
@@ -70,11 +73,18 @@ def running_front(
     try:
         lines = _read_lines(proc, 3 + workers, START_SECONDS)
         assert lines[0].startswith("listening on "), f"{lines} {(tmp / 'front.log').read_text()[-3000:]}"
-        front = Front(proc, lines[0].split()[-1], lines[1].split()[-1], Path(lines[2].split()[-1]))
+        front = Front(
+            proc, lines[0].split()[-1], lines[1].split()[-1], Path(lines[2].split()[-1]), log=tmp / "front.log"
+        )
         for index, line in enumerate(lines[3:]):
-            # "worker I on HOST:PORT database PATH"
+            # "worker I on HOST:PORT database PATH", or "worker I not started (WHY); restarting it"
             words = line.split()
             assert words[:2] == ["worker", str(index)], lines
+            if words[2] == "not":
+                front.ports.append(0)
+                front.dbs.append(Path())
+                front.not_started[index] = line.partition("(")[2].rpartition(")")[0]
+                continue
             front.ports.append(int(words[3].rpartition(":")[2]))
             front.dbs.append(Path(words[5]))
         yield front
