@@ -91,8 +91,13 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
         return merge(method, ask_each(options, method, **fields))
     target, security = _reach(options)
     response = fetch(target, security, method, timeout=float(options["timeout"]), **fields)
-    # A front (serve --workers N) merges its workers: one that did not answer is said, as a
-    # collector of several is, and its nodes are missing from what is shown.
+    _say_missing_workers(target, response)
+    return response
+
+
+def _say_missing_workers(target: str, response: Any) -> None:
+    """A front (serve --workers N) merges its workers: one that did not answer is said, as a
+    collector of several is, and its nodes are missing from what is shown."""
     for shard in getattr(response, "shards", ()):
         if not shard.answered:
             click.echo(
@@ -100,7 +105,6 @@ def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
                 "its nodes are missing here",
                 err=True,
             )
-    return response
 
 
 def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:
@@ -113,6 +117,7 @@ def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:
     whole: Any = kind.page()
     if not several(options):
         query_pages(options, method, whole.MergeFrom, fallback=kind.unary, **fields)
+        _say_missing_workers(_reach(options)[0], whole)
         return whole
     shards = _shards(options)
     request = _REQUESTS[method](**fields)

@@ -94,6 +94,12 @@ class ShardClients:
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
 
+    def down_reason(self, shard: Shard) -> str:
+        """Why ``shard`` is known not to serve now; "" when it may."""
+        if self._unavailable is None or shard not in self.shards:
+            return ""
+        return self._unavailable(self.shards.index(shard))
+
     def _down(self, index: int) -> Awaitable[Answer] | None:
         reason = self._unavailable(index) if self._unavailable is not None else ""
         return _answered_now(Answer(self.shards[index].name, None, f"UNAVAILABLE: {reason}")) if reason else None

@@ -49,6 +49,10 @@ class ShardStream:
     async def fill(self) -> None:
         """Read pages until one holds an item, or the stream ended (or failed)."""
         if self._call is None and not self._done:
+            down = self.clients.down_reason(self.shard)
+            if down:  # known not to serve now (a front's worker that is restarting): not asked
+                self._fail(f"UNAVAILABLE: {down}")
+                return
             self._call = self.clients.open_stream(self.shard, self.kind.method, self.request, local=self.local)
         while not self.pending and not self._done:
             try:
