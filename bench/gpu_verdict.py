@@ -90,26 +90,41 @@ def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
     worker = threading.Thread(target=WORKLOADS[name], args=(stop,), daemon=True)
     worker.start()
     time.sleep(3.0)  # let the workload reach its steady state
+    # The verdict is read while the agent still reports: once it stops it says goodbye, and a
+    # stopped node's verdict is of the past (nodes shows it `stopped`, without a cause).
+    node_view: dict[str, Any] | None = None
     try:
-        agent = subprocess.run(
+        agent = subprocess.Popen(
             [sys.executable, "-m", "nodeagent.agent", "run", "--collector", target, "--node-id", f"verdict-{name}",
              "--interval", "1", "--max-reports", str(seconds), "--deadline", str(seconds + 60)],
-            cwd=REPO, capture_output=True, text=True, check=False, timeout=seconds + 90,
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        end = time.monotonic() + seconds + 90
+        while agent.poll() is None and time.monotonic() < end:
+            seen = _node(target, f"verdict-{name}")
+            if seen is not None and seen["reports_total"] >= seconds - 1 and seen["state"] != "stopped":
+                node_view = seen
+            time.sleep(0.5)
+        _out, err = agent.communicate(timeout=max(1.0, end - time.monotonic()))
     finally:
         stop.set()
         worker.join(timeout=30)
     if agent.returncode != 0:
-        raise SystemExit(f"gpu_verdict: the agent failed in {name}: {agent.stderr.strip()[-500:]}")
+        raise SystemExit(f"gpu_verdict: the agent failed in {name}: {err.strip()[-500:]}")
+    if node_view is None:
+        raise SystemExit(f"gpu_verdict: the collector does not know verdict-{name} while it reports")
+    final = _node(target, f"verdict-{name}")  # every report, stored
+    if final is not None:
+        node_view["reports_total"] = final["reports_total"]
+    return node_view
+
+
+def _node(target: str, node_id: str) -> dict[str, Any] | None:
     nodes = subprocess.run(
         [sys.executable, "-m", "nodeagent.collector", "nodes", "--collector", target, "--json"],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=30,
     )  # fmt: skip
-    for node in json.loads(nodes.stdout):
-        if node["node_id"] == f"verdict-{name}":
-            node_view: dict[str, Any] = node
-            return node_view
-    raise SystemExit(f"gpu_verdict: the collector does not know verdict-{name}")
+    return next((n for n in json.loads(nodes.stdout) if n["node_id"] == node_id), None)
 
 
 def main() -> int:

@@ -65,6 +65,14 @@ class JobRollup:
         return self.jobs.refused_jobs_total
 
     @property
+    def steps_sent_total(self) -> int:
+        return self.nodes.steps_sent_total
+
+    @property
+    def steps_received_total(self) -> int:
+        return self.jobs.steps_received_total
+
+    @property
     def judged_total(self) -> int:
         return self.jobs.judged_total
 

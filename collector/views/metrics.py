@@ -170,11 +170,11 @@ def _job_stage(server: CollectorServer) -> Iterator[Metric]:
     rollup = server.ingest.jobs
     yield CounterMetricFamily(
         "nodeagent_collector_job_steps_sent", "Node stage: one node's values for one job at one window step, sent.",
-        value=rollup.nodes.steps_sent_total,
+        value=rollup.steps_sent_total,
     )  # fmt: skip
     yield CounterMetricFamily(
         "nodeagent_collector_job_steps_received", "Job stage: node steps received for the jobs this process owns.",
-        value=rollup.jobs.steps_received_total,
+        value=rollup.steps_received_total,
     )  # fmt: skip
     yield GaugeMetricFamily(
         "nodeagent_collector_jobs_owned", "Multi-node jobs this process owns and judges.", value=len(rollup.verdicts())

@@ -222,6 +222,8 @@ def _agent_page_with_links_and_ports() -> str:
         gpu.fabric.state, gpu.fabric.cluster_uuid, gpu.fabric.clique_id = "completed", "c-1", 1
         gpu.processes.add(pid=4242, name="python", sm_utilization_ratio=0.5, memory_utilization_ratio=0.25)
         gpu.suspect_fields.append("sm_active_ratio")
+        # Read whole at every tick: its answer families (unresponsive, samples taken of expected).
+        gpu.samples_taken_total = gpu.samples_expected_total = t + 1
         report.rdma_ports.add(device="mlx5_0", port=1, rx_bytes_total=10 * t, tx_bytes_total=10 * t)
         report.nics.add(name="eth0", rx_bytes_total=5 * t, tx_bytes_total=5 * t, speed_bytes_per_second=1e9)
         telemetry.publish(report)

@@ -47,6 +47,8 @@ class FakeRollup:
     observed: list[tuple[str, float, bool]] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
     on_rewait: Callable[[str], None] | None = None
+    steps_sent_total: int = 0
+    steps_received_total: int = 0
 
     def observe(self, node_id: str, report: pb.NodeReport, detector: NodeDetector, advanced: bool) -> None:
         self.observed.append((node_id, report.time_unix_seconds, advanced))

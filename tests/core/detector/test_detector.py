@@ -62,7 +62,9 @@ def test_the_alert_signal_names_gpus_jobs_cause_and_tier() -> None:
     assert signal.name == ALERT_NAME == "GPUDataStarved" and signal.key == "" and signal.firing
     assert signal.node_id == "node-a"
     assert signal.severity == "critical"
-    assert dict(signal.labels) == {"cause": "storage", "gpus": "0,1,2,3,4,5,6,7", "jobs": "4242", "tier": "high"}
+    # The jobs on its GPUs: the simulated node's own Slurm job.
+    job = Simulation("storage-bound", node_id="node-a").params.job_id
+    assert dict(signal.labels) == {"cause": "storage", "gpus": "0,1,2,3,4,5,6,7", "jobs": job, "tier": "high"}
     assert float(signal.annotations["starvation_ratio"]) == pytest.approx(0.387, abs=0.01)
     assert "storage_busy_ratio=" in signal.annotations["evidence"]
     assert float(signal.annotations["needed_ingest_bytes_per_second"]) > 1e9
