@@ -251,15 +251,26 @@ def run_scenario(scenario: Scenario, seconds: int, tmp: Path, nvml_dir: Path | N
         recorder = popen([*rig.prefix, *base, "record", "--out", str(trace), "--duration", str(seconds - 1),
                            "--interval", "1", "--node-id", node, *agent_config], tmp / "record.log")  # fmt: skip
         stack.callback(stop, recorder)
+        # The verdict is read while the agent still reports: once done it says goodbye, and a
+        # stopped node's verdict is of the past (`nodes` shows it `stopped`, without a cause).
+        view = None
+        end = time.monotonic() + seconds + 90
+        while agent.poll() is None and time.monotonic() < end:
+            with contextlib.suppress(StopIteration, AssertionError):
+                seen = collector.node(node)
+                if seen["state"] != "stopped":
+                    view = seen
+            time.sleep(1.0)
         for proc, what in ((agent, "agent"), (recorder, "record")):
             try:
-                proc.wait(timeout=seconds + 90)
+                proc.wait(timeout=max(1.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise LabError(f"{scenario.name}: nodeagent {what} did not finish") from None
             if proc.returncode != 0:
                 log = (tmp / f"{what}.log").read_text()[-500:]
                 raise LabError(f"{scenario.name}: nodeagent {what} exited {proc.returncode}: {log}")
-        view = collector.node(node)
+        if view is None:
+            raise LabError(f"{scenario.name}: the collector never showed {node} while it reported")
         job.wait(timeout=60)
         if not (tmp / "truth.json").exists():
             raise LabError(f"{scenario.name}: the job left no truth: {(tmp / 'job.log').read_text()[-500:]}")
