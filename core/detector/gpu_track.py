@@ -22,7 +22,7 @@ from nodeagent.core.detector.gate import admit, new_job
 from nodeagent.core.detector.hysteresis import evaluate
 from nodeagent.core.detector.idle_share import add_idle, busy_ratio
 from nodeagent.core.detector.node_evidence import NodeEvidence
-from nodeagent.core.detector.power_share import SW_POWER_CAP, PowerTrack
+from nodeagent.core.detector.power_share import PowerTrack
 from nodeagent.core.detector.throttle import count_throttled
 from nodeagent.core.detector.verdict import GpuVerdict
 from nodeagent.core.detector.window import GpuActivity, Step, activity
@@ -31,13 +31,20 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class GpuTrack:
-    def __init__(self, index: int, config: DetectorConfig, info: pb.GpuInfo | None) -> None:
+    def __init__(
+        self, index: int, config: DetectorConfig, info: pb.GpuInfo | None, *, mig_instance: bool = False
+    ) -> None:
         self.index = index
         self.config = config
         self.uuid = ""
         self.nvlink_bytes_per_second: float | None = None
         self.pcie_max_bytes_per_second: float | None = None
         self.gpm = False
+        # The computing share from power, without GPM (``power_share``); not on a MIG instance
+        # (its GPU's draw is all its tenants').
+        self.mig_instance = mig_instance
+        self.power = PowerTrack()
+        self.reads_power = not mig_instance
         self.learn(info)
         # The window's ring and the open step's place in it.
         self.steps = [Step() for _ in range(config.window_steps + 1)]
@@ -50,8 +57,6 @@ class GpuTrack:
         self.lost = False
         self.last_seen = -math.inf
         self.jobs: tuple[str, ...] = ()
-        # The computing share from power, without GPM (``power_share``).
-        self.power = PowerTrack()
         # The idle share's held-apart gap (step 2).
         self.gap_run = 0.0
         self.gap_committed = False
@@ -81,6 +86,7 @@ class GpuTrack:
         if info.HasField("pcie_max_generation") and info.HasField("pcie_max_width"):
             self.pcie_max_bytes_per_second = pcie_bytes_per_second(info.pcie_max_generation, info.pcie_max_width)
         self.gpm = info.gpm_supported
+        self.reads_power = not self.gpm and not self.mig_instance
 
     def window_seconds(self) -> float:
         """Counted seconds in the window at the last evaluation (the GPU's weight in node ratios)."""
@@ -130,7 +136,9 @@ class GpuTrack:
     def tick(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int) -> None:
         self.last_seen = t
         # Power first: the resting draw is learned from reports the gate holds out too.
-        watts = self._watts(g, t, dt, throttle_mask) if not self.gpm else None
+        watts = None
+        if self.reads_power:  # a lost or unresponsive GPU reads no power: nothing to learn
+            watts = self.power.observe(g, t, dt, throttle_mask, self.config.power_learn_seconds)
         if not admit(self, g, t):
             return
         step = self.steps[self.pos]
@@ -145,18 +153,6 @@ class GpuTrack:
                 # No more than utilization says its kernels ran.
                 step.power += min(computing, busy) * dt
                 step.power_seconds += dt
-
-    def _watts(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int) -> float | None:
-        """The report's draw, learned from; None when lost, unread or throttled (it counts nothing),
-        and for a MIG instance (its GPU's draw is all its tenants')."""
-        if g.lost or g.unresponsive or g.HasField("gpu_instance_id"):
-            return None
-        watts = self.power.watts(g, t)
-        reasons = g.clock_event_reasons
-        if watts is None or reasons & throttle_mask:
-            return None
-        self.power.learn(watts, bool(reasons & SW_POWER_CAP), dt, self.config.power_learn_seconds)
-        return watts
 
     # ---- per window step ---------------------------------------------------------------------
 

@@ -292,7 +292,7 @@ class NodeDetector:
             key = instance_key(gpu, instance)
             followed = self._instances.get(key)
             if followed is None or followed.uuid != instance.uuid:
-                track = GpuTrack(gpu.index, self.config, self._gpu_info(gpu.index))
+                track = GpuTrack(gpu.index, self.config, self._gpu_info(gpu.index), mig_instance=True)
                 followed = self._instances[key] = InstanceTrack(
                     track, instance.uuid, instance.mig_profile, instance.gpu_instance_id
                 )

@@ -4,8 +4,8 @@ NCCL's kernel resident and reads ~100%, like one computing).
 
 A GPU computing draws several times what it draws spinning in NCCL's kernels or idle. Per report
 the GPU's draw is its energy counter's increase over the interval (``energy_millijoules_total``:
-the mean over the interval, whatever NVML's own power averaging), else ``power_watts`` (unless
-the agent holds it suspect). Two draws are learned from the GPU's own readings:
+the mean over the interval, whatever NVML's own power averaging), else ``power_watts`` (0 W,
+what the agent holds suspect on a busy GPU, is no reading). Two draws are learned from the GPU's own readings:
 
 - ``high``, what it draws computing: a decaying maximum of its readings, each the lower of two
   consecutive ones (a one-report spike is not a draw); it drifts down toward what the GPU reads
@@ -54,6 +54,25 @@ class PowerTrack:
         self.high: float | None = None
         self.low: float | None = None
 
+    def observe(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int, learn_seconds: float) -> float | None:
+        """The report's draw, learned from; None when unread or throttled (it counts nothing).
+        Per GPU per report: one call, the reading inlined."""
+        if g.HasField("energy_millijoules_total"):
+            watts = self.watts(g, t)
+        elif g.HasField("power_watts"):
+            watts = g.power_watts
+            # 0 W is what the agent holds suspect on a busy GPU (``suspect_fields``): no reading,
+            # told without reading that list on every report. NaN fails the range too.
+            if not 0.0 < watts < _MAX_WATTS:
+                return None
+        else:
+            return None
+        reasons = g.clock_event_reasons
+        if watts is None or reasons & throttle_mask:
+            return None
+        self.learn(watts, bool(reasons & SW_POWER_CAP), dt, learn_seconds)
+        return watts
+
     def watts(self, g: pb.GpuSample, t: float) -> float | None:
         """The GPU's mean draw since its previous report (energy), else its power reading."""
         if g.HasField("energy_millijoules_total"):
@@ -67,12 +86,16 @@ class PowerTrack:
         return None
 
     def learn(self, watts: float, capped: bool, dt: float, learn_seconds: float) -> None:
-        """Teach the computing and resting draws one unthrottled reading."""
+        """Teach the computing and resting draws one unthrottled reading (comparisons, not
+        min/max calls: this runs for every GPU at every report)."""
         last, self.last = self.last, watts
         if last is None:
             return
-        drift = min(1.0, dt / learn_seconds) if learn_seconds > 0 else 1.0
-        sustained_high, sustained_low = min(watts, last), max(watts, last)
+        drift = dt / learn_seconds if learn_seconds > dt else 1.0
+        if watts < last:
+            sustained_high, sustained_low = watts, last
+        else:
+            sustained_high, sustained_low = last, watts
         high = self.high
         if high is None or sustained_high > high:
             self.high = sustained_high

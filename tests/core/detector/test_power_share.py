@@ -29,7 +29,7 @@ def test_the_draw_is_the_energy_counters_mean_else_the_power_reading() -> None:
     assert p.watts(_sample(300.0, 1_000_000), 0.0) == 300.0  # first energy reading: power this once
     assert p.watts(_sample(300.0, 1_250_000), 1.0) == pytest.approx(250.0)  # 250 J over 1 s
     assert p.watts(_sample(300.0, 5), 2.0) == 300.0  # the counter reset: power this once
-    assert p.watts(_sample(300.0, suspect_fields=["power_watts"]), 3.0) is None
+    assert p.observe(_sample(0.0, suspect_fields=["power_watts"]), 3.0, 1.0, 0, 600.0) is None
     assert p.watts(_sample(float("nan")), 4.0) is None
     assert p.watts(_sample(), 5.0) is None
 
@@ -63,8 +63,8 @@ def test_a_lowered_power_cap_is_followed_within_a_few_reports() -> None:
     assert p.computing(250.0, 2.0) == pytest.approx(1.0, abs=0.05)
 
 
-def _track(gpm: bool = False) -> GpuTrack:
-    return GpuTrack(0, DetectorConfig(), pb.GpuInfo(index=0, gpm_supported=gpm))
+def _track(gpm: bool = False, *, mig_instance: bool = False) -> GpuTrack:
+    return GpuTrack(0, DetectorConfig(), pb.GpuInfo(index=0, gpm_supported=gpm), mig_instance=mig_instance)
 
 
 def test_throttled_reports_teach_nothing_and_count_nothing() -> None:
@@ -84,11 +84,11 @@ def test_throttled_reports_teach_nothing_and_count_nothing() -> None:
 
 def test_with_gpm_or_on_a_mig_instance_power_is_not_read() -> None:
     gpm = _track(gpm=True)
-    mig = _track()
+    mig = _track(mig_instance=True)
     for t in range(1, 8):
         w = 400.0 if t % 2 else 90.0
         gpm.tick(_sample(w), float(t), 1.0, 0)
-        mig.tick(_sample(w, gpu_instance_id=1), float(t), 1.0, 0)
+        mig.tick(_sample(w), float(t), 1.0, 0)
     assert gpm.power.high is None and gpm.window_computing() is None
     assert mig.power.high is None
 
