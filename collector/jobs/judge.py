@@ -22,7 +22,10 @@
 7. Else `busy`.
 
 A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
-else the estimate of its rule.
+else from power where it tells on every one (``wait_share.power_wait``: GPUs without GPM), else
+the estimate of its rule. Whether the job's GPUs wait (step 3's gate for link findings) is their
+idle share at the moderate tier, or their power-based wait share at ``power_wait_ratio``; where
+neither GPM nor power tells on some GPUs and a link sets a node apart, the notes say so.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.jobs.link import link_findings
 from nodeagent.collector.jobs.membership import Claims, Member
 from nodeagent.collector.jobs.node_values import NodeValues
 from nodeagent.collector.jobs.straggler import (
@@ -46,11 +50,17 @@ from nodeagent.collector.jobs.straggler import (
     stragglers,
     uncrowded,
 )
-from nodeagent.collector.jobs.wait_share import gpm_wait, job_wait, straggler_wait
+from nodeagent.collector.jobs.wait_share import gpm_wait, job_wait, power_wait, straggler_wait
 from nodeagent.core.detector.config import DetectorConfig
 
 # A node's own bottleneck as a job cause: waiting on the collective everywhere is the links'.
 _JOB_CAUSE = {"interconnect": "link"}
+# A link sets a node apart, but on some of the job's GPUs neither GPM nor power tells computing
+# from waiting, so nothing says the job waits on it.
+_BLIND = (
+    "a node's link differs, but no GPM and power does not tell on some GPUs (a GPU waiting in the "
+    "collective reads busy there): nobody named for it"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +98,11 @@ def judge(
     if sum(v.warmup for v in values.values()) > sum(v.assigned for v in judged.values()):
         return Judgement("warmup", wait_ratio=job_wait(judged, (), None))
     own_wait = job_wait(judged, (), None)
-    waits = own_wait is not None and own_wait >= detector.moderate_ratio
+    # Without GPM a GPU waiting in the collective reads busy: its power says it waits.
+    by_power = power_wait(judged)
+    waits = (own_wait is not None and own_wait >= detector.moderate_ratio) or (
+        by_power is not None and by_power >= detector.power_wait_ratio
+    )
     notes: list[str] = []
     named: tuple[str, ...] = ()
     if len(judged) >= 2 and claims.comparable:
@@ -97,6 +111,8 @@ def judge(
             remember(member, standings.get(node, Standing(step, False)))
         compared = {node: members[node] for node in judged}
         named = stragglers(compared, step, before, detector.enter_steps, detector.window_steps)
+        if not waits and not named and _blind(judged) and link_findings(judged, config):
+            notes.append(_BLIND)
     elif len(judged) == 1:
         notes.append("one node: judged alone, no comparison")
     if named:
@@ -116,6 +132,10 @@ def _straggler(
     cause = causes.most_common(1)[0][0]
     share = straggler_wait(judged, named, cause)
     wait = _slowed_wait(judged, job_wait(judged, named, share))
+    if share is None:
+        # A link straggler makes the others wait what their power shows (GPM GPUs' own idle share
+        # already does: each waiting GPU counts its own where the share is None).
+        share = power_wait(judged, named)
     top = max(named, key=lambda n: _strength(latest_standout(members[n])))
     evidence: dict[str, float | str] = {
         "straggler": top,
@@ -179,9 +199,17 @@ def _without_straggler(
 
 
 def _slowed_wait(judged: Mapping[str, NodeValues], estimate: float | None) -> float | None:
-    """A slowed job's wait share: from GPM where every judged GPU has it, else ``estimate``."""
+    """A slowed job's wait share: from GPM where every judged GPU has it, else from power where
+    it tells on every one, else ``estimate``."""
     gpm = gpm_wait(judged)
-    return gpm if gpm is not None else estimate
+    if gpm is not None:
+        return gpm
+    by_power = power_wait(judged)
+    return by_power if by_power is not None else estimate
+
+
+def _blind(judged: Mapping[str, NodeValues]) -> bool:
+    return any(v.window_sm_active_ratio is None and v.window_computing_ratio is None for v in judged.values())
 
 
 def _stood_out_at(member: Member, step: int) -> bool:

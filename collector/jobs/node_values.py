@@ -3,10 +3,11 @@ across the job's nodes.
 
 Only the job's GPUs on the node count (``JobSample.gpus``; all the node's GPUs when the sample
 names none). From the node's detector: each GPU's own verdict (before any wait the roll-up set)
-and what it did over the step as read (NVML utilization, GPM SM activity, throttled share:
-``NodeDetector.activity``); from the step's report: SM clocks, PCIe link speeds, NVLink state and
-error counters, NIC and RDMA error counters and link speeds; from every report (``nic_peaks``):
-each NIC's peak rates over the window.
+and what it did over the step as read (NVML utilization, or without GPM the lower of it and the
+computing share from power; GPM SM activity, throttled share: ``NodeDetector.activity``); from
+the step's report: SM clocks, PCIe link speeds, NVLink state and error counters, NIC and RDMA
+error counters and link speeds; from every report (``nic_peaks``): each NIC's peak rates over the
+window.
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ class NodeValues:
     # Raw GPM SM activity over the detector's window, the mean over the judged GPUs; None unless
     # every one of them has GPM (the job's wait share where the job is slowed: wait_share.py).
     window_sm_active_ratio: float | None = None
+    # The computing share from power over the detector's window (GPUs without GPM:
+    # core/detector/power_share.py), the mean over the judged GPUs; None unless power tells on
+    # every one of them (the job's wait share and waiting gate where GPM is missing).
+    window_computing_ratio: float | None = None
 
 
 def node_values(
@@ -105,16 +110,23 @@ def node_values(
     own = [g for g in detector.own_gpus if not wanted or g.index in wanted]
     judged = [g for g in own if g.state in _JUDGED]
     # One pass, sums in locals: this runs for every node of every job at every step.
-    busy = throttled = step_data = sm = window_data = idle = sync = window_sm = 0.0
-    n_act = n_step_data = n_sm = n_window = n_idle = n_sync = n_window_sm = 0
+    busy = throttled = step_data = sm = window_data = idle = sync = window_sm = computing = 0.0
+    n_act = n_step_data = n_sm = n_window = n_idle = n_sync = n_window_sm = n_computing = 0
     for g in judged:
         w = detector.window_sm_active(g.index)
         if w is not None:
             window_sm += w
             n_window_sm += 1
+        else:
+            c = detector.window_computing(g.index)
+            if c is not None:
+                computing += c
+                n_computing += 1
         a = detector.activity(g.index)
         if a is not None:
-            busy += a.utilization_ratio
+            # Without GPM, where power tells: a GPU waiting in the collective reads busy on NVML.
+            share = a.computing_ratio if a.sm_active_ratio is None else None
+            busy += a.utilization_ratio if share is None else min(a.utilization_ratio, share)
             throttled += a.throttled_ratio
             n_act += 1
             if a.data_wait_ratio is not None:
@@ -162,6 +174,7 @@ def node_values(
         clock_mhz=clock,
         link=link,
         window_sm_active_ratio=window_sm / n_window_sm if n_window_sm and n_window_sm == len(judged) else None,
+        window_computing_ratio=computing / n_computing if n_computing and n_computing == len(judged) else None,
     )
 
 

@@ -20,8 +20,10 @@ mean over its judged GPUs (each node weighted by its GPUs).
 Where every judged GPU has GPM, a slowed job's share is instead ``gpm_wait``: the mean of 1 -
 each GPU's raw SM activity over the window (a GPU computes only while its SMs are active; in
 the collective or waiting for data they idle), which also counts the waits the lockstep
-estimate misses (a degraded link, the collective's own transfers, a job-wide wait). The judge
-chooses (docs/jobs.md).
+estimate misses (a degraded link, the collective's own transfers, a job-wide wait). Where GPM
+is missing but power tells on every judged GPU (core/detector/power_share.py), ``power_wait`` is
+the same from the computing share its power shows: the waits NVML utilization reads as busy. The
+judge chooses (docs/jobs.md).
 """
 
 from __future__ import annotations
@@ -73,5 +75,20 @@ def gpm_wait(values: Mapping[str, NodeValues]) -> float | None:
         if v.window_sm_active_ratio is None:
             return None
         total += (1.0 - v.window_sm_active_ratio) * v.assigned
+        weight += v.assigned
+    return round(min(1.0, max(0.0, total / weight)), 4) if weight else None
+
+
+def power_wait(values: Mapping[str, NodeValues], leave_out: tuple[str, ...] = ()) -> float | None:
+    """The job's wait share from power: the mean over its judged GPUs (but those of the nodes
+    ``leave_out``) of 1 - their computing share over the window; None unless power tells on
+    every one of them (GPUs with GPM never count here: GPM is their source)."""
+    total = weight = 0.0
+    for node, v in values.items():
+        if not v.assigned or node in leave_out:
+            continue
+        if v.window_computing_ratio is None:
+            return None
+        total += (1.0 - v.window_computing_ratio) * v.assigned
         weight += v.assigned
     return round(min(1.0, max(0.0, total / weight)), 4) if weight else None

@@ -170,7 +170,7 @@ def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
 
 _OPTIONAL_NUMBERS = (
     "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio",
-    "interconnect_ratio", "needed_bytes_per_second", "clock_mhz", "window_sm_active_ratio",
+    "interconnect_ratio", "needed_bytes_per_second", "clock_mhz", "window_sm_active_ratio", "window_computing_ratio",
 )  # fmt: skip
 _LINK_NUMBERS = (
     "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second",

@@ -83,6 +83,16 @@ class DetectorConfig:
     throttle_reasons: tuple[str, ...] = _THROTTLE_REASONS
     # Share of a step during which throttle reasons must be set for the step to count as throttled.
     throttled_share_ratio: float = 0.5
+    # ---- computing share from power (GPUs without GPM: power_share.py) ----
+    # Power tells computing from waiting only once the GPU has shown a computing draw at least
+    # this many times its resting draw (a GPU spinning in NCCL's kernels or idle) ...
+    power_swing_factor: float = 2.0
+    # ... the two learned from its own readings, each drifting toward what it reads now over
+    # about this long (a draw not seen again for a while is forgotten).
+    power_learn_seconds: float = 600.0
+    # The job roll-up counts a job's GPUs as waiting (so a link finding counts) when their
+    # power-based wait share is at least this (power reads noisier than GPM SM activity).
+    power_wait_ratio: float = 0.15
     # ---- causes ----
     # network: receive on a NIC or RDMA port at least this share of its capacity ...
     network_link_ratio: float = 0.8
@@ -177,6 +187,10 @@ class DetectorConfig:
         if config.gap_seconds > config.window_seconds or config.gap_busy_ratio > config.gap_end_busy_ratio:
             raise DetectorConfigError(
                 f"{source}: gap_seconds must not exceed window_seconds, nor gap_busy_ratio gap_end_busy_ratio"
+            )
+        if config.power_swing_factor <= 1:
+            raise DetectorConfigError(
+                f"{source}: power_swing_factor must be above 1, got {config.power_swing_factor!r}"
             )
         return config
 

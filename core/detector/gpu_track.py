@@ -1,8 +1,9 @@
 """One GPU as the detector follows it: the state the steps of the rule chain share, and the order
 they run in.
 
-Per report (cheap and allocation-free): the gate (step 1, ``gate``), throttled time (``throttle``)
-and the idle share (step 2, ``idle_share``) go into the window's open step. Per window step: the
+Per report (cheap and allocation-free): the gate (step 1, ``gate``), throttled time (``throttle``),
+the idle share (step 2, ``idle_share``) and, without GPM, the computing share from power
+(``power_share``) go into the window's open step. Per window step: the
 step closes with the GPU's link time and host-to-device share (``causes``), the job is noted
 (``gate``), and the state machine (step 4, ``hysteresis``) evaluates the window (``window``),
 whose starved steps vote for a cause (step 3, ``causes``) and yields the GPU's verdict.
@@ -21,6 +22,7 @@ from nodeagent.core.detector.gate import admit, new_job
 from nodeagent.core.detector.hysteresis import evaluate
 from nodeagent.core.detector.idle_share import add_idle, busy_ratio
 from nodeagent.core.detector.node_evidence import NodeEvidence
+from nodeagent.core.detector.power_share import PowerTrack
 from nodeagent.core.detector.throttle import count_throttled
 from nodeagent.core.detector.verdict import GpuVerdict
 from nodeagent.core.detector.window import GpuActivity, Step, activity
@@ -29,13 +31,20 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class GpuTrack:
-    def __init__(self, index: int, config: DetectorConfig, info: pb.GpuInfo | None) -> None:
+    def __init__(
+        self, index: int, config: DetectorConfig, info: pb.GpuInfo | None, *, mig_instance: bool = False
+    ) -> None:
         self.index = index
         self.config = config
         self.uuid = ""
         self.nvlink_bytes_per_second: float | None = None
         self.pcie_max_bytes_per_second: float | None = None
         self.gpm = False
+        # The computing share from power, without GPM (``power_share``); not on a MIG instance
+        # (its GPU's draw is all its tenants').
+        self.mig_instance = mig_instance
+        self.power = PowerTrack()
+        self.reads_power = not mig_instance
         self.learn(info)
         # The window's ring and the open step's place in it.
         self.steps = [Step() for _ in range(config.window_steps + 1)]
@@ -77,6 +86,7 @@ class GpuTrack:
         if info.HasField("pcie_max_generation") and info.HasField("pcie_max_width"):
             self.pcie_max_bytes_per_second = pcie_bytes_per_second(info.pcie_max_generation, info.pcie_max_width)
         self.gpm = info.gpm_supported
+        self.reads_power = not self.gpm and not self.mig_instance
 
     def window_seconds(self) -> float:
         """Counted seconds in the window at the last evaluation (the GPU's weight in node ratios)."""
@@ -97,11 +107,27 @@ class GpuTrack:
             seconds += step.sm_seconds
         return sm / seconds if seconds > 0 else None
 
+    def window_computing(self) -> float | None:
+        """The computing share from power over the time of the last ``window_steps`` closed steps
+        in which power told (a swing that began mid-window counts from there: a job slowed now
+        is seen now); None with GPM (it is the source there) or where power told for less than
+        half a step."""
+        if self.gpm:
+            return None
+        computed = seconds = 0.0
+        size = len(self.steps)
+        for k in range(1, self.config.window_steps + 1):
+            step = self.steps[(self.pos - k) % size]
+            computed += step.power
+            seconds += step.power_seconds
+        return computed / seconds if seconds >= 0.5 * self.config.evaluate_seconds else None
+
     def forget(self) -> None:
         """Drop the window and the verdict built on it (after a long silence both are stale)."""
         for step in self.steps:
             step.reset()
         self.counters = None
+        self.power.forget()
         self.gap_run, self.gap_committed = 0.0, False
         self.state, self.cause, self.tier, self.calm_seconds = "busy", None, None, 0.0
 
@@ -109,6 +135,10 @@ class GpuTrack:
 
     def tick(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int) -> None:
         self.last_seen = t
+        # Power first: the resting draw is learned from reports the gate holds out too.
+        watts = None
+        if self.reads_power:  # a lost or unresponsive GPU reads no power: nothing to learn
+            watts = self.power.observe(g, t, dt, throttle_mask, self.config.power_learn_seconds)
         if not admit(self, g, t):
             return
         step = self.steps[self.pos]
@@ -117,6 +147,12 @@ class GpuTrack:
             return
         count_throttled(step, g, throttle_mask, dt)
         add_idle(self, step, busy, dt)
+        if watts is not None:
+            computing = self.power.computing(watts, self.config.power_swing_factor)
+            if computing is not None:
+                # No more than utilization says its kernels ran.
+                step.power += min(computing, busy) * dt
+                step.power_seconds += dt
 
     # ---- per window step ---------------------------------------------------------------------
 

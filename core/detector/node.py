@@ -4,7 +4,9 @@ Step 5 of the rule chain, the roll-up, lives here; the steps before it run per G
 1. the gate (``gate``): assigned (a compute process, or memory above the idle baseline), else
    `idle`; lost; a newly assigned GPU is `warmup` for ``warmup_seconds``;
 2. the idle share (``idle_share``): NVML utilization, capped by GPM SM activity on Hopper+; idle
-   gaps shorter than ``gap_seconds`` are left out;
+   gaps shorter than ``gap_seconds`` are left out. Without GPM the computing share from power
+   (``power_share``) is kept beside it for the job roll-up (``activity``, ``window_computing``);
+   the node's own verdicts do not use it;
 3. the cause, first match wins (``throttle``, then ``causes`` with ``node_evidence``): throttled,
    interconnect (symmetric peer bytes / link bandwidth x efficiency splits idle time into
    interconnect waiting and data waiting), network, storage, h2d (per GPU), cpu, unknown;
@@ -155,6 +157,12 @@ class NodeDetector:
         track = self._tracks.get(index)
         return None if track is None else track.window_sm_active()
 
+    def window_computing(self, index: int) -> float | None:
+        """GPU ``index``'s computing share from power over the window's closed steps (GPUs
+        without GPM: ``power_share``); None with GPM, or where power does not tell."""
+        track = self._tracks.get(index)
+        return None if track is None else track.window_computing()
+
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
         v = self._verdict
@@ -284,7 +292,7 @@ class NodeDetector:
             key = instance_key(gpu, instance)
             followed = self._instances.get(key)
             if followed is None or followed.uuid != instance.uuid:
-                track = GpuTrack(gpu.index, self.config, self._gpu_info(gpu.index))
+                track = GpuTrack(gpu.index, self.config, self._gpu_info(gpu.index), mig_instance=True)
                 followed = self._instances[key] = InstanceTrack(
                     track, instance.uuid, instance.mig_profile, instance.gpu_instance_id
                 )

@@ -3,8 +3,8 @@ steps 2 to 4 of the rule chain write and read).
 
 A step holds what the reports of one ``evaluate_seconds`` added (counted seconds, idle seconds,
 idle² for the standard error, held-apart gap time, throttled time, and NVML utilization and GPM SM
-activity as read, gaps included: ``activity``, what the collector's job roll-up compares across
-the nodes of a job) and, once closed, the link
+activity as read, gaps included, and the computing share from power: ``activity``, what the
+collector's job roll-up compares across the nodes of a job) and, once closed, the link
 time of its peer traffic, its host-to-device share and the node's evidence. ``Window`` sums the
 last ``window_steps`` of them and counts the steps that vote for each state and cause (a starved
 step's cause is ``causes.step_cause``).
@@ -26,7 +26,8 @@ class Step:
 
     __slots__ = (
         "bad_reading", "evidence", "h2d_ratio", "idle", "idle_sq", "link_seconds", "pend_idle", "pend_seconds",
-        "pend_sq", "pend_ticks", "read_seconds", "seconds", "sm", "sm_seconds", "span", "throttled", "ticks", "util",
+        "pend_sq", "pend_ticks", "power", "power_seconds", "read_seconds", "seconds", "sm", "sm_seconds", "span",
+        "throttled", "ticks", "util",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -39,6 +40,9 @@ class Step:
         self.throttled = self.span = self.link_seconds = 0.0
         # Utilization and SM activity as read (seconds-weighted sums), and the seconds they cover.
         self.util = self.read_seconds = self.sm = self.sm_seconds = 0.0
+        # The computing share from power (GPUs without GPM: ``power_share``), seconds-weighted,
+        # and the seconds in which power told.
+        self.power = self.power_seconds = 0.0
         self.h2d_ratio: float | None = None
         # "nvlink" or "pcie": the step's counters of that link grew faster than it carries.
         self.bad_reading: str | None = None
@@ -59,6 +63,9 @@ class GpuActivity(NamedTuple):
     # The step's share of counted time waiting for data (idle time its link time does not
     # explain, as the window splits it); None when the step counted nothing.
     data_wait_ratio: float | None
+    # The share of the step it computed by its power draw (``power_share``: GPUs without GPM);
+    # None where power did not tell for at least half the step.
+    computing_ratio: float | None = None
 
 
 def activity(step: Step) -> GpuActivity | None:
@@ -72,7 +79,8 @@ def activity(step: Step) -> GpuActivity | None:
     if counted > 0:
         sync = min(step.link_seconds * counted / step.span, step.idle) if step.span > 0 else 0.0
         data = (step.idle - sync) / counted
-    return GpuActivity(seconds, step.util / seconds, sm, min(1.0, step.throttled / seconds), data)
+    computing = step.power / step.power_seconds if step.power_seconds * 2 >= seconds else None
+    return GpuActivity(seconds, step.util / seconds, sm, min(1.0, step.throttled / seconds), data, computing)
 
 
 class Window:

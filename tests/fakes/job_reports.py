@@ -51,12 +51,22 @@ class FakeNode:
     pcie_generation: int = 5
     pcie_width: int = 16
     nvlink_errors_per_report: int = 0
+    # Power (set compute_watts to report it; None: no power readings): the GPUs draw
+    # compute_watts computing and wait_watts waiting in the collective (reading busy on NVML all
+    # the same), in lockstep cycles of cycle_seconds of which they compute duty; a throttled GPU
+    # computes at 70% of the draw. energy: the energy counter too (else power_watts alone).
+    compute_watts: float | None = None
+    wait_watts: float = 90.0
+    duty: float = 1.0
+    cycle_seconds: int = 5
+    energy: bool = True
     # Counters, integrated.
     _time: float | None = None
     _eth: list[float] = field(default_factory=lambda: [0.0, 0.0])
     _fab: list[float] = field(default_factory=lambda: [0.0, 0.0])
     _nvlink_errors: int = 0
     _seq: int = 0
+    _energy_mj: dict[int, float] = field(default_factory=dict)
 
     def info(self) -> pb.NodeInfo:
         gpm = self.sm_active is not None or bool(self.gpu_sm_active)
@@ -107,6 +117,8 @@ class FakeNode:
             if sm is not None:
                 g.sm_active_ratio = sm
             throttled = i in self.throttled_gpus
+            if self.compute_watts is not None:
+                self._power(g, t, dt, throttled)
             g.clock_event_reasons = HW_THERMAL_SLOWDOWN if throttled else 0
             g.sm_clock_mhz = int(self.sm_clock_mhz * (0.7 if throttled else 1.0))
             g.pcie_link_generation, g.pcie_link_width = self.pcie_generation, self.pcie_width
@@ -121,6 +133,16 @@ class FakeNode:
         for part in self.jobs:
             r.jobs.add(job=part.job, source=part.source, world_size=part.world_size, ranks=part.ranks, gpus=part.gpus)
         return r
+
+    def _power(self, g: pb.GpuSample, t: float, dt: float, throttled: bool) -> None:
+        """The GPU's draw over the report's interval: computing for the first ``duty`` of each cycle."""
+        assert self.compute_watts is not None
+        computing = (t - START) % self.cycle_seconds < self.duty * self.cycle_seconds - 1e-9
+        watts = self.compute_watts * (0.7 if throttled else 1.0) if computing else self.wait_watts
+        g.power_watts = watts
+        if self.energy:
+            total = self._energy_mj[g.index] = self._energy_mj.get(g.index, 1e9) + watts * dt * 1000.0
+            g.energy_millijoules_total = int(total)
 
 
 def job_nodes(

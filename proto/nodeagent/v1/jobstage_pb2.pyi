@@ -44,7 +44,7 @@ class JobLinkValues(_message.Message):
     def __init__(self, nic_speeds_bytes_per_second: _Optional[_Mapping[str, float]] = ..., fabric_nic: _Optional[str] = ..., fabric_peak_bytes_per_second: _Optional[float] = ..., fabric_speed_bytes_per_second: _Optional[float] = ..., pcie_bytes_per_second: _Optional[float] = ..., pcie_max_bytes_per_second: _Optional[float] = ..., nvlink_inactive: _Optional[int] = ..., nvlink_errors: _Optional[int] = ..., nic_errors: _Optional[int] = ...) -> None: ...
 
 class JobNodeValues(_message.Message):
-    __slots__ = ("gpus", "assigned", "warmup", "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio", "interconnect_ratio", "own_cause", "evidence_numbers", "evidence_words", "evidence_cause", "needed_bytes_per_second", "clock_mhz", "link", "window_sm_active_ratio")
+    __slots__ = ("gpus", "assigned", "warmup", "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio", "interconnect_ratio", "own_cause", "evidence_numbers", "evidence_words", "evidence_cause", "needed_bytes_per_second", "clock_mhz", "link", "window_sm_active_ratio", "window_computing_ratio")
     class EvidenceNumbersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class JobNodeValues(_message.Message):
     CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
     LINK_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_COMPUTING_RATIO_FIELD_NUMBER: _ClassVar[int]
     gpus: int
     assigned: int
     warmup: int
@@ -95,7 +96,8 @@ class JobNodeValues(_message.Message):
     clock_mhz: float
     link: JobLinkValues
     window_sm_active_ratio: float
-    def __init__(self, gpus: _Optional[int] = ..., assigned: _Optional[int] = ..., warmup: _Optional[int] = ..., busy_ratio: _Optional[float] = ..., sm_active_ratio: _Optional[float] = ..., throttled_ratio: _Optional[float] = ..., data_wait_ratio: _Optional[float] = ..., window_data_wait_ratio: _Optional[float] = ..., idle_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., own_cause: _Optional[str] = ..., evidence_numbers: _Optional[_Mapping[str, float]] = ..., evidence_words: _Optional[_Mapping[str, str]] = ..., evidence_cause: _Optional[str] = ..., needed_bytes_per_second: _Optional[float] = ..., clock_mhz: _Optional[float] = ..., link: _Optional[_Union[JobLinkValues, _Mapping]] = ..., window_sm_active_ratio: _Optional[float] = ...) -> None: ...
+    window_computing_ratio: float
+    def __init__(self, gpus: _Optional[int] = ..., assigned: _Optional[int] = ..., warmup: _Optional[int] = ..., busy_ratio: _Optional[float] = ..., sm_active_ratio: _Optional[float] = ..., throttled_ratio: _Optional[float] = ..., data_wait_ratio: _Optional[float] = ..., window_data_wait_ratio: _Optional[float] = ..., idle_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., own_cause: _Optional[str] = ..., evidence_numbers: _Optional[_Mapping[str, float]] = ..., evidence_words: _Optional[_Mapping[str, str]] = ..., evidence_cause: _Optional[str] = ..., needed_bytes_per_second: _Optional[float] = ..., clock_mhz: _Optional[float] = ..., link: _Optional[_Union[JobLinkValues, _Mapping]] = ..., window_sm_active_ratio: _Optional[float] = ..., window_computing_ratio: _Optional[float] = ...) -> None: ...
 
 class JobStepMessage(_message.Message):
     __slots__ = ("job", "source", "node_id", "step", "time_unix_seconds", "gpus", "ranks", "ranks_count", "world_size", "node_rank", "values", "gpu_seconds_lost")

@@ -1,0 +1,94 @@
+"""The job roll-up on GPUs without GPM (A100-class): a GPU waiting in the collective reads ~100%
+NVML utilization, and only its power tells it waits (core/detector/power_share.py). Four nodes
+in lockstep whose GPUs compute 60% of each cycle at 400 W and wait 40% spinning at 90 W, node 3's
+fabric link slow: named `link` within 60 s, the wait share within 0.05 of the 0.4 built in, and
+the waiting GPUs count it lost; without power readings nobody is named and the notes say why."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.collector.jobs.test_rollup import Run
+from tests.fakes.job_reports import FakeNode, job_nodes
+
+WAIT = 0.4
+
+
+def _a100_job(*, power: bool = True, energy: bool = True, duty: float = 1 - WAIT) -> list[FakeNode]:
+    nodes = job_nodes("1234", 4)
+    for node in nodes:
+        node.util = 0.98  # computing or waiting in NCCL's kernels alike
+        node.compute_watts = 400.0 if power else None
+        node.duty, node.energy = duty, energy
+    return nodes
+
+
+@pytest.mark.parametrize("energy", [True, False], ids=["energy-counter", "power-reading"])
+def test_a_slow_fabric_link_without_gpm_is_named_link_within_a_minute(energy: bool) -> None:
+    nodes = _a100_job(energy=energy)
+    nodes[3].fabric_bytes_per_second = 5e7  # the others move 4e8 both ways
+    run = Run(nodes)
+    run.seconds(120)
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-3",), "link")
+    assert "link_fabric_peak" in v.evidence
+    named = run.first_named()
+    assert named is not None and named <= 60
+    assert v.wait_ratio == pytest.approx(WAIT, abs=0.05)
+    assert not v.notes
+    for node in ("node-0", "node-1", "node-2"):
+        d = run.detectors[node].verdict
+        assert d.waiting_on == ("node-3",)
+        # Each waiting GPU counts 0.4 of its time lost (on entering its window's: the job waited from its start).
+        for g in d.gpus:
+            assert g.gpu_seconds_lost == pytest.approx(WAIT * 120, rel=0.1)
+
+
+def test_without_power_readings_the_same_job_names_nobody_and_says_why() -> None:
+    nodes = _a100_job(power=False)
+    nodes[3].fabric_bytes_per_second = 5e7
+    run = Run(nodes)
+    run.seconds(120)
+    v = run.verdict()
+    assert run.ever_named() == set()
+    assert v.state == "busy"
+    assert any("power does not tell" in note for note in v.notes)
+
+
+def test_a_clean_job_with_power_readings_is_busy_and_names_nobody() -> None:
+    """Steady computing shows no swing: power does not tell, and utilization (busy) stands."""
+    nodes = _a100_job(duty=1.0)
+    run = Run(nodes)
+    run.seconds(180)
+    v = run.verdict()
+    assert (v.state, run.ever_named()) == ("busy", set())
+    assert v.wait_ratio is not None and v.wait_ratio < 0.05
+
+
+def test_a_clean_job_whose_gpus_rested_first_is_busy() -> None:
+    """Idle at 55 W before the job, then computing at 400 W throughout: the swing is there, the
+    computing share reads ~1, and nothing waits."""
+    nodes = _a100_job(duty=1.0)
+    for node in nodes:
+        node.compute_watts, node.duty = 55.0, 1.0
+    run = Run(nodes)
+    run.seconds(20)
+    for node in nodes:
+        node.compute_watts = 400.0
+    run.seconds(160)
+    v = run.verdict()
+    assert (v.state, run.ever_named()) == ("busy", set())
+    assert not any(d.verdict.waiting_on for d in run.detectors.values())
+
+
+def test_a_throttled_node_without_gpm_is_named_throttled_not_link() -> None:
+    """Node 3's GPUs thermally throttled compute all the time at a lower draw; the others wait 30%
+    of each cycle in the collective. Its throttled share names it, whatever its power."""
+    nodes = _a100_job(duty=0.7)
+    nodes[3].duty = 1.0
+    nodes[3].throttled_gpus = (0, 1, 2, 3)
+    run = Run(nodes)
+    run.seconds(120)
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-3",), "throttled")
+    assert run.detectors["node-3"].verdict.state == "throttled"

@@ -1,0 +1,98 @@
+"""The computing share from power (core/detector/power_share.py): the draw from the energy
+counter or the power reading, the computing and resting draws learned from the GPU's own
+readings, capping, throttling, MIG and GPM."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
+from nodeagent.core.detector.gpu_track import GpuTrack
+from nodeagent.core.detector.power_share import PowerTrack
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+HW_THERMAL_SLOWDOWN = 0x40
+GIB = 1 << 30
+
+
+def _sample(watts: float | None = None, energy_mj: int | None = None, **fields: object) -> pb.GpuSample:
+    g = pb.GpuSample(index=0, memory_used_bytes=8 * GIB, utilization_gpu_ratio=0.98, **fields)  # type: ignore[arg-type]
+    if watts is not None:
+        g.power_watts = watts
+    if energy_mj is not None:
+        g.energy_millijoules_total = energy_mj
+    return g
+
+
+def test_the_draw_is_the_energy_counters_mean_else_the_power_reading() -> None:
+    p = PowerTrack()
+    assert p.watts(_sample(300.0, 1_000_000), 0.0) == 300.0  # first energy reading: power this once
+    assert p.watts(_sample(300.0, 1_250_000), 1.0) == pytest.approx(250.0)  # 250 J over 1 s
+    assert p.watts(_sample(300.0, 5), 2.0) == 300.0  # the counter reset: power this once
+    assert p.observe(_sample(0.0, suspect_fields=["power_watts"]), 3.0, 1.0, 0, 600.0) is None
+    assert p.watts(_sample(float("nan")), 4.0) is None
+    assert p.watts(_sample(), 5.0) is None
+
+
+def _learn(p: PowerTrack, readings: list[float], *, capped: bool = False) -> None:
+    for w in readings:
+        p.learn(w, capped, 1.0, 600.0)
+
+
+def test_the_share_needs_a_swing_and_is_placed_between_the_learned_draws() -> None:
+    p = PowerTrack()
+    _learn(p, [400.0] * 5)
+    assert p.computing(400.0, 2.0) is None  # steady computing: power does not tell
+    _learn(p, [90.0, 90.0, 400.0, 400.0])
+    assert p.computing(400.0, 2.0) == pytest.approx(1.0, abs=0.01)
+    assert p.computing(90.0, 2.0) == pytest.approx(0.0, abs=0.01)
+    assert p.computing(245.0, 2.0) == pytest.approx(0.5, abs=0.02)
+
+
+def test_a_one_report_spike_teaches_no_draw() -> None:
+    p = PowerTrack()
+    _learn(p, [90.0, 90.0, 400.0, 400.0, 90.0, 700.0, 90.0])
+    assert p.high == pytest.approx(400.0, abs=5.0)
+
+
+def test_a_lowered_power_cap_is_followed_within_a_few_reports() -> None:
+    p = PowerTrack()
+    _learn(p, [90.0, 90.0, 400.0, 400.0])
+    _learn(p, [250.0] * 6, capped=True)  # the enforced limit went to 250 W
+    assert p.high == pytest.approx(250.0, abs=5.0)
+    assert p.computing(250.0, 2.0) == pytest.approx(1.0, abs=0.05)
+
+
+def _track(gpm: bool = False, *, mig_instance: bool = False) -> GpuTrack:
+    return GpuTrack(0, DetectorConfig(), pb.GpuInfo(index=0, gpm_supported=gpm), mig_instance=mig_instance)
+
+
+def test_throttled_reports_teach_nothing_and_count_nothing() -> None:
+    track = _track()
+    mask = HW_THERMAL_SLOWDOWN
+    t = 0.0
+    for w in (90.0, 90.0, 400.0, 400.0):
+        t += 1.0
+        track.tick(_sample(w), t, 1.0, mask)
+    before = track.steps[track.pos].power_seconds
+    for _ in range(5):
+        t += 1.0
+        track.tick(_sample(200.0, clock_event_reasons=HW_THERMAL_SLOWDOWN), t, 1.0, mask)
+    assert track.power.high == pytest.approx(400.0, abs=5.0)
+    assert track.steps[track.pos].power_seconds == before
+
+
+def test_with_gpm_or_on_a_mig_instance_power_is_not_read() -> None:
+    gpm = _track(gpm=True)
+    mig = _track(mig_instance=True)
+    for t in range(1, 8):
+        w = 400.0 if t % 2 else 90.0
+        gpm.tick(_sample(w), float(t), 1.0, 0)
+        mig.tick(_sample(w), float(t), 1.0, 0)
+    assert gpm.power.high is None and gpm.window_computing() is None
+    assert mig.power.high is None
+
+
+def test_power_swing_factor_must_be_above_one() -> None:
+    with pytest.raises(DetectorConfigError, match="power_swing_factor"):
+        DetectorConfig.from_mapping({"power_swing_factor": 1.0}, source="collector.toml [detector]")
