@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from nodeagent.core.transport.rendezvous import rendezvous_order
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for
 
@@ -31,6 +33,9 @@ def _spread(collectors: list[str]) -> list[str]:
     raise AssertionError("no spread of node ids")
 
 
+# Nine collector processes and three sped-up agents: on a machine shared with other tests their
+# steps fall behind the sped-up clocks; run alone, as the labs are.
+@pytest.mark.alone
 def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_path: Path) -> None:
     ports = [free_port() for _ in range(3)]
     addresses = [f"127.0.0.1:{p}" for p in ports]
@@ -63,17 +68,20 @@ def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_
             job = next((j for j in jobs if j["job"] == JOB), None)
             return bool(job and job["straggler_nodes"] == [nodes[0]] and job["cause"] == "network")
 
-        assert wait_for(lambda: named_by(owner), timeout=60, interval=0.5), cli(
+        assert wait_for(lambda: named_by(owner), timeout=120, interval=0.5), cli(
             "collector", "jobs", *[a for address in addresses for a in ("--collector", address)]
         )
         # The owner dies: the next collector the job's key ranks judges it.
         collectors[owner].kill(signal.SIGKILL)
         killed = time.monotonic()
         successor = rendezvous_order(JOB, addresses)[1]
-        assert wait_for(lambda: named_by(successor), timeout=60, interval=0.5)
+        alive = [a for a in addresses if a != owner]
+        assert wait_for(lambda: named_by(successor), timeout=120, interval=0.5), cli(
+            "collector", "jobs", *[a for address in alive for a in ("--collector", address)]
+        ) + cli("collector", "nodes", *[a for address in alive for a in ("--collector", address)])
         back_elsewhere = time.monotonic() - killed
         collectors[owner].start()
         restarted = time.monotonic()
-        assert wait_for(lambda: named_by(owner), timeout=60, interval=0.5)
+        assert wait_for(lambda: named_by(owner), timeout=120, interval=0.5)
         back_home = time.monotonic() - restarted
         print(f"named by its successor {back_elsewhere:.1f} s after the kill, by its owner {back_home:.1f} s after")
