@@ -125,12 +125,8 @@ async def _two_jobs(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_time_ends_a_job_whose_nodes_all_stopped_and_its_alert_outlives_no_restart(tmp_path: Path) -> None:
-    asyncio.run(_silent_job(tmp_path))
-
-
-async def _silent_job(tmp_path: Path) -> None:
-    now = [START]
+async def _slowed_job(tmp_path: Path, now: list[float]) -> tuple[StoreWriter, Alerting, Ingest]:
+    """A 4-node job whose node-1 is starved by its network, long enough for its JobStraggler."""
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
     ingest = Ingest(writer, alerting, clock=lambda: now[0])
@@ -146,6 +142,16 @@ async def _silent_job(tmp_path: Path) -> None:
             ingest.accept(streams[node.node_id], report, report.SerializeToString())
         now[0] += 1.0
         await ingest.flusher.flush()
+    return writer, alerting, ingest
+
+
+def test_time_ends_a_job_whose_nodes_all_stopped_and_its_alert_outlives_no_restart(tmp_path: Path) -> None:
+    asyncio.run(_silent_job(tmp_path))
+
+
+async def _silent_job(tmp_path: Path) -> None:
+    now = [START]
+    writer, alerting, ingest = await _slowed_job(tmp_path, now)
 
     def straggler_alerts() -> set[str]:
         return {a.node_id for a in writer.call_sync(alerting.recent, False) if a.name == "JobStraggler"}
@@ -173,21 +179,7 @@ def test_a_job_alert_the_restarted_collector_no_longer_judges_resolves(tmp_path:
 
 async def _restart(tmp_path: Path) -> None:
     now = [START]
-    writer = StoreWriter(tmp_path / "c.db")
-    alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: now[0])
-    nodes = job_nodes("1234", 4)
-    streams = {}
-    for node in nodes:
-        streams[node.node_id] = stream = StreamHandle(node.node_id, "test")
-        ingest.attach(stream, node.info())
-    nodes[1].util, nodes[1].data_rx_bytes_per_second = 0.5, 1.2e9
-    for _ in range(ONSET + 90):
-        for node in nodes:
-            report = node.report(now[0])
-            ingest.accept(streams[node.node_id], report, report.SerializeToString())
-        now[0] += 1.0
-        await ingest.flusher.flush()
+    writer, alerting, ingest = await _slowed_job(tmp_path, now)
     await ingest.flusher.flush(final=True)
     writer.close()
     # The collector restarts; the job's nodes went elsewhere (or stopped): nobody judges the job here.
