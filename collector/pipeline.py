@@ -36,6 +36,8 @@ class NodeStages(Protocol):
     def detector(self, value: NodeDetector) -> None: ...
 
     detector_epoch: int
+    # The node's latest topology, when known apart from the report in hand.
+    topology: pb.NodeInfo | None
 
 
 class Pipeline:
@@ -69,6 +71,10 @@ class Pipeline:
         if detector is None or node.detector_epoch != report.epoch:
             detector = node.detector = NodeDetector(node_id, self.detector_config)
             node.detector_epoch = report.epoch
+            if node.topology is not None and not report.HasField("info"):
+                # A node that came from another collector (a failover) sends its topology in its
+                # hello, not in its next report: without it no link is known and no network cause.
+                detector.learn(node.topology)
         before = detector.verdict
         advanced = detector.observe(report) is not before  # a new verdict (the window advanced)
         self.jobs.observe(node_id, report, detector, advanced)

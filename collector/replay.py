@@ -126,6 +126,7 @@ class NodeReplay:
     first_time: float
     last_time: float
     detector_epoch: int = 0
+    topology: pb.NodeInfo | None = None
     reports: int = 0
     timeline: list[StateChange] = field(default_factory=list)
     evaluations: list[tuple[float, list[AlertSignal]]] = field(default_factory=list)

@@ -153,6 +153,8 @@ class Ingest:
         if hello.gpu.gpus:
             node.row.gpu_count = len(hello.gpu.gpus)
         self.alerting.observe_info(stream.node_id, hello)
+        if hello.nics or hello.gpu.gpus or hello.rdma_ports:
+            node.topology = hello
         return previous
 
     def detach(self, stream: StreamHandle) -> None:
@@ -227,6 +229,7 @@ class Ingest:
             row.agent_version = report.info.agent_version or row.agent_version
             row.gpu_count = len(report.info.gpu.gpus)
             self.alerting.observe_info(row.node_id, report.info)
+            node.topology = report.info
         changed = self.pipeline.take(row.node_id, node, report)
         detector = node.detector
         assert detector is not None  # the pipeline made it

@@ -23,6 +23,7 @@ from nodeagent.collector.history.rollup import NodeHistory
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.node import NodeDetector
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Watermarks kept per node: an agent restarted without its spool starts a new epoch, and only the
 # latest ones can still have reports in flight.
@@ -90,6 +91,9 @@ class NodeState:
     dirty_epochs: set[int] = field(default_factory=set)
     detector: NodeDetector | None = None
     detector_epoch: int = 0
+    # The node's latest topology (its hello's, or a report's): a detector started for a new epoch,
+    # or after the node came over from another collector, learns its links from it at once.
+    topology: pb.NodeInfo | None = None
     # The row as last committed: what queries show (the in-memory row runs ahead of the store).
     committed: NodeRow | None = None
     # Why this node's row cannot be stored, once a commit refused it; None while it can.

@@ -330,6 +330,11 @@ class NodeDetector:
 
     # ---- topology ----------------------------------------------------------------------------
 
+    def learn(self, info: pb.NodeInfo) -> None:
+        """The node's topology, from elsewhere than a report (the collector's hello of a node that
+        came over from another collector): its links, GPUs and their limits."""
+        self._learn(info)
+
     def _learn(self, info: pb.NodeInfo) -> None:
         self._info = pb.NodeInfo()
         self._info.CopyFrom(info)

@@ -70,3 +70,32 @@ async def _ingest(
     alerts = {(a.name, a.node_id, a.key) for a in writer.call_sync(alerting.recent, True)}
     writer.close()
     return ingest, alerts
+
+
+def test_a_node_that_fails_over_keeps_its_links_from_its_hello(tmp_path: Path) -> None:
+    """A node that came over from another collector sends its topology in its hello only (its
+    epoch's first report went to the collector it left): its detector still knows its links, so
+    a network-starved node is named `network`, not `unknown`."""
+    asyncio.run(_failed_over(tmp_path))
+
+
+async def _failed_over(tmp_path: Path) -> None:
+    from nodeagent.tools.simulator import Simulation
+
+    sim = Simulation("ordinary-cloud", node_id="moved", seed=1, start_time=1_800_000_000.0)
+    now = [1_800_000_000.0]
+    writer = StoreWriter(tmp_path / "c.db")
+    ingest = Ingest(writer, Alerting(AlertConfig(), []), clock=lambda: now[0])
+    stream = StreamHandle("moved", "test")
+    ingest.attach(stream, sim.info())
+    for seq in range(1, 151):
+        report = sim.step(0.0 if seq == 1 else 1.0)
+        report.epoch, report.seq = 1, 1000 + seq  # the epoch's first reports went elsewhere
+        report.ClearField("info")
+        now[0] = report.time_unix_seconds
+        ingest.accept(stream, report, report.SerializeToString())
+        await ingest.flusher.flush()
+    detector = ingest.nodes["moved"].detector
+    assert detector is not None
+    assert (detector.verdict.state, detector.verdict.cause) == ("starved", "network")
+    writer.close()
