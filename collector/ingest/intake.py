@@ -154,7 +154,7 @@ class Ingest:
             node.row.gpu_count = len(hello.gpu.gpus)
         self.alerting.observe_info(stream.node_id, hello)
         if hello.nics or hello.gpu.gpus or hello.rdma_ports:
-            node.topology = hello
+            node.topology = known_topology(hello)
         return previous
 
     def detach(self, stream: StreamHandle) -> None:
@@ -229,7 +229,7 @@ class Ingest:
             row.agent_version = report.info.agent_version or row.agent_version
             row.gpu_count = len(report.info.gpu.gpus)
             self.alerting.observe_info(row.node_id, report.info)
-            node.topology = report.info
+            node.topology = known_topology(report.info)
         changed = self.pipeline.take(row.node_id, node, report)
         detector = node.detector
         assert detector is not None  # the pipeline made it
@@ -297,3 +297,12 @@ class Ingest:
             node = NodeState(row=NodeRow(node_id=node_id))
             self.nodes[node_id] = node
         return node
+
+
+def known_topology(info: pb.NodeInfo) -> pb.NodeInfo:
+    """A copy of a node's topology to keep: without fields this collector does not know (a flood
+    of them must cost nothing held)."""
+    kept = pb.NodeInfo()
+    kept.CopyFrom(info)
+    kept.DiscardUnknownFields()
+    return kept
