@@ -76,10 +76,6 @@ class JobRollup:
     def judged_total(self) -> int:
         return self.jobs.judged_total
 
-    @property
-    def membership(self) -> object:
-        return self.jobs.membership
-
     def observe(self, node_id: str, report: pb.NodeReport, detector: NodeDetector, advanced: bool) -> None:
         """One accepted report of a node, after its detector saw it (``advanced``: it stepped)."""
         self.nodes.observe(node_id, report, detector, advanced)

@@ -152,31 +152,34 @@ class JobMessenger:
     async def _send_steps(self, place: Place, q: deque[NodeMessage]) -> None:
         batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
         stub = js_grpc.JobStageStub(self._channel(place))
-        if not await self._call(place, stub.NodeMessages, node_messages_to_pb(batch), len(batch)) and place.collector:
-            # Passed over now: the batch goes to the next collector its jobs' keys rank.
-            self.dropped_total -= len(batch)
+        if await self._call(place, stub.NodeMessages, node_messages_to_pb(batch)):
+            self.sent_total += len(batch)
+        elif place.collector:  # passed over now: the batch goes to the next collector its keys rank
             self.to_owners(batch)
+        else:
+            self.dropped_total += len(batch)
         if q:
             self._wake.set()
 
     async def _send_waits(self, place: Place, q: deque[JobWait]) -> None:
         batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
         stub = js_grpc.JobStageStub(self._channel(place))
-        await self._call(place, stub.Waits, waits_to_pb(batch), len(batch))
+        if await self._call(place, stub.Waits, waits_to_pb(batch)):
+            self.sent_total += len(batch)
+        else:
+            self.dropped_total += len(batch)
         if q:
             self._wake.set()
 
-    async def _call(self, place: Place, method: Callable[..., Awaitable[object]], request: object, count: int) -> bool:
+    async def _call(self, place: Place, method: Callable[..., Awaitable[object]], request: object) -> bool:
         shard = self._shard(place)
         try:
             await method(request, timeout=CALL_TIMEOUT_SECONDS, metadata=shard_metadata(shard))
         except grpc.aio.AioRpcError as err:
-            self.dropped_total += count
             if place.collector:
                 self._down[place.collector] = time.monotonic() + DOWN_SECONDS
-            log.debug("job messages not delivered", to=shard.name, code=err.code().name, messages=count)
+            log.debug("job messages not delivered", to=shard.name, code=err.code().name)
             return False
-        self.sent_total += count
         return True
 
     def _shard(self, place: Place) -> Shard:

@@ -37,11 +37,6 @@ class Routes:
         # A fleet counts only when this collector is in it: else it cannot tell its own jobs.
         self.fleet = fleet if me and len(fleet) > 1 else ()
 
-    @property
-    def alone(self) -> bool:
-        """One process owns every job: messages never leave it."""
-        return self.workers == 1 and not self.fleet
-
     def owner(self, job: str, down: Container[str] = ()) -> Place:
         if self.fleet:
             for collector in rendezvous_order(job, self.fleet):
