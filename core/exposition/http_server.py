@@ -31,6 +31,7 @@ import structlog
 
 from nodeagent.core.exposition.http_connection import Connection, Request
 from nodeagent.core.exposition.http_reply import (
+    CSP_HEADER_NAME,
     METRICS_GZIP_HEADERS,
     METRICS_HEADERS,
     PLAIN_TEXT_CONTENT_TYPE,
@@ -77,6 +78,7 @@ class MetricsHttpServer:
         guard: Guard | None = None,
         metrics_gzip: Callable[[], bytes] | None = None,
         pages: Pages | None = None,
+        page_policy: str | None = None,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
@@ -89,6 +91,12 @@ class MetricsHttpServer:
         self.name = name
         self.guard = guard
         self.pages = pages
+        # The Content-Security-Policy of the HTML ``pages`` answer (their inline script and style,
+        # by hash); every other reply, and an HTML page without it, gets the default that lets
+        # nothing run (http_reply.py).
+        self._page_headers: tuple[tuple[str, str], ...] = (
+            ((CSP_HEADER_NAME, page_policy),) if page_policy is not None else ()
+        )
         self.port = 0
         self._server: ConnectionServer | None = None
         self._thread: threading.Thread | None = None
@@ -153,7 +161,10 @@ class MetricsHttpServer:
                 return Reply(500, b"page failed; see the log\n")
             if found is not None:
                 status, content_type, body = found
-                return Reply(int(status.split(" ", 1)[0]), body, (("Content-Type", content_type),))
+                headers = (("Content-Type", content_type),)
+                if content_type.startswith("text/html"):
+                    headers += self._page_headers
+                return Reply(int(status.split(" ", 1)[0]), body, headers)
         if path == "/":
             links = "/metrics\n/healthz\n" if self.health is not None else "/metrics\n"
             return Reply(200, f"{self.name}\n{links}".encode())
