@@ -93,9 +93,7 @@ class RemoteWriter:
     ) -> None:
         self.config = config
         # Counters go on from ``stats`` (a restarted process's predecessor's); the queue is empty.
-        self.stats = (
-            replace(stats, queued_samples=0, in_flight_samples=0) if stats is not None else RemoteWriteStats()
-        )
+        self.stats = replace(stats, queued_samples=0, in_flight_samples=0) if stats is not None else RemoteWriteStats()
         self._publish = publish if publish is not None else _unpublished
         self._cpu_base = self.stats.cpu_seconds_total
         self._queue: deque[_Item] = deque()
