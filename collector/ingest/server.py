@@ -55,6 +55,7 @@ from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import StoreReader
+from nodeagent.collector.views.fleet_assets import content_security_policy
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS, parse_target
@@ -269,6 +270,7 @@ class CollectorServer:
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
             name="nodeagent-collector", guard=self.policy.http_scrape, pages=pages,
+            page_policy=content_security_policy(),
         )  # fmt: skip
         try:
             await asyncio.to_thread(self.http.start)

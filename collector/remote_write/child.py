@@ -1,7 +1,9 @@
 """The remote-write process: reads what ingest hands over (``records.py``), turns each report into
 series once (``NodeSeries``, one per node; ``JobSeries`` for the job roll-up's snapshots) and
-gives the same bytes to every receiver's queue (``sender.py``, a thread each). Its counters go to
-the collector's shared page (``counters.py``) every ``PUBLISH_SECONDS`` and when it exits.
+gives the same bytes to every receiver's queue (``sender.py``, a thread each). Its counts go to the
+collector's shared page (``counters.py``) as they change (a record read, a report queued, a
+request posted, answered): a SIGKILL at any moment leaves them exact up to that moment. CPU
+times go there every ``PUBLISH_SECONDS`` and when it exits.
 
 Started by ``process.py`` as ``python -m nodeagent.collector.remote_write.child``, never by hand.
 It dies with the collector: ``PR_SET_PDEATHSIG`` (SIGTERM), and the socket's end of file, after
@@ -12,6 +14,7 @@ which it builds what was still in the socket, gives the receivers a moment to ta
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pickle
@@ -78,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     configs = [_config(item) for item in json.loads(args.configs)]
     counters = SharedCounters(args.counters_fd, len(configs))
-    writers = [RemoteWriter(config, counters.read_stats(i)) for i, config in enumerate(configs)]
+    writers = [
+        RemoteWriter(config, counters.read_stats(i), functools.partial(counters.write_stats, i))
+        for i, config in enumerate(configs)
+    ]
     for writer in writers:
         writer.start()
     sock = socket.socket(fileno=args.socket_fd)
@@ -118,12 +124,16 @@ def _serve(
             record = view[:size]
             kind = bytes(record[:1])
             encoded: EncodedReport | None = None
+            if kind == REPORT:
+                reports += 1
+            elif kind == JOBS:
+                jobs += 1
+            # Published as each is read: the collector counts what a killed process had not read.
+            counters.set_read(reports, jobs)
             try:
                 if kind == REPORT:
-                    reports += 1
                     encoded = builder.report(*read_report(record))
                 elif kind == JOBS:
-                    jobs += 1
                     encoded = builder.jobs(read_jobs(record))
                 elif kind == INFO:
                     builder.info(*read_info(record))
@@ -151,8 +161,9 @@ def _serve(
 
 
 def _publish(counters: SharedCounters, writers: list[RemoteWriter]) -> None:
-    for i, writer in enumerate(writers):
-        counters.write_stats(i, writer.stats)
+    # Each writer publishes its counts as they change; this adds its CPU, which changes always.
+    for writer in writers:
+        writer.publish()
     counters.set_cpu(time.process_time(), time.thread_time())
 
 

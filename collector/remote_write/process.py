@@ -14,10 +14,12 @@ before.
 The child dies with the collector (``PR_SET_PDEATHSIG``, and the socket's end of file), and is
 started again when it dies (``restarts_total``), after the delay the workers' supervisor waits by
 too (``core/program/child_restart.py``: 0.5 s, growing while it keeps dying at once), given each
-node's topology again before the node's next report: what the dead child had read and not sent is
-lost and counted (``lost_samples``: its queue as it last published it; reports handed over and
-never read: ``dropped["child_died"]``). Its counters live in shared memory (``counters.py``),
-continued by the next child, and ``/metrics`` reads them there.
+node's topology again before the node's next report: what the dead child had read and not posted is
+lost and counted (``lost_samples``: its queue, less the request it was posting, whose samples
+are in doubt, ``in_doubt_samples``: the receiver may have taken them; reports handed over and
+never read: ``dropped["process_died"]``). Its counters live in shared memory (``counters.py``),
+written as they change, so a SIGKILL leaves them exact; they are continued by the next child,
+and ``/metrics`` reads them there.
 """
 
 from __future__ import annotations
@@ -77,8 +79,10 @@ class RemoteWriteProcess:
         self.handed_over = 0
         self.restarts_total = 0
         self._restarts = RestartPolicy()
-        # Per receiver: samples a dead child held in its queue.
+        # Per receiver: samples a dead child held in its queue and had not posted (lost), and
+        # those of the request it was posting (in doubt: the receiver may have taken them).
         self.lost_samples = [0] * len(self.configs)
+        self.in_doubt_samples = [0] * len(self.configs)
         self._unread_counted = 0
         self._jobs = jobs
         self._jobs_seen: tuple[JobVerdict, ...] | None = None
@@ -245,7 +249,12 @@ class RemoteWriteProcess:
             self._unread_counted += unread
         for i in range(len(self.configs)):
             stats = self.counters.read_stats(i)
-            self.lost_samples[i] += stats.queued_samples
+            # The request it was posting when it died may or may not have reached the receiver:
+            # those samples are neither sent nor lost, but in doubt. The rest of its queue was
+            # never posted: lost.
+            in_flight = min(stats.in_flight_samples, stats.queued_samples)
+            self.in_doubt_samples[i] += in_flight
+            self.lost_samples[i] += stats.queued_samples - in_flight
             # The queue is gone with it (written here while no child runs: the next one starts later).
-            stats.queued_samples = 0
+            stats.queued_samples = stats.in_flight_samples = 0
             self.counters.write_stats(i, stats)

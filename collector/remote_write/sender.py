@@ -34,6 +34,7 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import cramjam
@@ -60,6 +61,9 @@ class RemoteWriteStats:
     requests_total: int = 0
     request_failures_total: int = 0
     queued_samples: int = 0
+    # Of the queued, those in the request posted now, whose answer has not come: a process that
+    # dies meanwhile cannot know whether the receiver took them.
+    in_flight_samples: int = 0
     # CPU of the sender's thread: joining, compressing, posting (building is the build thread's).
     cpu_seconds_total: float = 0.0
 
@@ -74,18 +78,31 @@ class _Item:
 
 
 class RemoteWriter:
-    """One receiver: its queue, its thread, its counters."""
+    """One receiver: its queue, its thread, its counters.
 
-    def __init__(self, config: RemoteWriteConfig, stats: RemoteWriteStats | None = None) -> None:
+    ``publish`` is given the counters after every change, under the queue's lock, in the order
+    they change: the remote-write process writes them to the collector's shared page there, so
+    that a process killed at any moment leaves counts that are exact up to that moment (a sample
+    counted sent the moment its receiver acknowledged it, and the queue as it was)."""
+
+    def __init__(
+        self,
+        config: RemoteWriteConfig,
+        stats: RemoteWriteStats | None = None,
+        publish: Callable[[RemoteWriteStats], None] | None = None,
+    ) -> None:
         self.config = config
         # Counters go on from ``stats`` (a restarted process's predecessor's); the queue is empty.
-        self.stats = replace(stats, queued_samples=0) if stats is not None else RemoteWriteStats()
+        self.stats = replace(stats, queued_samples=0, in_flight_samples=0) if stats is not None else RemoteWriteStats()
+        self._publish = publish if publish is not None else _unpublished
         self._cpu_base = self.stats.cpu_seconds_total
         self._queue: deque[_Item] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._next_id = 0
+        self._thread_cpu = 0.0
+        self._in_flight_items = 0  # the queue's first items, in the request posted now
         self._last_refusal_log = -REFUSAL_LOG_SECONDS
         self._headers = self._request_headers()
         self._ssl = self._ssl_context()
@@ -106,6 +123,12 @@ class RemoteWriter:
             time.sleep(0.02)
         return not self.stats.queued_samples
 
+    def publish(self) -> None:
+        """The counters given to ``publish`` now (the CPU's, which changes all the time)."""
+        with self._lock:
+            self.stats.cpu_seconds_total = self._cpu_base + self._thread_cpu
+            self._publish(self.stats)
+
     def enqueue(self, report: EncodedReport) -> None:
         """One report's (or job snapshot's) series, from the build thread; the oldest go when full."""
         self._enqueue(report)
@@ -117,13 +140,16 @@ class RemoteWriter:
         # Full jitter: many collectors behind one receiver do not come back in step.
         backoff = Backoff(self.config.backoff_seconds, self.config.max_backoff_seconds)
         while not self._stop.is_set():
-            self.stats.cpu_seconds_total = self._cpu_base + time.thread_time()
+            self._thread_cpu = time.thread_time()
             batch = self._head()
             if not batch:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
-            if not self._deliver(batch):
+            delivered = self._deliver(batch)
+            with self._lock:
+                self._in_flight_items = 0
+            if not delivered:
                 # The queue, bounded in samples, is where an outage is held meanwhile.
                 if self._stop.wait(backoff.next()):
                     return
@@ -140,7 +166,8 @@ class RemoteWriter:
         if outcome == "split" and len(batch) > 1:
             middle = len(batch) // 2
             return self._deliver(batch[:middle]) and self._deliver(batch[middle:])
-        self._release(batch, sent=outcome == "sent")
+        if outcome != "sent":  # a sent batch was taken off the moment it was acknowledged
+            self._release(batch, sent=False)
         return True
 
     def _enqueue(self, report: EncodedReport) -> None:
@@ -149,10 +176,15 @@ class RemoteWriter:
             item = _Item(self._next_id, report)
             self._queue.append(item)
             self.stats.queued_samples += item.samples
-            while self.stats.queued_samples > self.config.queue_samples and self._queue:
-                dropped = self._queue.popleft()
+            # The oldest go, but not those posted now (the queue's head): the receiver may be
+            # taking them, and they would be counted both dropped and sent.
+            queue, posted = self._queue, self._in_flight_items
+            while self.stats.queued_samples > self.config.queue_samples and len(queue) > posted:
+                dropped = queue[posted]
+                del queue[posted]
                 self.stats.queued_samples -= dropped.samples
                 self.stats.samples_dropped_queue_full_total += dropped.samples
+            self._publish(self.stats)
 
     def _head(self) -> list[_Item]:
         with self._lock:
@@ -163,31 +195,44 @@ class RemoteWriter:
                     break
                 batch.append(item)
                 samples += item.samples
+            # Kept from the overflow until answered (and its halves, where it is split).
+            self._in_flight_items = len(batch)
             return batch
 
     def _release(self, batch: list[_Item], *, sent: bool) -> None:
-        """Take the batch's items off the queue (those the overflow has not dropped meanwhile)."""
+        """Take the batch's items off the queue (at its head: the overflow leaves the items of a
+        request posted alone, and a refused batch's were never posted or have been answered)."""
         last = batch[-1].id
         with self._lock:
             while self._queue and self._queue[0].id <= last:
                 item = self._queue.popleft()
+                self._in_flight_items = max(0, self._in_flight_items - 1)
                 self.stats.queued_samples -= item.samples
                 if sent:
                     self.stats.samples_sent_total += item.samples
                 else:
                     self.stats.samples_refused_total += item.samples
+            self.stats.in_flight_samples = 0
+            self._publish(self.stats)
 
     def _post(self, batch: list[_Item]) -> str:
         """ "sent", "retry", "split" (refused, perhaps for one of its reports: ``SPLIT_STATUSES``)
         or "refused" (any other 4xx than 429: never retried)."""
         body = bytes(cramjam.snappy.compress_raw(b"".join(item.body for item in batch)))
-        self.stats.requests_total += 1
+        with self._lock:
+            self.stats.requests_total += 1
+            self.stats.in_flight_samples = sum(item.samples for item in batch)
+            self._publish(self.stats)
         answer = post(
             self.config.url, body, self._headers, timeout_seconds=self.config.timeout_seconds, context=self._ssl
         )
         if answer.accepted:
+            self._release(batch, sent=True)  # counted the moment the receiver acknowledged them
             return "sent"
-        self.stats.request_failures_total += 1
+        with self._lock:
+            self.stats.in_flight_samples = 0
+            self.stats.request_failures_total += 1
+            self._publish(self.stats)
         self._log_failure(answer.detail, retrying=answer.retry)
         if answer.retry:
             return "retry"
@@ -226,3 +271,7 @@ class RemoteWriter:
         if config.tls_cert is not None and config.tls_key is not None:
             context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
         return context
+
+
+def _unpublished(_stats: RemoteWriteStats) -> None:
+    """Where nobody reads the counters but the writer's owner (``stats``)."""

@@ -8,7 +8,9 @@ SVG (the heatmap, the timeline, the highways' series) from it, then does so agai
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import html
 from importlib import resources
 from typing import Final
@@ -47,13 +49,34 @@ def shell_for(path: str) -> bytes | None:
 @functools.cache
 def page(name: str) -> bytes:
     """The HTML shell of ``name`` (``fleet``, ``node``, ``jobs``, ``job``, ``alerts``)."""
-    script = _asset("fleet.js").replace("__REFRESH__", str(REFRESH_SECONDS))
+    script = _script()
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>nodeagent · {html.escape(name)}</title><style>{_asset('fleet.css')}</style></head>"
         f"<body data-page='{html.escape(name)}'><nav><a href='/'>fleet</a><a href='/jobs'>jobs</a>"
         "<a href='/alerts'>alerts</a>"
-        "<a href='/metrics'>metrics</a></nav><p id='error' style='color:#c62828'></p>"
+        "<a href='/metrics'>metrics</a></nav><p id='error'></p>"
         "<p id='shards' class='banner' hidden></p>"
         f"{_BODIES[name]}<script>{script}</script></body></html>"
     ).encode()
+
+
+def _script() -> str:
+    return _asset("fleet.js").replace("__REFRESH__", str(REFRESH_SECONDS))
+
+
+def _sha256_source(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+@functools.cache
+def content_security_policy() -> str:
+    """The pages' Content-Security-Policy: their one inline script and one inline style, allowed by
+    hash (CSP Level 2), and nothing else run or loaded; the script fetches its JSON from this
+    origin (``connect-src 'self'``); no other site may frame a page (clickjacking). An attribute
+    style or an event handler in the HTML would be refused: the page has none, and the script
+    draws with classes and SVG attributes only."""
+    return (
+        f"default-src 'none'; script-src {_sha256_source(_script())}; style-src {_sha256_source(_asset('fleet.css'))}; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )

@@ -211,11 +211,13 @@ def _remote_write(server: CollectorServer) -> Iterator[Metric]:
     cpu = CounterMetricFamily(
         "nodeagent_remote_write_cpu_seconds", "CPU of each receiver's sender thread.", labels=["url"]
     )
-    for (url, s), lost in zip(process.receivers(), process.lost_samples, strict=True):
+    losses = zip(process.receivers(), process.lost_samples, process.in_doubt_samples, strict=True)
+    for (url, s), lost, in_doubt in losses:
         samples.add_metric([url, "sent"], s.samples_sent_total)
         samples.add_metric([url, "dropped_queue_full"], s.samples_dropped_queue_full_total)
         samples.add_metric([url, "refused"], s.samples_refused_total)
         samples.add_metric([url, "lost_process_died"], lost)
+        samples.add_metric([url, "in_doubt_process_died"], in_doubt)
         requests.add_metric([url, "sent"], s.requests_total - s.request_failures_total)
         requests.add_metric([url, "failed"], s.request_failures_total)
         queued.add_metric([url], s.queued_samples)

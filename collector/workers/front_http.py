@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from nodeagent.collector.shards.fanout import Answer, ShardClients
 from nodeagent.collector.shards.page_merge import merge_page, shard_query
-from nodeagent.collector.views.fleet_assets import shell_for
+from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
 from nodeagent.collector.workers.front_metrics import FRONT_LABEL
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.security import AccessPolicy, ServerSecurity
@@ -39,7 +39,7 @@ class FrontHttp:
         self.timeout = timeout
         self.server = MetricsHttpServer(
             listen, self.metrics, health=health, ssl_context=security.http_ssl_context(), name="nodeagent-collector",
-            guard=policy.http_scrape, pages=self.route,
+            guard=policy.http_scrape, pages=self.route, page_policy=content_security_policy(),
         )  # fmt: skip
 
     @property

@@ -31,6 +31,7 @@ import structlog
 
 from nodeagent.core.exposition.http_connection import Connection, Request
 from nodeagent.core.exposition.http_reply import (
+    CSP_HEADER_NAME,
     METRICS_GZIP_HEADERS,
     METRICS_HEADERS,
     PLAIN_TEXT_CONTENT_TYPE,
@@ -39,7 +40,7 @@ from nodeagent.core.exposition.http_reply import (
     gzip_bytes,
     reply_bytes,
 )
-from nodeagent.core.exposition.http_slots import Slots
+from nodeagent.core.exposition.http_slots import Slots, first_flight_whole
 from nodeagent.core.transport.channel import parse_target
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ log = structlog.get_logger("nodeagent.http")
 # IDLE_TIMEOUT_SECONDS in http_connection.py; the whole request's and the whole reply's deadlines,
 # and the connection limits: http_slots.py).
 REQUEST_TIMEOUT_SECONDS = 30.0
+# How long the kernel holds a new connection that has sent nothing before handing it to the
+# accept loop anyway (TCP_DEFER_ACCEPT; Linux rounds it up to its SYN-ACK retransmissions).
+DEFER_ACCEPT_SECONDS = 1
 
 Health = Callable[[], tuple[bool, str]]
 # Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
@@ -77,6 +81,7 @@ class MetricsHttpServer:
         guard: Guard | None = None,
         metrics_gzip: Callable[[], bytes] | None = None,
         pages: Pages | None = None,
+        page_policy: str | None = None,
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
         self.host, self._port = parse_target(listen, any_port=True)
@@ -89,6 +94,12 @@ class MetricsHttpServer:
         self.name = name
         self.guard = guard
         self.pages = pages
+        # The Content-Security-Policy of the HTML ``pages`` answer (their inline script and style,
+        # by hash); every other reply, and an HTML page without it, gets the default that lets
+        # nothing run (http_reply.py).
+        self._page_headers: tuple[tuple[str, str], ...] = (
+            ((CSP_HEADER_NAME, page_policy),) if page_policy is not None else ()
+        )
         self.port = 0
         self._server: ConnectionServer | None = None
         self._thread: threading.Thread | None = None
@@ -153,7 +164,10 @@ class MetricsHttpServer:
                 return Reply(500, b"page failed; see the log\n")
             if found is not None:
                 status, content_type, body = found
-                return Reply(int(status.split(" ", 1)[0]), body, (("Content-Type", content_type),))
+                headers = (("Content-Type", content_type),)
+                if content_type.startswith("text/html"):
+                    headers += self._page_headers
+                return Reply(int(status.split(" ", 1)[0]), body, headers)
         if path == "/":
             links = "/metrics\n/healthz\n" if self.health is not None else "/metrics\n"
             return Reply(200, f"{self.name}\n{links}".encode())
@@ -204,10 +218,21 @@ class ConnectionServer(socketserver.ThreadingTCPServer):
         self.slots = Slots()
         super().__init__(address, handler)
 
+    def server_bind(self) -> None:
+        # A connection is accepted once its first data has come (Linux; nginx's `deferred`): the
+        # accept loop then sees whether its first flight is whole (http_slots.py), and a client
+        # that connects and sends nothing holds no slot, only the kernel's half-open entry.
+        defer = getattr(socket, "TCP_DEFER_ACCEPT", None)
+        if defer is not None:
+            with contextlib.suppress(OSError):
+                self.socket.setsockopt(socket.IPPROTO_TCP, defer, DEFER_ACCEPT_SECONDS)
+        super().server_bind()
+
     def verify_request(self, request: Any, client_address: Any) -> bool:
         # In the accept loop, before any thread or TLS handshake: a refused connection costs no
         # thread, and takes no slot from the clients it would crowd out.
-        refused = self.slots.admit(request, str(client_address[0]))
+        whole = first_flight_whole(request, tls=self.owner.ssl_context is not None)
+        refused = self.slots.admit(request, str(client_address[0]), whole=whole)
         if refused is None:
             return True
         log.debug("http connection refused", client=str(client_address), why=refused)

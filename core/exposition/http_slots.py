@@ -15,9 +15,16 @@ runs: that time is the server's, not the client's.
 
 When every slot is taken, the connection that has waited longest for its next request (kept
 alive, no byte of a request under way) is closed to make room, as Go's http.Server and browsers
-close idle connections; only where none is idle is the new one refused (503). An address holds
-at most ``MAX_CONNECTIONS_PER_ADDRESS`` slots (beyond it, its own longest-idle connection makes
-room, or it is refused): one noisy host cannot take the slots the scrapers need.
+close idle connections. Where none is idle, a new connection whose first flight is already whole
+(its request head, or over TLS its ClientHello: a scraper's, which comes in one packet, and
+which the listener waits for before the accept, ``TCP_DEFER_ACCEPT``) takes the slot of the
+connection whose request head is least complete for its age: the one that has been under way
+longest without coming whole, a trickler's. Any other new connection is refused (503); it does
+not close another for a place, so tricklers that reconnect at once cannot close each other, nor
+the scrape among them, in a loop. However many addresses trickle, a scrape gets in. An address
+holds at most ``MAX_CONNECTIONS_PER_ADDRESS`` slots (beyond it, its own longest-idle connection
+makes room, or for a whole first flight its own oldest unfinished head, or it is refused): one
+noisy host cannot take the slots the scrapers need.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ HEAD_TIMEOUT_SECONDS = 10.0
 REPLY_TIMEOUT_SECONDS = 30.0
 # How often the accept loop looks for connections past their deadline.
 SWEEP_SECONDS = 0.1
+# What the accept loop looks at of a new connection's first flight (a scraper's head is a few
+# hundred bytes; a ClientHello under 2 KB).
+FIRST_FLIGHT_PEEK_BYTES = 16 * 1024
+_TLS_HANDSHAKE_RECORD = 0x16
 
 
 @dataclass(slots=True, eq=False)
@@ -65,27 +76,32 @@ class Slot:
     address: str
     deadline: float  # time.monotonic(); inf while the server has the next move
     idle_since: float | None = None  # kept alive, waiting for its next request with no byte of it yet
+    # A request head (or the TLS handshake before the first) under way and not whole, since when.
+    head_since: float | None = None
 
     def reading(self) -> None:
         """A request under way waits on more of itself: it must be in within
         ``HEAD_TIMEOUT_SECONDS``."""
         self.idle_since = None
-        self.deadline = time.monotonic() + HEAD_TIMEOUT_SECONDS
+        self.head_since = time.monotonic()
+        self.deadline = self.head_since + HEAD_TIMEOUT_SECONDS
 
     def waiting(self) -> None:
         """Kept alive, waiting for the next request (as long as the idle timeout of its socket):
         the first to be closed when the slots run out."""
         self.deadline = math.inf
+        self.head_since = None
         self.idle_since = time.monotonic()
 
     def working(self) -> None:
         """The server has the next move (a request has come, its page is being written): no
         deadline runs, and the connection is not idle."""
-        self.idle_since = None
+        self.idle_since = self.head_since = None
         self.deadline = math.inf
 
     def replying(self) -> None:
         """The reply is being written: it must be taken within ``REPLY_TIMEOUT_SECONDS``."""
+        self.idle_since = self.head_since = None
         self.deadline = time.monotonic() + REPLY_TIMEOUT_SECONDS
 
 
@@ -105,23 +121,27 @@ class Slots:
         """The connections that hold a slot now."""
         return len(self._slots)
 
-    def admit(self, sock: socket.socket, address: str) -> str | None:
+    def admit(self, sock: socket.socket, address: str, *, whole: bool = False) -> str | None:
         """A slot for the connection just accepted (None), where need be by closing the
-        longest-idle connection (its address's own where that address is at its cap); or why
-        not, where no connection is idle."""
+        longest-idle connection (its address's own where that address is at its cap), or for one
+        whose first flight is ``whole`` the oldest unfinished head; or why not."""
         with self._lock:
             if self._per_address.get(address, 0) >= MAX_CONNECTIONS_PER_ADDRESS:
-                victim = self._longest_idle(address)
+                victim = self._victim(address, whole)
                 if victim is None:
                     return "too many connections from this address"
                 self._close(victim)
             elif len(self._slots) >= MAX_CONNECTIONS:
-                victim = self._longest_idle(None)
+                victim = self._victim(None, whole)
                 if victim is None:
                     return "too many connections"
                 self._close(victim)
             fd = sock.fileno()
-            self._slots[fd] = Slot(sock, fd, address, time.monotonic() + HEAD_TIMEOUT_SECONDS)
+            now = time.monotonic()
+            # A whole first flight is not an unfinished head: until its thread reads it, it must
+            # not be the one closed for the next whole one (a scraper closing a scraper).
+            head_since = None if whole else now
+            self._slots[fd] = Slot(sock, fd, address, now + HEAD_TIMEOUT_SECONDS, head_since=head_since)
             self._per_address[address] = self._per_address.get(address, 0) + 1
             return None
 
@@ -161,13 +181,14 @@ class Slots:
             for slot in list(self._slots.values()):
                 self._close(slot)
 
-    def _longest_idle(self, address: str | None) -> Slot | None:
-        idle = [
-            slot
-            for slot in self._slots.values()
-            if slot.idle_since is not None and (address is None or slot.address == address)
-        ]
-        return min(idle, key=attrgetter("idle_since"), default=None)
+    def _victim(self, address: str | None, whole: bool) -> Slot | None:
+        """The connection closed for a new one (of ``address``'s own, where given): the
+        longest-idle; else, for a new one whose first flight is whole, the oldest unfinished head."""
+        mine = [slot for slot in self._slots.values() if address is None or slot.address == address]
+        idle = min((slot for slot in mine if slot.idle_since is not None), key=attrgetter("idle_since"), default=None)
+        if idle is not None or not whole:
+            return idle
+        return min((slot for slot in mine if slot.head_since is not None), key=attrgetter("head_since"), default=None)
 
     def _close(self, slot: Slot) -> None:
         # Shut down, not closed: its thread, woken in its receive or send, ends and closes it.
@@ -183,3 +204,16 @@ class Slots:
             self._per_address[slot.address] = held
         else:
             del self._per_address[slot.address]
+
+
+def first_flight_whole(sock: socket.socket, *, tls: bool) -> bool:
+    """Whether what a new connection has sent so far is a whole first flight: a request head
+    (its blank line) or, over TLS, a whole handshake record (the ClientHello). Looked at without
+    taking it (``MSG_PEEK``) and without waiting."""
+    try:
+        data = sock.recv(FIRST_FLIGHT_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return False
+    if not tls:
+        return b"\r\n\r\n" in data
+    return len(data) >= 5 and data[0] == _TLS_HANDSHAKE_RECORD and len(data) >= 5 + int.from_bytes(data[3:5], "big")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import re
 import shutil
@@ -419,3 +421,31 @@ def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml:
     gpus = node["verdict"]["gpus"]
     assert [i["state"] for i in gpus[0]["instances"]] == ["busy", "starved", "busy"]
     assert gpus[0]["state"] == "starved" and gpus[1]["state"] == "busy"
+
+
+def test_each_page_is_served_under_a_policy_that_allows_its_own_script_and_style_only(tmp_path: Path) -> None:
+    """The policy's hashes are those of the page's one inline script and one inline style (a
+    browser runs nothing else), no element carries a style attribute (refused under it), and the
+    JSON and /metrics are served with the default that runs nothing; no page may be framed."""
+
+    def work(_server: CollectorServer, base: str) -> dict[str, tuple[dict[str, str], str]]:
+        out = {}
+        for path in ("/", "/node/web-starved", "/jobs", "/alerts", "/api/fleet", "/metrics"):
+            with urllib.request.urlopen(base + path, timeout=30) as reply:
+                out[path] = (dict(reply.headers.items()), reply.read().decode())
+        return out
+
+    for path, (headers, body) in _serve(tmp_path, work).items():
+        assert headers["X-Content-Type-Options"] == "nosniff", path
+        policy = headers["Content-Security-Policy"]
+        assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy, path
+        if not headers["Content-Type"].startswith("text/html"):
+            assert "script-src" not in policy, path
+            continue
+        script = re.search(r"<script>(.*?)</script>", body, re.DOTALL)
+        style = re.search(r"<style>(.*?)</style>", body, re.DOTALL)
+        assert script is not None and style is not None
+        for directive, text in (("script-src", script.group(1)), ("style-src", style.group(1))):
+            digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+            assert f"{directive} 'sha256-{digest}'" in policy, path
+        assert " style=" not in body and "style='" not in body, path

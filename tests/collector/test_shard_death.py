@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from nodeagent.core.transport.rendezvous import rendezvous_order
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -65,6 +66,7 @@ warmup_seconds = 4.0
 OUT_OF_ORDER_WINDOW = "30m"
 
 
+@pytest.mark.alone  # asserts a latency bound: run alone, not beside the rest of the suite
 def test_a_shard_dies_under_load_and_nothing_is_lost(tmp_path: Path, alertmanager: str) -> None:
     require(shutil.which("prometheus") is not None, "needs prometheus (Debian package; `make system-deps`)")
     (tmp_path / "prom").mkdir()

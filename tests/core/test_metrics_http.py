@@ -252,7 +252,8 @@ def test_stop_ends_the_connections_it_kept() -> None:
 
 
 def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where no connection is idle (each has a request under way), a new one is refused."""
+    """Where no connection is idle (each has a request under way), a new one whose request is
+    not whole either is refused; it does not close another for a place."""
     monkeypatch.setattr(http_slots, "MAX_CONNECTIONS", 2)
     served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE)
     served.start()
@@ -260,7 +261,7 @@ def test_connections_beyond_the_cap_get_503_and_the_others_are_served(monkeypatc
     try:
         for conn in kept:  # two requests begun fill the cap
             conn.sendall(b"GET /metrics HTTP/1.1\r\nHo")
-        assert _raw(served, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 503 ")
+        assert _raw(served, b"GET /metrics HTTP/1.1\r\nHost: x\r\n").startswith(b"HTTP/1.1 503 ")
         kept[0].close()
         deadline = time.monotonic() + 5
         while (reply := _raw(served, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).startswith(

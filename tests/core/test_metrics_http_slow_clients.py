@@ -6,6 +6,7 @@ closed, with generous bounds, never this machine's speed."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import socket
 import time
@@ -17,6 +18,7 @@ import pytest
 from nodeagent.core.exposition import http_slots
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from tests.fakes.certs import Authority
+from tests.fakes.slow_http_clients import trickle_and_scrape
 
 PAGE = b"m 1\n" * 100
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -167,14 +169,21 @@ def test_when_the_slots_run_out_the_longest_idle_connection_makes_room(served: M
 
 
 def test_one_address_gets_503_beyond_its_cap_while_others_are_served(served: MetricsHttpServer) -> None:
-    """An address whose connections all have a request under way gets 503 for one more; an
-    address whose connections are idle has its own longest-idle one closed for the new one."""
+    """An address whose connections all have a request under way gets 503 for one more whose
+    request is not whole either, and for a whole one has its own oldest unfinished head closed;
+    an address whose connections are idle has its own longest-idle one closed for the new one."""
     busy = [_connect(served, NOISY) for _ in range(http_slots.MAX_CONNECTIONS_PER_ADDRESS)]
     try:
         for sock in busy:
             sock.sendall(SCRAPE[:20])  # begun, not finished
-        assert _status(served, NOISY) == 503
+            time.sleep(0.01)  # in order of age
+        with _connect(served, NOISY) as unfinished:
+            unfinished.sendall(SCRAPE[:20])
+            assert unfinished.recv(64).startswith(b"HTTP/1.1 503 ")
         assert _status(served) == 200  # the slots left are the other addresses'
+        assert _status(served, NOISY) == 200  # whole: its own oldest unfinished head makes room
+        assert busy[0].recv(100) == b""  # closed by the server, no reply
+        assert not any(_closed_by_server(sock) for sock in busy[1:])
     finally:
         for sock in busy:
             sock.close()
@@ -243,3 +252,20 @@ def test_a_tls_handshake_counts_against_the_first_requests_deadline(
         started = time.monotonic()
         assert silent.recv(100) == b""  # closed, with nothing sent
         assert time.monotonic() - started < 8  # the request timeout is 30 s
+
+
+def test_fresh_scrapes_get_in_past_tricklers_from_many_addresses_that_reconnect_at_once(
+    served: MetricsHttpServer,
+) -> None:
+    """Every slot held by tricklers from 8 addresses (under the per-address cap), each connecting
+    again the moment it is closed or refused: every fresh scrape is answered, each taking the slot
+    of the oldest unfinished head (before: each was refused with 503 until a head's deadline freed
+    a slot, which a trickler took back at once)."""
+    outcome = asyncio.run(
+        trickle_and_scrape(
+            "127.0.0.1", served.port, tricklers=http_slots.MAX_CONNECTIONS, addresses=8, scrapes=5,
+            scrape_timeout_seconds=10.0,
+        )
+    )  # fmt: skip
+    assert outcome.answered == outcome.scrapes == 5, outcome
+    assert outcome.trickler_connections > http_slots.MAX_CONNECTIONS  # some were closed for the scrapes

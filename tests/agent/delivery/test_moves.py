@@ -113,6 +113,7 @@ def test_a_front_redirect_is_followed_to_the_owner_port(collectors: Collectors, 
     assert _all_once(collectors, [node]) == (0, 0, 20)
 
 
+@pytest.mark.alone  # asserts a latency bound: run alone, not beside the rest of the suite
 def test_failover_and_the_move_back_when_the_first_choice_returns(collectors: Collectors, tmp_path: Path) -> None:
     node_id = "returner"
     addresses = collectors.addresses

@@ -41,6 +41,7 @@ BIG = "big-node"
 ROWS_PER_MINUTE = 9  # an 8-GPU node: one row per GPU and the node's
 
 
+@pytest.mark.alone  # asserts a latency bound: run alone, not beside the rest of the suite
 def test_a_flood_of_queries_does_not_delay_a_steady_agents_acks(tmp_path: Path) -> None:
     """50 clients asking for 3 days of history and jobs, over and over, while an agent streams a
     report a second: its acks stay within 1 s. (They took 5-20 s when queries ran on the writer's
