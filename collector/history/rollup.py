@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
@@ -46,6 +47,10 @@ RATE_EVERY_SECONDS: Final = 5.0
 # A report stands for the time since the one before it, at most this long (the detector's
 # ``max_interval_seconds``): after a silence, one report is not minutes of a job.
 MAX_HELD_INTERVAL_SECONDS: Final = 10.0
+# Past that, the rest of a silence within one epoch is a gap: held (the GPU names a job again after
+# it), but no report says what it did, so it counts ``unknown`` in the split, for at most this long
+# (a longer silence is a node that was down, not a job's time).
+MAX_GAP_SECONDS: Final = 900.0
 
 _UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
@@ -55,7 +60,10 @@ _MEAN: Final = tuple(kind == "mean" for kind in KIND)
 class _Open:
     """A minute being built: sums and counts by column index (the ingest path's hot loop)."""
 
-    __slots__ = ("cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "samples", "state", "sums")
+    __slots__ = (
+        "cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "samples", "split", "state", "sums",
+        "waiting_on",
+    )  # fmt: skip
 
     def __init__(self, gpu: int, minute: int) -> None:
         self.gpu, self.minute, self.samples = gpu, minute, 0
@@ -64,6 +72,8 @@ class _Open:
         self.state, self.cause, self.last_time = "", "", 0.0
         self.jobs: tuple[str, ...] = ()
         self.held: float | None = None
+        self.split: list[float] | None = None
+        self.waiting_on = ""
         self.sums[_UTIL_MIN] = math.inf
 
     @classmethod
@@ -77,6 +87,12 @@ class _Open:
             row.last_time,
         )
         acc.held = row.held_seconds
+        acc.split = None if row.split is None else list(row.split)
+        if acc.split is None and row.held_seconds:
+            # A minute stored before the split: what its held seconds did is not known.
+            acc.split = split.empty()
+            acc.split[split.INDEX["unknown"]] = row.held_seconds
+        acc.waiting_on = row.waiting_on
         for name, value in row.values.items():
             i = INDEX[name]
             acc.sums[i] = value * row.samples if KIND[i] == "mean" else value
@@ -96,8 +112,13 @@ class _Open:
         held = None if self.gpu == NODE_ROW else self.held or 0.0
         return MinuteRow(
             node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time,
-            held,
+            held, list(self.split) if self.split is not None else split.empty(), self.waiting_on,
         )  # fmt: skip
+
+    def parts(self) -> list[float]:
+        if self.split is None:
+            self.split = split.empty()
+        return self.split
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +177,9 @@ class NodeHistory:
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
         if minute != self.minute:
             # The part of this report's interval before its minute held the GPUs of the last one.
-            self._hold(self.open, report, verdict, min(time, minute), minute_start=self.minute)
+            self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
             self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
+            self._gap_minutes(report, verdict, minute)
             self.open = {}
             self.minute = minute
             self.written_at = -math.inf
@@ -174,19 +196,55 @@ class NodeHistory:
         minute_start: int,
     ) -> None:  # fmt: skip
         """Count the part of the report's interval in [``minute_start``, ``until``] as held on each
-        GPU its verdict names a job for. The interval runs from the previous report of the epoch,
-        at most ``MAX_HELD_INTERVAL_SECONDS`` back (after a silence one report is not minutes)."""
+        GPU its verdict names a job for, split by what the verdict says it did (``split``). The
+        interval runs from the previous report of the epoch: its last ``MAX_HELD_INTERVAL_SECONDS``
+        are the report's, what is before them (at most ``MAX_GAP_SECONDS`` back) a gap, `unknown`."""
         before = self.previous_time
         if verdict is None or before is None or before[0] not in (-1, report.epoch):
             return
-        since = max(before[1], report.time_unix_seconds - MAX_HELD_INTERVAL_SECONDS, minute_start)
-        seconds = until - since
-        if seconds <= 0:
+        time = report.time_unix_seconds
+        start = max(before[1], time - MAX_GAP_SECONDS, minute_start)
+        if until <= start:
             return
+        known_from = max(start, time - MAX_HELD_INTERVAL_SECONDS)
+        seconds = max(0.0, until - known_from)
+        gap = max(0.0, min(until, known_from) - start)
+        node = accs.get(NODE_ROW)
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
         for g in verdict.gpus:
             acc = accs.get(g.index)
             if g.jobs and acc is not None:
-                acc.held = (acc.held or 0.0) + seconds
+                acc.held = (acc.held or 0.0) + seconds + gap
+                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                if node is not None:
+                    split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+
+    def _gap_minutes(self, report: pb.NodeReport, verdict: NodeVerdict | None, minute: int) -> None:
+        """The whole minutes of a gap between the last minute and the report's: rows of their own,
+        held and `unknown`, for each GPU the report's verdict names a job for."""
+        before = self.previous_time
+        if verdict is None or before is None or before[0] not in (-1, report.epoch):
+            return
+        time = report.time_unix_seconds
+        start = max(before[1], time - MAX_GAP_SECONDS)
+        known_from = max(start, time - MAX_HELD_INTERVAL_SECONDS)
+        held = [g for g in verdict.gpus if g.jobs]
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        for m in range(self.minute + MINUTE_SECONDS, minute, MINUTE_SECONDS):
+            end = m + MINUTE_SECONDS
+            gap = max(0.0, min(known_from, end) - max(start, m))
+            seconds = max(0.0, min(time, end) - max(known_from, m))
+            if gap + seconds <= 0 or not held:
+                continue
+            node = _Open(NODE_ROW, m)
+            for g in held:
+                acc = _Open(g.index, m)
+                acc.held, acc.jobs, acc.last_time = seconds + gap, g.jobs, max(start, m)
+                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+                self.closed.append(acc.row(self.node_id))
+            node.jobs, node.last_time = verdict.jobs, max(start, m)
+            self.closed.append(node.row(self.node_id))
 
     @property
     def pending(self) -> bool:
@@ -278,6 +336,8 @@ class NodeHistory:
             v = verdicts.get(gpu.index)
             if v is not None:
                 acc.state, acc.cause = v.state, v.cause or ""
+                if v.state == "waiting":
+                    acc.waiting_on = str(v.evidence.get("waiting_on", ""))
                 if v.jobs:  # the minute's jobs: the last that held the GPU in it (``_hold``: how long)
                     acc.jobs = v.jobs
                 if v.starvation_ratio is not None:
