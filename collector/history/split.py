@@ -14,14 +14,16 @@ Each report stands for the seconds since the one before it; its verdict says how
 | verdict | lost share of the seconds, to |
 |---|---|
 | `busy`, `warmup` | none: computing (the detector does not judge warm-up) |
-| `starved` | the window's ratio of its cause (``cause_ratio``), to the cause (`unknown` for none) |
+| `starved` | the data share (``starvation_ratio``) to its cause (`unknown` for none), and the |
+|           | share waiting for the collective (``interconnect_ratio``) to `interconnect`       |
 | `waiting` | the wait share the job roll-up set (``wait_ratio``), to `waiting` |
 | `throttled` | the window's idle share, to `throttled` |
 | `idle` | all of it, to `idle` |
 | `lost` | all of it, to `unresponsive` when the GPU did not answer in time, else `lost` |
 
 The rest of the seconds compute. Ratios are the detector's window values, the same that make
-its GPU-seconds lost, so a GPU starved on the network 34% of its time reads 0.34 network here.
+its GPU-seconds lost, so a GPU starved on the network 34% of its time reads 0.34 network here. A
+`busy` GPU's small waits (below the detector's thresholds) count as computing.
 """
 
 from __future__ import annotations
@@ -47,32 +49,41 @@ def empty() -> list[float]:
     return [0.0] * len(CATEGORIES)
 
 
-def lost_to(verdict: GpuVerdict, unresponsive: bool) -> tuple[int, float]:
-    """The category (its index) the verdict loses time to, and the share of its seconds lost."""
+def losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, float], ...]:
+    """The categories (their index) the verdict loses time to, each with its share of the seconds."""
     state = verdict.state
     if state == "lost":
-        return INDEX["unresponsive" if unresponsive else "lost"], 1.0
+        return ((INDEX["unresponsive" if unresponsive else "lost"], 1.0),)
     if state == "idle":
-        return INDEX["idle"], 1.0
+        return ((INDEX["idle"], 1.0),)
     if state == "starved":
-        cause = verdict.cause or "unknown"
-        ratio = verdict.cause_ratio if verdict.cause_ratio is not None else verdict.idle_ratio
-        return INDEX[cause if cause in _OWN_CAUSES else "unknown"], _share(ratio)
+        # The window's idle time splits into waiting for data and for the collective
+        # (``detector/causes.py``): each part to its own category, the data part to the cause.
+        cause = verdict.cause if verdict.cause in _OWN_CAUSES else "unknown"
+        sync = _share(verdict.interconnect_ratio)
+        if cause == "interconnect":
+            return (
+                (INDEX["interconnect"], sync if verdict.interconnect_ratio is not None else _share(verdict.idle_ratio)),
+            )
+        data = _share(verdict.starvation_ratio if verdict.starvation_ratio is not None else verdict.idle_ratio)
+        return ((INDEX[cause], data), (INDEX["interconnect"], min(sync, 1.0 - data)))
     if state == "waiting":
         wait = verdict.evidence.get("wait_ratio")
-        return INDEX["waiting"], _share(float(wait) if isinstance(wait, float | int) else verdict.idle_ratio)
+        return ((INDEX["waiting"], _share(float(wait) if isinstance(wait, float | int) else verdict.idle_ratio)),)
     if state == "throttled":
-        return INDEX["throttled"], _share(verdict.idle_ratio)
-    return _COMPUTING, 0.0
+        return ((INDEX["throttled"], _share(verdict.idle_ratio)),)
+    return ()
 
 
 def add(parts: list[float], verdict: GpuVerdict, seconds: float, gap_seconds: float, unresponsive: bool) -> None:
     """Count ``seconds`` the verdict speaks for, and ``gap_seconds`` no report spoke for, into ``parts``."""
     if seconds > 0:
-        category, share = lost_to(verdict, unresponsive)
-        lost = seconds * share
-        parts[category] += lost
-        parts[_COMPUTING] += seconds - lost
+        computing = seconds
+        for category, share in losses(verdict, unresponsive):
+            lost = seconds * share
+            parts[category] += lost
+            computing -= lost
+        parts[_COMPUTING] += max(0.0, computing)
     if gap_seconds > 0:
         parts[_UNKNOWN] += gap_seconds
 

@@ -189,6 +189,7 @@ class CollectorServer:
             bounds=config.query,
             max_message_bytes=config.max_message_bytes,
             pages=self.pages,
+            prices=config.settings.prices,
         )
         pb_grpc.add_QueryServicer_to_server(self.queries, server)
         health_servicer = health.aio.HealthServicer()

@@ -18,7 +18,7 @@ import contextlib
 import sqlite3
 import zlib
 from collections.abc import Generator, Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
@@ -236,6 +236,25 @@ class HistoryTables:
                 (MINUTE_SECONDS, newest + MINUTE_SECONDS - last_seconds),
             )
         ) as groups:
+            yield from groups
+
+    def ledger_groups(
+        self, since: float, until: float | None, *, by_job: bool
+    ) -> Generator[tuple[Any, ...], None, None]:
+        """The split's seconds summed over [since, until): per node from its node rows, or with
+        ``by_job`` per (jobs, node, waiting_on) from its GPU rows that name a job; each group
+        (key..., seconds per ``split.COLUMNS``..., first minute, last minute), as SQLite yields
+        them. Rows stored before the split (NULL) are left out."""
+        sums = ", ".join(f"TOTAL({c})" for c in split.COLUMNS)
+        if by_job:
+            keys, where = "jobs, node_id, COALESCE(waiting_on, '')", "gpu>=0 AND jobs!=''"
+        else:
+            keys, where = "node_id", f"gpu={NODE_ROW}"
+        sql = (
+            f"SELECT {keys}, {sums}, MIN(minute), MAX(minute) FROM history_minutes WHERE {where}"
+            f" AND {split.COLUMNS[0]} IS NOT NULL AND minute>=? AND minute<? GROUP BY {keys}"
+        )
+        with contextlib.closing(self._conn.execute(sql, (since, INTEGER_MAX if until is None else until))) as groups:
             yield from groups
 
 

@@ -110,9 +110,22 @@ def test_a_silence_past_the_gap_bound_is_not_held() -> None:
 
 
 def test_a_starved_gpu_with_no_cause_named_is_unknown_and_no_window_yet_computes() -> None:
-    assert split.lost_to(_gpu(0, "starved", None, 0.4), False) == (split.INDEX["unknown"], 0.4)
-    assert split.lost_to(_gpu(0, "starved", "network", None), False) == (split.INDEX["network"], 0.0)
-    assert split.lost_to(_gpu(0, "warmup"), False) == (split.INDEX["computing"], 0.0)
+    assert split.losses(_gpu(0, "starved", None, 0.4), False)[0] == (split.INDEX["unknown"], 0.4)
+    assert split.losses(_gpu(0, "starved", "network", None), False)[0] == (split.INDEX["network"], 0.0)
+    assert split.losses(_gpu(0, "warmup"), False) == ()
+
+
+def test_a_gpu_starved_for_data_also_counts_its_wait_for_the_collective() -> None:
+    """The simulated rental's truth: 38/112 waiting for the network, 14/112 for the all-reduce."""
+    gpu = GpuVerdict(
+        index=0, uuid="GPU-0", state="starved", cause="network", tier="high", starvation_ratio=38 / 112,
+        interconnect_ratio=14 / 112, idle_ratio=52 / 112, gpu_seconds_lost=0.0, jobs=("j",), evidence={},
+    )  # fmt: skip
+    parts = split.empty()
+    split.add(parts, gpu, 112.0, 0.0, unresponsive=False)
+    assert parts[split.INDEX["network"]] == pytest.approx(38.0)
+    assert parts[split.INDEX["interconnect"]] == pytest.approx(14.0)
+    assert parts[split.INDEX["computing"]] == pytest.approx(60.0)
 
 
 def test_the_store_keeps_the_split_and_an_older_table_gains_its_columns(tmp_path: Path) -> None:

@@ -1,0 +1,120 @@
+"""``Query.Ledger`` on a reader thread: the history's split summed per job, node or the fleet, and priced.
+
+Per node the node rows are read (each the sum of its GPUs' split), per job the GPU rows that name
+a job, grouped by (jobs, node, nodes waited on) as SQLite yields the groups: a GPU shared by n
+jobs counts 1/n to each, each node's hours priced at that node's price (``prices.py``), and the
+hours a job's GPUs waited are put on the nodes they waited on (its stragglers). What is held is
+one row per answer row, never the groups. A read of more groups than the bound's rows, or an
+answer larger than one message, is refused with a line that says to ask for less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import grpc
+
+from nodeagent.collector.history import split
+from nodeagent.collector.history.minutes import MINUTE_SECONDS
+from nodeagent.collector.ledger.prices import Prices
+from nodeagent.collector.query.bounds import QueryRefusedError
+from nodeagent.collector.store.reader import ReadContext
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+BY = ("job", "node", "fleet")
+DEFAULT_LEDGER_SECONDS = 30 * 86400.0
+FLEET = "fleet"
+_WAITING = split.INDEX["waiting"]
+
+
+@dataclass
+class _Total:
+    seconds: list[float] = field(default_factory=split.empty)
+    cost: float = 0.0
+    cost_lost: float = 0.0
+    first: float = float("inf")
+    last: float = 0.0
+    nodes: set[str] = field(default_factory=set)
+    waited_on: dict[str, float] = field(default_factory=dict)
+    gpu_model: str = ""
+
+    def add(self, parts: list[float], price: float, first: float, last: float) -> None:
+        for i, value in enumerate(parts):
+            self.seconds[i] += value
+        held = sum(parts)
+        self.cost += held / 3600 * price
+        self.cost_lost += (held - parts[0]) / 3600 * price
+        self.first = min(self.first, first)
+        self.last = max(self.last, last + MINUTE_SECONDS)
+
+
+def ledger_answer(
+    reads: ReadContext, request: pb.LedgerRequest, models: Mapping[str, str], prices: Prices, max_rows: int,
+    max_bytes: int,
+) -> pb.LedgerResponse:  # fmt: skip
+    """The ledger's rows, the most money lost first; ``models``: each node's GPU model."""
+    by = request.by or "job"
+    until = request.until_unix_seconds or None
+    totals: dict[str, _Total] = {}
+    groups = reads.history.ledger_groups(request.since_unix_seconds, until, by_job=by == "job")
+    width = len(split.COLUMNS)
+    try:
+        for count, group in enumerate(groups, 1):
+            if count > max_rows:
+                raise QueryRefusedError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"more than {max_rows} groups in the history asked for: ask a shorter --since",
+                )
+            if count % 1000 == 0:
+                reads.check()
+            keys = group[: len(group) - width - 2]
+            parts = [float(v) for v in group[len(keys) : len(keys) + width]]
+            first, last = float(group[-2]), float(group[-1])
+            node_id = str(keys[1] if by == "job" else keys[0])
+            model = models.get(node_id, "")
+            price = prices.per_gpu_hour(node_id, model)
+            if by != "job":
+                total = totals.setdefault(FLEET if by == "fleet" else node_id, _Total())
+                total.add(parts, price, first, last)
+                total.nodes.add(node_id)
+                total.gpu_model = model if by == "node" else ""
+                continue
+            names = [j for j in str(keys[0]).split(",") if j]
+            waited_on = [n for n in str(keys[2]).split(",") if n]
+            for name in names:
+                share = [v / len(names) for v in parts]
+                total = totals.setdefault(name, _Total())
+                total.add(share, price, first, last)
+                total.nodes.add(node_id)
+                for straggler in waited_on:
+                    total.waited_on[straggler] = total.waited_on.get(straggler, 0.0) + share[_WAITING] / len(waited_on)
+    finally:
+        groups.close()  # the read ends here, not when the generator is collected
+    response = pb.LedgerResponse()
+    for key in sorted(totals, key=lambda k: (-totals[k].cost_lost, -sum(totals[k].seconds[1:]), k)):
+        response.rows.append(ledger_row(key, totals[key], prices.currency, with_nodes=by == "job"))
+    if response.ByteSize() > max_bytes:
+        raise QueryRefusedError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{len(totals)} rows are more than one message holds ({max_bytes} bytes): ask a shorter --since",
+        )
+    return response
+
+
+def ledger_row(key: str, total: _Total, currency: str, *, with_nodes: bool) -> pb.LedgerRow:
+    seconds = total.seconds
+    row = pb.LedgerRow(
+        key=key, gpu_hours_held=sum(seconds) / 3600, gpu_hours_computing=seconds[0] / 3600, cost=total.cost,
+        cost_lost=total.cost_lost, currency=currency, gpu_model=total.gpu_model,
+        first_unix_seconds=total.first if total.first < float("inf") else 0.0, last_unix_seconds=total.last,
+    )  # fmt: skip
+    for name, value in zip(split.LOST_CATEGORIES, seconds[1:], strict=True):
+        if value > 0:
+            row.gpu_hours_lost[name] = value / 3600
+    if with_nodes:
+        row.nodes.extend(sorted(total.nodes))
+    for node_id, waited in sorted(total.waited_on.items(), key=lambda item: (-item[1], item[0])):
+        if waited > 0:
+            row.stragglers.add(node_id=node_id, gpu_hours_waited=waited / 3600)
+    return row
