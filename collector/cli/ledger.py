@@ -30,14 +30,18 @@ DEFAULT_SINCE: Final = "30d"
 
 
 class Since(click.ParamType[float]):
-    """A span back from ``--until`` (``30d``, ``12h``), or a time (unix seconds, ISO 8601): as
-    negative seconds for a span, else the time."""
+    """A span back from ``--until`` (``30d``, ``12h``: with its unit), or a time (unix seconds,
+    ISO 8601): as negative seconds for a span, else the time."""
 
     name = "DURATION|TIME"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, float):
             return value
+        try:
+            return float(value)  # a bare number is a time, as for --until; a span has its unit
+        except ValueError:
+            pass
         try:
             return -Duration().convert(value, param, ctx)
         except click.BadParameter:
@@ -99,7 +103,7 @@ def ledger_plain(row: Any, by: str) -> dict[str, Any]:
 def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    header = [by, "gpu_hours_held", "gpu_hours_computing", *(f"gpu_hours_{c}" for c in LOST_CATEGORIES)]
+    header = [by, "gpu_hours_held", "gpu_hours_computing", *(f"gpu_hours_lost_{c}" for c in LOST_CATEGORIES)]
     header += ["cost", "cost_lost", "currency", "first", "last"]
     extra = {"job": ["stragglers"], "node": ["gpu_model"]}.get(by, [])
     writer.writerow(header + extra)

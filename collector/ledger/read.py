@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
@@ -50,10 +51,10 @@ class _Total:
 
 
 def ledger_answer(
-    reads: ReadContext, request: pb.LedgerRequest, models: Mapping[str, str], prices: Prices, max_rows: int,
-    max_bytes: int,
-) -> pb.LedgerResponse:  # fmt: skip
-    """The ledger's rows, the most money lost first; ``models``: each node's GPU model."""
+    reads: ReadContext, request: pb.LedgerRequest, prices: Prices, max_rows: int, max_bytes: int
+) -> pb.LedgerResponse:
+    """The ledger's rows, the most money lost first."""
+    models = gpu_models(reads.node_infos())
     by = request.by or "job"
     until = request.until_unix_seconds or None
     totals: dict[str, _Total] = {}
@@ -118,3 +119,16 @@ def ledger_row(key: str, total: _Total, currency: str, *, with_nodes: bool) -> p
         if waited > 0:
             row.stragglers.add(node_id=node_id, gpu_hours_waited=waited / 3600)
     return row
+
+
+def gpu_models(infos: Mapping[str, bytes]) -> dict[str, str]:
+    """Each node's GPU model, as its hello named its first GPU ("" when none or unreadable)."""
+    out = {}
+    for node_id, info in infos.items():
+        try:
+            gpus = pb.NodeInfo.FromString(info).gpu.gpus
+        except DecodeError:  # a row that does not parse is priced by its name alone
+            continue
+        if gpus:
+            out[node_id] = gpus[0].name
+    return out

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
@@ -218,10 +218,9 @@ class QueryService(pb_grpc.QueryServicer):
         await self._authorize(context)
         if request.by and request.by not in BY:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"by: expected one of {', '.join(BY)}")
-        models = {node_id: _gpu_model(node.row) for node_id, node in self.ingest.nodes.items()}
         async with query_slot(self.in_flight, self.policy, context):
             return await self._read(
-                context, ledger_answer, request, models, self.prices, self.bounds.max_rows, self._answer_bytes(context)
+                context, ledger_answer, request, self.prices, self.bounds.max_rows, self._answer_bytes(context)
             )
 
     async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -346,14 +345,3 @@ def _verdict_into(summary: pb.NodeSummary, verdict: NodeVerdict) -> None:
         summary.interconnect_ratio = verdict.interconnect_ratio
     if verdict.needed_ingest_bytes_per_second is not None:
         summary.needed_ingest_bytes_per_second = verdict.needed_ingest_bytes_per_second
-
-
-def _gpu_model(row: NodeRow) -> str:
-    """The node's GPU model as its hello named it (its first GPU's), for its price."""
-    if not row.info:
-        return ""
-    try:
-        gpus = pb.NodeInfo.FromString(row.info).gpu.gpus
-    except DecodeError:  # a row that does not parse is priced by its name alone
-        return ""
-    return gpus[0].name if gpus else ""
