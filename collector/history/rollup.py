@@ -23,8 +23,10 @@ from typing import Final
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
-from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.history.counters import SplitCounters
+from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
+from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.quantities.rates import increase_across_reset
@@ -54,71 +56,6 @@ MAX_GAP_SECONDS: Final = 900.0
 
 _UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
-_MEAN: Final = tuple(kind == "mean" for kind in KIND)
-
-
-class _Open:
-    """A minute being built: sums and counts by column index (the ingest path's hot loop)."""
-
-    __slots__ = (
-        "cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "samples", "split", "state", "sums",
-        "waiting_on",
-    )  # fmt: skip
-
-    def __init__(self, gpu: int, minute: int) -> None:
-        self.gpu, self.minute, self.samples = gpu, minute, 0
-        self.sums = [0.0] * len(VALUES)
-        self.counts = [0] * len(VALUES)
-        self.state, self.cause, self.last_time = "", "", 0.0
-        self.jobs: tuple[str, ...] = ()
-        self.held: float | None = None
-        self.split: list[float] | None = None
-        self.waiting_on = ""
-        self.sums[_UTIL_MIN] = math.inf
-
-    @classmethod
-    def seeded(cls, row: MinuteRow) -> _Open:
-        acc = cls(row.gpu, row.minute)
-        acc.samples, acc.state, acc.cause, acc.jobs, acc.last_time = (
-            row.samples,
-            row.state,
-            row.cause,
-            row.jobs,
-            row.last_time,
-        )
-        acc.held = row.held_seconds
-        acc.split = None if row.split is None else list(row.split)
-        if acc.split is None and row.held_seconds:
-            # A minute stored before the split: what its held seconds did is not known.
-            acc.split = split.empty()
-            acc.split[split.INDEX["unknown"]] = row.held_seconds
-        acc.waiting_on = row.waiting_on
-        for name, value in row.values.items():
-            i = INDEX[name]
-            acc.sums[i] = value * row.samples if KIND[i] == "mean" else value
-            acc.counts[i] = row.samples
-        return acc
-
-    def add(self, i: int, value: float) -> None:
-        self.sums[i] += value
-        self.counts[i] += 1
-
-    def row(self, node_id: str) -> MinuteRow:
-        values = {
-            name: total / n if mean else total
-            for name, mean, total, n in zip(VALUES, _MEAN, self.sums, self.counts, strict=True)
-            if n
-        }
-        held = None if self.gpu == NODE_ROW else self.held or 0.0
-        return MinuteRow(
-            node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time,
-            held, list(self.split) if self.split is not None else split.empty(), self.waiting_on,
-        )  # fmt: skip
-
-    def parts(self) -> list[float]:
-        if self.split is None:
-            self.split = split.empty()
-        return self.split
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +77,11 @@ class NodeHistory:
     def __init__(self, node_id: str, config: HistoryConfig) -> None:
         self.node_id = node_id
         self.config = config
-        self.open: dict[int, _Open] = {}
+        self.open: dict[int, OpenMinute] = {}
         self.minute = 0
         self.closed: list[MinuteRow] = []
+        # The split's totals by job since this collector started (``counters``).
+        self.counters = SplitCounters()
         self.touched = False
         self.written_at = -math.inf
         # When a flush last took a new report of the node (wall clock), and the gap before that
@@ -162,7 +101,7 @@ class NodeHistory:
         """After a restart: the newest stored minute, then the stored reports it does not hold."""
         if rows:
             self.minute = rows[0].minute
-            self.open = {row.gpu: _Open.seeded(row) for row in rows}
+            self.open = {row.gpu: OpenMinute.seeded(row) for row in rows}
             self.newest = max(row.last_time for row in rows)
             self.previous_time = (-1, self.newest)  # any epoch: the stored minute's last report
         for stored in reports:
@@ -178,7 +117,9 @@ class NodeHistory:
         if minute != self.minute:
             # The part of this report's interval before its minute held the GPUs of the last one.
             self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
-            self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
+            rows = [acc.row(self.node_id) for acc in self.open.values()]
+            self.closed.extend(rows)
+            self.counters.close(rows)
             self._gap_minutes(report, verdict, minute)
             self.open = {}
             self.minute = minute
@@ -192,7 +133,7 @@ class NodeHistory:
         self.previous_time = (report.epoch, time)
 
     def _hold(
-        self, accs: dict[int, _Open], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
+        self, accs: dict[int, OpenMinute], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
         minute_start: int,
     ) -> None:  # fmt: skip
         """Count the part of the report's interval in [``minute_start``, ``until``] as held on each
@@ -236,15 +177,22 @@ class NodeHistory:
             seconds = max(0.0, min(time, end) - max(known_from, m))
             if gap + seconds <= 0 or not held:
                 continue
-            node = _Open(NODE_ROW, m)
+            node = OpenMinute(NODE_ROW, m)
             for g in held:
-                acc = _Open(g.index, m)
+                acc = OpenMinute(g.index, m)
                 acc.held, acc.jobs, acc.last_time = seconds + gap, g.jobs, max(start, m)
                 split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
                 split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
                 self.closed.append(acc.row(self.node_id))
+                self.counters.close(self.closed[-1:])
             node.jobs, node.last_time = verdict.jobs, max(start, m)
             self.closed.append(node.row(self.node_id))
+
+    def gpu_seconds(self) -> dict[str, list[float]]:
+        """The split's GPU-seconds by job and category since the collector started, this minute's too."""
+        # Read from the HTTP thread too: a copy of the open minute's accumulators (one C-level call).
+        accs = list(self.open.values())
+        return self.counters.totals(acc.row(self.node_id) for acc in accs if acc.gpu != NODE_ROW)
 
     @property
     def pending(self) -> bool:
@@ -291,10 +239,10 @@ class NodeHistory:
         if self.node_id in batch.prune:
             self.pruned_at = 0.0
 
-    def _acc(self, gpu: int) -> _Open:
+    def _acc(self, gpu: int) -> OpenMinute:
         acc = self.open.get(gpu)
         if acc is None:
-            acc = self.open[gpu] = _Open(gpu, self.minute)
+            acc = self.open[gpu] = OpenMinute(gpu, self.minute)
         return acc
 
     def _rollup(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.minutes import NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
 from nodeagent.collector.store.database import Store
@@ -167,3 +168,16 @@ def test_the_store_keeps_the_split_and_an_older_table_gains_its_columns(tmp_path
         assert back[rows[0].gpu].waiting_on == "n9"
     finally:
         store.close()
+
+
+def test_counters_add_closed_minutes_once_and_drop_a_job_an_hour_gone() -> None:
+    counters = SplitCounters()
+    busy = MinuteRow(NODE, 0, 60, jobs=("a", "b"), split=[60.0] + [0.0] * (len(split.CATEGORIES) - 1))
+    counters.close([busy, MinuteRow(NODE, NODE_ROW, 60, jobs=("a", "b"), split=busy.split)])
+    assert counters.totals() == {"a": pytest.approx([30.0] + [0.0] * 11), "b": pytest.approx([30.0] + [0.0] * 11)}
+    open_row = MinuteRow(NODE, 0, 120, jobs=("a",), split=[0.0, 6.0] + [0.0] * 10)
+    assert counters.totals([open_row])["a"][:2] == pytest.approx([30.0, 6.0])
+    assert counters.totals()["a"][1] == 0.0  # the open minute is added when read, not kept
+    later = MinuteRow(NODE, 0, 60 + 3600 + 60, jobs=("c",), split=[60.0] + [0.0] * 11)
+    counters.close([later])
+    assert set(counters.totals()) == {"c"}
