@@ -93,8 +93,9 @@ def ledger_answer(
     finally:
         groups.close()  # the read ends here, not when the generator is collected
     response = pb.LedgerResponse()
-    for key in sorted(totals, key=lambda k: (-totals[k].cost_lost, -sum(totals[k].seconds[1:]), k)):
-        response.rows.append(ledger_row(key, totals[key], prices.currency, with_nodes=by == "job"))
+    held = {key: total for key, total in totals.items() if sum(total.seconds) > 0}  # a node with no GPU held none
+    for key in sorted(held, key=lambda k: (-held[k].cost_lost, -sum(held[k].seconds[1:]), k)):
+        response.rows.append(ledger_row(key, held[key], prices.currency, with_nodes=by == "job"))
     if response.ByteSize() > max_bytes:
         raise QueryRefusedError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,

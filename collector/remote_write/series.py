@@ -201,7 +201,7 @@ def verdict_row(v: NodeVerdict) -> VerdictRow:
 
 def _gpu_seconds_labels(node: tuple[str, str], job: str, category: str) -> Labels:
     """``nodeagent_gpu_seconds_total``'s labels, sorted, as on the collector's /metrics."""
-    return (("__name__", "nodeagent_gpu_seconds_total"), ("category", category), ("job", job), node)
+    return (("__name__", "nodeagent_gpu_seconds_total"), ("category", category), ("job_name", job), node)
 
 
 def _verdict_series(v: VerdictRow, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:

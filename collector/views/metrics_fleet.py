@@ -209,7 +209,7 @@ def _gpu(families: dict[str, TextFamily], g: GpuVerdict, node_labels: str) -> No
 def _gpu_seconds(families: dict[str, TextFamily], totals: dict[str, list[float]], node_labels: str) -> None:
     family = families["nodeagent_gpu_seconds_total"]
     for job, values in sorted(totals.items()):
-        job_labels = f"{node_labels},{label('job', job)}"
+        job_labels = f"{node_labels},{label('job_name', job)}"
         for category, value in zip(CATEGORIES, values, strict=True):
             family.add(f"{job_labels},{label('category', category)}", value)
 

@@ -140,7 +140,7 @@ def test_gpu_seconds_by_category_are_the_history_split(ingest: tuple[Ingest, _Cl
     samples = _samples(FleetMetrics(state).render())["gpu_seconds_total"]
     by_node: dict[str, dict[str, float]] = {}
     for s in samples:
-        assert s.labels["job"]
+        assert s.labels["job_name"]
         parts = by_node.setdefault(s.labels["node"], {})
         parts[s.labels["category"]] = parts.get(s.labels["category"], 0.0) + s.value
     assert set(by_node) == {"oc", "fast"}

@@ -358,7 +358,7 @@ def test_the_split_counters_go_out_with_the_nodes_next_reports() -> None:
     for series in request.timeseries:
         labels = {label.name: label.value for label in series.labels}
         if labels["__name__"] == "nodeagent_gpu_seconds_total":
-            assert labels["node"] == "oc" and labels["job"] == "job-7"
+            assert labels["node"] == "oc" and labels["job_name"] == "job-7"
             assert series.samples[0].timestamp == int(report.time_unix_seconds * 1000)
             found[labels["category"]] = series.samples[0].value
     assert set(found) == set(CATEGORIES)
