@@ -29,6 +29,7 @@ from nodeagent.collector.history.minutes import (
 from nodeagent.collector.store.database import Store
 
 GPUS = 8
+HOUR = 3600
 
 
 def seed_history(db: Path, nodes: Sequence[str], days: float, *, end: float | None = None, gpus: int = GPUS) -> int:
@@ -48,7 +49,10 @@ def seed_history(db: Path, nodes: Sequence[str], days: float, *, end: float | No
                     for minute in range(day_start, day_end, MINUTE_SECONDS)
                     for row in _minute(node_id, index, minute, gpus, rng)
                 ]
-                store.write((), before_commit=functools.partial(store.history.write, HistoryBatch(minutes=rows)))
+                # The ledger sums every hour the node's minutes moved past, as a flush does.
+                hours = range(day_start // HOUR * HOUR, min(day_end, last // HOUR * HOUR), HOUR)
+                batch = HistoryBatch(minutes=rows, compact=[(node_id, hour) for hour in hours])
+                store.write((), before_commit=functools.partial(store.history.write, batch))
                 written += len(rows)
     finally:
         store.close()

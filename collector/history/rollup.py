@@ -46,6 +46,8 @@ OPEN_WRITE_SECONDS: Final = 5.0
 QUIET_MARGIN_SECONDS: Final = 0.5
 # NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
 RATE_EVERY_SECONDS: Final = 5.0
+# The ledger sums a node's minutes per hour once its reports moved past the hour.
+HOUR_SECONDS: Final = 3600
 # A report stands for the time since the one before it, at most this long (the detector's
 # ``max_interval_seconds``): after a silence, one report is not minutes of a job.
 MAX_HELD_INTERVAL_SECONDS: Final = 10.0
@@ -80,6 +82,8 @@ class NodeHistory:
         self.open: dict[int, OpenMinute] = {}
         self.minute = 0
         self.closed: list[MinuteRow] = []
+        # Hours the node's reports moved past, for the ledger to sum (``HistoryBatch.compact``).
+        self.compact: list[int] = []
         # The split's totals by job since this collector started (``counters``).
         self.counters = SplitCounters()
         self.touched = False
@@ -115,6 +119,9 @@ class NodeHistory:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
         if minute != self.minute:
+            if self.minute and minute // HOUR_SECONDS != self.minute // HOUR_SECONDS:
+                # Its last minutes go out with this flush: the ledger sums the hour then.
+                self.compact.append(self.minute // HOUR_SECONDS * HOUR_SECONDS)
             # The part of this report's interval before its minute held the GPUs of the last one.
             self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
             rows = [acc.row(self.node_id) for acc in self.open.values()]
@@ -207,6 +214,7 @@ class NodeHistory:
                 self.heard_gap = min(wall_seconds - self.heard_wall, OPEN_WRITE_SECONDS)
             self.heard_wall, self.fresh = wall_seconds, False
         batch = HistoryBatch(reports=self.reports, minutes=self.closed)
+        batch.compact, self.compact = [(self.node_id, hour) for hour in self.compact], []
         if self.touched and self.due(wall_seconds):
             batch.minutes = self.closed + [acc.row(self.node_id) for acc in self.open.values()]
             self.written_at = self.newest
@@ -234,6 +242,7 @@ class NodeHistory:
         open minute's newer copy, written after them, wins)."""
         self.reports = batch.reports + self.reports
         self.closed = batch.minutes + self.closed
+        self.compact = [hour for _node, hour in batch.compact] + self.compact
         self.written_at = -math.inf
         self.touched = True
         if self.node_id in batch.prune:

@@ -1,11 +1,12 @@
 """``Query.Ledger`` on a reader thread: the history's split summed per job, node or the fleet, and priced.
 
-Per node the node rows are read (each the sum of its GPUs' split), per job the GPU rows that name
-a job, grouped by (jobs, node, nodes waited on) as SQLite yields the groups: a GPU shared by n
-jobs counts 1/n to each, each node's hours priced at that node's price (``prices.py``), and the
-hours a job's GPUs waited are put on the nodes they waited on (its stragglers). What is held is
-one row per answer row, never the groups. A read of more groups than the bound's rows, or an
-answer larger than one message, is refused with a line that says to ask for less.
+The store gives each node's held GPU time grouped by (jobs, nodes waited on), from its hours
+summed in ``history_ledger`` and its minutes for the rest (``store/ledger_tables.py``), as SQLite
+yields the groups; they are folded here into one total per answer row (a job, a node, the
+fleet): a GPU shared by n jobs counts 1/n to each, each node's hours priced at that node's price
+(``prices.py``), and the hours a job's GPUs waited are put on the nodes they waited on (its
+stragglers). An answer of more rows than the bound's, or larger than one message, is refused
+with a line that says to ask for less; the read is within the query bounds' time.
 """
 
 from __future__ import annotations
@@ -58,21 +59,19 @@ def ledger_answer(
     by = request.by or "job"
     until = request.until_unix_seconds or None
     totals: dict[str, _Total] = {}
-    groups = reads.history.ledger_groups(request.since_unix_seconds, until, by_job=by == "job")
+    groups = reads.history.ledger.groups(request.since_unix_seconds, until, check=reads.check)
     width = len(split.COLUMNS)
     try:
-        for count, group in enumerate(groups, 1):
-            if count > max_rows:
+        for group in groups:
+            if len(totals) > max_rows:
                 raise QueryRefusedError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"more than {max_rows} groups in the history asked for: ask a shorter --since",
+                    f"more than {max_rows} rows (jobs or nodes) in the history asked for: ask a shorter --since",
                 )
-            if count % 1000 == 0:
-                reads.check()
-            keys = group[: len(group) - width - 2]
-            parts = [float(v) for v in group[len(keys) : len(keys) + width]]
+            keys = group[:3]  # jobs, node, nodes waited on
+            parts = [float(v) for v in group[3 : 3 + width]]
             first, last = float(group[-2]), float(group[-1])
-            node_id = str(keys[1] if by == "job" else keys[0])
+            node_id = str(keys[1])
             model = models.get(node_id, "")
             price = prices.per_gpu_hour(node_id, model)
             if by != "job":

@@ -18,11 +18,13 @@ import contextlib
 import sqlite3
 import zlib
 from collections.abc import Generator, Iterator, Sequence
-from typing import Any, cast
+from typing import cast
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.store import ledger_tables
+from nodeagent.collector.store.ledger_tables import LedgerTables
 from nodeagent.collector.store.nodes import INTEGER_MAX
 
 SCHEMA = f"""
@@ -50,6 +52,7 @@ CREATE TABLE IF NOT EXISTS history_reports (
     UNIQUE (node_id, time, epoch, seq)
 );
 """
+SCHEMA += ledger_tables.SCHEMA
 # Every column of a minute row, in the order of a new table (and of ``minute_values``).
 MINUTE_COLUMNS = (
     "node_id", "gpu", "minute", "samples", *VALUES, "state", "cause", "jobs", "last_time", "held_seconds",
@@ -63,7 +66,7 @@ _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
 REPORT_COMPRESSION_LEVEL = 1
 
 
-TABLES = ("history_minutes", "history_reports")
+TABLES = ("history_minutes", "history_reports", "history_ledger")
 # SQLite's primary result codes for a damaged file.
 _DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
@@ -78,6 +81,7 @@ class HistoryTables:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._select: str | None = None
+        self.ledger = LedgerTables(conn)
 
     @property
     def _minute_columns(self) -> str:
@@ -107,13 +111,17 @@ class HistoryTables:
                 for r in batch.reports
             ],
         )
+        for node_id, hour in batch.compact:
+            self.ledger.compact(node_id, hour)
         for node_id, (reports_before, minutes_before) in batch.prune.items():
             conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
             conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))
+            self.ledger.prune(node_id, minutes_before)
         if batch.sweep is not None:
             reports_before, minutes_before = batch.sweep
             conn.execute("DELETE FROM history_reports WHERE time<?", (reports_before,))
             conn.execute("DELETE FROM history_minutes WHERE minute<?", (minutes_before,))
+            self.ledger.prune(None, minutes_before)
 
     def delete_reports(self, node_id: str) -> int:
         """A retired node's full-resolution reports go (its minutes stay for their retention);
@@ -236,25 +244,6 @@ class HistoryTables:
                 (MINUTE_SECONDS, newest + MINUTE_SECONDS - last_seconds),
             )
         ) as groups:
-            yield from groups
-
-    def ledger_groups(
-        self, since: float, until: float | None, *, by_job: bool
-    ) -> Generator[tuple[Any, ...], None, None]:
-        """The split's seconds summed over [since, until): per node from its node rows, or with
-        ``by_job`` per (jobs, node, waiting_on) from its GPU rows that name a job; each group
-        (key..., seconds per ``split.COLUMNS``..., first minute, last minute), as SQLite yields
-        them. Rows stored before the split (NULL) are left out."""
-        sums = ", ".join(f"TOTAL({c})" for c in split.COLUMNS)
-        if by_job:
-            keys, where = "jobs, node_id, COALESCE(waiting_on, '')", "gpu>=0 AND jobs!=''"
-        else:
-            keys, where = "node_id", f"gpu={NODE_ROW}"
-        sql = (
-            f"SELECT {keys}, {sums}, MIN(minute), MAX(minute) FROM history_minutes WHERE {where}"
-            f" AND {split.COLUMNS[0]} IS NOT NULL AND minute>=? AND minute<? GROUP BY {keys}"
-        )
-        with contextlib.closing(self._conn.execute(sql, (since, INTEGER_MAX if until is None else until))) as groups:
             yield from groups
 
 
