@@ -1,5 +1,5 @@
 """The collector's own sections of its configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``,
-``[fleet]``.
+``[fleet]``, ``[prices]``.
 
 Every table is checked strictly by its owner; an unknown key, a wrong type or an impossible value
 stops start-up with one line naming the file and the key. The file's other keys are command
@@ -16,12 +16,13 @@ from typing import Any
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
+from nodeagent.collector.ledger.prices import Prices, PricesConfigError
 from nodeagent.collector.shards.config import FleetConfig, FleetConfigError
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.tables import check_table
 
-TABLES = ("alerts", "detector", "fleet", "sinks")
+TABLES = ("alerts", "detector", "fleet", "prices", "sinks")
 
 
 class CollectorConfigError(ValueError):
@@ -35,6 +36,8 @@ class CollectorConfig:
     sinks: Mapping[str, Any] = field(default_factory=dict)
     # The other collectors the fleet page merges with, and the query commands' list.
     fleet: FleetConfig = field(default_factory=FleetConfig)
+    # What a GPU-hour costs, for the ledger.
+    prices: Prices = field(default_factory=Prices)
     source: str = "<defaults>"
 
     def build_sinks(self) -> list[Sink]:
@@ -66,10 +69,11 @@ def config_from_mapping(
             detector=DetectorConfig.from_mapping(raw.get("detector", {}), source=f"{source} [detector]"),
             sinks=sinks,
             fleet=FleetConfig.from_mapping(raw.get("fleet", {}), source=source),
+            prices=Prices.from_mapping(raw.get("prices", {}), source=source),
             source=source,
         )
         config.build_sinks()  # check now, so a bad URL stops start-up
-    except (AlertConfigError, DetectorConfigError, FleetConfigError, SinkConfigError) as err:
+    except (AlertConfigError, DetectorConfigError, FleetConfigError, PricesConfigError, SinkConfigError) as err:
         raise CollectorConfigError(str(err)) from err
     return config
 
@@ -84,6 +88,7 @@ def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
         "alerts": _fields(config.alerts),
         "detector": _fields(config.detector),
         "fleet": config.fleet.to_plain(),
+        "prices": config.prices.to_plain(),
         "sinks": check_table(config.sinks, SINK_KEYS, source=source, table="sinks", error=CollectorConfigError),
     }
 

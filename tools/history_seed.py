@@ -3,7 +3,8 @@ the query bench (``bench/query_flood.py``) and the query tests need before a col
 
 Each node gets one row per GPU and one for the node per minute, with every column a real node's
 rows carry, the verdict of a node that starves for the network part of the time, and a job that
-changes every day (so ``jobs`` has something to total). The rows go through ``Store.write``, the
+changes every day (so ``jobs`` has something to total), each GPU held the whole minute and its
+time split for the ledger (computing, and what starving lost to the network). The rows go through ``Store.write``, the
 flush's own transaction, a day of a node at a time.
 """
 
@@ -15,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import (
     DAY_SECONDS,
@@ -27,6 +29,7 @@ from nodeagent.collector.history.minutes import (
 from nodeagent.collector.store.database import Store
 
 GPUS = 8
+HOUR = 3600
 
 
 def seed_history(db: Path, nodes: Sequence[str], days: float, *, end: float | None = None, gpus: int = GPUS) -> int:
@@ -46,7 +49,10 @@ def seed_history(db: Path, nodes: Sequence[str], days: float, *, end: float | No
                     for minute in range(day_start, day_end, MINUTE_SECONDS)
                     for row in _minute(node_id, index, minute, gpus, rng)
                 ]
-                store.write((), before_commit=functools.partial(store.history.write, HistoryBatch(minutes=rows)))
+                # The ledger sums every hour the node's minutes moved past, as a flush does.
+                hours = range(day_start // HOUR * HOUR, min(day_end, last // HOUR * HOUR), HOUR)
+                batch = HistoryBatch(minutes=rows, compact=[(node_id, hour) for hour in hours])
+                store.write((), before_commit=functools.partial(store.history.write, batch))
                 written += len(rows)
     finally:
         store.close()
@@ -59,6 +65,7 @@ def _minute(node_id: str, index: int, minute: int, gpus: int, rng: random.Random
     jobs = (f"job-{index // 2}-{minute // DAY_SECONDS}",)
     lost = 0.0
     utils = []
+    node_split = split.empty()
     for gpu in range(gpus):
         util = rng.uniform(0.5, 0.7) if starved else rng.uniform(0.9, 1.0)
         utils.append(util)
@@ -66,11 +73,16 @@ def _minute(node_id: str, index: int, minute: int, gpus: int, rng: random.Random
         lost += gpu_lost
         values = dict(zip(GPU_VALUES, (util, util * 0.8, util * 0.9, 6.0e10, 550.0, 64.0), strict=True))
         values.update(starvation_ratio=1.0 - util if starved else 0.02, gpu_seconds_lost=gpu_lost)
-        yield MinuteRow(node_id, gpu, minute, 60, values, state, cause, jobs, minute + 59.0)
+        # The ledger's split: held the whole minute, what was lost lost to the network.
+        parts = split.empty()
+        parts[split.INDEX["computing"]] = MINUTE_SECONDS - gpu_lost
+        parts[split.INDEX["network"]] = gpu_lost
+        node_split = [a + b for a, b in zip(node_split, parts, strict=True)]
+        yield MinuteRow(node_id, gpu, minute, 60, values, state, cause, jobs, minute + 59.0, MINUTE_SECONDS, parts)
     node_values = {name: rng.uniform(1e3, 1e9) for name in NODE_VALUES if not name.endswith("_ratio")}
     node_values.update({name: rng.random() for name in NODE_VALUES if name.endswith("_ratio")})
     node_values.update(
         utilization_mean=sum(utils) / max(1, len(utils)), utilization_min=min(utils, default=0.0),
         starvation_ratio=0.35 if starved else 0.02, gpu_seconds_lost=lost,
     )  # fmt: skip
-    yield MinuteRow(node_id, NODE_ROW, minute, 60, node_values, state, cause, jobs, minute + 59.0)
+    yield MinuteRow(node_id, NODE_ROW, minute, 60, node_values, state, cause, jobs, minute + 59.0, None, node_split)

@@ -39,6 +39,7 @@ _REQUESTS: dict[str, Any] = {
     "History": pb.HistoryRequest,
     "StreamHistory": pb.HistoryRequest,
     "Jobs": pb.JobsRequest,
+    "Ledger": pb.LedgerRequest,
     "ListJobs": pb.ListJobsRequest,
     "ForgetNode": pb.ForgetNodeRequest,
     "StreamNodes": pb.ListNodesRequest,

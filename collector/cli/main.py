@@ -37,6 +37,7 @@ COMMANDS = {
     "forget": "nodeagent.collector.cli.nodes:forget",
     "history": "nodeagent.collector.cli.history:history",
     "jobs": "nodeagent.collector.cli.jobs:jobs",
+    "ledger": "nodeagent.collector.cli.ledger:ledger",
     "loadgen": "nodeagent.collector.cli.demo:loadgen",
     "nodes": "nodeagent.collector.cli.nodes:nodes",
     "replay": "nodeagent.collector.cli.replay:replay",

@@ -32,6 +32,8 @@ class HistoryBatch:
     # (reports before, minutes before) for every node, by the collector's clock: a node that stopped
     # reporting is never pruned by its own newest report, and its history must still go.
     sweep: tuple[float, float] | None = None
+    # (node id, hour) whose minutes are all written: summed into the ledger's hours (``store/ledger_tables.py``).
+    compact: list[tuple[str, int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.reports or self.minutes or self.prune or self.sweep)
+        return bool(self.reports or self.minutes or self.prune or self.sweep or self.compact)

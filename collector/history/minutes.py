@@ -60,6 +60,11 @@ class MinuteRow:
     # time since the one before it, as the detector counts it); None in rows stored before it was
     # counted, which count as the whole minute.
     held_seconds: float | None = None
+    # The held seconds split by what the GPU did with them (``split.CATEGORIES`` order; the node
+    # row: the sum over its GPUs); None in rows stored before the split was counted.
+    split: list[float] | None = None
+    # GPU rows: the nodes its job waited on (comma-separated), the last the minute named.
+    waiting_on: str = ""
 
     def to_plain(self) -> dict[str, object]:
         return {
@@ -117,6 +122,11 @@ class Steps:
         current.samples += row.samples
         if row.held_seconds is not None:
             current.held_seconds = (current.held_seconds or 0.0) + row.held_seconds
+        if row.split is not None:
+            if current.split is None:
+                current.split = [0.0] * len(row.split)
+            current.split = [a + b for a, b in zip(current.split, row.split, strict=True)]
+        current.waiting_on = row.waiting_on or current.waiting_on
         current.state, current.cause, current.jobs, current.last_time = row.state, row.cause, row.jobs, row.last_time
         return done
 

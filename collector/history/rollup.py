@@ -21,9 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
-from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, KIND, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.history.counters import SplitCounters
+from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
+from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.quantities.rates import increase_across_reset
@@ -43,61 +46,18 @@ OPEN_WRITE_SECONDS: Final = 5.0
 QUIET_MARGIN_SECONDS: Final = 0.5
 # NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
 RATE_EVERY_SECONDS: Final = 5.0
+# The ledger sums a node's minutes per hour once its reports moved past the hour.
+HOUR_SECONDS: Final = 3600
 # A report stands for the time since the one before it, at most this long (the detector's
 # ``max_interval_seconds``): after a silence, one report is not minutes of a job.
 MAX_HELD_INTERVAL_SECONDS: Final = 10.0
+# Past that, the rest of a silence within one epoch is a gap: held (the GPU names a job again after
+# it), but no report says what it did, so it counts ``unknown`` in the split, for at most this long
+# (a longer silence is a node that was down, not a job's time).
+MAX_GAP_SECONDS: Final = 900.0
 
 _UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
-_MEAN: Final = tuple(kind == "mean" for kind in KIND)
-
-
-class _Open:
-    """A minute being built: sums and counts by column index (the ingest path's hot loop)."""
-
-    __slots__ = ("cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "samples", "state", "sums")
-
-    def __init__(self, gpu: int, minute: int) -> None:
-        self.gpu, self.minute, self.samples = gpu, minute, 0
-        self.sums = [0.0] * len(VALUES)
-        self.counts = [0] * len(VALUES)
-        self.state, self.cause, self.last_time = "", "", 0.0
-        self.jobs: tuple[str, ...] = ()
-        self.held: float | None = None
-        self.sums[_UTIL_MIN] = math.inf
-
-    @classmethod
-    def seeded(cls, row: MinuteRow) -> _Open:
-        acc = cls(row.gpu, row.minute)
-        acc.samples, acc.state, acc.cause, acc.jobs, acc.last_time = (
-            row.samples,
-            row.state,
-            row.cause,
-            row.jobs,
-            row.last_time,
-        )
-        acc.held = row.held_seconds
-        for name, value in row.values.items():
-            i = INDEX[name]
-            acc.sums[i] = value * row.samples if KIND[i] == "mean" else value
-            acc.counts[i] = row.samples
-        return acc
-
-    def add(self, i: int, value: float) -> None:
-        self.sums[i] += value
-        self.counts[i] += 1
-
-    def row(self, node_id: str) -> MinuteRow:
-        values = {
-            name: total / n if mean else total
-            for name, mean, total, n in zip(VALUES, _MEAN, self.sums, self.counts, strict=True)
-            if n
-        }
-        held = None if self.gpu == NODE_ROW else self.held or 0.0
-        return MinuteRow(
-            node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time,
-            held,
-        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +79,13 @@ class NodeHistory:
     def __init__(self, node_id: str, config: HistoryConfig) -> None:
         self.node_id = node_id
         self.config = config
-        self.open: dict[int, _Open] = {}
+        self.open: dict[int, OpenMinute] = {}
         self.minute = 0
         self.closed: list[MinuteRow] = []
+        # Hours the node's reports moved past, for the ledger to sum (``HistoryBatch.compact``).
+        self.compact: list[int] = []
+        # The split's totals by job since this collector started (``counters``).
+        self.counters = SplitCounters()
         self.touched = False
         self.written_at = -math.inf
         # When a flush last took a new report of the node (wall clock), and the gap before that
@@ -141,7 +105,7 @@ class NodeHistory:
         """After a restart: the newest stored minute, then the stored reports it does not hold."""
         if rows:
             self.minute = rows[0].minute
-            self.open = {row.gpu: _Open.seeded(row) for row in rows}
+            self.open = {row.gpu: OpenMinute.seeded(row) for row in rows}
             self.newest = max(row.last_time for row in rows)
             self.previous_time = (-1, self.newest)  # any epoch: the stored minute's last report
         for stored in reports:
@@ -155,9 +119,15 @@ class NodeHistory:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
         if minute != self.minute:
+            if self.minute and minute // HOUR_SECONDS != self.minute // HOUR_SECONDS:
+                # Its last minutes go out with this flush: the ledger sums the hour then.
+                self.compact.append(self.minute // HOUR_SECONDS * HOUR_SECONDS)
             # The part of this report's interval before its minute held the GPUs of the last one.
-            self._hold(self.open, report, verdict, min(time, minute), minute_start=self.minute)
-            self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
+            self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
+            rows = [acc.row(self.node_id) for acc in self.open.values()]
+            self.closed.extend(rows)
+            self.counters.close(rows)
+            self._gap_minutes(report, verdict, minute)
             self.open = {}
             self.minute = minute
             self.written_at = -math.inf
@@ -170,23 +140,66 @@ class NodeHistory:
         self.previous_time = (report.epoch, time)
 
     def _hold(
-        self, accs: dict[int, _Open], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
+        self, accs: dict[int, OpenMinute], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
         minute_start: int,
     ) -> None:  # fmt: skip
         """Count the part of the report's interval in [``minute_start``, ``until``] as held on each
-        GPU its verdict names a job for. The interval runs from the previous report of the epoch,
-        at most ``MAX_HELD_INTERVAL_SECONDS`` back (after a silence one report is not minutes)."""
+        GPU its verdict names a job for, split by what the verdict says it did (``split``). The
+        interval runs from the previous report of the epoch: its last ``MAX_HELD_INTERVAL_SECONDS``
+        are the report's, what is before them (at most ``MAX_GAP_SECONDS`` back) a gap, `unknown`."""
         before = self.previous_time
         if verdict is None or before is None or before[0] not in (-1, report.epoch):
             return
-        since = max(before[1], report.time_unix_seconds - MAX_HELD_INTERVAL_SECONDS, minute_start)
-        seconds = until - since
-        if seconds <= 0:
+        time = report.time_unix_seconds
+        start = max(before[1], time - MAX_GAP_SECONDS, minute_start)
+        if until <= start:
             return
+        known_from = max(start, time - MAX_HELD_INTERVAL_SECONDS)
+        seconds = max(0.0, until - known_from)
+        gap = max(0.0, min(until, known_from) - start)
+        node = accs.get(NODE_ROW)
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
         for g in verdict.gpus:
             acc = accs.get(g.index)
             if g.jobs and acc is not None:
-                acc.held = (acc.held or 0.0) + seconds
+                acc.held = (acc.held or 0.0) + seconds + gap
+                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                if node is not None:
+                    split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+
+    def _gap_minutes(self, report: pb.NodeReport, verdict: NodeVerdict | None, minute: int) -> None:
+        """The whole minutes of a gap between the last minute and the report's: rows of their own,
+        held and `unknown`, for each GPU the report's verdict names a job for."""
+        before = self.previous_time
+        if verdict is None or before is None or before[0] not in (-1, report.epoch):
+            return
+        time = report.time_unix_seconds
+        start = max(before[1], time - MAX_GAP_SECONDS)
+        known_from = max(start, time - MAX_HELD_INTERVAL_SECONDS)
+        held = [g for g in verdict.gpus if g.jobs]
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        for m in range(self.minute + MINUTE_SECONDS, minute, MINUTE_SECONDS):
+            end = m + MINUTE_SECONDS
+            gap = max(0.0, min(known_from, end) - max(start, m))
+            seconds = max(0.0, min(time, end) - max(known_from, m))
+            if gap + seconds <= 0 or not held:
+                continue
+            node = OpenMinute(NODE_ROW, m)
+            for g in held:
+                acc = OpenMinute(g.index, m)
+                acc.held, acc.jobs, acc.last_time = seconds + gap, g.jobs, max(start, m)
+                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+                self.closed.append(acc.row(self.node_id))
+                self.counters.close(self.closed[-1:])
+            node.jobs, node.last_time = verdict.jobs, max(start, m)
+            self.closed.append(node.row(self.node_id))
+
+    def gpu_seconds(self) -> dict[str, list[float]]:
+        """The split's GPU-seconds by job and category since the collector started, this minute's too."""
+        # Read from the HTTP thread too: a copy of the open minute's accumulators (one C-level call).
+        accs = list(self.open.values())
+        return self.counters.totals(acc.row(self.node_id) for acc in accs if acc.gpu != NODE_ROW)
 
     @property
     def pending(self) -> bool:
@@ -201,6 +214,7 @@ class NodeHistory:
                 self.heard_gap = min(wall_seconds - self.heard_wall, OPEN_WRITE_SECONDS)
             self.heard_wall, self.fresh = wall_seconds, False
         batch = HistoryBatch(reports=self.reports, minutes=self.closed)
+        batch.compact, self.compact = [(self.node_id, hour) for hour in self.compact], []
         if self.touched and self.due(wall_seconds):
             batch.minutes = self.closed + [acc.row(self.node_id) for acc in self.open.values()]
             self.written_at = self.newest
@@ -228,15 +242,16 @@ class NodeHistory:
         open minute's newer copy, written after them, wins)."""
         self.reports = batch.reports + self.reports
         self.closed = batch.minutes + self.closed
+        self.compact = [hour for _node, hour in batch.compact] + self.compact
         self.written_at = -math.inf
         self.touched = True
         if self.node_id in batch.prune:
             self.pruned_at = 0.0
 
-    def _acc(self, gpu: int) -> _Open:
+    def _acc(self, gpu: int) -> OpenMinute:
         acc = self.open.get(gpu)
         if acc is None:
-            acc = self.open[gpu] = _Open(gpu, self.minute)
+            acc = self.open[gpu] = OpenMinute(gpu, self.minute)
         return acc
 
     def _rollup(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
@@ -278,6 +293,8 @@ class NodeHistory:
             v = verdicts.get(gpu.index)
             if v is not None:
                 acc.state, acc.cause = v.state, v.cause or ""
+                if v.state == "waiting":
+                    acc.waiting_on = str(v.evidence.get("waiting_on", ""))
                 if v.jobs:  # the minute's jobs: the last that held the GPU in it (``_hold``: how long)
                     acc.jobs = v.jobs
                 if v.starvation_ratio is not None:

@@ -243,6 +243,7 @@ class Flusher:
                 merged.reports.extend(taken.reports)
                 merged.minutes.extend(taken.minutes)
                 merged.prune.update(taken.prune)
+                merged.compact.extend(taken.compact)
                 if history.pending:
                     self._history_pending.add(node_id)
                 else:

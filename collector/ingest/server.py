@@ -33,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
+from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds
 from nodeagent.collector.ingest.hello import parse_message, read_hello
@@ -134,7 +135,9 @@ class CollectorServer:
         )  # fmt: skip
         # Series are built and posted in a process of its own; ingest only hands reports over.
         self.remote_write = (
-            RemoteWriteProcess(config.remote_write, jobs=self.ingest.jobs.verdicts) if config.remote_write else None
+            RemoteWriteProcess(config.remote_write, jobs=self.ingest.jobs.verdicts, gpu_seconds=self._gpu_seconds)
+            if config.remote_write
+            else None
         )
         if self.remote_write is not None:
             self.ingest.report_observers.append(self.remote_write.offer)
@@ -157,6 +160,11 @@ class CollectorServer:
         self.fleet_pages: FleetPages | None = None
         self.job_messenger: JobMessenger | None = None
         self._job_tasks: list[asyncio.Task[None]] = []
+
+    def _gpu_seconds(self, node_id: str) -> SplitCounters | None:
+        """The node's split counters, for remote write (None without a history)."""
+        node = self.ingest.nodes.get(node_id)
+        return node.history.counters if node is not None and node.history is not None else None
 
     def _max_send_bytes(self) -> int:
         if self.config.front_socket is None:
@@ -190,6 +198,7 @@ class CollectorServer:
             bounds=config.query,
             max_message_bytes=config.max_message_bytes,
             pages=self.pages,
+            prices=config.settings.prices,
         )
         pb_grpc.add_QueryServicer_to_server(self.queries, server)
         health_servicer = health.aio.HealthServicer()

@@ -30,6 +30,8 @@ from google.protobuf.message import Message
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
+from nodeagent.collector.ledger.prices import Prices
+from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
@@ -57,8 +59,10 @@ class QueryService(pb_grpc.QueryServicer):
     def __init__(
         self, ingest: Ingest, policy: AccessPolicy, reader: StoreReader, *,
         bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024, pages: LocalPages | None = None,
+        prices: Prices | None = None,
     ) -> None:  # fmt: skip
         self.ingest = ingest
+        self.prices = prices or Prices()
         self.policy = policy
         self.reader = reader
         self.bounds = bounds or QueryBounds()
@@ -208,6 +212,16 @@ class QueryService(pb_grpc.QueryServicer):
         await self._authorize(context)
         async with query_slot(self.in_flight, self.policy, context):
             return await self._read(context, job_totals, request, self.bounds.max_rows, self._answer_bytes(context))
+
+    async def Ledger(self, request: pb.LedgerRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.LedgerResponse:
+        """The history's split per job, node or the fleet over [since, until), priced (``ledger/read.py``)."""
+        await self._authorize(context)
+        if request.by and request.by not in BY:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"by: expected one of {', '.join(BY)}")
+        async with query_slot(self.in_flight, self.policy, context):
+            return await self._read(
+                context, ledger_answer, request, self.prices, self.bounds.max_rows, self._answer_bytes(context)
+            )
 
     async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Jobs in pages, by job: the totals of as many jobs as the history's row bound allows."""

@@ -31,7 +31,16 @@ from google.protobuf.message import DecodeError
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.counters import SharedCounters
-from nodeagent.collector.remote_write.records import INFO, JOBS, REPORT, read_info, read_jobs, read_report
+from nodeagent.collector.remote_write.records import (
+    INFO,
+    JOBS,
+    LEDGER,
+    REPORT,
+    read_info,
+    read_jobs,
+    read_ledger,
+    read_report,
+)
 from nodeagent.collector.remote_write.sender import RemoteWriter
 from nodeagent.collector.remote_write.series import EncodedReport, JobSeries, NodeSeries, VerdictRow
 from nodeagent.core.program.child_restart import die_with_parent
@@ -66,6 +75,13 @@ class SeriesBuilder:
 
     def jobs(self, snapshot: tuple[JobVerdict, ...]) -> EncodedReport | None:
         return self._jobs.encode(snapshot)
+
+    def ledger(self, node_id: str, totals: dict[str, tuple[float, ...]]) -> None:
+        """The node's GPU-seconds by job and category: its next report's series carry them."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = NodeSeries(node_id)
+        node.gpu_seconds = totals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +153,8 @@ def _serve(
                     encoded = builder.jobs(read_jobs(record))
                 elif kind == INFO:
                     builder.info(*read_info(record))
+                elif kind == LEDGER:
+                    builder.ledger(*read_ledger(record))
             except (DecodeError, ValueError, EOFError, pickle.UnpicklingError) as err:
                 if not refused_logged:  # a bug, not load: once is enough to find it
                     log.error("remote write: a record it cannot read", error=str(err))

@@ -38,10 +38,17 @@ from typing import Final
 
 import structlog
 
+from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.counters import SharedCounters
-from nodeagent.collector.remote_write.records import info_record, jobs_record, report_record, verdict_bytes
+from nodeagent.collector.remote_write.records import (
+    info_record,
+    jobs_record,
+    ledger_record,
+    report_record,
+    verdict_bytes,
+)
 from nodeagent.collector.remote_write.sender import RemoteWriteStats
 from nodeagent.collector.remote_write.series import verdict_row
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -68,6 +75,7 @@ class RemoteWriteProcess:
         jobs: Callable[[], tuple[JobVerdict, ...]] | None = None,
         *,
         max_record_bytes: int = 4 * 1024 * 1024,
+        gpu_seconds: Callable[[str], SplitCounters | None] | None = None,
     ) -> None:
         self.configs = tuple(configs)
         # One resolution for all (serve has one flag); the smallest if a caller gave several.
@@ -85,6 +93,9 @@ class RemoteWriteProcess:
         self.in_doubt_samples = [0] * len(self.configs)
         self._unread_counted = 0
         self._jobs = jobs
+        # Each node's split counters (its history's), and the version of them last handed over.
+        self._gpu_seconds = gpu_seconds
+        self._ledger_sent: dict[str, int] = {}
         self._jobs_seen: tuple[JobVerdict, ...] | None = None
         self._last_pushed: dict[str, float] = {}
         self._verdicts: dict[str, tuple[NodeVerdict, bytes]] = {}
@@ -156,6 +167,13 @@ class RemoteWriteProcess:
             and self._send(info_record(node_id, self._infos[node_id]), count=False)
         ):
             self._needs_info.discard(node_id)
+        counters = self._gpu_seconds(node_id) if self._gpu_seconds is not None else None
+        if (
+            counters is not None
+            and counters.version != self._ledger_sent.get(node_id)
+            and self._send(ledger_record(node_id, counters.closed), count=False)
+        ):
+            self._ledger_sent[node_id] = counters.version
         cached = self._verdicts.get(node_id)
         if cached is None or cached[0] is not verdict:
             cached = self._verdicts[node_id] = (verdict, verdict_bytes(verdict_row(verdict)))
@@ -239,6 +257,7 @@ class RemoteWriteProcess:
                     return
                 self._spawn()
                 self._needs_info = set(self._infos)  # replaced whole: the ingest thread reads it
+                self._ledger_sent = {}  # a new child has no node's counters: each sent again
                 self.restarts_total += 1
 
     def _count_losses(self) -> None:

@@ -10,6 +10,9 @@
   carry it only when it changes, and the series' labels come from it).
 - The job roll-up's snapshot: ``b"J"`` and the ``JobVerdict`` tuple pickled, once per
   evaluation (a handful a second at most).
+- A node's GPU-seconds by job and category (the history's split of its closed minutes,
+  ``history/counters.py``): ``b"L"``, the node id's length (2 bytes), the node id, ``marshal`` of
+  ``{job: (seconds per category, ...)}``; before the node's next report once a minute closed.
 
 A seqpacket message arrives whole or not at all, so a record never straddles two reads and a
 send that would not fit fails at once (``BlockingIOError``) instead of writing half of it.
@@ -29,6 +32,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 REPORT: Final = b"R"
 JOBS: Final = b"J"
 INFO: Final = b"I"
+LEDGER: Final = b"L"
 _LENGTH = struct.Struct("<I")
 _NODE_LENGTH = struct.Struct("<H")
 
@@ -52,6 +56,22 @@ def read_info(record: bytes | memoryview) -> tuple[str, pb.NodeInfo]:
     start = 1 + _NODE_LENGTH.size
     node_id = bytes(record[start : start + length]).decode()
     return node_id, pb.NodeInfo.FromString(bytes(record[start + length :]))
+
+
+def ledger_record(node_id: str, totals: dict[str, list[float]]) -> bytes:
+    node = node_id.encode()
+    plain = {job: tuple(values) for job, values in totals.items()}
+    return b"".join((LEDGER, _NODE_LENGTH.pack(len(node)), node, marshal.dumps(plain)))
+
+
+def read_ledger(record: bytes | memoryview) -> tuple[str, dict[str, tuple[float, ...]]]:
+    (length,) = _NODE_LENGTH.unpack_from(record, 1)
+    start = 1 + _NODE_LENGTH.size
+    node_id = bytes(record[start : start + length]).decode()
+    totals = marshal.loads(record[start + length :])
+    if not isinstance(totals, dict):
+        raise ValueError("a ledger record that is not a table of jobs")
+    return node_id, cast("dict[str, tuple[float, ...]]", totals)
 
 
 def jobs_record(snapshot: tuple[JobVerdict, ...]) -> bytes:

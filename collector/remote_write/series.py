@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.collector.views.shown_state import shown_state
@@ -68,6 +69,8 @@ class NodeSeries:
         self._samples: list[prompb.Sample] = []
         # Each series' labels as a serialized one-series WriteRequest, to rebuild templates from.
         self._parts: dict[SeriesKey, bytes] = {}
+        # The GPU-seconds by job and category of its closed minutes, as the collector last sent them.
+        self.gpu_seconds: dict[str, tuple[float, ...]] = {}
 
     def encode(self, report: pb.NodeReport, verdict: NodeVerdict | VerdictRow | None) -> EncodedReport:
         """Every series of this report, stamped with the report's time."""
@@ -95,6 +98,10 @@ class NodeSeries:
             row = verdict_row(verdict) if isinstance(verdict, NodeVerdict) else verdict
             for labels, value in _verdict_series(row, self._node):
                 keys.append(labels)
+                values.append(value)
+        for job, totals in sorted(self.gpu_seconds.items()):
+            for category, value in zip(CATEGORIES, totals, strict=False):
+                keys.append(_gpu_seconds_labels(self._node, job, category))
                 values.append(value)
         if keys != self._keys:
             self._rebuild(keys)
@@ -190,6 +197,11 @@ def verdict_row(v: NodeVerdict) -> VerdictRow:
         (g.index, g.state, g.cause or "", g.tier or "", g.uuid, g.starvation_ratio, g.gpu_seconds_lost) for g in v.gpus
     )
     return word, v.cause or "", v.tier or "", v.starvation_ratio, gpus
+
+
+def _gpu_seconds_labels(node: tuple[str, str], job: str, category: str) -> Labels:
+    """``nodeagent_gpu_seconds_total``'s labels, sorted, as on the collector's /metrics."""
+    return (("__name__", "nodeagent_gpu_seconds_total"), ("category", category), ("job_name", job), node)
 
 
 def _verdict_series(v: VerdictRow, node: tuple[str, str]) -> Iterator[tuple[Labels, float]]:

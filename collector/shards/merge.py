@@ -4,8 +4,9 @@ The rules (CONTRACTS "Merged views"): nodes by node id, the freshest ``last_seen
 shards that still hold an older copy are listed in ``stale_shards`` (a node that moved leaves its
 old row behind until it is retired there); alerts by (name, node, key), firing over resolved, then
 the newest; job verdicts by job, the one judged over most nodes, then the newest; history's job
-totals by job, summed; history rows concatenated and sorted by (minute, GPU). Every answer names
-the shard of each item (``shard``) and lists every shard asked (``shards``), answered or not.
+totals by job, summed; ledger rows by key, summed; history rows concatenated and sorted by
+(minute, GPU). Every answer names the shard of each item (``shard``) and lists every shard asked
+(``shards``), answered or not.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ M = TypeVar("M", bound=Message)
 
 
 def merge(method: str, answers: Sequence[Answer]) -> Message:
-    """One answer of ``method`` (ListNodes, ListAlerts, ListJobs, Jobs, History or StreamHistory's
+    """One answer of ``method`` (ListNodes, ListAlerts, ListJobs, Jobs, Ledger, History or StreamHistory's
     pages) from the shards' answers; ``KeyError`` for another method."""
     return _MERGERS[method](answers)
 
@@ -112,6 +113,46 @@ def merge_job_totals(answers: Sequence[Answer]) -> pb.JobsResponse:
     return response
 
 
+def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
+    """Rows by key (a job, a node, the fleet) summed over the shards: hours by category, costs,
+    the hours waited on each straggler; nodes joined. Shards that price in other currencies make
+    the row's currency their codes joined by "+" (its costs then add unlike units, said so)."""
+    rows: dict[str, pb.LedgerRow] = {}
+    waited: dict[str, dict[str, float]] = {}
+    nodes: dict[str, set[str]] = {}
+    for _answer, reply in _answered(answers, pb.LedgerResponse):
+        for row in reply.rows:
+            total = rows.get(row.key)
+            if total is None:
+                total = rows[row.key] = pb.LedgerRow(
+                    key=row.key, currency=row.currency, first_unix_seconds=row.first_unix_seconds,
+                    last_unix_seconds=row.last_unix_seconds,
+                )  # fmt: skip
+            total.gpu_hours_held += row.gpu_hours_held
+            total.gpu_hours_computing += row.gpu_hours_computing
+            for category, hours in row.gpu_hours_lost.items():
+                total.gpu_hours_lost[category] = total.gpu_hours_lost.get(category, 0.0) + hours
+            total.cost += row.cost
+            total.cost_lost += row.cost_lost
+            if row.currency not in total.currency.split("+"):
+                total.currency = "+".join(sorted({*total.currency.split("+"), row.currency}))
+            total.gpu_model = total.gpu_model or row.gpu_model
+            total.first_unix_seconds = min(total.first_unix_seconds, row.first_unix_seconds)
+            total.last_unix_seconds = max(total.last_unix_seconds, row.last_unix_seconds)
+            for straggler in row.stragglers:
+                by_node = waited.setdefault(row.key, {})
+                by_node[straggler.node_id] = by_node.get(straggler.node_id, 0.0) + straggler.gpu_hours_waited
+            nodes.setdefault(row.key, set()).update(row.nodes)
+    response = pb.LedgerResponse(shards=shard_answers(answers))
+    for key in sorted(rows, key=lambda k: (-rows[k].cost_lost, -sum(rows[k].gpu_hours_lost.values()), k)):
+        row = rows[key]
+        row.nodes.extend(sorted(nodes[key]))
+        for node_id, hours in sorted(waited.get(key, {}).items(), key=lambda item: (-item[1], item[0])):
+            row.stragglers.add(node_id=node_id, gpu_hours_waited=hours)
+        response.rows.append(row)
+    return response
+
+
 def merge_history(answers: Sequence[Answer]) -> pb.HistoryResponse:
     """A node's rows from every shard that holds some (one it moved from holds the minutes before
     the move), sorted by (minute, GPU); a streamed answer's pages are taken whole."""
@@ -157,6 +198,7 @@ _MERGERS: dict[str, Callable[[Sequence[Answer]], Message]] = {
     "ListAlerts": merge_alerts,
     "ListJobs": merge_list_jobs,
     "Jobs": merge_job_totals,
+    "Ledger": merge_ledger,
     "History": merge_history,
     "StreamHistory": merge_history,
 }

@@ -84,7 +84,7 @@ class Store:
         self.conn.executescript(nodes.SCHEMA)
         watermark_check.add_checksums(self.conn)
         self.conn.executescript(history_tables.SCHEMA)
-        history_tables.add_held_seconds(self.conn)
+        history_tables.add_missing_columns(self.conn)
         # Before anything commits: whether the database lost commits it had made (``generation``).
         self.generation = Generation(self.conn, path)
         self.wal_path = path.with_name(path.name + "-wal")

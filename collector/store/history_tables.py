@@ -20,8 +20,11 @@ import zlib
 from collections.abc import Generator, Iterator, Sequence
 from typing import cast
 
+from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.store import ledger_tables
+from nodeagent.collector.store.ledger_tables import LedgerTables
 from nodeagent.collector.store.nodes import INTEGER_MAX
 
 SCHEMA = f"""
@@ -36,6 +39,8 @@ CREATE TABLE IF NOT EXISTS history_minutes (
     jobs TEXT NOT NULL,
     last_time REAL NOT NULL,
     held_seconds REAL,
+    {", ".join(f"{name} REAL" for name in split.COLUMNS)},
+    waiting_on TEXT,
     PRIMARY KEY (node_id, minute, gpu)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS history_reports (
@@ -47,12 +52,21 @@ CREATE TABLE IF NOT EXISTS history_reports (
     UNIQUE (node_id, time, epoch, seq)
 );
 """
-_UPSERT_MINUTE = f"INSERT OR REPLACE INTO history_minutes VALUES ({','.join('?' * (9 + len(VALUES)))})"
+SCHEMA += ledger_tables.SCHEMA
+# Every column of a minute row, in the order of a new table (and of ``minute_values``).
+MINUTE_COLUMNS = (
+    "node_id", "gpu", "minute", "samples", *VALUES, "state", "cause", "jobs", "last_time", "held_seconds",
+    *split.COLUMNS, "waiting_on",
+)  # fmt: skip
+_UPSERT_MINUTE = (
+    f"INSERT OR REPLACE INTO history_minutes ({', '.join(MINUTE_COLUMNS)})"
+    f" VALUES ({','.join('?' * len(MINUTE_COLUMNS))})"
+)
 _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
 REPORT_COMPRESSION_LEVEL = 1
 
 
-TABLES = ("history_minutes", "history_reports")
+TABLES = ("history_minutes", "history_reports", "history_ledger")
 # SQLite's primary result codes for a damaged file.
 _DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
@@ -66,6 +80,18 @@ class HistoryTables:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._select: str | None = None
+        self.ledger = LedgerTables(conn)
+
+    @property
+    def _minute_columns(self) -> str:
+        """The columns ``minute_from`` reads, by name in its order: a table altered by an older
+        version may hold them in another order, and one opened read-only before it gained a
+        column has none (NULL in its place)."""
+        if self._select is None:
+            present = {row[1] for row in self._conn.execute("PRAGMA table_info(history_minutes)")}
+            self._select = ", ".join(name if name in present else "NULL" for name in MINUTE_COLUMNS)
+        return self._select
 
     def write(self, batch: HistoryBatch) -> None:
         """Inside the flush transaction (``Store.write``'s ``before_commit``): minutes, reports, pruning.
@@ -85,13 +111,17 @@ class HistoryTables:
                 for r in batch.reports
             ],
         )
+        for node_id, hour in batch.compact:
+            self.ledger.compact(node_id, hour)
         for node_id, (reports_before, minutes_before) in batch.prune.items():
             conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
             conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))
+            self.ledger.prune(node_id, minutes_before)
         if batch.sweep is not None:
             reports_before, minutes_before = batch.sweep
             conn.execute("DELETE FROM history_reports WHERE time<?", (reports_before,))
             conn.execute("DELETE FROM history_minutes WHERE minute<?", (minutes_before,))
+            self.ledger.prune(None, minutes_before)
 
     def delete_reports(self, node_id: str) -> int:
         """A retired node's full-resolution reports go (its minutes stay for their retention);
@@ -122,7 +152,8 @@ class HistoryTables:
             if minute is None:
                 continue
             rows = self._conn.execute(
-                "SELECT * FROM history_minutes WHERE node_id=? AND minute=? ORDER BY gpu", (node_id, minute)
+                f"SELECT {self._minute_columns} FROM history_minutes WHERE node_id=? AND minute=? ORDER BY gpu",
+                (node_id, minute),
             )
             out[node_id] = [minute_from(values) for values in rows]
         return out
@@ -146,7 +177,7 @@ class HistoryTables:
     def minutes(self, node_id: str, gpu: int | None, since: float, until: float | None) -> list[MinuteRow]:
         """The node's minute rows in [since, until), by gpu (-1, the node, first) then minute;
         ``gpu`` None: every GPU's and the node's."""
-        sql = "SELECT * FROM history_minutes WHERE node_id=? AND minute>=? AND minute<?"
+        sql = f"SELECT {self._minute_columns} FROM history_minutes WHERE node_id=? AND minute>=? AND minute<?"
         args: list[object] = [node_id, since, INTEGER_MAX if until is None else until]
         if gpu is not None:
             sql += " AND gpu=?"
@@ -165,7 +196,7 @@ class HistoryTables:
         """The first ``limit`` of one GPU's (or the node's) minute rows in [since, until), by
         minute: ``minutes`` a page at a time (the next page starts past the last minute given)."""
         rows = self._conn.execute(
-            "SELECT * FROM history_minutes WHERE node_id=? AND minute>=? AND minute<? AND gpu=?"
+            f"SELECT {self._minute_columns} FROM history_minutes WHERE node_id=? AND minute>=? AND minute<? AND gpu=?"
             " ORDER BY minute LIMIT ?",
             (node_id, since, INTEGER_MAX if until is None else until, gpu, limit),
         ).fetchall()
@@ -255,6 +286,7 @@ def minute_values(row: MinuteRow) -> tuple[object, ...]:
     return (
         row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
         row.state, row.cause, ",".join(row.jobs), row.last_time, row.held_seconds,
+        *(row.split if row.split is not None else (None,) * len(split.COLUMNS)), row.waiting_on or None,
     )  # fmt: skip
 
 
@@ -262,20 +294,27 @@ def minute_from(values: Sequence[object]) -> MinuteRow:
     """A row of the table as a ``MinuteRow``."""
     node_id, gpu, minute, samples = values[:4]
     numbers = values[4 : 4 + len(VALUES)]
-    # A database opened read-only before it gained held_seconds has no such column.
-    state, cause, jobs, last_time, *held = values[4 + len(VALUES) :]
+    state, cause, jobs, last_time, *held = values[4 + len(VALUES) : 9 + len(VALUES)]
+    parts = values[9 + len(VALUES) : 9 + len(VALUES) + len(split.COLUMNS)]
     row = MinuteRow(str(node_id), int(str(gpu)), int(str(minute)), int(str(samples)))
     # REAL columns: SQLite gives floats (or NULL) back; a query of days reads 100,000s of them.
     row.values = cast(dict[str, float], {name: v for name, v in zip(VALUES, numbers, strict=True) if v is not None})
     row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
     row.jobs = tuple(j for j in str(jobs).split(",") if j)
     row.held_seconds = float(str(held[0])) if held and held[0] is not None else None
+    if parts[0] is not None:
+        row.split = [float(cast(float, p)) for p in parts]
+        waiting_on = values[9 + len(VALUES) + len(split.COLUMNS)]
+        row.waiting_on = str(waiting_on) if waiting_on else ""
     return row
 
 
-def add_held_seconds(conn: sqlite3.Connection) -> None:
+def add_missing_columns(conn: sqlite3.Connection) -> None:
     """A database of an older version: its minute rows gain ``held_seconds`` (NULL in the rows it
-    holds: a GPU minute of a job stored before counts whole, as it did)."""
+    holds: a GPU minute of a job stored before counts whole, as it did), then the split's columns
+    and ``waiting_on`` (NULL: the ledger leaves those rows out, ``query/ledger.py``), in the
+    order a new table has them."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(history_minutes)")}
-    if "held_seconds" not in columns:
-        conn.execute("ALTER TABLE history_minutes ADD COLUMN held_seconds REAL")
+    for name, kind in [("held_seconds", "REAL"), *((c, "REAL") for c in split.COLUMNS), ("waiting_on", "TEXT")]:
+        if name not in columns:
+            conn.execute(f"ALTER TABLE history_minutes ADD COLUMN {name} {kind}")

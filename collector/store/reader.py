@@ -47,8 +47,14 @@ class ReadContext:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.history = HistoryTables(conn)
+        self._conn = conn
         self.deadline = float("inf")
         self.seconds = 0.0
+
+    def node_infos(self) -> dict[str, bytes]:
+        """Each stored node's hello (a serialized ``NodeInfo``), as its row keeps it."""
+        rows = self._conn.execute("SELECT node_id, info FROM nodes WHERE info IS NOT NULL").fetchall()
+        return {str(node_id): bytes(info) for node_id, info in rows}
 
     def expired(self) -> bool:
         return time.monotonic() > self.deadline

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
@@ -34,6 +35,10 @@ NODE_FAMILIES: Final = {
     "nodeagent_node_connected": ("gauge", "1 while the node's agent has a stream open to this collector."),
     "nodeagent_node_last_report_timestamp_seconds": ("gauge", "When the node's last new report arrived (Unix time)."),
     "nodeagent_node_gpus": ("gauge", "GPUs the node reported in its topology."),
+    "nodeagent_gpu_seconds_total": (
+        "counter",
+        "GPU time held by each job on the node, by what it did: computing or lost to a category (the ledger's split).",
+    ),
     "nodeagent_node_reports_total": ("counter", "New reports stored for the node (duplicates excluded)."),
     "nodeagent_node_duplicate_reports_total": ("counter", "Reports of the node received again (acked, not stored)."),
     "nodeagent_node_gap_reports_total": ("counter", "Sequence numbers skipped in the node's reports (never received)."),
@@ -143,6 +148,8 @@ class FleetMetrics:
                 families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
             if detector is not None:
                 _evidence(families, detector.evidence, labels)
+            if node.history is not None:
+                _gpu_seconds(families, node.history.gpu_seconds(), labels)
         return render([*families.values(), *job_families(fresh_jobs(self.ingest.jobs.verdicts(), fresh))])
 
     def _node_label(self, node_id: str) -> str:
@@ -197,6 +204,14 @@ def _gpu(families: dict[str, TextFamily], g: GpuVerdict, node_labels: str) -> No
     if isinstance(bad, str):  # what sample and top flag too (a rate above the link's capacity)
         for link in bad.split(","):
             families["nodeagent_gpu_bad_reading"].add(f'{labels},link="{escape(link)}"', 1.0)
+
+
+def _gpu_seconds(families: dict[str, TextFamily], totals: dict[str, list[float]], node_labels: str) -> None:
+    family = families["nodeagent_gpu_seconds_total"]
+    for job, values in sorted(totals.items()):
+        job_labels = f"{node_labels},{label('job_name', job)}"
+        for category, value in zip(CATEGORIES, values, strict=True):
+            family.add(f"{job_labels},{label('category', category)}", value)
 
 
 def _evidence(families: dict[str, TextFamily], e: NodeEvidence, labels: str) -> None:

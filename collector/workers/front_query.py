@@ -1,7 +1,7 @@
 """The front's Query service: every call asked of every worker at once, the answers merged.
 
 Operators only, as on a single collector (``authorize_operator``); the workers are asked on
-their unix sockets (the front's calls). ListNodes, ListAlerts, ListJobs, Jobs and History merge
+their unix sockets (the front's calls). ListNodes, ListAlerts, ListJobs, Jobs, Ledger and History merge
 by the rules of ``nodeagent.collector.shards.merge`` (a worker that does not answer in time is
 named in ``shards`` and the merge goes on without it). Their streaming twins (StreamNodes,
 StreamAlerts, StreamJobs, StreamJobTotals) and StreamHistory merge the workers' streams page by
@@ -62,6 +62,9 @@ class FrontQueries(pb_grpc.QueryServicer):
 
     async def Jobs(self, request: pb.JobsRequest, context: Context) -> pb.JobsResponse:
         return await self._merged("Jobs", request, context, store=True)  # type: ignore[return-value]
+
+    async def Ledger(self, request: pb.LedgerRequest, context: Context) -> pb.LedgerResponse:
+        return await self._merged("Ledger", request, context, store=True)  # type: ignore[return-value]
 
     async def History(self, request: pb.HistoryRequest, context: Context) -> pb.HistoryResponse:
         return await self._merged("History", request, context, store=True)  # type: ignore[return-value]

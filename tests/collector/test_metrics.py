@@ -133,6 +133,28 @@ def test_fleet_families_say_what_the_detector_says(ingest: tuple[Ingest, _Clock]
     assert {s.value for s in samples["node_spool_dropped_reports_total"]} == {0.0}
 
 
+def test_gpu_seconds_by_category_are_the_history_split(ingest: tuple[Ingest, _Clock]) -> None:
+    """``nodeagent_gpu_seconds_total``: per node, job and category, the history's split since the
+    start; the parts add up to the seconds held, and the starved node's network share is its truth."""
+    state, _clock = ingest
+    samples = _samples(FleetMetrics(state).render())["gpu_seconds_total"]
+    by_node: dict[str, dict[str, float]] = {}
+    for s in samples:
+        assert s.labels["job_name"]
+        parts = by_node.setdefault(s.labels["node"], {})
+        parts[s.labels["category"]] = parts.get(s.labels["category"], 0.0) + s.value
+    assert set(by_node) == {"oc", "fast"}
+    for node_id, parts in by_node.items():
+        history = state.nodes[node_id].history
+        assert history is not None
+        rows = [*history.closed, *(acc.row(node_id) for acc in history.open.values())]
+        held = sum(r.held_seconds or 0.0 for r in rows if r.gpu >= 0)
+        assert sum(parts.values()) == pytest.approx(held) and held == pytest.approx(8 * (SECONDS - 1))
+    # Past the detector's entry into `starved`, about 34% of it; over the whole run, less.
+    assert 0.2 < by_node["oc"]["network"] / sum(by_node["oc"].values()) < 0.34 + 0.05
+    assert by_node["fast"]["network"] == 0.0
+
+
 def test_a_silent_node_keeps_its_counters_and_loses_its_verdict(ingest: tuple[Ingest, _Clock]) -> None:
     state, clock = ingest
     clock.now += state.detector_config.window_seconds + 1

@@ -336,3 +336,30 @@ def _waited(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
 
 def _plain_labels(ts: prompb.TimeSeries) -> tuple[tuple[str, str], ...]:
     return tuple((label.name, label.value) for label in ts.labels)
+
+
+def test_the_split_counters_go_out_with_the_nodes_next_reports() -> None:
+    """A ledger record sets the node's ``nodeagent_gpu_seconds_total`` series; its reports carry
+    them, stamped with their time, as the collector's /metrics names them."""
+    from nodeagent.collector.history.split import CATEGORIES
+    from nodeagent.collector.remote_write.records import LEDGER, ledger_record, read_ledger
+
+    totals = {"job-7": [100.0, 34.0] + [0.0] * (len(CATEGORIES) - 2)}
+    record = ledger_record("oc", totals)
+    assert record[:1] == LEDGER
+    assert read_ledger(record) == ("oc", {"job-7": tuple(totals["job-7"])})
+    builder = SeriesBuilder(0.0)
+    builder.ledger(*read_ledger(record))
+    sim = Simulation("ordinary-cloud", node_id="oc", seed=1)
+    report = sim.step(1.0)
+    encoded = builder.report(report, None)
+    request = prompb.WriteRequest.FromString(encoded.body)
+    found = {}
+    for series in request.timeseries:
+        labels = {label.name: label.value for label in series.labels}
+        if labels["__name__"] == "nodeagent_gpu_seconds_total":
+            assert labels["node"] == "oc" and labels["job_name"] == "job-7"
+            assert series.samples[0].timestamp == int(report.time_unix_seconds * 1000)
+            found[labels["category"]] = series.samples[0].value
+    assert set(found) == set(CATEGORIES)
+    assert found["computing"] == 100.0 and found["network"] == 34.0

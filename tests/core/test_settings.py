@@ -138,6 +138,7 @@ COLLECTOR_FILE_ERRORS = [
     ("[alert]\nnode_down_seconds = 5", "[alert]: unknown table (did you mean 'alerts'?)"),
     ("[alerts]\nnode_down_seconds = 'soon'", "alerts.node_down_seconds: expected a number, got 'soon'"),
     ("[alerts]\nnode_down_seconds = -5", "alerts.node_down_seconds: must be positive, got -5"),
+    ("[prices]\ndefault_per_gpu_hour = -1", "prices.default_per_gpu_hour: expected a price per GPU-hour, a number"),
     ("[sinks]\nwebhook_url = 'ftp://x'", "sinks.webhook_url: "),
     ("[detector]\nmoderate_ratio = 2", "\b[detector]: moderate_ratio: a ratio must be within 0..1, got 2"),
     ("[command.nodes]\ntimeout = 0", "command.nodes.timeout: expected a number at least 0.1, got 0"),
@@ -500,7 +501,10 @@ def test_documented_configuration_examples_load(tmp_path: Path, capsys: pytest.C
 
 
 # The tables other pages show, each as its program's configuration file would hold it.
-DOCUMENTED_TABLES = {"agent.md": AGENT, "alerts.md": COLLECTOR, "collector.md": COLLECTOR, "detector.md": COLLECTOR}
+DOCUMENTED_TABLES = {
+    "agent.md": AGENT, "alerts.md": COLLECTOR, "collector.md": COLLECTOR, "detector.md": COLLECTOR,
+    "ledger.md": COLLECTOR,
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("page", sorted(DOCUMENTED_TABLES))

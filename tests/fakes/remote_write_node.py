@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 
+from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
 from nodeagent.collector.remote_write.series import NodeSeries
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -23,6 +24,8 @@ class Node:
         self.sent: list[pb.NodeReport] = []
         self.detector = NodeDetector(node_id, DetectorConfig())
         self.series = NodeSeries(node_id)
+        # The collector's history of the node: its closed minutes' split goes out with the series.
+        self.history = NodeHistory(node_id, HistoryConfig())
         self.series_total = 0  # what the collector will offer the receiver for these reports
 
     def reports(self, count: int) -> list[pb.NodeReport]:
@@ -34,6 +37,9 @@ class Node:
             if self.seq == 1:
                 report.info.CopyFrom(self.sim.info())
             verdict = self.detector.observe(report)
+            self.history.observe(report, b"", verdict)
+            closed = self.history.counters.closed
+            self.series.gpu_seconds = {job: tuple(values) for job, values in closed.items()}
             self.series_total += self.series.encode(report, verdict).samples
             out.append(report)
         self.sent.extend(out)

@@ -1042,3 +1042,64 @@ class ListJobsResponse(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[JobVerdict]
     shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
     def __init__(self, jobs: _Optional[_Iterable[_Union[JobVerdict, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...
+
+class LedgerRequest(_message.Message):
+    __slots__ = ("since_unix_seconds", "until_unix_seconds", "by")
+    SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    since_unix_seconds: float
+    until_unix_seconds: float
+    by: str
+    def __init__(self, since_unix_seconds: _Optional[float] = ..., until_unix_seconds: _Optional[float] = ..., by: _Optional[str] = ...) -> None: ...
+
+class LedgerStraggler(_message.Message):
+    __slots__ = ("node_id", "gpu_hours_waited")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_WAITED_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    gpu_hours_waited: float
+    def __init__(self, node_id: _Optional[str] = ..., gpu_hours_waited: _Optional[float] = ...) -> None: ...
+
+class LedgerRow(_message.Message):
+    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds")
+    class GpuHoursLostEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_HELD_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_COMPUTING_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_LOST_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    COST_LOST_FIELD_NUMBER: _ClassVar[int]
+    CURRENCY_FIELD_NUMBER: _ClassVar[int]
+    STRAGGLERS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    gpu_hours_held: float
+    gpu_hours_computing: float
+    gpu_hours_lost: _containers.ScalarMap[str, float]
+    cost: float
+    cost_lost: float
+    currency: str
+    stragglers: _containers.RepeatedCompositeFieldContainer[LedgerStraggler]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    gpu_model: str
+    first_unix_seconds: float
+    last_unix_seconds: float
+    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ...) -> None: ...
+
+class LedgerResponse(_message.Message):
+    __slots__ = ("rows", "shards")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[LedgerRow]
+    shards: _containers.RepeatedCompositeFieldContainer[ShardAnswer]
+    def __init__(self, rows: _Optional[_Iterable[_Union[LedgerRow, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardAnswer, _Mapping]]] = ...) -> None: ...

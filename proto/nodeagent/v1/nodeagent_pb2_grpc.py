@@ -178,6 +178,11 @@ class QueryStub:
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageResponse.FromString,
                 _registered_method=True)
+        self.Ledger = channel.unary_unary(
+                '/nodeagent.v1.Query/Ledger',
+                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.LedgerRequest.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.LedgerResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -278,6 +283,14 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Ledger(self, request, context):
+        """The waste ledger (docs/ledger.md): the GPU-hours held in [since, until), split into computing
+        and lost by category, priced by [prices], per job, node or the fleet. Operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -345,6 +358,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.Page,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.PageResponse.SerializeToString,
+            ),
+            'Ledger': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ledger,
+                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.LedgerRequest.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.LedgerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -699,6 +717,33 @@ class Query:
             '/nodeagent.v1.Query/Page',
             nodeagent_dot_v1_dot_nodeagent__pb2.PageRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.PageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ledger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nodeagent.v1.Query/Ledger',
+            nodeagent_dot_v1_dot_nodeagent__pb2.LedgerRequest.SerializeToString,
+            nodeagent_dot_v1_dot_nodeagent__pb2.LedgerResponse.FromString,
             options,
             channel_credentials,
             insecure,

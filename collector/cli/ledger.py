@@ -1,0 +1,158 @@
+"""``nodeagent-collector ledger``: the GPU-hours held over a span, what they did, what they cost.
+
+Each row (a job, a node, or the fleet) is the history's split (``collector/history/split.py``)
+summed over [``--since``, ``--until``) and priced by the collectors' ``[prices]``
+(``Query.Ledger``, ``collector/ledger/read.py``): GPU-hours held, computing, lost by category,
+the cost and the cost of what was lost; a job's straggler nodes with the GPU-hours its GPUs
+waited on each. Several collectors (``--collector`` repeated or ``[fleet] collectors``): their
+rows summed by key. ``--json``: one object per row; ``--csv``: a header and one line per row, every
+category a column, for a spreadsheet or a bill.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import click
+
+from nodeagent.collector.cli.client import client_options, query
+from nodeagent.collector.cli.history import Duration, TimePoint
+from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.ledger.read import BY
+from nodeagent.collector.views.fleet_table import short
+
+DEFAULT_SINCE: Final = "30d"
+
+
+class Since(click.ParamType[float]):
+    """A span back from ``--until`` (``30d``, ``12h``: with its unit), or a time (unix seconds,
+    ISO 8601): as negative seconds for a span, else the time."""
+
+    name = "DURATION|TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return float(value)  # a bare number is a time, as for --until; a span has its unit
+        except ValueError:
+            pass
+        try:
+            return -Duration().convert(value, param, ctx)
+        except click.BadParameter:
+            pass
+        try:
+            return TimePoint().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is neither a span (30d, 12h) nor a time (unix seconds, ISO 8601)", param, ctx)
+
+
+@click.command()
+@client_options
+@click.option(
+    "--since", type=Since(), default=DEFAULT_SINCE, show_default=True,
+    help="Start: a span back from --until (30d, 12h) or a time (unix seconds, ISO 8601).",
+)  # fmt: skip
+@click.option("--until", type=TimePoint(), help="End (unix seconds or ISO 8601); default: now.")
+@click.option(
+    "--by", type=click.Choice(BY), default="job", show_default=True, help="One row per job, node, or the fleet."
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON: one object per row.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV: a header, then one line per row.")
+def ledger(since: float, until: float | None, by: str, as_json: bool, as_csv: bool, **options: object) -> None:
+    """GPU-hours held, computing and lost (by category), and their cost, per job, node or the fleet."""
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv exclude each other")
+    end = time.time() if until is None else until
+    start = end + since if since < 0 else since
+    if start >= end:
+        raise click.BadParameter(f"the span starts at {start:.0f}, not before its end {end:.0f}", param_hint="--since")
+    response = query(options, "Ledger", since_unix_seconds=start, until_unix_seconds=end, by=by)
+    rows = [ledger_plain(row, by) for row in response.rows]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    elif as_csv:
+        click.echo(ledger_csv(rows, by), nl=False)
+    elif not rows:
+        click.echo(f"no GPU time held between {_when(start)} and {_when(end)}")
+    else:
+        click.echo(render_ledger(rows, by, start, end))
+
+
+def ledger_plain(row: Any, by: str) -> dict[str, Any]:
+    """One row as JSON: the hours, each lost category (0 when none), the money, a job's nodes and stragglers."""
+    out: dict[str, Any] = {
+        by: row.key, "gpu_hours_held": row.gpu_hours_held, "gpu_hours_computing": row.gpu_hours_computing,
+        "gpu_hours_lost": {name: row.gpu_hours_lost.get(name, 0.0) for name in LOST_CATEGORIES},
+        "cost": row.cost, "cost_lost": row.cost_lost, "currency": row.currency,
+        "first_unix_seconds": row.first_unix_seconds, "last_unix_seconds": row.last_unix_seconds,
+    }  # fmt: skip
+    if by == "job":
+        out["nodes"] = list(row.nodes)
+        out["stragglers"] = [{"node": s.node_id, "gpu_hours_waited": s.gpu_hours_waited} for s in row.stragglers]
+    if by == "node":
+        out["gpu_model"] = row.gpu_model
+    return out
+
+
+def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    header = [by, "gpu_hours_held", "gpu_hours_computing", *(f"gpu_hours_lost_{c}" for c in LOST_CATEGORIES)]
+    header += ["cost", "cost_lost", "currency", "first", "last"]
+    extra = {"job": ["stragglers"], "node": ["gpu_model"]}.get(by, [])
+    writer.writerow(header + extra)
+    for row in rows:
+        line = [row[by], _num(row["gpu_hours_held"]), _num(row["gpu_hours_computing"])]
+        line += [_num(row["gpu_hours_lost"][c]) for c in LOST_CATEGORIES]
+        line += [f"{row['cost']:.2f}", f"{row['cost_lost']:.2f}", row["currency"]]
+        line += [_when(row["first_unix_seconds"]), _when(row["last_unix_seconds"])]
+        if by == "job":
+            line.append(";".join(f"{s['node']}:{s['gpu_hours_waited']:.4f}" for s in row["stragglers"]))
+        elif by == "node":
+            line.append(row["gpu_model"])
+        writer.writerow(line)
+    return buffer.getvalue()
+
+
+def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float) -> str:
+    """The table: hours held, the share computing, each category lost that any row has (as a
+    share of the row's held time), the money."""
+    shown = [c for c in LOST_CATEGORIES if any(r["gpu_hours_lost"][c] > 0 for r in rows)]
+    width = max(12, min(32, max(len(str(r[by])) for r in rows)))
+    head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
+    head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}" + ("  STRAGGLERS" if by == "job" else "")
+    lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head]
+    for row in rows:
+        held = row["gpu_hours_held"]
+
+        def share(hours: float, held: float = held) -> str:
+            return f"{hours / held * 100:.1f}%" if held > 0 else "-"
+
+        line = f"{short(str(row[by]), width):<{width}} {held:>9.2f} {share(row['gpu_hours_computing']):>7} "
+        line += " ".join(f"{share(row['gpu_hours_lost'][c]):>7}" for c in shown)
+        line += f" {row['cost']:>11.2f} {row['cost_lost']:>11.2f} {row['currency']:<4}"
+        if by == "job":
+            line += "  " + (", ".join(f"{s['node']} ({s['gpu_hours_waited']:.2f} h)" for s in row["stragglers"]) or "-")
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+_LABELS: Final = {"interconnect": "interco", "unresponsive": "unresp", "throttled": "throttl"}
+
+
+def _label(category: str) -> str:
+    return _LABELS.get(category, category).upper()
+
+
+def _num(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if seconds else ""

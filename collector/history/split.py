@@ -1,0 +1,94 @@
+"""The ledger's split: each GPU's held time, by what it did with it.
+
+A GPU is held while its verdict names a job (``rollup``'s ``held_seconds``). Every held second is
+counted once, in one of ``CATEGORIES``: ``computing``, or lost to the node's own data causes
+(``network``, ``storage``, ``cpu``, ``h2d``), to the collective (``interconnect``), to another
+node of the job (``waiting``, the detector's `waiting` state), to clock throttling
+(``throttled``), sitting allocated with no work (``idle``), to a GPU that does not answer
+(``unresponsive``) or is gone (``lost``), and ``unknown``: a gap in the reports (held, but no
+report says what it did) and starvation whose cause the detector could not name. So the parts add
+up to the held time per GPU-minute, and any grouping of minutes (job, node, fleet) adds up too.
+
+Each report stands for the seconds since the one before it; its verdict says how they went:
+
+| verdict | lost share of the seconds, to |
+|---|---|
+| `busy`, `warmup` | none: computing (the detector does not judge warm-up) |
+| `starved` | the data share (``starvation_ratio``) to its cause (`unknown` for none), and the |
+|           | share waiting for the collective (``interconnect_ratio``) to `interconnect`       |
+| `waiting` | the wait share the job roll-up set (``wait_ratio``), to `waiting` |
+| `throttled` | the window's idle share, to `throttled` |
+| `idle` | all of it, to `idle` |
+| `lost` | all of it, to `unresponsive` when the GPU did not answer in time, else `lost` |
+
+The rest of the seconds compute. Ratios are the detector's window values, the same that make
+its GPU-seconds lost, so a GPU starved on the network 34% of its time reads 0.34 network here. A
+`busy` GPU's small waits (below the detector's thresholds) count as computing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from nodeagent.core.detector.verdict import GpuVerdict
+
+CATEGORIES: Final = (
+    "computing", "network", "storage", "cpu", "h2d", "interconnect", "waiting", "throttled", "idle",
+    "unresponsive", "lost", "unknown",
+)  # fmt: skip
+LOST_CATEGORIES: Final = CATEGORIES[1:]
+# The history's columns, one per category (GPU rows: that GPU's seconds; the node row: the sum).
+COLUMNS: Final = tuple(f"{name}_seconds" for name in CATEGORIES)
+INDEX: Final = {name: i for i, name in enumerate(CATEGORIES)}
+_COMPUTING, _UNKNOWN = INDEX["computing"], INDEX["unknown"]
+_OWN_CAUSES: Final = frozenset({"network", "storage", "cpu", "h2d", "interconnect"})
+
+
+def empty() -> list[float]:
+    return [0.0] * len(CATEGORIES)
+
+
+def losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, float], ...]:
+    """The categories (their index) the verdict loses time to, each with its share of the seconds."""
+    state = verdict.state
+    if state == "lost":
+        return ((INDEX["unresponsive" if unresponsive else "lost"], 1.0),)
+    if state == "idle":
+        return ((INDEX["idle"], 1.0),)
+    if state == "starved":
+        # The window's idle time splits into waiting for data and for the collective
+        # (``detector/causes.py``): each part to its own category, the data part to the cause.
+        cause = verdict.cause if verdict.cause in _OWN_CAUSES else "unknown"
+        sync = _share(verdict.interconnect_ratio)
+        if cause == "interconnect":
+            return (
+                (INDEX["interconnect"], sync if verdict.interconnect_ratio is not None else _share(verdict.idle_ratio)),
+            )
+        data = _share(verdict.starvation_ratio if verdict.starvation_ratio is not None else verdict.idle_ratio)
+        return ((INDEX[cause], data), (INDEX["interconnect"], min(sync, 1.0 - data)))
+    if state == "waiting":
+        wait = verdict.evidence.get("wait_ratio")
+        return ((INDEX["waiting"], _share(float(wait) if isinstance(wait, float | int) else verdict.idle_ratio)),)
+    if state == "throttled":
+        return ((INDEX["throttled"], _share(verdict.idle_ratio)),)
+    return ()
+
+
+def add(parts: list[float], verdict: GpuVerdict, seconds: float, gap_seconds: float, unresponsive: bool) -> None:
+    """Count ``seconds`` the verdict speaks for, and ``gap_seconds`` no report spoke for, into ``parts``."""
+    if seconds > 0:
+        computing = seconds
+        for category, share in losses(verdict, unresponsive):
+            lost = seconds * share
+            parts[category] += lost
+            computing -= lost
+        parts[_COMPUTING] += max(0.0, computing)
+    if gap_seconds > 0:
+        parts[_UNKNOWN] += gap_seconds
+
+
+def _share(ratio: float | None) -> float:
+    if ratio is None or math.isnan(ratio):  # no window yet: the detector lost nothing it can name
+        return 0.0
+    return min(1.0, max(0.0, float(ratio)))

@@ -1,0 +1,134 @@
+"""``Query.Ledger`` on a reader thread: the history's split summed per job, node or the fleet, and priced.
+
+The store gives each node's held GPU time grouped by (jobs, nodes waited on), from its hours
+summed in ``history_ledger`` and its minutes for the rest (``store/ledger_tables.py``), as SQLite
+yields the groups; they are folded here into one total per answer row (a job, a node, the
+fleet): a GPU shared by n jobs counts 1/n to each, each node's hours priced at that node's price
+(``prices.py``), and the hours a job's GPUs waited are put on the nodes they waited on (its
+stragglers). An answer of more rows than the bound's, or larger than one message, is refused
+with a line that says to ask for less; the read is within the query bounds' time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from nodeagent.collector.history import split
+from nodeagent.collector.history.minutes import MINUTE_SECONDS
+from nodeagent.collector.ledger.prices import Prices
+from nodeagent.collector.query.bounds import QueryRefusedError
+from nodeagent.collector.store.reader import ReadContext
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+BY = ("job", "node", "fleet")
+DEFAULT_LEDGER_SECONDS = 30 * 86400.0
+FLEET = "fleet"
+_WAITING = split.INDEX["waiting"]
+
+
+@dataclass
+class _Total:
+    seconds: list[float] = field(default_factory=split.empty)
+    cost: float = 0.0
+    cost_lost: float = 0.0
+    first: float = float("inf")
+    last: float = 0.0
+    nodes: set[str] = field(default_factory=set)
+    waited_on: dict[str, float] = field(default_factory=dict)
+    gpu_model: str = ""
+
+    def add(self, parts: list[float], price: float, first: float, last: float) -> None:
+        for i, value in enumerate(parts):
+            self.seconds[i] += value
+        held = sum(parts)
+        self.cost += held / 3600 * price
+        self.cost_lost += (held - parts[0]) / 3600 * price
+        self.first = min(self.first, first)
+        self.last = max(self.last, last + MINUTE_SECONDS)
+
+
+def ledger_answer(
+    reads: ReadContext, request: pb.LedgerRequest, prices: Prices, max_rows: int, max_bytes: int
+) -> pb.LedgerResponse:
+    """The ledger's rows, the most money lost first."""
+    models = gpu_models(reads.node_infos())
+    by = request.by or "job"
+    until = request.until_unix_seconds or None
+    totals: dict[str, _Total] = {}
+    groups = reads.history.ledger.groups(request.since_unix_seconds, until, check=reads.check)
+    width = len(split.COLUMNS)
+    try:
+        for group in groups:
+            if len(totals) > max_rows:
+                raise QueryRefusedError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"more than {max_rows} rows (jobs or nodes) in the history asked for: ask a shorter --since",
+                )
+            keys = group[:3]  # jobs, node, nodes waited on
+            parts = [float(v) for v in group[3 : 3 + width]]
+            first, last = float(group[-2]), float(group[-1])
+            node_id = str(keys[1])
+            model = models.get(node_id, "")
+            price = prices.per_gpu_hour(node_id, model)
+            if by != "job":
+                total = totals.setdefault(FLEET if by == "fleet" else node_id, _Total())
+                total.add(parts, price, first, last)
+                total.nodes.add(node_id)
+                total.gpu_model = model if by == "node" else ""
+                continue
+            names = [j for j in str(keys[0]).split(",") if j]
+            waited_on = [n for n in str(keys[2]).split(",") if n]
+            for name in names:
+                share = [v / len(names) for v in parts]
+                total = totals.setdefault(name, _Total())
+                total.add(share, price, first, last)
+                total.nodes.add(node_id)
+                for straggler in waited_on:
+                    total.waited_on[straggler] = total.waited_on.get(straggler, 0.0) + share[_WAITING] / len(waited_on)
+    finally:
+        groups.close()  # the read ends here, not when the generator is collected
+    response = pb.LedgerResponse()
+    held = {key: total for key, total in totals.items() if sum(total.seconds) > 0}  # a node with no GPU held none
+    for key in sorted(held, key=lambda k: (-held[k].cost_lost, -sum(held[k].seconds[1:]), k)):
+        response.rows.append(ledger_row(key, held[key], prices.currency, with_nodes=by == "job"))
+    if response.ByteSize() > max_bytes:
+        raise QueryRefusedError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{len(totals)} rows are more than one message holds ({max_bytes} bytes): ask a shorter --since",
+        )
+    return response
+
+
+def ledger_row(key: str, total: _Total, currency: str, *, with_nodes: bool) -> pb.LedgerRow:
+    seconds = total.seconds
+    row = pb.LedgerRow(
+        key=key, gpu_hours_held=sum(seconds) / 3600, gpu_hours_computing=seconds[0] / 3600, cost=total.cost,
+        cost_lost=total.cost_lost, currency=currency, gpu_model=total.gpu_model,
+        first_unix_seconds=total.first if total.first < float("inf") else 0.0, last_unix_seconds=total.last,
+    )  # fmt: skip
+    for name, value in zip(split.LOST_CATEGORIES, seconds[1:], strict=True):
+        if value > 0:
+            row.gpu_hours_lost[name] = value / 3600
+    if with_nodes:
+        row.nodes.extend(sorted(total.nodes))
+    for node_id, waited in sorted(total.waited_on.items(), key=lambda item: (-item[1], item[0])):
+        if waited > 0:
+            row.stragglers.add(node_id=node_id, gpu_hours_waited=waited / 3600)
+    return row
+
+
+def gpu_models(infos: Mapping[str, bytes]) -> dict[str, str]:
+    """Each node's GPU model, as its hello named its first GPU ("" when none or unreadable)."""
+    out = {}
+    for node_id, info in infos.items():
+        try:
+            gpus = pb.NodeInfo.FromString(info).gpu.gpus
+        except DecodeError:  # a row that does not parse is priced by its name alone
+            continue
+        if gpus:
+            out[node_id] = gpus[0].name
+    return out

@@ -1,0 +1,110 @@
+"""``history_ledger``: the history's split summed per node and hour, so that a month's ledger of a
+thousand nodes reads thousands of rows, not a hundred million minutes.
+
+A node's hour is summed from its GPU minute rows (by the jobs they name and the nodes they waited
+on) once the node's reports moved past it (``HistoryBatch.compact``), in the same flush
+transaction that writes its last minutes: delete and insert, so summing an hour again (a flush
+written twice, an hour revisited) gives the same rows. The rows of an hour are what its minutes
+said then; they are pruned with the minutes (``prune``, ``sweep``).
+
+``groups`` answers the ledger's read per node: the summed hours inside the span up to the node's
+last summed hour, its minutes for the rest (the span's ragged ends, and the hour it is in now or
+stopped in), so every held minute is counted once; every node with minutes, retired or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sqlite3
+from collections.abc import Generator
+from typing import Any, Final
+
+from nodeagent.collector.history import split
+
+HOUR_SECONDS: Final = 3600
+_SUMS: Final = ", ".join(f"TOTAL({c})" for c in split.COLUMNS)
+SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS history_ledger (
+    node_id TEXT NOT NULL,
+    hour INTEGER NOT NULL,
+    jobs TEXT NOT NULL,
+    waiting_on TEXT NOT NULL,
+    {", ".join(f"{c} REAL NOT NULL" for c in split.COLUMNS)},
+    first_minute INTEGER NOT NULL,
+    last_minute INTEGER NOT NULL,
+    PRIMARY KEY (node_id, hour, jobs, waiting_on)
+) WITHOUT ROWID;
+"""
+# A node's held GPU minutes in [since, until), grouped as the ledger groups them.
+_MINUTE_GROUPS: Final = (
+    f"SELECT jobs, node_id, COALESCE(waiting_on, ''), {_SUMS}, MIN(minute), MAX(minute) FROM history_minutes"
+    f" WHERE node_id=? AND minute>=? AND minute<? AND gpu>=0 AND jobs!='' AND {split.COLUMNS[0]} IS NOT NULL"
+    " GROUP BY jobs, COALESCE(waiting_on, '')"
+)
+# Every node with minutes, one seek of the primary key each (DISTINCT would read every row).
+_NODES: Final = (
+    "WITH RECURSIVE n(id) AS (SELECT MIN(node_id) FROM history_minutes UNION ALL"
+    " SELECT (SELECT MIN(node_id) FROM history_minutes WHERE node_id > n.id) FROM n WHERE n.id IS NOT NULL)"
+    " SELECT id FROM n WHERE id IS NOT NULL"
+)
+_HOUR_GROUPS: Final = (
+    f"SELECT jobs, node_id, waiting_on, {', '.join(split.COLUMNS)}, first_minute, last_minute FROM history_ledger"
+    " WHERE node_id=? AND hour>=? AND hour<?"
+)
+
+
+class LedgerTables:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def compact(self, node_id: str, hour: int) -> None:
+        """Sum the node's hour from its minutes (inside the flush transaction)."""
+        conn = self._conn
+        conn.execute("DELETE FROM history_ledger WHERE node_id=? AND hour=?", (node_id, hour))
+        conn.execute(
+            f"INSERT INTO history_ledger SELECT node_id, ?, jobs, COALESCE(waiting_on, ''), {_SUMS}, MIN(minute),"
+            f" MAX(minute) FROM history_minutes WHERE node_id=? AND minute>=? AND minute<? AND gpu>=0 AND jobs!=''"
+            f" AND {split.COLUMNS[0]} IS NOT NULL GROUP BY jobs, COALESCE(waiting_on, '')",
+            (hour, node_id, hour, hour + HOUR_SECONDS),
+        )
+
+    def prune(self, node_id: str | None, minutes_before: float) -> None:
+        """Hours whose minutes are all past retention go with them (``node_id`` None: every node's)."""
+        if node_id is None:
+            self._conn.execute("DELETE FROM history_ledger WHERE hour + ? <= ?", (HOUR_SECONDS, minutes_before))
+        else:
+            self._conn.execute(
+                "DELETE FROM history_ledger WHERE node_id=? AND hour + ? <= ?", (node_id, HOUR_SECONDS, minutes_before)
+            )
+
+    def groups(self, since: float, until: float | None, check: Any = None) -> Generator[tuple[Any, ...], None, None]:
+        """(jobs, node, waiting_on, seconds per ``split.COLUMNS``..., first minute, last minute)
+        of every node's held GPU time in [since, until); ``check``: called between nodes (the
+        read's deadline)."""
+        end = math.inf if until is None else until
+        first_hour = math.ceil(since / HOUR_SECONDS) * HOUR_SECONDS
+        last_hour = math.floor(end / HOUR_SECONDS) * HOUR_SECONDS if end < math.inf else math.inf
+        conn = self._conn
+        nodes = [str(n) for (n,) in conn.execute(_NODES)]
+        for node_id in nodes:
+            if check is not None:
+                check()
+            (summed,) = conn.execute("SELECT MAX(hour) FROM history_ledger WHERE node_id=?", (node_id,)).fetchone()
+            boundary = -math.inf if summed is None else int(summed) + HOUR_SECONDS
+            if first_hour < last_hour:
+                hours_end = min(max(boundary, first_hour), last_hour)
+                spans = [(since, first_hour), (hours_end, end)]
+                if hours_end > first_hour:
+                    yield from conn.execute(_HOUR_GROUPS, (node_id, first_hour, hours_end))
+            else:
+                spans = [(since, end)]
+            for start, stop in spans:
+                if stop > start:
+                    args = (node_id, start, _bound(stop))
+                    with contextlib.closing(conn.execute(_MINUTE_GROUPS, args)) as rows:
+                        yield from rows
+
+
+def _bound(value: float) -> float:
+    return 2.0**62 if value == math.inf else value

@@ -1,0 +1,183 @@
+"""The ledger's split as the history counts it: every held second in one category, per GPU-minute."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from nodeagent.collector.history import split
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.counters import SplitCounters
+from nodeagent.collector.history.minutes import NODE_ROW, VALUES, MinuteRow
+from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.store.database import Store
+from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+NODE = "n1"
+T0 = 1_800_000_000.0  # a minute's start
+
+
+def _gpu(
+    index: int, state: str, cause: str | None = None, ratio: float | None = None, **evidence: float | str
+) -> GpuVerdict:
+    return GpuVerdict(
+        index=index, uuid=f"GPU-{index}", state=state, cause=cause, tier=None, starvation_ratio=ratio,
+        interconnect_ratio=ratio if cause == "interconnect" else None, idle_ratio=ratio, gpu_seconds_lost=0.0,
+        jobs=("job-1",), evidence=evidence,
+    )  # fmt: skip
+
+
+def _verdict(time: float, gpus: tuple[GpuVerdict, ...]) -> NodeVerdict:
+    return NodeVerdict(NODE, time, gpus[0].state, None, None, None, None, 0.0, ("job-1",), None, {}, gpus)
+
+
+def _report(time: float, gpus: int, unresponsive: frozenset[int] = frozenset()) -> pb.NodeReport:
+    report = pb.NodeReport(node_id=NODE, epoch=1, seq=int(time), time_unix_seconds=time)
+    for i in range(gpus):
+        report.gpus.add(index=i, utilization_gpu_ratio=0.5, unresponsive=i in unresponsive)
+    return report
+
+
+def _run(
+    times: list[float], gpus: tuple[GpuVerdict, ...], unresponsive: frozenset[int] = frozenset()
+) -> list[MinuteRow]:
+    history = NodeHistory(NODE, HistoryConfig(reports_seconds=0))
+    for t in times:
+        history.observe(_report(t, len(gpus), unresponsive), b"", _verdict(t, gpus))
+    return history.take(math.inf).minutes
+
+
+def _parts(row: MinuteRow) -> dict[str, float]:
+    assert row.split is not None
+    return {name: value for name, value in zip(split.CATEGORIES, row.split, strict=True) if value}
+
+
+def test_each_state_splits_its_held_time_and_the_parts_add_up() -> None:
+    gpus = (
+        _gpu(0, "busy"),
+        _gpu(1, "starved", "network", 0.34),
+        _gpu(2, "waiting", wait_ratio=0.5, waiting_on="n7"),
+        _gpu(3, "idle"),
+        _gpu(4, "lost"),
+        _gpu(5, "lost"),
+        _gpu(6, "throttled", ratio=0.2),
+        _gpu(7, "starved", "interconnect", 0.25),
+    )
+    rows = _run([T0 + s for s in range(60)], gpus, unresponsive=frozenset({5}))
+    by_gpu = {row.gpu: row for row in rows if row.minute == T0}
+    held = by_gpu[0].held_seconds
+    assert held == pytest.approx(59.0)  # the first report stands for nothing before it
+    assert _parts(by_gpu[0]) == {"computing": pytest.approx(held)}
+    assert _parts(by_gpu[1]) == {"computing": pytest.approx(0.66 * held), "network": pytest.approx(0.34 * held)}
+    assert _parts(by_gpu[2]) == {"computing": pytest.approx(0.5 * held), "waiting": pytest.approx(0.5 * held)}
+    assert by_gpu[2].waiting_on == "n7"
+    assert _parts(by_gpu[3]) == {"idle": pytest.approx(held)}
+    assert _parts(by_gpu[4]) == {"lost": pytest.approx(held)}
+    assert _parts(by_gpu[5]) == {"unresponsive": pytest.approx(held)}
+    assert _parts(by_gpu[6]) == {"computing": pytest.approx(0.8 * held), "throttled": pytest.approx(0.2 * held)}
+    assert _parts(by_gpu[7]) == {"computing": pytest.approx(0.75 * held), "interconnect": pytest.approx(0.25 * held)}
+    node = by_gpu[NODE_ROW]
+    assert node.split is not None
+    assert sum(node.split) == pytest.approx(8 * held)
+    assert node.split == pytest.approx(
+        [sum(by_gpu[g].split[i] for g in range(8)) for i in range(len(split.CATEGORIES))]
+    )  # type: ignore[index]
+
+
+def test_a_gap_is_held_and_unknown_in_the_minutes_it_spans() -> None:
+    """A silence of 201 s within one epoch: its last 10 s the next report's, the rest unknown,
+    with rows of their own for the minutes no report fell in."""
+    times = [T0 + s for s in range(30)] + [T0 + 230 + s for s in range(10)]
+    rows = _run(times, (_gpu(0, "busy"),))
+    gpu_rows = sorted((r for r in rows if r.gpu == 0), key=lambda r: r.minute)
+    assert [r.minute - T0 for r in gpu_rows] == [0, 60, 120, 180]
+    for row in gpu_rows:
+        assert row.split is not None
+        assert sum(row.split) == pytest.approx(row.held_seconds)
+    unknown = sum(_parts(r).get("unknown", 0.0) for r in gpu_rows)
+    assert unknown == pytest.approx(201.0 - 10.0)
+    assert sum(r.held_seconds or 0.0 for r in gpu_rows) == pytest.approx(29 + 201 + 9)
+
+
+def test_a_silence_past_the_gap_bound_is_not_held() -> None:
+    rows = _run([T0, T0 + 1, T0 + 3600 + 5], (_gpu(0, "busy"),))
+    held = sum(r.held_seconds or 0.0 for r in rows if r.gpu == 0)
+    assert held == pytest.approx(1 + 900)  # the bound's 900 s: the node's last 10 s and 890 s unknown
+
+
+def test_a_starved_gpu_with_no_cause_named_is_unknown_and_no_window_yet_computes() -> None:
+    assert split.losses(_gpu(0, "starved", None, 0.4), False)[0] == (split.INDEX["unknown"], 0.4)
+    assert split.losses(_gpu(0, "starved", "network", None), False)[0] == (split.INDEX["network"], 0.0)
+    assert split.losses(_gpu(0, "warmup"), False) == ()
+
+
+def test_a_gpu_starved_for_data_also_counts_its_wait_for_the_collective() -> None:
+    """The simulated rental's truth: 38/112 waiting for the network, 14/112 for the all-reduce."""
+    gpu = GpuVerdict(
+        index=0, uuid="GPU-0", state="starved", cause="network", tier="high", starvation_ratio=38 / 112,
+        interconnect_ratio=14 / 112, idle_ratio=52 / 112, gpu_seconds_lost=0.0, jobs=("j",), evidence={},
+    )  # fmt: skip
+    parts = split.empty()
+    split.add(parts, gpu, 112.0, 0.0, unresponsive=False)
+    assert parts[split.INDEX["network"]] == pytest.approx(38.0)
+    assert parts[split.INDEX["interconnect"]] == pytest.approx(14.0)
+    assert parts[split.INDEX["computing"]] == pytest.approx(60.0)
+
+
+def test_the_store_keeps_the_split_and_an_older_table_gains_its_columns(tmp_path: Path) -> None:
+    """Written and read back whole; a table from before the split (no such columns, and one that
+    gained held_seconds last) gains them at start and its rows read with no split."""
+    db = tmp_path / "c.db"
+    with sqlite3.connect(db) as conn:  # as an older version made it: held_seconds added by ALTER
+        conn.execute(
+            "CREATE TABLE history_minutes (node_id TEXT NOT NULL, gpu INTEGER NOT NULL, minute INTEGER NOT NULL,"
+            f" samples INTEGER NOT NULL, {', '.join(f'{name} REAL' for name in VALUES)}, state TEXT NOT NULL,"
+            " cause TEXT NOT NULL, jobs TEXT NOT NULL, last_time REAL NOT NULL, PRIMARY KEY (node_id, minute, gpu))"
+            " WITHOUT ROWID"
+        )
+        conn.execute("ALTER TABLE history_minutes ADD COLUMN held_seconds REAL")
+        conn.execute(
+            "INSERT INTO history_minutes (node_id, gpu, minute, samples, state, cause, jobs, last_time, held_seconds)"
+            " VALUES ('old', 0, 60, 1, 'busy', '', 'j', 61.0, 30.0)"
+        )
+    store = Store(db)
+    try:
+        rows = _run(
+            [T0 + s for s in range(5)],
+            (
+                _gpu(
+                    0,
+                    "starved",
+                    "storage",
+                    0.5,
+                ),
+            ),
+        )
+        rows[0].waiting_on = "n9"
+        store.write((), before_commit=functools.partial(store.history.write, HistoryBatch(minutes=rows)))
+        [old] = store.history.minutes("old", None, 0, None)
+        assert old.held_seconds == 30.0 and old.split is None
+        back = {r.gpu: r for r in store.history.minutes(NODE, None, 0, None)}
+        for row in rows:
+            assert back[row.gpu].split == pytest.approx(row.split)
+        assert back[rows[0].gpu].waiting_on == "n9"
+    finally:
+        store.close()
+
+
+def test_counters_add_closed_minutes_once_and_drop_a_job_an_hour_gone() -> None:
+    counters = SplitCounters()
+    busy = MinuteRow(NODE, 0, 60, jobs=("a", "b"), split=[60.0] + [0.0] * (len(split.CATEGORIES) - 1))
+    counters.close([busy, MinuteRow(NODE, NODE_ROW, 60, jobs=("a", "b"), split=busy.split)])
+    assert counters.totals() == {"a": pytest.approx([30.0] + [0.0] * 11), "b": pytest.approx([30.0] + [0.0] * 11)}
+    open_row = MinuteRow(NODE, 0, 120, jobs=("a",), split=[0.0, 6.0] + [0.0] * 10)
+    assert counters.totals([open_row])["a"][:2] == pytest.approx([30.0, 6.0])
+    assert counters.totals()["a"][1] == 0.0  # the open minute is added when read, not kept
+    later = MinuteRow(NODE, 0, 60 + 3600 + 60, jobs=("c",), split=[60.0] + [0.0] * 11)
+    counters.close([later])
+    assert set(counters.totals()) == {"c"}

@@ -1,0 +1,112 @@
+"""``Query.Ledger``'s read: a job's rows summed over its nodes with each node's price, a GPU shared
+by two jobs halved between them, the hours waited put on the nodes waited on, the fleet one row,
+and minutes stored before the split left out."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from nodeagent.collector.history import split
+from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.minutes import NODE_ROW, MinuteRow
+from nodeagent.collector.ledger.prices import Prices
+from nodeagent.collector.ledger.read import ledger_answer
+from nodeagent.collector.store.database import Store
+from nodeagent.collector.store.nodes import NodeRow
+from nodeagent.collector.store.reader import ReadContext
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+PRICES = Prices("EUR", 2.0, nodes=(("n3", 4.0),))
+
+
+def _rows(
+    node_id: str, gpu: int, jobs: tuple[str, ...], minute: int, waiting_on: str = "", **seconds: float
+) -> MinuteRow:
+    parts = split.empty()
+    for name, value in seconds.items():
+        parts[split.INDEX[name]] = value
+    return MinuteRow(
+        node_id, gpu, minute, samples=1, jobs=jobs, held_seconds=sum(parts), split=parts, waiting_on=waiting_on
+    )
+
+
+def _ledger(
+    tmp_path: Path, by: str, rows: list[MinuteRow], since: float = 0.0, until: float = 0.0,
+    compact: tuple[tuple[str, int], ...] = (),
+) -> pb.LedgerResponse:  # fmt: skip
+    """The ledger after writing ``rows`` (their nodes known) and summing the ``compact`` hours."""
+    store = Store(tmp_path / "c.db")
+    try:
+        nodes = [NodeRow(node_id=n, first_seen=1.0, last_seen=2.0) for n in sorted({r.node_id for r in rows})]
+        batch = HistoryBatch(minutes=rows, compact=list(compact))
+        store.write(nodes, before_commit=functools.partial(store.history.write, batch))
+    finally:
+        store.close()
+    conn = sqlite3.connect(tmp_path / "c.db")
+    try:
+        request = pb.LedgerRequest(since_unix_seconds=since, until_unix_seconds=until, by=by)
+        return ledger_answer(ReadContext(conn), request, PRICES, 1000, 1 << 20)
+    finally:
+        conn.close()
+
+
+def test_a_job_over_two_nodes_its_straggler_and_a_shared_gpu(tmp_path: Path) -> None:
+    rows = [
+        _rows("n1", 0, ("j",), 60, waiting_on="n3", computing=30.0, waiting=30.0),
+        _rows("n1", 1, ("j", "k"), 60, computing=40.0, idle=20.0),
+        _rows("n3", 0, ("j",), 60, computing=40.0, network=20.0),
+        _rows("n3", 0, ("j",), 120, computing=60.0),
+        _rows("n1", NODE_ROW, ("j", "k"), 60, computing=70.0, waiting=30.0, idle=20.0),
+        _rows("n3", NODE_ROW, ("j",), 60, computing=40.0, network=20.0),
+        _rows("n3", NODE_ROW, ("j",), 120, computing=60.0),
+    ]
+    jobs = {row.key: row for row in _ledger(tmp_path, "job", rows).rows}
+    j = jobs["j"]
+    assert j.gpu_hours_held * 3600 == pytest.approx(60 + 30 + 60 + 60)
+    assert j.gpu_hours_computing * 3600 == pytest.approx(30 + 20 + 40 + 60)
+    assert {k: v * 3600 for k, v in j.gpu_hours_lost.items()} == pytest.approx(
+        {"waiting": 30, "idle": 10, "network": 20}
+    )
+    assert j.cost == pytest.approx((90 * 2.0 + 120 * 4.0) / 3600)  # each node at its own price
+    assert j.cost_lost == pytest.approx((40 * 2.0 + 20 * 4.0) / 3600)
+    assert [(s.node_id, s.gpu_hours_waited * 3600) for s in j.stragglers] == [("n3", pytest.approx(30.0))]
+    assert list(j.nodes) == ["n1", "n3"] and j.currency == "EUR"
+    assert jobs["k"].gpu_hours_held * 3600 == pytest.approx(30.0)
+    [fleet] = _ledger(tmp_path, "fleet", []).rows
+    assert fleet.key == "fleet" and fleet.gpu_hours_held * 3600 == pytest.approx(120 + 60 + 60)
+    nodes = {row.key: row for row in _ledger(tmp_path, "node", [], since=120).rows}
+    assert set(nodes) == {"n3"} and nodes["n3"].gpu_hours_computing * 3600 == pytest.approx(60.0)
+
+
+def test_minutes_stored_before_the_split_are_left_out(tmp_path: Path) -> None:
+    old = MinuteRow("n1", 0, 60, samples=1, jobs=("j",), held_seconds=60.0)
+    new = _rows("n1", 0, ("j",), 120, computing=60.0)
+    [row] = _ledger(tmp_path, "node", [old, new]).rows
+    assert row.gpu_hours_held * 3600 == pytest.approx(60.0)
+
+
+def test_summed_hours_and_minutes_give_the_minutes_answer(tmp_path: Path) -> None:
+    """Three hours of a node's minutes, the first two summed into hours: any span, ragged or
+    whole hours, reads what the minutes alone say, each minute once."""
+    hour = 1_800_000_000 // 3600 * 3600
+    rows = [
+        _rows("n1", 0, ("j",), hour + m * 60, computing=50.0, network=10.0 if m % 2 else 0.0) for m in range(3 * 60)
+    ]
+    compact = (("n1", hour), ("n1", hour + 3600))
+    spans = [
+        (0.0, 0.0), (hour + 600, 0.0), (hour + 600, hour + 7800), (hour + 3600, hour + 7200), (hour + 60, hour + 120),
+    ]  # fmt: skip
+    for index, (since, until) in enumerate(spans):
+        run = tmp_path / str(index)
+        run.mkdir()
+        summed = {r.key: r for r in _ledger(run, "node", rows, since, until, compact).rows}
+        end = until or math.inf
+        expected = [r for r in rows if since <= r.minute < end]
+        assert summed["n1"].gpu_hours_held * 3600 == pytest.approx(sum(r.held_seconds or 0.0 for r in expected))
+        network = sum(r.split[split.INDEX["network"]] for r in expected if r.split is not None)
+        assert summed["n1"].gpu_hours_lost["network"] * 3600 == pytest.approx(network)
