@@ -2,7 +2,8 @@
 collector, and the job's verdict checked against the ranks' own timers.
 
 Each node is a network namespace with its own agent (``nodeagent run --node-id node-N``), its own
-emulated GPU (the fake NVML, an H100 with GPM, driven by its rank), its own data link (a veth to
+emulated GPU (the fake NVML, an H100 with GPM, or with ``--gpu a100_sxm4`` an A100 without: only
+its power tells waiting from computing; driven by its rank), its own data link (a veth to
 the data server's namespace, shaped with tc) and its own fabric link (a veth to a switch
 namespace's bridge, shaped with tc). One rank per node (``bench/lab_rank.py``, started with the
 job's torch.distributed environment) reads its batch over its data link, computes, and
@@ -33,7 +34,7 @@ Needs root (namespaces, tc, loop devices, cgroups). Everything it starts is remo
 also on Ctrl-C and SIGTERM.
 
     sudo .venv/bin/python bench/lab_cluster.py [--scenarios clean,network] [--seconds 60] [--runs 10]
-                                               [--nodes 4] [--record DIR]
+                                               [--nodes 4] [--record DIR] [--gpu a100_sxm4]
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ READ_BYTES, READS_PER_BATCH, STRAGGLER_IOPS = 64 << 10, 8, 20
 # throttled: the GPU's clocks held down by heat to half, so its (compute-bound) step takes twice as long.
 THROTTLE = {"factor": 2.0, "clock_reasons": 0x20 | 0x40, "temp": 89}
 PROFILE = "h100_sxm5"
+# --gpu: the emulated GPU class. An H100 has GPM; an A100 has none, so only its power tells a
+# rank waiting in the collective (NVML utilization ~100%) from one computing.
+GPU_CLASSES = ("h100_sxm5", "a100_sxm4")
 EXPECTED_CAUSE = {"network": "network", "storage": "storage", "throttled": "throttled", "fabric": "link"}
 NAMED_WITHIN_SECONDS = 60.0
 RATIO_TOLERANCE = 0.05
@@ -300,7 +304,7 @@ def plan(scenario: Scenario, nodes_per_job: int, run: int, tag: str) -> list[Job
 
 
 def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int, tmp: Path, nvml_dir: Path,
-                 device_filter: bool, workers: int | None = None) -> Outcome:  # fmt: skip
+                 device_filter: bool, workers: int | None = None, profile: str = PROFILE) -> Outcome:  # fmt: skip
     from tests.fakes.fleet import Collector, cli
     from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
     from tests.fakes.nvml.plugin import STATE_ENV
@@ -356,7 +360,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         link_speeds: dict[str, dict[str, str]] = {}
         gpus: dict[int, dict[str, str]] = {}
         for n in nodes:
-            state = PROFILES[PROFILE](count=1)
+            state = PROFILES[profile](count=1)
             state.clock = None
             gpu = state.gpus[0]
             gpu.uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'lab-cluster/{tag}/{n.node_id}')}"
@@ -393,7 +397,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                             "batch_bytes": BATCH_BYTES, "threads": 2, "depth": 2}  # fmt: skip
                 spec = {"rank": n.rank, "world_size": world, "listen": [n.fabric_addr, RING_PORT],
                         "next": [nxt.fabric_addr, RING_PORT], "data": data, "compute_seconds": COMPUTE_SECONDS,
-                        "gradient_bytes": GRADIENT_BYTES, "seconds": seconds, "profile": PROFILE,
+                        "gradient_bytes": GRADIENT_BYTES, "seconds": seconds, "profile": profile,
                         "gpu": gpus[n.index], "throttle": THROTTLE if n.throttled else None,
                         "nvml_state": str(state_dir / f"nvml-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
                         "ready": str(tmp / f"ready-{n.index}")}  # fmt: skip
@@ -817,6 +821,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--two-jobs-nodes", type=int, default=None,
                         help="nodes of each job in two-jobs (default: --nodes; 2 or 3 on a small machine)")  # fmt: skip
     parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
+    parser.add_argument("--gpu", choices=GPU_CLASSES, default=PROFILE,
+                        help="the emulated GPU: h100_sxm5 (GPM) or a100_sxm4 (no GPM: power tells)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=None,
                         help="serve --workers N (default: serve's own, a worker per core behind a front)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -872,7 +878,15 @@ def main(argv: list[str] | None = None) -> int:
                 with tempfile.TemporaryDirectory(prefix=f"nodeagent-lab-cluster-{name}-") as tmp:
                     t0 = time.monotonic()
                     outcome = run_scenario(
-                        scenario, per_job, args.seconds, run, Path(tmp), nvml_dir, device_filter, args.workers
+                        scenario,
+                        per_job,
+                        args.seconds,
+                        run,
+                        Path(tmp),
+                        nvml_dir,
+                        device_filter,
+                        args.workers,
+                        args.gpu,
                     )
                     if args.record is not None and run == 0:
                         record(outcome, args.record)

@@ -18,8 +18,10 @@ it waited for data, computed, and spent in the collective, written as JSON to th
 ``truth`` path. A thread drives the node's fake NVML (its state file) from the same timers, as a
 real GPU would show them: utilization = the share of the last second computing or in the
 collective (NCCL's kernels stay resident while they wait for a peer), GPM SM activity = the share
-computing only, 60 GiB in use, the rank's pid as the GPU's compute process, PCIe bytes for the
-batch and the gradient; ``throttle`` adds clock-event reasons, heat, and an SM clock lowered by
+computing only (an H100: the A100 has none), power between the class's resting and computing
+draws (computing, in the collective a fifth of the way, idle; lower with throttled clocks), the
+energy counter integrating it, 60 GiB in use, the rank's pid as the GPU's compute process, PCIe
+bytes for the batch and the gradient; ``throttle`` adds clock-event reasons, heat, and an SM clock lowered by
 the factor its compute step is slowed by.
 
 The job stops on the same step on every rank: each rank's wish to stop (rank 0's deadline)
@@ -53,8 +55,9 @@ from bench.lab_rig import prefetch  # noqa: E402
 GIB = 1024**3
 HEADER = struct.Struct("!IIB")  # step, payload bytes, flags
 STOP = 1
-IDLE_POWER_MW = 90_000
-BUSY_POWER_MW = 620_000
+# Per GPU class, its draw at rest and computing flat out (mW); NCCL's kernels spinning in the
+# collective add a fifth of the difference. A throttled GPU's computing draw falls with its clocks.
+POWER_MW = {"h100_sxm5": (90_000, 620_000), "a100_sxm4": (55_000, 380_000)}
 
 
 # ---- data: a function that blocks until the next batch ----------------------------------------
@@ -217,6 +220,7 @@ class FakeGpu:
         self.gpu.uuid = identity.get("uuid", self.gpu.uuid)  # each node's GPU its own
         self.gpu.serial = identity.get("serial", self.gpu.serial)
         self.throttle = throttle
+        self.idle_mw, self.busy_mw = POWER_MW.get(profile, POWER_MW["h100_sxm5"])
         self.lock = threading.Lock()
         self.pcie_rx = 0  # bytes the rank moved into and out of the GPU (batch, gradient)
         self.pcie_tx = 0
@@ -253,7 +257,9 @@ class FakeGpu:
         g.gpm_tensor = round(55 * computing, 2)
         g.gpm_gr_active = round(100 * busy, 2)
         g.gpm_dram = round(40 * computing, 2)
-        g.power_mw = round(IDLE_POWER_MW + (BUSY_POWER_MW - IDLE_POWER_MW) * (0.8 * computing + 0.2 * busy))
+        slowed = float(self.throttle["factor"]) if self.throttle else 1.0
+        span = self.busy_mw - self.idle_mw
+        g.power_mw = round(self.idle_mw + span * (0.8 * computing / slowed + 0.2 * busy))
         g.energy_mj += round(g.power_mw * dt)
         g.pcie_rx_bytes, g.pcie_tx_bytes = rx, tx
         g.pcie_rx_kbs, g.pcie_tx_kbs = round((rx - rx0) / dt / 1024), round((tx - tx0) / dt / 1024)
