@@ -1,7 +1,9 @@
 """One GPU of eight dying under ``nodeagent run``: healthy, then every call on it taking 2 s, then
 hanging for good, then lost; per phase the reports per minute, the GPU source's wall time and the
-agent's CPU per tick, threads alive, and what ``/metrics`` says of the GPU; then ``nodeagent diag``'s
-time and exit against each failure. Runs on the fake NVML (tests/fakes/nvml/, A100 profile).
+agent's CPU per tick, threads alive, what the agent's ``/metrics`` says of the GPU, and what the
+collector (the default ``serve``: a front and its workers) says of the node (``nodes``) and which
+alerts fire; then ``nodeagent diag``'s time and exit against each failure. Runs on the fake NVML
+(tests/fakes/nvml/, A100 profile).
 
     .venv/bin/python bench/dying_gpu.py [--phase-seconds 30]
 """
@@ -12,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fakes.fleet import free_port  # noqa: E402
+from tests.fakes.fleet import Collector, cli, free_port  # noqa: E402
 from tests.fakes.nvml.build import build_fake_nvml  # noqa: E402
 from tests.fakes.nvml.state import a100_sxm4  # noqa: E402
 
@@ -40,8 +43,9 @@ def main() -> None:
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_STATE": str(state_path)}
     port = free_port()
     write(state_path, {})
+    collector = Collector(db=tmp / "collector.db", port=free_port()).start()
     agent = subprocess.Popen(
-        [sys.executable, "-m", "nodeagent.agent", "run", "--collector", f"127.0.0.1:{free_port()}",
+        [sys.executable, "-m", "nodeagent.agent", "run", "--collector", collector.address,
          "--node-id", "dying", "--interval", "1", "--metrics-listen", f"127.0.0.1:{port}"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -51,12 +55,14 @@ def main() -> None:
         for name, how in PHASES:
             write(state_path, how)
             phase(name, agent.pid, page, args.phase_seconds)
+            collector_says(collector)
     finally:
         write(state_path, {})
         agent.terminate()
         started = time.monotonic()
         code = agent.wait(timeout=60)
         print(f"agent exit on SIGTERM: {code} after {time.monotonic() - started:.1f} s")
+        collector.kill(signal.SIGTERM)
     for name, how in PHASES[1:]:
         write(state_path, how)
         started = time.monotonic()
@@ -68,6 +74,17 @@ def main() -> None:
         fails = [f"{c['check']} {c['subject']}" for c in json.loads(done.stdout)["checks"] if c["status"] == "FAIL"]
         print(f"diag, GPU 3 {name}: {took:.1f} s, exit {done.returncode}, FAIL: {', '.join(fails)}")
         write(state_path, {})
+
+
+def collector_says(collector: Collector) -> None:
+    """The node's row in ``nodes`` and the alerts firing for it, as an operator reads them."""
+    node = collector.node("dying")
+    print(f"    nodes: state {node.get('state')}, cause {node.get('cause') or '-'}, "
+          f"reports {node.get('reports_total', node.get('reports', '?'))}")  # fmt: skip
+    firing = json.loads(cli("collector", "alerts", "--json", "--collector", collector.address))
+    names = sorted(f"{a.get('name')}{{gpu={a.get('gpu', a.get('labels', {}).get('gpu', '-'))}}}" for a in firing
+                   if a.get("node_id", a.get("node")) == "dying" and a.get("state", "firing") == "firing")  # fmt: skip
+    print(f"    alerts firing: {', '.join(names) or 'none'}")
 
 
 def write(path: Path, how: dict[str, int]) -> None:
