@@ -10,7 +10,10 @@ replaces whole (verdicts, evidence) or plain numbers (row counters).
 A node's verdict families are shown while its last report is younger than `[alerts] node_down_seconds`;
 after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
 so those series end rather than repeat a stale state, and ``nodeagent_node_state`` says
-``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. A job's
+``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. Once the
+node rests (``ingest/resting.py``: silent that long with its history written) it keeps only
+``nodeagent_node_state`` and ``nodeagent_node_last_report_timestamp_seconds``: a fleet whose nodes
+come and go pays two lines per node gone, not every per-node family, until it is retired. A job's
 families likewise: they are shown while any node of the job is fresh (the roll-up's snapshot is
 read as it is, replaced whole).
 """
@@ -134,8 +137,11 @@ class FleetMetrics:
         fresh: set[str] = set()
         for node in nodes:
             labels = self._node_label(node.row.node_id)
-            self._row(families, node, labels)
             state = node_shown_state(node, now, down)
+            if node.resting:
+                _resting(families, node, labels, state)
+                continue
+            self._row(families, node, labels)
             detector = node.detector if not is_silent(node, now, down) and not node.stopped else None
             if detector is not None:
                 fresh.add(node.row.node_id)
@@ -173,6 +179,15 @@ class FleetMetrics:
         if node.clock_skew_seconds is not None:
             families["nodeagent_node_clock_skew_seconds"].add(labels, node.clock_skew_seconds)
         families["nodeagent_node_clock_refused_reports_total"].add(labels, node.clock_refused_total)
+
+
+def _resting(families: dict[str, TextFamily], node: NodeState, labels: str, state: str) -> None:
+    """A resting node (silent past the down threshold, ``ingest/resting.py``): its state and
+    when it was last heard, nothing else, so that nodes that left cost ``/metrics`` two lines
+    each until they are retired, not every family of a reporting node."""
+    families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+    if node.row.last_seen:
+        families["nodeagent_node_last_report_timestamp_seconds"].add(labels, node.row.last_seen)
 
 
 def fresh_jobs(verdicts: tuple[JobVerdict, ...], fresh_nodes: set[str]) -> list[JobVerdict]:
