@@ -85,14 +85,13 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         text = _get(f"http://{http}/metrics")
         workers = _workers(front)
         rss = [proc.memory_info().rss for proc in workers]
-        idle_line = "front + workers"
         summary = {
             "nodes_held": nodes, "reports_sent": sent, "streams_failed": failed,
             "worker_rss_mb": [round(r / 1e6, 1) for r in rss],
             "front_rss_mb": round(front.memory_info().rss / 1e6, 1),
             "metrics_bytes": len(text.encode()), "metrics_lines": text.count("\n"),
         }  # fmt: skip
-        print(f"after {nodes} nodes silent for {down:.0f} s + {SETTLE_SECONDS:.0f} s ({idle_line}): {_rss_line(front)}")
+        print(f"after {nodes} nodes silent for {down:.0f} s + {SETTLE_SECONDS:.0f} s : {_rss_line(front)}")
         print(f"/metrics: {summary['metrics_bytes']:,} bytes, {summary['metrics_lines']:,} lines")
         print(json.dumps(summary))
     finally:
@@ -128,7 +127,9 @@ def _get(url: str) -> str:
 
 
 def _commit(source: Path) -> str:
-    done = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
     return done.stdout.strip() or "?"
 
 
