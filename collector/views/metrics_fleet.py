@@ -33,7 +33,7 @@ from nodeagent.collector.views.shown_state import down_after_seconds, is_silent,
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
-from nodeagent.core.exposition.text import TextFamily, escape, label, render, sample_line
+from nodeagent.core.exposition.text import TextFamily, escape, format_value, label, render
 
 # name -> (type, help). Order is the order on /metrics.
 NODE_FAMILIES: Final = {
@@ -211,7 +211,8 @@ class FleetMetrics:
         for state_labels, count in sorted(gpus.items()):
             families["nodeagent_fleet_gpus"].add(f"{worker}{state_labels}", count)
         shown = families["nodeagent_fleet_per_gpu_families"]
-        shown.lines.append(sample_line(shown.name, self._worker, 1.0 if per_gpu else 0.0))
+        labels = f"{{{self._worker}}}" if self._worker else ""  # no braces without labels, as Go writes it
+        shown.lines.append(f"{shown.name}{labels} {format_value(1.0 if per_gpu else 0.0)}\n")
 
     def _node_label(self, node_id: str) -> str:
         text = self._node_labels.get(node_id)
