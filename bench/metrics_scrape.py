@@ -10,9 +10,10 @@ every family present), then times, on this thread:
 - gzip level 1 of the text, as the HTTP server does when the scraper asks (Prometheus does).
 
 Prints per fleet size the samples, the text's size, milliseconds per scrape and the ratio
-against the reference.
+against the reference. ``--metrics KEY=VALUE,...`` sets ``[metrics]`` (``per_gpu_families``,
+``per_node_families``: true or false; ``per_gpu_max_nodes``: a count) as collector.toml would.
 
-    python bench/metrics_scrape.py [--nodes 1000,10000] [--repeat 3]
+    python bench/metrics_scrape.py [--nodes 1000,10000] [--repeat 3] [--metrics per_gpu_families=false]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +39,7 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
+from nodeagent.collector.views.metrics_config import MetricsConfig, MetricsConfigError
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -49,7 +52,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="1000,10000")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--metrics", default="", help="[metrics] settings: KEY=VALUE,... (default: its defaults)")
     args = parser.parse_args()
+    settings = _metrics_settings(args.metrics)
     detector = _starved_detector()
     print(f"{'nodes':>6} {'samples':>8} {'text MB':>8} {'fleet ms':>9} {'us/sample':>9} "
           f"{'reference ms':>12} {'ratio':>6} {'gzip ms':>8} {'gzip MB':>8}")  # fmt: skip
@@ -60,7 +65,7 @@ def main() -> None:
             ingest = Ingest(writer, alerting)
             for count in (int(n) for n in args.nodes.split(",")):
                 _fill(ingest, count, detector)
-                fleet = FleetMetrics(ingest, clock=lambda: detector.verdict.time_unix_seconds)
+                fleet = FleetMetrics(ingest, clock=lambda: detector.verdict.time_unix_seconds, settings=settings)
                 text, fleet_s = _best(fleet.render, args.repeat)
                 reference = _Reference(text)
                 registry = CollectorRegistry(auto_describe=False)
@@ -75,6 +80,20 @@ def main() -> None:
         finally:
             writer.call_sync(alerting.close)
             writer.close()
+
+
+def _metrics_settings(text: str) -> MetricsConfig:
+    raw: dict[str, object] = {}
+    for pair in filter(None, text.split(",")):
+        key, _, value = pair.partition("=")
+        raw[key.strip()] = {"true": True, "false": False}.get(value.strip(), value.strip())
+        if isinstance(raw[key.strip()], str) and value.strip().isdigit():
+            raw[key.strip()] = int(value)
+    try:
+        return MetricsConfig.from_mapping(raw, source="--metrics")
+    except MetricsConfigError as err:
+        print(f"metrics_scrape: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _starved_detector() -> NodeDetector:

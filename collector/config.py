@@ -1,5 +1,5 @@
 """The collector's own sections of its configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``,
-``[fleet]``, ``[prices]``.
+``[fleet]``, ``[metrics]``, ``[prices]``.
 
 Every table is checked strictly by its owner; an unknown key, a wrong type or an impossible value
 stops start-up with one line naming the file and the key. The file's other keys are command
@@ -18,11 +18,12 @@ from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
 from nodeagent.collector.ledger.prices import Prices, PricesConfigError
 from nodeagent.collector.shards.config import FleetConfig, FleetConfigError
+from nodeagent.collector.views.metrics_config import MetricsConfig, MetricsConfigError
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.tables import check_table
 
-TABLES = ("alerts", "detector", "fleet", "prices", "sinks")
+TABLES = ("alerts", "detector", "fleet", "metrics", "prices", "sinks")
 
 
 class CollectorConfigError(ValueError):
@@ -38,6 +39,8 @@ class CollectorConfig:
     fleet: FleetConfig = field(default_factory=FleetConfig)
     # What a GPU-hour costs, for the ledger.
     prices: Prices = field(default_factory=Prices)
+    # Which fleet families /metrics carries (per node, per GPU).
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: str = "<defaults>"
 
     def build_sinks(self) -> list[Sink]:
@@ -70,10 +73,18 @@ def config_from_mapping(
             sinks=sinks,
             fleet=FleetConfig.from_mapping(raw.get("fleet", {}), source=source),
             prices=Prices.from_mapping(raw.get("prices", {}), source=source),
+            metrics=MetricsConfig.from_mapping(raw.get("metrics", {}), source=source),
             source=source,
         )
         config.build_sinks()  # check now, so a bad URL stops start-up
-    except (AlertConfigError, DetectorConfigError, FleetConfigError, PricesConfigError, SinkConfigError) as err:
+    except (
+        AlertConfigError,
+        DetectorConfigError,
+        FleetConfigError,
+        MetricsConfigError,
+        PricesConfigError,
+        SinkConfigError,
+    ) as err:
         raise CollectorConfigError(str(err)) from err
     return config
 
@@ -88,6 +99,7 @@ def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
         "alerts": _fields(config.alerts),
         "detector": _fields(config.detector),
         "fleet": config.fleet.to_plain(),
+        "metrics": config.metrics.to_plain(),
         "prices": config.prices.to_plain(),
         "sinks": check_table(config.sinks, SINK_KEYS, source=source, table="sinks", error=CollectorConfigError),
     }

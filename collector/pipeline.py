@@ -4,7 +4,8 @@ After deduplication (ingest's alone: replay has no duplicates), every new report
 
 1. to the node's hardware and health rules (``NodeRules``: GPULost, NVLinkDown, XIDError, ...);
 2. to the node's detector: a new one when the report starts a new epoch (a restarted agent: its
-   clock, or a simulation's, starts afresh and the old windows say nothing about it);
+   clock, or a simulation's, starts afresh and the old windows say nothing about it), or when
+   the node comes back from resting (``ingest/resting.py``: its windows were let go);
 3. to the job roll-up's node stage (``JobRollup.observe``), which may send its steps to the jobs'
    owners and, in this process, make GPUs of this node or of other nodes `waiting`;
 4. then, when the node's verdict changed (its own step or the roll-up's wait), its signals;
@@ -68,7 +69,7 @@ class Pipeline:
         if hardware:
             self.node_signals(node_id, t, hardware)
         detector = node.detector
-        if detector is None or node.detector_epoch != report.epoch:
+        if detector is None or detector.rested or node.detector_epoch != report.epoch:
             detector = node.detector = NodeDetector(node_id, self.detector_config)
             node.detector_epoch = report.epoch
             if node.topology is not None and not report.HasField("info"):

@@ -52,6 +52,11 @@ class Alerting:
         self.rules.pop(node_id, None)
         self.watch.forget(node_id)
 
+    def rest(self, node_id: str) -> None:
+        """A silent node rests (``ingest/resting.py``): its rules go, its NodeDown state stays. A
+        firing alert stays firing until a new rule sees its condition clear, as after a restart."""
+        self.rules.pop(node_id, None)
+
     def put_back(self, signals: list[AlertSignal]) -> None:
         """Signals of a batch that did not commit: they go with the next one, in order."""
         self._pending[:0] = signals

@@ -201,6 +201,11 @@ class NodeHistory:
         accs = list(self.open.values())
         return self.counters.totals(acc.row(self.node_id) for acc in accs if acc.gpu != NODE_ROW)
 
+    def seed_rows(self) -> list[MinuteRow]:
+        """The open minute as rows, as ``restore`` takes them: what a resting node keeps of its
+        history (``ingest/resting.py``), once the flush has written them."""
+        return [self.open[gpu].row(self.node_id) for gpu in sorted(self.open)]
+
     @property
     def pending(self) -> bool:
         """Whether the open minute holds reports not written yet."""

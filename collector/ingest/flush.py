@@ -27,6 +27,7 @@ from nodeagent.collector.history.rollup import PRUNE_EVERY_SECONDS, HistoryConfi
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.ingest.history_guard import HISTORY_UNAVAILABLE, HistoryGuard
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle, bare
+from nodeagent.collector.ingest.resting import Resting
 from nodeagent.collector.ingest.retire import Retirement, Retiring
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.history_tables import HistoryDamagedError
@@ -66,6 +67,8 @@ class Flusher:
         # The nodes each flush retires (``retire``): none without one.
         self.retirement = retirement or Retirement(0.0, clock())
         self.history_guard = HistoryGuard(history.enabled)
+        # Silent nodes shrunk to what the views show (``resting``): none without one.
+        self.resting: Resting | None = None
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
@@ -149,6 +152,8 @@ class Flusher:
         self._send_acks()
         if doomed:
             self._retired(doomed)
+        if self.resting is not None:
+            self.resting.check(self.nodes, now, self._history_pending)
 
     def _write(
         self,

@@ -35,6 +35,7 @@ from nodeagent.collector.ingest.node_state import (
     forget_oldest_epoch,
     refuse_unstorable,
 )
+from nodeagent.collector.ingest.resting import Resting
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.signals import ALERT_NAME as JOB_ALERT_NAME
@@ -98,6 +99,12 @@ class Ingest:
         # run is accepted (let alone flushed into the history): the day's count starts from it
         # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
         lost_days = guard.at_start(writer, writer.store.history.lost_on_last_day) or {}
+        # Silent nodes shrink to what the views show (``resting``); their history seeds from here.
+        self.resting = Resting(
+            lambda: alerting.config.node_down_seconds, forgetters=[alerting.rest, self.jobs.forget],
+            seeds=self._history_seed,
+        )  # fmt: skip
+        self.flusher.resting = self.resting
         self.retirement.forgetters += [
             alerting.forget, lambda node_id: self._history_seed.pop(node_id, None), self.jobs.forget,
         ]  # fmt: skip
@@ -230,6 +237,7 @@ class Ingest:
             row.gpu_count = len(report.info.gpu.gpus)
             self.alerting.observe_info(row.node_id, report.info)
             node.topology = known_topology(report.info)
+        node.resting = False  # back from resting: a new detector, its history seeded
         changed = self.pipeline.take(row.node_id, node, report)
         detector = node.detector
         assert detector is not None  # the pipeline made it

@@ -105,6 +105,9 @@ class NodeState:
     # The collector's clock when its latest stream attached: how long a node that said hello but
     # never sent a report has been silent (``retire``).
     attached_at: float = 0.0
+    # Silent past the down threshold: its state shrank to what the views show (``resting``),
+    # until its next report.
+    resting: bool = False
     # Set while a flush retires the node: its streams are refused until it is gone.
     retiring: bool = False
     # The collector's clock when a stream that said goodbye ended (0: not moved): the node reports

@@ -257,7 +257,9 @@ class MetricsExposition:
         for collector in own:
             # A worker's own families carry worker="i": merged by its front, they stay distinct series.
             self.registry.register(collector if index is None else LabelledCollector(collector, "worker", str(index)))
-        self.fleet = FleetMetrics(server.ingest)
+        self.fleet = FleetMetrics(
+            server.ingest, settings=server.config.settings.metrics, worker=None if index is None else str(index)
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry) + self.fleet.render().encode()

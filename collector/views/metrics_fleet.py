@@ -10,7 +10,10 @@ replaces whole (verdicts, evidence) or plain numbers (row counters).
 A node's verdict families are shown while its last report is younger than `[alerts] node_down_seconds`;
 after that the node is down (the ``NodeDown`` alert says so) and its verdict says nothing of now,
 so those series end rather than repeat a stale state, and ``nodeagent_node_state`` says
-``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. A job's
+``state="down"``: the word of ``shown_state``, as in ``nodes`` and on the fleet page. Once the
+node rests (``ingest/resting.py``: silent that long with its history written) it keeps only
+``nodeagent_node_state`` and ``nodeagent_node_last_report_timestamp_seconds``: a fleet whose nodes
+come and go pays two lines per node gone, not every per-node family, until it is retired. A job's
 families likewise: they are shown while any node of the job is fresh (the roll-up's snapshot is
 read as it is, replaced whole).
 """
@@ -24,11 +27,13 @@ from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
+from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
-from nodeagent.core.exposition.text import TextFamily, escape, label, render
+from nodeagent.core.exposition.text import TextFamily, escape, format_value, label, render
 
 # name -> (type, help). Order is the order on /metrics.
 NODE_FAMILIES: Final = {
@@ -93,6 +98,17 @@ GPU_FAMILIES: Final = {
     ),
 }  # fmt: skip
 
+# Always there, whatever ``[metrics]`` says: a few lines for the whole fleet this process holds.
+SUMMARY_FAMILIES: Final = {
+    "nodeagent_fleet_nodes": ("gauge", "Nodes this process holds, by the state the views show (nodeagent_node_state)."),
+    "nodeagent_fleet_gpus": (
+        "gauge", "GPUs of the reporting nodes by the detector's verdict (as nodeagent_gpu_state, summed).",
+    ),
+    "nodeagent_fleet_per_gpu_families": (
+        "gauge", "1 while this page carries the per-GPU families ([metrics] per_gpu_families, per_gpu_max_nodes).",
+    ),
+}  # fmt: skip
+
 # Evidence value name -> family, for the plain numbers of NodeEvidence.values.
 _NODE_VALUES: Final = {
     "storage_io_pressure_ratio": "nodeagent_node_io_pressure_ratio",
@@ -115,16 +131,26 @@ _DISK_VALUES: Final = {
 
 
 class FleetMetrics:
-    def __init__(self, ingest: Ingest, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        ingest: Ingest,
+        clock: Callable[[], float] | None = None,
+        settings: MetricsConfig | None = None,
+        worker: str | None = None,
+    ) -> None:
         self.ingest = ingest
         self.clock = clock or ingest.clock
+        self.settings = settings or MetricsConfig()
+        # The summary's own label under a front (``worker="i"``), so the merged page holds each
+        # worker's summary once; the per-node families need none (a node is on one worker).
+        self._worker = "" if worker is None else label("worker", worker)
         self._node_labels: dict[str, str] = {}
 
     def render(self) -> str:
         """Every fleet family in the text format, at this moment."""
         families = {
             name: TextFamily(name, kind, help_text)
-            for table in (NODE_FAMILIES, VERDICT_FAMILIES, GPU_FAMILIES)
+            for table in (NODE_FAMILIES, VERDICT_FAMILIES, GPU_FAMILIES, SUMMARY_FAMILIES)
             for name, (kind, help_text) in table.items()
         }
         now, down = self.clock(), down_after_seconds(self.ingest)
@@ -132,25 +158,61 @@ class FleetMetrics:
         if len(self._node_labels) > 2 * len(nodes) + 1000:
             self._node_labels.clear()
         fresh: set[str] = set()
-        for node in nodes:
-            labels = self._node_label(node.row.node_id)
-            self._row(families, node, labels)
+        per_node = self.settings.per_node_families
+        detectors = [self._detector(node, now, down) for node in nodes]
+        per_gpu = self.settings.per_gpu_shown(sum(1 for d in detectors if d is not None))
+        node_states: dict[str, int] = {}
+        gpu_states: dict[str, int] = {}
+        for node, detector in zip(nodes, detectors, strict=True):
             state = node_shown_state(node, now, down)
-            detector = node.detector if not is_silent(node, now, down) and not node.stopped else None
-            if detector is not None:
-                fresh.add(node.row.node_id)
+            node_states[state] = node_states.get(state, 0) + 1
             verdict = detector.verdict if detector is not None and detector.verdict.time_unix_seconds else None
             if verdict is not None:
-                _verdict(families, verdict, labels, state)
-                for gpu in verdict.gpus:
-                    _gpu(families, gpu, labels)
-            else:  # down, or no verdict yet: the state alone, the same word as nodes and the page
-                families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+                _count_gpus(gpu_states, verdict)
             if detector is not None:
+                fresh.add(node.row.node_id)
+            if not per_node and not per_gpu:
+                continue
+            labels = self._node_label(node.row.node_id)
+            if node.resting:
+                if per_node:
+                    _resting(families, node, labels, state)
+                continue
+            if per_node:
+                self._row(families, node, labels)
+            if verdict is not None:
+                if per_node:
+                    _verdict(families, verdict, labels, state)
+                if per_gpu:
+                    for gpu in verdict.gpus:
+                        _gpu(families, gpu, labels)
+            elif per_node:  # down, or no verdict yet: the state alone, the same word as nodes and the page
+                families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+            if per_node and detector is not None:
                 _evidence(families, detector.evidence, labels)
-            if node.history is not None:
+            if per_node and node.history is not None:
                 _gpu_seconds(families, node.history.gpu_seconds(), labels)
+        self._summary(families, node_states, gpu_states, per_gpu)
         return render([*families.values(), *job_families(fresh_jobs(self.ingest.jobs.verdicts(), fresh))])
+
+    @staticmethod
+    def _detector(node: NodeState, now: float, down: float) -> NodeDetector | None:
+        """The node's detector while its verdict says something of now: reporting, not resting."""
+        if node.resting or node.stopped or is_silent(node, now, down):
+            return None
+        return node.detector
+
+    def _summary(
+        self, families: dict[str, TextFamily], nodes: dict[str, int], gpus: dict[str, int], per_gpu: bool
+    ) -> None:
+        worker = f"{self._worker}," if self._worker else ""
+        for state, count in sorted(nodes.items()):
+            families["nodeagent_fleet_nodes"].add(f"{worker}{label('state', state)}", count)
+        for state_labels, count in sorted(gpus.items()):
+            families["nodeagent_fleet_gpus"].add(f"{worker}{state_labels}", count)
+        shown = families["nodeagent_fleet_per_gpu_families"]
+        labels = f"{{{self._worker}}}" if self._worker else ""  # no braces without labels, as Go writes it
+        shown.lines.append(f"{shown.name}{labels} {format_value(1.0 if per_gpu else 0.0)}\n")
 
     def _node_label(self, node_id: str) -> str:
         text = self._node_labels.get(node_id)
@@ -173,6 +235,21 @@ class FleetMetrics:
         if node.clock_skew_seconds is not None:
             families["nodeagent_node_clock_skew_seconds"].add(labels, node.clock_skew_seconds)
         families["nodeagent_node_clock_refused_reports_total"].add(labels, node.clock_refused_total)
+
+
+def _count_gpus(counts: dict[str, int], v: NodeVerdict) -> None:
+    for g in v.gpus:
+        key = _state_labels(g.state, g.cause, g.tier)
+        counts[key] = counts.get(key, 0) + 1
+
+
+def _resting(families: dict[str, TextFamily], node: NodeState, labels: str, state: str) -> None:
+    """A resting node (silent past the down threshold, ``ingest/resting.py``): its state and
+    when it was last heard, nothing else, so that nodes that left cost ``/metrics`` two lines
+    each until they are retired, not every family of a reporting node."""
+    families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+    if node.row.last_seen:
+        families["nodeagent_node_last_report_timestamp_seconds"].add(labels, node.row.last_seen)
 
 
 def fresh_jobs(verdicts: tuple[JobVerdict, ...], fresh_nodes: set[str]) -> list[JobVerdict]:

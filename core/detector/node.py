@@ -80,6 +80,23 @@ class NodeDetector:
         # The node-wide inputs of the last window step (rates and shares, whatever the verdict):
         # what /metrics shows beside the verdict. Replaced whole, so other threads may read it.
         self.evidence: NodeEvidence = EMPTY
+        # Its windows let go (``rest``): it only says what it last said, and takes no report.
+        self.rested = False
+
+    def rest(self) -> None:
+        """Let go of the windows and keep what was last said: the verdict, the evidence and the
+        window seen. For a node gone silent, whose state the collector shrinks to what its views
+        show; the node's next report goes to a new detector."""
+        self._tracks = {}
+        self._instances = {}
+        self._weights = {}
+        self._info = pb.NodeInfo()
+        self._evidence = NodeEvidenceTracker(self.config)
+        self._recent = []
+        self._own = ()
+        self._job_gpus = {}
+        self._waits = {}
+        self.rested = True
 
     @property
     def verdict(self) -> NodeVerdict:
