@@ -125,12 +125,9 @@ def test_a_node_silent_past_the_age_is_retired(tmp_path: Path) -> None:
             assert _send(channel, "quiet", range(1, 4)) == (grpc.StatusCode.OK, 3)
         # Silent from here. Held until then (the retirement below names it); a listing here
         # could itself take past the age on a busy machine, so none is asked for.
-        quiet_since = time.monotonic()
         assert wait_for(lambda: not collector.nodes(), 30)
-        waited = time.monotonic() - quiet_since
         retired = _retired(collector)
     log = [json.loads(line) for line in (tmp_path / "c.log0").read_text().splitlines() if line.startswith("{")]
-    assert waited > 0
     assert retired == {"forgotten": 0.0, "silent": 1.0}
     # Retired for its silence past the age (2 s), by the collector's own clock, not before it.
     assert [(e["node"], e["reason"], e["silent_seconds"] >= 2) for e in log if e["event"] == "node retired"] == [
