@@ -30,7 +30,7 @@ from fleet_page import SCENARIOS, _detector  # type: ignore[import-not-found]  #
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.shards.config import FleetConfig
 from nodeagent.collector.shards.fanout import Shard, ask_all_sync
 from nodeagent.collector.shards.merge import merge

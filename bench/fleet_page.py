@@ -36,7 +36,7 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NOD
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.database import Store, StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.node_timeline import MAX_POINTS, POINT_SECONDS

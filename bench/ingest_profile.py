@@ -4,7 +4,7 @@ In one process, without gRPC: a real ``Ingest`` on a fresh SQLite file holds ``-
 simulated 8-GPU nodes (the reports ``nodeagent-collector loadgen`` sends: a pool of simulator
 ticks, each node's id, epoch, seq and time merged in), fed one report per node per simulated
 second, with a flush every ``--flush-every`` reports (at 1,000 reports/s and serve's 50 ms
-flush, 50). Each report takes the path ``collector/ingest/server.py`` gives it: parse
+flush, 50). Each report takes the path ``collector/ingest/streams.py`` gives it: parse
 (``FromString`` and ``DiscardUnknownFields``), validate (``check_report``), serialize, then
 ``Ingest.accept``. The stages inside ``accept`` are timed by wrapping them (alert rules, the
 detector, the job roll-up, the timeline and the verdict's signals, the history); what is left of

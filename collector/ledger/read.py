@@ -20,8 +20,8 @@ from google.protobuf.message import DecodeError
 from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ledger.prices import Prices
-from nodeagent.collector.query.bounds import QueryRefusedError
 from nodeagent.collector.store.reader import ReadContext
+from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 BY = ("job", "node", "fleet")

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, presented_token
 
 # Queries (History, StreamHistory, Jobs, ListAlerts) one caller may have running at once.
@@ -28,15 +29,6 @@ QUERY_SECONDS = 10.0
 STREAM_SECONDS = 300.0
 # Rows one read may gather before it answers (Jobs: groups of (job, cause, node)).
 MAX_QUERY_ROWS = 100_000
-
-
-class QueryRefusedError(Exception):
-    """A query answered with ``code`` and a one-line ``detail`` instead of rows."""
-
-    def __init__(self, code: grpc.StatusCode, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)

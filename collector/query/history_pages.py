@@ -19,8 +19,8 @@ from collections import deque
 import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, Steps
-from nodeagent.collector.query.bounds import QueryRefusedError
 from nodeagent.collector.store.reader import ReadContext
+from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # A page of StreamHistory: this many rows, or this many bytes, whichever comes first (an 8-GPU

@@ -15,8 +15,8 @@ from __future__ import annotations
 import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
-from nodeagent.collector.query.bounds import QueryRefusedError
 from nodeagent.collector.store.reader import ReadContext
+from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 DEFAULT_JOBS_SECONDS = 86400.0

@@ -32,7 +32,7 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError, query_slot
+from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.shards.answer_pages import KINDS, page_bytes, pages_of
@@ -43,6 +43,7 @@ from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, Sto
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc

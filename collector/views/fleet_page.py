@@ -39,7 +39,7 @@ from nodeagent.core.detector.verdict_words import evidence_words, forming_words,
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
-    from nodeagent.collector.ingest.server import CollectorServer
+    from nodeagent.collector.views.fleet_state import FleetState
 
 # Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
 # job; a down one says nothing at all; a moved one reports to another collector now.
@@ -59,7 +59,7 @@ Reply = tuple[str, str, bytes]
 
 
 class FleetPage:
-    def __init__(self, server: CollectorServer) -> None:
+    def __init__(self, server: FleetState) -> None:
         self.server = server
 
     def route(self, path: str, query: str) -> Reply | None:

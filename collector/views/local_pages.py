@@ -1,7 +1,7 @@
 """What this collector's HTTP listener answers for ``path?query``, without a listener: the ``Page``
 RPC's answer (``/metrics``, the fleet page and its ``/api/...`` JSON) as a ``PageResponse``.
 
-The same objects serve both: the listener (``ingest/server.py``) takes its ``/metrics`` and its
+The same objects serve both: the listener (``service/server.py``) takes its ``/metrics`` and its
 pages from here, so a page asked over gRPC is the page a browser gets.
 """
 
@@ -15,7 +15,7 @@ from nodeagent.core.exposition.http_reply import TEXT_CONTENT_TYPE
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
-    from nodeagent.collector.ingest.server import CollectorServer
+    from nodeagent.collector.views.fleet_state import FleetState
 
 METRICS_PATH: Final = "/metrics"
 _NOT_FOUND: Final = pb.PageResponse(status=404, content_type="text/plain; charset=utf-8", body=b"not found\n")
@@ -24,7 +24,7 @@ _NOT_FOUND: Final = pb.PageResponse(status=404, content_type="text/plain; charse
 class LocalPages:
     """``/metrics`` and the fleet page of one collector (its own nodes only)."""
 
-    def __init__(self, server: CollectorServer) -> None:
+    def __init__(self, server: FleetState) -> None:
         self.exposition = MetricsExposition(server)
         self.fleet = FleetPage(server)
 

@@ -29,7 +29,7 @@ from nodeagent.collector.ingest.flush_stats import Histogram
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
 
 if TYPE_CHECKING:
-    from nodeagent.collector.ingest.server import CollectorServer
+    from nodeagent.collector.views.fleet_state import FleetState
 
 log = structlog.get_logger("nodeagent.collector")
 
@@ -42,7 +42,7 @@ FLUSH_STALE_SECONDS: Final = 15.0
 class CollectorMetrics(Collector):
     """The collector's own families, read from the server at scrape time."""
 
-    def __init__(self, server: CollectorServer) -> None:
+    def __init__(self, server: FleetState) -> None:
         self.server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -165,7 +165,7 @@ class CollectorMetrics(Collector):
         yield from _remote_write(self.server)
 
 
-def _job_stage(server: CollectorServer) -> Iterator[Metric]:
+def _job_stage(server: FleetState) -> Iterator[Metric]:
     """The job roll-up's two stages and the messages between them (docs/fleet-scale.md)."""
     rollup = server.ingest.jobs
     yield CounterMetricFamily(
@@ -195,7 +195,7 @@ def _job_stage(server: CollectorServer) -> Iterator[Metric]:
         yield messages
 
 
-def _remote_write(server: CollectorServer) -> Iterator[Metric]:
+def _remote_write(server: FleetState) -> Iterator[Metric]:
     """The remote-write process's counters (its shared page) and the hand-over's own."""
     process = server.remote_write
     if process is None:
@@ -249,16 +249,16 @@ def _remote_write(server: CollectorServer) -> Iterator[Metric]:
 class MetricsExposition:
     """What ``/metrics`` and ``/healthz`` answer for one collector server."""
 
-    def __init__(self, server: CollectorServer) -> None:
+    def __init__(self, server: FleetState) -> None:
         self.server = server
         self.registry = CollectorRegistry(auto_describe=False)
         own: list[Collector] = [CollectorMetrics(server), ProcessCollector(registry=None)]
-        index = server.config.worker_index
+        index = server.worker_index
         for collector in own:
             # A worker's own families carry worker="i": merged by its front, they stay distinct series.
             self.registry.register(collector if index is None else LabelledCollector(collector, "worker", str(index)))
         self.fleet = FleetMetrics(
-            server.ingest, settings=server.config.settings.metrics, worker=None if index is None else str(index)
+            server.ingest, settings=server.metrics_config, worker=None if index is None else str(index)
         )
 
     def render(self) -> bytes:

@@ -22,10 +22,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nodeagent.collector.ingest.hello import read_hello
-from nodeagent.collector.ingest.server import INGEST_SERVICE, QUERY_SERVICE, ServerConfig
 from nodeagent.collector.ingest.source_streams import SourceStreams
+from nodeagent.collector.ingest.streams import INGEST_SERVICE
 from nodeagent.collector.jobstage.front import FrontJobStage
 from nodeagent.collector.query.reflection import enable_operator_reflection
+from nodeagent.collector.service.server import QUERY_SERVICE, ServerConfig
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.rendezvous import owner_index

@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from nodeagent.collector.ingest.server import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.collector.shards.answer_pages import KINDS, page_bytes
 from nodeagent.collector.shards.fanout import Answer, ShardClients
 from nodeagent.collector.shards.merge import merge

@@ -25,7 +25,8 @@ from pathlib import Path
 import click
 import structlog
 
-from nodeagent.collector.ingest.server import ServerConfig
+from nodeagent.collector.service.run import bind_error
+from nodeagent.collector.service.server import ServerConfig
 from nodeagent.collector.shards.fanout import Shard, ShardClients
 from nodeagent.collector.store.database import lock_path
 from nodeagent.collector.workers.front import FrontServer
@@ -81,8 +82,6 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
     try:
         port = await front.start()
     except RuntimeError as err:
-        from nodeagent.collector.cli.serve import bind_error  # noqa: PLC0415  (serve imports this module)
-
         raise click.ClickException(f"cannot listen on {config.listen}: {bind_error(config.listen)}") from err
     metrics = FrontMetrics(front)
     web: FrontHttp | None = None

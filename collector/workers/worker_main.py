@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         _stop_when_orphaned(front)
     if os.getppid() != front:
         return 0  # the front died before this worker could ask to die with it
-    from nodeagent.collector.cli.serve import run_server  # noqa: PLC0415  (after logging is set up)
+    from nodeagent.collector.service.run import run_server  # noqa: PLC0415  (after logging is set up)
 
     try:
         asyncio.run(run_server(config))

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from nodeagent.collector.history.rollup import HistoryConfig
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.config import DetectorConfig

@@ -25,7 +25,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.node_down import NodeDownWatch
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.collector.views.shown_state import node_shown_state

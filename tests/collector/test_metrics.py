@@ -28,7 +28,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views import metrics as collector_metrics
 from nodeagent.collector.views.metrics_fleet import FleetMetrics

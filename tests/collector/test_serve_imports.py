@@ -52,4 +52,4 @@ def test_serve_does_not_load(loaded: list[str], module: str) -> None:
 
 def test_serve_loads_its_own_command(loaded: list[str]) -> None:
     # The probe itself: it saw the modules of a serve that was really set up.
-    assert {"nodeagent.collector.cli.serve", "nodeagent.collector.ingest.server"} <= set(loaded)
+    assert {"nodeagent.collector.cli.serve", "nodeagent.collector.service.server"} <= set(loaded)

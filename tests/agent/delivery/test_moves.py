@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.collector.ingest.server import CollectorServer
+from nodeagent.collector.service.server import CollectorServer
 from nodeagent.collector.views.shown_state import node_shown_state
 from nodeagent.core.transport.rendezvous import rendezvous_order
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER

@@ -123,16 +123,16 @@ def test_a_node_silent_past_the_age_is_retired(tmp_path: Path) -> None:
         started.append(collector.start())
         with grpc.insecure_channel(collector.address) as channel:
             assert _send(channel, "quiet", range(1, 4)) == (grpc.StatusCode.OK, 3)
-        # Silent from here (the listing below may take a while on a busy machine).
-        quiet_since = time.monotonic()
-        assert [n["node_id"] for n in collector.nodes()] == ["quiet"]
-        assert wait_for(lambda: not collector.nodes(), 15)
-        waited = time.monotonic() - quiet_since
+        # Silent from here. Held until then (the retirement below names it); a listing here
+        # could itself take past the age on a busy machine, so none is asked for.
+        assert wait_for(lambda: not collector.nodes(), 30)
         retired = _retired(collector)
     log = [json.loads(line) for line in (tmp_path / "c.log0").read_text().splitlines() if line.startswith("{")]
-    assert 1.0 < waited < 10
     assert retired == {"forgotten": 0.0, "silent": 1.0}
-    assert [(e["node"], e["reason"]) for e in log if e["event"] == "node retired"] == [("quiet", "silent")]
+    # Retired for its silence past the age (2 s), by the collector's own clock, not before it.
+    assert [(e["node"], e["reason"], e["silent_seconds"] >= 2) for e in log if e["event"] == "node retired"] == [
+        ("quiet", "silent", True)
+    ]
 
 
 def test_nodes_that_come_and_go_never_hold_the_max_nodes_slots_for_good(tmp_path: Path) -> None:

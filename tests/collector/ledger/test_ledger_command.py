@@ -20,7 +20,7 @@ import pytest
 from nodeagent.collector.config import config_from_mapping
 from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.shards.fanout import Answer
 from nodeagent.collector.shards.merge import merge
 from nodeagent.tools.simulator import Simulation

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.tools.simulator import Simulation
 from tests.fakes.trees import REPO
 

@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import pytest
 
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.tools.history_seed import seed_history
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -199,7 +199,8 @@ def test_a_caller_beyond_its_share_of_queries_is_refused_at_once(tmp_path: Path)
 
 
 def test_query_slots_count_per_caller_and_in_all() -> None:
-    from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError
+    from nodeagent.collector.query.bounds import InFlight, QueryBounds
+    from nodeagent.core.transport.refused import QueryRefusedError
 
     slots = InFlight(QueryBounds(max_per_caller=2, max_in_flight=3))
     slots.take("ipv4:10.0.0.1")

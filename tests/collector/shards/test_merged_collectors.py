@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from nodeagent.collector.cli.main import cli
 from nodeagent.collector.config import CollectorConfig
-from nodeagent.collector.ingest.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.shards.config import FleetConfig
 from nodeagent.collector.shards.fanout import LOCAL_HEADER
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, QueryRefusedError
+from nodeagent.collector.query.bounds import InFlight, QueryBounds
+from nodeagent.core.transport.refused import QueryRefusedError
 
 
 def test_the_front_uses_the_whole_cap_an_operator_only_their_share() -> None:

@@ -1,30 +1,17 @@
-"""The collector's gRPC server: ingest streams, the query service, health and reflection.
-
-Each agent stream is handled by one task. Its messages arrive as raw bytes and are parsed here,
-so a message that is not a valid ``AgentMessage`` is refused with ``INVALID_ARGUMENT`` like any
-other bad input (grpc's own deserializer would answer ``INTERNAL``). A refusal closes only that
-stream; every other stream and the flusher go on. Fields this collector does not know are
-discarded as a message is parsed, so nothing a client adds beyond the schema is kept or stored.
-
-An agent that moves to another collector says ``goodbye`` on its stream: no report may follow
-it (``INVALID_ARGUMENT``), its last acks still go out, and when the stream ends the node is
-shown ``moved`` and left out of NodeDown until a new stream of it arrives. An agent that stops
-cleanly says a goodbye of the stopping kind: the node is shown ``stopped`` instead, with an info
-``NodeStopped`` and no NodeDown unless ``[alerts] node_stopped_down_seconds`` asks for one.
-
-A stream must say hello within ``hello_timeout_seconds``, and one source (the peer's address,
-without its port) may hold at most ``max_streams_per_source`` streams at once: idle or silent
-clients cannot pile up, and a source over its bound is refused without touching the others.
+"""The collector's composition root: one process's store, alerting, ingest, job stage, remote
+write, queries, health, reflection, HTTP pages and fleet fan-out, wired together and started and
+stopped in order. ``serve --workers 1`` runs one; ``serve`` runs one per worker behind a front
+(``collector/workers/``). The agents' streams are ``collector/ingest/streams.py``; the views read
+the parts through ``collector/views/fleet_state.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 import structlog
@@ -36,11 +23,15 @@ from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds
-from nodeagent.collector.ingest.hello import parse_message, read_hello
 from nodeagent.collector.ingest.intake import Ingest
-from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES, StreamHandle, StreamRefusedError
+from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
-from nodeagent.collector.ingest.source_streams import SourceStreams
+from nodeagent.collector.ingest.streams import (
+    DEFAULT_HELLO_TIMEOUT_SECONDS,
+    DEFAULT_MAX_STREAMS_PER_SOURCE,
+    INGEST_SERVICE,
+    IngestStreams,
+)
 from nodeagent.collector.jobs.messages import Home
 from nodeagent.collector.jobstage.messenger import JobMessenger
 from nodeagent.collector.jobstage.routes import Routes
@@ -58,32 +49,21 @@ from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import StoreReader
 from nodeagent.collector.views.fleet_assets import content_security_policy
 from nodeagent.collector.views.local_pages import LocalPages
+from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS, parse_target
 from nodeagent.core.transport.security import (
     AccessPolicy,
     ServerSecurity,
 )
-from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
-from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_report
 from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
-from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("nodeagent.collector")
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
-INGEST_SERVICE = "nodeagent.v1.Ingest"
-# How long a half-closed stream is kept open for the acks of its last reports.
-FINAL_ACK_WAIT_SECONDS = 2.0
-# After this long without a successful commit, new streams are refused (agents fail over).
-STORE_FAILING_REFUSE_SECONDS = 10.0
 QUERY_SERVICE = "nodeagent.v1.Query"
-# A real agent sends hello at once; a client that does not is holding a stream for nothing.
-DEFAULT_HELLO_TIMEOUT_SECONDS = 5.0
-# Each node keeps one stream; a source with more is many nodes behind one address (NAT) or a flood.
-DEFAULT_MAX_STREAMS_PER_SOURCE = 256
 
 
 class HttpListenError(RuntimeError):
@@ -141,15 +121,14 @@ class CollectorServer:
         )
         if self.remote_write is not None:
             self.ingest.report_observers.append(self.remote_write.offer)
-        # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
-        self.rejected: dict[tuple[str, str], int] = {}
-        self.replaced_total = 0
-        self.streams = SourceStreams()
         self.serving = False
         self.started_monotonic = 0.0
         self.http: MetricsHttpServer | None = None
-        self._token = config.security.token()
         self.policy = AccessPolicy(config.security)
+        self.streams = IngestStreams(
+            self.ingest, config.security, self.policy, hello_timeout_seconds=config.hello_timeout_seconds,
+            max_streams_per_source=config.max_streams_per_source, flush_seconds=config.flush_seconds,
+        )  # fmt: skip
         self._server: grpc.aio.Server | None = None
         self._flusher: asyncio.Task[None] | None = None
         self.queries: QueryService | None = None
@@ -189,7 +168,7 @@ class CollectorServer:
             *KEEPALIVE_OPTIONS,
         ]
         server = grpc.aio.server(options=options)
-        server.add_generic_rpc_handlers([self._ingest_handler()])
+        server.add_generic_rpc_handlers([self.streams.handler()])
         config = self.config
         self.queries = QueryService(
             self.ingest,
@@ -289,6 +268,23 @@ class CollectorServer:
             raise HttpListenError(f"cannot listen on {listen} (--http-listen): {err.strerror or err}") from err
 
     @property
+    def worker_index(self) -> int | None:
+        return self.config.worker_index
+
+    @property
+    def metrics_config(self) -> MetricsConfig:
+        return self.config.settings.metrics
+
+    @property
+    def rejected(self) -> dict[tuple[str, str], int]:
+        """Agent streams refused, by (gRPC status name, reason)."""
+        return self.streams.rejected
+
+    @property
+    def replaced_total(self) -> int:
+        return self.streams.replaced_total
+
+    @property
     def flusher(self) -> asyncio.Task[None] | None:
         return self._flusher
 
@@ -320,137 +316,3 @@ class CollectorServer:
         self.writer.call_sync(self.alerting.close)
         self.reader.close()
         self.writer.close()
-
-    # ---- ingest ----
-
-    def _ingest_handler(self) -> grpc.GenericRpcHandler:
-        handler: grpc.RpcMethodHandler[bytes, pb.Ack] = grpc.stream_stream_rpc_method_handler(
-            self._stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
-        )
-        return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
-
-    async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        await self.streams.serve(context, self.config.max_streams_per_source, self._refuse, self._serve_stream)
-
-    async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        hello = await read_hello(
-            context, token=self._token, timeout=self.config.hello_timeout_seconds, security=self.config.security,
-            policy=self.policy, refuse=self._refuse, after_token=lambda: self._store_works(context),
-        )  # fmt: skip
-        if hello is None:
-            return
-        node_id = hello.node_id
-        stream = StreamHandle(node_id, context.peer(), context)
-        stream.task = asyncio.current_task()
-        try:
-            previous = self.ingest.attach(stream, hello)
-        except StreamRefusedError as refused:
-            await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
-            return
-        # Accepted: say so now, before the agent writes reports (it waits for this header, so a
-        # refusal above reaches it as its own status, not as a write that failed).
-        await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
-        log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
-        if previous is not None:
-            await self._end_replaced(previous, stream)
-        acks = asyncio.create_task(self._write_acks(stream, context))
-        try:
-            await self._read_reports(stream, context)
-            await self._final_acks(stream)
-        finally:
-            acks.cancel()
-            self.ingest.detach(stream)
-
-    async def _read_reports(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        last: dict[int, int] = {}
-        while True:
-            raw = await context.read()
-            if raw is grpc.aio.EOF:  # type: ignore[comparison-overlap]
-                return
-            message = parse_message(raw)
-            body = message.WhichOneof("body") if message is not None else None
-            if body == "goodbye" and message is not None and not stream.goodbye:
-                try:
-                    check_goodbye(message.goodbye)
-                except InvalidMessageError as err:
-                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_goodbye", str(err))
-                stream.goodbye = True
-                stream.stopping = message.goodbye.kind == pb.Goodbye.KIND_STOPPING
-                log.info("node says goodbye", node=stream.node_id, reason=message.goodbye.reason,
-                         stopping=stream.stopping, routing_key=message.goodbye.routing_key)  # fmt: skip
-                continue
-            if stream.goodbye:
-                await self._refuse(
-                    context, grpc.StatusCode.INVALID_ARGUMENT, "after_goodbye", "nothing may follow goodbye on a stream"
-                )
-            if message is None or body != "report":
-                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
-            report = message.report
-            try:
-                check_report(report, stream.node_id)
-            except InvalidMessageError as err:
-                await self._refuse(
-                    context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_report", f"seq {report.seq}: {err}"
-                )
-            if report.seq <= last.get(report.epoch, 0):
-                await self._refuse(
-                    context, grpc.StatusCode.INVALID_ARGUMENT, "seq_backwards",
-                    f"seq {report.seq} after {last[report.epoch]} in epoch {report.epoch}: sequence went backwards",
-                )  # fmt: skip
-            last[report.epoch] = report.seq
-            try:
-                # Serialized again, not the bytes received: those would keep any unknown fields.
-                self.ingest.accept(stream, report, report.SerializeToString())
-            except StreamRefusedError as refused:
-                await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
-
-    async def _final_acks(self, stream: StreamHandle) -> None:
-        """A client that half-closed still gets the acks of what it sent, once they are durable."""
-        deadline = time.monotonic() + FINAL_ACK_WAIT_SECONDS
-        while stream.acked_sent < stream.ack_wanted and time.monotonic() < deadline:
-            await asyncio.sleep(self.config.flush_seconds)
-
-    async def _write_acks(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        while True:
-            await stream.wake.wait()
-            stream.wake.clear()
-            if stream.attach_ack is not None:
-                epoch, seq = stream.attach_ack
-                stream.attach_ack = None
-                await context.write(pb.Ack(node_id=stream.node_id, epoch=epoch, acked_seq=seq, attached=True))
-                if epoch == stream.epoch:
-                    stream.acked_sent = max(stream.acked_sent, seq)
-            seq = self.ingest.durable_seq(stream)
-            if seq > stream.acked_sent:
-                await context.write(pb.Ack(node_id=stream.node_id, epoch=stream.epoch, acked_seq=seq))
-                stream.acked_sent = seq
-
-    async def _end_replaced(self, previous: StreamHandle, stream: StreamHandle) -> None:
-        # A node has one stream: the newer wins (the old one is usually a half-dead connection
-        # the agent already gave up on). Ending it from here finishes that RPC with ABORTED.
-        self.replaced_total += 1
-        log.info("stream replaced by a newer one", node=stream.node_id, old=previous.peer, new=stream.peer)
-        context: Any = previous.context
-        # abort() raises AbortError in its caller (this stream's task), not in the stream it ends.
-        with contextlib.suppress(grpc.aio.AbortError, grpc.aio.UsageError):
-            await context.abort(grpc.StatusCode.ABORTED, "replaced by a newer stream of the same node")
-        # The old handler is parked in read(); cancelling it lets the RPC finish with that status.
-        if previous.task is not None:
-            previous.task.cancel()
-
-    async def _store_works(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
-        """After the token: a collector whose store has not committed for a while refuses new
-        streams, so that agents fail over."""
-        if self.ingest.flusher.failing_for() > STORE_FAILING_REFUSE_SECONDS:
-            await self._refuse(
-                context, grpc.StatusCode.UNAVAILABLE, "store_failing", "cannot make reports durable now; try another"
-            )
-
-    async def _refuse(
-        self, context: grpc.aio.ServicerContext[bytes, pb.Ack], code: grpc.StatusCode, reason: str, detail: str
-    ) -> NoReturn:
-        """Count and log the refusal, then end the stream: ``abort`` raises, so this never returns."""
-        key = (code.name, reason)
-        self.rejected[key] = self.rejected.get(key, 0) + 1
-        log.warning("stream refused", peer=context.peer(), code=code.name, reason=reason, detail=detail)
-        await context.abort(code, detail[:512])

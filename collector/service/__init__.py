@@ -1,0 +1,1 @@
+"""The collector's composition root: one process assembled, run and stopped."""
