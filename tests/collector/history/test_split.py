@@ -113,7 +113,8 @@ def test_a_silence_past_the_gap_bound_is_not_held() -> None:
 def test_a_starved_gpu_with_no_cause_named_is_unknown_and_no_window_yet_computes() -> None:
     assert split.losses(_gpu(0, "starved", None, 0.4), False)[0] == (split.INDEX["unknown"], 0.4)
     assert split.losses(_gpu(0, "starved", "network", None), False)[0] == (split.INDEX["network"], 0.0)
-    assert split.losses(_gpu(0, "warmup"), False) == ()
+    # Warm-up is not judged: unknown until a verdict judges it (``forming``).
+    assert split.losses(_gpu(0, "warmup"), False) == ((split.INDEX["unknown"], 1.0),)
 
 
 def test_a_gpu_starved_for_data_also_counts_its_wait_for_the_collective() -> None:
