@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the test's feeding of a trace to a collector, reused
 
 from nodeagent.tools.lab_traces import cluster_traces  # noqa: E402
-from tests.collector.ledger.test_lab_ledger import lab_ledger  # noqa: E402
+from tests.collector.ledger.test_lab_ledger import (  # noqa: E402
+    BASELINE,
+    lab_ledger,
+    ranks_wait_over_the_ledgers_span,
+)
 
 DATA = ROOT / "tests" / "data" / "lab_cluster"
 
@@ -33,7 +37,9 @@ def main() -> None:
             for job in trace.jobs:
                 row = jobs[job.job]
                 print(f"{trace.name:10} {job.job:28} held {row.gpu_hours_held * 3600:5.0f} GPU-s {_shares(row)}")
-                print(f"{'':10} ranks' wait share {job.wait_share:.3f}")
+                span = ranks_wait_over_the_ledgers_span(trace.name, job)
+                print(f"{'':10} ranks' wait share {job.wait_share:.3f}; over the ledger's span {span:.3f}, less the "
+                      f"clean transfers ({BASELINE:.3f}): {span - BASELINE:.3f}")  # fmt: skip
                 for rank in job.ranks:
                     node = nodes[rank["node"]]
                     print(f"{'':12}{rank['node']}: {_shares(node)}; rank waited {rank['wait_share']:.3f} "
