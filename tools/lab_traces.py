@@ -91,6 +91,8 @@ class ClusterJob:
     wait_share: float
     truth_per_second: tuple[tuple[float, float], ...]  # (unix second, mean over ranks of data + collective)
     ranks: tuple[dict[str, Any], ...]
+    # Of the run, the collective's own transfers (each step's least all-reduce time of any rank).
+    transfer_share: float = 0.0
 
     def wait_share_over(self, lo: float, hi: float) -> float | None:
         """The job's wait share over the whole seconds in (lo, hi]."""
@@ -143,7 +145,8 @@ class ClusterTrace:
 def _cluster_job(j: dict[str, Any]) -> ClusterJob:
     per_second = tuple((float(t), float(v)) for t, v in j["truth_per_second"])
     return ClusterJob(j["job"], tuple(j["nodes"]), j["state"], j.get("straggler"), j.get("cause"),
-                      bool(j.get("job_wide")), float(j["wait_share"]), per_second, tuple(j["ranks"]))  # fmt: skip
+                      bool(j.get("job_wide")), float(j["wait_share"]), per_second, tuple(j["ranks"]),
+                      float(j.get("transfer_share") or 0.0))  # fmt: skip
 
 
 def cluster_traces(directory: Path) -> list[ClusterTrace]:

@@ -25,6 +25,7 @@ from nodeagent.collector.cli.history import Duration, TimePoint
 from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.fleet_table import short
+from nodeagent.collector.views.ledger_page import ledger_plain
 
 DEFAULT_SINCE: Final = "30d"
 
@@ -82,22 +83,6 @@ def ledger(since: float, until: float | None, by: str, as_json: bool, as_csv: bo
         click.echo(f"no GPU time held between {_when(start)} and {_when(end)}")
     else:
         click.echo(render_ledger(rows, by, start, end))
-
-
-def ledger_plain(row: Any, by: str) -> dict[str, Any]:
-    """One row as JSON: the hours, each lost category (0 when none), the money, a job's nodes and stragglers."""
-    out: dict[str, Any] = {
-        by: row.key, "gpu_hours_held": row.gpu_hours_held, "gpu_hours_computing": row.gpu_hours_computing,
-        "gpu_hours_lost": {name: row.gpu_hours_lost.get(name, 0.0) for name in LOST_CATEGORIES},
-        "cost": row.cost, "cost_lost": row.cost_lost, "currency": row.currency,
-        "first_unix_seconds": row.first_unix_seconds, "last_unix_seconds": row.last_unix_seconds,
-    }  # fmt: skip
-    if by == "job":
-        out["nodes"] = list(row.nodes)
-        out["stragglers"] = [{"node": s.node_id, "gpu_hours_waited": s.gpu_hours_waited} for s in row.stragglers]
-    if by == "node":
-        out["gpu_model"] = row.gpu_model
-    return out
 
 
 def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:

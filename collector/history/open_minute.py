@@ -11,6 +11,7 @@ from typing import Final
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import INDEX, KIND, NODE_ROW, VALUES, MinuteRow
+from nodeagent.core.detector.verdict import GpuVerdict
 
 _UTIL_MIN: Final = INDEX["utilization_min"]
 _MEAN: Final = tuple(kind == "mean" for kind in KIND)
@@ -20,8 +21,8 @@ class OpenMinute:
     """A minute being built: sums and counts by column index."""
 
     __slots__ = (
-        "cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "samples", "split", "state", "sums",
-        "waiting_on",
+        "cause", "counts", "gpu", "held", "jobs", "last_time", "minute", "provisional", "samples", "split", "state",
+        "sums", "waiting_on",
     )  # fmt: skip
 
     def __init__(self, gpu: int, minute: int) -> None:
@@ -32,6 +33,8 @@ class OpenMinute:
         self.jobs: tuple[str, ...] = ()
         self.held: float | None = None
         self.split: list[float] | None = None
+        # Of the split, seconds a later verdict may still judge (``forming``): not yet in the counters.
+        self.provisional: list[float] | None = None
         self.waiting_on = ""
         self.sums[_UTIL_MIN] = math.inf
 
@@ -62,7 +65,8 @@ class OpenMinute:
         self.sums[i] += value
         self.counts[i] += 1
 
-    def row(self, node_id: str) -> MinuteRow:
+    def row(self, node_id: str, settled: bool = False) -> MinuteRow:
+        """The minute's row; ``settled``: its split without the seconds a verdict may still judge."""
         values = {
             name: total / n if mean else total
             for name, mean, total, n in zip(VALUES, _MEAN, self.sums, self.counts, strict=True)
@@ -71,8 +75,39 @@ class OpenMinute:
         held = None if self.gpu == NODE_ROW else self.held or 0.0
         return MinuteRow(
             node_id, self.gpu, self.minute, self.samples, values, self.state, self.cause, self.jobs, self.last_time,
-            held, list(self.split) if self.split is not None else split.empty(), self.waiting_on,
+            held, self._split(settled), self.waiting_on,
         )  # fmt: skip
+
+    def _split(self, settled: bool) -> list[float]:
+        parts = list(self.split) if self.split is not None else split.empty()
+        if settled and self.provisional is not None:
+            parts = [value - held for value, held in zip(parts, self.provisional, strict=True)]
+        return parts
+
+    def hold_provisional(self, verdict: GpuVerdict, seconds: float, unresponsive: bool) -> None:
+        """``seconds`` the verdict split here that a later verdict may still judge."""
+        if self.provisional is None:
+            self.provisional = split.empty()
+        for i, share in enumerate(split.shares(verdict, unresponsive)):
+            self.provisional[i] += seconds * share
+
+    def rejudge(self, counted: GpuVerdict, seconds: float, verdict: GpuVerdict, unresponsive: bool, keep: bool) -> None:
+        """Provisional ``seconds`` split by ``counted``, split by ``verdict`` instead (``keep``:
+        still provisional)."""
+        parts = self.parts()
+        if self.provisional is None:
+            self.provisional = split.empty()
+        for i, share in enumerate(split.shares(counted, unresponsive)):
+            moved = min(seconds * share, parts[i])
+            parts[i] -= moved
+            self.provisional[i] = max(0.0, self.provisional[i] - moved)
+        split.add(parts, verdict, seconds, 0.0, unresponsive)
+        if keep:
+            self.hold_provisional(verdict, seconds, unresponsive)
+
+    def settle(self) -> None:
+        """No verdict judges this minute's provisional seconds any more: they stay as counted."""
+        self.provisional = None
 
     def parts(self) -> list[float]:
         if self.split is None:

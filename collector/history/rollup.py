@@ -24,10 +24,12 @@ from typing import Final
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.counters import SplitCounters
+from nodeagent.collector.history.forming import Forming, provisional
 from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.collector.views.shown_state import shown_state
+from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -55,6 +57,8 @@ MAX_HELD_INTERVAL_SECONDS: Final = 10.0
 # it), but no report says what it did, so it counts ``unknown`` in the split, for at most this long
 # (a longer silence is a node that was down, not a job's time).
 MAX_GAP_SECONDS: Final = 900.0
+
+WINDOW: Final = DetectorConfig().window_seconds  # the detector's, when the caller does not say
 
 _UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
@@ -100,6 +104,11 @@ class NodeHistory:
         self.newest = 0.0
         # The previous report's time (and epoch): what the next one stands for starts there.
         self.previous_time: tuple[int, float] | None = None
+        # Held seconds a later verdict may still judge (``forming``), and the closed minutes they
+        # are in, kept (already queued to be written) until no verdict can judge them.
+        self.forming = Forming()
+        self.settling: dict[int, dict[int, OpenMinute]] = {}
+        self.window = WINDOW
 
     def restore(self, rows: Sequence[MinuteRow], reports: Sequence[StoredReport]) -> None:
         """After a restart: the newest stored minute, then the stored reports it does not hold."""
@@ -112,25 +121,28 @@ class NodeHistory:
             report = pb.NodeReport.FromString(stored.raw)
             self._observe(report, None, keep=None)
 
-    def observe(self, report: pb.NodeReport, raw: bytes, verdict: NodeVerdict | None) -> None:
+    def observe(self, report: pb.NodeReport, raw: bytes, verdict: NodeVerdict | None, window: float = WINDOW) -> None:
+        """``window``: the detector's window, what each of its verdicts judges (``forming``)."""
+        self.window = window
         self._observe(report, verdict, keep=raw if self.config.reports_seconds > 0 else None)
 
     def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
+        self._judge(report, verdict)
         if minute != self.minute:
             if self.minute and minute // HOUR_SECONDS != self.minute // HOUR_SECONDS:
                 # Its last minutes go out with this flush: the ledger sums the hour then.
                 self.compact.append(self.minute // HOUR_SECONDS * HOUR_SECONDS)
             # The part of this report's interval before its minute held the GPUs of the last one.
             self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
-            rows = [acc.row(self.node_id) for acc in self.open.values()]
-            self.closed.extend(rows)
-            self.counters.close(rows)
+            self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
+            self.settling[self.minute] = self.open
             self._gap_minutes(report, verdict, minute)
             self.open = {}
             self.minute = minute
             self.written_at = -math.inf
+            self._settle(time)
         self.touched = self.fresh = True
         self.newest = max(self.newest, time)
         if keep is not None:
@@ -159,6 +171,7 @@ class NodeHistory:
         gap = max(0.0, min(until, known_from) - start)
         node = accs.get(NODE_ROW)
         unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        forming = self.forming
         for g in verdict.gpus:
             acc = accs.get(g.index)
             if g.jobs and acc is not None:
@@ -166,6 +179,41 @@ class NodeHistory:
                 split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
                 if node is not None:
                     split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+                if seconds > 0 and provisional(g):
+                    forming.note(g, minute_start, until, seconds)
+                    acc.hold_provisional(g, seconds, g.index in unresponsive)
+                    if node is not None:
+                        node.hold_provisional(g, seconds, g.index in unresponsive)
+
+    def _judge(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
+        """The report's verdict judges its window: the provisional seconds in it take its split;
+        a closed minute it changed is written again (and its hour summed again, if it was)."""
+        if verdict is None or not self.forming.by_gpu:
+            return
+        time = report.time_unix_seconds
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        changed: set[int] = set()
+        for g in verdict.gpus:
+            if g.jobs:
+                changed |= self.forming.judge(g, time, self.window, self._minute_accs, g.index in unresponsive)
+        for m in sorted(changed & self.settling.keys()):
+            self.closed.extend(acc.row(self.node_id) for acc in self.settling[m].values())
+            hour = m // HOUR_SECONDS * HOUR_SECONDS
+            if hour != self.minute // HOUR_SECONDS * HOUR_SECONDS and hour not in self.compact:
+                self.compact.append(hour)
+        if changed - self.settling.keys():
+            self.touched = True
+
+    def _minute_accs(self, minute: int) -> dict[int, OpenMinute] | None:  # an open or settling minute's
+        return self.open if minute == self.minute else self.settling.get(minute)
+
+    def _settle(self, time: float) -> None:
+        """Closed minutes no verdict can judge any more go to the counters; the rest wait."""
+        self.forming.forget_before(time - self.window)
+        pending = self.forming.minutes()
+        for m in [m for m in self.settling if m not in pending]:
+            accs = self.settling.pop(m)
+            self.counters.close([acc.row(self.node_id) for acc in accs.values()])
 
     def _gap_minutes(self, report: pb.NodeReport, verdict: NodeVerdict | None, minute: int) -> None:
         """The whole minutes of a gap between the last minute and the report's: rows of their own,
@@ -197,9 +245,10 @@ class NodeHistory:
 
     def gpu_seconds(self) -> dict[str, list[float]]:
         """The split's GPU-seconds by job and category since the collector started, this minute's too."""
-        # Read from the HTTP thread too: a copy of the open minute's accumulators (one C-level call).
-        accs = list(self.open.values())
-        return self.counters.totals(acc.row(self.node_id) for acc in accs if acc.gpu != NODE_ROW)
+        # Read from the HTTP thread too: copies (C-level calls) of the open minute's accumulators and
+        # the closed minutes' not counted yet, less what a verdict may still move (counters only grow).
+        accs = list(self.open.values()) + [a for m in list(self.settling.values()) for a in list(m.values())]
+        return self.counters.totals(acc.row(self.node_id, settled=True) for acc in accs if acc.gpu != NODE_ROW)
 
     def seed_rows(self) -> list[MinuteRow]:
         """The open minute as rows, as ``restore`` takes them: what a resting node keeps of its

@@ -72,7 +72,21 @@ def losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, float], 
         return ((INDEX["waiting"], _share(float(wait) if isinstance(wait, float | int) else verdict.idle_ratio)),)
     if state == "throttled":
         return ((INDEX["throttled"], _share(verdict.idle_ratio)),)
+    if state == "warmup":  # not judged yet: unknown until the first verdict that judges it (``forming``)
+        return ((_UNKNOWN, 1.0),)
     return ()
+
+
+def unnamed(verdict: GpuVerdict) -> bool:
+    """A `starved` verdict with no cause of its own named (its data share counts `unknown`)."""
+    return verdict.cause not in _OWN_CAUSES
+
+
+def shares(verdict: GpuVerdict, unresponsive: bool) -> list[float]:
+    """Each category's share of the seconds the verdict speaks for (computing the rest)."""
+    out = empty()
+    add(out, verdict, 1.0, 0.0, unresponsive)
+    return out
 
 
 def add(parts: list[float], verdict: GpuVerdict, seconds: float, gap_seconds: float, unresponsive: bool) -> None:

@@ -249,7 +249,7 @@ class Ingest:
                 seed = self._history_seed.pop(row.node_id, None)
                 if seed is not None:
                     node.history.restore(*seed)
-            node.history.observe(report, raw, detector.verdict)
+            node.history.observe(report, raw, detector.verdict, detector.config.window_seconds)
         for observer in self.report_observers:
             observer(report, detector.verdict, raw)
         node.latest = raw

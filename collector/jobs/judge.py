@@ -130,7 +130,7 @@ def _straggler(
 ) -> Judgement:
     causes = Counter(persistent_cause(members[n], step, detector.window_steps) for n in named)
     cause = causes.most_common(1)[0][0]
-    share = straggler_wait(judged, named, cause)
+    share = straggler_wait(judged, named, cause, detector.moderate_ratio)
     wait = _slowed_wait(judged, job_wait(judged, named, share))
     if share is None:
         # A link straggler makes the others wait what their power shows (GPM GPUs' own idle share

@@ -34,10 +34,21 @@ from collections.abc import Mapping
 from nodeagent.collector.jobs.node_values import NodeValues
 
 
-def straggler_wait(values: Mapping[str, NodeValues], stragglers: tuple[str, ...], cause: str) -> float | None:
-    """What the stragglers make the other nodes wait (the largest of theirs); None when unknown."""
+def straggler_wait(
+    values: Mapping[str, NodeValues], stragglers: tuple[str, ...], cause: str, data_floor: float = 0.05
+) -> float | None:
+    """What the stragglers make the other nodes wait (the largest of theirs); None when unknown.
+
+    A ``link`` straggler (its NIC differs) whose GPUs wait for data more than the others' median
+    by ``data_floor`` (the detector's moderate tier) makes them wait its data wait: its slow data
+    link, named before its own verdict enters `starved`. Otherwise (a slow fabric: it waits in the
+    collective like the others) the share is unknown, and each waiting GPU counts its own."""
     if cause == "link":
-        return None
+        own = [v.window_data_wait_ratio for n, v in values.items() if n in stragglers]
+        rest = [v.window_data_wait_ratio for n, v in values.items() if n not in stragglers]
+        known = [r for r in own if r is not None]
+        median = statistics.median([r for r in rest if r is not None] or [0.0])
+        return round(max(known), 4) if known and max(known) >= median + data_floor else None
     others = [v.clock_mhz for node, v in values.items() if node not in stragglers and v.clock_mhz]
     reference = statistics.median(others) if others else None
     shares = []

@@ -36,9 +36,10 @@ from nodeagent.collector.jobs.messages import Home
 from nodeagent.collector.jobstage.messenger import JobMessenger
 from nodeagent.collector.jobstage.routes import Routes
 from nodeagent.collector.jobstage.service import JobStageService
+from nodeagent.collector.ledger.read import ledger_answer
 from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.reflection import enable_operator_reflection
-from nodeagent.collector.query.service import QueryService
+from nodeagent.collector.query.service import UNBOUNDED_ANSWER_BYTES, QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.process import RemoteWriteProcess
 from nodeagent.collector.shards.config import is_this_collector
@@ -46,17 +47,20 @@ from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES
 from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
-from nodeagent.collector.store.reader import StoreReader
+from nodeagent.collector.store.reader import ReadDeadlineError, StoreReader
 from nodeagent.collector.views.fleet_assets import content_security_policy
+from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS, parse_target
+from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.core.transport.security import (
     AccessPolicy,
     ServerSecurity,
 )
 from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
+from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("nodeagent.collector")
@@ -144,6 +148,20 @@ class CollectorServer:
         """The node's split counters, for remote write (None without a history)."""
         node = self.ingest.nodes.get(node_id)
         return node.history.counters if node is not None and node.history is not None else None
+
+    def ask_ledger(self, request: pb.LedgerRequest) -> pb.LedgerResponse:
+        """``Query.Ledger``'s answer from this collector's own store, for the ledger page (on an
+        HTTP thread): the query's read bound and row bound, no message bound (nothing is sent)."""
+        if not self.ingest.history_config.enabled:
+            raise LedgerUnavailableError("no history (serve --no-history): no split, no ledger")
+        bounds = self.config.query
+        prices = self.config.settings.prices
+        try:
+            return self.reader.call_blocking(
+                bounds.read_seconds, ledger_answer, request, prices, bounds.max_rows, UNBOUNDED_ANSWER_BYTES
+            )
+        except (QueryRefusedError, ReadDeadlineError) as err:
+            raise LedgerUnavailableError(f"the ledger's read {err}") from err
 
     def _max_send_bytes(self) -> int:
         if self.config.front_socket is None:

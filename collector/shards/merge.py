@@ -17,6 +17,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from nodeagent.collector.shards.fanout import Answer
+from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 M = TypeVar("M", bound=Message)
@@ -151,6 +152,14 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
             row.stragglers.add(node_id=node_id, gpu_hours_waited=hours)
         response.rows.append(row)
     return response
+
+
+def merged_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
+    """The ledger rows of the shards that answered, merged; ``LedgerUnavailableError`` with the
+    first shard's reason when none did (a page has nothing to show)."""
+    if answers and all(a.error for a in answers):
+        raise LedgerUnavailableError(f"no answer: {answers[0].shard}: {answers[0].error}")
+    return merge_ledger(answers)
 
 
 def merge_history(answers: Sequence[Answer]) -> pb.HistoryResponse:

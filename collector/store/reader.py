@@ -84,6 +84,12 @@ class StoreReader:
             self._pool, lambda: self._run(seconds, func, *args, **kwargs)
         )
 
+    def call_blocking(
+        self, seconds: float, func: Callable[Concatenate[ReadContext, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``call`` from a thread that is not the event loop's (an HTTP page's), waiting for it."""
+        return self._pool.submit(lambda: self._run(seconds, func, *args, **kwargs)).result()
+
     def _run(
         self, seconds: float, func: Callable[Concatenate[ReadContext, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:

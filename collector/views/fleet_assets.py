@@ -51,14 +51,19 @@ def page(name: str) -> bytes:
     """The HTML shell of ``name`` (``fleet``, ``node``, ``jobs``, ``job``, ``alerts``)."""
     script = _script()
     return (
+        f"{head(name)}<p id='error'></p><p id='shards' class='banner' hidden></p>"
+        f"{_BODIES[name]}<script>{script}</script></body></html>"
+    ).encode()
+
+
+def head(name: str) -> str:
+    """A page's start, to its navigation: the one inline style (hashed in the policy), no script."""
+    return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>nodeagent · {html.escape(name)}</title><style>{_asset('fleet.css')}</style></head>"
         f"<body data-page='{html.escape(name)}'><nav><a href='/'>fleet</a><a href='/jobs'>jobs</a>"
-        "<a href='/alerts'>alerts</a>"
-        "<a href='/metrics'>metrics</a></nav><p id='error'></p>"
-        "<p id='shards' class='banner' hidden></p>"
-        f"{_BODIES[name]}<script>{script}</script></body></html>"
-    ).encode()
+        "<a href='/ledger'>ledger</a><a href='/alerts'>alerts</a><a href='/metrics'>metrics</a></nav>"
+    )
 
 
 def _script() -> str:

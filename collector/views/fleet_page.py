@@ -1,5 +1,5 @@
 """The fleet page on ``--http-listen``: ``/``, ``/node/NAME``, ``/jobs``, ``/job/NAME``, ``/alerts``
-and their JSON API.
+and their JSON API; ``/ledger`` and ``/api/ledger`` from this collector's own store (``ledger_page``).
 
 Each page is a small HTML shell (``fleet_assets``) whose script fetches the JSON behind it
 (``/api/fleet``, ``/api/node/NAME``, ``/api/alerts``) and draws it as plain SVG, refreshing
@@ -25,6 +25,7 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.views.fleet_assets import shell_for
+from nodeagent.collector.views.ledger_page import LedgerPage
 from nodeagent.collector.views.shown_state import (
     DOWN,
     MOVED,
@@ -61,9 +62,13 @@ Reply = tuple[str, str, bytes]
 class FleetPage:
     def __init__(self, server: FleetState) -> None:
         self.server = server
+        self.ledger = LedgerPage(server.ask_ledger)
 
     def route(self, path: str, query: str) -> Reply | None:
         """The reply for ``path``, None where it is not a page of the fleet view."""
+        ledger = self.ledger.route(path, query)
+        if ledger is not None:
+            return ledger
         params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
         shell = shell_for(path)
         if shell is not None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from nodeagent.collector.remote_write.process import RemoteWriteProcess
     from nodeagent.collector.store.database import StoreWriter
     from nodeagent.collector.views.metrics_config import MetricsConfig
+    from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class FleetState(Protocol):
@@ -41,6 +42,9 @@ class FleetState(Protocol):
     @property
     def worker_index(self) -> int | None:
         """This worker's index behind a front; None for a collector of its own."""
+
+    def ask_ledger(self, request: pb.LedgerRequest) -> pb.LedgerResponse:
+        """``Query.Ledger``'s answer from this process's own store (on an HTTP thread)."""
 
     @property
     def metrics_config(self) -> MetricsConfig:

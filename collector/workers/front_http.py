@@ -1,8 +1,9 @@
-"""The front's HTTP listener on ``--http-listen``: ``/metrics``, ``/healthz`` and the fleet page.
+"""The front's HTTP listener on ``--http-listen``: ``/metrics``, ``/healthz``, the fleet page and the ledger.
 
 The HTML shells are served here (``fleet_assets``); ``/api/*`` and ``/metrics`` are every
 worker's ``Page`` over its unix socket, merged (``merge_page``), with the front's own families
-(``front_metrics``) as one more part of ``/metrics``. The same binding, TLS and credentials as
+(``front_metrics``) as one more part of ``/metrics``. The ledger (``/ledger``, ``/api/ledger``,
+``views/ledger_page.py``) is every worker's ``Query.Ledger``, merged by key. The same binding, TLS and credentials as
 a single collector's listener (``MetricsHttpServer`` with the scrape guard). Requests run on the
 HTTP server's threads; the asking runs on the front's event loop, where the channels live.
 """
@@ -14,8 +15,10 @@ import http
 from collections.abc import Callable
 
 from nodeagent.collector.shards.fanout import Answer, ShardClients
+from nodeagent.collector.shards.merge import merged_ledger
 from nodeagent.collector.shards.page_merge import merge_page, shard_query
 from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
+from nodeagent.collector.views.ledger_page import LedgerPage
 from nodeagent.collector.workers.front_metrics import FRONT_LABEL
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.security import AccessPolicy, ServerSecurity
@@ -37,6 +40,7 @@ class FrontHttp:
         self.loop = loop
         self.own_metrics = own_metrics
         self.timeout = timeout
+        self.ledger = LedgerPage(self.ask_ledger)
         self.server = MetricsHttpServer(
             listen, self.metrics, health=health, ssl_context=security.http_ssl_context(), name="nodeagent-collector",
             guard=policy.http_scrape, pages=self.route, page_policy=content_security_policy(),
@@ -47,6 +51,9 @@ class FrontHttp:
         return self.server.address
 
     def route(self, path: str, query: str) -> tuple[str, str, bytes] | None:
+        ledger = self.ledger.route(path, query)
+        if ledger is not None:
+            return ledger
         shell = shell_for(path)
         if shell is not None:
             return "200 OK", HTML_TYPE, shell
@@ -65,6 +72,11 @@ class FrontHttp:
         own = pb.PageResponse(status=200, content_type=METRICS_TYPE, body=self.own_metrics())
         answers.append(Answer(shard=FRONT_LABEL, reply=own, error=""))
         return merge_page("/metrics", "", answers).body
+
+    def ask_ledger(self, request: pb.LedgerRequest) -> pb.LedgerResponse:
+        """Every worker's ``Query.Ledger``, merged by key as the front's Query.Ledger merges it."""
+        future = asyncio.run_coroutine_threadsafe(self.clients.ask_all("Ledger", request, self.timeout), self.loop)
+        return merged_ledger(future.result(self.timeout + 5.0))
 
     def _ask(self, path: str, query: str) -> list[Answer]:
         request = pb.PageRequest(path=path, query=query)

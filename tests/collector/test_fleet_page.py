@@ -353,6 +353,9 @@ def test_job_pages_in_headless_chromium(tmp_path: Path) -> None:
     evidence = job.split('id="evidence"', 1)[1].split("</ul>", 1)[0]
     assert "network_rx_link_ratio_score" in evidence and "eth0" in evidence
     assert "JobStraggler" in job
+    # Its own ledger under it (the script reads /api/ledger?job=...): what the history holds of it.
+    ledger = job.split('<div id="job-ledger">', 1)[1]
+    assert f'href="/ledger?job={urllib.parse.quote(JOB, safe="")}"' in ledger
     # The fleet table links the job's nodes to it, and only those.
     fleet_rows = dict(re.findall(r'<tr class="node [a-z]+" data-node="([^"]+)">(.*?)</tr>', dom["fleet"], re.DOTALL))
     assert all(link in fleet_rows[n] for n in ("job-a", "job-straggler", "job-c")) and link not in fleet_rows["lonely"]

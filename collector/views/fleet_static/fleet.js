@@ -207,7 +207,38 @@ async function drawJob() {
     `<h2>Evidence: what sets the straggler apart</h2><ul id="evidence">` +
     `${evidence || "<li class='muted'>nothing sets a node apart</li>"}</ul>` +
     (notes ? `<h2>Notes</h2><ul id="notes">${notes}</ul>` : "") +
-    `<h2>Alerts</h2>${alertTable(j.alerts)}`;
+    `<h2>Alerts</h2>${alertTable(j.alerts)}` +
+    `<h2>Its ledger (last 30 days)</h2><div id="job-ledger">${jobLedger.html}</div>`;
+  if (Date.now() - jobLedger.at > LEDGER_REFRESH_MS) {  // a month of history: read once a minute, not every draw
+    jobLedger.at = Date.now();
+    jobLedger.html = await ledgerOf(name).catch((err) => `<p class="muted">${esc(String(err))}</p>`);
+    document.getElementById("job-ledger").innerHTML = jobLedger.html;
+  }
+}
+const LEDGER_REFRESH_MS = 60000;
+const jobLedger = {at: 0, html: '<p class="muted">reading the ledger…</p>'};
+async function ledgerOf(name) {  // the job's row of /ledger: its stacked bar and a line per category
+  const data = await api("/api/ledger?job=" + encodeURIComponent(name));
+  const more = `<a href="/ledger?job=${encodeURIComponent(name)}">the job's ledger</a> · <a href="/ledger">every job</a>`;
+  if (!data.rows.length) return `<p class="muted">no GPU time held in the last 30 days · ${more}</p>`;
+  const r = data.rows[0], held = r.gpu_hours_held, scale = held > 0 ? 360 / held : 0;
+  const lostHours = Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0);
+  const parts = [["computing", r.gpu_hours_computing, r.cost - r.cost_lost]].concat(
+    Object.entries(r.gpu_hours_lost).filter(([, h]) => h > 0)
+      .map(([c, h]) => [c, h, lostHours > 0 ? r.cost_lost * h / lostHours : 0]));
+  let x = 0;
+  const rects = parts.map(([c, h, m]) => {
+    const w = h * scale, rect = `<rect class="cat-${esc(c)}" x="${x}" y="0" width="${w}" height="14" ` +
+      `data-category="${esc(c)}" data-gpu-hours="${h}"><title>${esc(c)}: ${h.toFixed(2)} GPU-h, ${m.toFixed(2)} ` +
+      `${esc(r.currency)}</title></rect>`;
+    x += w;
+    return rect;
+  }).join("");
+  const lines = parts.map(([c, h, m]) => `<tr data-category="${esc(c)}"><td>${esc(c)}</td><td>${h.toFixed(3)}</td>` +
+    `<td>${pct(held > 0 ? h / held : null)}</td><td>${m.toFixed(2)}</td></tr>`).join("");
+  return `<svg class="ledger-bar" width="360" height="14" data-gpu-hours-held="${held}">${rects}</svg>` +
+    `<table><tr><th>category</th><th>GPU-h</th><th>share</th><th>${esc(r.currency)}</th></tr>${lines}` +
+    `<tr><th>held</th><th>${held.toFixed(3)}</th><th></th><th>${r.cost.toFixed(2)}</th></tr></table><p>${more}</p>`;
 }
 async function drawAlerts() {
   const data = await api("/api/alerts");

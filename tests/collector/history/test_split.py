@@ -113,7 +113,8 @@ def test_a_silence_past_the_gap_bound_is_not_held() -> None:
 def test_a_starved_gpu_with_no_cause_named_is_unknown_and_no_window_yet_computes() -> None:
     assert split.losses(_gpu(0, "starved", None, 0.4), False)[0] == (split.INDEX["unknown"], 0.4)
     assert split.losses(_gpu(0, "starved", "network", None), False)[0] == (split.INDEX["network"], 0.0)
-    assert split.losses(_gpu(0, "warmup"), False) == ()
+    # Warm-up is not judged: unknown until a verdict judges it (``forming``).
+    assert split.losses(_gpu(0, "warmup"), False) == ((split.INDEX["unknown"], 1.0),)
 
 
 def test_a_gpu_starved_for_data_also_counts_its_wait_for_the_collective() -> None:
@@ -181,3 +182,69 @@ def test_counters_add_closed_minutes_once_and_drop_a_job_an_hour_gone() -> None:
     later = MinuteRow(NODE, 0, 60 + 3600 + 60, jobs=("c",), split=[60.0] + [0.0] * 11)
     counters.close([later])
     assert set(counters.totals()) == {"c"}
+
+
+def _history_run(steps: list[tuple[float, GpuVerdict]], window: float = 20.0) -> tuple[NodeHistory, list[MinuteRow]]:
+    """Feed one GPU's verdicts; every row the flushes wrote, the last write of each minute winning."""
+    history = NodeHistory(NODE, HistoryConfig(reports_seconds=0))
+    written: dict[tuple[int, int], MinuteRow] = {}
+    for t, g in steps:
+        history.observe(_report(t, 1), b"", _verdict(t, (g,)), window)
+        for row in history.take(0.0).minutes:
+            written[(row.minute, row.gpu)] = row
+    for row in history.take(math.inf).minutes:
+        written[(row.minute, row.gpu)] = row
+    return history, list(written.values())
+
+
+def _total(rows: list[MinuteRow], category: str) -> float:
+    return sum(_parts(r).get(category, 0.0) for r in rows if r.gpu == 0)
+
+
+def test_warmup_takes_the_first_verdict_that_judges_it_and_a_state_entered_takes_its_window() -> None:
+    starved = _gpu(0, "starved", "network", 0.5)
+    steps = [(T0 + 30 + s, _gpu(0, "warmup")) for s in range(5)]
+    steps += [(T0 + 35 + s, _gpu(0, "busy")) for s in range(25)]  # across the minute's end
+    steps += [(T0 + 60 + s, starved) for s in range(20)]
+    _history, rows = _history_run(steps)
+    for row in rows:  # every minute's parts add up to its held time, GPU and node rows alike
+        assert row.split is not None
+        held = row.held_seconds if row.gpu == 0 else sum(r.held_seconds or 0 for r in rows if r.minute == row.minute)
+        assert sum(row.split) == pytest.approx(held)
+    # Held 49 s: 4 of warm-up (judged busy), 25 busy, 20 starved. The verdict at T0+60 judges
+    # [T0+40, T0+60]: the 19 busy seconds in it are half network; the 10 before stay computing.
+    assert _total(rows, "network") == pytest.approx(0.5 * 19 + 0.5 * 20)
+    assert _total(rows, "unknown") == 0.0
+    assert _total(rows, "computing") == pytest.approx(49 - 0.5 * 19 - 0.5 * 20)
+    first = next(r for r in rows if r.gpu == 0 and r.minute == T0)
+    # The closed minute was written again: its 19 re-judged seconds and the report at T0+60's own.
+    assert _parts(first)["network"] == pytest.approx(0.5 * 20)
+
+
+def test_warmup_no_verdict_judges_stays_unknown_never_computing() -> None:
+    steps = [(T0 + s, _gpu(0, "warmup")) for s in range(10)] + [(T0 + 200 + s, _gpu(0, "warmup")) for s in range(3)]
+    _history, rows = _history_run(steps)
+    assert _total(rows, "computing") == 0.0
+    assert _total(rows, "unknown") == pytest.approx(sum(r.held_seconds or 0 for r in rows if r.gpu == 0))
+
+
+def test_unnamed_starvation_is_judged_by_the_wait_the_job_rollup_names() -> None:
+    unnamed = _gpu(0, "starved", None, 0.1)
+    waiting = _gpu(0, "waiting", wait_ratio=0.5, waiting_on="n7")
+    _history, rows = _history_run([(T0 + s, unnamed) for s in range(10)] + [(T0 + 10 + s, waiting) for s in range(10)])
+    assert _total(rows, "unknown") == 0.0
+    assert _total(rows, "waiting") == pytest.approx(0.5 * 19)
+
+
+def test_the_counters_never_go_down_while_a_verdict_moves_seconds() -> None:
+    steps = [(T0 + 40 + s, _gpu(0, "busy")) for s in range(25)] + [
+        (T0 + 65 + s, _gpu(0, "starved", "network", 0.5)) for s in range(80)
+    ]
+    history = NodeHistory(NODE, HistoryConfig(reports_seconds=0))
+    before = split.empty()
+    for t, g in steps:
+        history.observe(_report(t, 1), b"", _verdict(t, (g,)), 20.0)
+        now = history.gpu_seconds()["job-1"]
+        assert all(b <= n + 1e-9 for b, n in zip(before, now, strict=True))
+        before = now
+    assert not history.settling  # no verdict judges those minutes any more: counted, kept no longer

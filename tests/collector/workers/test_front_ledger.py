@@ -1,5 +1,7 @@
 """``ledger`` through a real ``serve --workers 2``: each worker prices its nodes by the file's
-``[prices]``, and the front sums a job that ran on nodes of both workers into one row."""
+``[prices]``, and the front sums a job that ran on nodes of both workers into one row, on the
+command line and on the front's ledger page (``/ledger``, drawn by headless Chromium under the
+pages' Content-Security-Policy)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -59,3 +64,75 @@ def test_a_job_on_both_workers_is_one_row_priced_by_each_node(tmp_path: Path) ->
     assert job["cost"] == pytest.approx(60 / 3600 * 3.6 + 60 / 3600 * 7.2) and job["currency"] == "EUR"
     assert job["cost_lost"] == pytest.approx(30 / 3600 * 3.6 + 15 / 3600 * 7.2)
     assert fleet["fleet"] == "fleet" and fleet["gpu_hours_held"] == pytest.approx(2 / 60)
+
+
+class _Bars(HTMLParser):
+    """Each ledger row's key and held hours, and the GPU-hours of its bar's rectangles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, float] = {}
+        self.bars: list[dict[str, float]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "tr" and a.get("class") == "ledger-row":
+            self.rows[a["data-key"]] = float(a["data-gpu-hours-held"])
+        if tag == "svg" and a.get("class") == "ledger-bar":
+            self.bars.append({})
+        if tag == "rect" and "data-gpu-hours" in a:
+            self.bars[-1][a["data-category"]] = float(a["width"]) / scale_of(self.rawdata, len(self.bars))
+
+
+def scale_of(raw: str, nth: int) -> float:
+    """The ``nth`` bar's pixels per GPU-hour (1-based)."""
+    marker = "data-px-per-gpu-hour='"
+    at = -1
+    for _ in range(nth):
+        at = raw.index(marker, at + 1)
+    return float(raw[at + len(marker) : raw.index("'", at + len(marker))])
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as reply:
+            return reply.status, reply.headers.get("Content-Security-Policy", ""), reply.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, "", err.read().decode()
+
+
+def test_the_fronts_ledger_page_merges_a_job_on_both_workers_into_one_row(tmp_path: Path) -> None:
+    minute = int(time.time() // 60 * 60) - 600
+    _seed(tmp_path / "collector.db", "node-a", minute, 30.0)
+    _seed(tmp_path / "collector.worker1.db", "rental-b", minute, 15.0)
+    with running_front(tmp_path) as front:
+        base = f"http://{front.http}"
+        status, policy, text = _get(f"{base}/ledger?since=1h")
+        by_node = _get(f"{base}/ledger?since=1h&by=node&sort=name")[2]
+        bad = _get(f"{base}/ledger?sort=cheapest")
+        own = _get(f"{base}/ledger?job=job-a&since=1h")[2]
+        from tests.fakes.chromium import Browser  # skips without chromium
+
+        with Browser(tmp_path / "profile") as browser:
+            page = browser.open(f"{base}/ledger?since=1h", 1200, 800)
+            page.wait_for("document.querySelectorAll('tr.ledger-row').length === 1")
+            drawn = page.evaluate(
+                "({scripts: document.scripts.length, "
+                "fill: getComputedStyle(document.querySelector('rect.cat-network')).fill, "
+                "width: document.querySelector('svg.ledger-bar').getBoundingClientRect().width})"
+            )
+    assert status == 200 and "script-src 'sha256-" in policy
+    parsed = _Bars()
+    parsed.feed(text)
+    # One row for the job, its two nodes' minutes summed; the bar's rectangles add to its hours.
+    assert parsed.rows == pytest.approx({"job-a": 2 / 60}, rel=1e-4)
+    [bar] = parsed.bars
+    assert bar == pytest.approx({"computing": 75 / 3600, "network": 45 / 3600}, rel=1e-4)
+    assert sum(bar.values()) == pytest.approx(2 / 60, rel=1e-4)
+    nodes = _Bars()
+    nodes.feed(by_node)
+    assert list(nodes.rows) == ["node-a", "rental-b"]  # by name
+    assert bad == (400, "", "sort: expected one of lost, held, name, got 'cheapest'\n")
+    assert "data-category='network' data-gpu-hours='0.012500'" in own
+    # Drawn under the policy: no script, and the stylesheet (allowed by its hash) colours the bars.
+    assert drawn["scripts"] == 0 and drawn["fill"] == "rgb(198, 40, 40)" and drawn["width"] == 360

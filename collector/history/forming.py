@@ -1,0 +1,126 @@
+"""Held seconds a later verdict may still judge: the split true to the detector's window.
+
+The detector's verdict at time T judges its window [T - window, T]. Seconds held before a verdict
+has formed for them are not known to compute:
+
+- in `warmup` the detector does not judge the GPU: those seconds are **forming**, counted
+  `unknown` meanwhile, and take the split of the first verdict that judges them (the first that
+  is not `warmup`, when they are inside its window);
+- starvation with no cause named is counted `unknown` (its data share), and the first verdict
+  in its window that names a cause, or the job roll-up's `waiting`, judges it;
+- a `busy` verdict may be a state not yet entered: `starved`, `waiting` and `throttled` need most
+  of a window's steps (hysteresis), and the detector's own GPU-seconds lost count the entering
+  window's time when they enter (``detector/waiting.py``). So `busy` seconds count `computing`,
+  but the verdict that enters one of those states re-judges the `busy` seconds inside its window
+  by its own split, as the detector's count does.
+
+Seconds that no verdict re-judged within a window stay as counted: `unknown` (forming) or
+`computing` (busy). Each GPU's list is bounded by the window (older entries are dropped as the
+GPU's verdicts move on). Moving seconds between categories of one minute keeps its parts adding
+up to its held time; ``NodeHistory`` keeps a closed minute's accumulators until no verdict can
+judge its seconds any more (``settled_before``) and writes a row again when a verdict changed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from nodeagent.collector.history import split
+from nodeagent.collector.history.minutes import NODE_ROW
+from nodeagent.collector.history.open_minute import OpenMinute
+from nodeagent.core.detector.verdict import GpuVerdict
+
+_ENTERED_OVER_A_WINDOW: Final = frozenset({"starved", "waiting", "throttled"})
+
+
+def provisional(g: GpuVerdict) -> bool:
+    """Whether the seconds this verdict counts may still be judged by a later one."""
+    return g.state in ("warmup", "busy") or (g.state == "starved" and split.unnamed(g))
+
+
+def _judges(g: GpuVerdict, counted: GpuVerdict) -> bool:
+    """Whether verdict ``g`` judges seconds ``counted`` counted: it knows more of them."""
+    if counted.state == "warmup":
+        return g.state != "warmup"
+    if counted.state == "busy":
+        return g.state in _ENTERED_OVER_A_WINDOW
+    # Starved with no cause named: a cause named, or the job roll-up's wait, says what it was.
+    return g.state == "waiting" or (g.state == "starved" and not split.unnamed(g))
+
+
+@dataclass(slots=True)
+class Provisional:
+    """Seconds of one minute, ending at ``end`` (report time), split by ``verdict`` for now."""
+
+    minute: int
+    end: float
+    seconds: float
+    verdict: GpuVerdict
+
+
+# The accumulators of a minute (open or settling) by GPU, None once it is gone.
+Accumulators = Callable[[int], dict[int, OpenMinute] | None]
+
+
+class Forming:
+    """Each GPU's provisional seconds, oldest first."""
+
+    __slots__ = ("by_gpu",)
+
+    def __init__(self) -> None:
+        self.by_gpu: dict[int, list[Provisional]] = {}
+
+    def judge(self, g: GpuVerdict, time: float, window: float, minutes: Accumulators, unresponsive: bool) -> set[int]:
+        """The GPU's verdict at ``time`` judges its provisional seconds inside [time - window, time];
+        returns the minutes whose split changed."""
+        pending = self.by_gpu.get(g.index)
+        if not pending:
+            return set()
+        since = time - window
+        keeps = provisional(g)
+        changed: set[int] = set()
+        still: list[Provisional] = []
+        for p in pending:
+            if p.end <= since:
+                continue  # out of every later window: stays as counted
+            if not _judges(g, p.verdict):
+                still.append(p)
+                continue
+            inside = min(p.seconds, p.end - since)
+            accs = minutes(p.minute)
+            if accs is None or inside <= 0:
+                continue
+            for acc in (accs.get(g.index), accs.get(NODE_ROW)):
+                if acc is not None:
+                    acc.rejudge(p.verdict, inside, g, unresponsive, keep=keeps)
+            changed.add(p.minute)
+            if keeps:  # judged by a verdict a later one may judge again
+                still.append(Provisional(p.minute, p.end, inside, g))
+        self.by_gpu[g.index] = still
+        return changed
+
+    def note(self, g: GpuVerdict, minute: int, end: float, seconds: float) -> None:
+        """Held seconds a provisional verdict counted."""
+        if seconds <= 0 or not provisional(g):
+            return
+        pending = self.by_gpu.setdefault(g.index, [])
+        last = pending[-1] if pending else None
+        if last is not None and last.minute == minute and last.verdict == g:
+            last.seconds, last.end = last.seconds + seconds, end
+        else:
+            pending.append(Provisional(minute, end, seconds, g))
+
+    def minutes(self) -> set[int]:
+        """The minutes some provisional seconds are in."""
+        return {p.minute for pending in self.by_gpu.values() for p in pending}
+
+    def forget_before(self, since: float) -> None:
+        """Drop what ended before ``since``: no verdict judges it any more."""
+        for index, pending in list(self.by_gpu.items()):
+            kept = [p for p in pending if p.end > since]
+            if kept:
+                self.by_gpu[index] = kept
+            else:
+                del self.by_gpu[index]

@@ -1,0 +1,184 @@
+"""The ledger page's HTML (``/ledger``, ``/ledger?job=KEY``), rendered on the server: no script.
+
+One stacked bar per row in inline SVG, a rectangle per category (computing first, then each
+category lost, in ``split.LOST_CATEGORIES``' order) as wide as its GPU-hours at one scale for
+the whole page (``data-px-per-gpu-hour``), so bars compare across rows and a bar's rectangles
+add to the row's held hours. The colours are classes of the pages' one stylesheet
+(``fleet.css``), whose hash the Content-Security-Policy allows; nothing else is inline.
+Money per category is the row's own: computing costs ``cost - cost_lost``, and ``cost_lost``
+is shared among the lost categories by their hours (a job on nodes at several prices: at the
+mean price of its lost hours).
+"""
+
+from __future__ import annotations
+
+import html
+import urllib.parse
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.views.fleet_assets import head
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+if TYPE_CHECKING:
+    from nodeagent.collector.views.ledger_page import LedgerAsk
+
+BAR_PX: Final = 360.0
+BAR_HEIGHT: Final = 14
+SPANS: Final = ("1d", "7d", "30d")
+SORT_WORDS: Final = {"lost": "money lost", "held": "GPU-hours held", "name": "name"}
+
+Shards = Sequence[dict[str, Any]]
+
+
+def render_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards) -> bytes:
+    shown = _shown_categories(rows)
+    scale = BAR_PX / max((r.gpu_hours_held for r in rows), default=0.0) if rows else 0.0
+    sorts = " · ".join(_choice(asked.link(sort=s), word, s == asked.sort) for s, word in SORT_WORDS.items())
+    bys = " · ".join(_choice(asked.link(by=b, job=""), b, b == asked.by) for b in ("job", "node", "fleet"))
+    spans = " · ".join(_choice(asked.link(since=s), s, s == asked.since) for s in SPANS)
+    head_cells = "".join(f"<th>{html.escape(c)}</th>" for c in shown)
+    extra = "<th>stragglers</th>" if asked.by == "job" else "<th>GPU model</th>" if asked.by == "node" else ""
+    body = "".join(_row(asked, r, shown, scale) for r in rows)
+    total = sum(r.gpu_hours_held for r in rows)
+    out = [
+        head("ledger"), "<h1>Ledger</h1>", _banner(shards),
+        f"<p class='muted' id='summary'>{_when(asked.start)} .. {_when(asked.end)} · {len(rows)} rows · "
+        f"{total:.2f} GPU-hours held</p>",
+        f"<p id='choices'>by {bys} &nbsp; since {spans} &nbsp; sorted by {sorts}</p>", _legend(shown),
+        f"<table id='ledger' data-by='{asked.by}' data-sort='{asked.sort}'><tr><th>{asked.by}</th>"
+        f"<th>GPU-hours by category</th><th>held GPU-h</th><th>computing</th>{head_cells}"
+        f"<th>cost</th><th>lost</th><th>cur</th>{extra}</tr>{body}</table>",
+    ]  # fmt: skip
+    if not rows:
+        out.append("<p class='muted' id='empty'>no GPU time held in this span</p>")
+    return ("".join(out) + "</body></html>").encode()
+
+
+def render_job_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards) -> bytes:
+    """One job's ledger: its bar and a line per category, in GPU-hours, share and money."""
+    name = html.escape(asked.job)
+    out = [
+        head(f"ledger · {asked.job}"), f"<h1>Ledger of job <span class='name title'>{name}</span></h1>",
+        _banner(shards), f"<p class='muted' id='summary'>{_when(asked.start)} .. {_when(asked.end)} · "
+        f"<a href='/job/{urllib.parse.quote(asked.job, safe='')}'>the job now</a> · "
+        f"<a href='{html.escape(asked.link(job=''))}'>every job</a></p>",
+    ]  # fmt: skip
+    if not rows:
+        out.append("<p class='muted' id='empty'>the job held no GPU time in this span</p></body></html>")
+        return "".join(out).encode()
+    row = rows[0]
+    shown = _shown_categories(rows)
+    out.append(_legend(shown))
+    out.append(f"<p id='job-bar'>{_bar(row, BAR_PX / row.gpu_hours_held if row.gpu_hours_held else 0.0)}</p>")
+    lines = [("computing", row.gpu_hours_computing, row.cost - row.cost_lost)]
+    lines += [(c, row.gpu_hours_lost.get(c, 0.0), _money_lost(row, c)) for c in shown]
+    held = row.gpu_hours_held
+    body = "".join(
+        f"<tr data-category='{c}' data-gpu-hours='{h:.6f}'><td>{_swatch(c)} {c}</td><td>{h:.3f}</td>"
+        f"<td>{_share(h, held)}</td><td>{m:.2f}</td></tr>"
+        for c, h, m in lines
+    )
+    out.append(
+        f"<table id='job-ledger'><tr><th>category</th><th>GPU-h</th><th>share</th><th>{html.escape(row.currency)}"
+        f"</th></tr>{body}<tr class='total'><th>held</th><th>{held:.3f}</th><th></th><th>{row.cost:.2f}</th></tr>"
+        "</table>"
+    )
+    stragglers = ", ".join(f"{_node_link(s.node_id)} ({s.gpu_hours_waited:.2f} GPU-h waited)" for s in row.stragglers)
+    out.append(f"<p>nodes: {', '.join(_node_link(n) for n in row.nodes)}</p>")
+    if stragglers:
+        out.append(f"<p id='stragglers'>its GPUs waited on: {stragglers}</p>")
+    return ("".join(out) + "</body></html>").encode()
+
+
+def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float) -> str:
+    key = html.escape(row.key)
+    if asked.by == "job":
+        link = f"<a class='job' href='{html.escape(asked.link(job=row.key))}'>{key}</a>"
+    elif asked.by == "node":
+        link = _node_link(row.key)
+    else:
+        link = key
+    cells = "".join(
+        f"<td data-category='{c}'>{row.gpu_hours_lost.get(c, 0.0):.2f} h · {_money_lost(row, c):.2f}</td>"
+        for c in shown
+    )
+    if asked.by == "job":
+        extra = "<td>" + (", ".join(_node_link(s.node_id) for s in row.stragglers) or "-") + "</td>"
+    elif asked.by == "node":
+        extra = f"<td>{html.escape(row.gpu_model)}</td>"
+    else:
+        extra = ""
+    computing = f"{row.gpu_hours_computing:.2f} h · {row.cost - row.cost_lost:.2f}"
+    return (
+        f"<tr class='ledger-row' data-key='{key}' data-gpu-hours-held='{row.gpu_hours_held:.6f}' "
+        f"data-cost-lost='{row.cost_lost:.6f}'><td>{link}</td><td>{_bar(row, scale)}</td>"
+        f"<td>{row.gpu_hours_held:.2f}</td><td>{computing}</td>{cells}<td>{row.cost:.2f}</td>"
+        f"<td>{row.cost_lost:.2f}</td><td>{html.escape(row.currency)}</td>{extra}</tr>"
+    )
+
+
+def _bar(row: pb.LedgerRow, scale: float) -> str:
+    """The row's stacked bar: computing, then each category lost, ``scale`` pixels a GPU-hour."""
+    parts = [("computing", row.gpu_hours_computing, row.cost - row.cost_lost)]
+    parts += [(c, row.gpu_hours_lost[c], _money_lost(row, c)) for c in LOST_CATEGORIES if row.gpu_hours_lost.get(c)]
+    rects, x = [], 0.0
+    for category, hours, money in parts:
+        if hours <= 0:
+            continue
+        width = hours * scale
+        rects.append(
+            f"<rect class='cat-{category}' x='{x:.4f}' y='0' width='{width:.4f}' height='{BAR_HEIGHT}' "
+            f"data-category='{category}' data-gpu-hours='{hours:.6f}'><title>{category}: {hours:.2f} GPU-h, "
+            f"{money:.2f} {html.escape(row.currency)} ({_share(hours, row.gpu_hours_held)})</title></rect>"
+        )
+        x += width
+    return (
+        f"<svg class='ledger-bar' width='{BAR_PX:.0f}' height='{BAR_HEIGHT}' data-px-per-gpu-hour='{scale:.6f}' "
+        f"data-gpu-hours-held='{row.gpu_hours_held:.6f}'>{''.join(rects)}</svg>"
+    )
+
+
+def _legend(shown: Sequence[str]) -> str:
+    items = "".join(f"<span class='legend'>{_swatch(c)} {c}</span>" for c in ("computing", *shown))
+    return f"<p id='legend'>{items}</p>"
+
+
+def _swatch(category: str) -> str:
+    return f"<svg width='10' height='10'><rect class='cat-{category}' width='10' height='10'/></svg>"
+
+
+def _banner(shards: Shards) -> str:
+    """One line naming the shards (workers, collectors) that did not answer: their rows are missing."""
+    silent = [s for s in shards if not s["answered"]]
+    if not silent:
+        return ""
+    names = "; ".join(f"{s['shard']} ({s['error']})" for s in silent)
+    return f"<p id='shards' class='banner'>not in this ledger, no answer from: {html.escape(names)}</p>"
+
+
+def _shown_categories(rows: Sequence[pb.LedgerRow]) -> list[str]:
+    return [c for c in LOST_CATEGORIES if any(r.gpu_hours_lost.get(c, 0.0) > 0 for r in rows)]
+
+
+def _money_lost(row: pb.LedgerRow, category: str) -> float:
+    lost = sum(row.gpu_hours_lost.values())
+    return row.cost_lost * row.gpu_hours_lost.get(category, 0.0) / lost if lost > 0 else 0.0
+
+
+def _share(hours: float, held: float) -> str:
+    return f"{hours / held * 100:.1f}%" if held > 0 else "-"
+
+
+def _choice(href: str, word: str, chosen: bool) -> str:
+    return f"<b>{html.escape(word)}</b>" if chosen else f"<a href='{html.escape(href)}'>{html.escape(word)}</a>"
+
+
+def _node_link(node_id: str) -> str:
+    return f"<a href='/node/{urllib.parse.quote(node_id, safe='')}'>{html.escape(node_id)}</a>"
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M UTC")
