@@ -43,8 +43,12 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 class _SimulatedNode:
     """A simulated node that already ran for one detector window, so the verdict shows at once."""
 
-    def __init__(self, scenario: str, node_id: str, gpus: int, history_seconds: float) -> None:
-        self.simulation = Simulation(scenario, node_id=node_id, start_time=time.time() - history_seconds, gpus=gpus)
+    def __init__(self, scenario: str, node_id: str, gpus: int, history_seconds: float, interval: float) -> None:
+        # The history ends one refresh before now: the first frame's rates are over a whole
+        # interval, as every later one's, not over the moments the history took to build (a few
+        # operations over a few milliseconds read as a rate several times off).
+        start = time.time() - history_seconds - interval
+        self.simulation = Simulation(scenario, node_id=node_id, start_time=start, gpus=gpus)
         self.info = self.simulation.info()
         self.history_seconds = history_seconds
 
@@ -140,7 +144,7 @@ def top(
             )
         try:
             source: Sampler | _SimulatedNode = _SimulatedNode(
-                scenario, f"sim-{scenario}", gpus, detector_config.window_seconds
+                scenario, f"sim-{scenario}", gpus, detector_config.window_seconds, interval
             )
         except ScenarioError as err:
             raise click.BadParameter(str(err), param_hint="--simulate") from err
