@@ -50,7 +50,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +308,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                  device_filter: bool, workers: int | None = None, profile: str = PROFILE) -> Outcome:  # fmt: skip
     from tests.fakes.fleet import Collector, cli
     from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
-    from tests.fakes.nvml.plugin import STATE_ENV
+    from tests.fakes.nvml.plugin import POWER_ENV, STATE_ENV
     from tests.fakes.nvml.state import PROFILES
 
     tag = f"{os.getpid() % 100000}-{run}"
@@ -372,7 +373,8 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
             extra = [a for dev, rate in speeds.items() for a in ("--link-speed", f"{dev}={rate}")]
             if n.device is not None and device_filter:
                 extra += [DEVICE_FLAG, f"^{Path(n.device).name}$"]
-            env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}")}
+            env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}"),
+                   POWER_ENV: str(state_dir / f"power-{n.index}")}  # fmt: skip
             agent = popen(n.exec(sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
                                  "--collector", collector.address, "--node-id", n.node_id, "--interval", "1",
                                  "--deadline", str(seconds + 240), *extra),
@@ -399,7 +401,8 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                         "next": [nxt.fabric_addr, RING_PORT], "data": data, "compute_seconds": COMPUTE_SECONDS,
                         "gradient_bytes": GRADIENT_BYTES, "seconds": seconds, "profile": profile,
                         "gpu": gpus[n.index], "throttle": THROTTLE if n.throttled else None,
-                        "nvml_state": str(state_dir / f"nvml-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
+                        "nvml_state": str(state_dir / f"nvml-{n.index}"),
+                        "power_live": str(state_dir / f"power-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
                         "ready": str(tmp / f"ready-{n.index}")}  # fmt: skip
                 (tmp / f"rank-{n.index}.json").write_text(json.dumps(spec))
                 env = {"TORCHELASTIC_RUN_ID": job.run_id, "MASTER_ADDR": master.fabric_addr,
@@ -430,8 +433,12 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                 raise LabError(f"{scenario.name}: {why}")
             time.sleep(0.5)
         try:
-            final_jobs = _json(cli("collector", "jobs", "--json", "--collector", collector.address, prefix=prefix))
-            final_nodes = _json(cli("collector", "nodes", "--json", "--collector", collector.address, prefix=prefix))
+            # Both at once: on a loaded machine one CLI's start takes seconds, and the job must still
+            # run when the second answers (else its nodes read idle, the ranks gone).
+            with ThreadPoolExecutor(2) as pool:
+                asked = [pool.submit(cli, "collector", what, "--json", "--collector", collector.address, prefix=prefix)
+                         for what in ("jobs", "nodes")]  # fmt: skip
+                final_jobs, final_nodes = (_json(f.result()) for f in asked)
         except AssertionError as err:
             raise LabError(f"{scenario.name}: the collector did not answer: {str(err)[-300:]}") from None
         for n in nodes:
@@ -823,6 +830,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
     parser.add_argument("--gpu", choices=GPU_CLASSES, default=PROFILE,
                         help="the emulated GPU: h100_sxm5 (GPM) or a100_sxm4 (no GPM: power tells)")  # fmt: skip
+    parser.add_argument("--json-out", type=Path,
+                        help="append each job run's judged row here as a JSON line (bench/lab_score.py)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=None,
                         help="serve --workers N (default: serve's own, a worker per core behind a front)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -892,6 +901,10 @@ def main(argv: list[str] | None = None) -> int:
                         record(outcome, args.record)
                     judged = judge(outcome)
                     rows.extend(judged)
+                    if args.json_out is not None:
+                        with args.json_out.open("a") as out:
+                            for j in judged:
+                                out.write(json.dumps({"gpu": args.gpu, "seconds": args.seconds, **asdict(j)}) + "\n")
                     marks = ", ".join("ok" if j.ok else f"NO: {j.why}" for j in judged)
                     print(f"{name} run {run}: {time.monotonic() - t0:.0f} s, CPU {outcome.cpu_busy:.2f}: {marks}",
                           file=sys.stderr, flush=True)  # fmt: skip
