@@ -96,6 +96,7 @@ class Scenario:
     jobs: int = 1  # two-jobs: two jobs of --nodes each (or half of them, see --nodes)
 
 
+FINAL_MARGIN = 3.0  # seconds before the job's end that its final verdict is taken
 SCENARIOS = {
     s.name: s
     for s in (
@@ -456,9 +457,28 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         # The trace: from the agents' start (idle GPUs, no job yet) to the job's end.
         ended = max(float(t["ended_unix_seconds"]) for t in truths.values())
         trace = _stored_trace(tmp / "c.db", [n.node_id for n in nodes], tmp / "trace.jsonl", ended)
+        final_jobs, final_nodes = _while_running(polls, truths, final_jobs, final_nodes)
     return Outcome(scenario.name, run, jobs, onset, truths, polls, final_jobs, final_nodes, config,
                    round(1 - idle / total, 3) if total else 0.0, device_filter, trace, link_speeds,
                    {n.node_id: Path(n.device).name for n in nodes if n.device})  # fmt: skip
+
+
+def _while_running(
+    polls: list[dict[str, Any]],
+    truths: dict[str, dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    nodes: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The final answers, taken while every rank still ran: the CLI's, unless the machine was so
+    loaded that the job had ended before they came (a CLI start takes seconds there); then the
+    last poll begun ``FINAL_MARGIN`` seconds before the first rank ended (the poller runs both
+    commands in one process, every 2 s)."""
+    first_end = min(float(t["ended_unix_seconds"]) for t in truths.values())
+    asked = max((float(j.get("time_unix_seconds") or 0) for j in jobs), default=0.0)
+    if jobs and asked < first_end - 1:
+        return jobs, nodes
+    done = [p for p in polls if "error" not in p and "jobs" in p and p["t"] <= first_end - FINAL_MARGIN]
+    return (done[-1]["jobs"], done[-1]["nodes"]) if done else (jobs, nodes)
 
 
 def _json(text: str) -> list[dict[str, Any]]:
