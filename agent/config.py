@@ -1,8 +1,9 @@
 """The agent's own sections of its configuration file: what the kernel cannot tell and the operator can.
 
-``[link_speeds]``, ``[gpu_deadlines]``, ``rescan_seconds`` and ``gpu_power_sample_seconds``. The file's other keys are command settings (flags),
-checked by ``nodeagent.core.settings.framework``. An unknown key, a wrong type or an impossible value is a
-``ConfigError`` whose message names the file, the key and what was expected, in one line.
+``[link_speeds]``, ``[gpu_deadlines]``, ``rescan_seconds`` and ``gpu_power_sample_seconds``. The file's
+other keys are command settings (flags), checked by ``nodeagent.core.settings.framework``. An unknown key,
+a wrong type or an impossible value is a ``ConfigError`` whose message names the file, the key and what
+was expected, in one line.
 """
 
 from __future__ import annotations
