@@ -470,12 +470,14 @@ def _while_running(
     nodes: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The final answers, taken while every rank still ran: the CLI's, unless the machine was so
-    loaded that the job had ended before they came (a CLI start takes seconds there); then the
+    loaded that the job had ended before they came (a CLI start takes seconds there: the job's
+    verdict is gone or stale, or a node reads idle); then the
     last poll begun ``FINAL_MARGIN`` seconds before the first rank ended (the poller runs both
     commands in one process, every 2 s)."""
     first_end = min(float(t["ended_unix_seconds"]) for t in truths.values())
     asked = max((float(j.get("time_unix_seconds") or 0) for j in jobs), default=0.0)
-    if jobs and asked < first_end - 1:
+    idle = any(n.get("state") == "idle" for n in nodes)
+    if jobs and asked < first_end - 1 and not idle:
         return jobs, nodes
     done = [p for p in polls if "error" not in p and "jobs" in p and p["t"] <= first_end - FINAL_MARGIN]
     return (done[-1]["jobs"], done[-1]["nodes"]) if done else (jobs, nodes)

@@ -133,3 +133,16 @@ def test_the_collectives_spin_reads_as_waiting_though_the_gpu_idled_lower_before
     v = run.verdict()
     assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-3",), "link")
     assert v.wait_ratio == pytest.approx(WAIT, abs=0.05)
+
+
+def test_a_job_whose_collective_takes_a_fifth_of_its_time_and_nobody_stands_out_is_busy() -> None:
+    """Every node alike computing 0.8 and 0.2 in the collective's own transfers (the lab's clean
+    job on a loaded machine read 0.15): power tells that wait as GPM's idle SMs would, and, as with
+    GPM, it makes no job slowed without a node, a shared cause or a link to blame."""
+    nodes = _a100_job(duty=0.8)
+    for node in nodes:
+        node.sub_second, node.subsamples = True, 10
+    run = Run(nodes)
+    run.seconds(120)
+    v = run.verdict()
+    assert (v.state, run.ever_named()) == ("busy", set())
