@@ -20,6 +20,7 @@ that whole, against ``bench/grpc_floor_server.py``). ``--cprofile N`` prints the
 with the most time of their own instead.
 
     python bench/ingest_profile.py [--nodes 1000] [--seconds 30] [--warmup 10] [--json] [--cprofile N]
+    python bench/ingest_profile.py --no-gpm [--power-samples 10]    # an A100-class fleet
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def main() -> None:
     parser.add_argument("--flush-every", type=int, default=50, help="Reports between flushes.")
     parser.add_argument("--scenario", default="healthy")
     parser.add_argument("--no-history", action="store_true", help="As serve --no-history.")
+    parser.add_argument("--no-gpm", action="store_true",
+                        help="An A100-class fleet: no GPM; the detector reads every GPU's power.")  # fmt: skip
     parser.add_argument("--power-samples", type=int, default=0, metavar="N",
-                        help="An A100-class fleet: no GPM, and N power readings between reports on every GPU "
+                        help="With --no-gpm: N power readings between reports on every GPU "
                              "(power_samples_watts, as the agent sends them; 10 at its default 0.1 s).")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N", help="Print the top N functions instead.")
@@ -100,9 +103,9 @@ def main() -> None:
 
 
 def _without_gpm(info: pb.NodeInfo, pool: list[bytes], readings: int) -> tuple[pb.NodeInfo, list[bytes]]:
-    """The pool as GPUs without GPM send it: no GPM fields, the draw read between reports (a step
-    computing 0.6 of the time at 400 W and spinning 0.4 at 120 W), so the detector's power share
-    runs on every GPU of every report."""
+    """The pool as GPUs without GPM send it: no GPM fields, and ``readings`` draws read between
+    reports (a step computing 0.6 of the time at 400 W and spinning 0.4 at 120 W), so the
+    detector's power share runs on every GPU of every report."""
     info = pb.NodeInfo.FromString(info.SerializeToString())
     for g in info.gpu.gpus:
         g.gpm_supported = False
@@ -119,7 +122,7 @@ def _without_gpm(info: pb.NodeInfo, pool: list[bytes], readings: int) -> tuple[p
 
 async def _run(args: argparse.Namespace, db: Path) -> tuple[dict[str, float], int]:
     info, pool = _report_pool(args.scenario)
-    if args.power_samples:
+    if args.no_gpm or args.power_samples:
         info, pool = _without_gpm(info, pool, args.power_samples)
     clock = [DEFAULT_START_TIME]
     writer = StoreWriter(db)

@@ -38,8 +38,8 @@ END = "<!-- lab-score:end -->"
 NAME_WITHIN = 60.0
 ANCHORS = (
     "Published figures of the counters-only anchors, for scale (their own fleets and faults, not "
-    "this lab): Minder (NSDI '25), precision 0.904, F1 0.893 naming the faulty machine; "
-    "SkeletonHunter (SIGCOMM '25), network faults only."
+    "this lab): Minder, precision 0.904, F1 0.893 naming the faulty machine; "
+    "SkeletonHunter, network faults only."
 )
 
 
