@@ -43,6 +43,7 @@ out: a job that never computes a whole report shows no swing, and power does not
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Final
 
@@ -107,26 +108,16 @@ class PowerTrack:
 
     def observe_samples(self, samples: Sequence[float], capped: bool, dt: float, learn_seconds: float) -> float | None:
         """A report's readings between reports: the draws learned from their extremes, the share
-        above the midpoint kept for ``computing``; their mean returned. One pass, no sort."""
-        top = second_top = bottom = second_bottom = math.nan
-        total, count = 0.0, 0
-        for w in samples:
-            if not 0.0 < w < _MAX_WATTS:  # NaN fails too
-                continue
-            total += w
-            count += 1
-            if not w <= top:  # also when top is NaN
-                top, second_top = w, top
-            elif not w <= second_top:
-                second_top = w
-            if not w >= bottom:
-                bottom, second_bottom = w, bottom
-            elif not w >= second_bottom:
-                second_bottom = w
+        above the midpoint kept for ``computing``; their mean returned. Sorted and bisected in C
+        (a loop over them in Python cost 5 us a GPU); the validator has refused NaN and infinity."""
+        ordered = sorted(samples)
+        valid = ordered[bisect_right(ordered, 0.0) : bisect_left(ordered, _MAX_WATTS)]
+        count = len(valid)
         if count < MIN_SUBSAMPLES:
             return None
-        mean = total / count
+        mean = sum(valid) / count
         self.last = mean
+        second_top, second_bottom = valid[-2], valid[1]  # one reading is not a draw
         drift = dt / learn_seconds if learn_seconds > dt else 1.0
         high = self.high
         if high is None or second_top > high:
@@ -140,12 +131,7 @@ class PowerTrack:
             self.low = low = second_bottom
         else:
             self.low = low = low + drift * (second_bottom - low)
-        mid = 0.5 * (high + low)
-        above = 0
-        for w in samples:
-            if mid <= w < _MAX_WATTS:
-                above += 1
-        self.above = above / count
+        self.above = (count - bisect_left(valid, 0.5 * (high + low))) / count
         return mean
 
     def learn(self, watts: float, capped: bool, dt: float, learn_seconds: float) -> None:
