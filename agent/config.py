@@ -1,8 +1,9 @@
 """The agent's own sections of its configuration file: what the kernel cannot tell and the operator can.
 
-``[link_speeds]``, ``[gpu_deadlines]`` and ``rescan_seconds``. The file's other keys are command settings (flags),
-checked by ``nodeagent.core.settings.framework``. An unknown key, a wrong type or an impossible value is a
-``ConfigError`` whose message names the file, the key and what was expected, in one line.
+``[link_speeds]``, ``[gpu_deadlines]``, ``rescan_seconds`` and ``gpu_power_sample_seconds``. The file's
+other keys are command settings (flags), checked by ``nodeagent.core.settings.framework``. An unknown key,
+a wrong type or an impossible value is a ``ConfigError`` whose message names the file, the key and what
+was expected, in one line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from nodeagent.core.settings.readers import link_rate, read_toml
 
 # Top-level keys of agent.toml that belong here rather than to a command's flags.
-SECTIONS = frozenset({"link_speeds", "rescan_seconds", "gpu_deadlines"})
+SECTIONS = frozenset({"link_speeds", "rescan_seconds", "gpu_deadlines", "gpu_power_sample_seconds"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,9 @@ class AgentConfig:
     # Seconds between topology rescans (new NICs, disks, ports); reads stay every tick.
     rescan_seconds: float = 30.0
     gpu_deadlines: GpuDeadlines = field(default_factory=GpuDeadlines)
+    # Seconds between readings of a GPU's instantaneous draw between ticks, on GPUs without GPM
+    # (agent/gpu/power_samples.py); 0 reads none.
+    gpu_power_sample_seconds: float = 0.1
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -63,7 +67,12 @@ def config_from_mapping(raw: Mapping[str, Any], source: str = "<config>") -> Age
     if isinstance(rescan, bool) or not isinstance(rescan, int | float) or rescan <= 0:
         raise ConfigError(f"{source}: rescan_seconds: expected a number of seconds above 0, got {rescan!r}")
     deadlines = _gpu_deadlines(raw.get("gpu_deadlines", {}), source)
-    return AgentConfig(link_speeds=speeds, rescan_seconds=float(rescan), gpu_deadlines=deadlines)
+    power = raw.get("gpu_power_sample_seconds", 0.1)
+    if isinstance(power, bool) or not isinstance(power, int | float) or not (power == 0 or 0.02 <= power <= 1.0):
+        raise ConfigError(f"{source}: gpu_power_sample_seconds: expected 0 (off) or 0.02 to 1 seconds, got {power!r}")
+    return AgentConfig(
+        link_speeds=speeds, rescan_seconds=float(rescan), gpu_deadlines=deadlines, gpu_power_sample_seconds=float(power)
+    )
 
 
 def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -74,6 +83,7 @@ def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
         "link_speeds": dict(config.link_speeds),
         "rescan_seconds": config.rescan_seconds,
         "gpu_deadlines": {name: getattr(deadlines, name) for name in GpuDeadlines.__dataclass_fields__},
+        "gpu_power_sample_seconds": config.gpu_power_sample_seconds,
     }
 
 

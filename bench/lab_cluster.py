@@ -50,7 +50,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,7 @@ class Scenario:
     jobs: int = 1  # two-jobs: two jobs of --nodes each (or half of them, see --nodes)
 
 
+FINAL_MARGIN = 3.0  # seconds before the job's end that its final verdict is taken
 SCENARIOS = {
     s.name: s
     for s in (
@@ -307,7 +309,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                  device_filter: bool, workers: int | None = None, profile: str = PROFILE) -> Outcome:  # fmt: skip
     from tests.fakes.fleet import Collector, cli
     from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
-    from tests.fakes.nvml.plugin import STATE_ENV
+    from tests.fakes.nvml.plugin import POWER_ENV, STATE_ENV
     from tests.fakes.nvml.state import PROFILES
 
     tag = f"{os.getpid() % 100000}-{run}"
@@ -372,7 +374,8 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
             extra = [a for dev, rate in speeds.items() for a in ("--link-speed", f"{dev}={rate}")]
             if n.device is not None and device_filter:
                 extra += [DEVICE_FLAG, f"^{Path(n.device).name}$"]
-            env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}")}
+            env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}"),
+                   POWER_ENV: str(state_dir / f"power-{n.index}")}  # fmt: skip
             agent = popen(n.exec(sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
                                  "--collector", collector.address, "--node-id", n.node_id, "--interval", "1",
                                  "--deadline", str(seconds + 240), *extra),
@@ -399,7 +402,8 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                         "next": [nxt.fabric_addr, RING_PORT], "data": data, "compute_seconds": COMPUTE_SECONDS,
                         "gradient_bytes": GRADIENT_BYTES, "seconds": seconds, "profile": profile,
                         "gpu": gpus[n.index], "throttle": THROTTLE if n.throttled else None,
-                        "nvml_state": str(state_dir / f"nvml-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
+                        "nvml_state": str(state_dir / f"nvml-{n.index}"),
+                        "power_live": str(state_dir / f"power-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
                         "ready": str(tmp / f"ready-{n.index}")}  # fmt: skip
                 (tmp / f"rank-{n.index}.json").write_text(json.dumps(spec))
                 env = {"TORCHELASTIC_RUN_ID": job.run_id, "MASTER_ADDR": master.fabric_addr,
@@ -430,8 +434,12 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                 raise LabError(f"{scenario.name}: {why}")
             time.sleep(0.5)
         try:
-            final_jobs = _json(cli("collector", "jobs", "--json", "--collector", collector.address, prefix=prefix))
-            final_nodes = _json(cli("collector", "nodes", "--json", "--collector", collector.address, prefix=prefix))
+            # Both at once: on a loaded machine one CLI's start takes seconds, and the job must still
+            # run when the second answers (else its nodes read idle, the ranks gone).
+            with ThreadPoolExecutor(2) as pool:
+                asked = [pool.submit(cli, "collector", what, "--json", "--collector", collector.address, prefix=prefix)
+                         for what in ("jobs", "nodes")]  # fmt: skip
+                final_jobs, final_nodes = (_json(f.result()) for f in asked)
         except AssertionError as err:
             raise LabError(f"{scenario.name}: the collector did not answer: {str(err)[-300:]}") from None
         for n in nodes:
@@ -449,9 +457,30 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         # The trace: from the agents' start (idle GPUs, no job yet) to the job's end.
         ended = max(float(t["ended_unix_seconds"]) for t in truths.values())
         trace = _stored_trace(tmp / "c.db", [n.node_id for n in nodes], tmp / "trace.jsonl", ended)
+        final_jobs, final_nodes = _while_running(polls, truths, final_jobs, final_nodes)
     return Outcome(scenario.name, run, jobs, onset, truths, polls, final_jobs, final_nodes, config,
                    round(1 - idle / total, 3) if total else 0.0, device_filter, trace, link_speeds,
                    {n.node_id: Path(n.device).name for n in nodes if n.device})  # fmt: skip
+
+
+def _while_running(
+    polls: list[dict[str, Any]],
+    truths: dict[str, dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    nodes: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The final answers, taken while every rank still ran: the CLI's, unless the machine was so
+    loaded that the job had ended before they came (a CLI start takes seconds there: the job's
+    verdict is gone or stale, or a node reads idle); then the
+    last poll begun ``FINAL_MARGIN`` seconds before the first rank ended (the poller runs both
+    commands in one process, every 2 s)."""
+    first_end = min(float(t["ended_unix_seconds"]) for t in truths.values())
+    asked = max((float(j.get("time_unix_seconds") or 0) for j in jobs), default=0.0)
+    idle = any(n.get("state") == "idle" for n in nodes)
+    if jobs and asked < first_end - 1 and not idle:
+        return jobs, nodes
+    done = [p for p in polls if "error" not in p and "jobs" in p and p["t"] <= first_end - FINAL_MARGIN]
+    return (done[-1]["jobs"], done[-1]["nodes"]) if done else (jobs, nodes)
 
 
 def _json(text: str) -> list[dict[str, Any]]:
@@ -823,6 +852,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
     parser.add_argument("--gpu", choices=GPU_CLASSES, default=PROFILE,
                         help="the emulated GPU: h100_sxm5 (GPM) or a100_sxm4 (no GPM: power tells)")  # fmt: skip
+    parser.add_argument("--json-out", type=Path,
+                        help="append each job run's judged row here as a JSON line (bench/lab_score.py)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=None,
                         help="serve --workers N (default: serve's own, a worker per core behind a front)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -892,6 +923,10 @@ def main(argv: list[str] | None = None) -> int:
                         record(outcome, args.record)
                     judged = judge(outcome)
                     rows.extend(judged)
+                    if args.json_out is not None:
+                        with args.json_out.open("a") as out:
+                            for j in judged:
+                                out.write(json.dumps({"gpu": args.gpu, "seconds": args.seconds, **asdict(j)}) + "\n")
                     marks = ", ".join("ok" if j.ok else f"NO: {j.why}" for j in judged)
                     print(f"{name} run {run}: {time.monotonic() - t0:.0f} s, CPU {outcome.cpu_busy:.2f}: {marks}",
                           file=sys.stderr, flush=True)  # fmt: skip

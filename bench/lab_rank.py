@@ -20,8 +20,10 @@ real GPU would show them: utilization = the share of the last second computing o
 collective (NCCL's kernels stay resident while they wait for a peer), GPM SM activity = the share
 computing only (an H100: the A100 has none), power between the class's resting and computing
 draws (computing, in the collective a fifth of the way, idle; lower with throttled clocks), the
-energy counter integrating it, 60 GiB in use, the rank's pid as the GPU's compute process, PCIe
-bytes for the batch and the gradient; ``throttle`` adds clock-event reasons, heat, and an SM clock lowered by
+energy counter integrating it, and at each phase's start the phase's own draw in the file the
+fake NVML answers instantaneous power from (what the agent reads every 0.1 s on a GPU without
+GPM), 60 GiB in use, the rank's pid as the GPU's compute process, PCIe bytes for the batch and
+the gradient; ``throttle`` adds clock-event reasons, heat, and an SM clock lowered by
 the factor its compute step is slowed by.
 
 The job stops on the same step on every rank: each rank's wish to stop (rank 0's deadline)
@@ -210,7 +212,9 @@ class Ring:
 class FakeGpu:
     """The node's emulated GPU, written from the rank's timers."""
 
-    def __init__(self, path: Path, profile: str, identity: dict[str, str], throttle: dict[str, Any] | None) -> None:
+    def __init__(
+        self, path: Path, profile: str, identity: dict[str, str], throttle: dict[str, Any] | None, live: str = ""
+    ) -> None:
         from tests.fakes.nvml.state import PROFILES
 
         self.path = path
@@ -225,6 +229,25 @@ class FakeGpu:
         self.pcie_rx = 0  # bytes the rank moved into and out of the GPU (batch, gradient)
         self.pcie_tx = 0
         self._last = (time.monotonic(), 0, 0)
+        self.live = Path(live) if live else None  # the draw now ($FAKE_NVML_POWER_LIVE)
+        slowed = float(throttle["factor"]) if throttle else 1.0
+        span = self.busy_mw - self.idle_mw
+        # The draw in each phase, as the 1 s mean below blends them: idle waiting for data,
+        # computing, NCCL's kernels spinning in the collective a fifth of the way.
+        self.phase_mw = {
+            "data": self.idle_mw,
+            "compute": round(self.idle_mw + span * (0.8 / slowed + 0.2)),
+            "collective": round(self.idle_mw + span * 0.2),
+        }
+
+    def phase(self, kind: str) -> None:
+        """The GPU enters a phase: its draw now, for NVML's instantaneous power (the agent reads it
+        every 0.1 s on a GPU without GPM). Replaced whole (rename): the library never reads half."""
+        if self.live is None:
+            return
+        tmp = self.live.with_name(self.live.name + ".tmp")
+        tmp.write_text(f"{self.phase_mw.get(kind, self.idle_mw)}\n")
+        os.replace(tmp, self.live)
 
     def start(self) -> None:
         g = self.gpu
@@ -271,6 +294,7 @@ class FakeGpu:
         """The job ended: no process, no memory, idle."""
         g = self.gpu
         g.procs, g.mem_used = {}, 0
+        self.phase("idle")
         self.write(0.0, 0.0)
 
 
@@ -294,7 +318,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     stop = threading.Event()
     rank, world = int(spec["rank"]), int(spec["world_size"])
     throttle = spec.get("throttle")
-    gpu = FakeGpu(Path(spec["nvml_state"]), spec.get("profile", "h100_sxm5"), spec.get("gpu") or {}, throttle)
+    gpu = FakeGpu(
+        Path(spec["nvml_state"]), spec.get("profile", "h100_sxm5"), spec.get("gpu") or {}, throttle,
+        spec.get("power_live", ""),
+    )  # fmt: skip
     compute = float(spec["compute_seconds"]) * (float(throttle["factor"]) if throttle else 1.0)
     gradient = bytearray(random.randbytes(int(spec["gradient_bytes"]) // world * world))
     ring = Ring(rank, world, tuple(spec["listen"]), tuple(spec["next"]), float(spec.get("connect_timeout", 60)))
@@ -329,12 +356,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             # Each phase goes into its spans as it ends (the GPU's writer reads them meanwhile).
             t0 = time.time()
             current.append(("data", t0))
+            gpu.phase("data")
             got = next_batch()
+            gpu.phase("compute")
             t1 = time.time()
             spans["data"].append((t0, t1))
             current[-1] = ("compute", t1)
             gpu.moved(got, 0)
             time.sleep(compute)
+            gpu.phase("collective")
             t2 = time.time()
             spans["compute"].append((t1, t2))
             current[-1] = ("collective", t2)

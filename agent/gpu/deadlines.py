@@ -17,6 +17,7 @@ the process from exiting.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -83,6 +84,10 @@ class GpuReader:
         self.taken = 0
         self.expected = 0
         self._stopping = False
+        # Work done while idle, every ``between_seconds`` (``power_samples.py``); on this thread, so
+        # a call of it that hangs is watched like the tick's (``call_in_flight``) and abandoned.
+        self.between: Callable[[], None] | None = None
+        self.between_seconds = 0.0
 
     @property
     def busy(self) -> bool:
@@ -105,7 +110,14 @@ class GpuReader:
     def _run(self) -> None:
         self.thread_id = threading.get_ident()
         while True:
-            self._wake.wait()
+            between = self.between
+            if between is None or self.unresponsive or self.between_seconds <= 0:
+                self._wake.wait()
+            elif not self._wake.wait(self.between_seconds):
+                if not self._stopping and not self.unresponsive:
+                    with contextlib.suppress(Exception):  # a reading is worth no thread
+                        between()
+                continue
             self._wake.clear()
             if self._stopping:
                 return

@@ -56,7 +56,7 @@ NVML_SYMBOLS: Final[tuple[str, ...]] = (
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization", "nvmlDeviceGetPowerUsage",
     "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
     "nvmlGpmMetricsGet", "nvmlGpmMigSampleGet",
     "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetProcessUtilization",
@@ -298,8 +298,8 @@ class Gpu:
     """One GPU's handle, and what NVML has told us it cannot do."""
 
     __slots__ = (
-        "_fabric_struct", "_request", "errors", "handle", "index", "lost", "mismatched", "unsupported",
-        "unsupported_fields",
+        "_fabric_struct", "_power_request", "_request", "errors", "handle", "index", "lost", "mismatched",
+        "unsupported", "unsupported_fields",
     )  # fmt: skip
 
     def __init__(self, index: int, handle: Any) -> None:
@@ -312,6 +312,7 @@ class Gpu:
         self.mismatched: set[str] = set()  # calls that refused a structure's version
         self._request: tuple[tuple[FieldKey, ...], Any] | None = None  # field ids, prepared array
         self._fabric_struct = 0  # which of _FABRIC_STRUCTS this driver takes
+        self._power_request: Any = None  # the one-field request of ``power_instant_mw``, kept apart
 
     @classmethod
     def open(cls, index: int) -> Gpu | None:
@@ -446,6 +447,29 @@ class Gpu:
             else:
                 self.errors[f"field {key[0]}"] += 1
         return out
+
+    def power_instant_mw(self) -> int | None:
+        """power.draw.instant in milliwatts, between ticks (``power_samples.py``): field 186
+        (NVML_FI_DEV_POWER_INSTANT) in a request of its own, so the tick's prepared array is not
+        rebuilt; where the driver lacks it, nvmlDeviceGetPowerUsage (near-instant on GA100, a 1 s
+        mean on later GPUs)."""
+        if _POWER_INSTANT not in self.unsupported_fields:
+            if self._power_request is None:
+                self._power_request = (pynvml.c_nvmlFieldValue_t * 1)()
+                self._power_request[0].fieldId, self._power_request[0].scopeId = _POWER_INSTANT
+            raw = self._query("nvmlDeviceGetFieldValues", _get_field_values, self._power_request)
+            if raw is None:
+                return None
+            ret, value = _decode_field_values(raw)[0]
+            if ret == pynvml.NVML_SUCCESS and value is not None:
+                return int(value)
+            if ret == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                self.unsupported_fields.add(_POWER_INSTANT)
+            elif ret == pynvml.NVML_ERROR_GPU_IS_LOST:
+                self.lost = True
+            return None
+        usage = self._query("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage)
+        return None if usage is None else int(usage)
 
     def process_utilization(self, since_us: int) -> list[ProcessUtilization] | None:
         """nvidia-smi pmon's sm and mem: the driver's samples of each process newer than
@@ -666,6 +690,9 @@ _VALUE_TYPES: Final = tuple(
     struct.Struct("=" + code)
     for code in ("d", "I", "Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "I", "Q", "q", "i", "H")
 )
+
+
+_POWER_INSTANT: Final = (186, 0)  # NVML_FI_DEV_POWER_INSTANT (fields.FI_POWER_INSTANT), scope 0
 
 
 def _get_field_values(handle: Any, array: Any) -> Any:

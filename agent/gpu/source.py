@@ -34,6 +34,7 @@ from nodeagent.agent.gpu.deadlines import (
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
 from nodeagent.agent.gpu.fabric import FabricWatch
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
+from nodeagent.agent.gpu.power_samples import PowerSamples, wanted
 from nodeagent.agent.gpu.process_share import ProcessShares
 from nodeagent.agent.gpu.processes import ProcessInfo, ProcessReader
 from nodeagent.agent.gpu.suspect_fields import SuspectReadings
@@ -63,6 +64,7 @@ class _GpuState:
     plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
     mig: mig.MigState | None = None  # a GPU in MIG mode: its instances
     opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
+    power: PowerSamples | None = None  # its draw read between ticks (no GPM)
 
     def tick_plan(self) -> gpu_fields.TickPlan:
         """This tick's field requests; remade only when the GPU refused another field."""
@@ -125,6 +127,7 @@ class GpuSource(Source):
             if id(dropped) not in kept:
                 dropped.drop_gpm()
         topology.gpus.extend(state.info for state in states)
+        self._sample_power_between(states)
         uuids = {state.uuid for state in states}
         self._fabric.retain(uuids)
         self._shares.retain(uuids)
@@ -237,6 +240,19 @@ class GpuSource(Source):
             if speed is not None:
                 info.c2c_link_speed_bytes_per_second = speed
         return info
+
+    def _sample_power_between(self, states: list[_GpuState]) -> None:
+        """Each GPU without GPM reads its draw between ticks on its own thread (``power_samples``)."""
+        period = self.ctx.config.gpu_power_sample_seconds
+        for state in states:
+            reader = self._readers.reader(state.index)
+            if period > 0 and state.opened and wanted(state.info, state.mig is not None):
+                if state.power is None:
+                    state.power = PowerSamples(state.gpu)
+                reader.between, reader.between_seconds = state.power.read, period
+            else:
+                state.power = None
+                reader.between = None
 
     def _restart_watcher(self, states: list[_GpuState]) -> None:
         if self._watcher is not None:
@@ -362,6 +378,8 @@ class GpuSource(Source):
             sample.pcie_max_link_width = state.info.pcie_max_width
         if state.info.gpm_supported:
             self._gpm(state, sample)
+        if state.power is not None:
+            state.power.drain_into(sample)
 
     def _add_processes(self, gpu: nvml.Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
         """The compute processes of a GPU or of a MIG device, with their name, user and job."""

@@ -24,7 +24,8 @@
 A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
 else from power where it tells on every one (``wait_share.power_wait``: GPUs without GPM), else
 the estimate of its rule. Whether the job's GPUs wait (step 3's gate for link findings) is their
-idle share at the moderate tier, or their power-based wait share at ``power_wait_ratio``; where
+idle share at the moderate tier, or their power-based wait share at ``power_wait_ratio``; step 6
+is the idle share's alone (as on GPUs with GPM, whose idle SMs make no job slowed either); where
 neither GPM nor power tells on some GPUs and a link sets a node apart, the notes say so.
 """
 
@@ -117,7 +118,10 @@ def judge(
         notes.append("one node: judged alone, no comparison")
     if named:
         return _straggler(members, judged, named, step, detector, notes)
-    return _without_straggler(judged, own_wait, waits, detector, config, notes)
+    # Rule 6 is the idle share's, as with GPM: a power-based wait alone (a job whose collective's
+    # own transfers take 0.15 of the time reads so, like GPM's idle SMs) gates link findings only.
+    idle_waits = own_wait is not None and own_wait >= detector.moderate_ratio
+    return _without_straggler(judged, own_wait, idle_waits, detector, config, notes)
 
 
 def _straggler(

@@ -24,15 +24,27 @@ roll-up's throttled share already name it. A MIG instance has no power of its ow
 draw is its tenants' together): MIG-split GPUs are skipped. Where GPM exists its SM activity
 stays the source (``NodeDetector.activity``'s consumers prefer it).
 
-Known bias: ``low`` is the lowest draw seen lately, so where the GPU idled before its job
-(idle draw below the collective's spin) the spin counts a little as computing, until the drift
-brings ``low`` to the spin draw. Phases shorter than a report average out: a job that never
-computes a whole report shows no swing, and power does not tell.
+Readings between reports (``power_samples_watts``: the agent reads the instantaneous draw every
+0.1 s on GPUs without GPM, ``agent/gpu/power_samples.py``) are what makes this work for real
+steps, whose phases are sub-second: a report's mean averages computing and waiting out, so no
+report's draw swings. Where a report carries at least ``MIN_SUBSAMPLES`` of them, ``high`` learns
+from the second-highest of them and ``low`` from the second-lowest (one reading is not a draw),
+drifting as above, and the computing share is the share of the readings above the midpoint of
+``high`` and ``low``: a reading is a GPU computing or not. That also removes the bias below: the
+collective's spin (a fifth of the way from rest to computing on the lab's emulated GPU) reads
+under the midpoint even where ``low`` is the idle draw from before the job.
+
+Known bias, without readings between reports: ``low`` is the lowest draw seen lately, so where
+the GPU idled before its job (idle draw below the collective's spin) the spin counts a little as
+computing, until the drift brings ``low`` to the spin draw. Phases shorter than a report average
+out: a job that never computes a whole report shows no swing, and power does not tell.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from typing import Final
 
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -40,12 +52,14 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 SW_POWER_CAP: Final = 0x004  # core/wire/clock_events.py
 # A draw above this is a bad reading (no GPU draws 5 kW): it teaches nothing and counts nothing.
 _MAX_WATTS: Final = 5000.0
+# Readings between reports that make a report's share (fewer: the report's mean draw as before).
+MIN_SUBSAMPLES: Final = 4
 
 
 class PowerTrack:
     """One GPU's power as the computing share follows it; allocation-free per report."""
 
-    __slots__ = ("energy_mj", "energy_t", "high", "last", "low")
+    __slots__ = ("above", "energy_mj", "energy_t", "high", "last", "low")
 
     def __init__(self) -> None:
         self.energy_mj: int | None = None
@@ -53,10 +67,17 @@ class PowerTrack:
         self.last: float | None = None
         self.high: float | None = None
         self.low: float | None = None
+        self.above: float | None = None  # the report's share of readings above the midpoint
 
     def observe(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int, learn_seconds: float) -> float | None:
         """The report's draw, learned from; None when unread or throttled (it counts nothing).
         Per GPU per report: one call, the reading inlined."""
+        self.above = None
+        samples = g.power_samples_watts
+        if len(samples) >= MIN_SUBSAMPLES:
+            if g.clock_event_reasons & throttle_mask:
+                return None
+            return self.observe_samples(samples, bool(g.clock_event_reasons & SW_POWER_CAP), dt, learn_seconds)
         if g.HasField("energy_millijoules_total"):
             watts = self.watts(g, t)
         elif g.HasField("power_watts"):
@@ -84,6 +105,34 @@ class PowerTrack:
         if g.HasField("power_watts") and "power_watts" not in g.suspect_fields:
             return _sane(g.power_watts)
         return None
+
+    def observe_samples(self, samples: Sequence[float], capped: bool, dt: float, learn_seconds: float) -> float | None:
+        """A report's readings between reports: the draws learned from their extremes, the share
+        above the midpoint kept for ``computing``; their mean returned. Sorted and bisected in C
+        (a loop over them in Python cost 5 us a GPU); the validator has refused NaN and infinity."""
+        ordered = sorted(samples)
+        valid = ordered[bisect_right(ordered, 0.0) : bisect_left(ordered, _MAX_WATTS)]
+        count = len(valid)
+        if count < MIN_SUBSAMPLES:
+            return None
+        mean = sum(valid) / count
+        self.last = mean
+        second_top, second_bottom = valid[-2], valid[1]  # one reading is not a draw
+        drift = dt / learn_seconds if learn_seconds > dt else 1.0
+        high = self.high
+        if high is None or second_top > high:
+            self.high = high = second_top
+        elif capped and second_top < high:
+            self.high = high = high - 0.5 * (high - second_top)
+        else:
+            self.high = high = high - drift * (high - second_top)
+        low = self.low
+        if low is None or second_bottom < low:
+            self.low = low = second_bottom
+        else:
+            self.low = low = low + drift * (second_bottom - low)
+        self.above = (count - bisect_left(valid, 0.5 * (high + low))) / count
+        return mean
 
     def learn(self, watts: float, capped: bool, dt: float, learn_seconds: float) -> None:
         """Teach the computing and resting draws one unthrottled reading (comparisons, not
@@ -114,10 +163,12 @@ class PowerTrack:
         high, low = self.high, self.low
         if high is None or low is None or high < swing_factor * max(low, 1.0):
             return None
+        if self.above is not None:
+            return self.above
         return min(1.0, max(0.0, (watts - low) / (high - low)))
 
     def forget(self) -> None:
-        self.energy_mj, self.last = None, None
+        self.energy_mj, self.last, self.above = None, None, None
 
 
 def _sane(watts: float) -> float | None:

@@ -13,7 +13,7 @@ are walked without a wrapper call each (41 messages in an 8-GPU report): a list'
 counted only on the way out of an error, by walking the list again.
 
 The kinds are those the wire's report and hello have (double, uint64, uint32, bool, string,
-messages, repeated messages, strings and uint32s, maps of strings and of uint64): a field of another kind
+messages, repeated messages, strings, uint32s and floats, maps of strings and of uint64): a field of another kind
 has no rule here yet, and learning it raises ``TypeError`` (``tests/core/test_validate_repair.py``
 walks every field of the .proto, so a new kind fails there first).
 """
@@ -113,7 +113,7 @@ def _drop(message: Message, where: str) -> None:
     field = parent.DESCRIPTOR.fields_by_name[name]
     value = getattr(parent, name)
     kind, bound = _KINDS.get(field) or _learn(field, value)
-    if kind in (_REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_UINT) and len(value) > bound:
+    if kind in (_REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_UINT, _REPEATED_FLOAT) and len(value) > bound:
         del value[bound:]
     elif kind in (_STRING, _KEY) and len(value) > bound:
         setattr(parent, name, value[:bound])
@@ -140,7 +140,7 @@ def check_goodbye(goodbye: pb.Goodbye) -> None:
 # Paths are built only on the way out of an error, so a good report costs no string formatting.
 
 (_DOUBLE, _RATIO, _UINT, _STRING, _KEY, _MESSAGE, _OTHER,
- _REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_UINT, _MAP_UINT, _MAP_STRING) = range(12)  # fmt: skip
+ _REPEATED_MESSAGE, _REPEATED_STRING, _REPEATED_UINT, _MAP_UINT, _MAP_STRING, _REPEATED_FLOAT) = range(13)  # fmt: skip
 
 
 class _BadValueError(Exception):
@@ -196,6 +196,10 @@ def _walk(message: Message) -> None:
             raise _BadValueError(field.name, f"{len(value)} entries, at most {limit}")
         elif kind == _REPEATED_UINT:
             continue  # every uint32 is valid; only the count is bounded
+        elif kind == _REPEATED_FLOAT:
+            for number in value:
+                if not (number >= 0.0 and number != math.inf):  # false for NaN too
+                    raise _BadValueError(field.name, f"{number!r} is not a finite, non-negative number")
         elif kind == _REPEATED_MESSAGE:
             try:
                 for item in value:
@@ -262,6 +266,8 @@ def _kind(field: FieldDescriptor, *, is_map: bool) -> tuple[int, int]:
             return _REPEATED_STRING, count
         if field.type == FieldDescriptor.TYPE_UINT32:
             return _REPEATED_UINT, count
+        if field.type == FieldDescriptor.TYPE_FLOAT:
+            return _REPEATED_FLOAT, count
     elif message_type is not None:
         return _MESSAGE, 0
     elif field.type == FieldDescriptor.TYPE_DOUBLE:

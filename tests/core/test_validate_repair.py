@@ -150,3 +150,17 @@ def test_repair_cuts_jobs_to_their_bounds_and_clears_an_unprintable_key() -> Non
     assert report.gpus[0].processes[0].job.job_key == "" and report.jobs[0].job == ""
     assert report.gpus[0].processes[0].job.world_size == 16  # the rest of the job is kept
     assert len(dropped) == 4
+
+
+def test_power_readings_between_reports_are_finite_non_negative_and_bounded() -> None:
+    good = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    good.gpus.add(index=0).power_samples_watts.extend([380.0, 120.0])
+    assert repair(good) == []
+    bad = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    bad.gpus.add(index=0).power_samples_watts.extend([380.0, float("nan")])
+    assert repair(bad) == ["gpus[0].power_samples_watts: nan is not a finite, non-negative number"]
+    assert not bad.gpus[0].power_samples_watts
+    many = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
+    many.gpus.add(index=0).power_samples_watts.extend([100.0] * 300)
+    assert repair(many) == ["gpus[0].power_samples_watts: 300 entries, at most 256"]
+    assert len(many.gpus[0].power_samples_watts) == 256

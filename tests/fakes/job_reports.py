@@ -60,6 +60,11 @@ class FakeNode:
     duty: float = 1.0
     cycle_seconds: int = 5
     energy: bool = True
+    # Sub-second phases (a real step): every report holds whole cycles, so its mean draw is the
+    # duty's average and never swings; subsamples > 0 adds that many instantaneous readings
+    # between reports (power_samples_watts, as the agent reads on GPUs without GPM).
+    sub_second: bool = False
+    subsamples: int = 0
     # Counters, integrated.
     _time: float | None = None
     _eth: list[float] = field(default_factory=lambda: [0.0, 0.0])
@@ -137,8 +142,14 @@ class FakeNode:
     def _power(self, g: pb.GpuSample, t: float, dt: float, throttled: bool) -> None:
         """The GPU's draw over the report's interval: computing for the first ``duty`` of each cycle."""
         assert self.compute_watts is not None
-        computing = (t - START) % self.cycle_seconds < self.duty * self.cycle_seconds - 1e-9
-        watts = self.compute_watts * (0.7 if throttled else 1.0) if computing else self.wait_watts
+        high = self.compute_watts * (0.7 if throttled else 1.0)
+        if self.sub_second:
+            watts = self.duty * high + (1 - self.duty) * self.wait_watts
+            n = self.subsamples
+            g.power_samples_watts.extend(high if (k + 0.5) / n < self.duty else self.wait_watts for k in range(n))
+        else:
+            computing = (t - START) % self.cycle_seconds < self.duty * self.cycle_seconds - 1e-9
+            watts = high if computing else self.wait_watts
         g.power_watts = watts
         if self.energy:
             total = self._energy_mj[g.index] = self._energy_mj.get(g.index, 1e9) + watts * dt * 1000.0

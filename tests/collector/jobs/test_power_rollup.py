@@ -92,3 +92,57 @@ def test_a_throttled_node_without_gpm_is_named_throttled_not_link() -> None:
     v = run.verdict()
     assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-3",), "throttled")
     assert run.detectors["node-3"].verdict.state == "throttled"
+
+
+@pytest.mark.parametrize("readings", [10, 0], ids=["readings-between-reports", "report-means-only"])
+def test_sub_second_phases_are_told_by_the_readings_between_reports(readings: int) -> None:
+    """A real step computes and waits in sub-second phases: every report's mean draw is the same,
+    and only the agent's readings between reports (power_samples_watts) show the swing. With
+    them the slow fabric link is named `link` within a minute and the wait share is within 0.05;
+    without them nobody is named."""
+    nodes = _a100_job()
+    for node in nodes:
+        node.sub_second, node.subsamples = True, readings
+    nodes[3].fabric_bytes_per_second = 5e7
+    run = Run(nodes)
+    run.seconds(120)
+    v = run.verdict()
+    if not readings:
+        assert run.ever_named() == set() and v.state == "busy"
+        return
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-3",), "link")
+    named = run.first_named()
+    assert named is not None and named <= 60
+    assert v.wait_ratio == pytest.approx(WAIT, abs=0.05)
+
+
+def test_the_collectives_spin_reads_as_waiting_though_the_gpu_idled_lower_before_the_job() -> None:
+    """Idle at 55 W before the job, then sub-second steps computing at 400 W and spinning at
+    120 W in the collective: the spin is under the midpoint of the learned draws, so it counts as
+    waiting, not a fifth computing (the bias of report means)."""
+    nodes = _a100_job()
+    for node in nodes:
+        node.sub_second, node.subsamples = True, 10
+        node.compute_watts, node.wait_watts, node.duty = 55.0, 55.0, 1.0
+    run = Run(nodes)
+    run.seconds(20)
+    for node in nodes:
+        node.compute_watts, node.wait_watts, node.duty = 400.0, 120.0, 1 - WAIT
+    nodes[3].fabric_bytes_per_second = 5e7
+    run.seconds(120)
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-3",), "link")
+    assert v.wait_ratio == pytest.approx(WAIT, abs=0.05)
+
+
+def test_a_job_whose_collective_takes_a_fifth_of_its_time_and_nobody_stands_out_is_busy() -> None:
+    """Every node alike computing 0.8 and 0.2 in the collective's own transfers (the lab's clean
+    job on a loaded machine read 0.15): power tells that wait as GPM's idle SMs would, and, as with
+    GPM, it makes no job slowed without a node, a shared cause or a link to blame."""
+    nodes = _a100_job(duty=0.8)
+    for node in nodes:
+        node.sub_second, node.subsamples = True, 10
+    run = Run(nodes)
+    run.seconds(120)
+    v = run.verdict()
+    assert (v.state, run.ever_named()) == ("busy", set())

@@ -15,8 +15,11 @@ HW_THERMAL_SLOWDOWN = 0x40
 GIB = 1 << 30
 
 
-def _sample(watts: float | None = None, energy_mj: int | None = None, **fields: object) -> pb.GpuSample:
+def _sample(
+    watts: float | None = None, energy_mj: int | None = None, samples: list[float] | None = None, **fields: object
+) -> pb.GpuSample:
     g = pb.GpuSample(index=0, memory_used_bytes=8 * GIB, utilization_gpu_ratio=0.98, **fields)  # type: ignore[arg-type]
+    g.power_samples_watts.extend(samples or ())
     if watts is not None:
         g.power_watts = watts
     if energy_mj is not None:
@@ -96,3 +99,27 @@ def test_with_gpm_or_on_a_mig_instance_power_is_not_read() -> None:
 def test_power_swing_factor_must_be_above_one() -> None:
     with pytest.raises(DetectorConfigError, match="power_swing_factor"):
         DetectorConfig.from_mapping({"power_swing_factor": 1.0}, source="collector.toml [detector]")
+
+
+def test_readings_between_reports_teach_the_draws_and_give_the_share_above_the_midpoint() -> None:
+    p = PowerTrack()
+    # 0.6 of each report computing at 400 W, 0.4 spinning at 120 W; the GPU idled at 55 W first.
+    assert p.observe_samples([55.0] * 10, False, 1.0, 600.0) == pytest.approx(55.0)
+    assert p.computing(55.0, 2.0) is None  # no swing yet
+    step = [400.0] * 6 + [120.0] * 4
+    for _ in range(5):
+        mean = p.observe(_sample(288.0, samples=step), 1.0, 1.0, 0, 600.0)
+    assert mean == pytest.approx(288.0)
+    assert p.high == pytest.approx(400.0) and p.low == pytest.approx(55.0, abs=2.0)
+    # The spin (120 W) is below the midpoint: 0.6, not the 0.67 the mean would say.
+    assert p.computing(288.0, 2.0) == pytest.approx(0.6)
+
+
+def test_one_reading_is_not_a_draw_and_bad_readings_count_nothing() -> None:
+    p = PowerTrack()
+    p.observe_samples([90.0] * 9 + [900.0], False, 1.0, 600.0)
+    assert p.high == pytest.approx(90.0)  # the one 900 W reading taught nothing
+    assert p.observe_samples([90.0, float("nan"), -1.0, 9000.0, 90.0], False, 1.0, 600.0) is None
+    throttled = _sample(200.0, samples=[400.0] * 5 + [90.0] * 5, clock_event_reasons=HW_THERMAL_SLOWDOWN)
+    assert p.observe(throttled, 2.0, 1.0, HW_THERMAL_SLOWDOWN, 600.0) is None
+    assert p.high == pytest.approx(90.0)

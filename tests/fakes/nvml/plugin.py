@@ -34,6 +34,7 @@ from tests.fakes.nvml.state import FakeNvmlState
 
 REPO = Path(__file__).resolve().parents[3]
 STATE_ENV = "FAKE_NVML_STATE"
+POWER_ENV = "FAKE_NVML_POWER_LIVE"  # the live draw, mW per GPU (fake_nvml.c, power_now_mw)
 _loaded: dict[Path, ctypes.CDLL] = {}
 
 
