@@ -24,6 +24,7 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.shards.rules import book_alert
 from nodeagent.collector.views.fleet_assets import shell_for
 from nodeagent.collector.views.shown_state import (
     DOWN,
@@ -231,7 +232,7 @@ class FleetPage:
             alerts = server.writer.call_sync(server.alerting.recent, True, timeout=ALERTS_TIMEOUT_SECONDS)
         except TimeoutError:
             return []
-        return sorted(alerts, key=lambda a: (a.ends_at is not None, -a.starts_at))
+        return sorted(alerts, key=lambda a: book_alert(a).order)
 
 
 def _row(node: NodeState, now: float, window_seconds: float, down_seconds: float) -> dict[str, Any]:
