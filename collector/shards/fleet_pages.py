@@ -11,11 +11,11 @@ the fleet-wide store.
 from __future__ import annotations
 
 import asyncio
-import http
 from collections.abc import Sequence
 from typing import Final
 
 from nodeagent.collector.shards.fanout import Answer, Shard, ShardClients
+from nodeagent.collector.shards.page_bridge import Reply, page_on_loop
 from nodeagent.collector.shards.page_merge import merge_page, shard_query
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -24,8 +24,6 @@ API_PREFIX: Final = "/api/"
 # This collector's own part may wait on its store (the alert book, a node's timeline) longer than
 # the others are waited on; past this the HTTP request is answered 504.
 OWN_MARGIN_SECONDS: Final = 10.0
-
-Reply = tuple[str, str, bytes]
 
 
 class FleetPages:
@@ -53,13 +51,7 @@ class FleetPages:
         """The HTTP listener's pages (on its thread): ``/api/...`` merged on the event loop."""
         if not path.startswith(API_PREFIX):
             return self.own.fleet.route(path, query)
-        future = asyncio.run_coroutine_threadsafe(self.answer(path, query), self.loop)
-        try:
-            reply = future.result(self.timeout + OWN_MARGIN_SECONDS)
-        except TimeoutError:
-            future.cancel()
-            return "504 Gateway Timeout", "application/json", b'{"error": "no answer in time"}\n'
-        return f"{reply.status} {http.HTTPStatus(reply.status).phrase}", reply.content_type, reply.body
+        return page_on_loop(self.answer(path, query), self.loop, self.timeout + OWN_MARGIN_SECONDS)
 
     async def close(self) -> None:
         await self.clients.close()
