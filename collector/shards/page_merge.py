@@ -24,7 +24,8 @@ from typing import Any
 
 from nodeagent.collector.shards.fanout import Answer
 from nodeagent.collector.shards.rules import node_rank, plain_alert, plain_job_rank, stale_shards, wins
-from nodeagent.collector.views.fleet_page import JSON_TYPE, counts, job_worst_first, worst_first
+from nodeagent.collector.states import job_worst_first, worst_first
+from nodeagent.collector.views.fleet_page import JSON_TYPE, counts
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FILTERS = ("state", "cause")

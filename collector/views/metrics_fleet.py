@@ -24,8 +24,8 @@ from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.views.metrics_jobs import job_families
-from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.core.exposition.text import TextFamily, escape, label, render

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import grpc
 
-from nodeagent.collector.views.fleet_page import STATE_ORDER
-from nodeagent.collector.views.shown_state import MOVED, STOPPED, down_after_seconds, node_shown_state, shown_state
+from nodeagent.collector.states import MOVED, STATE_ORDER, STOPPED, down_after_seconds, node_shown_state, shown_state
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import wait_for

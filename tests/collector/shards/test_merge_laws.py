@@ -19,7 +19,7 @@ from nodeagent.collector.shards.fanout import Answer
 from nodeagent.collector.shards.merge import merge
 from nodeagent.collector.shards.page_merge import merge_alert_list, merge_fleet, merge_jobs
 from nodeagent.collector.shards.rules import alert_order, book_alert, job_verdict_order, plain_alert, record_alert
-from nodeagent.collector.views.fleet_page import STATE_ORDER
+from nodeagent.collector.states import STATE_ORDER
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 SHARDS = ("a:1", "b:2", "c:3")
