@@ -187,7 +187,7 @@ def _publish(counters: SharedCounters, writers: list[RemoteWriter]) -> None:
     # Each writer publishes its counts as they change; this adds its CPU, which changes always.
     for writer in writers:
         writer.publish()
-    counters.set_cpu(time.process_time(), time.thread_time())
+    counters.set_cpu(time.process_time())
 
 
 def _die_with(parent_pid: int) -> None:
