@@ -25,8 +25,8 @@ from nodeagent.agent.delivery.sender import Sender, SenderConfig
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.views.sample_table import render
 from nodeagent.collector.cli.replay import render as render_replay
+from nodeagent.collector.states import shown_state
 from nodeagent.collector.views.fleet_table import render_fleet
-from nodeagent.collector.views.shown_state import shown_state
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, free_port, processes
 from tests.fakes.ingest_server import serve_ingest
@@ -310,7 +310,7 @@ def _node_row(**overrides: object) -> dict[str, object]:
 
 
 def test_a_node_without_gpus_is_no_gpu_not_idle() -> None:
-    # The collector decides the word (collector/views/shown_state.py); the table shows it as given.
+    # The collector decides the word (collector/states.py); the table shows it as given.
     assert shown_state("idle", gpu_count=0) == "no-gpu"
     assert shown_state("idle", gpu_count=8) == "idle"
     line = render_fleet([_node_row(state=shown_state("idle", gpu_count=0))]).splitlines()[1]

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import structlog
@@ -198,134 +199,166 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "(read every 10 s; off while the file does not exist, or with an empty value).",
 )  # fmt: skip
 @collector_flags
-def run(
-    collectors: tuple[str, ...],
-    node_id: str,
-    interval: float,
-    spool_dir: Path | None,
-    spool_max_bytes: int,
-    spool_max_age: float,
-    scenario: str | None,
-    seed: int,
-    overrides: tuple[str, ...],
-    time_scale: float,
-    time_scale_seconds: float | None,
-    time_scale_anchor: float | None,
-    max_reports: int | None,
-    deadline: float | None,
-    procfs: str,
-    sysfs: str,
-    config_path: Path | None,
-    link_speed: tuple[str, ...],
-    tls_ca: Path | None,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_server_name: str | None,
-    token_file: Path | None,
-    insecure: bool,
-    metrics_listen: str | None,
-    metrics_insecure: bool,
-    metrics_tls_cert: Path | None,
-    metrics_tls_key: Path | None,
-    metrics_gpu: bool,
-    metrics_nvlink: bool,
-    metrics_node: bool,
-    metrics_agent: bool,
-    metrics_xid_count: bool,
-    pod_resources_socket: str,
-    **flags: bool | str | None,
-) -> None:
+def run(**flags: Any) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
     started = time.monotonic()
-    security = ClientSecurity(
-        ca_file=tls_ca, cert_file=tls_cert, key_file=tls_key, token_file=token_file, server_name=tls_server_name
-    )
-    try:
-        security.check()
-        check_token_transport(collectors, security, insecure=insecure)
-        metrics_tls = _metrics_tls(metrics_tls_cert, metrics_tls_key)
-        _check_metrics_listen(metrics_listen, insecure=metrics_insecure, tls=metrics_tls is not None)
-    except ValueError as err:
-        raise click.UsageError(str(err)) from err
-    if overrides and scenario is None:
+    known = {field.name for field in fields(RunFlags)}
+    f = RunFlags(**{k: v for k, v in flags.items() if k in known})
+    switches = {k: v for k, v in flags.items() if k not in known}  # the collectors' own flags
+    security, metrics_tls = _checked_security(f)
+    if f.overrides and f.scenario is None:
         raise click.UsageError("--set needs --simulate")
-    config = agent_config(config_path, link_speed)
-    names = enabled_collectors(flags)
-    options = collector_options(flags)
+    config = agent_config(f.config_path, f.link_speed)
+    names = enabled_collectors(switches)
+    options = collector_options(switches)
     raise_open_file_limit()
-    try:
-        spool = Spool(max_bytes=spool_max_bytes, max_age_seconds=spool_max_age, directory=spool_dir)
-    except OSError as err:
-        raise click.BadParameter(f"{spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
-    except LockedError as err:
-        raise click.BadParameter(str(err), param_hint="--spool-dir") from err
+    spool = _open_spool(f)
     # The source stamps the reports; it carries on where the spool (and its disk segments) left off.
     sequence = ReportSequence(spool.epoch, spool.next_seq)
     source: ReportSource
-    if scenario is not None:
-        # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
-        from nodeagent.tools.simulator import ScenarioError, UnknownScenarioError  # noqa: PLC0415
-        from nodeagent.tools.simulator.scenarios import parse_overrides  # noqa: PLC0415
-        from nodeagent.tools.simulator.source import (  # noqa: PLC0415
-            JOB_ALIGN_SECONDS,
-            SimulatedSampler,
-            scaled_clock,
-        )
-
-        if time_scale_seconds is None:
-            # The run ends at its deadline or after its reports, whichever comes first.
-            ends = [s for s in (deadline, max_reports * interval if max_reports else None) if s is not None]
-            time_scale_seconds = min(ends, default=None)
-        try:
-            params = parse_overrides(overrides)
-            # A node of a multi-node job: its clock meets the wall clock at a whole minute, which
-            # the job's other nodes, started with it, share (an anchor makes it certain).
-            align = JOB_ALIGN_SECONDS if params.get("job_nodes", 1) != 1 else 0.0
-            clock = scaled_clock(time_scale, time_scale_seconds, anchor=time_scale_anchor, align_seconds=align)
-        except ScenarioError as err:
-            raise click.BadParameter(str(err), param_hint="--set") from err
-        except ValueError as err:
-            raise click.BadParameter(str(err), param_hint="--time-scale-anchor") from err
-        try:
-            source = SimulatedSampler(scenario, node_id=node_id, sequence=sequence, seed=seed, clock=clock, **params)
-        except UnknownScenarioError as err:
-            raise click.BadParameter(str(err), param_hint="--simulate") from err
-        except ScenarioError as err:
-            raise click.BadParameter(str(err), param_hint="--set") from err
+    if f.scenario is not None:
+        source = _simulated_source(f, f.scenario, sequence)
     else:
         source = Sampler(
-            names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, sequence=sequence,
+            names, node_id=f.node_id, roots=Roots(procfs=f.procfs, sysfs=f.sysfs), config=config, sequence=sequence,
             options=options,
         )  # fmt: skip
     chosen = (
-        ("gpu", metrics_gpu), ("nvlink", metrics_nvlink), ("node", metrics_node), ("agent", metrics_agent),
-        ("xid_count", metrics_xid_count),
+        ("gpu", f.metrics_gpu), ("nvlink", f.metrics_nvlink), ("node", f.metrics_node), ("agent", f.metrics_agent),
+        ("xid_count", f.metrics_xid_count),
     )  # fmt: skip
     settings = DaemonSettings(
-        node_id=node_id, interval_seconds=interval, collectors=collectors, security=security, max_reports=max_reports,
-        stop_at=started + deadline if deadline is not None else None, metrics_listen=metrics_listen,
-        metrics_tls=metrics_tls, metrics_groups=tuple(group for group, on in chosen if on),
-        pod_resources_socket=pod_resources_socket,
+        node_id=f.node_id, interval_seconds=f.interval, collectors=f.collectors, security=security,
+        max_reports=f.max_reports, stop_at=started + f.deadline if f.deadline is not None else None,
+        metrics_listen=f.metrics_listen, metrics_tls=metrics_tls,
+        metrics_groups=tuple(group for group, on in chosen if on), pod_resources_socket=f.pod_resources_socket,
     )  # fmt: skip
     try:
         outcome = run_daemon(source, spool, settings)
     except MetricsListenError as err:
         raise click.BadParameter(str(err), param_hint="--metrics-listen") from err
+    _say_outcome(f, spool, outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFlags:
+    """``run``'s flags as click hands them over, one field per option (the collectors' own
+    ``--collector.X`` flags aside)."""
+
+    collectors: tuple[str, ...]
+    node_id: str
+    interval: float
+    spool_dir: Path | None
+    spool_max_bytes: int
+    spool_max_age: float
+    scenario: str | None
+    seed: int
+    overrides: tuple[str, ...]
+    time_scale: float
+    time_scale_seconds: float | None
+    time_scale_anchor: float | None
+    max_reports: int | None
+    deadline: float | None
+    procfs: str
+    sysfs: str
+    config_path: Path | None
+    link_speed: tuple[str, ...]
+    tls_ca: Path | None
+    tls_cert: Path | None
+    tls_key: Path | None
+    tls_server_name: str | None
+    token_file: Path | None
+    insecure: bool
+    metrics_listen: str | None
+    metrics_insecure: bool
+    metrics_tls_cert: Path | None
+    metrics_tls_key: Path | None
+    metrics_gpu: bool
+    metrics_nvlink: bool
+    metrics_node: bool
+    metrics_agent: bool
+    metrics_xid_count: bool
+    pod_resources_socket: str
+
+
+def _checked_security(f: RunFlags) -> tuple[ClientSecurity, ssl.SSLContext | None]:
+    """The stream's credentials and the metrics page's TLS, checked: a usage error when wrong."""
+    security = ClientSecurity(
+        ca_file=f.tls_ca, cert_file=f.tls_cert, key_file=f.tls_key, token_file=f.token_file,
+        server_name=f.tls_server_name,
+    )  # fmt: skip
+    try:
+        security.check()
+        check_token_transport(f.collectors, security, insecure=f.insecure)
+        metrics_tls = _metrics_tls(f.metrics_tls_cert, f.metrics_tls_key)
+        _check_metrics_listen(f.metrics_listen, insecure=f.metrics_insecure, tls=metrics_tls is not None)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    return security, metrics_tls
+
+
+def _open_spool(f: RunFlags) -> Spool:
+    try:
+        return Spool(max_bytes=f.spool_max_bytes, max_age_seconds=f.spool_max_age, directory=f.spool_dir)
+    except OSError as err:
+        raise click.BadParameter(f"{f.spool_dir}: {err.strerror}", param_hint="--spool-dir") from err
+    except LockedError as err:
+        raise click.BadParameter(str(err), param_hint="--spool-dir") from err
+
+
+def _simulated_source(f: RunFlags, scenario: str, sequence: ReportSequence) -> ReportSource:
+    """``--simulate``: the scenario's sampler on its own (scaled) clock."""
+    # Imported here: a live agent never loads the simulator (about 1 MB of its RSS).
+    from nodeagent.tools.simulator import ScenarioError, UnknownScenarioError  # noqa: PLC0415
+    from nodeagent.tools.simulator.scenarios import parse_overrides  # noqa: PLC0415
+    from nodeagent.tools.simulator.source import (  # noqa: PLC0415
+        JOB_ALIGN_SECONDS,
+        SimulatedSampler,
+        scaled_clock,
+    )
+
+    time_scale_seconds = f.time_scale_seconds
+    if time_scale_seconds is None:
+        # The run ends at its deadline or after its reports, whichever comes first.
+        ends = [s for s in (f.deadline, f.max_reports * f.interval if f.max_reports else None) if s is not None]
+        time_scale_seconds = min(ends, default=None)
+    try:
+        params = parse_overrides(f.overrides)
+        # A node of a multi-node job: its clock meets the wall clock at a whole minute, which
+        # the job's other nodes, started with it, share (an anchor makes it certain).
+        align = JOB_ALIGN_SECONDS if params.get("job_nodes", 1) != 1 else 0.0
+        clock = scaled_clock(f.time_scale, time_scale_seconds, anchor=f.time_scale_anchor, align_seconds=align)
+    except ScenarioError as err:
+        raise click.BadParameter(str(err), param_hint="--set") from err
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--time-scale-anchor") from err
+    try:
+        return SimulatedSampler(scenario, node_id=f.node_id, sequence=sequence, seed=f.seed, clock=clock, **params)
+    except UnknownScenarioError as err:
+        raise click.BadParameter(str(err), param_hint="--simulate") from err
+    except ScenarioError as err:
+        raise click.BadParameter(str(err), param_hint="--set") from err
+
+
+def _say_outcome(f: RunFlags, spool: Spool, outcome: Outcome) -> None:
+    """A finite run ends with one JSON line saying what became of every report, and fails
+    (``EXIT_UNDELIVERED``) when some were not delivered."""
+    if f.max_reports is None and f.deadline is None:
+        return
     produced = outcome.produced
     stats = spool.stats()
-    if max_reports is not None or deadline is not None:
-        # A finite run ends with one JSON line saying what became of every report.
-        summary = {
-            "node_id": node_id, "epoch": spool.epoch, "produced": produced, "last_seq": stats.last_seq,
-            "acked_seq": stats.acked_seq, "unacked": stats.reports, "dropped_total": stats.dropped_total,
-            "dropped_unresolved": stats.dropped_unresolved, "reports_resent_total": outcome.reports_resent_total,
-        }  # fmt: skip
-        click.echo(json.dumps(summary))
-    if (max_reports is not None or deadline is not None) and not outcome.delivered:
+    summary = {
+        "node_id": f.node_id, "epoch": spool.epoch, "produced": produced, "last_seq": stats.last_seq,
+        "acked_seq": stats.acked_seq, "unacked": stats.reports, "dropped_total": stats.dropped_total,
+        "dropped_unresolved": stats.dropped_unresolved, "reports_resent_total": outcome.reports_resent_total,
+    }  # fmt: skip
+    click.echo(json.dumps(summary))
+    if not outcome.delivered:
         # `--deadline` alone samples until it passes, then drains: what is still unacknowledged
         # after the drain fails the run as it does with `--max-reports`.
         click.echo(
-            f"nodeagent: error: {undelivered_words(stats.reports, produced, outcome, deadline, spool_dir)}", err=True
+            f"nodeagent: error: {undelivered_words(stats.reports, produced, outcome, f.deadline, f.spool_dir)}",
+            err=True,
         )
         raise click.exceptions.Exit(EXIT_UNDELIVERED)
 

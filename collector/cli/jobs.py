@@ -26,12 +26,11 @@ import grpc
 from nodeagent.collector.cli.client import client_options, query_whole, several
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.states import JOB_STATE_ORDER, state_rank
 from nodeagent.collector.views.fleet_table import short, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-# Live jobs first, the ones that cost GPU time now first; then those only in the history.
-STATE_ORDER: Final = ("slowed", "warmup", "busy", "idle")
 _EVIDENCE_CHARS: Final = 48
 # Above the jobs the roll-up does not follow now: the live ones are the fleet page's /jobs.
 HISTORY_ONLY: Final = "-- in the history only (no live verdict: finished, or never on more than one node) --"
@@ -168,7 +167,9 @@ def _absent(name: str) -> dict[str, Any]:
 
 def _order(row: dict[str, Any]) -> tuple[int, float, str]:
     state = row["state"]
-    rank = STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER) if state else len(STATE_ORDER) + 1
+    # Live jobs first, in the page's order (the ones that cost GPU time now first); then those only
+    # in the history (no state).
+    rank = state_rank(state, JOB_STATE_ORDER) if state else len(JOB_STATE_ORDER) + 1
     lost = row["history"]["gpu_hours_lost"] if row["history"] else 0.0
     return (rank, -(row["gpu_hours_lost"] or lost), row["job"])
 

@@ -25,6 +25,7 @@ import click
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
 from nodeagent.collector.replay import Replay, merged
+from nodeagent.collector.states import cause_word
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path, read_stored_reports
 from nodeagent.core.quantities.units import format_bits
 from nodeagent.core.wire.trace import TraceError, TraceProblem, read_trace
@@ -225,7 +226,7 @@ def _job_state(v: dict[str, Any]) -> str:
 
 def _held(v: dict[str, Any]) -> str:
     """Who holds a slowed job back, and why."""
-    cause = v["cause"] or "unknown"
+    cause = cause_word(v["cause"])
     if v["job_wide"] or not v["straggler_nodes"]:
         return f"job-wide ({cause})"
     return f"straggler {','.join(v['straggler_nodes'])} ({cause})"

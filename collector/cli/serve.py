@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import structlog
@@ -183,54 +185,102 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Collector configuration (TOML).")
 @click.option("--alertmanager-url", help="Send alerts to this Alertmanager (base URL); overrides [sinks].")
 @click.option("--webhook-url", help="POST alert transitions to this URL; overrides [sinks].")
-def serve(
-    listen: str,
-    http_listen: str,
-    db_path: Path | None,
-    workers: int | None,
-    worker_ports: int | None,
-    insecure: bool,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_client_ca: Path | None,
-    token_file: Path | None,
-    operator_identities: tuple[str, ...],
-    operator_token_file: Path | None,
-    scrape_identities: tuple[str, ...],
-    scrape_token_file: Path | None,
-    max_message_bytes: int,
-    flush_seconds: float,
-    max_nodes: int,
-    retire_after_seconds: float,
-    max_clock_ahead_seconds: float,
-    max_clock_behind_seconds: float,
-    hello_timeout_seconds: float,
-    max_streams_per_source: int,
-    max_queries_per_caller: int,
-    history: bool,
-    history_reports_seconds: float,
-    history_retention_seconds: float,
-    remote_write_urls: tuple[str, ...],
-    remote_write_resolution_seconds: float,
-    remote_write_queue_samples: int,
-    remote_write_bearer_token_file: Path | None,
-    remote_write_basic_auth_user: str,
-    remote_write_basic_auth_password_file: Path | None,
-    remote_write_tls_ca: Path | None,
-    remote_write_tls_cert: Path | None,
-    remote_write_tls_key: Path | None,
-    config_path: Path | None,
-    alertmanager_url: str | None,
-    webhook_url: str | None,
-) -> None:
+def serve(**flags: Any) -> None:
     """Receive agent streams, store what they say, answer queries."""
-    security = ServerSecurity(
-        cert_file=tls_cert, key_file=tls_key, client_ca_file=tls_client_ca, token_file=token_file, insecure=insecure,
-        operator_identities=operator_identities, operator_token_file=operator_token_file,
-        scrape_identities=scrape_identities, scrape_token_file=scrape_token_file,
+    f = ServeFlags(**flags)
+    config = server_config(f)
+    workers = f.workers if f.workers is not None else len(os.sched_getaffinity(0))
+    if workers == 1:
+        asyncio.run(run_server(config))
+        return
+    from nodeagent.collector.workers.serve_front import run_front  # noqa: PLC0415  (N > 1 only)
+    from nodeagent.collector.workers.worker_args import pick_worker_ports  # noqa: PLC0415
+
+    try:
+        ports = pick_worker_ports(f.listen, f.http_listen, workers, f.worker_ports)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--worker-ports") from err
+    log_level = str(click.get_current_context().find_root().params.get("log_level") or "info")
+    asyncio.run(run_front(config, workers, ports, log_level))
+
+
+@dataclass(frozen=True, slots=True)
+class ServeFlags:
+    """``serve``'s flags as click hands them over, one field per option."""
+
+    listen: str
+    http_listen: str
+    db_path: Path | None
+    workers: int | None
+    worker_ports: int | None
+    insecure: bool
+    tls_cert: Path | None
+    tls_key: Path | None
+    tls_client_ca: Path | None
+    token_file: Path | None
+    operator_identities: tuple[str, ...]
+    operator_token_file: Path | None
+    scrape_identities: tuple[str, ...]
+    scrape_token_file: Path | None
+    max_message_bytes: int
+    flush_seconds: float
+    max_nodes: int
+    retire_after_seconds: float
+    max_clock_ahead_seconds: float
+    max_clock_behind_seconds: float
+    hello_timeout_seconds: float
+    max_streams_per_source: int
+    max_queries_per_caller: int
+    history: bool
+    history_reports_seconds: float
+    history_retention_seconds: float
+    remote_write_urls: tuple[str, ...]
+    remote_write_resolution_seconds: float
+    remote_write_queue_samples: int
+    remote_write_bearer_token_file: Path | None
+    remote_write_basic_auth_user: str
+    remote_write_basic_auth_password_file: Path | None
+    remote_write_tls_ca: Path | None
+    remote_write_tls_cert: Path | None
+    remote_write_tls_key: Path | None
+    config_path: Path | None
+    alertmanager_url: str | None
+    webhook_url: str | None
+
+
+def server_config(f: ServeFlags) -> ServerConfig:
+    """The server's settings from the flags and the configuration file; ``click`` usage errors,
+    in the order the flags are checked, for what is wrong."""
+    security, warnings = _server_security(f)
+    remote_write = _remote_write(f)
+    overrides = {k: v for k, v in (("alertmanager_url", f.alertmanager_url), ("webhook_url", f.webhook_url)) if v}
+    try:
+        settings = load_collector_config(f.config_path, sink_overrides=overrides)
+        settings.fleet.check()
+    except (CollectorConfigError, FleetConfigError) as err:
+        raise click.UsageError(str(err)) from err
+    for warning in warnings:
+        log.warning(warning)
+    return ServerConfig(
+        listen=f.listen, db_path=_db_path(f.db_path), security=security, max_message_bytes=f.max_message_bytes,
+        flush_seconds=f.flush_seconds, settings=settings, http_listen=f.http_listen, max_nodes=f.max_nodes,
+        retire_after_seconds=f.retire_after_seconds,
+        clock_bounds=ClockBounds(f.max_clock_ahead_seconds, f.max_clock_behind_seconds),
+        hello_timeout_seconds=f.hello_timeout_seconds, max_streams_per_source=f.max_streams_per_source,
+        history=HistoryConfig(f.history_reports_seconds, f.history_retention_seconds, enabled=f.history),
+        remote_write=remote_write, query=QueryBounds(max_per_caller=f.max_queries_per_caller),
     )  # fmt: skip
-    host, _port = parse_target(listen, any_port=True)
-    http_host, _port = parse_target(http_listen, any_port=True)
+
+
+def _server_security(f: ServeFlags) -> tuple[ServerSecurity, list[str]]:
+    """The TLS and credential flags, checked for both listeners; the warnings to log."""
+    security = ServerSecurity(
+        cert_file=f.tls_cert, key_file=f.tls_key, client_ca_file=f.tls_client_ca, token_file=f.token_file,
+        insecure=f.insecure, operator_identities=f.operator_identities, operator_token_file=f.operator_token_file,
+        scrape_identities=f.scrape_identities, scrape_token_file=f.scrape_token_file,
+    )  # fmt: skip
+    host, _port = parse_target(f.listen, any_port=True)
+    http_host, _port = parse_target(f.http_listen, any_port=True)
     try:
         warnings = security.check(host)
     except (SecurityConfigError, ValueError) as err:
@@ -240,28 +290,29 @@ def serve(
         warnings += [w for w in http_warnings if w not in warnings]  # the role warnings once, not per listener
     except SecurityConfigError as err:
         raise click.BadParameter(str(err), param_hint="--http-listen") from err
+    return security, warnings
+
+
+def _remote_write(f: ServeFlags) -> tuple[RemoteWriteConfig, ...]:
     remote_write = tuple(
         RemoteWriteConfig(
-            url, resolution_seconds=remote_write_resolution_seconds, queue_samples=remote_write_queue_samples,
-            bearer_token_file=remote_write_bearer_token_file, basic_auth_user=remote_write_basic_auth_user,
-            basic_auth_password_file=remote_write_basic_auth_password_file, tls_ca=remote_write_tls_ca,
-            tls_cert=remote_write_tls_cert, tls_key=remote_write_tls_key,
+            url, resolution_seconds=f.remote_write_resolution_seconds, queue_samples=f.remote_write_queue_samples,
+            bearer_token_file=f.remote_write_bearer_token_file, basic_auth_user=f.remote_write_basic_auth_user,
+            basic_auth_password_file=f.remote_write_basic_auth_password_file, tls_ca=f.remote_write_tls_ca,
+            tls_cert=f.remote_write_tls_cert, tls_key=f.remote_write_tls_key,
         )
-        for url in remote_write_urls
+        for url in f.remote_write_urls
     )  # fmt: skip
     for rw in remote_write:
         try:
             rw.check()
         except RemoteWriteConfigError as err:
             raise click.BadParameter(str(err), param_hint="--remote-write-url") from err
-    overrides = {k: v for k, v in (("alertmanager_url", alertmanager_url), ("webhook_url", webhook_url)) if v}
-    try:
-        settings = load_collector_config(config_path, sink_overrides=overrides)
-        settings.fleet.check()
-    except (CollectorConfigError, FleetConfigError) as err:
-        raise click.UsageError(str(err)) from err
-    for warning in warnings:
-        log.warning(warning)
+    return remote_write
+
+
+def _db_path(db_path: Path | None) -> Path:
+    """``--db``, or the default one with its directory made."""
     if db_path is None:
         db_path = default_db_path()
         try:
@@ -270,26 +321,4 @@ def serve(
             raise click.BadParameter(f"cannot create {db_path.parent}: {err.strerror}", param_hint="--db") from err
     if db_path.parent and not db_path.parent.is_dir():
         raise click.BadParameter(f"{db_path.parent}: no such directory", param_hint="--db")
-    config = ServerConfig(
-        listen=listen, db_path=db_path, security=security, max_message_bytes=max_message_bytes,
-        flush_seconds=flush_seconds, settings=settings, http_listen=http_listen, max_nodes=max_nodes,
-        retire_after_seconds=retire_after_seconds,
-        clock_bounds=ClockBounds(max_clock_ahead_seconds, max_clock_behind_seconds),
-        hello_timeout_seconds=hello_timeout_seconds, max_streams_per_source=max_streams_per_source,
-        history=HistoryConfig(history_reports_seconds, history_retention_seconds, enabled=history),
-        remote_write=remote_write, query=QueryBounds(max_per_caller=max_queries_per_caller),
-    )  # fmt: skip
-    if workers is None:
-        workers = len(os.sched_getaffinity(0))
-    if workers == 1:
-        asyncio.run(run_server(config))
-        return
-    from nodeagent.collector.workers.serve_front import run_front  # noqa: PLC0415  (N > 1 only)
-    from nodeagent.collector.workers.worker_args import pick_worker_ports  # noqa: PLC0415
-
-    try:
-        ports = pick_worker_ports(listen, http_listen, workers, worker_ports)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--worker-ports") from err
-    log_level = str(click.get_current_context().find_root().params.get("log_level") or "info")
-    asyncio.run(run_front(config, workers, ports, log_level))
+    return db_path

@@ -28,7 +28,7 @@ from nodeagent.collector.history.forming import Forming, provisional
 from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.collector.history.open_minute import OpenMinute
-from nodeagent.collector.views.shown_state import shown_state
+from nodeagent.collector.states import shown_state
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.quantities.rates import increase_across_reset

@@ -185,49 +185,37 @@ class Ingest:
         epoch, seq = report.epoch, report.seq
         refuse_unstorable(node)
         mark = node.seen.get(epoch, 0)
-        if seq - mark > MAX_SEQ_JUMP:
-            raise StreamRefusedError(
-                "INVALID_ARGUMENT", "seq_jump",
-                f"seq {seq} in epoch {epoch} is more than {MAX_SEQ_JUMP} past the stored seq {mark}",
-            )  # fmt: skip
-        if epoch not in stream.epochs:
-            if len(stream.epochs) >= MAX_EPOCHS_PER_STREAM:
-                raise StreamRefusedError(
-                    "INVALID_ARGUMENT", "too_many_epochs",
-                    f"epoch {epoch} would be epoch number {len(stream.epochs) + 1} on one stream "
-                    f"(at most {MAX_EPOCHS_PER_STREAM})",
-                )  # fmt: skip
-            stream.epochs.add(epoch)
+        _refuse_beyond_one_agent(stream, epoch, seq, mark)
         if stream.epoch != epoch:  # acks count per epoch
             stream.epoch, stream.acked_sent, stream.ack_wanted = epoch, 0, 0
         stream.ack_wanted = max(stream.ack_wanted, seq)
         self.flusher.wants_ack(stream)
-        row = node.row
         if seq <= mark:
-            row.duplicates_total = min(INTEGER_MAX, row.duplicates_total + 1)
-            if seq <= node.durable.get(epoch, 0):
-                stream.wake.set()  # already durable: its ack need not wait for the next flush
-            self.duplicates_total += 1
-            self.flusher.changed(row.node_id)
+            self._duplicate(stream, node, epoch, seq)
             return False
         now = self.clock()
         refused = self.clock_refusals.judge(node, report.time_unix_seconds, now)
-        if mark and seq > mark + 1:
-            # Saturates: a count that cannot be stored would stop every flush of this node.
-            row.gap_reports_total = min(INTEGER_MAX, row.gap_reports_total + seq - mark - 1)
-        if not mark and len(node.seen) >= MAX_EPOCHS:
-            forget_oldest_epoch(node)
-        node.seen[epoch] = seq
-        node.dirty_epochs.add(epoch)
-        if not row.first_seen:
-            row.first_seen = now
-        row.last_seen = now
-        row.epoch, row.last_seq = epoch, seq
+        _take_seq(node, epoch, seq, mark, now)
         if refused:
             # Its seq is taken (so it is acknowledged once durable, and not counted as a gap), and
             # nothing else: no stage sees it, the store keeps nothing of it.
-            self.flusher.changed(row.node_id)
+            self.flusher.changed(node.row.node_id)
             return False
+        self._store(node, report, raw)
+        return True
+
+    def _duplicate(self, stream: StreamHandle, node: NodeState, epoch: int, seq: int) -> None:
+        row = node.row
+        row.duplicates_total = min(INTEGER_MAX, row.duplicates_total + 1)
+        if seq <= node.durable.get(epoch, 0):
+            stream.wake.set()  # already durable: its ack need not wait for the next flush
+        self.duplicates_total += 1
+        self.flusher.changed(row.node_id)
+
+    def _store(self, node: NodeState, report: pb.NodeReport, raw: bytes) -> None:
+        """A new report in time: the node's row, its stages (``Pipeline``), timeline, history and
+        the report's observers (remote write)."""
+        row = node.row
         row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
         row.spool_dropped_total = report.agent.spool_dropped_reports_total
         if report.HasField("info"):
@@ -255,7 +243,6 @@ class Ingest:
         node.latest = raw
         self.reports_total += 1
         self.flusher.changed(row.node_id)
-        return True
 
     async def forget(self, node_id: str) -> int:
         """Retire a node an operator names (``ForgetNode``), at the next flush; the number of its
@@ -314,3 +301,37 @@ def known_topology(info: pb.NodeInfo) -> pb.NodeInfo:
     kept.CopyFrom(info)
     kept.DiscardUnknownFields()
     return kept
+
+
+def _refuse_beyond_one_agent(stream: StreamHandle, epoch: int, seq: int, mark: int) -> None:
+    """``StreamRefusedError`` for a seq jump above ``MAX_SEQ_JUMP`` past the stored ``mark``, or
+    a third epoch on one stream; else the epoch is the stream's."""
+    if seq - mark > MAX_SEQ_JUMP:
+        raise StreamRefusedError(
+            "INVALID_ARGUMENT", "seq_jump",
+            f"seq {seq} in epoch {epoch} is more than {MAX_SEQ_JUMP} past the stored seq {mark}",
+        )  # fmt: skip
+    if epoch not in stream.epochs:
+        if len(stream.epochs) >= MAX_EPOCHS_PER_STREAM:
+            raise StreamRefusedError(
+                "INVALID_ARGUMENT", "too_many_epochs",
+                f"epoch {epoch} would be epoch number {len(stream.epochs) + 1} on one stream "
+                f"(at most {MAX_EPOCHS_PER_STREAM})",
+            )  # fmt: skip
+        stream.epochs.add(epoch)
+
+
+def _take_seq(node: NodeState, epoch: int, seq: int, mark: int, now: float) -> None:
+    """A new seq of the node's: gaps counted, the node's marks and times moved on."""
+    row = node.row
+    if mark and seq > mark + 1:
+        # Saturates: a count that cannot be stored would stop every flush of this node.
+        row.gap_reports_total = min(INTEGER_MAX, row.gap_reports_total + seq - mark - 1)
+    if not mark and len(node.seen) >= MAX_EPOCHS:
+        forget_oldest_epoch(node)
+    node.seen[epoch] = seq
+    node.dirty_epochs.add(epoch)
+    if not row.first_seen:
+        row.first_seen = now
+    row.last_seen = now
+    row.epoch, row.last_seq = epoch, seq

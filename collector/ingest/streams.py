@@ -38,7 +38,6 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
 
-INGEST_SERVICE = "nodeagent.v1.Ingest"
 # How long a half-closed stream is kept open for the acks of its last reports.
 FINAL_ACK_WAIT_SECONDS = 2.0
 # After this long without a successful commit, new streams are refused (agents fail over).
@@ -74,13 +73,7 @@ class IngestStreams:
         self.replaced_total = 0
         self.streams = SourceStreams()
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        handler: grpc.RpcMethodHandler[bytes, pb.Ack] = grpc.stream_stream_rpc_method_handler(
-            self._stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
-        )
-        return grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})
-
-    async def _stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+    async def stream(self, _requests: object, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         await self.streams.serve(context, self.max_streams_per_source, self._refuse, self._serve_stream)
 
     async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:

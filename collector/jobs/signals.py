@@ -17,6 +17,7 @@ from typing import Final
 
 from nodeagent.collector.jobs.membership import Job
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.states import cause_word
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 
@@ -52,7 +53,7 @@ def resolved(job: Job, firing: set[str]) -> list[AlertSignal]:
 
 
 def _firing(job: Job, verdict: JobVerdict, node: str) -> AlertSignal:
-    cause = verdict.cause or "unknown"
+    cause = cause_word(verdict.cause)
     wait = verdict.wait_ratio
     share = f"{wait:.0%}" if wait is not None else "an unknown share"
     nodes = len(verdict.nodes)

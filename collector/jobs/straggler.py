@@ -43,6 +43,7 @@ from nodeagent.collector.jobs.membership import Member
 from nodeagent.collector.jobs.node_values import NodeValues, is_data_cause
 from nodeagent.collector.jobs.robust import scores
 from nodeagent.collector.jobs.verdict import JOB_CAUSES
+from nodeagent.core.detector.verdict import majority_cause
 
 # (signal, direction a straggler moves it: -1 low, +1 high, the config's floor for it)
 SIGNALS: Final = (
@@ -133,14 +134,8 @@ def stragglers(
 def persistent_cause(member: Member, step: int, window_steps: int) -> str:
     """The majority of the causes of the steps it stood out in (tie: the latest; then JOB_CAUSES' order)."""
     recent = [s for s in member.history if s.stood_out and s.cause is not None and s.step > step - window_steps]
-    votes = Counter(s.cause for s in recent)
-    if not votes:
-        return "unknown"
-    top = max(votes.values())
-    latest = recent[-1].cause
-    if votes[latest] == top:
-        return latest or "unknown"
-    return next(c for c in JOB_CAUSES if votes.get(c) == top)
+    votes = Counter(s.cause for s in recent if s.cause is not None)
+    return majority_cause(votes, recent[-1].cause if recent else None, JOB_CAUSES) or "unknown"
 
 
 def latest_standout(member: Member) -> Standing | None:

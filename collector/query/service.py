@@ -38,10 +38,10 @@ from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.shards.answer_pages import KINDS, page_bytes, pages_of
 from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES, is_local_call
 from nodeagent.collector.shards.fleet_pages import FleetPages
+from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
 from nodeagent.collector.views.local_pages import LocalPages
-from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token

@@ -140,21 +140,12 @@ def _serve(
             record = view[:size]
             kind = bytes(record[:1])
             encoded: EncodedReport | None = None
-            if kind == REPORT:
-                reports += 1
-            elif kind == JOBS:
-                jobs += 1
+            reports += kind == REPORT  # one of them, or neither (a topology, the ledger)
+            jobs += kind == JOBS
             # Published as each is read: the collector counts what a killed process had not read.
             counters.set_read(reports, jobs)
             try:
-                if kind == REPORT:
-                    encoded = builder.report(*read_report(record))
-                elif kind == JOBS:
-                    encoded = builder.jobs(read_jobs(record))
-                elif kind == INFO:
-                    builder.info(*read_info(record))
-                elif kind == LEDGER:
-                    builder.ledger(*read_ledger(record))
+                encoded = _build(builder, kind, record)
             except (DecodeError, ValueError, EOFError, pickle.UnpicklingError) as err:
                 if not refused_logged:  # a bug, not load: once is enough to find it
                     log.error("remote write: a record it cannot read", error=str(err))
@@ -178,11 +169,25 @@ def _serve(
     counters.set_read(reports, jobs)
 
 
+def _build(builder: SeriesBuilder, kind: bytes, record: memoryview) -> EncodedReport | None:
+    """A record handed over, given to the builder by its kind: a report's or the jobs' series to
+    send, or None (a node's topology, the ledger: held for the series to come)."""
+    if kind == REPORT:
+        return builder.report(*read_report(record))
+    if kind == JOBS:
+        return builder.jobs(read_jobs(record))
+    if kind == INFO:
+        builder.info(*read_info(record))
+    elif kind == LEDGER:
+        builder.ledger(*read_ledger(record))
+    return None
+
+
 def _publish(counters: SharedCounters, writers: list[RemoteWriter]) -> None:
     # Each writer publishes its counts as they change; this adds its CPU, which changes always.
     for writer in writers:
         writer.publish()
-    counters.set_cpu(time.process_time(), time.thread_time())
+    counters.set_cpu(time.process_time())
 
 
 def _die_with(parent_pid: int) -> None:

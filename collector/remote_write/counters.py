@@ -20,7 +20,7 @@ from nodeagent.collector.remote_write.sender import RemoteWriteStats
 
 HEADER_SLOTS: Final = 8
 # The header: reports and job snapshots the child read, its process CPU, the build thread's.
-_REPORTS, _JOBS, _PROCESS_CPU, _BUILD_CPU = 0, 1, 2, 3
+_REPORTS, _JOBS, _PROCESS_CPU = 0, 1, 2
 _STATS_FIELDS: Final = tuple(f.name for f in fields(RemoteWriteStats))
 RECEIVER_SLOTS: Final = len(_STATS_FIELDS)
 _SLOT = struct.Struct("<d")
@@ -51,9 +51,8 @@ class SharedCounters:
         self._put(_REPORTS, reports)
         self._put(_JOBS, jobs)
 
-    def set_cpu(self, process_seconds: float, build_seconds: float) -> None:
+    def set_cpu(self, process_seconds: float) -> None:
         self._put(_PROCESS_CPU, process_seconds)
-        self._put(_BUILD_CPU, build_seconds)
 
     def reports_read(self) -> int:
         return int(self._get(_REPORTS))
@@ -63,9 +62,6 @@ class SharedCounters:
 
     def process_cpu_seconds(self) -> float:
         return self._get(_PROCESS_CPU)
-
-    def build_cpu_seconds(self) -> float:
-        return self._get(_BUILD_CPU)
 
     # ---- per receiver ----
 

@@ -11,25 +11,23 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.rollup import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds
+from nodeagent.collector.ingest.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
 from nodeagent.collector.ingest.streams import (
     DEFAULT_HELLO_TIMEOUT_SECONDS,
     DEFAULT_MAX_STREAMS_PER_SOURCE,
-    INGEST_SERVICE,
     IngestStreams,
 )
 from nodeagent.collector.jobs.messages import Home
@@ -38,7 +36,6 @@ from nodeagent.collector.jobstage.routes import Routes
 from nodeagent.collector.jobstage.service import JobStageService
 from nodeagent.collector.ledger.read import ledger_answer
 from nodeagent.collector.query.bounds import QueryBounds
-from nodeagent.collector.query.reflection import enable_operator_reflection
 from nodeagent.collector.query.service import UNBOUNDED_ANSWER_BYTES, QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.process import RemoteWriteProcess
@@ -53,7 +50,7 @@ from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.exposition.http_server import MetricsHttpServer
-from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS, parse_target
+from nodeagent.core.transport.channel import parse_target
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.core.transport.security import (
     AccessPolicy,
@@ -61,13 +58,11 @@ from nodeagent.core.transport.security import (
 )
 from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
 from nodeagent.v1 import nodeagent_pb2 as pb
-from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("nodeagent.collector")
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
-QUERY_SERVICE = "nodeagent.v1.Query"
 
 
 class HttpListenError(RuntimeError):
@@ -169,24 +164,6 @@ class CollectorServer:
         return max(self.config.max_message_bytes, UNIX_MESSAGE_BYTES)
 
     async def start(self) -> int:
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", self.config.max_message_bytes),
-            # A worker sends its front (on the unix socket) its whole /metrics and node list;
-            # what it answers anyone else is held to --max-message-bytes by the query service.
-            ("grpc.max_send_message_length", self._max_send_bytes()),
-            # Agents ping every 10 s to notice dead links; allow it, and ping them back.
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-            ("grpc.http2.max_ping_strikes", 0),
-            # A connection that never finishes its handshake (silent TCP) is closed as soon as a
-            # stream that never says hello would be, not after grpc's default of two minutes.
-            ("grpc.server_handshake_timeout_ms", max(1000, int(self.config.hello_timeout_seconds * 1000))),
-            # gRPC sets SO_REUSEPORT by default: a second collector on the same port would start
-            # and silently take half of the agents. Binding must fail instead.
-            ("grpc.so_reuseport", 0),
-            *KEEPALIVE_OPTIONS,
-        ]
-        server = grpc.aio.server(options=options)
-        server.add_generic_rpc_handlers([self.streams.handler()])
         config = self.config
         self.queries = QueryService(
             self.ingest,
@@ -197,20 +174,17 @@ class CollectorServer:
             pages=self.pages,
             prices=config.settings.prices,
         )
-        pb_grpc.add_QueryServicer_to_server(self.queries, server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        for name in ("", INGEST_SERVICE, QUERY_SERVICE):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        # Health stays open (it says only SERVING or not); reflection is the operators'.
-        enable_operator_reflection(
-            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server, self.policy
-        )
-        security = self.config.security
-        if security.tls:
-            self.port = server.add_secure_port(self.config.listen, security.credentials())
-        else:
-            self.port = server.add_insecure_port(self.config.listen)
+        built = build_server(
+            listen=config.listen, security=config.security, policy=self.policy,
+            max_receive_bytes=config.max_message_bytes,
+            # A worker sends its front (on the unix socket) its whole /metrics and node list;
+            # what it answers anyone else is held to --max-message-bytes by the query service.
+            max_send_bytes=self._max_send_bytes(),
+            hello_timeout_seconds=config.hello_timeout_seconds, stream=self.streams.stream, queries=self.queries,
+        )  # fmt: skip
+        server, self.port = built.server, built.port
+        for name in HEALTH_NAMES:
+            await built.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.config.front_socket is not None:
             server.add_insecure_port(f"unix:{self.config.front_socket}")
         self._fan_out_pages()

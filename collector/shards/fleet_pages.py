@@ -12,12 +12,12 @@ never fanned out: every collector is scraped, and the TSDB is the fleet-wide sto
 from __future__ import annotations
 
 import asyncio
-import http
 from collections.abc import Sequence
 from typing import Final
 
 from nodeagent.collector.shards.fanout import Answer, Shard, ShardClients
 from nodeagent.collector.shards.merge import merged_ledger
+from nodeagent.collector.shards.page_bridge import Reply, page_on_loop
 from nodeagent.collector.shards.page_merge import merge_page, shard_query
 from nodeagent.collector.views.ledger_page import AskLedger, LedgerPage, LedgerUnavailableError
 from nodeagent.collector.views.local_pages import LocalPages
@@ -27,8 +27,6 @@ API_PREFIX: Final = "/api/"
 # This collector's own part may wait on its store (the alert book, a node's timeline) longer than
 # the others are waited on; past this the HTTP request is answered 504.
 OWN_MARGIN_SECONDS: Final = 10.0
-
-Reply = tuple[str, str, bytes]
 
 
 class FleetPages:
@@ -60,13 +58,7 @@ class FleetPages:
             return ledger
         if not path.startswith(API_PREFIX):
             return self.own.fleet.route(path, query)
-        future = asyncio.run_coroutine_threadsafe(self.answer(path, query), self.loop)
-        try:
-            reply = future.result(self.timeout + OWN_MARGIN_SECONDS)
-        except TimeoutError:
-            future.cancel()
-            return "504 Gateway Timeout", "application/json", b'{"error": "no answer in time"}\n'
-        return f"{reply.status} {http.HTTPStatus(reply.status).phrase}", reply.content_type, reply.body
+        return page_on_loop(self.answer(path, query), self.loop, self.timeout + OWN_MARGIN_SECONDS)
 
     def ask_ledger(self, request: pb.LedgerRequest) -> pb.LedgerResponse:
         """``Query.Ledger`` of this collector and the others, merged as ``ledger`` merges them (on

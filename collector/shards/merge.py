@@ -1,12 +1,12 @@
 """Several shards' answers to one Query method made into one answer, as one collector would give it.
 
-The rules (CONTRACTS "Merged views"): nodes by node id, the freshest ``last_seen`` wins and the
-shards that still hold an older copy are listed in ``stale_shards`` (a node that moved leaves its
-old row behind until it is retired there); alerts by (name, node, key), firing over resolved, then
-the newest; job verdicts by job, the one judged over most nodes, then the newest; history's job
-totals by job, summed; ledger rows by key, summed; history rows concatenated and sorted by
-(minute, GPU). Every answer names the shard of each item (``shard``) and lists every shard asked
-(``shards``), answered or not.
+The rules (CONTRACTS "Merged views"; the ranks and orders are ``rules.py``'s): nodes by node id, the
+freshest ``last_seen`` wins and the shards that still hold an older copy are listed in
+``stale_shards`` (a node that moved leaves its old row behind until it is retired there); alerts by
+(name, node, key), firing over resolved, then the newest; job verdicts by job, the one judged over
+most nodes, then the newest; history's job totals by job, summed; ledger rows by key, summed;
+history rows concatenated and sorted by (minute, GPU). Every answer names the shard of each item
+(``shard``) and lists every shard asked (``shards``), answered or not.
 """
 
 from __future__ import annotations
@@ -17,6 +17,15 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from nodeagent.collector.shards.fanout import Answer
+from nodeagent.collector.shards.rules import (
+    alert_order,
+    job_verdict_order,
+    node_rank,
+    record_alert,
+    record_job_rank,
+    stale_shards,
+    wins,
+)
 from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -39,7 +48,8 @@ def merge_nodes(answers: Sequence[Answer]) -> pb.ListNodesResponse:
     for answer, reply in _answered(answers, pb.ListNodesResponse):
         for node in reply.nodes:
             held = best.get(node.node_id)
-            if held is None or node.last_seen_unix_seconds > held.last_seen_unix_seconds:
+            rank = node_rank(node.last_seen_unix_seconds)
+            if held is None or wins(rank, answer.shard, node_rank(held.last_seen_unix_seconds), held.shard):
                 if held is not None:
                     stale.setdefault(node.node_id, []).append(held.shard)
                 copy = pb.NodeSummary()
@@ -52,7 +62,7 @@ def merge_nodes(answers: Sequence[Answer]) -> pb.ListNodesResponse:
     response = pb.ListNodesResponse(shards=shard_answers(answers))
     for node_id in sorted(best):
         node = best[node_id]
-        node.stale_shards.extend(sorted(stale.get(node_id, [])))
+        node.stale_shards.extend(stale_shards(node.shard, stale.get(node_id, [])))
         response.nodes.append(node)
     return response
 
@@ -61,13 +71,13 @@ def merge_alerts(answers: Sequence[Answer]) -> pb.ListAlertsResponse:
     best: dict[tuple[str, str, str], pb.AlertRecord] = {}
     for answer, reply in _answered(answers, pb.ListAlertsResponse):
         for alert in reply.alerts:
-            key = (alert.name, alert.node_id, alert.key)
-            held = best.get(key)
-            if held is None or _alert_rank(alert) > _alert_rank(held):
+            facts = record_alert(alert)
+            held = best.get(facts.identity)
+            if held is None or wins(facts.rank, answer.shard, record_alert(held).rank, held.shard):
                 copy = pb.AlertRecord()
                 copy.CopyFrom(alert)
                 copy.shard = answer.shard
-                best[key] = copy
+                best[facts.identity] = copy
     response = pb.ListAlertsResponse(shards=shard_answers(answers))
     # As the fleet page orders them: firing first, then the newest.
     response.alerts.extend(sorted(best.values(), key=alert_order))
@@ -79,14 +89,14 @@ def merge_list_jobs(answers: Sequence[Answer]) -> pb.ListJobsResponse:
     for answer, reply in _answered(answers, pb.ListJobsResponse):
         for job in reply.jobs:
             held = best.get(job.job)
-            if held is None or _job_rank(job) > _job_rank(held):
+            if held is None or wins(record_job_rank(job), answer.shard, record_job_rank(held), held.shard):
                 copy = pb.JobVerdict()
                 copy.CopyFrom(job)
                 copy.shard = answer.shard
                 best[job.job] = copy
     response = pb.ListJobsResponse(shards=shard_answers(answers))
     # As the service orders them: the jobs that lost most first.
-    response.jobs.extend(sorted(best.values(), key=lambda v: (-v.gpu_seconds_lost, v.job)))
+    response.jobs.extend(sorted(best.values(), key=lambda v: job_verdict_order(v.gpu_seconds_lost, v.job)))
     return response
 
 
@@ -186,20 +196,6 @@ def _pages(answer: Answer) -> list[Message]:
 
 def _answered(answers: Sequence[Answer], kind: type[M]) -> list[tuple[Answer, M]]:
     return [(a, a.reply) for a in answers if not a.error and isinstance(a.reply, kind)]
-
-
-def _alert_rank(alert: pb.AlertRecord) -> tuple[bool, float, float]:
-    firing = not alert.HasField("ends_at_unix_seconds")
-    return (firing, alert.starts_at_unix_seconds, alert.ends_at_unix_seconds)
-
-
-def alert_order(alert: pb.AlertRecord) -> tuple[bool, float, str, str, str]:
-    resolved = alert.HasField("ends_at_unix_seconds")
-    return (resolved, -alert.starts_at_unix_seconds, alert.name, alert.node_id, alert.key)
-
-
-def _job_rank(job: pb.JobVerdict) -> tuple[int, float]:
-    return (len(job.nodes), job.time_unix_seconds)
 
 
 _MERGERS: dict[str, Callable[[Sequence[Answer]], Message]] = {

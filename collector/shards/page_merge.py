@@ -1,8 +1,8 @@
 """The fleet page's answers from several shards (``Page`` RPC replies) made into one page.
 
 JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
-items concatenated and merged by the rules of ``merge.py`` (nodes by id, the freshest wins, the
-others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
+items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``rules.py``; nodes by
+id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
 verdict over most nodes), each tagged with its ``shard``, re-sorted as the page sorts them, the
 counts per state re-summed, and a ``"shards"`` list saying which shard answered. A node's page is
 the answer of the shard that heard from the node last. ``/api/fleet``'s filters (``state``,
@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nodeagent.collector.shards.fanout import Answer
-from nodeagent.collector.views.fleet_page import JSON_TYPE, counts, job_worst_first, worst_first
+from nodeagent.collector.shards.rules import node_rank, plain_alert, plain_job_rank, stale_shards, wins
+from nodeagent.collector.states import job_worst_first, worst_first
+from nodeagent.collector.views.fleet_page import JSON_TYPE, counts
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FILTERS = ("state", "cause")
@@ -83,7 +85,8 @@ def merge_fleet(found: Found, params: dict[str, str]) -> dict[str, Any]:
         for node in body.get("nodes", []):
             node["shard"] = shard  # the parsed answers are this merge's own: tagged in place
             held = best.get(node["node_id"])
-            if held is None or node["last_seen"] > held["last_seen"]:
+            rank = node_rank(node["last_seen"])
+            if held is None or wins(rank, shard, node_rank(held["last_seen"]), held["shard"]):
                 best[node["node_id"]] = node
                 loser = held
             else:
@@ -99,7 +102,7 @@ def merge_fleet(found: Found, params: dict[str, str]) -> dict[str, Any]:
     nodes = []
     state, cause = params.get("state"), params.get("cause")
     for node_id, node in best.items():
-        node["stale_shards"] = sorted(c["shard"] for c in stale.get(node_id, []))
+        node["stale_shards"] = stale_shards(node["shard"], [c["shard"] for c in stale.get(node_id, [])])
         if (not state or node["state"] == state) and (not cause or node.get("cause") == cause):
             nodes.append(node)
     nodes.sort(key=worst_first)
@@ -123,7 +126,7 @@ def merge_jobs(found: Found, _params: dict[str, str]) -> dict[str, Any]:
         for row in body.get("jobs", []):
             job = {**row, "shard": shard}
             held = best.get(job["job"])
-            if held is None or _job_rank(job) > _job_rank(held):
+            if held is None or wins(plain_job_rank(job), shard, plain_job_rank(held), held["shard"]):
                 best[job["job"]] = job
     jobs = sorted(best.values(), key=job_worst_first)
     return {
@@ -136,7 +139,7 @@ def merge_jobs(found: Found, _params: dict[str, str]) -> dict[str, Any]:
 def merge_node(found: Found, _params: dict[str, str]) -> dict[str, Any]:
     """The shard that heard from the node last; its alerts and those of the others (a job's
     alert naming the node is held where the job is judged)."""
-    shard, body = max(found, key=lambda item: item[1].get("last_seen", 0.0))
+    shard, body = _winner(found, lambda b: node_rank(b.get("last_seen", 0.0)))
     return {
         **body, "shard": shard, "stale_shards": sorted(s for s, _b in found if s != shard),
         "alerts": _merged_alerts((s, b.get("alerts", [])) for s, b in found),
@@ -146,7 +149,7 @@ def merge_node(found: Found, _params: dict[str, str]) -> dict[str, Any]:
 def merge_job(found: Found, _params: dict[str, str]) -> dict[str, Any]:
     """The verdict judged over most nodes (then the newest); a node card its shard does not hold
     (``known: false``) filled from another shard's answer that does."""
-    shard, body = max(found, key=lambda item: _job_rank(item[1]))
+    shard, body = _winner(found, plain_job_rank)
     known: dict[str, dict[str, Any]] = {}
     for other, other_body in found:
         for card in other_body.get("node_details", []):
@@ -225,20 +228,20 @@ def _merged_alerts(lists: Any) -> list[dict[str, Any]]:
     for shard, alerts in lists:
         for row in alerts:
             alert = {**row, "shard": shard}
-            key = (alert["name"], alert["node_id"], alert["key"])
-            held = best.get(key)
-            if held is None or _alert_rank(alert) > _alert_rank(held):
-                best[key] = alert
-    return sorted(best.values(), key=lambda a: (a["ends_at_unix_seconds"] is not None, -a["starts_at_unix_seconds"]))
+            facts = plain_alert(alert)
+            held = best.get(facts.identity)
+            if held is None or wins(facts.rank, shard, plain_alert(held).rank, held["shard"]):
+                best[facts.identity] = alert
+    return sorted(best.values(), key=lambda a: plain_alert(a).order)
 
 
-def _alert_rank(alert: dict[str, Any]) -> tuple[bool, float, float]:
-    ends = alert.get("ends_at_unix_seconds")
-    return (ends is None, alert["starts_at_unix_seconds"], ends or 0.0)
-
-
-def _job_rank(job: dict[str, Any]) -> tuple[int, float]:
-    return (len(job.get("nodes", [])), job.get("time_unix_seconds", 0.0))
+def _winner(found: Found, rank: Callable[[dict[str, Any]], Any]) -> tuple[str, dict[str, Any]]:
+    """The one answer of several shards that ranks first (``rules.wins``)."""
+    shard, body = found[0]
+    for other, other_body in found[1:]:
+        if wins(rank(other_body), other, rank(body), shard):
+            shard, body = other, other_body
+    return shard, body
 
 
 def _add_counts(into: dict[str, int], more: dict[str, int]) -> None:

@@ -24,9 +24,8 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.views.fleet_assets import shell_for
-from nodeagent.collector.views.ledger_page import LedgerPage
-from nodeagent.collector.views.shown_state import (
+from nodeagent.collector.shards.rules import book_alert
+from nodeagent.collector.states import (
     DOWN,
     MOVED,
     NEW,
@@ -34,21 +33,20 @@ from nodeagent.collector.views.shown_state import (
     STOPPED,
     down_after_seconds,
     is_silent,
+    job_sentence,
+    job_shown_state,
+    job_worst_first,
     node_shown_state,
+    worst_first,
 )
+from nodeagent.collector.views.fleet_assets import shell_for
+from nodeagent.collector.views.ledger_page import LedgerPage
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     from nodeagent.collector.views.fleet_state import FleetState
 
-# Worst first: a starved node costs GPU time now, and so does one waiting on another node of its
-# job; a down one says nothing at all; a moved one reports to another collector now.
-STATE_ORDER: Final = (
-    "starved", "waiting", "down", "lost", "throttled", "warmup", "busy", "idle", "no-gpu", "stopped", "new", "moved",
-)  # fmt: skip
-# Jobs: a slowed one costs every GPU of it now.
-JOB_STATE_ORDER: Final = ("slowed", "down", "warmup", "busy", "idle")
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
 # The node page's timeline: this far back, from the collector's history (per-minute rows).
 TIMELINE_SECONDS: Final = 6 * 3600.0
@@ -236,7 +234,7 @@ class FleetPage:
             alerts = server.writer.call_sync(server.alerting.recent, True, timeout=ALERTS_TIMEOUT_SECONDS)
         except TimeoutError:
             return []
-        return sorted(alerts, key=lambda a: (a.ends_at is not None, -a.starts_at))
+        return sorted(alerts, key=lambda a: book_alert(a).order)
 
 
 def _row(node: NodeState, now: float, window_seconds: float, down_seconds: float) -> dict[str, Any]:
@@ -300,30 +298,9 @@ def _jobs_of_nodes(verdicts: tuple[JobVerdict, ...]) -> dict[str, list[str]]:
 def _job_row(verdict: JobVerdict, fresh: set[str]) -> dict[str, Any]:
     """The verdict's plain form, ``down`` as its state when no node of the job reports now."""
     plain = verdict.to_plain()
-    plain["down"] = not any(node in fresh for node in verdict.nodes)
-    if plain["down"]:
-        plain["state"] = "down"
+    plain["state"] = job_shown_state(verdict.state, verdict.nodes, fresh)
+    plain["down"] = plain["state"] == DOWN
     return plain
-
-
-def job_sentence(job: dict[str, Any]) -> str:
-    """A job verdict's plain form (``_job_row``) in one sentence."""
-    nodes, gpus = len(job["nodes"]), job["gpus"]
-    what = f"{gpus} GPU{'s' if gpus != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}"
-    lost = f"{job['gpu_hours_lost']:.2f} GPU-hours lost"
-    wait = job["wait_ratio"]
-    share = f" {wait:.0%} of their time" if wait is not None else ""
-    if job["state"] == "down":
-        return f"{what}: no node of the job has reported for a window; {lost}"
-    if job["state"] != "slowed":
-        return f"{what} {job['state']}" + (f", waiting{share}" if wait else "") + f"; {lost}"
-    if job["job_wide"] or not job["straggler_nodes"]:
-        return f"{what} wait{share} — cause {job['cause'] or 'unknown'} on every node (job-wide); {lost}"
-    held = ", ".join(job["straggler_nodes"])
-    text = f"{what} wait{share} for {held} — cause {job['cause'] or 'unknown'}"
-    if job["needed_bytes_per_second"]:
-        text += f"; keeping them busy needs {job['needed_bytes_per_second'] * 8 / 1e9:.1f} Gb/s there"
-    return f"{text}; {lost}"
 
 
 def _job_gpus(node: NodeState, job: str) -> set[int] | None:
@@ -335,12 +312,6 @@ def _job_gpus(node: NodeState, job: str) -> set[int] | None:
         if sample.job == job and sample.gpus:
             return set(sample.gpus)
     return None
-
-
-def job_worst_first(job: dict[str, Any]) -> tuple[int, float, str]:
-    state = job["state"]
-    rank = JOB_STATE_ORDER.index(state) if state in JOB_STATE_ORDER else len(JOB_STATE_ORDER)
-    return (rank, -job["gpu_hours_lost"], job["job"])
 
 
 def _mean(values: list[float]) -> float | None:
@@ -360,11 +331,6 @@ def _minute_point(row: MinuteRow) -> dict[str, Any]:
         "disk_read_bytes_per_second": v.get("disk_read_bytes_per_second"),
         "cpu_busy_ratio": v.get("cpu_busy_ratio"),
     }
-
-
-def worst_first(row: dict[str, Any]) -> tuple[int, float, float, str]:
-    rank = STATE_ORDER.index(row["state"]) if row["state"] in STATE_ORDER else len(STATE_ORDER)
-    return (rank, -(row["starvation_ratio"] or 0.0), -row["gpu_hours_lost_today"], row["node_id"])
 
 
 def counts(values: Any) -> dict[str, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from nodeagent.collector.views.shown_state import DOWN, MOVED, NEW, NO_GPU, STOPPED
+from nodeagent.collector.states import DOWN, MOVED, NEW, NO_GPU, STOPPED
 from nodeagent.core.detector.verdict_words import forming_words, ingest_words
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -100,7 +100,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     notes = []
     for row in rows:
         ratio = row["starvation_ratio"]
-        # The state is the collector's (collector/views/shown_state.py): the same word as the page's.
+        # The state is the collector's (collector/states.py): the same word as the page's.
         state = row["state"] or "-"
         needs = row["needed_ingest_bytes_per_second"]
         forming = forming_words(row.get("window_seen_seconds") or 0.0, row.get("window_seconds") or 0.0)

@@ -27,9 +27,9 @@ from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.collector.views.metrics_jobs import job_families
-from nodeagent.collector.views.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
@@ -171,29 +171,35 @@ class FleetMetrics:
                 _count_gpus(gpu_states, verdict)
             if detector is not None:
                 fresh.add(node.row.node_id)
-            if not per_node and not per_gpu:
-                continue
-            labels = self._node_label(node.row.node_id)
-            if node.resting:
-                if per_node:
-                    _resting(families, node, labels, state)
-                continue
-            if per_node:
-                self._row(families, node, labels)
-            if verdict is not None:
-                if per_node:
-                    _verdict(families, verdict, labels, state)
-                if per_gpu:
-                    for gpu in verdict.gpus:
-                        _gpu(families, gpu, labels)
-            elif per_node:  # down, or no verdict yet: the state alone, the same word as nodes and the page
-                families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
-            if per_node and detector is not None:
-                _evidence(families, detector.evidence, labels)
-            if per_node and node.history is not None:
-                _gpu_seconds(families, node.history.gpu_seconds(), labels)
+            if per_node or per_gpu:
+                self._node(families, node, detector, verdict, state, per_node=per_node, per_gpu=per_gpu)
         self._summary(families, node_states, gpu_states, per_gpu)
         return render([*families.values(), *job_families(fresh_jobs(self.ingest.jobs.verdicts(), fresh))])
+
+    def _node(
+        self, families: dict[str, TextFamily], node: NodeState, detector: NodeDetector | None,
+        verdict: NodeVerdict | None, state: str, *, per_node: bool, per_gpu: bool,
+    ) -> None:  # fmt: skip
+        """One node's lines in the per-node and per-GPU families, as ``[metrics]`` asks."""
+        labels = self._node_label(node.row.node_id)
+        if node.resting:
+            if per_node:
+                _resting(families, node, labels, state)
+            return
+        if per_node:
+            self._row(families, node, labels)
+        if verdict is not None:
+            if per_node:
+                _verdict(families, verdict, labels, state)
+            if per_gpu:
+                for gpu in verdict.gpus:
+                    _gpu(families, gpu, labels)
+        elif per_node:  # down, or no verdict yet: the state alone, the same word as nodes and the page
+            families["nodeagent_node_state"].add(f"{labels},{_state_labels(state, None, None)}", 1.0)
+        if per_node and detector is not None:
+            _evidence(families, detector.evidence, labels)
+        if per_node and node.history is not None:
+            _gpu_seconds(families, node.history.gpu_seconds(), labels)
 
     @staticmethod
     def _detector(node: NodeState, now: float, down: float) -> NodeDetector | None:

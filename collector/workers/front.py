@@ -18,17 +18,14 @@ from typing import NoReturn
 
 import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
+from nodeagent.collector.ingest.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.ingest.hello import read_hello
 from nodeagent.collector.ingest.source_streams import SourceStreams
-from nodeagent.collector.ingest.streams import INGEST_SERVICE
 from nodeagent.collector.jobstage.front import FrontJobStage
-from nodeagent.collector.query.reflection import enable_operator_reflection
-from nodeagent.collector.service.server import QUERY_SERVICE, ServerConfig
+from nodeagent.collector.service.server import ServerConfig
 from nodeagent.collector.workers.supervisor import Supervisor
-from nodeagent.core.transport.channel import KEEPALIVE_OPTIONS
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
@@ -58,36 +55,17 @@ class FrontServer:
 
     async def start(self) -> int:
         """Bind ``--listen`` and serve (``RuntimeError`` when it cannot be bound); returns the port."""
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", self.config.max_message_bytes),
-                ("grpc.max_send_message_length", self.config.max_message_bytes),
-                ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-                ("grpc.http2.max_ping_strikes", 0),
-                ("grpc.server_handshake_timeout_ms", max(1000, int(self.config.hello_timeout_seconds * 1000))),
-                ("grpc.so_reuseport", 0),  # a second collector on this port must fail, as serve's does
-                *KEEPALIVE_OPTIONS,
-            ]
-        )
-        handler: grpc.RpcMethodHandler[bytes, pb.Ack] = grpc.stream_stream_rpc_method_handler(
-            self._stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
-        )
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})])
-        pb_grpc.add_QueryServicer_to_server(self.queries, server)
+        config = self.config
+        built = build_server(
+            listen=config.listen, security=config.security, policy=self.policy,
+            max_receive_bytes=config.max_message_bytes, max_send_bytes=config.max_message_bytes,
+            hello_timeout_seconds=config.hello_timeout_seconds, stream=self._stream, queries=self.queries,
+        )  # fmt: skip
+        server, self.port, self._health = built.server, built.port, built.health
         # The job roll-up's messages from other collectors, each to the worker it belongs to.
         spec = self.supervisor.spec
         self.job_stage = FrontJobStage([spec.socket_path(i) for i in range(spec.workers)], self.policy)
         js_grpc.add_JobStageServicer_to_server(self.job_stage, server)
-        self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        enable_operator_reflection(
-            [INGEST_SERVICE, QUERY_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server, self.policy
-        )
-        security = self.config.security
-        if security.tls:
-            self.port = server.add_secure_port(self.config.listen, security.credentials())
-        else:
-            self.port = server.add_insecure_port(self.config.listen)
         await server.start()
         self._server = server
         await self._set_health()
@@ -108,7 +86,7 @@ class FrontServer:
             return
         up = self.supervisor.any_up and not self.supervisor.stopping
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ("", INGEST_SERVICE, QUERY_SERVICE):
+        for name in HEALTH_NAMES:
             await self._health.set(name, status)
 
     # ---- the redirect ----

@@ -11,11 +11,11 @@ HTTP server's threads; the asking runs on the front's event loop, where the chan
 from __future__ import annotations
 
 import asyncio
-import http
 from collections.abc import Callable
 
 from nodeagent.collector.shards.fanout import Answer, ShardClients
 from nodeagent.collector.shards.merge import merged_ledger
+from nodeagent.collector.shards.page_bridge import page_on_loop, wait_on_loop
 from nodeagent.collector.shards.page_merge import merge_page, shard_query
 from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
 from nodeagent.collector.views.ledger_page import LedgerPage
@@ -28,6 +28,8 @@ HTML_TYPE = "text/html; charset=utf-8"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # How long one page waits for the workers.
 PAGE_TIMEOUT_SECONDS = 10.0
+# Past the workers' own timeout (ask_all gives up on them by then), a page is answered 504.
+ASK_MARGIN_SECONDS = 5.0
 
 
 class FrontHttp:
@@ -59,13 +61,13 @@ class FrontHttp:
             return "200 OK", HTML_TYPE, shell
         if not path.startswith("/api/"):
             return None
+        return page_on_loop(self._page(path, query), self.loop, self.timeout + ASK_MARGIN_SECONDS)
+
+    async def _page(self, path: str, query: str) -> pb.PageResponse:
         # The shards are asked without the fleet's filters: merge_page applies them after the merge.
-        page = merge_page(path, query, self._ask(path, shard_query(path, query)))
-        try:
-            phrase = http.HTTPStatus(page.status).phrase
-        except ValueError:
-            phrase = "Unknown"
-        return f"{page.status} {phrase}", page.content_type, page.body
+        answers = await self._ask_all(path, shard_query(path, query))
+        # Merged off the loop: a fleet's page is large, and the loop carries the agents' redirects.
+        return await asyncio.to_thread(merge_page, path, query, answers)
 
     def metrics(self) -> bytes:
         answers = self._ask("/metrics", "")
@@ -79,6 +81,7 @@ class FrontHttp:
         return merged_ledger(future.result(self.timeout + 5.0))
 
     def _ask(self, path: str, query: str) -> list[Answer]:
-        request = pb.PageRequest(path=path, query=query)
-        future = asyncio.run_coroutine_threadsafe(self.clients.ask_all("Page", request, self.timeout), self.loop)
-        return future.result(self.timeout + 5.0)
+        return wait_on_loop(self._ask_all(path, query), self.loop, self.timeout + ASK_MARGIN_SECONDS)
+
+    async def _ask_all(self, path: str, query: str) -> list[Answer]:
+        return await self.clients.ask_all("Page", pb.PageRequest(path=path, query=query), self.timeout)

@@ -10,7 +10,7 @@ the GPU's assigned time over the detector's window.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -127,17 +127,17 @@ def node_state(gpus: tuple[GpuVerdict, ...]) -> str:
     return next((s for s in _NODE_STATE_ORDER if s in present), "idle")
 
 
-def majority_cause(votes: Mapping[str, int], latest: str | None = None) -> str | None:
+def majority_cause(votes: Mapping[str, int], latest: str | None = None, order: Sequence[str] = CAUSES) -> str | None:
     """The cause with the most votes, None without any.
 
-    The one tie rule of the detector, for a GPU's window steps and for a node's GPUs alike: a tie
-    goes to ``latest`` (the cause of the most recent step) when it is among the tied, else to the
-    earlier cause in ``CAUSES``.
+    The one tie rule of the detector, for a GPU's window steps, for a node's GPUs and for a job's
+    straggler's steps (``order``: the job roll-up's causes) alike: a tie goes to ``latest`` (the
+    cause of the most recent step) when it is among the tied, else to the earlier cause in ``order``.
     """
     top = max(votes.values(), default=0)
     if top <= 0:
         return None
-    tied = [c for c in CAUSES if votes.get(c, 0) == top]
+    tied = [c for c in order if votes.get(c, 0) == top]
     return latest if latest in tied else tied[0]
 
 

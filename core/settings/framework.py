@@ -315,11 +315,14 @@ def _check_file(
                 )
             known = [*layout.sections, COMMAND_TABLE, *settable(root), *settable(service)]
             raise SettingsError(f"{source}: {key}: unknown key{_suggest(key, known)}")
+    return values, origins, _checked_sections(layout, section_values, source)
+
+
+def _checked_sections(layout: Layout, section_values: dict[str, Any], source: str) -> Mapping[str, Any]:
     try:
-        sections = layout.check_sections(section_values, source)
+        return layout.check_sections(section_values, source)
     except ValueError as err:
         raise SettingsError(str(err)) from err
-    return values, origins, sections
 
 
 # ---- the environment ----------------------------------------------------------------------------

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import grpc
 
-from nodeagent.collector.views.fleet_page import STATE_ORDER
-from nodeagent.collector.views.shown_state import MOVED, STOPPED, down_after_seconds, node_shown_state, shown_state
+from nodeagent.collector.states import MOVED, STOPPED, down_after_seconds, node_shown_state, shown_state, worst_first
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import wait_for
@@ -57,7 +56,12 @@ def _state(shards: Collectors) -> tuple[str, list[str]]:
 
 def test_moved_is_its_own_state_and_sorts_last() -> None:
     assert shown_state("busy", gpu_count=8, silent=True, moved=True) == MOVED
-    assert STATE_ORDER[-1] == MOVED
+    # The page lists it after every other node, the idle and the stopped included.
+    rows = [
+        {"node_id": n, "state": state, "starvation_ratio": None, "gpu_hours_lost_today": 0.0}
+        for n, state in (("a", MOVED), ("b", "idle"), ("c", STOPPED), ("d", "starved"))
+    ]
+    assert [r["node_id"] for r in sorted(rows, key=worst_first)] == ["d", "b", "c", "a"]
 
 
 def test_goodbye_ends_the_stream_marks_the_node_moved_and_a_new_stream_clears_it(tmp_path: Path) -> None:

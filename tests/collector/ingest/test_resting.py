@@ -15,9 +15,9 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.states import node_shown_state
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
-from nodeagent.collector.views.shown_state import node_shown_state
 from nodeagent.tools.simulator import Simulation
 
 DOWN_SECONDS = 60.0
