@@ -28,12 +28,12 @@ from pathlib import Path
 from fleet_page import SCENARIOS, _detector  # type: ignore[import-not-found]  # bench/ sibling
 
 from nodeagent.collector.config import CollectorConfig
-from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.fleet.config import FleetConfig
+from nodeagent.collector.fleet.fanout import Shard, ask_all_sync
+from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
-from nodeagent.collector.shards.config import FleetConfig
-from nodeagent.collector.shards.fanout import Shard, ask_all_sync
-from nodeagent.collector.shards.merge import merge
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -29,17 +29,17 @@ import time
 import urllib.request
 from pathlib import Path
 
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, MinuteRow
-from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.ingest.node_timeline import MAX_POINTS, POINT_SECONDS
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.store.database import Store, StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
-from nodeagent.collector.views.node_timeline import MAX_POINTS, POINT_SECONDS
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.tools.simulator import Simulation

@@ -38,15 +38,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
 from nodeagent.collector.ingest import flush as flush_module
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.ingest.node_timeline import NodeTimeline
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.store.database import StoreWriter
-from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.wire.framing import frame_report
 from nodeagent.core.wire.validate import check_report

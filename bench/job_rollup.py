@@ -35,8 +35,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.jobs.rollup import JobRollup

@@ -16,8 +16,8 @@ from typing import Any
 from nodeagent.collector.alerts.config import AlertConfig, AlertConfigError
 from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
+from nodeagent.collector.fleet.config import FleetConfig, FleetConfigError
 from nodeagent.collector.ledger.prices import Prices, PricesConfigError
-from nodeagent.collector.shards.config import FleetConfig, FleetConfigError
 from nodeagent.collector.views.metrics_config import MetricsConfig, MetricsConfigError
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml

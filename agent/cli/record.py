@@ -19,7 +19,7 @@ from typing import IO
 import click
 
 from nodeagent.agent.config import AgentConfig, ConfigError, load_config
-from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, enabled_names
 from nodeagent.core.wire.trace import TraceWriter

@@ -23,7 +23,7 @@ import structlog
 from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
-from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.report_source import ReportSequence, ReportSource
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.service.daemon import DRAIN_SECONDS, DaemonSettings, MetricsListenError, Outcome, run_daemon

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
-from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots
 from nodeagent.agent.views.plain_json import to_plain

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.live import Live
 
 from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
-from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots
 from nodeagent.agent.views.snapshots import snapshot

@@ -16,7 +16,7 @@ from nodeagent.agent.config import GpuDeadlines
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.deadlines import GpuReaders, Overrun
-from nodeagent.agent.sampling.kernel_files import raise_open_file_limit
+from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, enabled_names
 from nodeagent.v1 import nodeagent_pb2 as pb

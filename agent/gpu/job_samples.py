@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from nodeagent.agent.gpu.job_identity import JobIdentity
-from nodeagent.agent.sampling.kernel_files import KernelFiles
-from nodeagent.agent.sources.pressure import parse_pressure
+from nodeagent.agent.kernel.files import KernelFiles
+from nodeagent.agent.kernel.pressure import parse_pressure
 from nodeagent.core.wire.validate import MAX_JOBS, MAX_RANKS
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -15,7 +15,7 @@ import structlog
 
 from nodeagent import __version__
 from nodeagent.agent.config import AgentConfig
-from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sampling.report_source import ReportSequence
 from nodeagent.agent.sources import Roots, Source, SourceContext, available
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -1,7 +1,6 @@
 """Sources of a node report, one module each, registered by name."""
 
-from nodeagent.agent.gpu import source as gpu  # noqa: F401 - registers
-from nodeagent.agent.sources import cpu, diskstats, infiniband, meminfo, netdev, pressure  # noqa: F401 - registers
+from nodeagent.agent.sources import cpu, diskstats, gpu, infiniband, meminfo, netdev, pressure  # noqa: F401 - registers
 from nodeagent.agent.sources.base import Roots, Source, SourceContext, SourceOption
 from nodeagent.agent.sources.registry import UnknownSourceError, available, enabled_names
 

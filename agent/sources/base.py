@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from nodeagent.agent.config import AgentConfig
-from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 

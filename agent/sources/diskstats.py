@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nodeagent.agent.sampling.kernel_files import list_dir
+from nodeagent.agent.kernel.files import list_dir
 from nodeagent.agent.sources.base import Source, SourceContext, SourceOption
 from nodeagent.agent.sources.registry import register
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nodeagent.agent.sampling.kernel_files import list_dir
+from nodeagent.agent.kernel.files import list_dir
 from nodeagent.agent.sources.base import Source, SourceContext
 from nodeagent.agent.sources.registry import register
 from nodeagent.core.quantities.rates import is_saturated

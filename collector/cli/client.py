@@ -1,8 +1,8 @@
 """The query commands' side of the wire: flags to reach a collector, and one call.
 
 Several collectors (``--collector`` repeated, or ``[fleet] collectors`` of ``--config`` when no
-``--collector`` is given): every one is asked at once (``collector/shards/fanout.py``), the
-answers merged (``collector/shards/merge.py``), a collector that did not answer said in one line
+``--collector`` is given): every one is asked at once (``collector/fleet/fanout.py``), the
+answers merged (``collector/fleet/merge.py``), a collector that did not answer said in one line
 on stderr; the command fails only when none answered. One collector: one call, as ever."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import click
 import grpc
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
-from nodeagent.collector.shards.answer_pages import KINDS, PAGE_BYTES
-from nodeagent.collector.shards.config import FleetConfig
-from nodeagent.collector.shards.fanout import Answer, Shard, ShardClients, ask_all_sync, ask_stream_sync
-from nodeagent.collector.shards.merge import merge
-from nodeagent.collector.shards.stream_merge import merged_pages
+from nodeagent.collector.fleet.answer_pages import KINDS, PAGE_BYTES
+from nodeagent.collector.fleet.config import FleetConfig
+from nodeagent.collector.fleet.fanout import Answer, Shard, ShardClients, ask_all_sync, ask_stream_sync
+from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.stream_merge import merged_pages
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
 from nodeagent.core.transport.diagnosis import unreachable_reason
@@ -87,7 +87,7 @@ def client_options(func: F) -> F:
 
 def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
     """Call one Query method; a one-line ``ClickException`` when the collector cannot answer.
-    Several collectors: the merged answer (its ``shards`` say who answered)."""
+    Several collectors: the merged answer (its ``fleet`` say who answered)."""
     if len(collectors(options)) > 1:
         return merge(method, ask_each(options, method, **fields))
     target, security = _reach(options)
@@ -112,7 +112,7 @@ def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:
     """A streaming Query method (``StreamNodes``, ``StreamAlerts``, ``StreamJobs``,
     ``StreamJobTotals``) read page by page into one answer of its unary twin's type, however
     large: no answer is bounded by one message. A collector without it (older) is asked the
-    unary twin. Several collectors: their streams merged page by page (``shards/stream_merge.py``),
+    unary twin. Several collectors: their streams merged page by page (``fleet/stream_merge.py``),
     one line on stderr for each that did not answer, ``RuntimeFailure`` when none did."""
     kind = KINDS[method]
     whole: Any = kind.page()

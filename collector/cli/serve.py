@@ -2,7 +2,7 @@
 collector.toml; it receives agent streams, stores them and answers queries until SIGTERM or SIGINT.
 
 Only this command's modules load here: the daemon carries none of the demo's, the load
-generator's or the query commands' (``tests/collector/test_serve_imports.py``).
+generator's or the query commands' (``tests/collector/cli/test_serve_imports.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import click
 import structlog
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
-from nodeagent.collector.history.rollup import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
+from nodeagent.collector.fleet.config import FleetConfigError
+from nodeagent.collector.history.node_history import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import (
     DEFAULT_MAX_CLOCK_AHEAD_SECONDS,
     DEFAULT_MAX_CLOCK_BEHIND_SECONDS,
@@ -36,7 +37,6 @@ from nodeagent.collector.remote_write.config import (
 )
 from nodeagent.collector.service.run import run_server
 from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES, ServerConfig
-from nodeagent.collector.shards.config import FleetConfigError
 from nodeagent.collector.store.database import default_db_path
 from nodeagent.core.transport.channel import parse_target
 from nodeagent.core.transport.security import SecurityConfigError, ServerSecurity

@@ -1,6 +1,6 @@
 """A minute being built: its columns' sums and counts by index, its held seconds and their split.
 
-``rollup.NodeHistory`` keeps one per GPU and one for the node while the minute is open, adds
+``node_history.NodeHistory`` keeps one per GPU and one for the node while the minute is open, adds
 each report's values (the ingest path's hot loop) and makes the ``MinuteRow`` a flush writes.
 """
 

@@ -1,6 +1,6 @@
 """The ledger's split: each GPU's held time, by what it did with it.
 
-A GPU is held while its verdict names a job (``rollup``'s ``held_seconds``). Every held second is
+A GPU is held while its verdict names a job (``node_history``'s ``held_seconds``). Every held second is
 counted once, in one of ``CATEGORIES``: ``computing``, or lost to the node's own data causes
 (``network``, ``storage``, ``cpu``, ``h2d``), to the collective (``interconnect``), to another
 node of the job (``waiting``, the detector's `waiting` state), to clock throttling

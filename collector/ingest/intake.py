@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from nodeagent.collector.alerts.front import Alerting
-from nodeagent.collector.history.rollup import HistoryConfig, NodeHistory
+from nodeagent.collector.alerts.alerting import Alerting
+from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
 from nodeagent.collector.ingest.clock_bounds import ClockBounds, ClockRefusals
 from nodeagent.collector.ingest.flush import Flusher
 from nodeagent.collector.ingest.node_state import (

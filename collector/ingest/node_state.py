@@ -19,9 +19,9 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from nodeagent.collector.history.rollup import NodeHistory
+from nodeagent.collector.history.node_history import NodeHistory
+from nodeagent.collector.ingest.node_timeline import NodeTimeline
 from nodeagent.collector.store.nodes import NodeRow
-from nodeagent.collector.views.node_timeline import NodeTimeline
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -28,7 +28,7 @@ from typing import Final
 
 from nodeagent.collector.history.batch import StoredReport
 from nodeagent.collector.history.minutes import MinuteRow
-from nodeagent.collector.history.rollup import NodeHistory
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.ingest.node_state import NodeState
 
 # Silent nodes are looked for this often (a walk over every node, as NodeDown's).

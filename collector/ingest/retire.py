@@ -24,7 +24,7 @@ from typing import Final
 
 import structlog
 
-from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.store.database import Store
 

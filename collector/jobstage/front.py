@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 
+from nodeagent.collector.fleet.fanout import Shard, open_shard_channel
 from nodeagent.collector.query.service import authorize_operator
-from nodeagent.collector.shards.fanout import Shard, open_shard_channel
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import jobstage_pb2 as js

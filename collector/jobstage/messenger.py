@@ -24,11 +24,11 @@ from typing import TypeVar
 import grpc
 import structlog
 
+from nodeagent.collector.fleet.fanout import Shard, open_shard_channel, shard_metadata
 from nodeagent.collector.jobs.messages import JobWait, NodeMessage
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.wire import node_messages_to_pb, waits_to_pb
 from nodeagent.collector.jobstage.routes import Place, Routes
-from nodeagent.collector.shards.fanout import Shard, open_shard_channel, shard_metadata
 from nodeagent.core.transport.channel import ClientSecurity
 from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
 

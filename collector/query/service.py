@@ -12,7 +12,7 @@ per caller and in all), its store time is bounded (``QueryBounds.read_seconds``)
 rows; the merging and the totals run on the reader's thread, not on the event loop.
 
 ``Page`` answers what the HTTP listener would (``/metrics``, the fleet page's JSON), on a thread.
-A call that carries ``LOCAL_HEADER`` (``collector/shards/fanout.py``) is answered with this
+A call that carries ``LOCAL_HEADER`` (``collector/fleet/fanout.py``) is answered with this
 collector's own nodes; without it, a collector with ``[fleet] collectors`` merges the others'
 pages into its own, as its fleet page does. The other methods always answer with this
 collector's own: the query commands merge several collectors themselves."""
@@ -27,6 +27,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from nodeagent.collector.fleet.answer_pages import KINDS, page_bytes, pages_of
+from nodeagent.collector.fleet.fanout import UNIX_MESSAGE_BYTES, is_local_call
+from nodeagent.collector.fleet.fleet_pages import FleetPages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
@@ -35,9 +38,6 @@ from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
-from nodeagent.collector.shards.answer_pages import KINDS, page_bytes, pages_of
-from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES, is_local_call
-from nodeagent.collector.shards.fleet_pages import FleetPages
 from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
@@ -79,7 +79,7 @@ class QueryService(pb_grpc.QueryServicer):
         return pb.ListNodesResponse(nodes=self._node_summaries())
 
     async def StreamNodes(self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        """ListNodes in pages, by node id (``shards/answer_pages.py``)."""
+        """ListNodes in pages, by node id (``fleet/answer_pages.py``)."""
         await self._authorize(context)
         await self._send_pages(context, "StreamNodes", self._node_summaries())
 

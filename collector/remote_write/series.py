@@ -10,7 +10,7 @@ value and timestamp and serializes it. The template is rebuilt from labels kept 
 the set of series changes (per-core CPU times every 30 s, a lost GPU, a verdict's state label).
 
 The job roll-up's verdicts are series too (``JobSeries``), under the collector's ``/metrics``
-names (``collector/views/metrics_jobs.py``), once per evaluation of each job rather than with
+names (``collector/jobs/families.py``), once per evaluation of each job rather than with
 every report of each of its nodes: a job's series are sent when its verdict is newer than the
 one sent last, stamped with the verdict's time.
 """
@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from nodeagent.collector.history.split import CATEGORIES
+from nodeagent.collector.jobs.families import job_families
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.states import shown_state
-from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families

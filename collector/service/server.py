@@ -16,12 +16,14 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2
 
-from nodeagent.collector.alerts.front import Alerting
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.config import CollectorConfig
+from nodeagent.collector.fleet.config import is_this_collector
+from nodeagent.collector.fleet.fanout import UNIX_MESSAGE_BYTES
+from nodeagent.collector.fleet.fleet_pages import FleetPages
 from nodeagent.collector.history.counters import SplitCounters
-from nodeagent.collector.history.rollup import HistoryConfig
+from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds
-from nodeagent.collector.ingest.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS
@@ -39,9 +41,7 @@ from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.service import UNBOUNDED_ANSWER_BYTES, QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
 from nodeagent.collector.remote_write.process import RemoteWriteProcess
-from nodeagent.collector.shards.config import is_this_collector
-from nodeagent.collector.shards.fanout import UNIX_MESSAGE_BYTES
-from nodeagent.collector.shards.fleet_pages import FleetPages
+from nodeagent.collector.service.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import ReadDeadlineError, StoreReader

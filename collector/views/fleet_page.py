@@ -24,7 +24,7 @@ from nodeagent.collector.alerts.book import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.shards.rules import book_alert
+from nodeagent.collector.merge_rules import book_alert
 from nodeagent.collector.states import (
     DOWN,
     MOVED,

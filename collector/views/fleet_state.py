@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from nodeagent.collector.alerts.front import Alerting
+    from nodeagent.collector.alerts.alerting import Alerting
     from nodeagent.collector.ingest.intake import Ingest
     from nodeagent.collector.jobstage.messenger import JobMessenger
     from nodeagent.collector.remote_write.process import RemoteWriteProcess

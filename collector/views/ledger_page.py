@@ -3,8 +3,8 @@ JSON, ``/api/ledger``.
 
 Both read ``Query.Ledger``'s answer through an ``ask`` given by whoever serves the page: a
 collector's own store (``CollectorServer.ask_ledger``), a front's workers merged
-(``workers/front_http.py``), or several collectors merged (``shards/fleet_pages.py``), each by
-``shards/merge.py``'s rules, as the ``ledger`` command gets it. ``?by=job|node|fleet`` (job),
+(``workers/front_http.py``), or several collectors merged (``fleet/fleet_pages.py``), each by
+``fleet/merge.py``'s rules, as the ``ledger`` command gets it. ``?by=job|node|fleet`` (job),
 ``?since=`` a span back from ``?until=`` (30d) or a time, ``?until=`` (now), ``?sort=lost|held|name``
 (the money lost first), ``?job=KEY`` one job's section. A bad value is a 400 with one line.
 """

@@ -26,10 +26,10 @@ from typing import Final
 from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.jobs.families import job_families
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.views.metrics_config import MetricsConfig
-from nodeagent.collector.views.metrics_jobs import job_families
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict

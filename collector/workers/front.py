@@ -20,10 +20,10 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2
 
-from nodeagent.collector.ingest.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.ingest.hello import read_hello
 from nodeagent.collector.ingest.source_streams import SourceStreams
 from nodeagent.collector.jobstage.front import FrontJobStage
+from nodeagent.collector.service.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.service.server import ServerConfig
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.rendezvous import owner_index

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from nodeagent.collector.shards.fanout import Answer, ShardClients
-from nodeagent.collector.shards.merge import merged_ledger
-from nodeagent.collector.shards.page_bridge import page_on_loop, wait_on_loop
-from nodeagent.collector.shards.page_merge import merge_page, shard_query
+from nodeagent.collector.fleet.fanout import Answer, ShardClients
+from nodeagent.collector.fleet.merge import merged_ledger
+from nodeagent.collector.fleet.page_bridge import page_on_loop, wait_on_loop
+from nodeagent.collector.fleet.page_merge import merge_page, shard_query
 from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
 from nodeagent.collector.views.ledger_page import LedgerPage
 from nodeagent.collector.workers.front_metrics import FRONT_LABEL

@@ -2,10 +2,10 @@
 
 Operators only, as on a single collector (``authorize_operator``); the workers are asked on
 their unix sockets (the front's calls). ListNodes, ListAlerts, ListJobs, Jobs, Ledger and History merge
-by the rules of ``nodeagent.collector.shards.merge`` (a worker that does not answer in time is
-named in ``shards`` and the merge goes on without it). Their streaming twins (StreamNodes,
+by the rules of ``nodeagent.collector.fleet.merge`` (a worker that does not answer in time is
+named in ``fleet`` and the merge goes on without it). Their streaming twins (StreamNodes,
 StreamAlerts, StreamJobs, StreamJobTotals) and StreamHistory merge the workers' streams page by
-page (``shards/stream_merge.py``): an answer of any size, a page per worker held at a time, and
+page (``fleet/stream_merge.py``): an answer of any size, a page per worker held at a time, and
 pages under ``--max-message-bytes``. LatestReport and ForgetNode go to every worker: a node is on one, which answers;
 the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page over gRPC.
 """
@@ -20,14 +20,14 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from nodeagent.collector.fleet.answer_pages import KINDS, page_bytes
+from nodeagent.collector.fleet.fanout import Answer, ShardClients
+from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.page_merge import merge_page
+from nodeagent.collector.fleet.stream_merge import merged_pages
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.service import authorize_operator
 from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES
-from nodeagent.collector.shards.answer_pages import KINDS, page_bytes
-from nodeagent.collector.shards.fanout import Answer, ShardClients
-from nodeagent.collector.shards.merge import merge
-from nodeagent.collector.shards.page_merge import merge_page
-from nodeagent.collector.shards.stream_merge import merged_pages
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc

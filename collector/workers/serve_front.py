@@ -25,9 +25,9 @@ from pathlib import Path
 import click
 import structlog
 
+from nodeagent.collector.fleet.fanout import Shard, ShardClients
 from nodeagent.collector.service.run import bind_error
 from nodeagent.collector.service.server import ServerConfig
-from nodeagent.collector.shards.fanout import Shard, ShardClients
 from nodeagent.collector.store.database import lock_path
 from nodeagent.collector.workers.front import FrontServer
 from nodeagent.collector.workers.front_http import FrontHttp

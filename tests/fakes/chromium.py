@@ -2,7 +2,7 @@
 open a page at a given viewport, wait for its script to draw, measure it, take a screenshot.
 
 No WebSocket and no driver package: Chromium reads commands from its fd 3 and writes answers
-to fd 4, one JSON message each, NUL-terminated. As in ``tests/collector/test_fleet_page.py``,
+to fd 4, one JSON message each, NUL-terminated. As in ``tests/collector/views/test_fleet_page.py``,
 every name resolves to nothing but 127.0.0.1 and anything else goes to a proxy that does not
 exist: no request leaves the machine.
 """

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.agent.gpu.view import gpu_rows
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.validate import check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml

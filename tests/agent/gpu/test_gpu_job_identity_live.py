@@ -15,7 +15,7 @@ import pytest
 
 from nodeagent.agent.gpu import processes
 from nodeagent.agent.gpu.processes import ProcessReader, parse_cgroup
-from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4

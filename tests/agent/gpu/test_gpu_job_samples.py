@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nodeagent.agent.gpu.job_identity import JobIdentity, Ranks
 from nodeagent.agent.gpu.job_samples import JobMember, job_samples
-from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.validate import MAX_JOBS, MAX_RANKS, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml

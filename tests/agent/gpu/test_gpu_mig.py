@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent.gpu.mig import profile_of
-from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.detector.mig import slices_of
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml

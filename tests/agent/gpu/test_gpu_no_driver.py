@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.agent.gpu.view import render_gpu_table
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 

@@ -16,7 +16,7 @@ import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from tests.conftest import require
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, exported_symbols, nvml_include_dir

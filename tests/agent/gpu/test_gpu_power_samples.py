@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent.config import AgentConfig, ConfigError, GpuDeadlines, config_from_mapping
-from nodeagent.agent.gpu.source import GpuSource
-from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FakeNvmlState, a100_sxm4, h100_sxm5

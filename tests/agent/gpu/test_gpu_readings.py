@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from nodeagent.agent.gpu.source import GpuSource
 from nodeagent.agent.gpu.suspect_fields import HOLD_SECONDS, SuspectReadings, contradictions
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4, b200

@@ -355,7 +355,7 @@ def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_col
     crafts them: each hardware fault of an 8xA100 node raises its alert."""
     import time as wall
 
-    from nodeagent.agent.gpu.source import GpuSource
+    from nodeagent.agent.sources.gpu import GpuSource
     from tests.fakes.nvml.state import a100_sxm4
 
     state = fake_nvml.load(a100_sxm4())

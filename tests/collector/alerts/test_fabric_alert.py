@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.report_rules import FABRIC_UNHEALTHY, NodeRules
 from nodeagent.core.detector.alert_signals import AlertSignal

@@ -15,11 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import NODE_ROW
-from nodeagent.collector.history.rollup import OPEN_WRITE_SECONDS, QUIET_MARGIN_SECONDS, HistoryConfig, NodeHistory
+from nodeagent.collector.history.node_history import (
+    OPEN_WRITE_SECONDS,
+    QUIET_MARGIN_SECONDS,
+    HistoryConfig,
+    NodeHistory,
+)
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay

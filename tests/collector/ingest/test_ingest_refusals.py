@@ -19,8 +19,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
 from nodeagent.collector.store.database import StoreWriter

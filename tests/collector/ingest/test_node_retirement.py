@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 import pytest
 
+from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.alerts.front import Alerting
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
 from nodeagent.collector.ingest.retire import RetireRefusedError

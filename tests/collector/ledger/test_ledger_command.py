@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from nodeagent.collector.config import config_from_mapping
+from nodeagent.collector.fleet.fanout import Answer
+from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
-from nodeagent.collector.shards.fanout import Answer
-from nodeagent.collector.shards.merge import merge
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.trees import REPO

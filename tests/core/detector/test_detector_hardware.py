@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent.gpu.source import GpuSource
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.detector.node import DetectorConfig, NodeDetector
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.agent.gpu.test_gpu_mig import PODS, pod_tree, split

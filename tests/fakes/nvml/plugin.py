@@ -26,9 +26,9 @@ import pytest
 
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.source import GpuSource
-from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
+from nodeagent.agent.sources.gpu import GpuSource
 from tests.fakes.nvml.build import LIBRARY_NAME, FakeNvmlUnavailable, build_fake_nvml
 from tests.fakes.nvml.state import FakeNvmlState
 

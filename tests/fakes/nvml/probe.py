@@ -14,9 +14,9 @@ from google.protobuf.json_format import MessageToDict
 
 from nodeagent.agent.config import AgentConfig
 from nodeagent.agent.gpu import nvml
-from nodeagent.agent.gpu.source import GpuSource
-from nodeagent.agent.sampling.kernel_files import KernelFiles
+from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
+from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 

@@ -1,0 +1,267 @@
+"""The fleet page's answers from several shards (``Page`` RPC replies) made into one page.
+
+JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
+items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``rules.py``; nodes by
+id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
+verdict over most nodes), each tagged with its ``shard``, re-sorted as the page sorts them, the
+counts per state re-summed, and a ``"shards"`` list saying which shard answered. A node's page is
+the answer of the shard that heard from the node last. ``/api/fleet``'s filters (``state``,
+``cause``) are applied here, after the merge: ask the shards with ``shard_query`` (the filters
+taken off), so that a stale copy on one shard never stands in for the fresh one on another.
+
+``/metrics`` (Prometheus text): each family's HELP and TYPE once, the samples of every shard
+after them, an identical series from several shards kept once (the first).
+
+The HTML shells are the same on every shard: the first answer's is the page.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nodeagent.collector.fleet.fanout import Answer
+from nodeagent.collector.merge_rules import node_rank, plain_alert, plain_job_rank, stale_shards, wins
+from nodeagent.collector.states import job_worst_first, worst_first
+from nodeagent.collector.views.fleet_page import JSON_TYPE, counts
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+FILTERS = ("state", "cause")
+_SOURCE = "gpu_hours_lost_today_source"
+METRICS_PATH = "/metrics"
+
+
+def merge_page(path: str, query: str, answers: Sequence[Answer]) -> pb.PageResponse:
+    """One page for ``path?query`` from the shards' ``PageResponse``s."""
+    shards = shard_list(answers)
+    pages = [(a.shard, a.reply) for a in answers if not a.error and isinstance(a.reply, pb.PageResponse)]
+    if path == METRICS_PATH:
+        texts = [reply.body.decode() for _shard, reply in pages if reply.status == 200]
+        content_type = next((reply.content_type for _shard, reply in pages), "text/plain; version=0.0.4")
+        return pb.PageResponse(status=200, content_type=content_type, body=merge_metrics_text(texts).encode())
+    merger = _json_merger(path)
+    if merger is None:  # an HTML shell, a script: the same on every shard
+        if pages:
+            return pages[0][1]
+        return _json_reply(502, {"error": "no shard answered", "shards": shards})
+    found = [(shard, json.loads(reply.body)) for shard, reply in pages if reply.status == 200]
+    if not found:
+        missing = next((reply for _shard, reply in pages if reply.status == 404), None)
+        if missing is not None:
+            body = json.loads(missing.body or b"{}")
+            return _json_reply(404, {**body, "shards": shards})
+        return _json_reply(502, {"error": "no shard answered", "shards": shards})
+    params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
+    merged = merger(found, params)
+    merged["shards"] = shards
+    return _json_reply(200, merged)
+
+
+def shard_query(path: str, query: str) -> str:
+    """The query to ask each shard for ``path``: ``/api/fleet``'s filters left to the merge."""
+    if path != "/api/fleet":
+        return query
+    kept = [(k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k not in FILTERS]
+    return urllib.parse.urlencode(kept)
+
+
+def shard_list(answers: Sequence[Answer]) -> list[dict[str, Any]]:
+    return [{"shard": a.shard, "answered": not a.error, "error": a.error} for a in answers]
+
+
+Found = list[tuple[str, dict[str, Any]]]
+
+
+def merge_fleet(found: Found, params: dict[str, str]) -> dict[str, Any]:
+    best: dict[str, dict[str, Any]] = {}
+    stale: dict[str, list[dict[str, Any]]] = {}
+    states: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for shard, body in found:
+        _add_counts(states, body.get("states", {}))
+        _add_counts(causes, body.get("causes", {}))
+        for node in body.get("nodes", []):
+            node["shard"] = shard  # the parsed answers are this merge's own: tagged in place
+            held = best.get(node["node_id"])
+            rank = node_rank(node["last_seen"])
+            if held is None or wins(rank, shard, node_rank(held["last_seen"]), held["shard"]):
+                best[node["node_id"]] = node
+                loser = held
+            else:
+                loser = node
+            if loser is not None:
+                stale.setdefault(loser["node_id"], []).append(loser)
+    # A node counted on two shards is one node: its stale copies leave the counts.
+    for copies in stale.values():
+        for copy in copies:
+            _add_counts(states, {copy["state"]: -1})
+            if copy.get("cause"):
+                _add_counts(causes, {copy["cause"]: -1})
+    nodes = []
+    state, cause = params.get("state"), params.get("cause")
+    for node_id, node in best.items():
+        node["stale_shards"] = stale_shards(node["shard"], [c["shard"] for c in stale.get(node_id, [])])
+        if (not state or node["state"] == state) and (not cause or node.get("cause") == cause):
+            nodes.append(node)
+    nodes.sort(key=worst_first)
+    sources = sorted({str(body["gpu_hours_lost_today_source"]) for _s, body in found if body.get(_SOURCE)})
+    return {
+        "time_unix_seconds": max(body.get("time_unix_seconds", 0.0) for _s, body in found),
+        "gpu_hours_lost_today_source": "; ".join(sources),
+        "states": {k: v for k, v in states.items() if v > 0},
+        "causes": {k: v for k, v in causes.items() if v > 0},
+        "nodes": nodes,
+    }
+
+
+def merge_alert_list(found: Found, _params: dict[str, str]) -> dict[str, Any]:
+    return {"alerts": _merged_alerts((shard, body.get("alerts", [])) for shard, body in found)}
+
+
+def merge_jobs(found: Found, _params: dict[str, str]) -> dict[str, Any]:
+    best: dict[str, dict[str, Any]] = {}
+    for shard, body in found:
+        for row in body.get("jobs", []):
+            job = {**row, "shard": shard}
+            held = best.get(job["job"])
+            if held is None or wins(plain_job_rank(job), shard, plain_job_rank(held), held["shard"]):
+                best[job["job"]] = job
+    jobs = sorted(best.values(), key=job_worst_first)
+    return {
+        "time_unix_seconds": max(body.get("time_unix_seconds", 0.0) for _s, body in found),
+        "states": counts(j["state"] for j in jobs),
+        "jobs": jobs,
+    }
+
+
+def merge_node(found: Found, _params: dict[str, str]) -> dict[str, Any]:
+    """The shard that heard from the node last; its alerts and those of the others (a job's
+    alert naming the node is held where the job is judged)."""
+    shard, body = _winner(found, lambda b: node_rank(b.get("last_seen", 0.0)))
+    return {
+        **body, "shard": shard, "stale_shards": sorted(s for s, _b in found if s != shard),
+        "alerts": _merged_alerts((s, b.get("alerts", [])) for s, b in found),
+    }  # fmt: skip
+
+
+def merge_job(found: Found, _params: dict[str, str]) -> dict[str, Any]:
+    """The verdict judged over most nodes (then the newest); a node card its shard does not hold
+    (``known: false``) filled from another shard's answer that does."""
+    shard, body = _winner(found, plain_job_rank)
+    known: dict[str, dict[str, Any]] = {}
+    for other, other_body in found:
+        for card in other_body.get("node_details", []):
+            if card.get("known") and card["node_id"] not in known:
+                known[card["node_id"]] = {**card, "shard": other}
+    cards = []
+    for card in body.get("node_details", []):
+        if card.get("known"):
+            cards.append({**card, "shard": shard})
+        else:
+            cards.append(known.get(card["node_id"], card))
+    return {
+        **body, "shard": shard, "node_details": cards,
+        "alerts": _merged_alerts((s, b.get("alerts", [])) for s, b in found),
+    }  # fmt: skip
+
+
+def merge_metrics_text(texts: Sequence[str]) -> str:
+    """Prometheus text of several shards as one page: families in the order first seen, HELP and
+    TYPE once each, samples concatenated, a series seen twice kept once (the first)."""
+    order: list[str] = []
+    heads: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for text in texts:
+        family = ""
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            if line.startswith("#"):
+                parts = line.split(None, 3)
+                if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                    family = parts[2]
+                    if family not in heads:
+                        order.append(family)
+                        heads[family], samples[family] = [], []
+                    if not any(h.split(None, 2)[1] == parts[1] for h in heads[family]):
+                        heads[family].append(line)
+                continue
+            series = series_of(line)
+            if series in seen:
+                continue
+            seen.add(series)
+            if family not in heads or not series.startswith(family):
+                family = series.split("{", 1)[0]
+                if family not in heads:
+                    order.append(family)
+                    heads[family], samples[family] = [], []
+            samples[family].append(line)
+    out = [line for family in order for line in (*heads[family], *samples[family])]
+    return "\n".join(out) + "\n" if out else ""
+
+
+def series_of(line: str) -> str:
+    """A sample line's series (name and labels), without its value and timestamp."""
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace < 0 or 0 <= space < brace:
+        return line.split(" ", 1)[0]
+    quoted = escaped = False
+    for i in range(brace, len(line)):
+        c = line[i]
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == '"':
+            quoted = not quoted
+        elif c == "}" and not quoted:
+            return line[: i + 1]
+    return line
+
+
+def _merged_alerts(lists: Any) -> list[dict[str, Any]]:
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for shard, alerts in lists:
+        for row in alerts:
+            alert = {**row, "shard": shard}
+            facts = plain_alert(alert)
+            held = best.get(facts.identity)
+            if held is None or wins(facts.rank, shard, plain_alert(held).rank, held["shard"]):
+                best[facts.identity] = alert
+    return sorted(best.values(), key=lambda a: plain_alert(a).order)
+
+
+def _winner(found: Found, rank: Callable[[dict[str, Any]], Any]) -> tuple[str, dict[str, Any]]:
+    """The one answer of several shards that ranks first (``rules.wins``)."""
+    shard, body = found[0]
+    for other, other_body in found[1:]:
+        if wins(rank(other_body), other, rank(body), shard):
+            shard, body = other, other_body
+    return shard, body
+
+
+def _add_counts(into: dict[str, int], more: dict[str, int]) -> None:
+    for key, n in more.items():
+        into[key] = into.get(key, 0) + n
+
+
+def _json_reply(status: int, body: dict[str, Any]) -> pb.PageResponse:
+    return pb.PageResponse(status=status, content_type=JSON_TYPE, body=json.dumps(body, separators=(",", ":")).encode())
+
+
+def _json_merger(path: str) -> Callable[[Found, dict[str, str]], dict[str, Any]] | None:
+    if path == "/api/fleet":
+        return merge_fleet
+    if path == "/api/alerts":
+        return merge_alert_list
+    if path == "/api/jobs":
+        return merge_jobs
+    if path.startswith("/api/node/"):
+        return merge_node
+    if path.startswith("/api/job/"):
+        return merge_job
+    return None

@@ -1,0 +1,405 @@
+"""A node's history as the ingest path builds it: its minutes summed per GPU and full-resolution reports.
+
+Every accepted report updates the node's open minute (one row per GPU and one for the node, gpu
+``-1``); a flush takes the rows it touched and the reports it took, and the store writes them in
+the same transaction as the node's counters and watermarks, so an acknowledged report's minute
+is as durable as its count. A minute row is written whole each time (an upsert of its running
+means), so writing it again after a failed flush, or a later flush of the same minute, is
+idempotent. After a restart the node's last stored minute seeds the open one, so reports of that
+minute sent again after the restart add to it instead of replacing it.
+
+Minutes are the report's own time (``time_unix_seconds``), so a simulation or a replayed trace
+lands where its reports say. Rates (NIC, RDMA, disk, CPU) are from reports of the node
+``RATE_EVERY_SECONDS`` apart (``node_rates``). The columns and how each merges are in ``minutes``;
+what a flush takes away, in ``batch``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from nodeagent.collector.history import split
+from nodeagent.collector.history.batch import HistoryBatch, StoredReport
+from nodeagent.collector.history.counters import SplitCounters
+from nodeagent.collector.history.forming import Forming, provisional
+from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.node_rates import node_rates
+from nodeagent.collector.history.open_minute import OpenMinute
+from nodeagent.collector.states import shown_state
+from nodeagent.core.detector.config import DetectorConfig
+from nodeagent.core.detector.verdict import NodeVerdict
+from nodeagent.core.quantities.rates import increase_across_reset
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+# Full-resolution reports kept per node, and per-minute rows (``serve --history-*``).
+DEFAULT_REPORTS_SECONDS: Final = 3600.0
+DEFAULT_RETENTION_SECONDS: Final = 14 * 86400.0
+# Old rows of a node are deleted at most this often (in its report time): each delete is a
+# range scan in the flush transaction.
+PRUNE_EVERY_SECONDS: Final = 30.0
+# The open minute is written at most this often (report time); see NodeHistory.
+OPEN_WRITE_SECONDS: Final = 5.0
+# ... or once its node went quiet: no report for this long (wall clock) past its usual gap between
+# reports (at most OPEN_WRITE_SECONDS of it). A node on time is never quiet: at 1 Hz, a silence
+# of 1 s is the next report on its way, and writing then would write the minute with every report.
+QUIET_MARGIN_SECONDS: Final = 0.5
+# NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
+RATE_EVERY_SECONDS: Final = 5.0
+# The ledger sums a node's minutes per hour once its reports moved past the hour.
+HOUR_SECONDS: Final = 3600
+# A report stands for the time since the one before it, at most this long (the detector's
+# ``max_interval_seconds``): after a silence, one report is not minutes of a job.
+MAX_HELD_INTERVAL_SECONDS: Final = 10.0
+# Past that, the rest of a silence within one epoch is a gap: held (the GPU names a job again after
+# it), but no report says what it did, so it counts ``unknown`` in the split, for at most this long
+# (a longer silence is a node that was down, not a job's time).
+MAX_GAP_SECONDS: Final = 900.0
+
+WINDOW: Final = DetectorConfig().window_seconds  # the detector's, when the caller does not say
+
+_UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
+_RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryConfig:
+    reports_seconds: float = DEFAULT_REPORTS_SECONDS
+    retention_seconds: float = DEFAULT_RETENTION_SECONDS
+    enabled: bool = True
+
+
+class NodeHistory:
+    """One node's open minute, what its next flush writes, and the counters behind its rates.
+
+    The open minute is written every ``OPEN_WRITE_SECONDS`` of report time (and whole when it
+    closes), not with every flush: nine upserts per report would cost more than the report. The
+    reports themselves go out with every flush, so after a kill the open minute is rebuilt from
+    the last written row plus the stored reports past its ``last_time`` (``restore``). Without
+    stored reports (``reports_seconds`` 0) the open minute goes out with every flush instead."""
+
+    def __init__(self, node_id: str, config: HistoryConfig) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.open: dict[int, OpenMinute] = {}
+        self.minute = 0
+        self.closed: list[MinuteRow] = []
+        # Hours the node's reports moved past, for the ledger to sum (``HistoryBatch.compact``).
+        self.compact: list[int] = []
+        # The split's totals by job since this collector started (``counters``).
+        self.counters = SplitCounters()
+        self.touched = False
+        self.written_at = -math.inf
+        # When a flush last took a new report of the node (wall clock), and the gap before that
+        # one: how long a silence makes the node quiet. ``fresh``: a report since that flush.
+        self.heard_wall = -math.inf
+        self.heard_gap = 0.0
+        self.fresh = False
+        self.reports: list[StoredReport] = []
+        self.previous: pb.NodeReport | None = None
+        self.lost: dict[int, float] = {}
+        self.pruned_at = 0.0
+        self.newest = 0.0
+        # The previous report's time (and epoch): what the next one stands for starts there.
+        self.previous_time: tuple[int, float] | None = None
+        # Held seconds a later verdict may still judge (``forming``), and the closed minutes they
+        # are in, kept (already queued to be written) until no verdict can judge them.
+        self.forming = Forming()
+        self.settling: dict[int, dict[int, OpenMinute]] = {}
+        self.window = WINDOW
+
+    def restore(self, rows: Sequence[MinuteRow], reports: Sequence[StoredReport]) -> None:
+        """After a restart: the newest stored minute, then the stored reports it does not hold."""
+        if rows:
+            self.minute = rows[0].minute
+            self.open = {row.gpu: OpenMinute.seeded(row) for row in rows}
+            self.newest = max(row.last_time for row in rows)
+            self.previous_time = (-1, self.newest)  # any epoch: the stored minute's last report
+        for stored in reports:
+            report = pb.NodeReport.FromString(stored.raw)
+            self._observe(report, None, keep=None)
+
+    def observe(self, report: pb.NodeReport, raw: bytes, verdict: NodeVerdict | None, window: float = WINDOW) -> None:
+        """``window``: the detector's window, what each of its verdicts judges (``forming``)."""
+        self.window = window
+        self._observe(report, verdict, keep=raw if self.config.reports_seconds > 0 else None)
+
+    def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
+        time = report.time_unix_seconds
+        minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
+        self._judge(report, verdict)
+        if minute != self.minute:
+            if self.minute and minute // HOUR_SECONDS != self.minute // HOUR_SECONDS:
+                # Its last minutes go out with this flush: the ledger sums the hour then.
+                self.compact.append(self.minute // HOUR_SECONDS * HOUR_SECONDS)
+            # The part of this report's interval before its minute held the GPUs of the last one.
+            self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
+            self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
+            self.settling[self.minute] = self.open
+            self._gap_minutes(report, verdict, minute)
+            self.open = {}
+            self.minute = minute
+            self.written_at = -math.inf
+            self._settle(time)
+        self.touched = self.fresh = True
+        self.newest = max(self.newest, time)
+        if keep is not None:
+            self.reports.append(StoredReport(self.node_id, time, report.epoch, report.seq, keep))
+        self._rollup(report, verdict)
+        self._hold(self.open, report, verdict, time, minute_start=minute)
+        self.previous_time = (report.epoch, time)
+
+    def _hold(
+        self, accs: dict[int, OpenMinute], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
+        minute_start: int,
+    ) -> None:  # fmt: skip
+        """Count the part of the report's interval in [``minute_start``, ``until``] as held on each
+        GPU its verdict names a job for, split by what the verdict says it did (``split``). The
+        interval runs from the previous report of the epoch: its last ``MAX_HELD_INTERVAL_SECONDS``
+        are the report's, what is before them (at most ``MAX_GAP_SECONDS`` back) a gap, `unknown`."""
+        before = self.previous_time
+        if verdict is None or before is None or before[0] not in (-1, report.epoch):
+            return
+        time = report.time_unix_seconds
+        start = max(before[1], time - MAX_GAP_SECONDS, minute_start)
+        if until <= start:
+            return
+        known_from = max(start, time - MAX_HELD_INTERVAL_SECONDS)
+        seconds = max(0.0, until - known_from)
+        gap = max(0.0, min(until, known_from) - start)
+        node = accs.get(NODE_ROW)
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        forming = self.forming
+        for g in verdict.gpus:
+            acc = accs.get(g.index)
+            if g.jobs and acc is not None:
+                acc.held = (acc.held or 0.0) + seconds + gap
+                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                if node is not None:
+                    split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+                if seconds > 0 and provisional(g):
+                    forming.note(g, minute_start, until, seconds)
+                    acc.hold_provisional(g, seconds, g.index in unresponsive)
+                    if node is not None:
+                        node.hold_provisional(g, seconds, g.index in unresponsive)
+
+    def _judge(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
+        """The report's verdict judges its window: the provisional seconds in it take its split;
+        a closed minute it changed is written again (and its hour summed again, if it was)."""
+        if verdict is None or not self.forming.by_gpu:
+            return
+        time = report.time_unix_seconds
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        changed: set[int] = set()
+        for g in verdict.gpus:
+            if g.jobs:
+                changed |= self.forming.judge(g, time, self.window, self._minute_accs, g.index in unresponsive)
+        for m in sorted(changed & self.settling.keys()):
+            self.closed.extend(acc.row(self.node_id) for acc in self.settling[m].values())
+            hour = m // HOUR_SECONDS * HOUR_SECONDS
+            if hour != self.minute // HOUR_SECONDS * HOUR_SECONDS and hour not in self.compact:
+                self.compact.append(hour)
+        if changed - self.settling.keys():
+            self.touched = True
+
+    def _minute_accs(self, minute: int) -> dict[int, OpenMinute] | None:  # an open or settling minute's
+        return self.open if minute == self.minute else self.settling.get(minute)
+
+    def _settle(self, time: float) -> None:
+        """Closed minutes no verdict can judge any more go to the counters; the rest wait."""
+        self.forming.forget_before(time - self.window)
+        pending = self.forming.minutes()
+        for m in [m for m in self.settling if m not in pending]:
+            accs = self.settling.pop(m)
+            self.counters.close([acc.row(self.node_id) for acc in accs.values()])
+
+    def _gap_minutes(self, report: pb.NodeReport, verdict: NodeVerdict | None, minute: int) -> None:
+        """The whole minutes of a gap between the last minute and the report's: rows of their own,
+        held and `unknown`, for each GPU the report's verdict names a job for."""
+        before = self.previous_time
+        if verdict is None or before is None or before[0] not in (-1, report.epoch):
+            return
+        time = report.time_unix_seconds
+        start = max(before[1], time - MAX_GAP_SECONDS)
+        known_from = max(start, time - MAX_HELD_INTERVAL_SECONDS)
+        held = [g for g in verdict.gpus if g.jobs]
+        unresponsive = {g.index for g in report.gpus if g.unresponsive}
+        for m in range(self.minute + MINUTE_SECONDS, minute, MINUTE_SECONDS):
+            end = m + MINUTE_SECONDS
+            gap = max(0.0, min(known_from, end) - max(start, m))
+            seconds = max(0.0, min(time, end) - max(known_from, m))
+            if gap + seconds <= 0 or not held:
+                continue
+            node = OpenMinute(NODE_ROW, m)
+            for g in held:
+                acc = OpenMinute(g.index, m)
+                acc.held, acc.jobs, acc.last_time = seconds + gap, g.jobs, max(start, m)
+                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+                self.closed.append(acc.row(self.node_id))
+                self.counters.close(self.closed[-1:])
+            node.jobs, node.last_time = verdict.jobs, max(start, m)
+            self.closed.append(node.row(self.node_id))
+
+    def gpu_seconds(self) -> dict[str, list[float]]:
+        """The split's GPU-seconds by job and category since the collector started, this minute's too."""
+        # Read from the HTTP thread too: copies (C-level calls) of the open minute's accumulators and
+        # the closed minutes' not counted yet, less what a verdict may still move (counters only grow).
+        accs = list(self.open.values()) + [a for m in list(self.settling.values()) for a in list(m.values())]
+        return self.counters.totals(acc.row(self.node_id, settled=True) for acc in accs if acc.gpu != NODE_ROW)
+
+    def seed_rows(self) -> list[MinuteRow]:
+        """The open minute as rows, as ``restore`` takes them: what a resting node keeps of its
+        history (``ingest/resting.py``), once the flush has written them."""
+        return [self.open[gpu].row(self.node_id) for gpu in sorted(self.open)]
+
+    @property
+    def pending(self) -> bool:
+        """Whether the open minute holds reports not written yet."""
+        return self.touched
+
+    def take(self, wall_seconds: float) -> HistoryBatch:
+        """What the next flush writes; ``wall_seconds`` is a monotonic clock (``math.inf``: every
+        open minute, as at a stop): the open minute goes out too once its node is quiet."""
+        if self.fresh and wall_seconds < math.inf:
+            if self.heard_wall > -math.inf:
+                self.heard_gap = min(wall_seconds - self.heard_wall, OPEN_WRITE_SECONDS)
+            self.heard_wall, self.fresh = wall_seconds, False
+        batch = HistoryBatch(reports=self.reports, minutes=self.closed)
+        batch.compact, self.compact = [(self.node_id, hour) for hour in self.compact], []
+        if self.touched and self.due(wall_seconds):
+            batch.minutes = self.closed + [acc.row(self.node_id) for acc in self.open.values()]
+            self.written_at = self.newest
+            self.touched = False
+        self.reports, self.closed = [], []
+        if self.newest and self.newest - self.pruned_at >= PRUNE_EVERY_SECONDS:
+            batch.prune[self.node_id] = (
+                self.newest - self.config.reports_seconds,
+                self.newest - self.config.retention_seconds,
+            )
+            self.pruned_at = self.newest
+        return batch
+
+    def due(self, wall_seconds: float) -> bool:
+        """Whether the open minute is to be written now: every ``OPEN_WRITE_SECONDS`` of reports,
+        with every flush without stored reports, and once the node is quiet."""
+        return (
+            self.config.reports_seconds <= 0
+            or self.newest - self.written_at >= OPEN_WRITE_SECONDS
+            or wall_seconds - self.heard_wall >= self.heard_gap + QUIET_MARGIN_SECONDS
+        )
+
+    def put_back(self, batch: HistoryBatch) -> None:
+        """A flush that did not commit: its reports and minutes go out with the next one (the
+        open minute's newer copy, written after them, wins)."""
+        self.reports = batch.reports + self.reports
+        self.closed = batch.minutes + self.closed
+        self.compact = [hour for _node, hour in batch.compact] + self.compact
+        self.written_at = -math.inf
+        self.touched = True
+        if self.node_id in batch.prune:
+            self.pruned_at = 0.0
+
+    def _acc(self, gpu: int) -> OpenMinute:
+        acc = self.open.get(gpu)
+        if acc is None:
+            acc = self.open[gpu] = OpenMinute(gpu, self.minute)
+        return acc
+
+    def _rollup(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
+        time = report.time_unix_seconds
+        verdicts = {g.index: g for g in verdict.gpus} if verdict is not None else {}
+        node = self._acc(NODE_ROW)
+        node.samples += 1
+        node.last_time = time
+        node_sums, node_counts = node.sums, node.counts
+        lost_total = 0.0
+        util_sum, util_gpus = 0.0, 0
+        accs = self.open
+        for gpu in report.gpus:
+            acc = accs.get(gpu.index) or self._acc(gpu.index)
+            acc.samples += 1
+            acc.last_time = time
+            sums, counts = acc.sums, acc.counts
+            if gpu.HasField("utilization_gpu_ratio"):
+                util = gpu.utilization_gpu_ratio
+                sums[_UTIL] += util
+                counts[_UTIL] += 1
+                counts[_UTIL_MIN] += 1
+                sums[_UTIL_MIN] = min(sums[_UTIL_MIN], util)
+                util_sum += util
+                util_gpus += 1
+                node_sums[_UTIL_MIN] = min(node_sums[_UTIL_MIN], util)
+            if gpu.HasField("sm_active_ratio"):
+                sums[_SM] += gpu.sm_active_ratio
+                counts[_SM] += 1
+            if gpu.HasField("memory_used_bytes"):
+                sums[_MEM] += gpu.memory_used_bytes
+                counts[_MEM] += 1
+            if gpu.HasField("power_watts"):
+                sums[_POWER] += gpu.power_watts
+                counts[_POWER] += 1
+            if gpu.HasField("temperature_celsius"):
+                sums[_TEMP] += gpu.temperature_celsius
+                counts[_TEMP] += 1
+            v = verdicts.get(gpu.index)
+            if v is not None:
+                acc.state, acc.cause = v.state, v.cause or ""
+                if v.state == "waiting":
+                    acc.waiting_on = str(v.evidence.get("waiting_on", ""))
+                if v.jobs:  # the minute's jobs: the last that held the GPU in it (``_hold``: how long)
+                    acc.jobs = v.jobs
+                if v.starvation_ratio is not None:
+                    sums[_RATIO] = v.starvation_ratio
+                    counts[_RATIO] += 1
+                # The detector's count is cumulative since it started; a lower one is a new detector.
+                delta = increase_across_reset(self.lost.get(gpu.index, 0.0), v.gpu_seconds_lost)
+                self.lost[gpu.index] = v.gpu_seconds_lost
+                sums[_LOST] += delta
+                counts[_LOST] += 1
+                lost_total += delta
+        if util_gpus:
+            # The node's utilization: per report the mean over its GPUs, so that every value of
+            # the node row weighs one report (what a restart's seed assumes).
+            node.add(_UTIL, util_sum / util_gpus)
+            node_counts[_UTIL_MIN] += 1
+        if verdict is not None:
+            node.state = shown_state(verdict.state, gpu_count=len(verdict.gpus))  # as the views say it
+            node.cause, node.jobs = verdict.cause or "", verdict.jobs
+            if verdict.starvation_ratio is not None:
+                node_sums[_RATIO] = verdict.starvation_ratio
+                node_counts[_RATIO] += 1
+            node.add(_LOST, lost_total)
+        host = report.host
+        for name, pressure in _PRESSURES:
+            if host.HasField(pressure):
+                node.add(INDEX[name], getattr(host, pressure).some_avg10_ratio)
+        # Rates against the report RATE_EVERY_SECONDS back: the same mean over a minute as one
+        # per report, at a fraction of the cost.
+        base = self.previous
+        if base is None or base.epoch != report.epoch:
+            self.previous = _kept(report)
+            return
+        seconds = time - base.time_unix_seconds
+        if seconds < RATE_EVERY_SECONDS:
+            return
+        self.previous = _kept(report)
+        for name, value in node_rates(base, report, seconds).items():
+            if value is not None:
+                node.add(INDEX[name], value)
+
+
+_PRESSURES: Final = (
+    ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
+    ("pressure_memory_some_ratio", "pressure_memory"),
+)  # fmt: skip
+
+
+def _kept(report: pb.NodeReport) -> pb.NodeReport:
+    """A copy to hold on to: the report received is part of the message it came in, whose memory
+    (unknown fields dropped or not) lives as long as any part of it is referenced."""
+    copy = pb.NodeReport()
+    copy.CopyFrom(report)
+    return copy

@@ -1,0 +1,221 @@
+"""The merges of shards' answers as laws, over random answers (Hypothesis): the order the shards
+answer in does not matter, merging a shard's answer twice changes nothing, and a merge of one
+well-formed answer gives it back. Both forms are checked: the Query answers (``merge.py``) and the
+fleet page's JSON (``page_merge.py``); both rank and order by ``rules.py``.
+
+The values are drawn from small sets, so that copies tie on their rank and the tie rule is exercised.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodeagent.collector.alerts.book import Alert
+from nodeagent.collector.fleet.fanout import Answer
+from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.page_merge import merge_alert_list, merge_fleet, merge_jobs
+from nodeagent.collector.merge_rules import alert_order, book_alert, job_verdict_order, plain_alert, record_alert
+from nodeagent.collector.states import STATE_ORDER
+from nodeagent.v1 import nodeagent_pb2 as pb
+
+SHARDS = ("a:1", "b:2", "c:3")
+LAWS = settings(max_examples=60, deadline=None)
+
+times = st.sampled_from([10.0, 20.0, 30.0])
+node_ids = st.sampled_from(["n1", "n2", "n3", "n4"])
+alert_ids = st.tuples(st.sampled_from(["GpuLost", "NodeDown"]), node_ids, st.sampled_from(["", "0"]))
+job_names = st.sampled_from(["j1", "j2", "j3"])
+
+
+@st.composite
+def plain_alerts(draw: st.DrawFn) -> dict[str, Any]:
+    name, node_id, key = draw(alert_ids)
+    ends = draw(st.one_of(st.none(), times))
+    return {
+        "name": name, "node_id": node_id, "key": key, "severity": draw(st.sampled_from(["warning", "critical"])),
+        "starts_at_unix_seconds": draw(times), "ends_at_unix_seconds": ends,
+    }  # fmt: skip
+
+
+@st.composite
+def plain_jobs(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "job": draw(job_names),
+        "state": draw(st.sampled_from(["slowed", "busy", "idle"])),
+        "nodes": sorted(draw(st.sets(node_ids, min_size=1))),
+        "time_unix_seconds": draw(times),
+        "gpu_hours_lost": draw(st.sampled_from([0.0, 0.5, 1.0])),
+    }
+
+
+@st.composite
+def plain_nodes(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "node_id": draw(node_ids),
+        "last_seen": draw(times),
+        "state": draw(st.sampled_from(STATE_ORDER[:4])),
+        "cause": draw(st.sampled_from([None, "network"])),
+        "starvation_ratio": draw(st.sampled_from([None, 0.5])),
+        "gpu_hours_lost_today": draw(st.sampled_from([0.0, 1.0])),
+    }
+
+
+def unique(items: list[dict[str, Any]], identity: Any) -> list[dict[str, Any]]:
+    """One item per identity, as one shard's answer holds."""
+    return list({identity(item): item for item in items}.values())
+
+
+def alert_identity(a: dict[str, Any]) -> tuple[str, str, str]:
+    return (a["name"], a["node_id"], a["key"])
+
+
+def shard_lists(items: st.SearchStrategy[dict[str, Any]], identity: Any) -> st.SearchStrategy[Any]:
+    """(shard, its items) for one to three shards."""
+    per_shard = st.lists(items, max_size=6).map(lambda xs: unique(xs, identity))
+    return st.lists(st.tuples(st.sampled_from(SHARDS), per_shard), min_size=1, max_size=3, unique_by=lambda t: t[0])
+
+
+def to_record(a: dict[str, Any]) -> pb.AlertRecord:
+    record = pb.AlertRecord(
+        name=a["name"], node_id=a["node_id"], key=a["key"], severity=a["severity"],
+        starts_at_unix_seconds=a["starts_at_unix_seconds"],
+    )  # fmt: skip
+    if a["ends_at_unix_seconds"] is not None:
+        record.ends_at_unix_seconds = a["ends_at_unix_seconds"]
+    return record
+
+
+def to_verdict(j: dict[str, Any]) -> pb.JobVerdict:
+    return pb.JobVerdict(
+        job=j["job"], state=j["state"], nodes=j["nodes"], time_unix_seconds=j["time_unix_seconds"],
+        gpu_seconds_lost=j["gpu_hours_lost"] * 3600,
+    )  # fmt: skip
+
+
+def to_summary(n: dict[str, Any]) -> pb.NodeSummary:
+    return pb.NodeSummary(node_id=n["node_id"], last_seen_unix_seconds=n["last_seen"], state=n["state"])
+
+
+def query_answers(method: str, lists: list[tuple[str, list[dict[str, Any]]]]) -> list[Answer]:
+    answers = []
+    for shard, items in lists:
+        reply: pb.ListNodesResponse | pb.ListAlertsResponse | pb.ListJobsResponse
+        if method == "ListNodes":
+            reply = pb.ListNodesResponse(nodes=[to_summary(i) for i in items])
+        elif method == "ListAlerts":
+            reply = pb.ListAlertsResponse(alerts=[to_record(i) for i in items])
+        else:
+            reply = pb.ListJobsResponse(jobs=[to_verdict(i) for i in items])
+        answers.append(Answer(shard, reply))
+    return answers
+
+
+def items_of(method: str, response: Any) -> list[Any]:
+    field = {"ListNodes": "nodes", "ListAlerts": "alerts", "ListJobs": "jobs"}[method]
+    return list(getattr(response, field))
+
+
+QUERY_CASES = st.one_of(
+    st.tuples(st.just("ListNodes"), shard_lists(plain_nodes(), lambda n: n["node_id"])),
+    st.tuples(st.just("ListAlerts"), shard_lists(plain_alerts(), alert_identity)),
+    st.tuples(st.just("ListJobs"), shard_lists(plain_jobs(), lambda j: j["job"])),
+)
+
+
+@LAWS
+@given(QUERY_CASES, st.randoms(use_true_random=False))
+def test_a_query_merge_does_not_depend_on_the_order_shards_answer_in(case: Any, rnd: Any) -> None:
+    method, lists = case
+    answers = query_answers(method, lists)
+    shuffled = list(answers)
+    rnd.shuffle(shuffled)
+    assert items_of(method, merge(method, shuffled)) == items_of(method, merge(method, answers))
+
+
+@LAWS
+@given(QUERY_CASES)
+def test_a_query_merge_is_idempotent(case: Any) -> None:
+    method, lists = case
+    answers = query_answers(method, lists)
+    assert items_of(method, merge(method, answers + answers)) == items_of(method, merge(method, answers))
+
+
+@LAWS
+@given(QUERY_CASES)
+def test_a_query_merge_of_one_answer_is_that_answer(case: Any) -> None:
+    method, lists = case
+    shard, items = lists[0]
+    (answer,) = query_answers(method, [(shard, items)])
+    expected = items_of(method, answer.reply)
+    for item in expected:
+        item.shard = shard
+    order = {
+        "ListNodes": lambda n: n.node_id,
+        "ListAlerts": alert_order,
+        "ListJobs": lambda j: job_verdict_order(j.gpu_seconds_lost, j.job),
+    }[method]
+    expected.sort(key=order)
+    assert items_of(method, merge(method, [answer])) == expected
+
+
+def fleet_bodies(lists: list[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for shard, nodes in lists:
+        states: dict[str, int] = {}
+        for n in nodes:
+            states[n["state"]] = states.get(n["state"], 0) + 1
+        found.append((shard, {"time_unix_seconds": 1.0, "states": states, "causes": {}, "nodes": nodes}))
+    return found
+
+
+PAGE_CASES = st.one_of(
+    st.tuples(st.just(merge_fleet), shard_lists(plain_nodes(), lambda n: n["node_id"]).map(fleet_bodies)),
+    st.tuples(
+        st.just(merge_alert_list),
+        shard_lists(plain_alerts(), alert_identity).map(lambda ls: [(s, {"alerts": xs}) for s, xs in ls]),
+    ),
+    st.tuples(
+        st.just(merge_jobs),
+        shard_lists(plain_jobs(), lambda j: j["job"]).map(
+            lambda ls: [(s, {"time_unix_seconds": 1.0, "jobs": xs}) for s, xs in ls]
+        ),
+    ),
+)
+
+
+@LAWS
+@given(PAGE_CASES, st.randoms(use_true_random=False))
+def test_a_page_merge_does_not_depend_on_the_order_shards_answer_in(case: Any, rnd: Any) -> None:
+    merger, found = case
+    shuffled = list(found)
+    rnd.shuffle(shuffled)
+    # The fleet merge tags the answers it is given in place: each call gets its own copy.
+    assert merger(copy.deepcopy(shuffled), {}) == merger(copy.deepcopy(found), {})
+
+
+@LAWS
+@given(PAGE_CASES)
+def test_the_page_merges_of_alerts_and_jobs_are_idempotent(case: Any) -> None:
+    merger, found = case
+    if merger is merge_fleet:  # its state counts are summed: a shard counted twice counts twice
+        return
+    assert merger(copy.deepcopy(found + found), {}) == merger(copy.deepcopy(found), {})
+
+
+@LAWS
+@given(shard_lists(plain_alerts(), alert_identity))
+def test_every_form_of_an_alert_ranks_and_orders_alike(lists: Any) -> None:
+    """The Query answer's record, the page's JSON and the alert book's Alert: the page and the
+    ``alerts`` command list one set of alerts in one order."""
+    for _shard, alerts in lists:
+        for a in alerts:
+            book = Alert(
+                name=a["name"], node_id=a["node_id"], key=a["key"], severity=a["severity"], labels={},
+                annotations={}, starts_at=a["starts_at_unix_seconds"], ends_at=a["ends_at_unix_seconds"],
+                fingerprint="f",
+            )  # fmt: skip
+            assert record_alert(to_record(a)) == plain_alert(a) == plain_alert(book.to_plain()) == book_alert(book)
