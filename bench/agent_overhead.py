@@ -46,14 +46,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def agent_worker(procfs: str, sysfs: str, cycles: int, gpus: bool) -> dict[str, float]:
     """Runs in the child: the agent's sampling cycles, measured from inside."""
-    from nodeagent.agent.gpu import nvml
+    from nodeagent.agent.gpu import nvml_library
     from nodeagent.agent.sampling.sampler import Sampler
     from nodeagent.agent.sources import Roots
 
     sampler = Sampler([*AGENT_COLLECTORS, *(["gpu"] if gpus else [])], roots=Roots(procfs, sysfs))
     for _ in range(5):  # warm-up: discovery, descriptor cache, first allocations
         sampler.tick().SerializeToString()
-    nvml.reset_call_counts()
+    nvml_library.reset_call_counts()
     start_cpu, start_wall = time.process_time(), time.perf_counter()
     size = 0
     gpu_count = 0
@@ -63,7 +63,7 @@ def agent_worker(procfs: str, sysfs: str, cycles: int, gpus: bool) -> dict[str, 
         size = len(report.SerializeToString())
     cpu = time.process_time() - start_cpu
     wall = time.perf_counter() - start_wall
-    calls = nvml.call_counts()
+    calls = nvml_library.call_counts()
     calls.pop("nvmlEventSetWait_v2", None)  # the event thread, not the sampling cycle
     sampler.close()
     per_gpu_tick = cycles * gpu_count if gpu_count else 0

@@ -37,7 +37,7 @@ ENTRY_POINTS = {
 }
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-# A path into the code from the repository root: a module (`agent/gpu/nvml.py`) or a folder
+# A path into the code from the repository root: a module (`agent/gpu/nvml_gpu.py`) or a folder
 # (`tools/simulator/`). Not the tail of a longer path (`tests/core/test_layers.py`).
 MODULE_PATH = re.compile(r"(?<![\w/.-])((?:agent|collector|core|tools)/(?:[\w-]+/)*(?:[\w-]+\.py)?)(?![\w/-])")
 
@@ -151,11 +151,11 @@ def test_every_module_path_the_docs_name_exists() -> None:
 def test_a_moved_module_or_folder_is_caught() -> None:
     # What a page written before a move would name, and what the pattern must leave alone.
     text = (
-        "`agent/gpu/nvml.py`, `collector/alerts/`, (core/quantities/rates.py) and tools/simulator/nosuch.py;\n"
+        "`agent/gpu/nvml_gpu.py`, `collector/alerts/`, (core/quantities/rates.py) and tools/simulator/nosuch.py;\n"
         "not `tests/core/test_layers.py`, `nodeagent.agent`, `agent/diag/profiles/*.toml` only as a folder."
     )
     paths = _module_paths(text)
-    expected = ["agent/gpu/nvml.py", "collector/alerts/", "core/quantities/rates.py", "tools/simulator/nosuch.py"]
+    expected = ["agent/gpu/nvml_gpu.py", "collector/alerts/", "core/quantities/rates.py", "tools/simulator/nosuch.py"]
     assert paths == [*expected, "agent/diag/profiles/"]
     assert [path for path in paths if not (REPO / path).exists()] == ["tools/simulator/nosuch.py"]
 

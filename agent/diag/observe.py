@@ -2,7 +2,7 @@
 while it watches show), plus the few GPU facts only a health check needs.
 
 The samples come from the agent's own ``Sampler`` and collectors, so diag sees exactly what
-``nodeagent sample`` and the daemon see; the extra GPU facts are read through ``agent/gpu/nvml.py``.
+``nodeagent sample`` and the daemon see; the extra GPU facts are read through ``agent/gpu/nvml_gpu.py``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from functools import partial
 
 from nodeagent.agent.config import GpuDeadlines
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu import nvml
 from nodeagent.agent.gpu.deadlines import GpuReaders, Overrun
+from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, enabled_names
@@ -100,7 +100,7 @@ def _gpu_extras(topology: pb.GpuTopology, first: pb.NodeReport, deadlines: GpuDe
 
 
 def _extras_of(info: pb.GpuInfo) -> GpuExtras | None:
-    gpu = nvml.Gpu.open(info.index)
+    gpu = Gpu.open(info.index)
     if gpu is None or gpu.lost:
         return None
     links = info.nvlink_count

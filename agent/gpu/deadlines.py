@@ -5,7 +5,7 @@ cannot be interrupted from Python. So each GPU's calls run on that GPU's own dae
 (``GpuReader``), and the tick waits for all of them at once within ``[gpu_deadlines]``
 (``nodeagent.agent.config.GpuDeadlines``): past ``call_seconds`` in one call, or past the tick's
 bound in all of them, the tick goes on without that GPU. The GPU is then unresponsive, with the
-call that overran: its thread's next calls are abandoned (``nvml.abandon``), so the one call
+call that overran: its thread's next calls are abandoned (``nvml_library.abandon``), so the one call
 blocked in the library is all that is left of it, and it is tried again with backoff (1 s,
 doubling to ``backoff_max_seconds``) by a probe the tick does not wait for. A probe that finishes
 within the bounds makes the GPU responsive again.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.agent.config import GpuDeadlines
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_library
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FIRST_BACKOFF_SECONDS = 1.0
@@ -124,12 +124,12 @@ class GpuReader:
             job = self.job
             if job is None or job.done:
                 continue
-            nvml.watch_reset()
+            nvml_library.watch_reset()
             try:
                 job.result = job.work()
             except Exception as err:  # handed to the tick, which raises it
                 job.error = err
-            job.slowest = nvml.slowest_call(self.thread_id)
+            job.slowest = nvml_library.slowest_call(self.thread_id)
             with self._done:
                 job.finished = time.monotonic()
                 job.done = True
@@ -229,7 +229,7 @@ class GpuReaders:
     def _deadline(self, r: GpuReader, bound: float) -> tuple[float, str]:
         assert r.job is not None
         deadline = r.job.started + bound
-        in_call = nvml.call_in_flight(r.thread_id) if r.thread_id else None
+        in_call = nvml_library.call_in_flight(r.thread_id) if r.thread_id else None
         if in_call is None:
             return deadline, ALL_CALLS
         return min(deadline, in_call[1] + self.deadlines.call_seconds), in_call[0]
@@ -237,7 +237,7 @@ class GpuReaders:
     def _overrun(self, r: GpuReader, call: str, now: float) -> None:
         """The GPU stops being waited for: its remaining calls abandoned, tried again after backoff."""
         if r.thread_id:
-            nvml.abandon(r.thread_id)
+            nvml_library.abandon(r.thread_id)
         if not r.unresponsive:
             r.unresponsive = True
             r.call = call

@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_events
+from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.agent.gpu.nvml_types import GpuEvent
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -29,7 +30,7 @@ CRITICAL_XIDS = frozenset({48, 62, 64, 74, 79, 94, 95, 119, 120})
 class WatchedGpu:
     index: int
     uuid: str
-    gpu: nvml.Gpu
+    gpu: Gpu
 
 
 class EventWatcher:
@@ -40,16 +41,16 @@ class EventWatcher:
         self._queue: deque[pb.Event] = deque(maxlen=QUEUE_LIMIT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._set: nvml.EventSet | None = None
+        self._set: nvml_events.EventSet | None = None
         self.registered: dict[int, int] = {}  # GPU index -> event types registered
 
     def start(self) -> bool:
         """Create the event set and start waiting; False when NVML offers no events here."""
-        event_set = nvml.EventSet.create()
+        event_set = nvml_events.EventSet.create()
         if event_set is None:
             return False
         for watched in self._by_handle.values():
-            types = event_set.register(watched.gpu, nvml.EVENT_XID | nvml.EVENT_DOUBLE_BIT_ECC)
+            types = event_set.register(watched.gpu, nvml_events.EVENT_XID | nvml_events.EVENT_DOUBLE_BIT_ECC)
             if types:
                 self.registered[watched.index] = types
         if not self.registered:
@@ -104,7 +105,7 @@ def to_event(watched: WatchedGpu, event: GpuEvent) -> pb.Event:
         attributes["gpu_instance_id"] = str(event.gpu_instance_id)
         if event.compute_instance_id is not None:
             attributes["compute_instance_id"] = str(event.compute_instance_id)
-    if event.event_type & nvml.EVENT_XID:
+    if event.event_type & nvml_events.EVENT_XID:
         xid = event.data
         attributes["xid"] = str(xid)
         return pb.Event(
@@ -115,7 +116,7 @@ def to_event(watched: WatchedGpu, event: GpuEvent) -> pb.Event:
             message=f"Xid {xid} on GPU {watched.index}",
             attributes=attributes,
         )
-    if event.event_type & nvml.EVENT_DOUBLE_BIT_ECC:
+    if event.event_type & nvml_events.EVENT_DOUBLE_BIT_ECC:
         return pb.Event(
             time_unix_seconds=event.time_unix_seconds,
             kind="ecc_double_bit",

@@ -4,14 +4,14 @@ event when what is wrong with it changes.
 On NVSwitch systems (HGX H100/B200, GB200/GB300 NVL72) a GPU that has not registered with the
 fabric manager, or whose routes are unhealthy, cannot reach its peers at NVLink bandwidth while
 ``nvidia-smi`` and the per-link NVLink state may still look fine: this is where it shows. A GPU
-that is not fabric-attached (PCIe boards, HGX A100) reports nothing: ``nvml.Gpu.fabric`` is None
+that is not fabric-attached (PCIe boards, HGX A100) reports nothing: ``Gpu.fabric`` is None
 once and never asked again. What the parts mean is ``core/wire/fabric.py``'s, shared with the
 collector's alert and diag.
 """
 
 from __future__ import annotations
 
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.core.wire.fabric import describe, fabric_message, fabric_problems, fabric_transients
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -24,7 +24,7 @@ class FabricWatch:
     def __init__(self) -> None:
         self._last: dict[str, tuple[str, ...]] = {}  # by GPU UUID: problems and repairs under way
 
-    def read(self, gpu: nvml.Gpu, sample: pb.GpuSample, report: pb.NodeReport) -> None:
+    def read(self, gpu: Gpu, sample: pb.GpuSample, report: pb.NodeReport) -> None:
         """Set ``sample.fabric`` from NVML; add an event to ``report`` when the GPU's fabric turns
         bad, changes how it is bad, or recovers."""
         info = gpu.fabric()

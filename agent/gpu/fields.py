@@ -3,7 +3,7 @@ and where each lands in a ``GpuSample``.
 
 All of a GPU's counters come from ONE nvmlDeviceGetFieldValues call per tick. Ids are nvml.h's
 (13.x) ``NVML_FI_DEV_*`` and ``NVML_GPM_METRIC_*``; NVIDIA guarantees field ids never change. No
-NVML calls here (agent/gpu/nvml.py makes them), so this module is plain data and arithmetic.
+NVML calls here (agent/gpu/nvml_readings.py makes them), so this module is plain data and arithmetic.
 """
 
 from __future__ import annotations

@@ -19,15 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.nvml_gpu import Gpu
+from nodeagent.agent.gpu.nvml_sampling import GpmSample
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-AddProcesses = Callable[[nvml.Gpu, pb.GpuSample], None]
+AddProcesses = Callable[[Gpu, pb.GpuSample], None]
 
 
 @dataclass(slots=True)
 class MigDevice:
-    gpu: nvml.Gpu  # the MIG device's handle
+    gpu: Gpu  # the MIG device's handle
     info: pb.MigInstanceInfo
 
 
@@ -35,13 +36,13 @@ class MigDevice:
 class GpmPair:
     """Two GPM buffers refilled in turn: metrics come from the newest sample and the one before."""
 
-    buffers: list[nvml.GpmSample] = field(default_factory=list)
+    buffers: list[GpmSample] = field(default_factory=list)
     newest: int = -1  # which buffer holds the last good sample; -1: none yet
 
-    def step(self, take: Callable[[nvml.GpmSample], bool]) -> tuple[nvml.GpmSample, nvml.GpmSample] | None:
+    def step(self, take: Callable[[GpmSample], bool]) -> tuple[GpmSample, GpmSample] | None:
         """Take a sample into the older buffer; (older, newer) once two good samples exist."""
         if not self.buffers:
-            buffers = [nvml.GpmSample.alloc(), nvml.GpmSample.alloc()]
+            buffers = [GpmSample.alloc(), GpmSample.alloc()]
             self.buffers = [b for b in buffers if b is not None]
             if len(self.buffers) < 2:
                 self.free()
@@ -74,7 +75,7 @@ class MigState:
         self.gpm = {}
 
 
-def describe(gpu: nvml.Gpu, info: pb.GpuInfo) -> MigState | None:
+def describe(gpu: Gpu, info: pb.GpuInfo) -> MigState | None:
     """Fill ``info``'s MIG mode and instances; the state for per-tick sampling when MIG is on."""
     enabled = gpu.mig_enabled()
     if enabled is None:
@@ -99,7 +100,7 @@ def describe(gpu: nvml.Gpu, info: pb.GpuInfo) -> MigState | None:
     return MigState(devices)
 
 
-def layout_changed(gpu: nvml.Gpu, info: pb.GpuInfo) -> bool:
+def layout_changed(gpu: Gpu, info: pb.GpuInfo) -> bool:
     """Whether the GPU's MIG mode, or its MIG devices, differ from what ``info`` says."""
     enabled = gpu.mig_enabled()
     if enabled is None:
@@ -112,7 +113,7 @@ def layout_changed(gpu: nvml.Gpu, info: pb.GpuInfo) -> bool:
     return now != [(i.mig_index, i.uuid) for i in info.mig_instances]
 
 
-def fill(gpu: nvml.Gpu, state: MigState, sample: pb.GpuSample, gpm: bool, add_processes: AddProcesses) -> bool:
+def fill(gpu: Gpu, state: MigState, sample: pb.GpuSample, gpm: bool, add_processes: AddProcesses) -> bool:
     """One sample per MIG device into ``sample.mig_instances``; False when a device no longer
     answers (its instance was destroyed or changed: the GPU needs a rescan)."""
     answered = True
@@ -148,7 +149,7 @@ def profile_of(name: str | None) -> str:
     return name.rsplit(" MIG ", 1)[1].strip()
 
 
-def _gpm(gpu: nvml.Gpu, state: MigState, gpu_instance_id: int) -> dict[int, float]:
+def _gpm(gpu: Gpu, state: MigState, gpu_instance_id: int) -> dict[int, float]:
     pair = state.gpm.get(gpu_instance_id)
     if pair is None:
         pair = state.gpm[gpu_instance_id] = GpmPair()

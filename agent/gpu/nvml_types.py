@@ -1,4 +1,4 @@
-"""What NVML queries return (agent/gpu/nvml.py): small frozen records, units in the names, each field
+"""What NVML queries return (agent/gpu/nvml_*.py): small frozen records, units in the names, each field
 commented with the ``nvidia-smi --query-gpu=`` name that shows the same value."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class ProcessUsage:
 @dataclass(frozen=True, slots=True)
 class GpuEvent:
     handle_id: int  # the device handle's address; matches Gpu.handle_id
-    event_type: int  # nvml.EVENT_XID, nvml.EVENT_DOUBLE_BIT_ECC, ...
+    event_type: int  # nvml_events.EVENT_XID, nvml_events.EVENT_DOUBLE_BIT_ECC, ...
     data: int  # the Xid number for Xid events
     time_unix_seconds: float
     # The MIG GPU and compute instance the event hit; None on a GPU without MIG, or all of it.

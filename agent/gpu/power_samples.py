@@ -5,7 +5,7 @@ a collective (NCCL's kernel stays resident), so only power tells waiting from co
 training step computes and waits in sub-second phases: a report's mean draw (``power_watts``,
 the energy counter) averages them out. So between ticks the GPU's own reader thread
 (``deadlines.GpuReader``) reads the instantaneous draw every ``gpu_power_sample_seconds`` (0.1 s
-by default; ``nvml.Gpu.power_instant_mw``: field 186, else nvmlDeviceGetPowerUsage, which GA100
+by default; ``Gpu.power_instant_mw``: field 186, else nvmlDeviceGetPowerUsage, which GA100
 answers near-instantly), and the tick's sample carries what it read since the previous one
 (``power_samples_watts``); the collector learns the computing and resting draws from them
 (``core/detector/power_share.py``).
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 LIMIT: Final = 256  # readings kept for one tick: 25 s at 0.1 s
@@ -32,7 +32,7 @@ class PowerSamples:
 
     __slots__ = ("_gpu", "_watts")
 
-    def __init__(self, gpu: nvml.Gpu) -> None:
+    def __init__(self, gpu: Gpu) -> None:
         self._gpu = gpu
         self._watts: list[float] = []
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
@@ -25,7 +25,7 @@ class ProcessShares:
     def __init__(self) -> None:
         self._seen_us: dict[str, int] = {}
 
-    def fill(self, gpu: nvml.Gpu, sample: pb.GpuSample) -> None:
+    def fill(self, gpu: Gpu, sample: pb.GpuSample) -> None:
         if not sample.processes or sample.mig_instances:
             return
         samples = gpu.process_utilization(self._seen_us.get(sample.uuid, 0))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu import mig, nvml
+from nodeagent.agent.gpu import mig, nvml_library
 from nodeagent.agent.gpu.deadlines import (
     GpuReaders,
     Overrun,
@@ -34,6 +34,8 @@ from nodeagent.agent.gpu.deadlines import (
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
 from nodeagent.agent.gpu.fabric import FabricWatch
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
+from nodeagent.agent.gpu.nvml_gpu import Gpu
+from nodeagent.agent.gpu.nvml_sampling import GpmSample
 from nodeagent.agent.gpu.power_samples import PowerSamples, wanted
 from nodeagent.agent.gpu.process_share import ProcessShares
 from nodeagent.agent.gpu.processes import ProcessInfo, ProcessReader
@@ -54,10 +56,10 @@ class _GpuState:
 
     index: int
     uuid: str
-    gpu: nvml.Gpu
+    gpu: Gpu
     info: pb.GpuInfo
     # Two GPM buffers, refilled in turn: metrics come from the newest and the one before.
-    gpm_buffers: list[nvml.GpmSample] = field(default_factory=list)
+    gpm_buffers: list[GpmSample] = field(default_factory=list)
     gpm_newest: int = -1  # which buffer holds the last good sample; -1: none yet
     lost_reported: bool = False
     plan: gpu_fields.TickPlan | None = None
@@ -106,8 +108,8 @@ class GpuSource(Source):
         self._job_pressure.locate()
         topology = info.gpu
         topology.Clear()
-        reason = nvml.init()
-        count = nvml.device_count() if not reason else None
+        reason = nvml_library.init()
+        count = nvml_library.device_count() if not reason else None
         if not reason and count is None:
             reason = "NVML could not count the GPUs"
         self.unavailable_reason = reason
@@ -115,7 +117,7 @@ class GpuSource(Source):
             topology.unavailable_reason = reason
             self._forget_gpus()
             return
-        driver = nvml.driver_info()
+        driver = nvml_library.driver_info()
         topology.driver_version = driver.driver_version
         topology.nvml_version = driver.nvml_version
         if driver.cuda_driver_version is not None:
@@ -187,14 +189,14 @@ class GpuSource(Source):
             got = opened.get(index)
             if isinstance(got, Overrun):
                 got = previous.get(index) or _GpuState(
-                    index=index, uuid="", gpu=nvml.Gpu(index, None), info=pb.GpuInfo(index=index), opened=False
+                    index=index, uuid="", gpu=Gpu(index, None), info=pb.GpuInfo(index=index), opened=False
                 )
             if got is not None:
                 states.append(got)
         return states
 
     def _open(self, index: int, previous: _GpuState | None) -> _GpuState | None:
-        gpu = nvml.Gpu.open(index)
+        gpu = Gpu.open(index)
         if gpu is None:
             return None
         if gpu.lost:
@@ -213,7 +215,7 @@ class GpuSource(Source):
         return state
 
     @staticmethod
-    def _describe(index: int, uuid: str, gpu: nvml.Gpu) -> pb.GpuInfo:
+    def _describe(index: int, uuid: str, gpu: Gpu) -> pb.GpuInfo:
         ident = gpu.identity()
         info = pb.GpuInfo(index=index, uuid=uuid, name=ident.name or "", serial=ident.serial or "")
         info.pci_bus_id = ident.pci_bus_id or ""
@@ -381,7 +383,7 @@ class GpuSource(Source):
         if state.power is not None:
             state.power.drain_into(sample)
 
-    def _add_processes(self, gpu: nvml.Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
+    def _add_processes(self, gpu: Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
         """The compute processes of a GPU or of a MIG device, with their name, user and job."""
         for proc in gpu.processes() or ():
             pids.add(proc.pid)
@@ -409,7 +411,7 @@ class GpuSource(Source):
     def _gpm(state: _GpuState, sample: pb.GpuSample) -> None:
         """GPM metrics cover the interval between this tick's sample and the previous one."""
         if not state.gpm_buffers:
-            buffers = [nvml.GpmSample.alloc(), nvml.GpmSample.alloc()]
+            buffers = [GpmSample.alloc(), GpmSample.alloc()]
             state.gpm_buffers = [b for b in buffers if b is not None]
             if len(state.gpm_buffers) < 2:
                 state.drop_gpm()

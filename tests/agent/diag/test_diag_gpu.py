@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_library
 from tests.fakes.diag import DiagRun, host_tree, roots_args, run_diag
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FI_RETIRED_DBE, FI_RETIRED_PENDING, FI_RETIRED_SBE, PROFILES, FakeNvmlState
@@ -235,8 +235,8 @@ def test_diag_calls_only_listed_nvml_symbols(fake_nvml: FakeNvml, diag: Callable
     diag()
     called = fake_nvml.called_symbols()
     assert "nvmlDeviceGetGpuMaxPcieLinkGeneration" in called
-    assert called <= set(nvml.NVML_SYMBOLS), sorted(called - set(nvml.NVML_SYMBOLS))
-    ours = nvml.call_counts()
+    assert called <= set(nvml_library.NVML_SYMBOLS), sorted(called - set(nvml_library.NVML_SYMBOLS))
+    ours = nvml_library.call_counts()
     for symbol in called - {"nvmlEventSetWait_v2"}:  # the event thread may be inside a wait
         assert fake_nvml.calls(symbol) == ours.get(symbol, 0), symbol
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_library
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.validate import repair
@@ -286,13 +286,13 @@ def test_counters_take_one_field_value_call_per_gpu_per_tick(
     collector = make_gpu_collector()
     scan(collector)
     tick(collector, 1000.0)
-    nvml.reset_call_counts()
+    nvml_library.reset_call_counts()
     ticks = 4
     for t in range(ticks):
         fake_nvml.state.advance(1.0)  # type: ignore[union-attr]
         fake_nvml.write()
         tick(collector, 1001.0 + t)
-    counts = nvml.call_counts()
+    counts = nvml_library.call_counts()
     counts.pop("nvmlEventSetWait_v2", None)  # the event thread's waits, not sampling
     assert counts["nvmlDeviceGetFieldValues"] == 8 * ticks
     per_gpu_per_tick = sum(counts.values()) / (8 * ticks)

@@ -1,5 +1,6 @@
-"""Every NVML function the agent can reach is listed in agent/gpu/nvml.py, exported by the fake, and
-exercised through pynvml's real loader; a new call cannot slip in untested."""
+"""Only the agent/gpu/nvml_*.py modules named here import pynvml; every NVML function they can reach is
+listed in nvml_library.NVML_SYMBOLS, exported by the fake, and exercised through pynvml's real
+loader; a new call cannot slip in untested."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pynvml
 import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_library, nvml_readings
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.clock_events import CLOCK_EVENT_REASONS
 from tests.conftest import require
@@ -24,18 +25,27 @@ from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4, a800_sxm4, h100_sxm5
 
 AGENT = Path(__file__).resolve().parents[3] / "agent"
-NVML_SOURCE = AGENT / "gpu" / "nvml.py"
+# The modules that touch NVML: exactly these import pynvml (one per role, docs/architecture.md).
+NVML_MODULES = (
+    "gpu/nvml_events.py", "gpu/nvml_handle.py", "gpu/nvml_library.py", "gpu/nvml_readings.py",
+    "gpu/nvml_sampling.py", "gpu/nvml_topology.py",
+)  # fmt: skip
 _SYMBOL = re.compile(r"^nvml[A-Z]\w*$")
 
 
+def _nvml_trees() -> list[ast.Module]:
+    return [ast.parse((AGENT / module).read_text()) for module in NVML_MODULES]
+
+
 def _symbol_literals_outside_the_list() -> set[str]:
-    tree = ast.parse(NVML_SOURCE.read_text())
+    trees = _nvml_trees()
     listed: set[int] = set()
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "NVML_SYMBOLS":
             listed = {id(n) for n in ast.walk(node)}
     return {
         node.value
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SYMBOL.match(node.value)
         and id(node) not in listed
@@ -43,9 +53,9 @@ def _symbol_literals_outside_the_list() -> set[str]:
 
 
 def _pynvml_functions_used() -> set[str]:
-    tree = ast.parse(NVML_SOURCE.read_text())
     return {
         node.attr
+        for tree in _nvml_trees()
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "pynvml"
         and callable(getattr(pynvml, node.attr, None)) and node.attr.startswith("nvml")
@@ -68,20 +78,20 @@ def _c_symbols_reached(function: str, seen: set[str] | None = None) -> set[str]:
 
 def _symbols_called_on_the_library_directly() -> set[str]:
     """``pynvml.nvmlLib.<symbol>``: C functions called without a pynvml wrapper."""
-    tree = ast.parse(NVML_SOURCE.read_text())
     return {
         node.attr
+        for tree in _nvml_trees()
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "nvmlLib"
     }
 
 
 def test_symbol_list_is_exactly_what_the_module_names() -> None:
-    assert len(set(nvml.NVML_SYMBOLS)) == len(nvml.NVML_SYMBOLS)
-    assert _symbol_literals_outside_the_list() == set(nvml.NVML_SYMBOLS)
+    assert len(set(nvml_library.NVML_SYMBOLS)) == len(nvml_library.NVML_SYMBOLS)
+    assert _symbol_literals_outside_the_list() == set(nvml_library.NVML_SYMBOLS)
     direct = _symbols_called_on_the_library_directly()
     assert direct == {"nvmlDeviceGetFieldValues"}
-    assert direct <= set(nvml.NVML_SYMBOLS)
+    assert direct <= set(nvml_library.NVML_SYMBOLS)
 
 
 def test_every_pynvml_wrapper_used_reaches_only_listed_symbols() -> None:
@@ -90,34 +100,34 @@ def test_every_pynvml_wrapper_used_reaches_only_listed_symbols() -> None:
     reached: set[str] = set()
     for function in used:
         reached |= _c_symbols_reached(function)
-    assert reached <= set(nvml.NVML_SYMBOLS), sorted(reached - set(nvml.NVML_SYMBOLS))
+    assert reached <= set(nvml_library.NVML_SYMBOLS), sorted(reached - set(nvml_library.NVML_SYMBOLS))
 
 
 def test_field_value_layout_is_nvml_h_one() -> None:
-    assert nvml.FIELD_LAYOUT_MATCHES  # else field values are decoded wrongly or not at all
+    assert nvml_readings.FIELD_LAYOUT_MATCHES  # else field values are decoded wrongly or not at all
 
 
-def test_only_agent_nvml_imports_pynvml() -> None:
+def test_only_the_nvml_modules_import_pynvml() -> None:
     importers = sorted(
         str(path.relative_to(AGENT))
         for path in AGENT.rglob("*.py")
         if re.search(r"^\s*(import pynvml|from pynvml)", path.read_text(), re.M)
     )
-    assert importers == ["gpu/nvml.py"]
+    assert importers == sorted(NVML_MODULES)
 
 
 def test_fake_exports_every_symbol(fake_nvml_dir: Path) -> None:
     library = fake_nvml_dir / LIBRARY_NAME
-    missing = set(nvml.NVML_SYMBOLS) - exported_symbols(library)
+    missing = set(nvml_library.NVML_SYMBOLS) - exported_symbols(library)
     assert not missing, f"the fake NVML lacks {sorted(missing)}"
     loaded = ctypes.CDLL(str(library))
-    for symbol in nvml.NVML_SYMBOLS:
+    for symbol in nvml_library.NVML_SYMBOLS:
         assert getattr(loaded, symbol) is not None
 
 
 def test_legacy_fake_lacks_exactly_the_newer_variants(fake_nvml_legacy_dir: Path) -> None:
-    missing = set(nvml.NVML_SYMBOLS) - exported_symbols(fake_nvml_legacy_dir / LIBRARY_NAME)
-    newest = {symbols[0] for symbols in nvml._VARIANTS.values()}
+    missing = set(nvml_library.NVML_SYMBOLS) - exported_symbols(fake_nvml_legacy_dir / LIBRARY_NAME)
+    newest = {symbols[0] for symbols in nvml_library._VARIANTS.values()}
     assert missing == newest
 
 
@@ -166,8 +176,8 @@ def test_calls_made_are_listed_and_counted_as_the_library_saw_them(
             collector.collect(_report(t))
         collector.close()
     called = fake_nvml.called_symbols()
-    assert called <= set(nvml.NVML_SYMBOLS), sorted(called - set(nvml.NVML_SYMBOLS))
-    ours = nvml.call_counts()
+    assert called <= set(nvml_library.NVML_SYMBOLS), sorted(called - set(nvml_library.NVML_SYMBOLS))
+    ours = nvml_library.call_counts()
     for symbol in called:
         library_saw = fake_nvml.calls(symbol)
         if symbol == "nvmlDeviceGetComputeRunningProcesses_v3":
@@ -211,7 +221,7 @@ def test_library_found_through_ld_library_path_picks_variants_by_driver(
     assert int(sample["memory_used_bytes"]) == g.mem_used + (g.mem_reserved if legacy else 0)
     assert sample["temperature_celsius"] == 61
     assert sample["clock_event_reason_names"] == ["hw_thermal_slowdown"]
-    assert set(result["calls"]) <= set(nvml.NVML_SYMBOLS)
+    assert set(result["calls"]) <= set(nvml_library.NVML_SYMBOLS)
     assert "Traceback" not in result["stderr"]
 
 
@@ -240,8 +250,8 @@ def test_blackwell_mig_fabric_and_process_paths_are_listed_and_counted(
         collector.close()
     called = fake_nvml.called_symbols()
     assert {"nvmlDeviceGetGpuFabricInfoV", "nvmlGpmMigSampleGet", "nvmlDeviceGetAttributes_v2"} <= called
-    assert called <= set(nvml.NVML_SYMBOLS), sorted(called - set(nvml.NVML_SYMBOLS))
-    ours = nvml.call_counts()
+    assert called <= set(nvml_library.NVML_SYMBOLS), sorted(called - set(nvml_library.NVML_SYMBOLS))
+    ours = nvml_library.call_counts()
     for symbol in called:
         library_saw = fake_nvml.calls(symbol)
         if symbol in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetProcessUtilization"):

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from nodeagent.agent.config import AgentConfig
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_library
 from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
 from nodeagent.agent.sources.gpu import GpuSource
@@ -104,7 +104,7 @@ def fake_nvml_legacy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _preload(lib_dir: Path) -> ctypes.CDLL:
     if lib_dir in _loaded:
         return _loaded[lib_dir]
-    import pynvml  # tests may; the agent's only importer is agent/gpu/nvml.py
+    import pynvml  # tests may; in the agent only the nvml_*.py modules of agent/gpu/ do
 
     if pynvml.nvmlLib is not None and not hasattr(pynvml.nvmlLib, "fake_nvml_calls"):
         pytest.skip("a real libnvidia-ml.so.1 is already loaded in this test process")
@@ -113,12 +113,12 @@ def _preload(lib_dir: Path) -> ctypes.CDLL:
     lib.fake_nvml_calls.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.fake_nvml_field_requests.restype = ctypes.c_ulonglong
     lib.fake_nvml_field_requests.argtypes = [ctypes.c_int, ctypes.c_uint]
-    nvml.init()
+    nvml_library.init()
     try:
         if not hasattr(pynvml.nvmlLib, "fake_nvml_calls"):
             pytest.skip("pynvml bound to another libnvidia-ml.so.1 than the fake")
     finally:
-        nvml.shutdown()
+        nvml_library.shutdown()
     _loaded[lib_dir] = lib
     return lib
 
@@ -129,12 +129,12 @@ def fake_nvml(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     NVML is shut down after the test, so each test starts afresh."""
     state_path = tmp_path / "nvml.state"
     monkeypatch.setenv(STATE_ENV, str(state_path))
-    nvml.shutdown()
+    nvml_library.shutdown()
     fake = FakeNvml(lib=_preload(fake_nvml_dir), lib_dir=fake_nvml_dir, state_path=state_path)
     fake.reset_counts()
-    nvml.reset_call_counts()
+    nvml_library.reset_call_counts()
     yield fake
-    nvml.shutdown()
+    nvml_library.shutdown()
 
 
 @pytest.fixture

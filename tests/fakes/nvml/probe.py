@@ -13,7 +13,7 @@ import sys
 from google.protobuf.json_format import MessageToDict
 
 from nodeagent.agent.config import AgentConfig
-from nodeagent.agent.gpu import nvml
+from nodeagent.agent.gpu import nvml_library
 from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
 from nodeagent.agent.sources.gpu import GpuSource
@@ -33,11 +33,11 @@ def main() -> int:
         collector.collect(report)
         reports.append(MessageToDict(report, preserving_proto_field_name=True))
     collector.close()
-    variants = {purpose: nvml.variant(purpose) for purpose in ("memory", "temperature", "clock_event_reasons")}
+    variants = {purpose: nvml_library.variant(purpose) for purpose in ("memory", "temperature", "clock_event_reasons")}
     out = {
         "info": MessageToDict(info, preserving_proto_field_name=True),
         "reports": reports,
-        "calls": nvml.call_counts(),
+        "calls": nvml_library.call_counts(),
         "variants": variants,
         "unavailable_reason": collector.unavailable_reason,
     }

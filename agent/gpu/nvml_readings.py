@@ -1,0 +1,170 @@
+"""What a tick reads of a GPU through NVML: utilization, memory, clocks, temperature, PCIe, processes,
+and the batched field values (energy, power, ECC, NVLink counters, ...) in one call.
+
+Errors are taken as ``nvml_handle.py`` says; a field value's own nvmlReturn the same way, per field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Iterable
+from typing import Any, Final
+
+import pynvml
+
+from nodeagent.agent.gpu.nvml_handle import FieldKey, GpuHandle
+from nodeagent.agent.gpu.nvml_library import variant_call
+from nodeagent.agent.gpu.nvml_types import MemoryInfo, ProcessUsage, ProcessUtilization, Utilization
+
+
+class TickReadings(GpuHandle):
+    """The readings of one tick, each its own value or None."""
+
+    __slots__ = ()
+
+    def utilization(self) -> Utilization | None:
+        """utilization.gpu, utilization.memory as 0..1 ratios."""
+        util = self._query("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates)
+        return None if util is None else Utilization(util.gpu / 100.0, util.memory / 100.0)
+
+    def memory(self) -> MemoryInfo | None:
+        """memory.total, memory.used (and memory.reserved with the _v2 call)."""
+        symbol, call = variant_call("memory")
+        mem = self._query(symbol, call)
+        if mem is None:
+            return None
+        reserved = int(mem.reserved) if symbol.endswith("_v2") else None
+        return MemoryInfo(
+            total_bytes=int(mem.total), used_bytes=int(mem.used), reserved_bytes=reserved, free_bytes=int(mem.free)
+        )
+
+    def processes(self) -> list[ProcessUsage] | None:
+        """nvidia-smi --query-compute-apps=pid,used_memory"""
+        procs = self._query("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
+        if procs is None:
+            return None
+        return [ProcessUsage(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
+
+    def clock_event_reasons(self) -> int | None:
+        """clocks_event_reasons.active: nvmlClocksEventReason* bitmask."""
+        symbol, call = variant_call("clock_event_reasons")
+        return self._query(symbol, call)
+
+    def temperature_celsius(self) -> int | None:
+        """temperature.gpu"""
+        symbol, call = variant_call("temperature")
+        return self._query(symbol, call)
+
+    def sm_clock_mhz(self) -> int | None:
+        """clocks.sm"""
+        return self._query("nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM)
+
+    def memory_clock_mhz(self) -> int | None:
+        """clocks.mem"""
+        return self._query(
+            "nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM, what="clock_mem"
+        )
+
+    def encoder_decoder_utilization(self) -> tuple[float | None, float | None]:
+        """utilization.encoder, utilization.decoder as 0..1 ratios (the sampling period is dropped)."""
+        enc = self._query("nvmlDeviceGetEncoderUtilization", pynvml.nvmlDeviceGetEncoderUtilization)
+        dec = self._query("nvmlDeviceGetDecoderUtilization", pynvml.nvmlDeviceGetDecoderUtilization)
+        return (None if enc is None else enc[0] / 100.0), (None if dec is None else dec[0] / 100.0)
+
+    def pcie_link(self) -> tuple[int | None, int | None]:
+        """pcie.link.gen.gpucurrent, pcie.link.width.current"""
+        gen = self._query("nvmlDeviceGetCurrPcieLinkGeneration", pynvml.nvmlDeviceGetCurrPcieLinkGeneration)
+        width = self._query("nvmlDeviceGetCurrPcieLinkWidth", pynvml.nvmlDeviceGetCurrPcieLinkWidth)
+        return gen, width
+
+    def pcie_throughput(self) -> tuple[float | None, float | None]:
+        """PCIe (rx, tx) bytes per second over the driver's last 20 ms window, for drivers without
+        the cumulative byte counters."""
+        fn = pynvml.nvmlDeviceGetPcieThroughput
+        rx = self._query("nvmlDeviceGetPcieThroughput", fn, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = self._query("nvmlDeviceGetPcieThroughput", fn, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        return (None if rx is None else rx * 1024.0), (None if tx is None else tx * 1024.0)
+
+    def field_values(self, requests: Iterable[FieldKey]) -> dict[FieldKey, int | float]:
+        """All ``requests`` in one nvmlDeviceGetFieldValues call; each field's own nvmlReturn is
+        checked, and a field this GPU does not support is left out of later calls."""
+        wanted = tuple(r for r in requests if r not in self.unsupported_fields)
+        if not wanted:
+            return {}
+        if self._request is None or self._request[0] != wanted:
+            array = (pynvml.c_nvmlFieldValue_t * len(wanted))()
+            for entry, (field_id, scope_id) in zip(array, wanted, strict=True):
+                entry.fieldId, entry.scopeId = field_id, scope_id
+            self._request = (wanted, array)
+        raw = self._query("nvmlDeviceGetFieldValues", get_field_values, self._request[1])
+        out: dict[FieldKey, int | float] = {}
+        if raw is None:
+            return out
+        for key, (ret, value) in zip(wanted, decode_field_values(raw), strict=True):
+            if ret == pynvml.NVML_SUCCESS and value is not None:
+                out[key] = value
+            elif ret == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                self.unsupported_fields.add(key)
+            elif ret == pynvml.NVML_ERROR_GPU_IS_LOST:
+                self.lost = True
+            else:
+                self.errors[f"field {key[0]}"] += 1
+        return out
+
+    def process_utilization(self, since_us: int) -> list[ProcessUtilization] | None:
+        """nvidia-smi pmon's sm and mem: the driver's samples of each process newer than
+        ``since_us`` (CPU microseconds; 0: every sample it holds). [] when there is none newer."""
+
+        def samples(handle: Any) -> list[Any]:
+            try:
+                return list(pynvml.nvmlDeviceGetProcessUtilization(handle, since_us))
+            except pynvml.NVMLError as err:
+                if err.value == pynvml.NVML_ERROR_NOT_FOUND:
+                    return []  # no sample since then: not an error
+                raise
+
+        raw = self._query("nvmlDeviceGetProcessUtilization", samples)
+        if raw is None:
+            return None
+        return [ProcessUtilization(int(s.pid), int(s.timeStamp), s.smUtil / 100.0, s.memUtil / 100.0) for s in raw]
+
+
+# ---- Field values: one prepared request array per GPU, decoded in one pass ------------------------
+
+# nvmlFieldValue_t as nvml.h lays it out: fieldId, scopeId, timestamp, latencyUsec, valueType,
+# nvmlReturn, then the 8-byte nvmlValue_t union. Decoding the array's bytes in one pass costs a
+# tenth of reading each member through pynvml's structure wrappers (1000+ fields per tick on
+# an 8-GPU node).
+_FIELD_VALUE: Final = struct.Struct("=IIqqII8s")
+# nvmlValueType_t -> how the union holds it (DOUBLE, UINT, ULONG, ULONGLONG, SLONGLONG, SINT, USHORT).
+_VALUE_TYPES: Final = tuple(
+    struct.Struct("=" + code)
+    for code in ("d", "I", "Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "I", "Q", "q", "i", "H")
+)
+
+
+def get_field_values(handle: Any, array: Any) -> Any:
+    """nvmlDeviceGetFieldValues into a request array prepared once per GPU: pynvml's wrapper
+    rebuilds the array member by member on every call, most of the cost at 100+ fields a GPU."""
+    ret = pynvml.nvmlLib.nvmlDeviceGetFieldValues(handle, ctypes.c_int32(len(array)), ctypes.byref(array))
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return array
+
+
+# A pynvml whose structure differs from nvml.h's could not be decoded this way: no field values then.
+FIELD_LAYOUT_MATCHES: Final = ctypes.sizeof(pynvml.c_nvmlFieldValue_t) == _FIELD_VALUE.size
+
+
+def decode_field_values(raw: Any) -> list[tuple[int, int | float | None]]:
+    """(nvmlReturn, value) per entry; the value is None unless nvmlReturn is NVML_SUCCESS."""
+    if not FIELD_LAYOUT_MATCHES:
+        return [(pynvml.NVML_ERROR_UNKNOWN, None)] * len(raw)
+    out: list[tuple[int, int | float | None]] = []
+    for _fid, _scope, _ts, _latency, kind, ret, union in _FIELD_VALUE.iter_unpack(bytes(raw)):
+        value = None
+        if ret == pynvml.NVML_SUCCESS and 0 <= kind < len(_VALUE_TYPES):
+            value = _VALUE_TYPES[kind].unpack_from(union)[0]
+        out.append((ret, value))
+    return out
