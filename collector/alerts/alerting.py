@@ -61,6 +61,10 @@ class Alerting:
         """Signals of a batch that did not commit: they go with the next one, in order."""
         self._pending[:0] = signals
 
+    def watch_soon(self) -> None:
+        """A node's state changed (it stopped or moved): the node watch runs at the next flush."""
+        self._next_down_check = 0.0
+
     def take(
         self, now: float, last_seen: Callable[[], Mapping[str, float]], moved: Callable[[], Iterable[str]] = tuple,
         stopped: Callable[[], Mapping[str, float]] = dict,

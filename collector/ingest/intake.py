@@ -173,6 +173,10 @@ class Ingest:
             node.stopped_at = self.clock() if stream.goodbye and stream.stopping else 0.0
             if stream.goodbye and not stream.stopping:
                 node.moved_at = self.clock()
+            if stream.goodbye:
+                # Stopped or moved: its NodeStopped (or NodeDown resolved) at the next flush, in
+                # step with `nodes` saying so, not up to a watch period later.
+                self.alerting.watch_soon()
         self.flusher.forget(stream)
 
     def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:

@@ -61,3 +61,21 @@ def test_lost_gpu_alert_fires_survives_a_restart_and_resolves(tmp_path: Path) ->
     assert after_restart == firing
     assert [(a["name"], a["state"]) for a in history] == [("GPULost", "resolved")]
     assert history[0]["starts_at"] == firing[0]["starts_at"]
+
+
+def test_a_node_that_stops_is_watched_at_the_next_flush_not_a_watch_period_later() -> None:
+    """``nodes`` says `stopped` the moment the stream ends; NodeStopped must not lag it by the
+    node watch's period (a user's `alerts` right after would miss it)."""
+    from nodeagent.collector.alerts.alerting import NODE_DOWN_CHECK_SECONDS, Alerting
+    from nodeagent.collector.alerts.config import AlertConfig
+
+    alerting = Alerting(AlertConfig(), [])
+    stopped: dict[str, float] = {}
+    now = 1000.0
+    assert alerting.take(now, dict, stopped=lambda: stopped) == []  # the watch ran: next one a period on
+    stopped["n1"] = now + 0.05
+    assert alerting.take(now + 0.05, dict, stopped=lambda: stopped) == []  # not due yet
+    alerting.watch_soon()
+    signals = alerting.take(now + 0.1, dict, stopped=lambda: stopped)
+    assert ("NodeStopped", "n1", True) in [(s.name, s.node_id, s.firing) for s in signals]
+    assert NODE_DOWN_CHECK_SECONDS > 0.1  # the watch was not due by its own period
