@@ -247,4 +247,9 @@ def test_the_counters_never_go_down_while_a_verdict_moves_seconds() -> None:
         now = history.gpu_seconds()["job-1"]
         assert all(b <= n + 1e-9 for b, n in zip(before, now, strict=True))
         before = now
-    assert not history.settling  # no verdict judges those minutes any more: counted, kept no longer
+    # A starved GPU's seconds may still take the job roll-up's share (job-wide) for a window: the
+    # closed minute is kept until the next minute closes past that, then counted and let go.
+    t = T0 + 185
+    history.observe(_report(t, 1), b"", _verdict(t, (_gpu(0, "starved", "network", 0.5),)), 20.0)
+    assert all(b <= n + 1e-9 for b, n in zip(before, history.gpu_seconds()["job-1"], strict=True))
+    assert list(history.settling) == [T0 + 120]  # the minute just closed: its last seconds are new
