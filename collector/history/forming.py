@@ -12,7 +12,10 @@ has formed for them are not known to compute:
   of a window's steps (hysteresis), and the detector's own GPU-seconds lost count the entering
   window's time when they enter (``detector/waiting.py``). So `busy` seconds count `computing`,
   but the verdict that enters one of those states re-judges the `busy` seconds inside its window
-  by its own split, as the detector's count does.
+  by its own split, as the detector's count does; so does the first verdict that carries the
+  job roll-up's share of a GPU waiting on no other node (``split.JobShare``: a `link` straggler,
+  a job-wide slowdown), which the roll-up measures over the same window. A `busy` verdict that
+  carries a share is judged: its seconds are not provisional.
 
 Seconds that no verdict re-judged within a window stay as counted: `unknown` (forming) or
 `computing` (busy). Each GPU's list is bounded by the window (older entries are dropped as the
@@ -37,17 +40,24 @@ _ENTERED_OVER_A_WINDOW: Final = frozenset({"starved", "waiting", "throttled"})
 
 def provisional(g: GpuVerdict) -> bool:
     """Whether the seconds this verdict counts may still be judged by a later one."""
-    return g.state in ("warmup", "busy") or (g.state == "starved" and split.unnamed(g))
+    if g.state in ("busy", "starved"):
+        # Without the roll-up's share: it may still come, over this window (a starved GPU of a
+        # job-wide slowdown waits behind the other nodes beyond its own data share).
+        return split.job_share(g) is None or (g.state == "starved" and split.unnamed(g))
+    return g.state == "warmup"
 
 
 def _judges(g: GpuVerdict, counted: GpuVerdict) -> bool:
     """Whether verdict ``g`` judges seconds ``counted`` counted: it knows more of them."""
     if counted.state == "warmup":
         return g.state != "warmup"
+    shared = split.job_share(g) is not None and split.job_share(counted) is None
     if counted.state == "busy":
-        return g.state in _ENTERED_OVER_A_WINDOW
+        return g.state in _ENTERED_OVER_A_WINDOW or shared
+    if not split.unnamed(counted):
+        return shared  # starved of its own cause: the roll-up's share adds what it waited beyond it
     # Starved with no cause named: a cause named, or the job roll-up's wait, says what it was.
-    return g.state == "waiting" or (g.state == "starved" and not split.unnamed(g))
+    return g.state == "waiting" or (g.state == "starved" and not split.unnamed(g)) or shared
 
 
 @dataclass(slots=True)

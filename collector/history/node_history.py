@@ -17,8 +17,8 @@ what a flush takes away, in ``batch``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Final
 
 from nodeagent.collector.history import split
@@ -121,9 +121,16 @@ class NodeHistory:
             report = pb.NodeReport.FromString(stored.raw)
             self._observe(report, None, keep=None)
 
-    def observe(self, report: pb.NodeReport, raw: bytes, verdict: NodeVerdict | None, window: float = WINDOW) -> None:
-        """``window``: the detector's window, what each of its verdicts judges (``forming``)."""
+    def observe(
+        self, report: pb.NodeReport, raw: bytes, verdict: NodeVerdict | None, window: float = WINDOW,
+        shares: Mapping[str, split.JobShare] | None = None,
+    ) -> None:  # fmt: skip
+        """``window``: the detector's window, what each of its verdicts judges (``forming``);
+        ``shares``: the job roll-up's measured wait of the node's GPUs of a job that wait on no
+        other node (``NodeJobs.ledger_shares``), which the split counts with the verdict."""
         self.window = window
+        if shares and verdict is not None:
+            verdict = _with_shares(verdict, shares)
         self._observe(report, verdict, keep=raw if self.config.reports_seconds > 0 else None)
 
     def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
@@ -395,6 +402,16 @@ _PRESSURES: Final = (
     ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
     ("pressure_memory_some_ratio", "pressure_memory"),
 )  # fmt: skip
+
+
+def _with_shares(verdict: NodeVerdict, shares: Mapping[str, split.JobShare]) -> NodeVerdict:
+    """The verdict as the split counts it: each GPU of a job with a share carries it (the first
+    such job's, by name)."""
+    gpus = []
+    for g in verdict.gpus:
+        job = next((j for j in sorted(g.jobs) if j in shares), None)
+        gpus.append(g if job is None else split.with_share(g, shares[job]))
+    return replace(verdict, gpus=tuple(gpus))
 
 
 def _kept(report: pb.NodeReport) -> pb.NodeReport:

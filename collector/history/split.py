@@ -24,11 +24,18 @@ Each report stands for the seconds since the one before it; its verdict says how
 The rest of the seconds compute. Ratios are the detector's window values, the same that make
 its GPU-seconds lost, so a GPU starved on the network 34% of its time reads 0.34 network here. A
 `busy` GPU's small waits (below the detector's thresholds) count as computing.
+
+Where the job roll-up measures a GPU waiting on no other node (``JobShare``: a `link` straggler
+waiting in the collective over its own slow link; each node of a job-wide slowdown, behind the
+others), its share counts too: the verdict's own losses first, and what the share adds beyond
+them to the share's category (`interconnect` for the straggler, `waiting` job-wide); never a
+second twice. ``NodeHistory`` puts the share in the verdict it splits (``with_share``).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Final
 
 from nodeagent.core.detector.verdict import GpuVerdict
@@ -43,6 +50,33 @@ COLUMNS: Final = tuple(f"{name}_seconds" for name in CATEGORIES)
 INDEX: Final = {name: i for i, name in enumerate(CATEGORIES)}
 _COMPUTING, _UNKNOWN = INDEX["computing"], INDEX["unknown"]
 _OWN_CAUSES: Final = frozenset({"network", "storage", "cpu", "h2d", "interconnect"})
+# The evidence keys of the job roll-up's share on a verdict the history splits (``with_share``).
+JOB_WAIT_RATIO: Final = "job_wait_ratio"
+JOB_WAIT_CATEGORY: Final = "job_wait_category"
+_SHARED_STATES: Final = frozenset({"busy", "starved"})
+
+
+@dataclass(frozen=True, slots=True)
+class JobShare:
+    """The job roll-up's measured wait of a node's GPUs of a job that wait on no other node."""
+
+    ratio: float
+    category: str  # "interconnect" (a link straggler) or "waiting" (job-wide)
+
+
+def with_share(verdict: GpuVerdict, share: JobShare) -> GpuVerdict:
+    """The verdict with the roll-up's share in its evidence, as the split counts it; only a
+    `busy` or `starved` GPU takes one (waiting GPUs have their wait, the others their own loss)."""
+    if verdict.state not in _SHARED_STATES or share.category not in INDEX:
+        return verdict
+    evidence = {**verdict.evidence, JOB_WAIT_RATIO: round(share.ratio, 4), JOB_WAIT_CATEGORY: share.category}
+    return replace(verdict, evidence=evidence)
+
+
+def job_share(verdict: GpuVerdict) -> float | None:
+    """The roll-up's share the verdict carries (``with_share``), None without one."""
+    ratio = verdict.evidence.get(JOB_WAIT_RATIO)
+    return float(ratio) if isinstance(ratio, float | int) else None
 
 
 def empty() -> list[float]:
@@ -51,6 +85,16 @@ def empty() -> list[float]:
 
 def losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, float], ...]:
     """The categories (their index) the verdict loses time to, each with its share of the seconds."""
+    own = _own_losses(verdict, unresponsive)
+    share = job_share(verdict)
+    if share is None:
+        return own
+    # The roll-up measured more of the time waiting than the verdict's own losses count: the rest.
+    more = _share(share) - sum(s for _, s in own)
+    return (*own, (INDEX[str(verdict.evidence[JOB_WAIT_CATEGORY])], more)) if more > 0 else own
+
+
+def _own_losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, float], ...]:
     state = verdict.state
     if state == "lost":
         return ((INDEX["unresponsive" if unresponsive else "lost"], 1.0),)

@@ -241,7 +241,8 @@ class Ingest:
                 seed = self._history_seed.pop(row.node_id, None)
                 if seed is not None:
                     node.history.restore(*seed)
-            node.history.observe(report, raw, detector.verdict, detector.config.window_seconds)
+            shares = self.jobs.nodes.ledger_shares(row.node_id)
+            node.history.observe(report, raw, detector.verdict, detector.config.window_seconds, shares)
         for observer in self.report_observers:
             observer(report, detector.verdict, raw)
         node.latest = raw

@@ -197,13 +197,18 @@ class JobStage:
         self._signals.extend(job_signals(job, verdict, self._firing.setdefault(job.key, set()), self.detector_config))
 
     def _tell_waiting(self, job: Job, j: Judgement, fresh: dict[str, Member]) -> None:
-        """The waiting nodes: wait on the stragglers; the others: no longer."""
+        """The waiting nodes: wait on the stragglers; those waiting on none that the roll-up measures
+        waiting (``Judgement.own_waits``): their share, for the ledger; the others: no longer."""
         waiting, echoes = set(j.waiting), set(j.echoes)
         for node, member in job.members.items():
             if node in waiting:
                 self._waits.append(
                     JobWait(job.key, node, j.stragglers, j.straggler_wait_ratio, echo=node in echoes, home=member.home)
                 )
+                member.waiting = True
+            elif node in j.own_waits:
+                wait = JobWait(job.key, node, j.stragglers, j.own_waits[node], home=member.home, own=True)
+                self._waits.append(wait)
                 member.waiting = True
             elif member.waiting and (node in fresh or not j.stragglers):
                 self._clear(job, member)

@@ -51,7 +51,14 @@ from nodeagent.collector.jobs.straggler import (
     stragglers,
     uncrowded,
 )
-from nodeagent.collector.jobs.wait_share import gpm_wait, job_wait, power_wait, straggler_wait
+from nodeagent.collector.jobs.wait_share import (
+    gpm_or_power_wait,
+    gpm_wait,
+    job_wait,
+    measured_wait,
+    power_wait,
+    straggler_wait,
+)
 from nodeagent.core.detector.config import DetectorConfig
 
 # A node's own bottleneck as a job cause: waiting on the collective everywhere is the links'.
@@ -80,6 +87,10 @@ class Judgement:
     needed_bytes_per_second: float | None = None
     evidence: dict[str, float | str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # The nodes that wait on no other but whose GPUs the roll-up measures waiting (a `link`
+    # straggler's, in the collective over its own slow link; every node of a job-wide slowdown):
+    # each node's measured wait share (GPM, else power), for the ledger's split alone.
+    own_waits: dict[str, float] = field(default_factory=dict)
 
 
 def judge(
@@ -136,10 +147,14 @@ def _straggler(
     cause = causes.most_common(1)[0][0]
     share = straggler_wait(judged, named, cause, detector.moderate_ratio)
     wait = _slowed_wait(judged, job_wait(judged, named, share))
+    own_waits: dict[str, float] = {}
     if share is None:
-        # A link straggler makes the others wait what their power shows (GPM GPUs' own idle share
-        # already does: each waiting GPU counts its own where the share is None).
-        share = power_wait(judged, named)
+        # A link straggler makes the others wait what their GPM or power shows (their own idle
+        # share, the detector's, reads a GPM GPU half computing as busy and misses the collective);
+        # its own GPUs wait in the collective too, over its slow link.
+        share = gpm_or_power_wait(judged, named)
+        if cause == "link":
+            own_waits = {n: w for n in named if n in judged and (w := measured_wait(judged[n])) is not None}
     top = max(named, key=lambda n: _strength(latest_standout(members[n])))
     evidence: dict[str, float | str] = {
         "straggler": top,
@@ -169,7 +184,7 @@ def _straggler(
     waiting = tuple(sorted(n for n in judged if n not in named))
     echoes = tuple(n for n in waiting if not _stood_out_at(members[n], step))
     return Judgement(
-        "slowed", named, cause, False, wait, share, waiting, echoes, needed, evidence, tuple(notes)
+        "slowed", named, cause, False, wait, share, waiting, echoes, needed, evidence, tuple(notes), own_waits
     )  # fmt: skip
 
 
@@ -194,7 +209,9 @@ def _without_straggler(
             if need is not None:
                 evidence["needed_bytes_per_second_node_median"] = round(need)
             wait = _slowed_wait(judged, own_wait)
-            return Judgement("slowed", (), cause, True, wait, None, (), (), need, evidence, tuple(notes))
+            # Each node waits on the others too (behind them in the collective): its measured share.
+            own_waits = {n: w for n, v in judged.items() if (w := measured_wait(v)) is not None}
+            return Judgement("slowed", (), cause, True, wait, None, (), (), need, evidence, tuple(notes), own_waits)
     if waits:
         notes.append("the job's GPUs wait, but no node stands out and their causes differ")
         wait = _slowed_wait(judged, own_wait)

@@ -58,7 +58,12 @@ class JobLeave:
 
 @dataclass(frozen=True, slots=True)
 class JobWait:
-    """The job's owner to one member: its GPUs of ``job`` wait on ``stragglers`` (``clear``: no longer)."""
+    """The job's owner to one member: its GPUs of ``job`` wait on ``stragglers`` (``clear``: no longer).
+
+    ``own``: the member waits on no other node, but the roll-up measures its GPUs of the job waiting
+    ``wait_ratio`` of their time (a `link` straggler waiting in the collective over its own link,
+    ``stragglers`` naming it; a node of a job-wide slowdown, ``stragglers`` empty). Its detector is
+    not told (its verdict stays its own); the ledger's split counts the wait (``ledger_shares``)."""
 
     job: str
     node_id: str
@@ -67,6 +72,7 @@ class JobWait:
     echo: bool = False
     clear: bool = False
     home: Home = Home()
+    own: bool = False
 
 
 NodeMessage = JobStep | JobLeave

@@ -12,7 +12,9 @@ The owner answers with ``JobWait``s (``apply``): the node's detector waits on th
 (``NodeDetector.wait_on``: its GPUs become `waiting` and count the lost time) or no longer
 (``clear_wait``). When that changes the verdict of a node other than the one whose report is being
 observed, ``on_rewait(node_id)`` lets the collector hand its signals to the alert book and its
-timeline, as after its own step.
+timeline, as after its own step. A wait on no other node (``JobWait.own``: a `link` straggler, a
+node of a job-wide slowdown) leaves the detector alone: its measured share is kept for the
+ledger's split (``ledger_shares``), which counts it where the node's own verdict counts less.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from nodeagent.collector.history.split import JobShare
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.messages import Home, JobLeave, JobStep, JobWait, NodeMessage
 from nodeagent.collector.jobs.nic_peaks import NicPeaks
@@ -53,6 +56,9 @@ class NodeJobs:
         self._jobs: dict[str, dict[str, NodeMember]] = {}
         self._peaks: dict[str, NicPeaks] = {}
         self._detectors: dict[str, NodeDetector] = {}
+        # node -> job -> the roll-up's measured wait of a node waiting on no other, and when
+        # (its detector's verdict time) it was last said: it lapses a window after, as a wait does.
+        self._own_waits: dict[str, dict[str, tuple[JobShare, float]]] = {}
         self._observing: str | None = None
 
     def observe(self, node_id: str, report: pb.NodeReport, detector: NodeDetector, advanced: bool) -> None:
@@ -76,6 +82,7 @@ class NodeJobs:
         mine = self._jobs.pop(node_id, None)
         self._peaks.pop(node_id, None)
         self._detectors.pop(node_id, None)
+        self._own_waits.pop(node_id, None)
         if mine:
             self.send([JobLeave(key, node_id, 0.0, "", self.home) for key in mine])
 
@@ -87,6 +94,10 @@ class NodeJobs:
             detector = self._detectors.get(w.node_id)
             if detector is None:
                 continue
+            if w.own or w.clear:
+                self._own_wait(w, detector.verdict.time_unix_seconds)
+                if w.own:
+                    continue
             before = detector.verdict
             if w.clear:
                 detector.clear_wait(w.job)
@@ -97,6 +108,28 @@ class NodeJobs:
 
     def jobs_of(self, node_id: str) -> tuple[str, ...]:
         return tuple(self._jobs.get(node_id, ()))
+
+    def ledger_shares(self, node_id: str) -> dict[str, JobShare]:
+        """The node's jobs whose GPUs the roll-up measures waiting on no other node (the ledger's
+        split counts it, ``split.JobShare``), those said within the detector's window."""
+        mine = self._own_waits.get(node_id)
+        detector = self._detectors.get(node_id)
+        if not mine or detector is None:
+            return {}
+        since = detector.verdict.time_unix_seconds - self.detector_config.window_seconds
+        return {job: share for job, (share, said) in mine.items() if said >= since}
+
+    def _own_wait(self, w: JobWait, now: float) -> None:
+        mine = self._own_waits.get(w.node_id)
+        if not w.own or w.wait_ratio is None:
+            if mine is not None:
+                mine.pop(w.job, None)
+            return
+        # A straggler waits in the collective over its own link; a node of a job-wide slowdown
+        # behind the other nodes, as a node waiting on a straggler does.
+        category = "interconnect" if w.node_id in w.stragglers else "waiting"
+        share = JobShare(w.wait_ratio, category)
+        self._own_waits.setdefault(w.node_id, {})[w.job] = (share, now)
 
     # ---- a node's window step ----------------------------------------------------------------
 
@@ -114,12 +147,14 @@ class NodeJobs:
         out: list[NodeMessage] = []
         for key in [k for k in mine if k not in named]:
             del mine[key]
+            self._own_waits.get(node_id, {}).pop(key, None)
             detector.clear_wait(key)  # at once: the owner's answer would come a step late
             out.append(JobLeave(key, node_id, t, f"{node_id} left: its reports no longer name the job", self.home))
         if not named:
             self._jobs.pop(node_id, None)
             self._peaks.pop(node_id, None)
             self._detectors.pop(node_id, None)
+            self._own_waits.pop(node_id, None)
             if out:
                 self.send(out)
             return

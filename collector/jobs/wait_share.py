@@ -103,3 +103,18 @@ def power_wait(values: Mapping[str, NodeValues], leave_out: tuple[str, ...] = ()
         total += (1.0 - v.window_computing_ratio) * v.assigned
         weight += v.assigned
     return round(min(1.0, max(0.0, total / weight)), 4) if weight else None
+
+
+def measured_wait(v: NodeValues) -> float | None:
+    """One node's wait share as its GPUs' counters measure it: 1 - raw GPM SM activity over the
+    window, else 1 - the computing share its power shows; None where neither tells (then only
+    its detector's own verdict speaks for it)."""
+    active = v.window_sm_active_ratio if v.window_sm_active_ratio is not None else v.window_computing_ratio
+    return None if active is None or not v.assigned else round(min(1.0, max(0.0, 1.0 - active)), 4)
+
+
+def gpm_or_power_wait(values: Mapping[str, NodeValues], leave_out: tuple[str, ...]) -> float | None:
+    """The waiting nodes' wait share as measured (GPM, else power), the nodes ``leave_out`` left out."""
+    rest = {node: v for node, v in values.items() if node not in leave_out}
+    measured = gpm_wait(rest)
+    return measured if measured is not None else power_wait(rest)

@@ -71,6 +71,7 @@ def waits_to_pb(waits: Iterable[JobWait]) -> js.JobWaitMessages:
         item.stragglers.extend(w.stragglers)
         if w.wait_ratio is not None:
             item.wait_ratio = w.wait_ratio
+        item.own = w.own
         item.home.collector, item.home.worker = w.home.collector, w.home.worker
     return out
 
@@ -85,7 +86,7 @@ def waits_from_pb(batch: js.JobWaitMessages) -> tuple[list[JobWait], int]:
                 raise BadJobMessage("too many stragglers")
             ratio = _ratio(w.wait_ratio) if w.HasField("wait_ratio") else None
             home = Home(w.home.collector, w.home.worker)
-            out.append(JobWait(w.job, w.node_id, tuple(w.stragglers), ratio, w.echo, w.clear, home))
+            out.append(JobWait(w.job, w.node_id, tuple(w.stragglers), ratio, w.echo, w.clear, home, w.own))
         except BadJobMessage:
             bad += 1
     return out, bad

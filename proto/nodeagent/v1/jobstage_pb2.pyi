@@ -163,7 +163,7 @@ class JobNodeMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[JobNodeMessage, _Mapping]]] = ...) -> None: ...
 
 class JobWaitMessage(_message.Message):
-    __slots__ = ("job", "node_id", "stragglers", "wait_ratio", "echo", "clear", "home")
+    __slots__ = ("job", "node_id", "stragglers", "wait_ratio", "echo", "clear", "home", "own")
     JOB_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STRAGGLERS_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class JobWaitMessage(_message.Message):
     ECHO_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
     HOME_FIELD_NUMBER: _ClassVar[int]
+    OWN_FIELD_NUMBER: _ClassVar[int]
     job: str
     node_id: str
     stragglers: _containers.RepeatedScalarFieldContainer[str]
@@ -178,7 +179,8 @@ class JobWaitMessage(_message.Message):
     echo: bool
     clear: bool
     home: JobHome
-    def __init__(self, job: _Optional[str] = ..., node_id: _Optional[str] = ..., stragglers: _Optional[_Iterable[str]] = ..., wait_ratio: _Optional[float] = ..., echo: _Optional[bool] = ..., clear: _Optional[bool] = ..., home: _Optional[_Union[JobHome, _Mapping]] = ...) -> None: ...
+    own: bool
+    def __init__(self, job: _Optional[str] = ..., node_id: _Optional[str] = ..., stragglers: _Optional[_Iterable[str]] = ..., wait_ratio: _Optional[float] = ..., echo: _Optional[bool] = ..., clear: _Optional[bool] = ..., home: _Optional[_Union[JobHome, _Mapping]] = ..., own: _Optional[bool] = ...) -> None: ...
 
 class JobWaitMessages(_message.Message):
     __slots__ = ("waits",)

@@ -247,4 +247,48 @@ def test_the_counters_never_go_down_while_a_verdict_moves_seconds() -> None:
         now = history.gpu_seconds()["job-1"]
         assert all(b <= n + 1e-9 for b, n in zip(before, now, strict=True))
         before = now
-    assert not history.settling  # no verdict judges those minutes any more: counted, kept no longer
+    # A starved GPU's seconds may still take the job roll-up's share (job-wide) for a window: the
+    # closed minute is kept until the next minute closes past that, then counted and let go.
+    t = T0 + 185
+    history.observe(_report(t, 1), b"", _verdict(t, (_gpu(0, "starved", "network", 0.5),)), 20.0)
+    assert all(b <= n + 1e-9 for b, n in zip(before, history.gpu_seconds()["job-1"], strict=True))
+    assert list(history.settling) == [T0 + 120]  # the minute just closed: its last seconds are new
+
+
+def test_the_job_rollups_share_adds_what_the_own_verdict_does_not_count_never_a_second_twice() -> None:
+    """A node of a job-wide slowdown: its own data share to its cause, the rest of the roll-up's
+    measured wait to `waiting`; a link straggler busy on its own: the share to `interconnect`;
+    a share below the verdict's own losses adds nothing."""
+    wide = split.JobShare(0.55, "waiting")
+    starved = split.with_share(_gpu(0, "starved", "network", 0.25), wide)
+    assert split.shares(starved, False)[split.INDEX["network"]] == pytest.approx(0.25)
+    assert split.shares(starved, False)[split.INDEX["waiting"]] == pytest.approx(0.30)
+    busy = split.with_share(_gpu(0, "busy", None, 0.08), split.JobShare(0.52, "interconnect"))
+    assert split.shares(busy, False)[split.INDEX["interconnect"]] == pytest.approx(0.52)
+    small = split.with_share(_gpu(0, "starved", "network", 0.4), split.JobShare(0.3, "waiting"))
+    assert split.shares(small, False)[split.INDEX["waiting"]] == 0.0
+    # Idle, lost, waiting GPUs keep their own split: the share is for busy and starved ones.
+    assert split.with_share(_gpu(0, "idle"), wide) == _gpu(0, "idle")
+    for verdict in (starved, busy, small):
+        assert sum(split.shares(verdict, False)) == pytest.approx(1.0)
+
+
+def test_the_share_judges_the_busy_and_starved_seconds_of_its_window() -> None:
+    """The roll-up names the slowdown job-wide a few steps after the nodes entered `starved`: its
+    share takes the seconds of its window, as a state entered does; those before stay as counted."""
+    share = split.JobShare(0.5, "waiting")
+    starved = _gpu(0, "starved", "network", 0.25)
+    history = NodeHistory(NODE, HistoryConfig(reports_seconds=0))
+    steps = [(T0 + s, _gpu(0, "busy")) for s in range(10)] + [(T0 + 10 + s, starved) for s in range(20)]
+    for t, g in steps:
+        history.observe(_report(t, 1), b"", _verdict(t, (g,)), 20.0)
+    for s in range(10):
+        t = T0 + 30 + s
+        history.observe(_report(t, 1), b"", _verdict(t, (starved,)), 20.0, {"job-1": share})
+    rows = [r for r in history.take(math.inf).minutes if r.gpu == 0]
+    # Held 39 s: 9 busy (entering `starved` takes them), 30 starved, the last 10 with the share;
+    # the first shared verdict (T0+30) judges the 19 starved seconds before it in (T0+10, T0+30].
+    assert _total(rows, "network") == pytest.approx(0.25 * (9 + 30))
+    assert _total(rows, "waiting") == pytest.approx(0.25 * (19 + 10))
+    assert _total(rows, "computing") == pytest.approx(39 - 0.25 * 39 - 0.25 * 29)
+    assert sum(sum(r.split or ()) for r in rows) == pytest.approx(sum(r.held_seconds or 0 for r in rows))

@@ -20,21 +20,36 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "lab_cluster"
 TRACES = {t.name: t for t in cluster_traces(DATA)}
 
 
-@pytest.mark.parametrize("scenario", ["network", "two-jobs", "fabric"])
+@pytest.mark.parametrize("scenario", ["network", "two-jobs", "fabric", "job-wide"])
 def test_a_job_judged_from_the_wire_gets_the_verdicts_of_one_judged_in_process(scenario: str) -> None:
     trace = TRACES[scenario]
-    direct = Replay(trace.config, jobs=JobRollup(trace.config))
+    direct_rollup = JobRollup(trace.config)
+    direct = Replay(trace.config, jobs=direct_rollup)
     wired_rollup = JobRollup(trace.config)
     sizes = through_bytes(wired_rollup)
     wired = Replay(trace.config, jobs=wired_rollup)
+    nodes = sorted({r.node_id for r in trace.reports()})
+    told: dict[str, set[tuple[str, str, float]]] = {}  # the waits on no other node, for the ledger
     for report in trace.reports():
         direct.observe(report)
         wired.observe(report)
+        shares = {n: direct_rollup.nodes.ledger_shares(n) for n in nodes}
+        assert shares == {n: wired_rollup.nodes.ledger_shares(n) for n in nodes}
+        for n, mine in shares.items():
+            told.setdefault(n, set()).update((job, s.category, s.ratio) for job, s in mine.items())
     assert sizes, "no message was sent"
     assert direct.to_plain()["jobs"] == wired.to_plain()["jobs"]
     assert [n["final_verdict"] for n in direct.to_plain()["nodes"]] == [
         n["final_verdict"] for n in wired.to_plain()["nodes"]
     ]
+    # Told to a slow fabric's straggler (in the collective over its link) and every job-wide node.
+    assert {n for n, said in told.items() if said} == {"fabric": {"node-1"}, "job-wide": set(nodes)}.get(
+        scenario, set()
+    )
+    for said in told.values():
+        for _job, category, ratio in said:
+            assert category == ("interconnect" if scenario == "fabric" else "waiting")
+            assert 0.4 < ratio < 0.7  # the ranks waited 0.53-0.55 of their time
     # One node's values for one job and step: a small message.
     assert max(sizes) < 2_000 * 4, sizes
 
