@@ -31,6 +31,7 @@ from nodeagent.agent.gpu.deadlines import (
     unresponsive_event,
     unresponsive_sample,
 )
+from nodeagent.agent.gpu.describe import describe_gpu, job_ref
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
 from nodeagent.agent.gpu.fabric import FabricWatch
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
@@ -38,15 +39,13 @@ from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.agent.gpu.nvml_sampling import GpmSample
 from nodeagent.agent.gpu.power_samples import PowerSamples, wanted
 from nodeagent.agent.gpu.process_share import ProcessShares
-from nodeagent.agent.gpu.processes import ProcessInfo, ProcessReader
+from nodeagent.agent.gpu.processes import ProcessReader
 from nodeagent.agent.gpu.suspect_fields import SuspectReadings
 from nodeagent.agent.gpu.xid_counts import XidLedger
 from nodeagent.agent.sources.base import Source, SourceContext
 from nodeagent.agent.sources.registry import register
 from nodeagent.core.wire.clock_events import clock_event_reason_names
 from nodeagent.v1 import nodeagent_pb2 as pb
-
-_ARCHITECTURES = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin"}
 
 
 @dataclass(slots=True)
@@ -210,38 +209,9 @@ class GpuSource(Source):
             if not mig.layout_changed(previous.gpu, previous.info):
                 return previous  # same board: keep what it said it does not support, and GPM state
             previous.drop_gpm()  # MIG mode or instances changed: described afresh, caches and all
-        state = _GpuState(index=index, uuid=uuid, gpu=gpu, info=self._describe(index, uuid, gpu))
+        state = _GpuState(index=index, uuid=uuid, gpu=gpu, info=describe_gpu(index, uuid, gpu))
         state.mig = mig.describe(gpu, state.info)
         return state
-
-    @staticmethod
-    def _describe(index: int, uuid: str, gpu: Gpu) -> pb.GpuInfo:
-        ident = gpu.identity()
-        info = pb.GpuInfo(index=index, uuid=uuid, name=ident.name or "", serial=ident.serial or "")
-        info.pci_bus_id = ident.pci_bus_id or ""
-        if ident.architecture is not None:
-            info.architecture = _ARCHITECTURES.get(ident.architecture, str(ident.architecture))
-        memory = gpu.memory()
-        if memory is not None:
-            info.memory_total_bytes = memory.total_bytes
-        if ident.pcie_max_generation is not None:
-            info.pcie_max_generation = ident.pcie_max_generation
-        if ident.pcie_max_width is not None:
-            info.pcie_max_width = ident.pcie_max_width
-        links = int(gpu.field_values(gpu_fields.LINK_COUNT_REQUEST).get((gpu_fields.FI_NVLINK_LINK_COUNT, 0), 0))
-        info.nvlink_count = links
-        if links:
-            speed = gpu_fields.link_speed_bytes(gpu.field_values(gpu_fields.link_speed_requests(links)), links)
-            if speed is not None:
-                info.nvlink_speed_bytes_per_second = speed
-        info.gpm_supported = ident.gpm_supported
-        c2c = int(gpu.field_values(gpu_fields.C2C_COUNT_REQUEST).get((gpu_fields.FI_C2C_LINK_COUNT, 0), 0))
-        if c2c:
-            info.c2c_link_count = c2c
-            speed = gpu_fields.c2c_speed_bytes(gpu.field_values(gpu_fields.c2c_speed_requests(c2c)), c2c)
-            if speed is not None:
-                info.c2c_link_speed_bytes_per_second = speed
-        return info
 
     def _sample_power_between(self, states: list[_GpuState]) -> None:
         """Each GPU without GPM reads its draw between ticks on its own thread (``power_samples``)."""
@@ -391,7 +361,7 @@ class GpuSource(Source):
             entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)
             if proc.used_memory_bytes is not None:
                 entry.used_memory_bytes = proc.used_memory_bytes
-            entry.job.CopyFrom(_job_ref(info))
+            entry.job.CopyFrom(job_ref(info))
 
     def _beside(self, state: _GpuState, sample: pb.GpuSample, report: pb.NodeReport, pids: set[int]) -> None:
         """The fabric, the MIG instances and the processes' shares (after ``_fill``)."""
@@ -425,24 +395,3 @@ class GpuSource(Source):
         if previous >= 0:
             older, newer = state.gpm_buffers[previous], state.gpm_buffers[target]
             gpu_fields.fill_gpm(state.gpu.gpm_metrics(older, newer, gpu_fields.GPM_METRICS), sample)
-
-
-def _job_ref(info: ProcessInfo) -> pb.JobRef:
-    job, identity = info.job, info.identity
-    ref = pb.JobRef(
-        slurm_job_id=job.slurm_job_id,
-        k8s_pod_uid=job.k8s_pod_uid,
-        container_id=job.container_id,
-        cgroup=job.cgroup,
-        job_key=identity.key,
-    )
-    ranks = identity.ranks
-    if ranks.world_size is not None:
-        ref.world_size = ranks.world_size
-    if ranks.rank is not None:
-        ref.rank = ranks.rank
-    if ranks.local_rank is not None:
-        ref.local_rank = ranks.local_rank
-    if ranks.node_rank is not None:
-        ref.node_rank = ranks.node_rank
-    return ref

@@ -25,13 +25,13 @@ from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.forming import Forming, provisional
-from nodeagent.collector.history.minutes import GPU_VALUES, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.gpu_sums import add_gpus
+from nodeagent.collector.history.minutes import INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.collector.states import shown_state
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.verdict import NodeVerdict
-from nodeagent.core.quantities.rates import increase_across_reset
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # Full-resolution reports kept per node, and per-minute rows (``serve --history-*``).
@@ -60,7 +60,7 @@ MAX_GAP_SECONDS: Final = 900.0
 
 WINDOW: Final = DetectorConfig().window_seconds  # the detector's, when the caller does not say
 
-_UTIL, _UTIL_MIN, _SM, _MEM, _POWER, _TEMP = (INDEX[n] for n in GPU_VALUES)
+_UTIL, _UTIL_MIN = INDEX["utilization_mean"], INDEX["utilization_min"]
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
 
 
@@ -322,51 +322,7 @@ class NodeHistory:
         node.samples += 1
         node.last_time = time
         node_sums, node_counts = node.sums, node.counts
-        lost_total = 0.0
-        util_sum, util_gpus = 0.0, 0
-        accs = self.open
-        for gpu in report.gpus:
-            acc = accs.get(gpu.index) or self._acc(gpu.index)
-            acc.samples += 1
-            acc.last_time = time
-            sums, counts = acc.sums, acc.counts
-            if gpu.HasField("utilization_gpu_ratio"):
-                util = gpu.utilization_gpu_ratio
-                sums[_UTIL] += util
-                counts[_UTIL] += 1
-                counts[_UTIL_MIN] += 1
-                sums[_UTIL_MIN] = min(sums[_UTIL_MIN], util)
-                util_sum += util
-                util_gpus += 1
-                node_sums[_UTIL_MIN] = min(node_sums[_UTIL_MIN], util)
-            if gpu.HasField("sm_active_ratio"):
-                sums[_SM] += gpu.sm_active_ratio
-                counts[_SM] += 1
-            if gpu.HasField("memory_used_bytes"):
-                sums[_MEM] += gpu.memory_used_bytes
-                counts[_MEM] += 1
-            if gpu.HasField("power_watts"):
-                sums[_POWER] += gpu.power_watts
-                counts[_POWER] += 1
-            if gpu.HasField("temperature_celsius"):
-                sums[_TEMP] += gpu.temperature_celsius
-                counts[_TEMP] += 1
-            v = verdicts.get(gpu.index)
-            if v is not None:
-                acc.state, acc.cause = v.state, v.cause or ""
-                if v.state == "waiting":
-                    acc.waiting_on = str(v.evidence.get("waiting_on", ""))
-                if v.jobs:  # the minute's jobs: the last that held the GPU in it (``_hold``: how long)
-                    acc.jobs = v.jobs
-                if v.starvation_ratio is not None:
-                    sums[_RATIO] = v.starvation_ratio
-                    counts[_RATIO] += 1
-                # The detector's count is cumulative since it started; a lower one is a new detector.
-                delta = increase_across_reset(self.lost.get(gpu.index, 0.0), v.gpu_seconds_lost)
-                self.lost[gpu.index] = v.gpu_seconds_lost
-                sums[_LOST] += delta
-                counts[_LOST] += 1
-                lost_total += delta
+        lost_total, util_sum, util_gpus = add_gpus(report, verdicts, self.open, self._acc, self.lost, node_sums)
         if util_gpus:
             # The node's utilization: per report the mean over its GPUs, so that every value of
             # the node row weighs one report (what a restart's seed assumes).
