@@ -82,6 +82,13 @@ class CollectorMetrics(Collector):
         for reason, count in sorted(ingest.retirement.retired_total.items()):
             retired.add_metric([reason], count)
         yield retired
+        yield from self._refused_and_store()
+        yield from _job_stage(server)
+        yield from self._alerts()
+
+    def _refused_and_store(self) -> Iterator[Metric]:
+        """Reports acknowledged and not stored, and the store's own families."""
+        server, ingest = self.server, self.server.ingest
         refused = CounterMetricFamily(
             "nodeagent_ingest_reports_refused",
             "New reports acknowledged but not stored: their time too far from this collector's clock.",
@@ -125,8 +132,6 @@ class CollectorMetrics(Collector):
                 "1 while the history is kept; 0 once damage stopped it for this run (HistoryUnavailable).",
                 value=1.0 if guard.available else 0.0,
             )
-        yield from _job_stage(server)
-        yield from self._alerts()
 
     def _alerts(self) -> Iterator[Metric]:
         alerting = self.server.alerting
