@@ -183,14 +183,15 @@ class NodeHistory:
             acc = accs.get(g.index)
             if g.jobs and acc is not None:
                 acc.held = (acc.held or 0.0) + seconds + gap
-                split.add(acc.parts(), g, seconds, gap, g.index in unresponsive)
+                lost = split.losses(g, g.index in unresponsive)  # once: up to four sums take it
+                split.add_losses(acc.parts(), lost, seconds, gap)
                 if node is not None:
-                    split.add(node.parts(), g, seconds, gap, g.index in unresponsive)
+                    split.add_losses(node.parts(), lost, seconds, gap)
                 if seconds > 0 and provisional(g):
                     forming.note(g, minute_start, until, seconds)
-                    acc.hold_provisional(g, seconds, g.index in unresponsive)
+                    acc.hold_losses(lost, seconds)
                     if node is not None:
-                        node.hold_provisional(g, seconds, g.index in unresponsive)
+                        node.hold_losses(lost, seconds)
 
     def _judge(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
         """The report's verdict judges its window: the provisional seconds in it take its split;

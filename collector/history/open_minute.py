@@ -86,10 +86,14 @@ class OpenMinute:
 
     def hold_provisional(self, verdict: GpuVerdict, seconds: float, unresponsive: bool) -> None:
         """``seconds`` the verdict split here that a later verdict may still judge."""
+        self.hold_losses(split.losses(verdict, unresponsive), seconds)
+
+    def hold_losses(self, lost: split.Losses, seconds: float) -> None:
+        """``hold_provisional`` with the verdict's losses already read; the same sums as the
+        split's own (``split.add_losses``), so the settled part of a minute is exact."""
         if self.provisional is None:
             self.provisional = split.empty()
-        for i, share in enumerate(split.shares(verdict, unresponsive)):
-            self.provisional[i] += seconds * share
+        split.add_losses(self.provisional, lost, seconds, 0.0)
 
     def rejudge(self, counted: GpuVerdict, seconds: float, verdict: GpuVerdict, unresponsive: bool, keep: bool) -> None:
         """Provisional ``seconds`` split by ``counted``, split by ``verdict`` instead (``keep``:

@@ -83,7 +83,11 @@ def empty() -> list[float]:
     return [0.0] * len(CATEGORIES)
 
 
-def losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, float], ...]:
+# The categories (their index) a verdict loses time to, each with its share of the seconds.
+Losses = tuple[tuple[int, float], ...]
+
+
+def losses(verdict: GpuVerdict, unresponsive: bool) -> Losses:
     """The categories (their index) the verdict loses time to, each with its share of the seconds."""
     own = _own_losses(verdict, unresponsive)
     share = job_share(verdict)
@@ -135,12 +139,18 @@ def shares(verdict: GpuVerdict, unresponsive: bool) -> list[float]:
 
 def add(parts: list[float], verdict: GpuVerdict, seconds: float, gap_seconds: float, unresponsive: bool) -> None:
     """Count ``seconds`` the verdict speaks for, and ``gap_seconds`` no report spoke for, into ``parts``."""
+    add_losses(parts, losses(verdict, unresponsive), seconds, gap_seconds)
+
+
+def add_losses(parts: list[float], lost: Losses, seconds: float, gap_seconds: float) -> None:
+    """``add`` with the verdict's ``losses`` already read (once per GPU per report, however many
+    rows and provisional counts take them)."""
     if seconds > 0:
         computing = seconds
-        for category, share in losses(verdict, unresponsive):
-            lost = seconds * share
-            parts[category] += lost
-            computing -= lost
+        for category, share in lost:
+            part = seconds * share
+            parts[category] += part
+            computing -= part
         parts[_COMPUTING] += max(0.0, computing)
     if gap_seconds > 0:
         parts[_UNKNOWN] += gap_seconds
