@@ -9,8 +9,6 @@ import asyncio
 import csv
 import io
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
-from tests.fakes.trees import REPO
+from tests.fakes.fleet import cli
 
 RENTALS = {"rental-10g-pcie": "ordinary-cloud", "rental-50g-nvlink": "fast-cloud"}
 SECONDS = 900  # 15 simulated minutes a report a second
@@ -60,7 +58,7 @@ def _fed_collector(tmp_path: Path) -> tuple[dict[str, Any], float]:
             target = f"127.0.0.1:{server.port}"
             span = ("--since", str(start + SETTLED), "--until", str(start + SECONDS + 60), "--by", "node")
             out = {
-                form: await asyncio.to_thread(_cli, "ledger", "--collector", target, *span, *flags)
+                form: await asyncio.to_thread(cli, "collector", "ledger", "--collector", target, *span, *flags)
                 for form, flags in (("json", ("--json",)), ("csv", ("--csv",)), ("table", ()))
             }
             out["truth"] = {n: (sum(d for d, _ in v) / len(v), sum(s for _, s in v) / len(v)) for n, v in truth.items()}
@@ -69,15 +67,6 @@ def _fed_collector(tmp_path: Path) -> tuple[dict[str, Any], float]:
             await server.stop(0.0)
 
     return asyncio.run(scenario())
-
-
-def _cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "nodeagent.collector", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_the_rentals_ledger_matches_their_truth_and_adds_up(tmp_path: Path) -> None:

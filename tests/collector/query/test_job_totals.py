@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ import pytest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.tools.simulator import Simulation
-from tests.fakes.trees import REPO
+from tests.fakes.fleet import cli
 
 JOB = "job-5min"
 GPUS = 8
@@ -36,7 +34,8 @@ def _job_run(tmp_path: Path, *, feed: bool = True) -> tuple[list[dict[str, Any]]
         try:
             if not feed:
                 target = f"127.0.0.1:{server.port}"
-                return json.loads(await asyncio.to_thread(_cli, "jobs", "--collector", target, "--json")), 0.0
+                out = await asyncio.to_thread(cli, "collector", "jobs", "--collector", target, "--json")
+                return json.loads(out), 0.0
             # Half a minute into a minute, so that the five minutes touch six minute rows.
             start = (time.time() - 3600) // 60 * 60 + 30
             sim = Simulation("ordinary-cloud", node_id="job-node", seed=1, start_time=start, job_id=JOB)
@@ -52,21 +51,12 @@ def _job_run(tmp_path: Path, *, feed: bool = True) -> tuple[list[dict[str, Any]]
             detector = server.ingest.nodes["job-node"].detector
             assert detector is not None
             target = f"127.0.0.1:{server.port}"
-            out = await asyncio.to_thread(_cli, "jobs", "--collector", target, "--json", "--since", "2h")
+            out = await asyncio.to_thread(cli, "collector", "jobs", "--collector", target, "--json", "--since", "2h")
             return json.loads(out), detector.verdict.gpu_seconds_lost
         finally:
             await server.stop(0.0)
 
     return asyncio.run(scenario())
-
-
-def _cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "nodeagent.collector", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_a_five_minute_eight_gpu_job_is_two_thirds_of_a_gpu_hour(tmp_path: Path) -> None:
