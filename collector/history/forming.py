@@ -112,9 +112,8 @@ class Forming:
         return changed
 
     def note(self, g: GpuVerdict, minute: int, end: float, seconds: float) -> None:
-        """Held seconds a provisional verdict counted."""
-        if seconds <= 0 or not provisional(g):
-            return
+        """Held seconds a provisional verdict counted (the caller has asked ``provisional``: once a
+        GPU a report, on the ingest path)."""
         pending = self.by_gpu.setdefault(g.index, [])
         last = pending[-1] if pending else None
         if last is not None and last.minute == minute and last.verdict == g:
