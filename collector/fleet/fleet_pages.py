@@ -17,7 +17,7 @@ from typing import Final
 
 from nodeagent.collector.fleet.fanout import Answer, Shard, ShardClients
 from nodeagent.collector.fleet.merge import merged_ledger
-from nodeagent.collector.fleet.page_bridge import Reply, page_on_loop
+from nodeagent.collector.fleet.page_bridge import Reply, page_on_loop, wait_on_loop
 from nodeagent.collector.fleet.page_merge import merge_page, shard_query
 from nodeagent.collector.views.ledger_page import AskLedger, LedgerPage, LedgerUnavailableError
 from nodeagent.collector.views.local_pages import LocalPages
@@ -69,11 +69,9 @@ class FleetPages:
             mine, others = await asyncio.gather(own, self.clients.ask_all("Ledger", request, self.timeout))
             return [Answer(self.own_name, *mine), *others]
 
-        future = asyncio.run_coroutine_threadsafe(ask_all(), self.loop)
         try:
-            answers = future.result(self.timeout + OWN_MARGIN_SECONDS)
+            answers = wait_on_loop(ask_all(), self.loop, self.timeout + OWN_MARGIN_SECONDS)
         except TimeoutError:
-            future.cancel()
             raise LedgerUnavailableError("no answer in time") from None
         return merged_ledger(answers)
 

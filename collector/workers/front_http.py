@@ -18,7 +18,7 @@ from nodeagent.collector.fleet.merge import merged_ledger
 from nodeagent.collector.fleet.page_bridge import page_on_loop, wait_on_loop
 from nodeagent.collector.fleet.page_merge import merge_page, shard_query
 from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
-from nodeagent.collector.views.ledger_page import LedgerPage
+from nodeagent.collector.views.ledger_page import LedgerPage, LedgerUnavailableError
 from nodeagent.collector.workers.front_metrics import FRONT_LABEL
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.security import AccessPolicy, ServerSecurity
@@ -77,8 +77,11 @@ class FrontHttp:
 
     def ask_ledger(self, request: pb.LedgerRequest) -> pb.LedgerResponse:
         """Every worker's ``Query.Ledger``, merged by key as the front's Query.Ledger merges it."""
-        future = asyncio.run_coroutine_threadsafe(self.clients.ask_all("Ledger", request, self.timeout), self.loop)
-        return merged_ledger(future.result(self.timeout + 5.0))
+        work = self.clients.ask_all("Ledger", request, self.timeout)
+        try:
+            return merged_ledger(wait_on_loop(work, self.loop, self.timeout + ASK_MARGIN_SECONDS))
+        except TimeoutError:
+            raise LedgerUnavailableError("no answer in time") from None
 
     def _ask(self, path: str, query: str) -> list[Answer]:
         return wait_on_loop(self._ask_all(path, query), self.loop, self.timeout + ASK_MARGIN_SECONDS)
