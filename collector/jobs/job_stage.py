@@ -91,6 +91,12 @@ class JobStage:
                 self._end(job)
         self._flush_waits()
 
+    def heard_nodes(self) -> set[str]:
+        """The members of the followed jobs heard from within the window on this clock, wherever
+        their nodes live (another worker, another collector): what says a job is reporting now."""
+        since = self.clock() - self.detector_config.window_seconds
+        return {m.node_id for job in self.membership.jobs.values() for m in job.members.values() if m.heard_at >= since}
+
     def verdicts(self) -> tuple[JobVerdict, ...]:
         """Every followed job's latest verdict, by job key: a snapshot, replaced whole (a new tuple)
         only when a job step was judged or a job ended since the last call."""

@@ -90,6 +90,10 @@ class JobRollup:
     def verdicts(self) -> tuple[JobVerdict, ...]:
         return self.jobs.verdicts()
 
+    def heard_nodes(self) -> set[str]:
+        """The followed jobs' members heard from within the window, by the job stage."""
+        return self.jobs.heard_nodes()
+
     def verdict(self, job: str) -> JobVerdict | None:
         return self.jobs.verdict(job)
 

@@ -208,8 +208,12 @@ class FleetPage:
         return out
 
     def _fresh_nodes(self, now: float) -> set[str]:
-        fresh_after = now - self.server.ingest.detector_config.window_seconds
-        return {n.row.node_id for n in list(self.server.ingest.nodes.values()) if n.row.last_seen >= fresh_after}
+        """The nodes that report now: this process's own, and every job member its job stage heard
+        from (a job judged here may have all its nodes on other workers)."""
+        ingest = self.server.ingest
+        fresh_after = now - ingest.detector_config.window_seconds
+        own = {n.row.node_id for n in list(ingest.nodes.values()) if n.row.last_seen >= fresh_after}
+        return own | ingest.jobs.heard_nodes()
 
     def _timeline(self, node: NodeState) -> tuple[str, list[dict[str, Any]]]:
         """The node's minutes from the history store; without a history (``serve --no-history``)

@@ -174,7 +174,9 @@ class FleetMetrics:
             if per_node or per_gpu:
                 self._node(families, node, detector, verdict, state, per_node=per_node, per_gpu=per_gpu)
         self._summary(families, node_states, gpu_states, per_gpu)
-        return render([*families.values(), *job_families(fresh_jobs(self.ingest.jobs.verdicts(), fresh))])
+        # A job judged here may have every node on another worker: its stage heard them.
+        jobs = fresh_jobs(self.ingest.jobs.verdicts(), fresh | self.ingest.jobs.heard_nodes())
+        return render([*families.values(), *job_families(jobs)])
 
     def _node(
         self, families: dict[str, TextFamily], node: NodeState, detector: NodeDetector | None,

@@ -63,6 +63,10 @@ class FakeRollup:
     def verdicts(self) -> tuple[JobVerdict, ...]:
         return self.snapshot
 
+    def heard_nodes(self) -> set[str]:
+        """No job stage behind the snapshot: a job reports now only through its nodes held here."""
+        return set()
+
     def verdict(self, job: str) -> JobVerdict | None:
         return next((v for v in self.snapshot if v.job == job), None)
 

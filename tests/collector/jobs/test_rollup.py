@@ -341,3 +341,16 @@ def test_a_job_of_one_node_is_judged_alone() -> None:
     assert v.wait_ratio == pytest.approx(0.5, abs=0.05)
     assert run.firing("77") == set()  # GPUDataStarved says it of the node
     assert run.detectors["solo"].signals()[0].firing
+
+
+def test_the_job_stage_says_which_members_it_heard_within_the_window() -> None:
+    """Where a job is judged is not where its nodes live (a front's other workers, other
+    collectors): its stage's own hearing says the job reports now, for the page's `down` and
+    /metrics' job families (views/fleet_page.py, views/metrics_fleet.py)."""
+    now = [0.0]
+    config = DetectorConfig()
+    run = Run(job_nodes("1234", 3), JobRollup(config, clock=lambda: now[0]))
+    run.seconds(90)
+    assert run.rollup.heard_nodes() == {"node-0", "node-1", "node-2"}
+    now[0] += config.window_seconds + 1  # nothing heard since, on the stage's clock
+    assert run.rollup.heard_nodes() == set()
