@@ -59,8 +59,11 @@ REPEATED_LIMITS: dict[str, int] = {
     "JobSample.gpus": 64,
 }
 LONG_STRINGS = {"Event.message", "CollectorStatus.error", "JobRef.cgroup", "JobSample.cgroup", "GpuProcess.name"}
-# Strings that name a job across nodes: at most MAX_JOB_KEY characters, all printable.
-JOB_KEYS = {"JobRef.job_key", "JobSample.job", "NodeInfo.routing_key", "Goodbye.routing_key"}
+# Strings that name a job across nodes, or whom it is billed to: at most MAX_JOB_KEY characters, all printable.
+JOB_KEYS = {
+    "JobRef.job_key", "JobSample.job", "NodeInfo.routing_key", "Goodbye.routing_key", "JobRef.account",
+    "JobRef.k8s_namespace",
+}  # fmt: skip
 
 
 class InvalidMessageError(ValueError):

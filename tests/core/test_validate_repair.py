@@ -152,6 +152,18 @@ def test_repair_cuts_jobs_to_their_bounds_and_clears_an_unprintable_key() -> Non
     assert len(dropped) == 4
 
 
+@pytest.mark.parametrize("field", ["account", "k8s_namespace"])
+def test_an_account_or_namespace_is_printable_and_bounded_like_a_job_key(field: str) -> None:
+    report = _job_report()
+    setattr(report.gpus[0].processes[0].job, field, "team\x1b[2J")
+    with pytest.raises(validate.InvalidMessageError, match=f"job.{field}: .* not printable"):
+        check_report(report, "n")
+    assert repair(report) and getattr(report.gpus[0].processes[0].job, field) == ""
+    setattr(report.gpus[0].processes[0].job, field, "ml-" * 90)
+    assert repair(report) and len(getattr(report.gpus[0].processes[0].job, field)) == 256
+    check_report(report, "n")
+
+
 def test_power_readings_between_reports_are_finite_non_negative_and_bounded() -> None:
     good = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
     good.gpus.add(index=0).power_samples_watts.extend([380.0, 120.0])

@@ -440,7 +440,7 @@ class MigInstanceInfo(_message.Message):
     def __init__(self, uuid: _Optional[str] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., profile: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., multiprocessor_count: _Optional[int] = ..., slice_count: _Optional[int] = ..., mig_index: _Optional[int] = ...) -> None: ...
 
 class JobRef(_message.Message):
-    __slots__ = ("slurm_job_id", "k8s_pod_uid", "container_id", "cgroup", "job_key", "world_size", "rank", "local_rank", "node_rank")
+    __slots__ = ("slurm_job_id", "k8s_pod_uid", "container_id", "cgroup", "job_key", "world_size", "rank", "local_rank", "node_rank", "account", "k8s_namespace")
     SLURM_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     K8S_POD_UID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +450,8 @@ class JobRef(_message.Message):
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    K8S_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     slurm_job_id: str
     k8s_pod_uid: str
     container_id: str
@@ -459,7 +461,9 @@ class JobRef(_message.Message):
     rank: int
     local_rank: int
     node_rank: int
-    def __init__(self, slurm_job_id: _Optional[str] = ..., k8s_pod_uid: _Optional[str] = ..., container_id: _Optional[str] = ..., cgroup: _Optional[str] = ..., job_key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ...) -> None: ...
+    account: str
+    k8s_namespace: str
+    def __init__(self, slurm_job_id: _Optional[str] = ..., k8s_pod_uid: _Optional[str] = ..., container_id: _Optional[str] = ..., cgroup: _Optional[str] = ..., job_key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., account: _Optional[str] = ..., k8s_namespace: _Optional[str] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
     __slots__ = ("pid", "used_memory_bytes", "name", "user", "job", "sm_utilization_ratio", "memory_utilization_ratio")
@@ -1064,7 +1068,7 @@ class LedgerStraggler(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_hours_waited: _Optional[float] = ...) -> None: ...
 
 class LedgerRow(_message.Message):
-    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds")
+    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace")
     class GpuHoursLostEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1084,6 +1088,9 @@ class LedgerRow(_message.Message):
     GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LAST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     key: str
     gpu_hours_held: float
     gpu_hours_computing: float
@@ -1096,7 +1103,10 @@ class LedgerRow(_message.Message):
     gpu_model: str
     first_unix_seconds: float
     last_unix_seconds: float
-    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ...) -> None: ...
+    jobs: _containers.RepeatedScalarFieldContainer[str]
+    account: str
+    namespace: str
+    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class LedgerResponse(_message.Message):
     __slots__ = ("rows", "shards")
