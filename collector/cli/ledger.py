@@ -1,10 +1,12 @@
 """``nodeagent-collector ledger``: the GPU-hours held over a span, what they did, what they cost.
 
-Each row (a job, a node, or the fleet) is the history's split (``collector/history/split.py``)
+Each row (a job, a node, the fleet, or the jobs of one Slurm account or Kubernetes namespace,
+``--by account|namespace``, "" for the jobs without one) is the history's split (``collector/history/split.py``)
 summed over [``--since``, ``--until``) and priced by the collectors' ``[prices]``
 (``Query.Ledger``, ``collector/ledger/read.py``): GPU-hours held, computing, lost by category,
 the cost and the cost of what was lost; a job's straggler nodes with the GPU-hours its GPUs
-waited on each. Several collectors (``--collector`` repeated or ``[fleet] collectors``): their
+waited on each, and its account and namespace; an account's or namespace's jobs. Several
+collectors (``--collector`` repeated or ``[fleet] collectors``): their
 rows summed by key. ``--json``: one object per row; ``--csv``: a header and one line per row, every
 category a column, for a spreadsheet or a bill.
 """
@@ -61,12 +63,14 @@ class Since(click.ParamType[float]):
 )  # fmt: skip
 @click.option("--until", type=TimePoint(), help="End (unix seconds or ISO 8601); default: now.")
 @click.option(
-    "--by", type=click.Choice(BY), default="job", show_default=True, help="One row per job, node, or the fleet."
-)
+    "--by", type=click.Choice(BY), default="job", show_default=True,
+    help="One row per job, node, the fleet, or the jobs' Slurm account or Kubernetes namespace.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON: one object per row.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV: a header, then one line per row.")
 def ledger(since: float, until: float | None, by: str, as_json: bool, as_csv: bool, **options: object) -> None:
-    """GPU-hours held, computing and lost (by category), and their cost, per job, node or the fleet."""
+    """GPU-hours held, computing and lost (by category), and their cost, per job, node, the fleet,
+    Slurm account or Kubernetes namespace."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv exclude each other")
     end = time.time() if until is None else until
@@ -90,15 +94,19 @@ def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     header = [by, "gpu_hours_held", "gpu_hours_computing", *(f"gpu_hours_lost_{c}" for c in LOST_CATEGORIES)]
     header += ["cost", "cost_lost", "currency", "first", "last"]
-    extra = {"job": ["stragglers"], "node": ["gpu_model"]}.get(by, [])
-    writer.writerow(header + extra)
+    extra = {"job": ["stragglers", "account", "namespace"], "node": ["gpu_model"], "fleet": []}
+    writer.writerow(header + extra.get(by, ["jobs", "stragglers"]))
     for row in rows:
         line = [row[by], _num(row["gpu_hours_held"]), _num(row["gpu_hours_computing"])]
         line += [_num(row["gpu_hours_lost"][c]) for c in LOST_CATEGORIES]
         line += [f"{row['cost']:.2f}", f"{row['cost_lost']:.2f}", row["currency"]]
         line += [_when(row["first_unix_seconds"]), _when(row["last_unix_seconds"])]
-        if by == "job":
+        if by in ("account", "namespace"):
+            line.append(";".join(row["jobs"]))
+        if by in ("job", "account", "namespace"):
             line.append(";".join(f"{s['node']}:{s['gpu_hours_waited']:.4f}" for s in row["stragglers"]))
+        if by == "job":
+            line += [row["account"], row["namespace"]]
         elif by == "node":
             line.append(row["gpu_model"])
         writer.writerow(line)
@@ -109,9 +117,11 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float)
     """The table: hours held, the share computing, each category lost that any row has (as a
     share of the row's held time), the money."""
     shown = [c for c in LOST_CATEGORIES if any(r["gpu_hours_lost"][c] > 0 for r in rows)]
-    width = max(12, min(32, max(len(str(r[by])) for r in rows)))
+    none = f"(no {by})"  # the jobs without an account or namespace
+    width = max(12, min(32, max(len(str(r[by]) or none) for r in rows)))
     head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
-    head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}" + ("  STRAGGLERS" if by == "job" else "")
+    head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}"
+    head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
     lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head]
     for row in rows:
         held = row["gpu_hours_held"]
@@ -119,11 +129,13 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float)
         def share(hours: float, held: float = held) -> str:
             return f"{hours / held * 100:.1f}%" if held > 0 else "-"
 
-        line = f"{short(str(row[by]), width):<{width}} {held:>9.2f} {share(row['gpu_hours_computing']):>7} "
+        line = f"{short(str(row[by]) or none, width):<{width}} {held:>9.2f} {share(row['gpu_hours_computing']):>7} "
         line += " ".join(f"{share(row['gpu_hours_lost'][c]):>7}" for c in shown)
         line += f" {row['cost']:>11.2f} {row['cost_lost']:>11.2f} {row['currency']:<4}"
         if by == "job":
             line += "  " + (", ".join(f"{s['node']} ({s['gpu_hours_waited']:.2f} h)" for s in row["stragglers"]) or "-")
+        elif by not in {"node", "fleet"}:
+            line += f"  {len(row['jobs'])}: " + ", ".join(row["jobs"][:3]) + (", ..." if len(row["jobs"]) > 3 else "")
         lines.append(line.rstrip())
     return "\n".join(lines)
 

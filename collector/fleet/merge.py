@@ -125,12 +125,14 @@ def merge_job_totals(answers: Sequence[Answer]) -> pb.JobsResponse:
 
 
 def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
-    """Rows by key (a job, a node, the fleet) summed over the shards: hours by category, costs,
-    the hours waited on each straggler; nodes joined. Shards that price in other currencies make
-    the row's currency their codes joined by "+" (its costs then add unlike units, said so)."""
+    """Rows by key (a job, a node, the fleet, an account, a namespace) summed over the shards: hours
+    by category, costs, the hours waited on each straggler; nodes and jobs joined. Shards that price
+    in other currencies make the row's currency their codes joined by "+" (its costs then add
+    unlike units, said so)."""
     rows: dict[str, pb.LedgerRow] = {}
     waited: dict[str, dict[str, float]] = {}
     nodes: dict[str, set[str]] = {}
+    jobs: dict[str, set[str]] = {}
     for _answer, reply in _answered(answers, pb.LedgerResponse):
         for row in reply.rows:
             total = rows.get(row.key)
@@ -154,10 +156,13 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
                 by_node = waited.setdefault(row.key, {})
                 by_node[straggler.node_id] = by_node.get(straggler.node_id, 0.0) + straggler.gpu_hours_waited
             nodes.setdefault(row.key, set()).update(row.nodes)
+            jobs.setdefault(row.key, set()).update(row.jobs)
+            total.account, total.namespace = total.account or row.account, total.namespace or row.namespace
     response = pb.LedgerResponse(shards=shard_answers(answers))
     for key in sorted(rows, key=lambda k: (-rows[k].cost_lost, -sum(rows[k].gpu_hours_lost.values()), k)):
         row = rows[key]
         row.nodes.extend(sorted(nodes[key]))
+        row.jobs.extend(sorted(jobs[key]))
         for node_id, hours in sorted(waited.get(key, {}).items(), key=lambda item: (-item[1], item[0])):
             row.stragglers.add(node_id=node_id, gpu_hours_waited=hours)
         response.rows.append(row)

@@ -34,6 +34,9 @@ class HistoryBatch:
     sweep: tuple[float, float] | None = None
     # (node id, hour) whose minutes are all written: summed into the ledger's hours (``store/ledger_tables.py``).
     compact: list[tuple[str, int]] = field(default_factory=list)
+    # (node id, job, Slurm account, Kubernetes namespace, minute): whom each job is billed to, for
+    # the ledger by account or namespace (``store/ledger_tables.py``).
+    owners: list[tuple[str, str, str, str, int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.reports or self.minutes or self.prune or self.sweep or self.compact)
+        return bool(self.reports or self.minutes or self.prune or self.sweep or self.compact or self.owners)

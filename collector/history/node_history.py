@@ -29,6 +29,7 @@ from nodeagent.collector.history.gpu_sums import add_gpus
 from nodeagent.collector.history.minutes import INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.collector.history.open_minute import OpenMinute
+from nodeagent.collector.history.owners import JobOwners
 from nodeagent.collector.states import shown_state
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -88,6 +89,8 @@ class NodeHistory:
         self.closed: list[MinuteRow] = []
         # Hours the node's reports moved past, for the ledger to sum (``HistoryBatch.compact``).
         self.compact: list[int] = []
+        # Whom its jobs are billed to, noted once a minute (``HistoryBatch.owners``).
+        self.owners = JobOwners()
         # The split's totals by job since this collector started (``counters``).
         self.counters = SplitCounters()
         self.touched = False
@@ -137,6 +140,7 @@ class NodeHistory:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
         self._judge(report, verdict)
+        self.owners.note(self.node_id, report, verdict, minute, new_minute=minute != self.minute)
         if minute != self.minute:
             if self.minute and minute // HOUR_SECONDS != self.minute // HOUR_SECONDS:
                 # Its last minutes go out with this flush: the ledger sums the hour then.
@@ -277,6 +281,7 @@ class NodeHistory:
             self.heard_wall, self.fresh = wall_seconds, False
         batch = HistoryBatch(reports=self.reports, minutes=self.closed)
         batch.compact, self.compact = [(self.node_id, hour) for hour in self.compact], []
+        batch.owners, self.owners.pending = self.owners.pending, []
         if self.touched and self.due(wall_seconds):
             batch.minutes = self.closed + [acc.row(self.node_id) for acc in self.open.values()]
             self.written_at = self.newest
@@ -305,6 +310,7 @@ class NodeHistory:
         self.reports = batch.reports + self.reports
         self.closed = batch.minutes + self.closed
         self.compact = [hour for _node, hour in batch.compact] + self.compact
+        self.owners.pending = batch.owners + self.owners.pending
         self.written_at = -math.inf
         self.touched = True
         if self.node_id in batch.prune:

@@ -249,6 +249,7 @@ class Flusher:
                 merged.minutes.extend(taken.minutes)
                 merged.prune.update(taken.prune)
                 merged.compact.extend(taken.compact)
+                merged.owners.extend(taken.owners)
                 if history.pending:
                     self._history_pending.add(node_id)
                 else:
@@ -267,6 +268,12 @@ class Flusher:
             per_node.setdefault(minute.node_id, HistoryBatch()).minutes.append(minute)
         for node_id, cutoffs in history.prune.items():
             per_node.setdefault(node_id, HistoryBatch()).prune[node_id] = cutoffs
+        # The hours to sum and the jobs' owners too: an hour not summed would read as nothing
+        # (the ledger reads summed hours up to a node's last one).
+        for node_id, hour in history.compact:
+            per_node.setdefault(node_id, HistoryBatch()).compact.append((node_id, hour))
+        for owner in history.owners:
+            per_node.setdefault(owner[0], HistoryBatch()).owners.append(owner)
         for node_id, mine in per_node.items():
             node_history = self.nodes[node_id].history
             if node_history is not None:

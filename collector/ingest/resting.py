@@ -90,4 +90,4 @@ class Resting:
 
 def _written(history: NodeHistory) -> bool:
     """Nothing of the history waits to be written: no open minute, report, row or hour pending."""
-    return not (history.pending or history.reports or history.closed or history.compact)
+    return not (history.pending or history.reports or history.closed or history.compact or history.owners.pending)

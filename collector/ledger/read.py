@@ -1,4 +1,6 @@
-"""``Query.Ledger`` on a reader thread: the history's split summed per job, node or the fleet, and priced.
+"""``Query.Ledger`` on a reader thread: the history's split summed per job, node, the fleet, or the
+jobs' Slurm account or Kubernetes namespace (as their nodes named them, ``history/owners.py``;
+"" for the jobs without one), and priced.
 
 The store gives each node's held GPU time grouped by (jobs, nodes waited on), from its hours
 summed in ``history_ledger`` and its minutes for the rest (``store/ledger_tables.py``), as SQLite
@@ -24,7 +26,9 @@ from nodeagent.collector.store.reader import ReadContext
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-BY = ("job", "node", "fleet")
+BY = ("job", "node", "fleet", "account", "namespace")
+# The rows made of jobs: a job's own, or the jobs billed to one Slurm account or Kubernetes namespace.
+_OF_JOBS = ("job", "account", "namespace")
 DEFAULT_LEDGER_SECONDS = 30 * 86400.0
 FLEET = "fleet"
 _WAITING = split.INDEX["waiting"]
@@ -40,6 +44,7 @@ class _Total:
     nodes: set[str] = field(default_factory=set)
     waited_on: dict[str, float] = field(default_factory=dict)
     gpu_model: str = ""
+    jobs: set[str] = field(default_factory=set)
 
     def add(self, parts: list[float], price: float, first: float, last: float) -> None:
         for i, value in enumerate(parts):
@@ -59,6 +64,8 @@ def ledger_answer(
     by = request.by or "job"
     until = request.until_unix_seconds or None
     totals: dict[str, _Total] = {}
+    owners = reads.history.ledger.owners() if by in _OF_JOBS else {}
+    owner_of = {"account": 0, "namespace": 1}.get(by)
     groups = reads.history.ledger.groups(request.since_unix_seconds, until, check=reads.check)
     width = len(split.COLUMNS)
     try:
@@ -74,7 +81,7 @@ def ledger_answer(
             node_id = str(keys[1])
             model = models.get(node_id, "")
             price = prices.per_gpu_hour(node_id, model)
-            if by != "job":
+            if by not in _OF_JOBS:
                 total = totals.setdefault(FLEET if by == "fleet" else node_id, _Total())
                 total.add(parts, price, first, last)
                 total.nodes.add(node_id)
@@ -84,9 +91,11 @@ def ledger_answer(
             waited_on = [n for n in str(keys[2]).split(",") if n]
             for name in names:
                 share = [v / len(names) for v in parts]
-                total = totals.setdefault(name, _Total())
+                key = name if owner_of is None else owners.get(name, ("", ""))[owner_of]
+                total = totals.setdefault(key, _Total())
                 total.add(share, price, first, last)
                 total.nodes.add(node_id)
+                total.jobs.add(name)
                 for straggler in waited_on:
                     total.waited_on[straggler] = total.waited_on.get(straggler, 0.0) + share[_WAITING] / len(waited_on)
     finally:
@@ -94,7 +103,12 @@ def ledger_answer(
     response = pb.LedgerResponse()
     held = {key: total for key, total in totals.items() if sum(total.seconds) > 0}  # a node with no GPU held none
     for key in sorted(held, key=lambda k: (-held[k].cost_lost, -sum(held[k].seconds[1:]), k)):
-        response.rows.append(ledger_row(key, held[key], prices.currency, with_nodes=by == "job"))
+        row = ledger_row(key, held[key], prices.currency, with_nodes=by in _OF_JOBS)
+        if by == "job":
+            row.account, row.namespace = owners.get(key, ("", ""))
+        elif by in _OF_JOBS:
+            row.jobs.extend(sorted(held[key].jobs))
+        response.rows.append(row)
     if response.ByteSize() > max_bytes:
         raise QueryRefusedError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -66,7 +66,7 @@ _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
 REPORT_COMPRESSION_LEVEL = 1
 
 
-TABLES = ("history_minutes", "history_reports", "history_ledger")
+TABLES = ("history_minutes", "history_reports", "history_ledger", "history_job_owners")
 # SQLite's primary result codes for a damaged file.
 _DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
@@ -113,6 +113,8 @@ class HistoryTables:
         )
         for node_id, hour in batch.compact:
             self.ledger.compact(node_id, hour)
+        if batch.owners:
+            self.ledger.note_owners(batch.owners)
         for node_id, (reports_before, minutes_before) in batch.prune.items():
             conn.execute("DELETE FROM history_reports WHERE node_id=? AND time<?", (node_id, reports_before))
             conn.execute("DELETE FROM history_minutes WHERE node_id=? AND minute<?", (node_id, minutes_before))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sqlite3
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Any, Final
 
 from nodeagent.collector.history import split
@@ -35,7 +35,20 @@ CREATE TABLE IF NOT EXISTS history_ledger (
     last_minute INTEGER NOT NULL,
     PRIMARY KEY (node_id, hour, jobs, waiting_on)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history_job_owners (
+    job TEXT PRIMARY KEY,
+    account TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    last_minute INTEGER NOT NULL
+) WITHOUT ROWID;
 """
+# A job's owner as its nodes name it: an empty name never replaces one a node gave.
+_UPSERT_OWNER: Final = (
+    "INSERT INTO history_job_owners VALUES (?,?,?,?) ON CONFLICT(job) DO UPDATE SET"
+    " account=CASE WHEN excluded.account!='' THEN excluded.account ELSE account END,"
+    " namespace=CASE WHEN excluded.namespace!='' THEN excluded.namespace ELSE namespace END,"
+    " last_minute=MAX(last_minute, excluded.last_minute)"
+)
 # A node's held GPU minutes in [since, until), grouped as the ledger groups them.
 _MINUTE_GROUPS: Final = (
     f"SELECT jobs, node_id, COALESCE(waiting_on, ''), {_SUMS}, MIN(minute), MAX(minute) FROM history_minutes"
@@ -54,6 +67,9 @@ _HOUR_GROUPS: Final = (
 )
 
 
+_OWNERS: Final = "SELECT job, account, namespace FROM history_job_owners"
+
+
 class LedgerTables:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -69,10 +85,26 @@ class LedgerTables:
             (hour, node_id, hour, hour + HOUR_SECONDS),
         )
 
+    def note_owners(self, owners: Iterable[tuple[str, str, str, str, int]]) -> None:
+        """Whom each job is billed to, (node id, job, account, namespace, minute) (inside the flush transaction)."""
+        self._conn.executemany(_UPSERT_OWNER, [owner[1:] for owner in owners])
+
+    def owners(self) -> dict[str, tuple[str, str]]:
+        """Each job's (account, namespace), of the jobs that have one (none in a file written
+        before the table was, opened read-only)."""
+        try:
+            return {str(job): (str(a), str(n)) for job, a, n in self._conn.execute(_OWNERS)}
+        except sqlite3.OperationalError as err:
+            if "no such table" in str(err):
+                return {}
+            raise
+
     def prune(self, node_id: str | None, minutes_before: float) -> None:
-        """Hours whose minutes are all past retention go with them (``node_id`` None: every node's)."""
+        """Hours whose minutes are all past retention go with them (``node_id`` None: every node's,
+        and the owners of jobs no minute kept names)."""
         if node_id is None:
             self._conn.execute("DELETE FROM history_ledger WHERE hour + ? <= ?", (HOUR_SECONDS, minutes_before))
+            self._conn.execute("DELETE FROM history_job_owners WHERE last_minute + 60 <= ?", (minutes_before,))
         else:
             self._conn.execute(
                 "DELETE FROM history_ledger WHERE node_id=? AND hour + ? <= ?", (node_id, HOUR_SECONDS, minutes_before)

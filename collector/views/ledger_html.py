@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.fleet_assets import head
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -37,10 +38,12 @@ def render_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards
     shown = _shown_categories(rows)
     scale = BAR_PX / max((r.gpu_hours_held for r in rows), default=0.0) if rows else 0.0
     sorts = " · ".join(_choice(asked.link(sort=s), word, s == asked.sort) for s, word in SORT_WORDS.items())
-    bys = " · ".join(_choice(asked.link(by=b, job=""), b, b == asked.by) for b in ("job", "node", "fleet"))
+    bys = " · ".join(_choice(asked.link(by=b, job=""), b, b == asked.by) for b in BY)
     spans = " · ".join(_choice(asked.link(since=s), s, s == asked.since) for s in SPANS)
     head_cells = "".join(f"<th>{html.escape(c)}</th>" for c in shown)
-    extra = "<th>stragglers</th>" if asked.by == "job" else "<th>GPU model</th>" if asked.by == "node" else ""
+    extra = {"job": "<th>stragglers</th>", "node": "<th>GPU model</th>", "fleet": ""}.get(
+        asked.by, "<th>jobs</th><th>stragglers</th>"
+    )
     body = "".join(_row(asked, r, shown, scale) for r in rows)
     total = sum(r.gpu_hours_held for r in rows)
     out = [
@@ -100,7 +103,7 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
     elif asked.by == "node":
         link = _node_link(row.key)
     else:
-        link = key
+        link = key or f"<span class='muted'>(no {asked.by})</span>"
     cells = "".join(
         f"<td data-category='{c}'>{row.gpu_hours_lost.get(c, 0.0):.2f} h · {_money_lost(row, c):.2f}</td>"
         for c in shown
@@ -109,6 +112,12 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
         extra = "<td>" + (", ".join(_node_link(s.node_id) for s in row.stragglers) or "-") + "</td>"
     elif asked.by == "node":
         extra = f"<td>{html.escape(row.gpu_model)}</td>"
+    elif asked.by != "fleet":  # an account's or namespace's jobs, and the nodes they waited on
+        jobs = ", ".join(
+            f"<a class='job' href='{html.escape(asked.link(by='job', job=j))}'>{html.escape(j)}</a>" for j in row.jobs
+        )
+        stragglers = ", ".join(_node_link(s.node_id) for s in row.stragglers)
+        extra = f"<td>{jobs or '-'}</td><td>{stragglers or '-'}</td>"
     else:
         extra = ""
     computing = f"{row.gpu_hours_computing:.2f} h · {row.cost - row.cost_lost:.2f}"

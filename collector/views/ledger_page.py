@@ -4,7 +4,7 @@ JSON, ``/api/ledger``.
 Both read ``Query.Ledger``'s answer through an ``ask`` given by whoever serves the page: a
 collector's own store (``CollectorServer.ask_ledger``), a front's workers merged
 (``workers/front_http.py``), or several collectors merged (``fleet/fleet_pages.py``), each by
-``fleet/merge.py``'s rules, as the ``ledger`` command gets it. ``?by=job|node|fleet`` (job),
+``fleet/merge.py``'s rules, as the ``ledger`` command gets it. ``?by=job|node|fleet|account|namespace`` (job),
 ``?since=`` a span back from ``?until=`` (30d) or a time, ``?until=`` (now), ``?sort=lost|held|name``
 (the money lost first), ``?job=KEY`` one job's section. A bad value is a 400 with one line.
 """
@@ -126,7 +126,8 @@ def sorted_rows(rows: list[pb.LedgerRow], sort: str) -> list[pb.LedgerRow]:
 
 
 def ledger_plain(row: pb.LedgerRow, by: str) -> dict[str, Any]:
-    """One row as JSON: the hours, each lost category (0 when none), the money, a job's nodes and stragglers."""
+    """One row as JSON: the hours, each lost category (0 when none), the money; a job's account,
+    namespace, nodes and stragglers; an account's or namespace's jobs, nodes and stragglers."""
     out: dict[str, Any] = {
         by: row.key, "gpu_hours_held": row.gpu_hours_held, "gpu_hours_computing": row.gpu_hours_computing,
         "gpu_hours_lost": {name: row.gpu_hours_lost.get(name, 0.0) for name in LOST_CATEGORIES},
@@ -134,6 +135,10 @@ def ledger_plain(row: pb.LedgerRow, by: str) -> dict[str, Any]:
         "first_unix_seconds": row.first_unix_seconds, "last_unix_seconds": row.last_unix_seconds,
     }  # fmt: skip
     if by == "job":
+        out["account"], out["namespace"] = row.account, row.namespace
+    if by in ("account", "namespace"):
+        out["jobs"] = list(row.jobs)
+    if by in ("job", "account", "namespace"):
         out["nodes"] = list(row.nodes)
         out["stragglers"] = [{"node": s.node_id, "gpu_hours_waited": s.gpu_hours_waited} for s in row.stragglers]
     if by == "node":

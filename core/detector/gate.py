@@ -41,7 +41,7 @@ def admit(track: GpuTrack, g: pb.GpuSample, t: float) -> bool:
 
 def new_job(track: GpuTrack, g: pb.GpuSample, t: float) -> None:
     """Note the GPU's jobs at a window step; another job taking the GPU starts a new warm-up."""
-    jobs = tuple(sorted({_job_id(p.job) for p in g.processes} - {""}))
+    jobs = tuple(sorted({job_id(p.job) for p in g.processes} - {""}))
     if jobs and track.jobs and not set(jobs) & set(track.jobs):
         track.assigned_since = t  # another job took the GPU: it warms up again
         track.in_warmup = track.config.warmup_seconds > 0
@@ -55,6 +55,7 @@ def gated_state(track: GpuTrack) -> str | None:
     return None
 
 
-def _job_id(job: pb.JobRef) -> str:
+def job_id(job: pb.JobRef) -> str:
+    """The name a GPU's job goes by in verdicts, the history and the ledger."""
     # The multi-node job key first: it names the job the same way on every node.
     return job.job_key or job.slurm_job_id or job.k8s_pod_uid or job.container_id

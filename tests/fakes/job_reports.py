@@ -27,6 +27,9 @@ class JobPart:
     ranks: tuple[int, ...]
     world_size: int
     source: str = "slurm"
+    # Whom the job is billed to: its Slurm account, its pod's Kubernetes namespace.
+    account: str = ""
+    namespace: str = ""
 
 
 @dataclass
@@ -133,6 +136,7 @@ class FakeNode:
             if part is not None:
                 rank = part.ranks[part.gpus.index(i)] if part.gpus.index(i) < len(part.ranks) else 0
                 job = pb.JobRef(job_key=part.job, slurm_job_id=part.job if part.source == "slurm" else "")
+                job.account, job.k8s_namespace = part.account, part.namespace
                 job.world_size, job.rank = part.world_size, rank
                 g.processes.add(pid=1000 + i, name="python", job=job)
         for part in self.jobs:

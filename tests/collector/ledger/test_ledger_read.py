@@ -37,13 +37,13 @@ def _rows(
 
 def _ledger(
     tmp_path: Path, by: str, rows: list[MinuteRow], since: float = 0.0, until: float = 0.0,
-    compact: tuple[tuple[str, int], ...] = (),
+    compact: tuple[tuple[str, int], ...] = (), owners: tuple[tuple[str, str, str, str, int], ...] = (),
 ) -> pb.LedgerResponse:  # fmt: skip
-    """The ledger after writing ``rows`` (their nodes known) and summing the ``compact`` hours."""
+    """The ledger after writing ``rows`` (their nodes known) and ``owners``, and summing the ``compact`` hours."""
     store = Store(tmp_path / "c.db")
     try:
         nodes = [NodeRow(node_id=n, first_seen=1.0, last_seen=2.0) for n in sorted({r.node_id for r in rows})]
-        batch = HistoryBatch(minutes=rows, compact=list(compact))
+        batch = HistoryBatch(minutes=rows, compact=list(compact), owners=list(owners))
         store.write(nodes, before_commit=functools.partial(store.history.write, batch))
     finally:
         store.close()
@@ -81,6 +81,37 @@ def test_a_job_over_two_nodes_its_straggler_and_a_shared_gpu(tmp_path: Path) -> 
     assert fleet.key == "fleet" and fleet.gpu_hours_held * 3600 == pytest.approx(120 + 60 + 60)
     nodes = {row.key: row for row in _ledger(tmp_path, "node", [], since=120).rows}
     assert set(nodes) == {"n3"} and nodes["n3"].gpu_hours_computing * 3600 == pytest.approx(60.0)
+
+
+def test_by_account_and_namespace_each_jobs_hours_go_to_whom_it_is_billed(tmp_path: Path) -> None:
+    rows = [
+        _rows("n1", 0, ("j",), 60, waiting_on="n3", computing=30.0, waiting=30.0),
+        _rows("n1", 1, ("j", "k"), 60, computing=40.0, idle=20.0),  # shared: half to each job's account
+        _rows("n3", 0, ("j",), 60, computing=40.0, network=20.0),
+        _rows("n3", 1, ("pod-uid-1",), 60, computing=60.0),
+        _rows("n3", 2, ("lone",), 60, computing=60.0),  # a job with no account and no namespace
+    ]
+    owners = (
+        ("n1", "j", "ml", "", 60), ("n3", "j", "", "", 60),  # a node that did not see it keeps the other's
+        ("n1", "k", "vision", "", 60), ("n3", "pod-uid-1", "", "team-a", 60),
+    )  # fmt: skip
+    accounts = {row.key: row for row in _ledger(tmp_path, "account", rows, owners=owners).rows}
+    assert set(accounts) == {"ml", "vision", ""}
+    assert accounts["ml"].gpu_hours_held * 3600 == pytest.approx(60 + 30 + 60)
+    assert list(accounts["ml"].jobs) == ["j"] and list(accounts["ml"].nodes) == ["n1", "n3"]
+    assert [(s.node_id, s.gpu_hours_waited * 3600) for s in accounts["ml"].stragglers] == [("n3", pytest.approx(30.0))]
+    assert accounts["vision"].gpu_hours_held * 3600 == pytest.approx(30.0)
+    assert list(accounts[""].jobs) == ["lone", "pod-uid-1"]
+    total = sum(r.gpu_hours_held for r in accounts.values())
+    [fleet] = _ledger(tmp_path, "fleet", []).rows
+    assert total == pytest.approx(fleet.gpu_hours_held)  # every held hour in one row, whoever pays
+    namespaces = {row.key: row for row in _ledger(tmp_path, "namespace", []).rows}
+    assert namespaces["team-a"].gpu_hours_held * 3600 == pytest.approx(60.0)
+    assert list(namespaces["team-a"].jobs) == ["pod-uid-1"]
+    jobs = {row.key: row for row in _ledger(tmp_path, "job", []).rows}
+    assert (jobs["j"].account, jobs["j"].namespace) == ("ml", "")
+    assert (jobs["pod-uid-1"].account, jobs["pod-uid-1"].namespace) == ("", "team-a")
+    assert (jobs["lone"].account, jobs["lone"].namespace) == ("", "")
 
 
 def test_minutes_stored_before_the_split_are_left_out(tmp_path: Path) -> None:

@@ -141,7 +141,7 @@ def test_since_by_and_until_reach_the_query() -> None:
     ("query", "reason"),
     [
         ("sort=money", "sort: expected one of lost, held, name, got 'money'"),
-        ("by=rack", "by: expected one of job, node, fleet, got 'rack'"),
+        ("by=rack", "by: expected one of job, node, fleet, account, namespace, got 'rack'"),
         ("since=7x", "since: '7x' is not a span (7d, 12h) nor a time"),
         ("since=-3d", "since: '-3d' is not a span (7d, 12h) nor a time"),
         ("since=yesterday", "since: 'yesterday' is not a span (7d, 12h) nor a time"),
