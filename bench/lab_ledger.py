@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))  # the test's feeding of a trace to a collector, r
 
 from nodeagent.tools.lab_traces import cluster_traces  # noqa: E402
 from tests.collector.ledger.test_lab_ledger import (  # noqa: E402
-    BASELINE,
+    clean_transfers,
     lab_ledger,
     ranks_wait_over_the_ledgers_span,
 )
@@ -38,8 +38,11 @@ def main() -> None:
                 row = jobs[job.job]
                 print(f"{trace.name:10} {job.job:28} held {row.gpu_hours_held * 3600:5.0f} GPU-s {_shares(row)}")
                 span = ranks_wait_over_the_ledgers_span(trace.name, job)
+                clean = clean_transfers(job)
+                lost = sum(row.gpu_hours_lost.values()) / row.gpu_hours_held
                 print(f"{'':10} ranks' wait share {job.wait_share:.3f}; over the ledger's span {span:.3f}, less the "
-                      f"clean transfers ({BASELINE:.3f}): {span - BASELINE:.3f}")  # fmt: skip
+                      f"clean transfers of its {job.steps_per_second:.2f} steps/s ({clean:.3f}): {span - clean:.3f};"
+                      f" the ledger's lost share {lost:.3f}, off by {abs(lost - (span - clean)):.3f}")  # fmt: skip
                 for rank in job.ranks:
                     node = nodes[rank["node"]]
                     print(f"{'':12}{rank['node']}: {_shares(node)}; rank waited {rank['wait_share']:.3f} "

@@ -94,6 +94,12 @@ class ClusterJob:
     # Of the run, the collective's own transfers (each step's least all-reduce time of any rank).
     transfer_share: float = 0.0
 
+    @property
+    def steps_per_second(self) -> float:
+        """The job's training steps a second, the mean over its ranks of their steps over their run."""
+        rates = [r["steps"] / (r["ended_unix_seconds"] - r["started_unix_seconds"]) for r in self.ranks]
+        return sum(rates) / len(rates) if rates else 0.0
+
     def wait_share_over(self, lo: float, hi: float) -> float | None:
         """The job's wait share over the whole seconds in (lo, hi]."""
         shares = [share for second, share in self.truth_per_second if lo < second <= hi]
