@@ -116,6 +116,27 @@ def test_each_bar_adds_up_to_its_rows_held_hours_at_one_scale() -> None:
     assert "network: 3.00 GPU-h, 6.00 USD" in text and "interconnect: 1.50 GPU-h, 3.00 USD" in text
 
 
+def test_by_account_each_row_lists_its_jobs_linked_to_their_own_ledger() -> None:
+    ml, none = _row("ml", 10.0, 1.0, waiting=1.0), _row("", 3.0, 0.0)
+    ml.jobs.extend(["torch/train", "1234"])
+    ml.stragglers.add(node_id="node-3", gpu_hours_waited=1.0)
+    none.jobs.append("pod-uid-9")
+    status, _type, body, asked = _get("by=account", [ml, none])
+    assert status == "200 OK" and asked[0].by == "account"
+    text = body.decode()
+    assert [r["data-key"] for r in _parsed(body).rows] == ["ml", ""]
+    assert "(no account)" in text  # the jobs billed to none still have their row
+    assert "href='/ledger?job=torch%2Ftrain'" in text and "href='/ledger?job=pod-uid-9'" in text
+    assert "href='/node/node-3'" in text
+    assert "<th>jobs</th><th>stragglers</th>" in text
+    reply = LedgerPage(lambda _r: pb.LedgerResponse(rows=[ml, none]), clock=lambda: NOW).route(
+        "/api/ledger", "by=account"
+    )
+    assert reply is not None
+    rows = json.loads(reply[2])["rows"]
+    assert [(r["account"], r["jobs"]) for r in rows] == [("ml", ["torch/train", "1234"]), ("", ["pod-uid-9"])]
+
+
 @pytest.mark.parametrize(
     ("sort", "order"),
     [
