@@ -6,7 +6,7 @@ through the store (``tools/history_seed.py``; skip it to reuse a database). Then
 database itself for the invariant: every GPU-minute's split against its ``held_seconds`` and
 every node-minute's split against the sum of its GPUs' (the worst relative difference of each),
 times the read ``Query.Ledger`` runs (without the query bounds' deadline), then starts
-``nodeagent-collector serve`` on it and times ``ledger --since 30d --by fleet|node|job --json``
+``nodeagent-collector serve`` on it and times ``ledger --since 30d --by fleet|node|job|account --json``
 (from the command line to the last byte of its answer; a read past the bounds' 10 s is refused),
 and the collector's peak resident memory. It prints figures; it asserts nothing.
 
@@ -76,7 +76,7 @@ def direct(db: Path) -> None:
     """The read ``Query.Ledger`` runs, on this thread and without the query bounds' deadline."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        for by in ("fleet", "node", "job"):
+        for by in ("fleet", "node", "job", "account"):
             started = time.monotonic()
             request = pb.LedgerRequest(since_unix_seconds=time.time() - 30 * 86400, by=by)
             answer = ledger_answer(ReadContext(conn), request, Prices(), 10**9, 2**31)
@@ -95,7 +95,7 @@ def costs(db: Path, timeout: float) -> None:
     try:
         _wait_up(port, collector)
         peak = 0
-        for by in ("fleet", "node", "job"):
+        for by in ("fleet", "node", "job", "account"):
             started = time.monotonic()
             done = subprocess.run(
                 [sys.executable, "-m", "nodeagent.collector", "ledger", "--collector", f"127.0.0.1:{port}",

@@ -4,7 +4,8 @@ the query bench (``bench/query_flood.py``) and the query tests need before a col
 Each node gets one row per GPU and one for the node per minute, with every column a real node's
 rows carry, the verdict of a node that starves for the network part of the time, and a job that
 changes every day (so ``jobs`` has something to total), each GPU held the whole minute and its
-time split for the ledger (computing, and what starving lost to the network). The rows go through ``Store.write``, the
+time split for the ledger (computing, and what starving lost to the network); each job billed to
+one of ``ACCOUNTS`` Slurm accounts and ``NAMESPACES`` Kubernetes namespaces. The rows go through ``Store.write``, the
 flush's own transaction, a day of a node at a time.
 """
 
@@ -30,6 +31,8 @@ from nodeagent.collector.store.database import Store
 
 GPUS = 8
 HOUR = 3600
+ACCOUNTS = 50
+NAMESPACES = 20
 
 
 def seed_history(db: Path, nodes: Sequence[str], days: float, *, end: float | None = None, gpus: int = GPUS) -> int:
@@ -51,7 +54,12 @@ def seed_history(db: Path, nodes: Sequence[str], days: float, *, end: float | No
                 ]
                 # The ledger sums every hour the node's minutes moved past, as a flush does.
                 hours = range(day_start // HOUR * HOUR, min(day_end, last // HOUR * HOUR), HOUR)
-                batch = HistoryBatch(minutes=rows, compact=[(node_id, hour) for hour in hours])
+                last_seen = {job: row.minute for row in rows for job in row.jobs}
+                owners = [
+                    (node_id, job, f"acct-{index // 2 % ACCOUNTS}", f"ns-{index // 2 % NAMESPACES}", minute)
+                    for job, minute in last_seen.items()
+                ]
+                batch = HistoryBatch(minutes=rows, compact=[(node_id, hour) for hour in hours], owners=owners)
                 store.write((), before_commit=functools.partial(store.history.write, batch))
                 written += len(rows)
     finally:
