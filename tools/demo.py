@@ -7,8 +7,9 @@ design's reference comparison (CLIP, 100M pairs, same code on both):
 - ``rental-10g-pcie``: a 10 Gb/s public link and all-reduce over PCIe (``ordinary-cloud``);
 - ``rental-50g-nvlink``: 50 Gb/s, NVLink and an RDMA volume (``fast-cloud``);
 
-and one simulated 4-node job (``torch/clip-4node``, ranks 0-3): three nodes on ``fast-cloud``
-and ``clip-node-3`` on ``ordinary-cloud``, which holds the whole job back.
+and one simulated 4-node job (``torch/clip-4node``, ranks 0-3, charged to the Slurm account
+``clip``): three nodes on ``fast-cloud`` and ``clip-node-3`` on ``ordinary-cloud``, which holds
+the whole job back.
 
 The simulated nodes run ``--time-scale`` times faster than the wall clock, so a short demo shows
 several minutes of training: their clocks start that many minutes back and all meet the wall
@@ -51,6 +52,7 @@ SIMULATED = (("rental-10g-pcie", "ordinary-cloud"), ("rental-50g-nvlink", "fast-
 # One 4-node training job (the same job key, ranks 0..3): three nodes on the fast cloud, one on
 # the 10 Gb/s link, which holds the whole job back.
 JOB = "torch/clip-4node"
+JOB_ACCOUNT = "clip"  # the Slurm account its processes carry (what a ledger by account bills)
 JOB_NODES = (
     ("clip-node-0", "fast-cloud"), ("clip-node-1", "fast-cloud"), ("clip-node-2", "fast-cloud"),
     ("clip-node-3", "ordinary-cloud"),
@@ -103,7 +105,8 @@ def run_demo(plan: DemoPlan) -> None:
             )  # fmt: skip
             click.echo(f"simulated  {node} ({scenario}: 8 GPUs, {plan.time_scale:g}x real time)")
         for rank, (node, scenario) in enumerate(JOB_NODES):
-            job = ["--set", f"job_key={JOB}", "--set", f"job_nodes={len(JOB_NODES)}", "--set", f"job_node_rank={rank}"]
+            job = ["--set", f"job_key={JOB}", "--set", f"job_nodes={len(JOB_NODES)}", "--set", f"job_node_rank={rank}",
+                   "--set", f"job_account={JOB_ACCOUNT}"]  # fmt: skip
             _spawn(
                 ["nodeagent", "run", "--collector", address, "--node-id", node, "--simulate", scenario, *job, *sped_up],
                 Path(tmp) / f"{node}.log", started,

@@ -195,8 +195,9 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 )  # fmt: skip
 @click.option(
     "--pod-resources-socket", default=DEFAULT_POD_RESOURCES_SOCKET, show_default=True, metavar="PATH",
-    help="The kubelet's pod-resources socket: pod, namespace and container labels on the GPU families "
-    "(read every 10 s; off while the file does not exist, or with an empty value).",
+    help="The kubelet's pod-resources socket: each report's GPU processes get their pod's namespace, and the "
+    "GPU families pod, namespace and container labels (read every 10 s; off while the file does not exist, "
+    "or with an empty value).",
 )  # fmt: skip
 @collector_flags
 def run(**flags: Any) -> None:

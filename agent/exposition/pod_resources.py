@@ -7,6 +7,10 @@ on a thread of its own every ``refresh_seconds`` with a deadline, so neither the
 nor a scrape ever waits on the kubelet; they read the last answer. While the socket does not
 exist (not a Kubernetes node, or a DaemonSet that does not mount it) nothing is asked and no
 GPU has the labels.
+
+The same answer names the namespace a GPU's processes are billed to: each tick, the daemon stamps
+``JobRef.k8s_namespace`` on every process of a GPU, or of a MIG instance, that the kubelet
+allocated to a pod (``stamp_namespaces``), for the collector's ledger by namespace.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 import structlog
+
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     # Imported once the socket exists: a node without a kubelet never loads the API's classes.
@@ -51,6 +57,35 @@ def gpu_owners(response: api_pb2.ListPodResourcesResponse) -> dict[str, dict[str
                     uuid = device_id.split("::", 1)[0]
                     owners.setdefault(uuid, {"pod": pod.name, "namespace": pod.namespace, "container": container.name})
     return owners
+
+
+def stamp_namespaces(report: pb.NodeReport, labels: Labels) -> None:
+    """Set ``JobRef.k8s_namespace`` on the processes of each GPU and MIG instance the kubelet
+    allocated (by UUID: a MIG instance's is the MIG device's) to its pod's namespace.
+
+    A MIG GPU's own process list (the processes of all its instances) is not allocated by its UUID
+    under the mixed strategy: a process there takes the namespace its instance's copy was given.
+    A GPU no pod holds leaves its processes as they were."""
+    if not labels:
+        return
+    for gpu in report.gpus:
+        by_pid: dict[int, str] = {}
+        for instance in gpu.mig_instances:
+            namespace = _namespace(labels, instance.uuid)
+            if namespace:
+                for process in instance.processes:
+                    process.job.k8s_namespace = namespace
+                    by_pid[process.pid] = namespace
+        own = _namespace(labels, gpu.uuid)
+        for process in gpu.processes:
+            namespace = own or by_pid.get(process.pid, "")
+            if namespace:
+                process.job.k8s_namespace = namespace
+
+
+def _namespace(labels: Labels, uuid: str) -> str:
+    owner = labels.get(uuid) if uuid else None
+    return owner.get("namespace", "") if owner else ""
 
 
 class PodResources:

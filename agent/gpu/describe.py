@@ -42,7 +42,8 @@ def describe_gpu(index: int, uuid: str, gpu: Gpu) -> pb.GpuInfo:
 
 
 def job_ref(info: ProcessInfo) -> pb.JobRef:
-    """The job a GPU process belongs to, as a sample names it: its launcher's ids, key and ranks."""
+    """The job a GPU process belongs to, as a sample names it: its launcher's ids, key, ranks and
+    Slurm account (its Kubernetes namespace is stamped later, by the daemon)."""
     job, identity = info.job, info.identity
     ref = pb.JobRef(
         slurm_job_id=job.slurm_job_id,
@@ -50,6 +51,7 @@ def job_ref(info: ProcessInfo) -> pb.JobRef:
         container_id=job.container_id,
         cgroup=job.cgroup,
         job_key=identity.key,
+        account=identity.account,
     )
     ranks = identity.ranks
     if ranks.world_size is not None:

@@ -17,6 +17,12 @@ PyTorchJob gives its master ``localhost`` and its workers the master's pod name,
 master's ``HOSTNAME``, so the host's name stands in for it; without a ``HOSTNAME`` it names no
 job (every single-node job would share ``torch/localhost:29500``). A Kubernetes pod alone gives
 no key: its UID differs on every node.
+
+Whom the job is billed to: ``SLURM_JOB_ACCOUNT``, the Slurm account of the job's allocation, which
+Slurm sets in every step's environment; kept whatever launcher gave the key (torchrun under
+``srun`` is still charged to that account), as a name (printable, bounded, else ""). A pod's
+Kubernetes namespace is not in its environment: the daemon stamps it on each report from the
+kubelet's answer (``agent/exposition/pod_resources.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_CLUSTER_NAME", "SLURM_NTASKS", "SLURM_PROCI
 TORCH_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HOSTNAME")
 TORCH_NODE_KEYS = ("GROUP_RANK", "NODE_RANK")
 MPI_KEYS = ("PMIX_NAMESPACE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-KEPT_KEYS = frozenset((*SLURM_KEYS, *TORCH_KEYS, *TORCH_NODE_KEYS, *MPI_KEYS))
+ACCOUNT_KEY = "SLURM_JOB_ACCOUNT"  # "Account name associated of the job allocation" (srun(1))
+KEPT_KEYS = frozenset((*SLURM_KEYS, *TORCH_KEYS, *TORCH_NODE_KEYS, *MPI_KEYS, ACCOUNT_KEY))
 
 # The most of /proc/<pid>/environ read; keys past it are not seen (a training process's
 # environment is a few kilobytes, the kernel allows far more).
@@ -66,6 +73,7 @@ class JobIdentity:
     # The job's cgroup (v2) path, whose cpu.pressure and io.pressure are the job's own: the
     # ``.../job_N`` level for Slurm, else the process's own cgroup; "" when it has none.
     cgroup: str = ""
+    account: str = ""  # JobRef.account: the Slurm account the job is charged to; "" when unset
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -87,12 +95,18 @@ def parse_environ(data: bytes) -> dict[str, str]:
 
 
 def identify(env: Mapping[str, str], slurm_job_id: str = "", unified_cgroup: str = "") -> JobIdentity:
-    """The job key, its source, the ranks and the job's cgroup of one process.
+    """The job key, its source, the ranks, the job's cgroup and its Slurm account of one process.
 
     ``slurm_job_id`` is the job the process's cgroup names (``processes.parse_cgroup``), which
     wins over ``SLURM_JOB_ID``; ``unified_cgroup`` its cgroup v2 path (``processes.unified_path``)."""
     key, source = _key(env, slurm_job_id)
-    return JobIdentity(key=key, source=source, ranks=ranks(env), cgroup=_job_cgroup(source, unified_cgroup))
+    return JobIdentity(
+        key=key,
+        source=source,
+        ranks=ranks(env),
+        cgroup=_job_cgroup(source, unified_cgroup),
+        account=_text(env, ACCOUNT_KEY),
+    )
 
 
 def ranks(env: Mapping[str, str]) -> Ranks:

@@ -26,7 +26,7 @@ import structlog
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
-from nodeagent.agent.exposition.pod_resources import PodResources
+from nodeagent.agent.exposition.pod_resources import PodResources, stamp_namespaces
 from nodeagent.agent.sampling.report_source import ReportSource
 from nodeagent.agent.service import sd_notify
 from nodeagent.core.exposition.http_server import MetricsHttpServer
@@ -59,7 +59,9 @@ class DaemonSettings:
     metrics_listen: str | None = None  # /metrics and /healthz: HOST:PORT, or off
     metrics_tls: ssl.SSLContext | None = None
     metrics_groups: tuple[str, ...] = ()  # the page's family groups: gpu, nvlink, node, agent
-    pod_resources_socket: str = ""  # the kubelet's socket, for the GPU families' pod labels; "": none
+    # The kubelet's socket: each report's processes get their pod's namespace, the GPU families
+    # their pod labels; "": none.
+    pod_resources_socket: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +84,9 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
     stop = threading.Event()
     _on_signals(stop)
     telemetry = AgentTelemetry(node_id, settings.interval_seconds)
+    # Asked on a thread of its own; a no-op while the socket does not exist (no kubelet).
+    pods = PodResources(settings.pod_resources_socket) if settings.pod_resources_socket else None
     try:
-        pods = None
-        gpu_families = {"gpu", "nvlink"}.intersection(settings.metrics_groups)
-        if settings.metrics_listen is not None and settings.pod_resources_socket and gpu_families:
-            pods = PodResources(settings.pod_resources_socket)
         http = _metrics_server(settings, telemetry, spool, sender, pods)
     except MetricsListenError:
         spool.close()
@@ -99,7 +99,7 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
     collectors = list(settings.collectors)
     log.info("agent running", node=node_id, epoch=spool.epoch, next_seq=spool.next_seq, collectors=collectors)
     try:
-        produced = _sample_loop(source, spool, settings, stop, telemetry)
+        produced = _sample_loop(source, spool, settings, stop, telemetry, pods)
         delivered = _finish(sender, settings, stop)
     finally:
         sd_notify.stopping()
@@ -114,7 +114,12 @@ def run_daemon(source: ReportSource, spool: Spool, settings: DaemonSettings) -> 
 
 
 def _sample_loop(
-    source: ReportSource, spool: Spool, settings: DaemonSettings, stop: threading.Event, telemetry: AgentTelemetry
+    source: ReportSource,
+    spool: Spool,
+    settings: DaemonSettings,
+    stop: threading.Event,
+    telemetry: AgentTelemetry,
+    pods: PodResources | None = None,
 ) -> int:
     interval, max_reports, end = settings.interval_seconds, settings.max_reports, settings.stop_at
     produced = 0
@@ -123,6 +128,8 @@ def _sample_loop(
         if end is not None and time.monotonic() >= end:
             break
         report = source.tick()
+        if pods is not None:  # the kubelet's last answer: never waits on it
+            stamp_namespaces(report, pods.labels())
         _sanitize(report)
         for problem in spool.take_events():  # a failing spool disk, reports lost to damage
             report.events.add(
@@ -166,7 +173,8 @@ def _metrics_server(
     if listen is None:
         return None
     metrics = AgentMetrics(telemetry, spool, sender, settings.collectors)
-    exposition = AgentExposition(metrics, settings.metrics_groups, pods)
+    gpu_families = {"gpu", "nvlink"}.intersection(settings.metrics_groups)
+    exposition = AgentExposition(metrics, settings.metrics_groups, pods if gpu_families else None)
     http = MetricsHttpServer(
         listen, exposition.render, health=exposition.health, ssl_context=settings.metrics_tls, name="nodeagent",
         metrics_gzip=exposition.render_gzip,

@@ -15,6 +15,7 @@ from nodeagent.collector.alerts.report_rules import XID_ERROR, NodeRules
 from nodeagent.core.wire.validate import check_report
 from nodeagent.tools.simulator import ScenarioError, Simulation
 from nodeagent.tools.simulator.scenarios import parse_overrides
+from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 def test_a_job_key_puts_the_node_in_a_multi_node_job_as_the_agent_reports_it() -> None:
@@ -103,3 +104,19 @@ def test_run_refuses_a_bad_set_in_one_line(args: list[str], message: str) -> Non
     result = CliRunner().invoke(cli, ["run", "--collector", "127.0.0.1:1", "--max-reports", "1", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_a_simulated_job_s_processes_carry_its_slurm_account() -> None:
+    def accounts(report: pb.NodeReport) -> set[str]:
+        return {process.job.account for gpu in report.gpus for process in gpu.processes}
+
+    demo = Simulation("fast-cloud", node_id="clip-node-0", job_key="torch/clip-4node", job_nodes=4, gpus=2)
+    report = demo.step(1.0)
+    report.epoch, report.seq = 1, 1
+    check_report(report, "clip-node-0")  # what the collector accepts
+    assert accounts(report) == {"clip"}  # derived from the key, as the demo's job
+    assert accounts(Simulation("healthy", node_id="n", job_key="torch/r", job_account="vision").step(1.0)) == {"vision"}
+    assert accounts(Simulation("healthy", node_id="n").step(1.0)) == {""}  # no job key, no account
+    assert accounts(Simulation("healthy", node_id="n", job_key="hopper/4242").step(1.0)) == {""}
+    with pytest.raises(ScenarioError, match="job_account must be printable"):
+        Simulation("healthy", node_id="n", job_account="a\x1bb")

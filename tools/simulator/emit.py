@@ -225,6 +225,7 @@ class NodeHardware:
             g.memory_used_bytes = int(a.gpu_memory_bytes) + index * 3 * _MIB
             proc = g.processes.add(pid=41_000 + index, used_memory_bytes=int(a.gpu_memory_bytes), name="python")
             proc.job.slurm_job_id = self.p.job_id
+            proc.job.account = self.p.job_account
             if self.p.job_key:
                 ref, node_rank = proc.job, self.p.job_node_rank
                 ref.job_key, ref.world_size = self.p.job_key, self.p.job_nodes * self.gpus

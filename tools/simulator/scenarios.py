@@ -65,6 +65,10 @@ class Params:
     job_key: str = ""
     job_nodes: int = 1
     job_node_rank: int = 0
+    # The Slurm account the job's processes are charged to (``JobRef.account``, as the agent reads
+    # ``SLURM_JOB_ACCOUNT``); "": with a job key, the key's name up to its first "-"
+    # (``simulation.own_account``: torch/clip-4node is charged to "clip"), without one none.
+    job_account: str = ""
     # Training samples one GPU consumes per second when nothing else limits it (A800 speed;
     # scaled by the profile's relative speed).
     gpu_samples_per_second: float = 3472.2
@@ -141,8 +145,7 @@ class Params:
             raise ScenarioError(f"need 0 <= loader_cores ({self.loader_cores}) <= cpu_count ({self.cpu_count})")
         if not 0 < self.clock_ratio <= 1 or not 0 <= self.page_cache_hit_ratio < 1:
             raise ScenarioError("clock_ratio must be in (0, 1], page_cache_hit_ratio in [0, 1)")
-        if len(self.job_key) > 256 or not self.job_key.isprintable():
-            raise ScenarioError(f"job_key must be printable and at most 256 characters, got {self.job_key!r}")
+        _check_job_names(self)
         if not 0 <= self.job_node_rank < self.job_nodes:
             raise ScenarioError(f"need 0 <= job_node_rank ({self.job_node_rank}) < job_nodes ({self.job_nodes})")
         if self.xid_every_seconds is not None and not self.xid_every_seconds > 0:
@@ -151,6 +154,14 @@ class Params:
             raise ScenarioError("xid_code and xid_gpu must not be negative")
         if self.xid_severity not in ("warning", "critical"):
             raise ScenarioError(f"xid_severity must be warning or critical, got {self.xid_severity!r}")
+
+
+def _check_job_names(params: Params) -> None:
+    # The wire's bound on a job key; the agent's on a name it reads from the environment.
+    for name, most in (("job_key", 256), ("job_account", 200)):
+        value = getattr(params, name)
+        if len(value) > most or not value.isprintable():
+            raise ScenarioError(f"{name} must be printable and at most {most} characters, got {value!r}")
 
 
 def _same_kind(current: object, value: object) -> bool:

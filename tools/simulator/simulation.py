@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ DEFAULT_START_TIME: Final = 1_767_225_600.0
 _BACKGROUND_RX_BYTES_PER_SECOND: Final = 200_000.0
 _BACKGROUND_TX_BYTES_PER_SECOND: Final = 100_000.0
 _IDLE_MEMORY_BYTES: Final = 512 << 20
+_ACCOUNT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,9 @@ class Simulation:
     ) -> None:
         self.scenario: Scenario = find_scenario(scenario)
         params = self.scenario.params.replace(overrides)
-        self.params: Params = params if params.job_id else params.replace({"job_id": own_job_id(params, node_id)})
+        if not params.job_id:
+            params = params.replace({"job_id": own_job_id(params, node_id)})
+        self.params: Params = params if params.job_account else params.replace({"job_account": own_account(params)})
         if gpus < 1:
             raise ValueError(f"gpus must be at least 1, got {gpus}")
         self.node_id = node_id
@@ -242,6 +246,15 @@ def own_job_id(params: Params, node_id: str) -> str:
         if number.isdigit():
             return number
     return str(1000 + zlib.crc32((key or node_id).encode()) % 9000)  # four digits, as 4242 was
+
+
+def own_account(params: Params) -> str:
+    """The Slurm account of a job given none: the job key's name up to its first "-", where it
+    starts with a letter ("torch/clip-4node": "clip"); none for a node without a job key, or for
+    a key that is only a number ("hopper/4242")."""
+    name = params.job_key.rpartition("/")[2]
+    match = _ACCOUNT_NAME.match(name)
+    return match.group(0) if match else ""
 
 
 def describe(overrides: Mapping[str, Any]) -> str:

@@ -179,3 +179,45 @@ def test_parse_environ_stops_at_its_bound_and_drops_the_cut_entry() -> None:
     assert len(whole) == MAX_ENVIRON_BYTES
     assert parse_environ(whole) == {"RANK": "1", "WORLD_SIZE": "8"}
     assert parse_environ(b"") == {}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({**SLURM_TASK, "SLURM_JOB_ACCOUNT": "clip"}, id="srun-task"),
+        pytest.param(
+            {**SLURM_TASK, "SLURM_JOB_ACCOUNT": "clip", "TORCHELASTIC_RUN_ID": "r", **MASTER, **TORCH_RANKS},
+            id="torchrun-under-srun",
+        ),
+        pytest.param({"SLURM_JOB_ACCOUNT": "clip", **OMPI}, id="mpirun-in-an-allocation"),
+        pytest.param({"SLURM_JOB_ACCOUNT": "clip"}, id="no-job-key-still-an-account"),
+    ],
+)
+def test_the_slurm_account_is_kept_whatever_launcher_gave_the_key(env: dict[str, str]) -> None:
+    assert identify(env).account == "clip"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("bad\x1b[31m", id="unprintable"),
+        pytest.param("a\nb", id="newline"),
+        pytest.param("a" * 201, id="too-long"),
+        pytest.param("   ", id="blank"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_a_garbage_account_is_dropped_and_the_key_stays(value: str) -> None:
+    identity = identify({**SLURM_TASK, "SLURM_JOB_ACCOUNT": value})
+    assert (identity.key, identity.account) == ("4242", "")
+
+
+def test_the_longest_account_is_kept() -> None:
+    assert identify({"SLURM_JOB_ACCOUNT": "a" * 200}).account == "a" * 200
+
+
+def test_parse_environ_keeps_the_account_and_still_nothing_else() -> None:
+    data = b"SLURM_JOB_ACCOUNT=clip\0SLURM_JOB_PARTITION=gpu\0SLURM_JOB_USER=alice\0HF_TOKEN=hf_x\0SLURM_JOB_ID=7\0"
+    env = parse_environ(data)
+    assert env == {"SLURM_JOB_ACCOUNT": "clip", "SLURM_JOB_ID": "7"}
+    assert identify(env).account == "clip"

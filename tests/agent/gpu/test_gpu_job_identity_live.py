@@ -23,20 +23,21 @@ from tests.fakes.trees import REPO
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
 RUN_ID = "llama-pretrain-0042"
+ACCOUNT = "llm-pretrain"
 GIB = 1024**3
 HOST_OFF = ["--no-collector.netdev", "--no-collector.diskstats", "--no-collector.infiniband"]
 
 
 @pytest.fixture
 def ranks() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Two ranks of node 1 of a 16-rank torchrun job (ranks 8 and 9), each with a secret in its
-    environment, sleeping until the test ends."""
+    """Two ranks of node 1 of a 16-rank torchrun job (ranks 8 and 9) under an allocation charged to
+    ``ACCOUNT``, each with a secret in its environment, sleeping until the test ends."""
     started = []
     for local_rank in (0, 1):
         env = {
             "TORCHELASTIC_RUN_ID": RUN_ID, "MASTER_ADDR": "10.1.0.1", "MASTER_PORT": "29400",
             "WORLD_SIZE": "16", "RANK": str(8 + local_rank), "LOCAL_RANK": str(local_rank), "GROUP_RANK": "1",
-            "AWS_SECRET_ACCESS_KEY": SECRET, "PATH": os.environ.get("PATH", "/usr/bin"),
+            "SLURM_JOB_ACCOUNT": ACCOUNT, "AWS_SECRET_ACCESS_KEY": SECRET, "PATH": os.environ.get("PATH", "/usr/bin"),
         }  # fmt: skip
         started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env))
     yield started
@@ -70,6 +71,8 @@ def test_sample_json_carries_the_job_and_never_the_secret(
         f"torch/{RUN_ID}", 16, 8, 0, 1,
     )  # fmt: skip
     assert (second["rank"], second["local_rank"]) == (9, 1)
+    assert (first["account"], second["account"]) == (ACCOUNT, ACCOUNT)
+    assert first["k8s_namespace"] is None  # no kubelet here: nothing stamps a namespace
     (job,) = snap["jobs"]
     assert (job["job"], job["source"], job["world_size"], job["ranks"], job["node_rank"], job["gpus"]) == (
         f"torch/{RUN_ID}", "torch", 16, [8, 9], 1, [0, 1],
@@ -101,6 +104,8 @@ def test_the_report_bytes_carry_the_job_and_never_the_secret(
         data = report.SerializeToString()
         assert SECRET.encode() not in data and b"AWS_SECRET" not in data
         assert [(j.job, list(j.ranks), list(j.gpus)) for j in report.jobs] == [(f"torch/{RUN_ID}", [8, 9], [3])]
+        (gpu,) = [g for g in report.gpus if g.index == 3]
+        assert [p.job.account for p in gpu.processes] == [ACCOUNT, ACCOUNT]
     assert sorted(reads) == sorted(f"/proc/{p.pid}/environ" for p in ranks)  # once per process, not per tick
 
 

@@ -17,15 +17,18 @@ from nodeagent.agent.cli.main import cli
 assert cli.get_command(click.Context(cli), "run") is not None
 import nodeagent.agent.cli.run
 # What a tick does beyond the imports, where it could load more: the report's repair walks its
-# maps, and the kubelet's pod-resources API is asked only once its socket exists.
-from nodeagent.agent.exposition.pod_resources import PodResources
+# maps, and the kubelet's pod-resources API is asked only once its socket exists (its last answer
+# stamps each report's namespaces).
+from nodeagent.agent.exposition.pod_resources import PodResources, stamp_namespaces
 from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
 report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=5.0)
 report.rdma_ports.add(device="mlx5_0", port=1).counters["symbol_error"] = 2**64 - 1
 report.events.add(kind="k").attributes["key"] = "value"
 assert len(repair(report)) == 1 and not report.rdma_ports[0].counters
-PodResources("/nonexistent/kubelet.sock").refresh()
+pods = PodResources("/nonexistent/kubelet.sock")
+pods.refresh()
+stamp_namespaces(report, pods.labels())
 maps = open("/proc/self/maps").read()
 print(json.dumps({"modules": sorted(sys.modules), "libcrypto": "libcrypto" in maps, "libssl": "libssl" in maps}))
 """
