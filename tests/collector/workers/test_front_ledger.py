@@ -1,12 +1,16 @@
 """``ledger`` through a real ``serve --workers 2``: each worker prices its nodes by the file's
 ``[prices]``, and the front sums a job that ran on nodes of both workers into one row, on the
 command line and on the front's ledger page (``/ledger``, drawn by headless Chromium under the
-pages' Content-Security-Policy)."""
+pages' Content-Security-Policy); and real agents on the default ``serve`` billed by account."""
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +25,9 @@ from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import NODE_ROW, MinuteRow
 from nodeagent.collector.store.database import Store
+from nodeagent.core.transport.rendezvous import owner_index
 from tests.collector.workers.front_process import running_front
+from tests.fakes.fleet import Agent, Collector, free_port_run, processes, wait_for
 from tests.fakes.trees import REPO
 
 
@@ -136,3 +142,57 @@ def test_the_fronts_ledger_page_merges_a_job_on_both_workers_into_one_row(tmp_pa
     assert "data-category='network' data-gpu-hours='0.012500'" in own
     # Drawn under the policy: no script, and the stylesheet (allowed by its hash) colours the bars.
     assert drawn["scripts"] == 0 and drawn["fill"] == "rgb(198, 40, 40)" and drawn["width"] == 360
+
+
+def test_agents_bill_their_jobs_by_account_through_the_default_serve(tmp_path: Path) -> None:
+    """Real agents (simulated GPUs) to the default ``serve``: a job's two nodes on two workers
+    charged to account ``ml``, a third node's job without one; ``ledger --by account`` through the
+    front sums ``ml`` over both workers, gives the rest the row of no account, and the rows add
+    up to the fleet's, in JSON, CSV and the table."""
+    workers = len(os.sched_getaffinity(0))
+    names = [f"node-{i}" for i in range(40)]
+    first = names[0]
+    second = next(n for n in names[1:] if workers == 1 or owner_index(n, workers) != owner_index(first, workers))
+    nodes = {first: "torch/train-a", second: "torch/train-a", "solo": ""}
+    with processes() as started:
+        collector = Collector(tmp_path / "c.db", free_port_run(workers + 1)).start()
+        started.append(collector)
+        for node, job in nodes.items():
+            keyed = ["--set", f"job_key={job}", "--set", "job_nodes=2", "--set", "job_account=ml"] if job else []
+            args = [
+                "--collector", collector.address, "--node-id", node, "--simulate", "healthy",
+                "--spool-dir", str(tmp_path / f"spool-{node}"), *keyed,
+            ]  # fmt: skip
+            started.append(Agent(args).start(tmp_path / f"{node}.log"))
+        address = collector.address
+
+        def billed() -> list[dict[str, object]] | None:
+            rows = json.loads(_ledger(address, "--json", "--since", "1h", "--by", "account"))
+            keys = {str(r["account"]): r for r in rows}
+            if set(keys) == {"ml", ""} and all(float(r["gpu_hours_held"]) > 0.003 for r in rows):  # type: ignore[arg-type]
+                return list(rows)
+            return None
+
+        assert wait_for(billed, timeout=120, interval=2.0), _ledger(address, "--since", "1h", "--by", "account")
+        for agent in started[1:]:
+            agent.kill(signal.SIGTERM)  # the agents stop: the ledger stops changing once their last minutes are written
+        held: list[float] = []
+
+        def settled() -> bool:
+            held.append(json.loads(_ledger(address, "--json", "--since", "1h", "--by", "fleet"))[0]["gpu_hours_held"])
+            return len(held) > 1 and held[-1] == held[-2]
+
+        assert wait_for(settled, timeout=60, interval=2.0), held
+        rows = json.loads(_ledger(address, "--json", "--since", "1h", "--by", "account"))
+        [fleet] = json.loads(_ledger(address, "--json", "--since", "1h", "--by", "fleet"))
+        jobs = {r["job"]: r for r in json.loads(_ledger(address, "--json", "--since", "1h"))}
+        table = _ledger(address, "--since", "1h", "--by", "account")
+        sheet = list(csv.DictReader(io.StringIO(_ledger(address, "--csv", "--since", "1h", "--by", "account"))))
+    by_account = {r["account"]: r for r in rows}
+    assert by_account["ml"]["jobs"] == ["torch/train-a"] and by_account["ml"]["nodes"] == sorted([first, second])
+    assert by_account["ml"]["gpu_hours_held"] == pytest.approx(jobs["torch/train-a"]["gpu_hours_held"])
+    assert jobs["torch/train-a"]["account"] == "ml" and jobs["torch/train-a"]["namespace"] == ""
+    assert by_account[""]["nodes"] == ["solo"] and by_account[""]["jobs"]
+    assert sum(r["gpu_hours_held"] for r in rows) == pytest.approx(fleet["gpu_hours_held"])
+    assert "(no account)" in table and "ml" in table and "JOBS" in table
+    assert {r["account"]: r["jobs"] for r in sheet}["ml"] == "torch/train-a"
