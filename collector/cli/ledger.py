@@ -122,7 +122,7 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float)
     head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
     head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}"
     head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
-    lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head]
+    lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head.rstrip()]
     for row in rows:
         held = row["gpu_hours_held"]
 
