@@ -6,9 +6,9 @@ A job the roll-up follows now has its state, straggler, cause and wait share: th
 multi-node jobs of the fleet page's ``/jobs``, the same list. A job found only in the history
 (finished, or one that never spanned nodes, such as a single node's Slurm job) is listed too,
 marked: ``live`` false and its live fields null in JSON, under its own line in the table.
-The history's GPU-hours lost count every GPU of a job, the waiting ones included (the roll-up
-makes a waiting GPU count as lost). A collector without ``ListJobs`` (an older one) gives the
-history alone, said on stderr.
+The history's GPU-hours lost are the ledger's split of the hours held (by category), counting
+every GPU of a job, the waiting ones included (the roll-up makes a waiting GPU count as lost). A
+collector without ``ListJobs`` (an older one) gives the history alone, said on stderr.
 
 Several collectors: each job's verdict from the one whose roll-up judged it over most nodes
 (its ``shard``), the history's totals summed over all of them.
@@ -45,7 +45,7 @@ HISTORY_ONLY: Final = "-- in the history only (no live verdict: finished, or nev
 @click.option("--json", "as_json", is_flag=True, help="JSON: one object per job.")
 def jobs(since: float, as_json: bool, **options: object) -> None:
     """Multi-node jobs: the live verdict (state, straggler, cause, wait share) beside the
-    history's GPU-hours and GPU-hours lost (by cause) per job."""
+    history's GPU-hours and GPU-hours lost (by the ledger's category) per job."""
     live, shards = _live(options)
     history = query_whole(options, "StreamJobTotals", last_seconds=since)
     rows = job_rows(live, history)

@@ -1,8 +1,10 @@
 """``Query.Jobs``: the history's GPU minutes totalled per job, on a reader thread.
 
 A job's GPU-hours are the seconds its GPUs were held (each minute row counts them, not the
-minute), so a 5-minute job on 8 GPUs is 0.67 GPU-hours whichever minutes it straddles, and its
-share lost is the detector's GPU-seconds lost over that same time.
+minute), so a 5-minute job on 8 GPUs is 0.67 GPU-hours whichever minutes it straddles, and what
+it lost is the ledger's split of those seconds (``history/split.py``): the same hours lost, by the
+same categories, as ``ledger --by job`` over the same minutes. Minutes stored before the split
+count the detector's GPU-seconds lost, by the minute's cause.
 
 The store groups the minutes by (jobs, cause, node); the totals are summed here as the groups
 come, so what is held is one total per job, never the groups. A read that yields more than the
@@ -15,6 +17,7 @@ from __future__ import annotations
 import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
+from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.store.reader import ReadContext
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -24,12 +27,12 @@ DEFAULT_JOBS_SECONDS = 86400.0
 
 def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_bytes: int) -> pb.JobsResponse:
     """GPU-hours held and lost per job (a GPU's time shared by n jobs counts 1/n to each), the
-    hours lost by cause, the nodes; the jobs that lost most first."""
+    hours lost by category, the nodes; the jobs that lost most first."""
     totals: dict[str, pb.JobTotal] = {}
     nodes: dict[str, set[str]] = {}
     groups = reads.history.job_minutes(request.last_seconds or DEFAULT_JOBS_SECONDS)
     try:
-        for count, (jobs, cause, node_id, held_seconds, lost_seconds, first, last) in enumerate(groups, 1):
+        for count, (jobs, cause, node_id, held_seconds, unsplit_lost, first, last, *parts) in enumerate(groups, 1):
             if count > max_rows:
                 raise QueryRefusedError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -38,17 +41,21 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
             if count % 1000 == 0:
                 reads.check()
             names = [j for j in jobs.split(",") if j]
+            lost_by = {c: s for c, s in zip(LOST_CATEGORIES, parts[1:], strict=True) if s}
+            if unsplit_lost:
+                key = cause or "unknown"
+                lost_by[key] = lost_by.get(key, 0.0) + unsplit_lost
             for name in names:
                 total = totals.get(name)
                 if total is None:
                     total = totals[name] = pb.JobTotal(job=name, first_unix_seconds=first, last_unix_seconds=last)
                 share = 1.0 / len(names)
                 total.gpu_hours += held_seconds / 3600 * share
-                lost = lost_seconds / 3600 * share
-                total.gpu_hours_lost += lost
-                if lost:
-                    key = cause or "unknown"
-                    total.gpu_hours_lost_by_cause[key] = total.gpu_hours_lost_by_cause.get(key, 0.0) + lost
+                by_cause = total.gpu_hours_lost_by_cause
+                for category, seconds in lost_by.items():
+                    lost = seconds / 3600 * share
+                    total.gpu_hours_lost += lost
+                    by_cause[category] = by_cause.get(category, 0.0) + lost
                 total.first_unix_seconds = min(total.first_unix_seconds, first)
                 total.last_unix_seconds = max(total.last_unix_seconds, last + MINUTE_SECONDS)
                 nodes.setdefault(name, set()).add(node_id)

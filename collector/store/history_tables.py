@@ -18,7 +18,7 @@ import contextlib
 import sqlite3
 import zlib
 from collections.abc import Generator, Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
@@ -63,6 +63,7 @@ _UPSERT_MINUTE = (
     f" VALUES ({','.join('?' * len(MINUTE_COLUMNS))})"
 )
 _INSERT_REPORT = "INSERT OR IGNORE INTO history_reports VALUES (?,?,?,?,?)"
+_SPLIT_SUMS = ", ".join(f"TOTAL({c})" for c in split.COLUMNS)
 REPORT_COMPRESSION_LEVEL = 1
 
 
@@ -230,18 +231,20 @@ class HistoryTables:
         ).fetchall()
         return [zlib.decompress(blob) for (blob,) in rows]
 
-    def job_minutes(self, last_seconds: float) -> Generator[tuple[str, str, str, float, float, int, int], None, None]:
-        """GPU minutes that name a job, grouped: (jobs, cause, node, GPU-seconds held, GPU-seconds
-        lost, first minute, last minute), over ``last_seconds`` before the newest stored minute; as
-        SQLite yields them, so a caller need not hold them all. A row stored before the seconds
-        held were counted counts its whole minute."""
+    def job_minutes(self, last_seconds: float) -> Generator[tuple[Any, ...], None, None]:
+        """GPU minutes that name a job, grouped: (jobs, cause, node, GPU-seconds held, the
+        detector's GPU-seconds lost of the rows stored before the split, first minute, last minute,
+        then the split's seconds per ``split.COLUMNS``), over ``last_seconds`` before the newest
+        stored minute; as SQLite yields them, so a caller need not hold them all. A row stored
+        before the seconds held were counted counts its whole minute."""
         newest = self._conn.execute("SELECT MAX(minute) FROM history_minutes").fetchone()[0]
         if newest is None:
             return
         with contextlib.closing(
             self._conn.execute(
-                "SELECT jobs, cause, node_id, TOTAL(COALESCE(held_seconds, ?)), TOTAL(gpu_seconds_lost),"
-                " MIN(minute), MAX(minute) FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=?"
+                "SELECT jobs, cause, node_id, TOTAL(COALESCE(held_seconds, ?)),"
+                f" TOTAL(CASE WHEN {split.COLUMNS[0]} IS NULL THEN gpu_seconds_lost END), MIN(minute), MAX(minute),"
+                f" {_SPLIT_SUMS} FROM history_minutes WHERE gpu>=0 AND jobs!='' AND minute>=?"
                 " GROUP BY jobs, cause, node_id",
                 (MINUTE_SECONDS, newest + MINUTE_SECONDS - last_seconds),
             )
