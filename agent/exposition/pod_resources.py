@@ -10,7 +10,8 @@ GPU has the labels.
 
 The same answer names the namespace a GPU's processes are billed to: each tick, the daemon stamps
 ``JobRef.k8s_namespace`` on every process of a GPU, or of a MIG instance, that the kubelet
-allocated to a pod (``stamp_namespaces``), for the collector's ledger by namespace.
+allocated to pods of one namespace (``gpu_namespaces``, ``stamp_namespaces``), for the
+collector's ledger by namespace.
 """
 
 from __future__ import annotations
@@ -59,33 +60,45 @@ def gpu_owners(response: api_pb2.ListPodResourcesResponse) -> dict[str, dict[str
     return owners
 
 
-def stamp_namespaces(report: pb.NodeReport, labels: Labels) -> None:
+def gpu_namespaces(response: api_pb2.ListPodResourcesResponse) -> dict[str, str]:
+    """Each allocated GPU's (and MIG device's) namespace, by UUID, where every container the
+    kubelet lists on it is of one namespace; "" for a GPU pods of two namespaces share (time
+    slicing): a bill must not charge one namespace for another's time."""
+    seen: dict[str, set[str]] = {}
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for device in container.devices:
+                name = device.resource_name
+                if name not in GPU_RESOURCES and not name.startswith(MIG_RESOURCE_PREFIX):
+                    continue
+                for device_id in device.device_ids:
+                    seen.setdefault(device_id.split("::", 1)[0], set()).add(pod.namespace)
+    return {uuid: next(iter(names)) if len(names) == 1 else "" for uuid, names in seen.items()}
+
+
+def stamp_namespaces(report: pb.NodeReport, namespaces: Mapping[str, str]) -> None:
     """Set ``JobRef.k8s_namespace`` on the processes of each GPU and MIG instance the kubelet
-    allocated (by UUID: a MIG instance's is the MIG device's) to its pod's namespace.
+    allocated (by UUID: a MIG instance's is the MIG device's) to its pod's namespace
+    (``gpu_namespaces``).
 
     A MIG GPU's own process list (the processes of all its instances) is not allocated by its UUID
     under the mixed strategy: a process there takes the namespace its instance's copy was given.
     A GPU no pod holds leaves its processes as they were."""
-    if not labels:
+    if not namespaces:
         return
     for gpu in report.gpus:
         by_pid: dict[int, str] = {}
         for instance in gpu.mig_instances:
-            namespace = _namespace(labels, instance.uuid)
+            namespace = namespaces.get(instance.uuid, "") if instance.uuid else ""
             if namespace:
                 for process in instance.processes:
                     process.job.k8s_namespace = namespace
                     by_pid[process.pid] = namespace
-        own = _namespace(labels, gpu.uuid)
+        own = namespaces.get(gpu.uuid, "") if gpu.uuid else ""
         for process in gpu.processes:
             namespace = own or by_pid.get(process.pid, "")
             if namespace:
                 process.job.k8s_namespace = namespace
-
-
-def _namespace(labels: Labels, uuid: str) -> str:
-    owner = labels.get(uuid) if uuid else None
-    return owner.get("namespace", "") if owner else ""
 
 
 class PodResources:
@@ -101,6 +114,7 @@ class PodResources:
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
         self._labels: Labels = {}  # replaced whole, never mutated: readers on other threads
+        self._namespaces: Mapping[str, str] = {}  # the same
         self._failing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,10 +122,14 @@ class PodResources:
     def labels(self) -> Labels:
         return self._labels
 
+    def namespaces(self) -> Mapping[str, str]:
+        """Each allocated GPU's namespace, by UUID (``gpu_namespaces``)."""
+        return self._namespaces
+
     def refresh(self) -> None:
         """One List call (on the caller's thread); the map stays as it was when the call fails."""
         if not os.path.exists(self.socket_path):
-            self._labels = {}
+            self._labels, self._namespaces = {}, {}
             return
         from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc  # noqa: PLC0415
 
@@ -128,7 +146,7 @@ class PodResources:
         if self._failing:
             log.info("kubelet pod-resources answering again", socket=self.socket_path)
         self._failing = False
-        self._labels = gpu_owners(response)
+        self._labels, self._namespaces = gpu_owners(response), gpu_namespaces(response)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="pod-resources", daemon=True)

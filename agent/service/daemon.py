@@ -129,7 +129,7 @@ def _sample_loop(
             break
         report = source.tick()
         if pods is not None:  # the kubelet's last answer: never waits on it
-            stamp_namespaces(report, pods.labels())
+            stamp_namespaces(report, pods.namespaces())
         _sanitize(report)
         for problem in spool.take_events():  # a failing spool disk, reports lost to damage
             report.events.add(

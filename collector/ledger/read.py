@@ -64,7 +64,7 @@ def ledger_answer(
     by = request.by or "job"
     until = request.until_unix_seconds or None
     totals: dict[str, _Total] = {}
-    owners = reads.history.ledger.owners() if by in _OF_JOBS else {}
+    owner = reads.history.ledger.owners()
     owner_of = {"account": 0, "namespace": 1}.get(by)
     groups = reads.history.ledger.groups(request.since_unix_seconds, until, check=reads.check)
     width = len(split.COLUMNS)
@@ -91,7 +91,7 @@ def ledger_answer(
             waited_on = [n for n in str(keys[2]).split(",") if n]
             for name in names:
                 share = [v / len(names) for v in parts]
-                key = name if owner_of is None else owners.get(name, ("", ""))[owner_of]
+                key = name if owner_of is None else owner(name)[owner_of]
                 total = totals.setdefault(key, _Total())
                 total.add(share, price, first, last)
                 total.nodes.add(node_id)
@@ -105,7 +105,7 @@ def ledger_answer(
     for key in sorted(held, key=lambda k: (-held[k].cost_lost, -sum(held[k].seconds[1:]), k)):
         row = ledger_row(key, held[key], prices.currency, with_nodes=by in _OF_JOBS)
         if by == "job":
-            row.account, row.namespace = owners.get(key, ("", ""))
+            row.account, row.namespace = owner(key)
         elif by in _OF_JOBS:
             row.jobs.extend(sorted(held[key].jobs))
         response.rows.append(row)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sqlite3
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, Final
 
 from nodeagent.collector.history import split
@@ -67,7 +67,7 @@ _HOUR_GROUPS: Final = (
 )
 
 
-_OWNERS: Final = "SELECT job, account, namespace FROM history_job_owners"
+_OWNER: Final = "SELECT account, namespace FROM history_job_owners WHERE job=?"
 
 
 class LedgerTables:
@@ -89,22 +89,37 @@ class LedgerTables:
         """Whom each job is billed to, (node id, job, account, namespace, minute) (inside the flush transaction)."""
         self._conn.executemany(_UPSERT_OWNER, [owner[1:] for owner in owners])
 
-    def owners(self) -> dict[str, tuple[str, str]]:
-        """Each job's (account, namespace), of the jobs that have one (none in a file written
-        before the table was, opened read-only)."""
-        try:
-            return {str(job): (str(a), str(n)) for job, a, n in self._conn.execute(_OWNERS)}
-        except sqlite3.OperationalError as err:
-            if "no such table" in str(err):
-                return {}
-            raise
+    def owners(self) -> Callable[[str], tuple[str, str]]:
+        """A job's (account, namespace), ("", "") for one without; each job asked once, by its
+        key (a month of a busy cluster's jobs is never read whole). None are known in a file
+        written before the table was, opened read-only."""
+        conn = self._conn
+        known: dict[str, tuple[str, str]] = {}
+
+        def owner(job: str) -> tuple[str, str]:
+            found = known.get(job)
+            if found is None:
+                try:
+                    row = conn.execute(_OWNER, (job,)).fetchone()
+                except sqlite3.OperationalError as err:
+                    if "no such table" not in str(err):
+                        raise
+                    row = None
+                found = known[job] = (str(row[0]), str(row[1])) if row else ("", "")
+            return found
+
+        return owner
 
     def prune(self, node_id: str | None, minutes_before: float) -> None:
         """Hours whose minutes are all past retention go with them (``node_id`` None: every node's,
         and the owners of jobs no minute kept names)."""
         if node_id is None:
             self._conn.execute("DELETE FROM history_ledger WHERE hour + ? <= ?", (HOUR_SECONDS, minutes_before))
-            self._conn.execute("DELETE FROM history_job_owners WHERE last_minute + 60 <= ?", (minutes_before,))
+            # An owner goes with the last hour that counts its job (its minutes', summed or not).
+            self._conn.execute(
+                "DELETE FROM history_job_owners WHERE last_minute - last_minute % ? + ? <= ?",
+                (HOUR_SECONDS, HOUR_SECONDS, minutes_before),
+            )
         else:
             self._conn.execute(
                 "DELETE FROM history_ledger WHERE node_id=? AND hour + ? <= ?", (node_id, HOUR_SECONDS, minutes_before)

@@ -84,7 +84,7 @@ def test_the_processes_of_an_allocated_gpu_or_mig_device_get_its_pods_namespace(
     with serving(_kubelet(fake_nvml.state), tmp_path / "kubelet.sock") as socket:
         pods = PodResources(str(socket))
         pods.refresh()
-    stamp_namespaces(sampled, pods.labels())
+    stamp_namespaces(sampled, pods.namespaces())
     assert _namespaces(sampled) == {
         PIDS[0]: "ml", PIDS[1]: "serve", PIDS[2]: "", MIG_PIDS[0]: "tenant-a", MIG_PIDS[1]: "",
     }  # fmt: skip
@@ -96,7 +96,7 @@ def test_without_the_socket_nothing_is_stamped(sampled: pb.NodeReport, tmp_path:
     before = sampled.SerializeToString()
     pods = PodResources(str(tmp_path / "absent.sock"))
     pods.refresh()
-    stamp_namespaces(sampled, pods.labels())
+    stamp_namespaces(sampled, pods.namespaces())
     assert sampled.SerializeToString() == before
     assert set(_namespaces(sampled).values()) == {""}
 
@@ -106,9 +106,26 @@ def test_a_gpu_no_pod_holds_keeps_what_its_processes_had() -> None:
     gpu = report.gpus.add(index=0, uuid="GPU-a")
     gpu.processes.add(pid=1).job.slurm_job_id = "7"
     report.gpus.add(index=1, uuid="").processes.add(pid=2)  # a GPU whose UUID NVML did not give
-    stamp_namespaces(report, {"GPU-b": {"pod": "p", "namespace": "ns", "container": "c"}, "": {"namespace": "x"}})
+    stamp_namespaces(report, {"GPU-b": "ns", "": "x"})
     assert [p.job.k8s_namespace for g in report.gpus for p in g.processes] == ["", ""]
     assert report.gpus[0].processes[0].job.slurm_job_id == "7"
+
+
+def test_a_gpu_pods_of_two_namespaces_share_bills_neither(
+    sampled: pb.NodeReport, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """Time slicing: pods of two namespaces on one GPU. The /metrics labels keep the first pod
+    listed, as dcgm-exporter does; the bill names no namespace rather than charge one for both."""
+    assert fake_nvml.state is not None
+    kubelet = _kubelet(fake_nvml.state)
+    kubelet.allocate("infer-8", "other-team", "server", "nvidia.com/gpu.shared", f"{fake_nvml.state.gpus[1].uuid}::4")
+    with serving(kubelet, tmp_path / "kubelet.sock") as socket:
+        pods = PodResources(str(socket))
+        pods.refresh()
+    stamp_namespaces(sampled, pods.namespaces())
+    assert _namespaces(sampled)[PIDS[1]] == ""
+    assert pods.labels()[fake_nvml.state.gpus[1].uuid]["namespace"] == "serve"
+    assert _namespaces(sampled)[PIDS[0]] == "ml"  # a GPU of one namespace keeps it
 
 
 def test_the_daemon_s_reports_carry_the_namespace(fake_nvml_dir: Path, tmp_path: Path) -> None:

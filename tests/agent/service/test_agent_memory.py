@@ -28,7 +28,7 @@ report.events.add(kind="k").attributes["key"] = "value"
 assert len(repair(report)) == 1 and not report.rdma_ports[0].counters
 pods = PodResources("/nonexistent/kubelet.sock")
 pods.refresh()
-stamp_namespaces(report, pods.labels())
+stamp_namespaces(report, pods.namespaces())
 maps = open("/proc/self/maps").read()
 print(json.dumps({"modules": sorted(sys.modules), "libcrypto": "libcrypto" in maps, "libssl": "libssl" in maps}))
 """

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.collector.history.owners import JobOwners, job_owners
+from nodeagent.collector.history.owners import LOOK_AGAIN_SECONDS, JobOwners, job_owners
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.core.detector.verdict import NodeVerdict
@@ -20,8 +20,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.job_reports import START, job_nodes, stream
 
 
-def _report(*refs: pb.JobRef, mig: pb.JobRef | None = None) -> pb.NodeReport:
-    report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=START)
+def _report(*refs: pb.JobRef, mig: pb.JobRef | None = None, at: float = 0.0) -> pb.NodeReport:
+    report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=START + at)
     for index, ref in enumerate(refs):
         report.gpus.add(index=index).processes.add(pid=100 + index, job=ref)
     if mig is not None:
@@ -46,20 +46,58 @@ def test_a_jobs_owner_is_its_first_process_that_names_one_mig_instances_too() ->
     assert job_owners(report) == {"torch/a": ("ml", ""), "uid-1": ("", "team-a"), "78": ("hpc", "")}
 
 
-def test_noted_when_a_job_shows_and_once_a_minute_a_late_owner_at_the_next() -> None:
+def test_noted_when_a_job_shows_once_a_minute_and_when_it_changes_within_seconds() -> None:
     owners = JobOwners()
-    bare, named = _report(pb.JobRef(job_key="torch/a")), _report(pb.JobRef(job_key="torch/a", account="ml"))
-    owners.note("n", bare, _verdict("torch/a"), 60, new_minute=True)
-    assert owners.pending == []  # no owner yet
-    owners.note("n", named, _verdict("torch/a"), 60, new_minute=False)
-    assert owners.pending == []  # the job is known: not looked at again within the minute
-    owners.note("n", named, _verdict("torch/a"), 120, new_minute=True)
-    assert owners.pending == [("n", "torch/a", "ml", "", 120)]
-    owners.note("n", named, _verdict("torch/a"), 120, new_minute=False)
-    owners.note("n", named, _verdict("torch/a", "torch/b"), 120, new_minute=False)  # a new job: looked at
+    a, b = pb.JobRef(job_key="torch/a"), pb.JobRef(job_key="torch/a", account="ml")
+    owners.note("n", _report(a, at=0), _verdict("torch/a"), 60, new_minute=True)
+    assert owners.pending == []  # no owner yet (the kubelet has not answered)
+    owners.note("n", _report(b, at=1), _verdict("torch/a"), 60, new_minute=False)
+    assert owners.pending == []  # the job is known: looked at again only a few seconds later
+    owners.note("n", _report(b, at=1 + LOOK_AGAIN_SECONDS), _verdict("torch/a"), 60, new_minute=False)
+    assert owners.pending == [("n", "torch/a", "ml", "", 60)]  # a short job's late owner is not lost
+    owners.note("n", _report(b, at=12), _verdict("torch/a", "torch/b"), 60, new_minute=False)  # a new job: looked at
+    owners.note("n", _report(b, at=20), _verdict("torch/a"), 60, new_minute=False)
     assert len(owners.pending) == 1  # torch/b names no owner, torch/a's has not changed
-    owners.note("n", named, _verdict("torch/a"), 180, new_minute=True)
-    assert owners.pending[-1] == ("n", "torch/a", "ml", "", 180)  # the minute follows the job
+    owners.note("n", _report(b, at=60), _verdict("torch/a"), 120, new_minute=True)
+    assert owners.pending[-1] == ("n", "torch/a", "ml", "", 120)  # the minute follows the job
+
+
+def test_a_flush_that_fails_loses_no_owner_of_a_job_that_ends_before_it_is_noted_again(tmp_path: Path) -> None:
+    """A job of seconds: its owner is in one flush only; that flush fails; the next writes it."""
+    [node] = job_nodes("pod-uid-1", 1, gpus=2, prefix="k8s")
+    node.jobs[0].namespace = "team-a"
+
+    async def scenario() -> pb.LedgerResponse:
+        config = ServerConfig(listen="127.0.0.1:0", db_path=tmp_path / "c.db", clock_bounds=None, flush_seconds=3600)
+        server = CollectorServer(config)
+        await server.start()
+        try:
+            flusher, failed = server.ingest.flusher, []
+            write = flusher._write
+
+            def failing_once(*args: Any) -> Any:
+                if not failed and args[3].owners:
+                    failed.append(True)
+                    raise OSError("disk full")
+                return write(*args)
+
+            flusher._write = failing_once  # type: ignore[method-assign]
+            handle = StreamHandle(node.node_id, "test")
+            server.ingest.attach(handle, pb.NodeInfo(node_id=node.node_id))
+            start = START // 60 * 60 + 5
+            for report in stream([node], 30, start=start):  # half a minute: noted once
+                report.epoch, report.seq = 1, int(report.time_unix_seconds - start) + 1
+                server.ingest.accept(handle, report, report.SerializeToString())
+            with pytest.raises(OSError, match="disk full"):
+                await flusher.flush()
+            await flusher.flush(final=True)
+            assert failed == [True]
+            return await asyncio.to_thread(server.ask_ledger, pb.LedgerRequest(by="namespace"))
+        finally:
+            await server.stop(0.0)
+
+    rows = {r.key: r for r in asyncio.run(scenario()).rows}
+    assert set(rows) == {"team-a"} and list(rows["team-a"].jobs) == ["pod-uid-1"]
 
 
 def _ledgers(tmp_path: Path, fail_a_flush: bool) -> dict[str, pb.LedgerResponse]:

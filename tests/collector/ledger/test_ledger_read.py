@@ -141,3 +141,20 @@ def test_summed_hours_and_minutes_give_the_minutes_answer(tmp_path: Path) -> Non
         assert summed["n1"].gpu_hours_held * 3600 == pytest.approx(sum(r.held_seconds or 0.0 for r in expected))
         network = sum(r.split[split.INDEX["network"]] for r in expected if r.split is not None)
         assert summed["n1"].gpu_hours_lost["network"] * 3600 == pytest.approx(network)
+
+
+def test_an_owner_goes_with_the_last_hour_that_counts_its_job(tmp_path: Path) -> None:
+    """Pruned by the retention as the summed hours are: not while an hour that holds the job's
+    minutes is still read, so no hour of it falls to the row of no owner."""
+    hour = 1_800_000_000 // 3600 * 3600
+    store = Store(tmp_path / "c.db")
+    try:
+        batch = HistoryBatch(owners=[("n1", "j", "ml", "", hour + 1800)])
+        store.write((), before_commit=functools.partial(store.history.write, batch))
+        owner = store.history.ledger.owners()
+        assert owner("j") == ("ml", "") and owner("other") == ("", "")
+        for before, kept in ((hour + 3599, True), (hour + 3600, False)):
+            store.write((), before_commit=functools.partial(store.history.write, HistoryBatch(sweep=(0.0, before))))
+            assert (store.history.ledger.owners()("j") == ("ml", "")) is kept
+    finally:
+        store.close()
