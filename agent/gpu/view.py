@@ -258,7 +258,6 @@ def _process(proc: pb.GpuProcess) -> Row:
         "container_id": proc.job.container_id or None,
         "job_key": proc.job.job_key or None,
         "account": proc.job.account or None,
-        "k8s_namespace": proc.job.k8s_namespace or None,
         "world_size": _opt(proc.job, "world_size"),
         "rank": _opt(proc.job, "rank"),
         "local_rank": _opt(proc.job, "local_rank"),

@@ -72,7 +72,6 @@ def test_sample_json_carries_the_job_and_never_the_secret(
     )  # fmt: skip
     assert (second["rank"], second["local_rank"]) == (9, 1)
     assert (first["account"], second["account"]) == (ACCOUNT, ACCOUNT)
-    assert first["k8s_namespace"] is None  # no kubelet here: nothing stamps a namespace
     (job,) = snap["jobs"]
     assert (job["job"], job["source"], job["world_size"], job["ranks"], job["node_rank"], job["gpus"]) == (
         f"torch/{RUN_ID}", "torch", 16, [8, 9], 1, [0, 1],
