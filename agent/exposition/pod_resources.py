@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Final
 
 import grpc
@@ -48,15 +48,8 @@ def gpu_owners(response: api_pb2.ListPodResourcesResponse) -> dict[str, dict[str
     dcgm-exporter names them.
     A GPU two containers share (time slicing) keeps the first one listed."""
     owners: dict[str, dict[str, str]] = {}
-    for pod in response.pod_resources:
-        for container in pod.containers:
-            for device in container.devices:
-                name = device.resource_name
-                if name not in GPU_RESOURCES and not name.startswith(MIG_RESOURCE_PREFIX):
-                    continue
-                for device_id in device.device_ids:
-                    uuid = device_id.split("::", 1)[0]
-                    owners.setdefault(uuid, {"pod": pod.name, "namespace": pod.namespace, "container": container.name})
+    for uuid, pod, container in _gpu_allocations(response):
+        owners.setdefault(uuid, {"pod": pod.name, "namespace": pod.namespace, "container": container.name})
     return owners
 
 
@@ -65,15 +58,23 @@ def gpu_namespaces(response: api_pb2.ListPodResourcesResponse) -> dict[str, str]
     kubelet lists on it is of one namespace; "" for a GPU pods of two namespaces share (time
     slicing): a bill must not charge one namespace for another's time."""
     seen: dict[str, set[str]] = {}
+    for uuid, pod, _container in _gpu_allocations(response):
+        seen.setdefault(uuid, set()).add(pod.namespace)
+    return {uuid: next(iter(names)) if len(names) == 1 else "" for uuid, names in seen.items()}
+
+
+def _gpu_allocations(
+    response: api_pb2.ListPodResourcesResponse,
+) -> Iterator[tuple[str, api_pb2.PodResources, api_pb2.ContainerResources]]:
+    """(GPU or MIG device UUID, pod, container) of each GPU device the kubelet allocated, in its
+    order (a time-sliced device id ``GPU-<uuid>::<n>`` is the GPU's UUID)."""
     for pod in response.pod_resources:
         for container in pod.containers:
             for device in container.devices:
                 name = device.resource_name
-                if name not in GPU_RESOURCES and not name.startswith(MIG_RESOURCE_PREFIX):
-                    continue
-                for device_id in device.device_ids:
-                    seen.setdefault(device_id.split("::", 1)[0], set()).add(pod.namespace)
-    return {uuid: next(iter(names)) if len(names) == 1 else "" for uuid, names in seen.items()}
+                if name in GPU_RESOURCES or name.startswith(MIG_RESOURCE_PREFIX):
+                    for device_id in device.device_ids:
+                        yield device_id.split("::", 1)[0], pod, container
 
 
 def stamp_namespaces(report: pb.NodeReport, namespaces: Mapping[str, str]) -> None:

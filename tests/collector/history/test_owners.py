@@ -7,11 +7,13 @@ sum."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.owners import LOOK_AGAIN_SECONDS, JobOwners, job_owners
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
@@ -62,6 +64,21 @@ def test_noted_when_a_job_shows_once_a_minute_and_when_it_changes_within_seconds
     assert owners.pending[-1] == ("n", "torch/a", "ml", "", 120)  # the minute follows the job
 
 
+def _fail_once(flusher: Any, when: Callable[[HistoryBatch], bool]) -> list[bool]:
+    """Make the first of the flusher's writes whose history ``when`` picks fail, as a full disk
+    would; the list it returns says whether one did."""
+    write, failed = flusher._write, []
+
+    def failing_once(*args: Any) -> Any:
+        if not failed and when(args[3]):
+            failed.append(True)
+            raise OSError("disk full")
+        return write(*args)
+
+    flusher._write = failing_once
+    return failed
+
+
 def test_a_flush_that_fails_loses_no_owner_of_a_job_that_ends_before_it_is_noted_again(tmp_path: Path) -> None:
     """A job of seconds: its owner is in one flush only; that flush fails; the next writes it."""
     [node] = job_nodes("pod-uid-1", 1, gpus=2, prefix="k8s")
@@ -72,16 +89,8 @@ def test_a_flush_that_fails_loses_no_owner_of_a_job_that_ends_before_it_is_noted
         server = CollectorServer(config)
         await server.start()
         try:
-            flusher, failed = server.ingest.flusher, []
-            write = flusher._write
-
-            def failing_once(*args: Any) -> Any:
-                if not failed and args[3].owners:
-                    failed.append(True)
-                    raise OSError("disk full")
-                return write(*args)
-
-            flusher._write = failing_once  # type: ignore[method-assign]
+            flusher = server.ingest.flusher
+            failed = _fail_once(flusher, lambda history: bool(history.owners))
             handle = StreamHandle(node.node_id, "test")
             server.ingest.attach(handle, pb.NodeInfo(node_id=node.node_id))
             start = START // 60 * 60 + 5
@@ -115,16 +124,8 @@ def _ledgers(tmp_path: Path, fail_a_flush: bool) -> dict[str, pb.LedgerResponse]
         server = CollectorServer(config)
         await server.start()
         try:
-            flusher, failed = server.ingest.flusher, []
-            write = flusher._write
-
-            def failing_once(*args: Any) -> Any:
-                if fail_a_flush and not failed and args[3].compact:  # a flush with hours to sum
-                    failed.append(True)
-                    raise OSError("disk full")
-                return write(*args)
-
-            flusher._write = failing_once  # type: ignore[method-assign]
+            flusher = server.ingest.flusher
+            failed = _fail_once(flusher, lambda history: fail_a_flush and bool(history.compact))  # hours to sum
             streams: dict[str, StreamHandle] = {}
             for report in stream(nodes, 7200, start=start, every=5.0):
                 report.epoch, report.seq = 1, int(report.time_unix_seconds - start) + 1
