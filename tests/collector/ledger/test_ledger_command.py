@@ -124,3 +124,23 @@ def test_several_collectors_rows_are_summed_by_key() -> None:
     assert list(job.nodes) == ["job-1-n"]
     assert [r.key for r in merged.rows] == ["job-1", "job-2"]  # the most money lost first
     assert [(s.shard, s.answered) for s in merged.shards] == [("a:1", True), ("b:2", True), ("c:3", False)]
+
+
+def test_an_accounts_rows_of_two_collectors_join_their_jobs_and_a_jobs_owner_is_kept() -> None:
+    a, b = _row("ml", 4.0, 1.0, 8.0, {}), _row("ml", 2.0, 0.5, 4.0, {})
+    a.jobs.extend(["j1", "j2"])
+    b.jobs.extend(["j2", "j3"])
+    merged = merge(
+        "Ledger", [Answer("a:1", pb.LedgerResponse(rows=[a]), ""), Answer("b:2", pb.LedgerResponse(rows=[b]), "")]
+    )
+    assert isinstance(merged, pb.LedgerResponse)
+    [ml] = merged.rows
+    assert list(ml.jobs) == ["j1", "j2", "j3"] and ml.gpu_hours_held == 6.0
+    job_a, job_b = _row("j1", 1.0, 0.0, 2.0, {}), _row("j1", 1.0, 0.0, 2.0, {})
+    job_b.account, job_b.namespace = "ml", "team-a"  # a collector whose nodes named the owner
+    merged = merge(
+        "Ledger",
+        [Answer("a:1", pb.LedgerResponse(rows=[job_a]), ""), Answer("b:2", pb.LedgerResponse(rows=[job_b]), "")],
+    )
+    assert isinstance(merged, pb.LedgerResponse)
+    assert (merged.rows[0].account, merged.rows[0].namespace) == ("ml", "team-a")
