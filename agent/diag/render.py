@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from nodeagent.agent.diag.model import CheckResult, DiagReport, Status
+from nodeagent.core.program.safe_text import escape_controls
 
 _COLOURS: Final = {Status.PASS: "32", Status.WARN: "33", Status.FAIL: "1;31", Status.SKIP: "2"}
 _HEADER: Final = ("STATUS", "CHECK", "SUBJECT", "VALUE", "EXPECTED")
@@ -22,7 +23,7 @@ def render_table(report: DiagReport, colour: bool = False) -> str:
     head = f"nodeagent diag  node {report.node_id or '?'}"
     head += f"  profile {report.profile or '(none)'}  {report.duration_seconds:.1f} s"
     shown = _merge_skips(report.results)
-    rows = [(r.status.value, check, r.subject, _cell(r.value), _cell(r.expected or "-")) for check, r in shown]
+    rows = [(r.status.value, check, _cell(r.subject), _cell(r.value), _cell(r.expected or "-")) for check, r in shown]
     widths = [max(len(row[i]) for row in [_HEADER, *rows]) for i in range(len(_HEADER))]
     lines = [head, _line(_HEADER, widths)]
     indent = " " * (widths[0] + 2)
@@ -32,7 +33,7 @@ def render_table(report: DiagReport, colour: bool = False) -> str:
             line = _paint(row[0], _COLOURS[result.status]) + line[len(row[0]) :]
         lines.append(line)
         if result.hint and result.status is not Status.PASS:
-            note = f"{indent}↳ {result.hint}"
+            note = f"{indent}↳ {escape_controls(result.hint)}"
             lines.append(_paint(note, "2") if colour else note)
     verdict = report.verdict()
     lines.append(_paint(verdict, _COLOURS[Status.PASS if report.healthy else Status.FAIL]) if colour else verdict)
@@ -69,6 +70,7 @@ def _line(cells: tuple[str, ...], widths: list[int]) -> str:
 
 
 def _cell(text: str) -> str:
+    text = escape_controls(text)  # a device's name or a file's content, read on the node
     return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodeagent.agent.gpu.view import render_gpu_table
+from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.core.quantities.units import format_bits
 
 Row = Sequence[str]
@@ -33,7 +34,8 @@ def render(snap: dict[str, Any], show_virtual: bool = False) -> str:
         if event["kind"] == "gpu_unavailable" and snap.get("gpu_unavailable_reason"):
             continue  # the GPU line above says it already
         parts.append(f"  event {event['severity']} {event['kind']} {event['subject']}: {event['message']}")
-    return "\n".join(p for p in parts if p) + "\n"
+    text = "\n".join(p for p in parts if p)
+    return "\n".join(map(escape_controls, text.split("\n"))) + "\n"  # names read on the node: processes, devices
 
 
 def _nics(nics: list[dict[str, Any]], rates: bool, show_virtual: bool) -> str:

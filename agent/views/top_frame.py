@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nodeagent.core.detector.verdict_words import forming_words, verdict_sentence
+from nodeagent.core.program.safe_text import escape_controls
 
 SORTS: Final = ("index", "util", "state")
 HELP: Final = "q quit · s sort · p pause · h help"
@@ -148,7 +149,7 @@ def _gpu_row(table: Table, g: dict[str, Any], verdict_gpu: dict[str, Any], wide:
         _job(g.get("processes") or []),
     ]
     if wide:
-        row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in g.get("processes") or []))
+        row.append(_process_names(g.get("processes") or []))
     table.add_row(*row)
 
 
@@ -172,7 +173,7 @@ def _instance_row(
         _job(instance.get("processes") or []),
     ]  # fmt: skip
     if wide:
-        row.append(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in instance.get("processes") or []))
+        row.append(_process_names(instance.get("processes") or []))
     table.add_row(*row)
 
 
@@ -251,6 +252,11 @@ def _pair(g: dict[str, Any], link: str) -> str:
     if rx is None and tx is None:
         return "bad" if bad else "—"
     return f"{(rx or 0.0) * 8 / 1e9:.1f}/{(tx or 0.0) * 8 / 1e9:.1f}{'*' if bad else ''}"
+
+
+def _process_names(processes: list[dict[str, Any]]) -> str:
+    """Each process's pid and name, a name's control characters escaped (any user on the node names its processes)."""
+    return escape_controls(", ".join(f"{p['pid']} {p.get('name') or ''}".strip() for p in processes))
 
 
 def _job(processes: list[dict[str, Any]]) -> str:

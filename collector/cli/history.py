@@ -25,6 +25,7 @@ from nodeagent.collector.store.database import reset_history as reset_stored_his
 from nodeagent.collector.views.fleet_table import iso_time, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.lock_file import LockedError
+from nodeagent.core.program.safe_text import csv_cell, escape_controls
 from nodeagent.core.quantities.units import parse_duration_seconds
 
 
@@ -145,7 +146,9 @@ class RowPrinter:
                 self._fields = list(rows[0])
                 writer.writeheader()
             for row in rows:
-                writer.writerow({**row, "jobs": " ".join(row["jobs"])})
+                # The jobs as a JSON list: a job key may hold any printable character, a space or a comma too.
+                cells = {**row, "jobs": json.dumps(row["jobs"], ensure_ascii=False)}
+                writer.writerow({name: csv_cell(value) for name, value in cells.items()})
         else:
             merged = shows_shards(rows[:1])
             if not self.rows:
@@ -162,7 +165,8 @@ class RowPrinter:
                     f"{row['state']:<10} " + (f"{cause:<13} {row['shard']}\n" if merged else f"{cause}\n")
                 )
         self.rows += len(rows)
-        click.echo(out.getvalue(), nl=False)
+        text = out.getvalue()
+        click.echo(text if self.form != "table" else "\n".join(map(escape_controls, text.split("\n"))), nl=False)
 
     def close(self) -> None:
         if self.form == "json":

@@ -29,6 +29,7 @@ from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.states import JOB_STATE_ORDER, state_rank
 from nodeagent.collector.views.fleet_table import short, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
+from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _EVIDENCE_CHARS: Final = 48
@@ -131,7 +132,7 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
         f"(WAIT %: share of the job's GPU time spent waiting, live; GPU-H LOST: the history's over the last "
         f"{window}, on every GPU of the job)"
     )
-    return "\n".join(lines)
+    return "\n".join(map(escape_controls, lines))
 
 
 def evidence_short(evidence: dict[str, Any]) -> str:

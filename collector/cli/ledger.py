@@ -28,6 +28,7 @@ from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.fleet_table import short
 from nodeagent.collector.views.ledger_page import ledger_plain
+from nodeagent.core.program.safe_text import csv_cell, escape_controls
 
 DEFAULT_SINCE: Final = "30d"
 
@@ -102,14 +103,14 @@ def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:
         line += [f"{row['cost']:.2f}", f"{row['cost_lost']:.2f}", row["currency"]]
         line += [_when(row["first_unix_seconds"]), _when(row["last_unix_seconds"])]
         if by in ("account", "namespace"):
-            line.append(";".join(row["jobs"]))
+            line.append(json.dumps(row["jobs"], ensure_ascii=False))  # a list of keys that may hold any printable
         if by in ("job", "account", "namespace"):
             line.append(";".join(f"{s['node']}:{s['gpu_hours_waited']:.4f}" for s in row["stragglers"]))
         if by == "job":
             line += [row["account"], row["namespace"]]
         elif by == "node":
             line.append(row["gpu_model"])
-        writer.writerow(line)
+        writer.writerow([csv_cell(cell) for cell in line])
     return buffer.getvalue()
 
 
@@ -118,7 +119,7 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float)
     share of the row's held time), the money."""
     shown = [c for c in LOST_CATEGORIES if any(r["gpu_hours_lost"][c] > 0 for r in rows)]
     none = f"(no {by})"  # the jobs without an account or namespace
-    width = max(12, min(32, max(len(str(r[by]) or none) for r in rows)))
+    width = max(12, min(32, max(len(escape_controls(str(r[by])) or none) for r in rows)))
     head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
     head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}"
     head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
@@ -137,7 +138,7 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float)
         elif by not in {"node", "fleet"}:
             line += f"  {len(row['jobs'])}: " + ", ".join(row["jobs"][:3]) + (", ..." if len(row["jobs"]) > 3 else "")
         lines.append(line.rstrip())
-    return "\n".join(lines)
+    return "\n".join(map(escape_controls, lines))
 
 
 _LABELS: Final = {"interconnect": "interco", "unresponsive": "unresp", "throttled": "throttl"}

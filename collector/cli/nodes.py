@@ -20,6 +20,7 @@ from nodeagent.collector.views.fleet_table import (
     shows_shards,
 )
 from nodeagent.core.program.command_line import RuntimeFailure
+from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.core.wire.identity import check_node_id
 
 
@@ -65,8 +66,10 @@ def alerts(as_json: bool, include_resolved: bool, **options: object) -> None:
         node = str(row["node_id"]) or labels.get("node", "") or "-"
         shard = f"{short(str(row['shard']), 21):<21} " if merged else ""
         click.echo(
-            f"{row['name']!s:<20} {short(node, 20):<20} {short(alert_subject(row), 28):<28} {row['severity']!s:<9} "
-            f"{row['state']!s:<9} {iso_time(float(str(row['starts_at']))):<20} {shard}{summary}"
+            escape_controls(
+                f"{row['name']!s:<20} {short(node, 20):<20} {short(alert_subject(row), 28):<28} {row['severity']!s:<9} "
+                f"{row['state']!s:<9} {iso_time(float(str(row['starts_at']))):<20} {shard}{summary}"
+            )
         )
 
 

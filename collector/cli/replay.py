@@ -27,6 +27,7 @@ from nodeagent.collector.config import CollectorConfigError, load_collector_conf
 from nodeagent.collector.replay import Replay, merged
 from nodeagent.collector.states import cause_word
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path, read_stored_reports
+from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.core.quantities.units import format_bits
 from nodeagent.core.wire.trace import TraceError, TraceProblem, read_trace
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -187,7 +188,7 @@ def render(plain: dict[str, Any]) -> str:
         lines += ["", f"jobs (times from the trace's start, {_utc(start)})"]
         for job in jobs:
             lines.extend(_job(job, start))
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(escape_controls, lines)) + "\n"
 
 
 def _job(job: dict[str, Any], start: float) -> list[str]:

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ledger.prices import Prices
+from nodeagent.collector.store.job_lists import jobs_of
 from nodeagent.collector.store.reader import ReadContext
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -87,7 +88,7 @@ def ledger_answer(
                 total.nodes.add(node_id)
                 total.gpu_model = model if by == "node" else ""
                 continue
-            names = [j for j in str(keys[0]).split(",") if j]
+            names = jobs_of(str(keys[0]))
             waited_on = [n for n in str(keys[2]).split(",") if n]
             for name in names:
                 share = [v / len(names) for v in parts]

@@ -18,6 +18,7 @@ import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.store.job_lists import jobs_of
 from nodeagent.collector.store.reader import ReadContext
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -40,7 +41,7 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
                 )
             if count % 1000 == 0:
                 reads.check()
-            names = [j for j in jobs.split(",") if j]
+            names = jobs_of(jobs)
             lost_by = {c: s for c, s in zip(LOST_CATEGORIES, parts[1:], strict=True) if s}
             if unsplit_lost:
                 key = cause or "unknown"

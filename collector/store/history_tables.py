@@ -24,6 +24,7 @@ from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, VALUES, MinuteRow
 from nodeagent.collector.store import ledger_tables
+from nodeagent.collector.store.job_lists import jobs_of, stored_jobs
 from nodeagent.collector.store.ledger_tables import LedgerTables
 from nodeagent.collector.store.nodes import INTEGER_MAX
 
@@ -290,7 +291,7 @@ def minute_values(row: MinuteRow) -> tuple[object, ...]:
     """The row as the table's columns."""
     return (
         row.node_id, row.gpu, row.minute, row.samples, *(row.values.get(name) for name in VALUES),
-        row.state, row.cause, ",".join(row.jobs), row.last_time, row.held_seconds,
+        row.state, row.cause, stored_jobs(row.jobs), row.last_time, row.held_seconds,
         *(row.split if row.split is not None else (None,) * len(split.COLUMNS)), row.waiting_on or None,
     )  # fmt: skip
 
@@ -305,7 +306,7 @@ def minute_from(values: Sequence[object]) -> MinuteRow:
     # REAL columns: SQLite gives floats (or NULL) back; a query of days reads 100,000s of them.
     row.values = cast(dict[str, float], {name: v for name, v in zip(VALUES, numbers, strict=True) if v is not None})
     row.state, row.cause, row.last_time = str(state), str(cause), float(str(last_time))
-    row.jobs = tuple(j for j in str(jobs).split(",") if j)
+    row.jobs = jobs_of(str(jobs))
     row.held_seconds = float(str(held[0])) if held and held[0] is not None else None
     if parts[0] is not None:
         row.split = [float(cast(float, p)) for p in parts]

@@ -7,6 +7,7 @@ from typing import Any
 
 from nodeagent.collector.states import DOWN, MOVED, NEW, NO_GPU, STOPPED
 from nodeagent.core.detector.verdict_words import forming_words, ingest_words
+from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
@@ -117,7 +118,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
             + (f"  {_shard_words(row)}" if merged else "")
         )
-    return "\n".join(lines + notes)
+    return "\n".join(map(escape_controls, lines + notes))
 
 
 def _shard_words(row: dict[str, Any]) -> str:
@@ -127,7 +128,9 @@ def _shard_words(row: dict[str, Any]) -> str:
 
 def short(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters: cut in the middle, where names that share a
-    prefix or a suffix (``torch/10.0.0.1:29500``, ``gpu-node-017``) still differ, marked ``…``."""
+    prefix or a suffix (``torch/10.0.0.1:29500``, ``gpu-node-017``) still differ, marked ``…``;
+    control characters escaped first (``core/program/safe_text.py``), so the cut text is what shows."""
+    text = escape_controls(text)
     if len(text) <= width:
         return text
     head = (width - 1) // 2

@@ -4,8 +4,8 @@ Limits are generous for real nodes (an 8-GPU server has 8 GPUs, 18 NVLinks each,
 NICs) and small enough that one report cannot make the collector allocate or loop much. Numbers
 must be finite; doubles must not be negative; ``_ratio`` fields lie in [0, 1]; a uint64 at or
 above 2^63 is a negative number sent as unsigned. Strings are bounded and node ids follow
-``nodeagent.core.wire.identity``; a job key (``JobRef.job_key``, ``JobSample.job``) is printable
-too. A world size or rank is any uint32: a job that claims 10,000 ranks is the job roll-up's to
+``nodeagent.core.wire.identity``; a job's names (``JobRef.job_key``, ``JobSample.job``, the
+Slurm job id, pod UID and container id a GPU's job goes by without a key) are printable too. A world size or rank is any uint32: a job that claims 10,000 ranks is the job roll-up's to
 judge, not a malformed report. The walk visits only the fields a message has set (``ListFields``, one C
 call per message) and dispatches on a kind per field computed once per message type, inline:
 this runs for every report, and a function call per field would double its cost. Nested messages
@@ -59,10 +59,12 @@ REPEATED_LIMITS: dict[str, int] = {
     "JobSample.gpus": 64,
 }
 LONG_STRINGS = {"Event.message", "CollectorStatus.error", "JobRef.cgroup", "JobSample.cgroup", "GpuProcess.name"}
-# Strings that name a job across nodes, or whom it is billed to: at most MAX_JOB_KEY characters, all printable.
+# Strings that name a job, or whom it is billed to: at most MAX_JOB_KEY characters, all printable. A
+# GPU's job goes by its key, else its Slurm job id, pod UID or container id (``detector/gate.py:
+# job_id``), each shown in the ledger's, ``jobs``' and the page's tables: all four are names.
 JOB_KEYS = {
     "JobRef.job_key", "JobSample.job", "NodeInfo.routing_key", "Goodbye.routing_key", "JobRef.account",
-    "JobRef.k8s_namespace",
+    "JobRef.k8s_namespace", "JobRef.slurm_job_id", "JobRef.k8s_pod_uid", "JobRef.container_id",
 }  # fmt: skip
 
 

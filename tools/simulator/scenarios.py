@@ -158,7 +158,7 @@ class Params:
 
 def _check_job_names(params: Params) -> None:
     # The wire's bound on a job key; the agent's on a name it reads from the environment.
-    for name, most in (("job_key", 256), ("job_account", 200)):
+    for name, most in (("job_key", 256), ("job_id", 256), ("job_account", 200)):
         value = getattr(params, name)
         if len(value) > most or not value.isprintable():
             raise ScenarioError(f"{name} must be printable and at most {most} characters, got {value!r}")
