@@ -158,15 +158,16 @@ class RowPrinter:
                 )
             for row in rows:
                 util, low, ratio = row["utilization_mean"], row["utilization_min"], row["starvation_ratio"]
-                cause = row["cause"] or "-"
+                # Words a shard said: their control characters escaped (core/program/safe_text.py).
+                state, cause = escape_controls(str(row["state"])), escape_controls(row["cause"] or "-")
+                shard = escape_controls(str(row.get("shard", "")))
                 out.write(
                     f"{iso_time(row['time_unix_seconds']):<20} {'node' if row['gpu'] is None else row['gpu']:>4} "
                     f"{_pct(util):>6} {_pct(low):>6} {_pct(ratio):>8} {row['gpu_seconds_lost'] or 0.0:>8.1f} "
-                    f"{row['state']:<10} " + (f"{cause:<13} {row['shard']}\n" if merged else f"{cause}\n")
+                    f"{state:<10} " + (f"{cause:<13} {shard}\n" if merged else f"{cause}\n")
                 )
         self.rows += len(rows)
-        text = out.getvalue()
-        click.echo(text if self.form != "table" else "\n".join(map(escape_controls, text.split("\n"))), nl=False)
+        click.echo(out.getvalue(), nl=False)
 
     def close(self) -> None:
         if self.form == "json":

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,36 @@ def test_each_line_is_one_write_so_processes_sharing_stderr_never_run_together(
     finally:
         structlog.configure(**saved)
     assert len(writes) == 1 and writes[0].endswith("\n") and json.loads(writes[0])["event"] == "one line"
+
+
+HOSTILE = "torch/\x1b[2J\rrun\nFAKE LINE\x9b31m\u202e"
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "json"])
+def test_a_logged_name_s_control_characters_never_reach_the_line(terminal: bool) -> None:
+    """ESC, CR and LF (C0) and CSI (C1) in a value, a key or the event: escaped on a terminal,
+    escaped by JSON (ASCII only) elsewhere; either way one line, and the value reads back."""
+    from nodeagent.core.program.log import renderers
+
+    out = io.StringIO()
+    saved = structlog.get_config()
+    try:
+        structlog.configure(
+            processors=[*renderers(terminal)], logger_factory=structlog.WriteLoggerFactory(file=out),
+            cache_logger_on_first_use=False,
+        )  # fmt: skip
+        structlog.get_logger("nodeagent.test").warning(f"job {HOSTILE} refused", job=HOSTILE, **{HOSTILE: 1})
+    finally:
+        structlog.configure(**saved)
+    line = out.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    bare = line[:-1]
+    if terminal:
+        # The console renderer's own colours are ESC sequences: strip them, then none is left.
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", bare)
+        assert plain.isprintable(), repr(plain)
+        assert "torch/\\x1b[2J\\rrun\\nFAKE LINE\\x9b31m\\u202e" in plain
+    else:
+        assert bare.isascii() and bare.isprintable(), repr(bare)
+        event = json.loads(bare)
+        assert event["job"] == HOSTILE and event[HOSTILE] == 1

@@ -152,8 +152,10 @@ def test_repair_cuts_jobs_to_their_bounds_and_clears_an_unprintable_key() -> Non
     assert len(dropped) == 4
 
 
-@pytest.mark.parametrize("field", ["account", "k8s_namespace"])
-def test_an_account_or_namespace_is_printable_and_bounded_like_a_job_key(field: str) -> None:
+@pytest.mark.parametrize("field", ["account", "k8s_namespace", "slurm_job_id", "k8s_pod_uid", "container_id"])
+def test_an_account_namespace_or_a_job_s_other_names_are_printable_and_bounded_like_a_job_key(field: str) -> None:
+    """A GPU's job goes by its Slurm job id, pod UID or container id without a key (``job_id``):
+    the tables show them, so they are names, checked as the key is."""
     report = _job_report()
     setattr(report.gpus[0].processes[0].job, field, "team\x1b[2J")
     with pytest.raises(validate.InvalidMessageError, match=f"job.{field}: .* not printable"):
