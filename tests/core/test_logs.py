@@ -96,23 +96,24 @@ HOSTILE = "torch/\x1b[2J\rrun\nFAKE LINE\x9b31m\u202e"
 
 
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "json"])
-def test_a_logged_name_s_control_characters_never_reach_the_line(terminal: bool) -> None:
+def test_a_logged_name_s_control_characters_never_reach_the_line(terminal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """ESC, CR and LF (C0) and CSI (C1) in a value, a key or the event: escaped on a terminal,
     escaped by JSON (ASCII only) elsewhere; either way one line, and the value reads back."""
-    from nodeagent.core.program.log import renderers
 
-    out = io.StringIO()
+    class Stderr(io.StringIO):
+        def isatty(self) -> bool:
+            return terminal
+
+    out = Stderr()
+    monkeypatch.setattr(sys, "stderr", out)
     saved = structlog.get_config()
     try:
-        structlog.configure(
-            processors=[*renderers(terminal)], logger_factory=structlog.WriteLoggerFactory(file=out),
-            cache_logger_on_first_use=False,
-        )  # fmt: skip
+        configure_logging("info")
         structlog.get_logger("nodeagent.test").warning(f"job {HOSTILE} refused", job=HOSTILE, **{HOSTILE: 1})
     finally:
         structlog.configure(**saved)
     line = out.getvalue()
-    assert line.endswith("\n") and line.count("\n") == 1
+    assert line.endswith("\n") and line.count("\n") == 1, repr(line)
     bare = line[:-1]
     if terminal:
         # The console renderer's own colours are ESC sequences: strip them, then none is left.

@@ -120,3 +120,6 @@ def test_a_simulated_job_s_processes_carry_its_slurm_account() -> None:
     assert accounts(Simulation("healthy", node_id="n", job_key="hopper/4242").step(1.0)) == {""}
     with pytest.raises(ScenarioError, match="job_account must be printable"):
         Simulation("healthy", node_id="n", job_account="a\x1bb")
+    # The Slurm job id names the GPUs' job without a key (issue 47 carried ESC, CR and LF in it).
+    with pytest.raises(ScenarioError, match="job_id must be printable"):
+        Simulation("healthy", node_id="n", job_id="77\x1b[2J\r\n")

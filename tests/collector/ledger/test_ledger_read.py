@@ -114,6 +114,36 @@ def test_by_account_and_namespace_each_jobs_hours_go_to_whom_it_is_billed(tmp_pa
     assert (jobs["lone"].account, jobs["lone"].namespace) == ("", "")
 
 
+def test_a_job_key_with_a_comma_is_one_job_billed_to_its_account(tmp_path: Path) -> None:
+    """Issue 47: ``torch/run,x`` was stored comma-joined and read back as two jobs, ``torch/run``
+    and ``x``, neither with the account, whose hours went to the no-account row."""
+    rows = [
+        _rows("n1", 0, ("torch/run,x",), 60, computing=60.0),
+        _rows("n1", 1, ("torch/run,x", "a b"), 60, computing=60.0),  # shared: half to each
+        _rows("n1", 0, ("torch/run,x",), 120, computing=60.0),
+    ]
+    owners = (("n1", "torch/run,x", "acme", "", 60),)
+    jobs = {row.key: row for row in _ledger(tmp_path, "job", rows, owners=owners, compact=(("n1", 0),)).rows}
+    assert set(jobs) == {"torch/run,x", "a b"}
+    assert jobs["torch/run,x"].gpu_hours_held * 3600 == pytest.approx(150.0)
+    assert jobs["torch/run,x"].account == "acme"
+    accounts = {row.key: row for row in _ledger(tmp_path, "account", []).rows}
+    assert accounts["acme"].gpu_hours_held * 3600 == pytest.approx(150.0)
+    assert list(accounts["acme"].jobs) == ["torch/run,x"] and list(accounts[""].jobs) == ["a b"]
+
+
+def test_a_job_list_stored_comma_joined_before_reads_as_it_was_written(tmp_path: Path) -> None:
+    """Rows of an older collector name their jobs comma-joined: each still counts to its jobs."""
+    rows = [_rows("n1", 0, ("j", "k"), 60, computing=60.0)]
+    _ledger(tmp_path, "job", rows)
+    conn = sqlite3.connect(tmp_path / "c.db")
+    with conn:
+        conn.execute("UPDATE history_minutes SET jobs='j,k'")
+    conn.close()
+    jobs = {row.key: row.gpu_hours_held * 3600 for row in _ledger(tmp_path, "job", []).rows}
+    assert jobs == {"j": pytest.approx(30.0), "k": pytest.approx(30.0)}
+
+
 def test_minutes_stored_before_the_split_are_left_out(tmp_path: Path) -> None:
     old = MinuteRow("n1", 0, 60, samples=1, jobs=("j",), held_seconds=60.0)
     new = _rows("n1", 0, ("j",), 120, computing=60.0)
