@@ -5,7 +5,8 @@ NICs) and small enough that one report cannot make the collector allocate or loo
 must be finite; doubles must not be negative; ``_ratio`` fields lie in [0, 1]; a uint64 at or
 above 2^63 is a negative number sent as unsigned. Strings are bounded and node ids follow
 ``nodeagent.core.wire.identity``; a job's names (``JobRef.job_key``, ``JobSample.job``, the
-Slurm job id, pod UID and container id a GPU's job goes by without a key) are printable too. A world size or rank is any uint32: a job that claims 10,000 ranks is the job roll-up's to
+Slurm job id, pod UID and container id a GPU's job goes by without a key) are printable too.
+A world size or rank is any uint32: a job that claims 10,000 ranks is the job roll-up's to
 judge, not a malformed report. The walk visits only the fields a message has set (``ListFields``, one C
 call per message) and dispatches on a kind per field computed once per message type, inline:
 this runs for every report, and a function call per field would double its cost. Nested messages

@@ -58,9 +58,7 @@ class Collector:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        config = ServerConfig(
-            listen="127.0.0.1:0", db_path=tmp / "c.db", http_listen="127.0.0.1:0", flush_seconds=3600
-        )
+        config = ServerConfig(listen="127.0.0.1:0", db_path=tmp / "c.db", http_listen="127.0.0.1:0", flush_seconds=3600)
         self.server = CollectorServer(config)
         self.run(self.server.start())
         assert self.server.http is not None
@@ -149,7 +147,8 @@ def _check(name: str) -> None:
 
 
 def _ledger_by_job(ask: Callable[..., str], span: list[str], job: str, account: str, namespace: str) -> None:
-    rows = [r for r in json.loads(ask("ledger", "--by", "job", "--json", *span)) if r["job"] == job]
+    everyone = json.loads(ask("ledger", "--by", "job", "--json", *span))
+    rows = [r for r in everyone if r["job"] == job]
     assert len(rows) == 1 and (rows[0]["account"], rows[0]["namespace"]) == (account, namespace), rows
     assert len(rows[0]["nodes"]) == 2, rows  # the job's hours are the job's: none split off to a part of its key
     _check("ledger --json")
@@ -158,17 +157,18 @@ def _ledger_by_job(ask: Callable[..., str], span: list[str], job: str, account: 
     assert len(mine) == 1, (job, lines)
     assert (csv_value(mine[0]["account"]), csv_value(mine[0]["namespace"])) == (account, namespace)
     _check("ledger --csv")
-    _table_row(ask("ledger", "--by", "job", *span), job, "ledger table")
+    _table_row(ask("ledger", "--by", "job", *span), job, "ledger table", lines=2 + len(everyone))
 
 
 def _ledger_by_owner(ask: Callable[..., str], span: list[str], by: str, owner: str, job: str) -> None:
-    rows = [r for r in json.loads(ask("ledger", "--by", by, "--json", *span)) if r[by] == owner]
+    everyone = json.loads(ask("ledger", "--by", by, "--json", *span))
+    rows = [r for r in everyone if r[by] == owner]
     assert len(rows) == 1 and job in rows[0]["jobs"], (by, owner, rows)
     _check(f"ledger --by {by} --json")
     lines = [line for line in _csv_rows(ask("ledger", "--by", by, "--csv", *span)) if csv_value(line[by]) == owner]
     assert len(lines) == 1 and job in json.loads(csv_value(lines[0]["jobs"])), (by, owner, lines)
     _check(f"ledger --by {by} --csv")
-    _table_row(ask("ledger", "--by", by, *span), owner, f"ledger --by {by} table")
+    _table_row(ask("ledger", "--by", by, *span), owner, f"ledger --by {by} table", lines=2 + len(everyone))
 
 
 def _jobs(ask: Callable[..., str], job: str) -> None:
@@ -233,14 +233,14 @@ def _csv_rows(text: str) -> list[dict[str, str]]:
     return rows
 
 
-def _table_row(text: str, name: str, what: str, width: int | None = None) -> None:
-    """The table has no control character and no line of its own for a part of a name; the
-    name's row starts with it, escaped and cut to the column as ``short`` cuts it."""
-    assert text.isprintable() or set(text) - set(text.replace("\n", "")) == {"\n"}, repr(text)
+def _table_row(text: str, name: str, what: str, width: int | None = None, lines: int | None = None) -> None:
+    """The table has no control character and a line per row (``lines``: the title, the header
+    and the rows); the name's row starts with it, escaped and cut to the column as ``short`` cuts it."""
     assert all(line.isprintable() for line in text.splitlines()), what
+    assert lines is None or len(text.splitlines()) == lines, (what, lines, text)
     shown = escape_controls(name)
     cut = short(shown, width) if width else shown
-    starts = [line for line in text.splitlines() if line.startswith(cut) or line.startswith(short(shown, 32))]
+    starts = [line for line in text.splitlines() if line.startswith((cut, short(shown, 32)))]
     assert starts, (what, name, text)
     _check(what)
 

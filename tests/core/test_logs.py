@@ -96,7 +96,9 @@ HOSTILE = "torch/\x1b[2J\rrun\nFAKE LINE\x9b31m\u202e"
 
 
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "json"])
-def test_a_logged_name_s_control_characters_never_reach_the_line(terminal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_logged_name_s_control_characters_never_reach_the_line(
+    terminal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ESC, CR and LF (C0) and CSI (C1) in a value, a key or the event: escaped on a terminal,
     escaped by JSON (ASCII only) elsewhere; either way one line, and the value reads back."""
 

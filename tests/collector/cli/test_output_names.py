@@ -98,10 +98,10 @@ def test_a_negative_number_stays_a_number_and_a_quote_reads_back() -> None:
 
 
 def test_history_csv_neutralises_its_text_cells_and_keeps_each_job_whole() -> None:
-    row = {**_history_row(), "state": "=HYPERLINK(\"x\")", "cause": "@cmd", "jobs": ["torch/run,x", "a b"]}
+    row = {**_history_row(), "state": '=HYPERLINK("x")', "cause": "@cmd", "jobs": ["torch/run,x", "a b"]}
     out = _printed(RowPrinter("n1", "csv"), [row])
     [line] = list(csv.DictReader(io.StringIO(out)))
-    assert line["state"] == "'=HYPERLINK(\"x\")" and line["cause"] == "'@cmd"
+    assert line["state"] == '\'=HYPERLINK("x")' and line["cause"] == "'@cmd"
     assert json.loads(line["jobs"]) == ["torch/run,x", "a b"]
 
 
