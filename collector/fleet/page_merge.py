@@ -3,7 +3,8 @@
 JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
 items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``rules.py``; nodes by
 id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
-verdict over most nodes), each tagged with its ``shard``, re-sorted as the page sorts them, the
+verdict over most nodes; a job's cards of nodes its judge does not hold from the shards that do,
+a 404 among them), each tagged with its ``shard``, re-sorted as the page sorts them, the
 counts per state re-summed, and a ``"shards"`` list saying which shard answered. A node's page is
 the answer of the shard that heard from the node last. ``/api/fleet``'s filters (``state``,
 ``cause``) are applied here, after the merge: ask the shards with ``shard_query`` (the filters
@@ -47,19 +48,22 @@ def merge_page(path: str, query: str, answers: Sequence[Answer]) -> pb.PageRespo
             return pages[0][1]
         return _json_reply(502, {"error": "no shard answered", "shards": shards})
     found = [(shard, json.loads(reply.body)) for shard, reply in pages if reply.status == 200]
+    # A shard that holds nodes of a job without judging it answers 404 with their cards.
+    held = [
+        (shard, json.loads(reply.body or b"{}"))
+        for shard, reply in pages
+        if reply.status == 404 and reply.content_type == JSON_TYPE
+    ]
     if not found:
-        missing = next((reply for _shard, reply in pages if reply.status == 404), None)
-        if missing is not None:
-            body = json.loads(missing.body or b"{}")
+        if held:
+            cards = [{**card, "shard": shard} for shard, body in held for card in body.get("node_details", [])]
+            body = {**held[0][1], **({"node_details": cards} if cards else {})}  # kept for a merge above this one
             return _json_reply(404, {**body, "shards": shards})
+        if any(reply.status == 404 for _shard, reply in pages):
+            return _json_reply(404, {"error": "not found", "shards": shards})
         return _json_reply(502, {"error": "no shard answered", "shards": shards})
     params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
-    if merger is merge_job:
-        # A shard that holds nodes of the job without judging it answers 404 with their cards.
-        held = [(shard, json.loads(reply.body or b"{}")) for shard, reply in pages if reply.status == 404]
-        merged = merge_job(found, params, held)
-    else:
-        merged = merger(found, params)
+    merged = merge_job(found, params, held) if merger is merge_job else merger(found, params)
     merged["shards"] = shards
     return _json_reply(200, merged)
 

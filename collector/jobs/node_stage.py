@@ -6,7 +6,8 @@ At the node's own window step (``advanced``) it reads the job keys the report na
 ``max_jobs_per_node``, ``JobSample``s), takes the node's values for each job (``node_values``)
 and sends one ``JobStep`` per job to the job's owner (``send``: the exchange, which hands it over
 at once when the owner is this process); a job the reports stopped naming gets a ``JobLeave``
-and its wait is cleared here at once. A retired node leaves all its jobs (``forget``).
+and its wait is cleared here at once. A retired node leaves all its jobs (``forget``), and so
+does, with a note, a node whose agent stopped cleanly (``stop``: its stopping goodbye).
 
 The owner answers with ``JobWait``s (``apply``): the node's detector waits on the stragglers
 (``NodeDetector.wait_on``: its GPUs become `waiting` and count the lost time) or no longer

@@ -10,7 +10,9 @@ alerts from the alert book, both on the store's thread. GPU-hours lost today are
 beside each node's detector (``node_timeline``), which a collector with a history starts at
 start-up from what the history holds of the day: the page reads no SQLite for them. The job
 pages are the job roll-up's verdicts (``Ingest.jobs``, a snapshot replaced whole) beside each
-node's own verdict. The pages sit behind the same binding, TLS and credentials as ``/metrics``.
+node's own verdict; a job judged elsewhere (another worker or collector) is a 404 here that
+carries the cards of its nodes held here, for the merged page (``fleet/page_merge.py``). The
+pages sit behind the same binding, TLS and credentials as ``/metrics``.
 """
 
 from __future__ import annotations

@@ -144,9 +144,14 @@ def test_job_page_cards_of_nodes_on_shards_that_do_not_judge_the_job() -> None:
     # The straggler's words are those of the job's cause; a node that does not hold it back has none.
     assert cards["n2"]["highway"] == "eth0 receives 1.2 GB/s" and cards["n2"]["sentence"] == "starved"
     assert not {"sentence", "highway", "highways"} & set(cards["n3"])
-    # Nobody judges it: still no such job.
-    status, body = _merged("/api/job/j", "", [Answer("worker-0", _page(held, 404)), DEAD])
+    # Nobody judges it here: still no such job, with every card held here for a merge above this
+    # one (a front's answer to another collector of the fleet).
+    other = {"error": "no such job", "node_details": [{**held["node_details"][0], "node_id": "n4"}]}
+    status, body = _merged("/api/job/j", "", [Answer("worker-0", _page(held, 404)), Answer("w1", _page(other, 404))])
     assert status == 404 and body["error"] == "no such job"
+    assert [(c["node_id"], c["shard"]) for c in body["node_details"]] == [
+        ("n2", "worker-0"), ("n3", "worker-0"), ("n4", "w1"),
+    ]  # fmt: skip
 
 
 def test_metrics_text_families_once_series_once() -> None:
