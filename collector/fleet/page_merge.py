@@ -3,7 +3,8 @@
 JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
 items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``rules.py``; nodes by
 id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
-verdict over most nodes), each tagged with its ``shard``, re-sorted as the page sorts them, the
+verdict over most nodes; a job's cards of nodes its judge does not hold from the shards that do,
+a 404 among them), each tagged with its ``shard``, re-sorted as the page sorts them, the
 counts per state re-summed, and a ``"shards"`` list saying which shard answered. A node's page is
 the answer of the shard that heard from the node last. ``/api/fleet``'s filters (``state``,
 ``cause``) are applied here, after the merge: ask the shards with ``shard_query`` (the filters
@@ -47,14 +48,22 @@ def merge_page(path: str, query: str, answers: Sequence[Answer]) -> pb.PageRespo
             return pages[0][1]
         return _json_reply(502, {"error": "no shard answered", "shards": shards})
     found = [(shard, json.loads(reply.body)) for shard, reply in pages if reply.status == 200]
+    # A shard that holds nodes of a job without judging it answers 404 with their cards.
+    held = [
+        (shard, json.loads(reply.body or b"{}"))
+        for shard, reply in pages
+        if reply.status == 404 and reply.content_type == JSON_TYPE
+    ]
     if not found:
-        missing = next((reply for _shard, reply in pages if reply.status == 404), None)
-        if missing is not None:
-            body = json.loads(missing.body or b"{}")
+        if held:
+            cards = [{**card, "shard": shard} for shard, body in held for card in body.get("node_details", [])]
+            body = {**held[0][1], **({"node_details": cards} if cards else {})}  # kept for a merge above this one
             return _json_reply(404, {**body, "shards": shards})
+        if any(reply.status == 404 for _shard, reply in pages):
+            return _json_reply(404, {"error": "not found", "shards": shards})
         return _json_reply(502, {"error": "no shard answered", "shards": shards})
     params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
-    merged = merger(found, params)
+    merged = merge_job(found, params, held) if merger is merge_job else merger(found, params)
     merged["shards"] = shards
     return _json_reply(200, merged)
 
@@ -146,25 +155,44 @@ def merge_node(found: Found, _params: dict[str, str]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def merge_job(found: Found, _params: dict[str, str]) -> dict[str, Any]:
+def merge_job(found: Found, _params: dict[str, str], held: Found | None = None) -> dict[str, Any]:
     """The verdict judged over most nodes (then the newest); a node card its shard does not hold
-    (``known: false``) filled from another shard's answer that does."""
+    (``known: false``) filled from the shard that holds the node: another that judged the job too,
+    or one that only holds it (``held``: its 404 carries the cards of its nodes that name the job;
+    a connected node's card first). Whether the node holds the job back is the verdict's."""
     shard, body = _winner(found, plain_job_rank)
     known: dict[str, dict[str, Any]] = {}
-    for other, other_body in found:
+    for other, other_body in [*found, *(held or [])]:
         for card in other_body.get("node_details", []):
-            if card.get("known") and card["node_id"] not in known:
+            had = known.get(card["node_id"])
+            if card.get("known") and (had is None or (card.get("connected") and not had.get("connected"))):
                 known[card["node_id"]] = {**card, "shard": other}
+    cause = str(body.get("cause") or "")
     cards = []
     for card in body.get("node_details", []):
         if card.get("known"):
             cards.append({**card, "shard": shard})
         else:
-            cards.append(known.get(card["node_id"], card))
+            cards.append(_filled_card(card, known.get(card["node_id"]), cause))
     return {
         **body, "shard": shard, "node_details": cards,
         "alerts": _merged_alerts((s, b.get("alerts", [])) for s, b in found),
     }  # fmt: skip
+
+
+def _filled_card(card: dict[str, Any], holder: dict[str, Any] | None, cause: str) -> dict[str, Any]:
+    """The winner's card of a node it does not hold, as the node's holder shows it; the sentence
+    and the highway (the one of the job's cause, of the holder's words for each) for a straggler."""
+    if holder is None:
+        return card
+    out = {**holder, "straggler": bool(card.get("straggler"))}
+    words = out.pop("highways", None)
+    if not out["straggler"]:
+        out.pop("sentence", None)
+        out.pop("highway", None)
+    elif words is not None:
+        out["highway"] = words.get(cause, "")
+    return out
 
 
 def merge_metrics_text(texts: Sequence[str]) -> str:

@@ -177,6 +177,10 @@ class Ingest:
                 # Stopped or moved: its NodeStopped (or NodeDown resolved) at the next flush, in
                 # step with `nodes` saying so, not up to a watch period later.
                 self.alerting.watch_soon()
+            if stream.goodbye and stream.stopping:
+                # Out of its jobs now: a job whose nodes all stopped ends, its JobStraggler resolves.
+                self.jobs.stop(stream.node_id)
+                self.job_stage_changed()
         self.flusher.forget(stream)
 
     def accept(self, stream: StreamHandle, report: pb.NodeReport, raw: bytes) -> bool:

@@ -13,7 +13,9 @@ job's GPU time lost adds up what its GPUs' detectors counted, and ``JobStraggler
 
 Time, not reports, ends a job (``tick``, on this process's clock): members not heard from for
 longer than the detector's window leave, and a job left without members ends and its alerts
-resolve, even when none of its nodes ever reports again.
+resolve, even when none of its nodes ever reports again. A member whose agent stopped cleanly
+leaves at once (its node stage's ``JobLeave``, ``NodeJobs.stop``): a job whose nodes all
+stopped ends without waiting for the window.
 
 Threads: ``receive``, ``tick`` and ``signals`` run on one thread (the event loop); ``verdicts``
 and ``verdict`` may be read from any thread: each job's verdict is replaced whole, and the map of

@@ -6,7 +6,8 @@ At the node's own window step (``advanced``) it reads the job keys the report na
 ``max_jobs_per_node``, ``JobSample``s), takes the node's values for each job (``node_values``)
 and sends one ``JobStep`` per job to the job's owner (``send``: the exchange, which hands it over
 at once when the owner is this process); a job the reports stopped naming gets a ``JobLeave``
-and its wait is cleared here at once. A retired node leaves all its jobs (``forget``).
+and its wait is cleared here at once. A retired node leaves all its jobs (``forget``), and so
+does, with a note, a node whose agent stopped cleanly (``stop``: its stopping goodbye).
 
 The owner answers with ``JobWait``s (``apply``): the node's detector waits on the stragglers
 (``NodeDetector.wait_on``: its GPUs become `waiting` and count the lost time) or no longer
@@ -86,6 +87,18 @@ class NodeJobs:
         if mine:
             self.send([JobLeave(key, node_id, 0.0, "", self.home) for key in mine])
 
+    def stop(self, node_id: str) -> None:
+        """The node's agent stopped cleanly (its stopping goodbye): out of its jobs at once, at
+        their owners too, with a note, rather than a window later for its silence."""
+        mine = self._jobs.pop(node_id, None)
+        detector = self._detectors.pop(node_id, None)
+        self._peaks.pop(node_id, None)
+        self._own_waits.pop(node_id, None)
+        if mine:
+            t = detector.verdict.time_unix_seconds if detector is not None else 0.0
+            note = f"{node_id} left: its agent stopped (it said goodbye)"
+            self.send([JobLeave(key, node_id, t, note, self.home) for key in mine])
+
     def apply(self, waits: list[JobWait]) -> None:
         """The owners' answers: each named node's GPUs of the job wait, or no longer."""
         for w in waits:
@@ -108,6 +121,10 @@ class NodeJobs:
 
     def jobs_of(self, node_id: str) -> tuple[str, ...]:
         return tuple(self._jobs.get(node_id, ()))
+
+    def members_of(self, job: str) -> list[str]:
+        """The nodes held here whose reports name ``job`` (may be read from any thread)."""
+        return [node_id for node_id, mine in list(self._jobs.items()) if job in mine]
 
     def ledger_shares(self, node_id: str) -> dict[str, JobShare]:
         """The node's jobs whose GPUs the roll-up measures waiting on no other node (the ledger's

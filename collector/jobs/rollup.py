@@ -84,6 +84,10 @@ class JobRollup:
         """A retired node: out of its jobs (a job left without nodes ends)."""
         self.nodes.forget(node_id)
 
+    def stop(self, node_id: str) -> None:
+        """A node whose agent stopped cleanly: out of its jobs at once (a job left without nodes ends)."""
+        self.nodes.stop(node_id)
+
     def tick(self) -> None:
         self.jobs.tick()
 
@@ -96,6 +100,14 @@ class JobRollup:
 
     def verdict(self, job: str) -> JobVerdict | None:
         return self.jobs.verdict(job)
+
+    def jobs_of(self, node_id: str) -> tuple[str, ...]:
+        """The job keys a node held here names in its reports, whoever judges them."""
+        return self.nodes.jobs_of(node_id)
+
+    def members_of(self, job: str) -> list[str]:
+        """The nodes held here whose reports name ``job``, whoever judges it."""
+        return self.nodes.members_of(job)
 
     def signals(self) -> list[AlertSignal]:
         return self.jobs.signals()

@@ -10,7 +10,9 @@ alerts from the alert book, both on the store's thread. GPU-hours lost today are
 beside each node's detector (``node_timeline``), which a collector with a history starts at
 start-up from what the history holds of the day: the page reads no SQLite for them. The job
 pages are the job roll-up's verdicts (``Ingest.jobs``, a snapshot replaced whole) beside each
-node's own verdict. The pages sit behind the same binding, TLS and credentials as ``/metrics``.
+node's own verdict; a job judged elsewhere (another worker or collector) is a 404 here that
+carries the cards of its nodes held here, for the merged page (``fleet/page_merge.py``). The
+pages sit behind the same binding, TLS and credentials as ``/metrics``.
 """
 
 from __future__ import annotations
@@ -84,9 +86,13 @@ class FleetPage:
             return _json(self.jobs())
         if path.startswith("/api/job/"):
             # A job key may hold "/" (torch/HOST:PORT): the rest of the path, unquoted, is the name.
-            job = self.job(urllib.parse.unquote(path.removeprefix("/api/job/")))
+            name = urllib.parse.unquote(path.removeprefix("/api/job/"))
+            job = self.job(name)
             if job is None:
-                return "404 Not Found", JSON_TYPE, b'{"error": "no such job"}\n'
+                # Judged elsewhere (or nowhere): the cards of its nodes held here, for the merge.
+                members = self.job_members(name)
+                body = {"error": "no such job", **({"node_details": members} if members else {})}
+                return "404 Not Found", JSON_TYPE, json.dumps(body, separators=(",", ":")).encode()
             return _json(job)
         return None
 
@@ -98,9 +104,9 @@ class FleetPage:
         down = down_after_seconds(self.server.ingest)
         source = self.lost_today_source(now)
         rows = [_row(node, now, window, down) for node in list(self.server.ingest.nodes.values())]
-        jobs_of = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
+        judged = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
         for r in rows:
-            r["jobs"] = jobs_of.get(r["node_id"], [])
+            r["jobs"] = self._jobs_of(r["node_id"], judged)
         states = counts(r["state"] for r in rows)
         causes = counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
@@ -153,8 +159,13 @@ class FleetPage:
         out["timeline_source"], out["timeline"] = self._timeline(node)
         # Its own alerts, and a job's alert that names it (JobStraggler: the straggler).
         out["alerts"] = [a.to_plain() for a in self._alerts() if node_id in (a.node_id, a.labels.get("node"))]
-        out["jobs"] = _jobs_of_nodes(self.server.ingest.jobs.verdicts()).get(node_id, [])
+        out["jobs"] = self._jobs_of(node_id, _jobs_of_nodes(self.server.ingest.jobs.verdicts()))
         return out
+
+    def _jobs_of(self, node_id: str, judged: dict[str, list[str]]) -> list[str]:
+        """The node's multi-node jobs: those its reports name (judged here or on another worker or
+        collector, the job's owner) and those judged here that count it."""
+        return sorted({*judged.get(node_id, ()), *self.server.ingest.jobs.jobs_of(node_id)})
 
     def jobs(self) -> dict[str, Any]:
         """Every multi-node job the roll-up follows, worst first; ``down`` when no node of it is fresh."""
@@ -170,24 +181,36 @@ class FleetPage:
         verdict = self.server.ingest.jobs.verdict(name)
         if verdict is None:
             return None
-        ingest = self.server.ingest
-        now = ingest.clock()
-        fresh_after = now - ingest.detector_config.window_seconds
+        now = self.server.ingest.clock()
         out = _job_row(verdict, self._fresh_nodes(now))
         out["sentence"] = job_sentence(out)
-        out["node_details"] = [self._job_node(verdict, node_id, fresh_after, now) for node_id in verdict.nodes]
+        out["node_details"] = [
+            self._job_node(name, node_id, node_id in verdict.straggler_nodes, verdict.cause, now)
+            for node_id in verdict.nodes
+        ]
         out["alerts"] = [a.to_plain() for a in self._alerts() if a.labels.get("job") == name]
         return out
 
-    def _job_node(self, verdict: JobVerdict, node_id: str, fresh_after: float, now: float) -> dict[str, Any]:
-        straggler = node_id in verdict.straggler_nodes
+    def job_members(self, name: str) -> list[dict[str, Any]]:
+        """The cards of the nodes held here whose reports name a job judged elsewhere (its owner is
+        another worker or collector): the merged page fills the owner's unknown cards with them.
+        Whether a node holds the job back is the owner's to say: each card carries the node's
+        sentence and its words for every highway, the merge keeps them for a straggler."""
+        now = self.server.ingest.clock()
+        return [self._job_node(name, node_id, None, None, now) for node_id in self.server.ingest.jobs.members_of(name)]
+
+    def _job_node(
+        self, job: str, node_id: str, straggler: bool | None, cause: str | None, now: float
+    ) -> dict[str, Any]:
+        """One node's card on the job's page; ``straggler`` None: not judged here (``job_members``)."""
         node = self.server.ingest.nodes.get(node_id)
         if node is None:  # a node of the job this collector does not hold (another shard's, retired)
             return {"node_id": node_id, "known": False, "straggler": straggler, "state": "unknown", "gpus": []}
-        row = _row(node, now, now - fresh_after, down_after_seconds(self.server.ingest))
+        window = self.server.ingest.detector_config.window_seconds
+        row = _row(node, now, window, down_after_seconds(self.server.ingest))
         detector = node.detector
         v = detector.verdict if detector is not None and row["state"] != "down" else None
-        mine = _job_gpus(node, verdict.job)
+        mine = _job_gpus(node, job)
         gpus = [g for g in v.gpus if mine is None or g.index in mine] if v is not None else []
         busy = [1.0 - g.idle_ratio for g in gpus if g.idle_ratio is not None]
         data = [g.starvation_ratio for g in gpus if g.starvation_ratio is not None]
@@ -199,12 +222,14 @@ class FleetPage:
             "waiting_on": list(v.waiting_on) if v is not None else [],
             "gpus": [g for g in row["gpus"] if mine is None or g["index"] in mine],
         }  # fmt: skip
-        if straggler and v is not None:
-            plain = v.to_plain()
-            out["sentence"] = verdict_sentence(plain)
+        if straggler is not False and v is not None:
+            out["sentence"] = verdict_sentence(v.to_plain())
             evidence = detector.evidence.values if detector is not None else {}
-            cause = verdict.cause or ""
-            out["highway"] = evidence_words(cause, evidence) if evidence and cause in _HIGHWAYS else ""
+            words = {c: evidence_words(c, evidence) if evidence else "" for c in _HIGHWAYS}
+            if straggler:
+                out["highway"] = words.get(cause or "", "")
+            else:
+                out["highways"] = words
         return out
 
     def _fresh_nodes(self, now: float) -> set[str]:

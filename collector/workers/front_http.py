@@ -2,7 +2,10 @@
 
 The HTML shells are served here (``fleet_assets``); ``/api/*`` and ``/metrics`` are every
 worker's ``Page`` over its unix socket, merged (``merge_page``), with the front's own families
-(``front_metrics``) as one more part of ``/metrics``. The ledger (``/ledger``, ``/api/ledger``,
+(``front_metrics``) as one more part of ``/metrics``. With ``[fleet] collectors``, ``/api/*`` is
+the other collectors' too (``fleet``: each asked with ``LOCAL_HEADER``, within ``[fleet]
+timeout_seconds``), merged with the workers' in one merge, as a single collector's page merges
+them (``fleet/fleet_pages.py``); ``/metrics`` stays this front's own. The ledger (``/ledger``, ``/api/ledger``,
 ``views/ledger_page.py``) is every worker's ``Query.Ledger``, merged by key. The same binding, TLS and credentials as
 a single collector's listener (``MetricsHttpServer`` with the scrape guard). Requests run on the
 HTTP server's threads; the asking runs on the front's event loop, where the channels live.
@@ -36,9 +39,11 @@ class FrontHttp:
     def __init__(
         self, listen: str, security: ServerSecurity, policy: AccessPolicy, clients: ShardClients,
         loop: asyncio.AbstractEventLoop, *, own_metrics: Callable[[], bytes], health: Callable[[], tuple[bool, str]],
-        timeout: float = PAGE_TIMEOUT_SECONDS,
+        timeout: float = PAGE_TIMEOUT_SECONDS, fleet: ShardClients | None = None, fleet_timeout: float = 0.0,
     ) -> None:  # fmt: skip
         self.clients = clients
+        self.fleet = fleet
+        self.fleet_timeout = fleet_timeout
         self.loop = loop
         self.own_metrics = own_metrics
         self.timeout = timeout
@@ -65,7 +70,11 @@ class FrontHttp:
 
     async def _page(self, path: str, query: str) -> pb.PageResponse:
         # The shards are asked without the fleet's filters: merge_page applies them after the merge.
-        answers = await self._ask_all(path, shard_query(path, query))
+        request = pb.PageRequest(path=path, query=shard_query(path, query))
+        asked = [self.clients.ask_all("Page", request, self.timeout)]
+        if self.fleet is not None:  # the other collectors of [fleet]: their own nodes, beside the workers'
+            asked.append(self.fleet.ask_all("Page", request, self.fleet_timeout))
+        answers = [answer for some in await asyncio.gather(*asked) for answer in some]
         # Merged off the loop: a fleet's page is large, and the loop carries the agents' redirects.
         return await asyncio.to_thread(merge_page, path, query, answers)
 

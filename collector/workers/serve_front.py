@@ -85,11 +85,16 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         raise click.ClickException(f"cannot listen on {config.listen}: {bind_error(config.listen)}") from err
     metrics = FrontMetrics(front)
     web: FrontHttp | None = None
+    fleet = config.settings.fleet
+    others = fleet.others(config.listen, port)
+    # The page's other collectors ([fleet] collectors but this one): asked beside the workers.
+    fleet_clients = ShardClients(fleet.shards(others)) if others else None
     try:
         if config.http_listen is not None:
             web = FrontHttp(
                 config.http_listen, config.security, front.policy, clients, asyncio.get_running_loop(),
                 own_metrics=metrics.render, health=lambda: _health(supervisor),
+                fleet=fleet_clients, fleet_timeout=fleet.timeout_seconds,
             )  # fmt: skip
             try:
                 await asyncio.to_thread(web.server.start)
@@ -113,6 +118,8 @@ async def _run(config: ServerConfig, spec: WorkerSpec) -> None:
         await front.stop()
         await supervisor.stop()
         await clients.close()
+        if fleet_clients is not None:
+            await fleet_clients.close()
 
 
 async def _check_databases(db_path: Path, workers: int) -> None:

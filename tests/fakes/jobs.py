@@ -60,6 +60,16 @@ class FakeRollup:
     def forget(self, node_id: str) -> None:
         self.forgotten.append(node_id)
 
+    def stop(self, node_id: str) -> None:
+        self.forgotten.append(node_id)
+
+    def jobs_of(self, _node_id: str) -> tuple[str, ...]:
+        """No node stage behind the snapshot: a node's jobs are those of the verdicts alone."""
+        return ()
+
+    def members_of(self, _job: str) -> list[str]:
+        return []
+
     def verdicts(self) -> tuple[JobVerdict, ...]:
         return self.snapshot
 

@@ -121,6 +121,39 @@ def test_job_page_cards_filled_from_the_shard_that_holds_the_node() -> None:
     ]  # fmt: skip
 
 
+def test_job_page_cards_of_nodes_on_shards_that_do_not_judge_the_job() -> None:
+    # The owner judges the job over n1 (its own), n2 and n3 (held elsewhere); n2 holds it back.
+    owner = {"job": "j", "state": "slowed", "cause": "network", "time_unix_seconds": 5.0, "alerts": [],
+             "nodes": ["n1", "n2", "n3"], "node_details": [
+                 {"node_id": "n1", "known": True, "straggler": False, "state": "waiting"},
+                 {"node_id": "n2", "known": False, "straggler": True, "state": "unknown"},
+                 {"node_id": "n3", "known": False, "straggler": False, "state": "unknown"}]}  # fmt: skip
+    words = {"network": "eth0 receives 1.2 GB/s", "storage": "", "cpu": ""}
+    held = {"error": "no such job", "node_details": [
+        {"node_id": n, "known": True, "straggler": None, "state": state, "sentence": state, "highways": words}
+        for n, state in (("n2", "starved"), ("n3", "waiting"))
+    ]}  # fmt: skip
+    answers = [Answer("worker-0", _page(held, 404)), Answer("worker-1", _page(owner)), DEAD]
+    status, body = _merged("/api/job/j", "", answers)
+    assert status == 200 and body["shard"] == "worker-1"
+    cards = {c["node_id"]: c for c in body["node_details"]}
+    assert {n: (c["known"], c["state"], c["straggler"], c["shard"]) for n, c in cards.items()} == {
+        "n1": (True, "waiting", False, "worker-1"), "n2": (True, "starved", True, "worker-0"),
+        "n3": (True, "waiting", False, "worker-0"),
+    }  # fmt: skip
+    # The straggler's words are those of the job's cause; a node that does not hold it back has none.
+    assert cards["n2"]["highway"] == "eth0 receives 1.2 GB/s" and cards["n2"]["sentence"] == "starved"
+    assert not {"sentence", "highway", "highways"} & set(cards["n3"])
+    # Nobody judges it here: still no such job, with every card held here for a merge above this
+    # one (a front's answer to another collector of the fleet).
+    other = {"error": "no such job", "node_details": [{**held["node_details"][0], "node_id": "n4"}]}
+    status, body = _merged("/api/job/j", "", [Answer("worker-0", _page(held, 404)), Answer("w1", _page(other, 404))])
+    assert status == 404 and body["error"] == "no such job"
+    assert [(c["node_id"], c["shard"]) for c in body["node_details"]] == [
+        ("n2", "worker-0"), ("n3", "worker-0"), ("n4", "w1"),
+    ]  # fmt: skip
+
+
 def test_metrics_text_families_once_series_once() -> None:
     one = (
         "# HELP nodeagent_collector_up Up.\n# TYPE nodeagent_collector_up gauge\nnodeagent_collector_up 1\n"

@@ -195,3 +195,34 @@ async def _restart(tmp_path: Path) -> None:
         await ingest.flusher.flush()
     assert [a for a in writer.call_sync(alerting.recent, False) if a.name == "JobStraggler"] == []
     writer.close()
+
+
+def test_a_job_whose_nodes_all_said_a_stopping_goodbye_ends_at_once_and_its_alert_resolves(tmp_path: Path) -> None:
+    asyncio.run(_stopped_job(tmp_path))
+
+
+async def _stopped_job(tmp_path: Path) -> None:
+    now = [START]
+    writer, alerting, ingest = await _slowed_job(tmp_path, now)
+
+    def job_alerts() -> list[tuple[str, str]]:
+        recent = writer.call_sync(alerting.recent, True)
+        return [(a.node_id, "resolved" if a.ends_at else "firing") for a in recent if a.name == "JobStraggler"]
+
+    assert job_alerts() == [("node-1", "firing")]
+    # The agents stop cleanly one after another, the collector's clock standing still: no silence
+    # ends the job here, only the goodbyes.
+    members = sorted(ingest.nodes)
+    for node_id in members:
+        stream = ingest.nodes[node_id].stream
+        assert stream is not None
+        stream.goodbye = stream.stopping = True
+        ingest.detach(stream)
+        if node_id != members[-1]:  # nodes still in it: the job goes on, the leaver noted
+            (verdict,) = ingest.jobs.verdicts()
+            assert node_id not in ingest.jobs.jobs.membership.jobs[verdict.job].members
+    await ingest.flusher.flush()
+    assert ingest.jobs.verdicts() == ()
+    assert job_alerts() == [("node-1", "resolved")]
+    assert all(ingest.jobs.jobs_of(n) == () for n in members)
+    writer.close()
