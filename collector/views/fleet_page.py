@@ -40,6 +40,7 @@ from nodeagent.collector.states import (
     node_shown_state,
     worst_first,
 )
+from nodeagent.collector.views.evidence_text import evidence_lines
 from nodeagent.collector.views.fleet_assets import shell_for
 from nodeagent.collector.views.ledger_page import LedgerPage
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
@@ -176,6 +177,7 @@ class FleetPage:
         fresh_after = now - ingest.detector_config.window_seconds
         out = _job_row(verdict, self._fresh_nodes(now))
         out["sentence"] = job_sentence(out)
+        out["evidence_lines"] = evidence_lines(verdict.evidence)
         out["node_details"] = [self._job_node(verdict, node_id, fresh_after, now) for node_id in verdict.nodes]
         out["alerts"] = [a.to_plain() for a in self._alerts() if a.labels.get("job") == name]
         return out
