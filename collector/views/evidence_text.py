@@ -28,6 +28,7 @@ WORDS: Final = {
     "cpu_busy": "CPU busy",
     "network_rx": "network receive",
     "network_plateau_rx": "network receive at its plateau",
+    "network_tx": "network send",
     "network_rx_link": "network receive, of its link's speed",
     "h2d_link": "host-to-device copy, of its PCIe link's speed",
     "storage_read": "storage read",

@@ -18,7 +18,7 @@ from nodeagent.collector.views.evidence_text import evidence_lines, evidence_tex
         ("busy_ratio_score", -13.16, "busy share: modified z-score -13.2"),
         ("data_wait_ratio_job_median", 0.0433, "job's median data wait share 4%"),
         ("straggler_wait_ratio", 0.3419, "wait on the straggler 34%"),
-        ("network_tx_bytes_per_second", 17723600.0, "network tx 17.7 MB/s"),
+        ("network_tx_bytes_per_second", 17723600.0, "network send 17.7 MB/s"),
         ("needed_bytes_per_second_node_median", 4.2e9, "needed to keep the GPUs busy (node median) 4.2 GB/s"),
         ("sm_clock_mhz", 1410.0, "SM clock 1410 MHz"),
         ("stood_out_steps", "4/6", "steps it stood out 4/6"),
