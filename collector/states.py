@@ -110,23 +110,24 @@ def state_rank(state: str, order: tuple[str, ...]) -> int:
 
 
 def job_sentence(job: dict[str, Any]) -> str:
-    """A job verdict's plain form (``JobVerdict.to_plain``, its state the shown one) in one sentence."""
+    """A job verdict's plain form (``JobVerdict.to_plain``, its state the shown one) in one sentence.
+    Without its GPU-hours lost: the job's page gives the ledger's (``/api/ledger``), the figure
+    ``jobs``, ``/jobs`` and ``ledger`` give, where the roll-up's live count would be a second one."""
     nodes, gpus = len(job["nodes"]), job["gpus"]
     what = f"{gpus} GPU{'s' if gpus != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}"
-    lost = f"{job['gpu_hours_lost']:.2f} GPU-hours lost"
     wait = job["wait_ratio"]
     share = f" {wait:.0%} of their time" if wait is not None else ""
     if job["state"] == DOWN:
-        return f"{what}: no node of the job has reported for a window; {lost}"
+        return f"{what}: no node of the job has reported for a window"
     if job["state"] != SLOWED:
-        return f"{what} {job['state']}" + (f", waiting{share}" if wait else "") + f"; {lost}"
+        return f"{what} {job['state']}" + (f", waiting{share}" if wait else "")
     if job["job_wide"] or not job["straggler_nodes"]:
-        return f"{what} wait{share} — cause {cause_word(job['cause'])} on every node (job-wide); {lost}"
+        return f"{what} wait{share} — cause {cause_word(job['cause'])} on every node (job-wide)"
     held = ", ".join(job["straggler_nodes"])
     text = f"{what} wait{share} for {held} — cause {cause_word(job['cause'])}"
     if job["needed_bytes_per_second"]:
         text += f"; keeping them busy needs {job['needed_bytes_per_second'] * 8 / 1e9:.1f} Gb/s there"
-    return f"{text}; {lost}"
+    return text
 
 
 def cause_word(cause: str | None) -> str:

@@ -302,7 +302,7 @@ def test_diag_says_which_expectation_a_profile_lacks(tmp_path: Path) -> None:
 def _node_row(**overrides: object) -> dict[str, object]:
     row: dict[str, object] = {
         "node_id": "cpu-1", "connected": True, "gpu_count": 0, "state": "idle", "cause": None,
-        "starvation_ratio": None, "gpu_hours_lost": 0.0, "needed_ingest_bytes_per_second": None,
+        "starvation_ratio": None, "gpu_hours_lost_today": 0.0, "needed_ingest_bytes_per_second": None,
         "reports_total": 3, "last_seen": 0.0,
     }  # fmt: skip
     row.update(overrides)

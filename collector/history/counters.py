@@ -25,6 +25,8 @@ class SplitCounters:
 
     def __init__(self) -> None:
         self.closed: dict[str, list[float]] = {}
+        # The seconds lost of each job's GPUs (by GPU index): what the job roll-up adds up (``job_lost``).
+        self.closed_lost: dict[str, dict[int, float]] = {}
         self._seen: dict[str, float] = {}
         # Bumped each time closed minutes are added: remote write sends the totals when it moves.
         self.version = 0
@@ -36,6 +38,7 @@ class SplitCounters:
             if row.gpu == NODE_ROW or row.split is None or not row.jobs:
                 continue
             _add(self.closed, row)
+            _add_lost(self.closed_lost, row)
             for job in row.jobs:
                 self._seen[job] = max(self._seen.get(job, 0.0), row.minute)
             newest = max(newest, row.minute)
@@ -44,6 +47,7 @@ class SplitCounters:
             for job in [j for j, seen in self._seen.items() if newest - seen > JOB_KEPT_SECONDS]:
                 del self._seen[job]
                 self.closed.pop(job, None)
+                self.closed_lost.pop(job, None)
 
     def totals(self, open_rows: Iterable[MinuteRow] = ()) -> dict[str, list[float]]:
         """The totals by job, with the open minute's ``open_rows`` added."""
@@ -52,6 +56,24 @@ class SplitCounters:
             if row.gpu != NODE_ROW and row.split is not None and row.jobs:
                 _add(out, row)
         return out
+
+    def job_lost(self, job: str, open_rows: Iterable[MinuteRow] = ()) -> dict[int, float]:
+        """The job's GPU-seconds lost by the split on each of its GPUs of the node since the start,
+        with the open minute's ``open_rows`` (a GPU shared by n jobs: 1/n to each)."""
+        out = dict(self.closed_lost.get(job, {}))
+        _add_lost({job: out}, *(r for r in open_rows if r.gpu != NODE_ROW and r.split is not None and job in r.jobs))
+        return out
+
+
+def _add_lost(totals: dict[str, dict[int, float]], *rows: MinuteRow) -> None:
+    for row in rows:
+        assert row.split is not None
+        lost = split.lost_seconds(row.split) / len(row.jobs)
+        for job in row.jobs:
+            by_gpu = totals.get(job)
+            if by_gpu is None:
+                by_gpu = totals[job] = {}
+            by_gpu[row.gpu] = by_gpu.get(row.gpu, 0.0) + lost
 
 
 def _add(totals: dict[str, list[float]], row: MinuteRow) -> None:

@@ -26,7 +26,7 @@ from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.forming import Forming, provisional
 from nodeagent.collector.history.gpu_sums import add_gpus
-from nodeagent.collector.history.minutes import INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.minutes import DAY_SECONDS, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.collector.history.owners import JobOwners
@@ -93,6 +93,8 @@ class NodeHistory:
         self.owners = JobOwners()
         # The split's totals by job since this collector started (``counters``).
         self.counters = SplitCounters()
+        # The split's GPU-seconds lost of the minutes no verdict judges any more, by UTC day (``lost_on``).
+        self.settled_lost: dict[int, float] = {}
         self.touched = False
         self.written_at = -math.inf
         # When a flush last took a new report of the node (wall clock), and the gap before that
@@ -226,6 +228,25 @@ class NodeHistory:
         for m in [m for m in self.settling if m not in pending]:
             accs = self.settling.pop(m)
             self.counters.close([acc.row(self.node_id) for acc in accs.values()])
+            self._settled(accs.get(NODE_ROW))
+
+    def _settled(self, node: OpenMinute | None) -> None:
+        """A minute's node row whose split no verdict moves any more: its loss to its day."""
+        if node is None or node.split is None:
+            return
+        day = node.minute // DAY_SECONDS
+        self.settled_lost[day] = self.settled_lost.get(day, 0.0) + split.lost_seconds(node.split)
+        for old in [d for d in self.settled_lost if d < day - 1]:
+            del self.settled_lost[old]
+
+    def lost_on(self, day: int) -> float:
+        """The split's GPU-seconds lost on the UTC day ``day`` (days since the epoch) that this history
+        holds: the settled minutes', and the open and settling ones' as counted now (a later verdict
+        may still move them, as it moves them in the stored rows): what its stored minutes of the day
+        hold once the open one is written. Read from the HTTP thread too: copies."""
+        rows = [self.open.get(NODE_ROW), *(m.get(NODE_ROW) for m in list(self.settling.values()))]
+        live = [r.split for r in rows if r is not None and r.split is not None and r.minute // DAY_SECONDS == day]
+        return self.settled_lost.get(day, 0.0) + sum(split.lost_seconds(parts) for parts in live)
 
     def _gap_minutes(self, report: pb.NodeReport, verdict: NodeVerdict | None, minute: int) -> None:
         """The whole minutes of a gap between the last minute and the report's: rows of their own,
@@ -254,6 +275,7 @@ class NodeHistory:
                 self.counters.close(self.closed[-1:])
             node.jobs, node.last_time = verdict.jobs, max(start, m)
             self.closed.append(node.row(self.node_id))
+            self._settled(node)
 
     def gpu_seconds(self) -> dict[str, list[float]]:
         """The split's GPU-seconds by job and category since the collector started, this minute's too."""
@@ -261,6 +283,13 @@ class NodeHistory:
         # the closed minutes' not counted yet, less what a verdict may still move (counters only grow).
         accs = list(self.open.values()) + [a for m in list(self.settling.values()) for a in list(m.values())]
         return self.counters.totals(acc.row(self.node_id, settled=True) for acc in accs if acc.gpu != NODE_ROW)
+
+    def job_lost(self, job: str) -> dict[int, float]:
+        """The split's GPU-seconds lost of ``job`` on each of the node's GPUs since this history
+        started, as ``gpu_seconds`` counts them (settled seconds only: a counter that only grows)."""
+        accs = list(self.open.values()) + [a for m in list(self.settling.values()) for a in list(m.values())]
+        rows = [acc.row(self.node_id, settled=True) for acc in accs if acc.gpu != NODE_ROW and job in acc.jobs]
+        return self.counters.job_lost(job, rows)
 
     def seed_rows(self) -> list[MinuteRow]:
         """The open minute as rows, as ``restore`` takes them: what a resting node keeps of its

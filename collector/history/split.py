@@ -156,6 +156,11 @@ def add_losses(parts: list[float], lost: Losses, seconds: float, gap_seconds: fl
         parts[_UNKNOWN] += gap_seconds
 
 
+def lost_seconds(parts: list[float]) -> float:
+    """The seconds of a split (``COLUMNS``' order) that did not compute: the GPU-seconds lost."""
+    return sum(parts) - parts[_COMPUTING]
+
+
 def _share(ratio: float | None) -> float:
     if ratio is None or math.isnan(ratio):  # no window yet: the detector lost nothing it can name
         return 0.0

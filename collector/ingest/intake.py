@@ -108,6 +108,8 @@ class Ingest:
         self.retirement.forgetters += [
             alerting.forget, lambda node_id: self._history_seed.pop(node_id, None), self.jobs.forget,
         ]  # fmt: skip
+        # The job roll-up adds up the ledger's split of each job's GPUs, as the ledger does.
+        self.jobs.nodes.split_lost = self._split_lost
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()
         for row in writer.call_sync(writer.store.nodes.load):
@@ -242,8 +244,10 @@ class Ingest:
         if self.history_config.enabled:
             if node.history is None:
                 node.history = NodeHistory(row.node_id, self.history_config)
+                node.timeline.by_split = True
                 seed = self._history_seed.pop(row.node_id, None)
                 if seed is not None:
+                    node.timeline.reopened(list(seed[0]))  # counted in the base: the history's now
                     node.history.restore(*seed)
             shares = self.jobs.nodes.ledger_shares(row.node_id)
             node.history.observe(report, raw, detector.verdict, detector.config.window_seconds, shares)
@@ -290,6 +294,10 @@ class Ingest:
         if node is not None and node.detector is not None:
             self.alerting.add(node.detector.signals())
             node.timeline.record(node.detector)
+
+    def _split_lost(self, node_id: str, job: str) -> dict[int, float] | None:
+        node = self.nodes.get(node_id)
+        return node.history.job_lost(job) if node is not None and node.history is not None else None
 
     def durable_seq(self, stream: StreamHandle) -> int:
         node = self.nodes.get(stream.node_id)

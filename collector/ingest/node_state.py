@@ -126,6 +126,14 @@ class NodeState:
     def stopped(self) -> bool:
         return bool(self.stopped_at) and self.stream is None
 
+    def lost_today_seconds(self, now_unix_seconds: float) -> float:
+        """GPU-seconds lost today (UTC, by the collector's clock), what ``nodes`` and the fleet page
+        show: the ledger's split with a history, the detector's count without one (``NodeTimeline``)."""
+        timeline = self.timeline
+        if timeline.by_split or self.history is not None:
+            return timeline.split_lost_today_at(now_unix_seconds, self.history)
+        return timeline.lost_today_seconds_at(now_unix_seconds)
+
     # Its newest report's time minus the collector's clock when it arrived (None: none yet), and
     # its reports refused for a time out of bounds (``clock_bounds``), since this collector started.
     clock_skew_seconds: float | None = None

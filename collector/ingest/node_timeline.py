@@ -3,10 +3,13 @@
 One point per ``POINT_SECONDS`` of the node's reports (its detector's verdict when the window
 advanced): state, starvation ratio, the busy share of its GPUs and the highways' rates. Bounded
 (``MAX_POINTS``, two hours), so 10,000 nodes cost tens of megabytes. It also counts the GPU time
-lost since midnight UTC, across detector restarts (a new agent epoch starts the detector's own
-count from zero) and, with a history, across collector restarts: the count then starts from what
-the history stored of the day (``seed_lost_today``), and adds only the verdicts of detectors made
-after the restart, which the history had not seen (docs/views.md).
+lost since midnight UTC. With a history it is the ledger's split (``history/split.py``), the
+figure ``ledger``, ``jobs`` and ``/metrics`` give: the node's history counts it (``NodeHistory.lost_on``),
+and ``split_base`` keeps what that history does not hold of the day, what the store held at start
+(``seed_lost_today``) or a history let go when its node rested, less the minute a new history
+reopens (``reopened``), so that no minute counts twice. Without a history (``--no-history``: no
+split) it is the detector's own count, since this collector started, across detector restarts (a
+new agent epoch starts the detector's count from zero) (docs/views.md).
 
 Days are the reports' own (their ``time_unix_seconds``), as the history's minutes are; only what
 the page shows is judged by the collector's clock (``lost_today_seconds_at``).
@@ -19,7 +22,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from nodeagent.collector.history.minutes import DAY_SECONDS
+from nodeagent.collector.history import split
+from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.quantities.rates import increase_across_reset
 
@@ -56,12 +61,39 @@ class NodeTimeline:
     _day: int = -1
     _last_lost: float = 0.0
     _next_point: float = -math.inf
+    # With a history: the split's seconds lost on ``split_day`` that the node's history does not hold.
+    by_split: bool = False
+    split_day: int = -1
+    split_base: float = 0.0
 
     def seed_lost_today(self, day_start_unix_seconds: float, lost_seconds: float) -> None:
-        """Start the day's count from ``lost_seconds`` already lost on the UTC day that starts at
-        ``day_start_unix_seconds``: at start-up, before any report of the node is counted."""
-        self._day = int(day_start_unix_seconds // DAY_SECONDS)
-        self.lost_today_seconds = lost_seconds
+        """Start the day's count from ``lost_seconds`` (the split's, as the store holds them) already
+        lost on the UTC day that starts at ``day_start_unix_seconds``: at start-up, before any
+        report of the node is counted."""
+        self._day = self.split_day = int(day_start_unix_seconds // DAY_SECONDS)
+        self.lost_today_seconds = self.split_base = lost_seconds
+        self.by_split = True
+
+    def reopened(self, rows: list[MinuteRow]) -> None:
+        """A new history of the node reopens these stored rows (its newest minute): they are its own
+        now, no longer part of the base."""
+        self.by_split = True
+        for row in rows:
+            if row.gpu == NODE_ROW and row.split is not None and row.minute // DAY_SECONDS == self.split_day:
+                self.split_base -= split.lost_seconds(list(row.split))
+
+    def let_go(self, history: NodeHistory) -> None:
+        """The node's history goes (its node rests): what it held of its newest day joins the base."""
+        day = history.minute // DAY_SECONDS
+        if day != self.split_day:
+            self.split_day, self.split_base = day, 0.0
+        self.split_base += history.lost_on(day)
+
+    def split_lost_today_at(self, now_unix_seconds: float, history: NodeHistory | None) -> float:
+        """The split's GPU-seconds lost on the collector's day of ``now``: the base, and the history's."""
+        day = int(now_unix_seconds // DAY_SECONDS)
+        base = self.split_base if day == self.split_day else 0.0
+        return max(0.0, base + (history.lost_on(day) if history is not None else 0.0))
 
     def lost_today_seconds_at(self, now_unix_seconds: float) -> float:
         """The day's count as of ``now``: 0 once the node's counted day is over (a node that has not

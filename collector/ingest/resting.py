@@ -78,6 +78,7 @@ class Resting:
         if node.detector is not None:
             node.detector.rest()
         if node.history is not None:
+            node.timeline.let_go(node.history)
             rows = node.history.seed_rows()
             if rows:
                 self.seeds[node_id] = (rows, [])

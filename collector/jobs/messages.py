@@ -40,7 +40,8 @@ class JobStep:
     world_size: int
     node_rank: int | None
     values: NodeValues
-    # The job's GPUs on the node: GPU time lost so far, as the node's detector counts it.
+    # The job's GPUs on the node: GPU time lost so far, the ledger's split of the job's GPUs where the
+    # node keeps a history (``NodeHistory.job_lost``: settled seconds), else as its detector counts it.
     gpu_seconds_lost: Mapping[int, float] = field(default_factory=dict)
     home: Home = Home()
 

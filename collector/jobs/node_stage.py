@@ -21,7 +21,7 @@ ledger's split (``ledger_shares``), which counts it where the node's own verdict
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from nodeagent.collector.history.split import JobShare
 from nodeagent.collector.jobs.config import JobRollupConfig
@@ -50,6 +50,9 @@ class NodeJobs:
         self.send = send
         self.home = home or Home()
         self.on_rewait = on_rewait
+        # (node, job) -> the ledger's split of the job's GPU-seconds lost on each of the node's GPUs
+        # (``NodeHistory.job_lost``), None where the node keeps no history: what its steps carry.
+        self.split_lost: Callable[[str, str], Mapping[int, float] | None] | None = None
         self.ignored_job_samples_total = 0
         self.steps_sent_total = 0
         self._evaluate = detector_config.evaluate_seconds
@@ -182,7 +185,7 @@ class NodeJobs:
             peaks.observe(report)
         peaks.step(report)
         step = math.floor(t / self._evaluate)
-        lost = {g.index: g.gpu_seconds_lost for g in detector.verdict.gpus}
+        detector_lost = {g.index: g.gpu_seconds_lost for g in detector.verdict.gpus}
         for key, sample in named.items():
             member = mine.get(key)
             if member is None:
@@ -195,6 +198,9 @@ class NodeJobs:
             member.node_rank = sample.node_rank if sample.HasField("node_rank") else None
             wanted = set(member.gpus)
             values = node_values(member, report, detector, peaks, config)
+            # The ledger's split of the job's GPUs where the node keeps a history; else the detector's count.
+            split_lost = self.split_lost(node_id, key) if self.split_lost is not None else None
+            lost = detector_lost if split_lost is None else split_lost
             step_lost = {i: v for i, v in lost.items() if not wanted or i in wanted}
             message = JobStep(
                 key, member.source, node_id, step, t, member.gpus, member.ranks, member.ranks_count,

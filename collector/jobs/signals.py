@@ -66,8 +66,9 @@ def _firing(job: Job, verdict: JobVerdict, node: str) -> AlertSignal:
     evidence = " ".join(f"{k}={v if isinstance(v, str) else f'{v:g}'}" for k, v in sorted(verdict.evidence.items()))
     annotations = {
         "summary": summary,
-        "description": f"{verdict.gpus} GPUs on {nodes} nodes; "
-        f"{verdict.gpu_seconds_lost / 3600:.2f} GPU-hours lost so far",
+        # The ledger's split of the job's GPUs, settled a window behind: said once there is some.
+        "description": f"{verdict.gpus} GPUs on {nodes} nodes"
+        + (f"; {verdict.gpu_seconds_lost / 3600:.2f} GPU-hours lost so far" if verdict.gpu_seconds_lost >= 36 else ""),
         "wait_ratio": "" if wait is None else f"{wait:.3f}",
         "gpu_seconds_lost": f"{verdict.gpu_seconds_lost:.0f}",
         "evidence": evidence,

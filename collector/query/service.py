@@ -104,8 +104,9 @@ class QueryService(pb_grpc.QueryServicer):
             summary.state = node_shown_state(node, now, down)
             summary.window_seconds = window
             detector = node.detector
+            # Today's, the ledger's split (the detector's count without a history): as the page's.
+            summary.gpu_seconds_lost = node.lost_today_seconds(now)
             if detector is not None:
-                summary.gpu_seconds_lost = detector.verdict.gpu_seconds_lost
                 summary.window_seen_seconds = detector.seen_seconds
                 if not is_silent(node, now, down) and not node.stopped:  # a down node's verdict is of the past
                     _verdict_into(summary, detector.verdict)

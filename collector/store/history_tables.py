@@ -164,13 +164,16 @@ class HistoryTables:
 
     def lost_on_last_day(self) -> dict[str, tuple[int, float]]:
         """Per node with stored minutes: the UTC day of its newest one (the day's start, unix
-        seconds) and the GPU-seconds lost that day (its node rows' sum), what the fleet page's
-        day count starts from after a restart. One query; each node's part is a range of the
-        primary key (its newest minute, then that day's minutes), never a scan of older days."""
+        seconds) and the GPU-seconds lost that day by the ledger's split (its node rows' lost
+        columns; a row stored before the split, the detector's count), what the fleet page's and
+        ``nodes``' day count starts from after a restart. One query; each node's part is a range of
+        the primary key (its newest minute, then that day's minutes), never a scan of older days."""
+        lost = " + ".join(f"COALESCE(h.{c}, 0)" for c in split.COLUMNS[1:])
         sql = (
             "WITH newest AS MATERIALIZED (SELECT n.node_id AS node_id,"
             "   (SELECT MAX(m.minute) FROM history_minutes m WHERE m.node_id = n.node_id) AS minute FROM nodes n)"
-            " SELECT node_id, minute / ? * ? AS day, (SELECT TOTAL(h.gpu_seconds_lost) FROM history_minutes h"
+            f" SELECT node_id, minute / ? * ? AS day, (SELECT TOTAL(CASE WHEN h.{split.COLUMNS[0]} IS NULL"
+            f"   THEN h.gpu_seconds_lost ELSE {lost} END) FROM history_minutes h"
             "   WHERE h.node_id = newest.node_id AND h.minute >= newest.minute / ? * ? AND h.gpu = ?)"
             " FROM newest WHERE minute IS NOT NULL"
         )

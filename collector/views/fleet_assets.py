@@ -26,7 +26,10 @@ def _asset(name: str) -> str:
 
 
 _BODIES: Final = {
-    "fleet": '<h1>Fleet</h1><p id="summary" class="muted"></p><div id="filters"></div><table id="nodes"></table>',
+    "fleet": (
+        '<h1>Fleet</h1><p id="today" class="today"></p><p id="summary" class="muted"></p><div id="filters"></div>'
+        '<p id="legend"></p><table id="nodes"></table>'
+    ),
     "node": '<div id="node"></div>',
     "jobs": '<h1>Jobs</h1><p id="summary" class="muted"></p><table id="jobs"></table>',
     "job": '<div id="job"></div>',

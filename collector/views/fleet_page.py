@@ -6,9 +6,10 @@ Each page is a small HTML shell (``fleet_assets``) whose script fetches the JSON
 itself; nothing is fetched from anywhere else. The JSON is made from what the collector keeps in
 memory (each node's row, its detector's latest verdict), on the HTTP server's thread, like
 ``/metrics``; a node's timeline comes from the collector's history (its per-minute rows) and
-alerts from the alert book, both on the store's thread. GPU-hours lost today are the count kept
-beside each node's detector (``node_timeline``), which a collector with a history starts at
-start-up from what the history holds of the day: the page reads no SQLite for them. The job
+alerts from the alert book, both on the store's thread. GPU-hours lost today are the ledger's
+split, counted by each node's history in memory (``NodeState.lost_today_seconds``) from what the
+store held of the day at start-up: the page reads no SQLite for them (without a history, the
+detector's count beside it, ``node_timeline``). The job
 pages are the job roll-up's verdicts (``Ingest.jobs``, a snapshot replaced whole) beside each
 node's own verdict; a job judged elsewhere (another worker or collector) is a 404 here that
 carries the cards of its nodes held here, for the merged page (``fleet/page_merge.py``). The
@@ -41,6 +42,7 @@ from nodeagent.collector.states import (
     node_shown_state,
     worst_first,
 )
+from nodeagent.collector.views.evidence_text import evidence_lines
 from nodeagent.collector.views.fleet_assets import shell_for
 from nodeagent.collector.views.ledger_page import LedgerPage
 from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
@@ -117,9 +119,9 @@ class FleetPage:
         }  # fmt: skip
 
     def lost_today_source(self, now: float) -> str:
-        """Where GPU-hours lost today come from: ``history`` (the day as stored, then counted live),
-        or ``memory since HH:MM UTC`` (``--no-history``: counted since this collector started, or
-        since midnight UTC once it has run through one)."""
+        """Where GPU-hours lost today come from: ``history`` (the ledger's split: the day as stored,
+        then counted live), or ``memory since HH:MM UTC`` (``--no-history``: the detector's count
+        since this collector started, or since midnight UTC once it has run through one)."""
         ingest = self.server.ingest
         if ingest.history_config.enabled:
             return "history"
@@ -184,6 +186,7 @@ class FleetPage:
         now = self.server.ingest.clock()
         out = _job_row(verdict, self._fresh_nodes(now))
         out["sentence"] = job_sentence(out)
+        out["evidence_lines"] = evidence_lines(verdict.evidence)
         out["node_details"] = [
             self._job_node(name, node_id, node_id in verdict.straggler_nodes, verdict.cause, now)
             for node_id in verdict.nodes
@@ -293,7 +296,7 @@ def _row(node: NodeState, now: float, window_seconds: float, down_seconds: float
         "state": state,
         "cause": verdict.cause if fresh and verdict is not None else None,
         "starvation_ratio": verdict.starvation_ratio if fresh and verdict is not None else None,
-        "gpu_hours_lost_today": round(node.timeline.lost_today_seconds_at(now) / 3600, 3),
+        "gpu_hours_lost_today": round(node.lost_today_seconds(now) / 3600, 3),
         "gpu_count": row.gpu_count,
         "gpus": gpus,
         # While the detector's window fills, a starved node still reads busy: say so.

@@ -34,7 +34,8 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
             "tier": n.tier or None,
             "starvation_ratio": n.starvation_ratio if n.HasField("starvation_ratio") else None,
             "interconnect_ratio": n.interconnect_ratio if n.HasField("interconnect_ratio") else None,
-            "gpu_hours_lost": n.gpu_seconds_lost / 3600,
+            # Today's (UTC), the ledger's split: the page's figure (the detector's without a history).
+            "gpu_hours_lost_today": n.gpu_seconds_lost / 3600,
             "needed_ingest_bytes_per_second": (
                 n.needed_ingest_bytes_per_second if n.HasField("needed_ingest_bytes_per_second") else None
             ),
@@ -95,7 +96,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     collectors, the one that holds it (``+N``: N others hold an older copy)."""
     merged = shows_shards(rows)
     lines = [
-        f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'GPU-H LOST':>10} "
+        f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'LOST TODAY':>10} "
         f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}" + ("  SHARD" if merged else "")
     ]
     notes = []
@@ -113,7 +114,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
             f"{state:<9} {short(cause, 13):<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
-            f"{row['gpu_hours_lost']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
+            f"{row['gpu_hours_lost_today']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
             + (f"  {_shard_words(row)}" if merged else "")

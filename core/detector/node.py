@@ -196,7 +196,9 @@ class NodeDetector:
         annotations = {
             "summary": f"{len(starved)} GPU(s) on {self.node_id} {what}: {ratio:.0%} of their time",
             "description": f"GPUs {gpus} lose {ratio:.1%} of their assigned time, cause {cause}; "
-            f"{v.gpu_seconds_lost / 3600:.2f} GPU-hours lost so far",
+            # The detector's own count, from the state entered: the ledger's split (every other
+            # GPU-hours lost) counts the window before it too, so this says which it is.
+            f"{v.gpu_seconds_lost / 3600:.2f} GPU-hours starved so far by the detector's count",
             "starvation_ratio": f"{ratio:.3f}",
             "gpu_seconds_lost": f"{v.gpu_seconds_lost:.0f}",
             "evidence": evidence,

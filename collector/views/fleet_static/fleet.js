@@ -12,20 +12,29 @@ const clock = (t) => new Date(t * 1000).toISOString().slice(11, 16);
 const badge = (s) => `<span class="badge ${esc(s)}">${esc(s)}</span>`;
 const nodeLink = (n) => `<a href="/node/${encodeURIComponent(n)}">${esc(n)}</a>`;
 const jobLink = (j) => `<a class="job" href="/job/${encodeURIComponent(j)}">${esc(j)}</a>`;
-function heat(r) {  // busy share: red (idle) to green (busy)
-  if (r === null || r === undefined) return "#ccc";
-  return `hsl(${Math.round(120 * Math.max(0, Math.min(1, r)))}, 65%, 45%)`;
-}
-function heatmap(gpus) {
+// Each GPU's and node's verdict (the detector's state words) in one colour everywhere: the heatmap,
+// its legend, the timeline's band and the badges (fleet.css) agree.
+const STATE_COLORS = {busy: "#2e7d32", starved: "#c62828", waiting: "#ef6c00", throttled: "#f9a825",
+  idle: "#bdbdbd", warmup: "#90caf9", lost: "#6a1b9a", "no-gpu": "#e0e0e0"};
+const GPU_STATES = [["busy", "computing"], ["starved", "waiting for data"], ["waiting", "waiting on another node"],
+  ["throttled", "clocks held down"], ["idle", "nothing to do"], ["warmup", "verdict forming"], ["lost", "gone or not answering"]];
+const stateColor = (s) => STATE_COLORS[s] ?? "#999";
+function heatmap(gpus) {  // one square per GPU, coloured by its verdict; its busy share on hover
   const w = 14, h = 14;
   let out = `<svg class="heatmap" width="${Math.max(1, gpus.length) * (w + 2)}" height="${h}">`;
   for (const [i, g] of gpus.entries()) {
     const starved = g.state === "starved";
-    out += `<rect class="gpu${starved ? " starved" : ""}" x="${i * (w + 2)}" y="0" width="${w}" height="${h}"` +
-      ` fill="${heat(g.busy_ratio)}"${starved ? ' stroke="#000" stroke-width="2"' : ""}>` +
-      `<title>GPU ${g.index}: ${esc(g.state)} ${pct(g.busy_ratio)} busy</title></rect>`;
+    out += `<rect class="gpu ${esc(g.state)}" data-state="${esc(g.state)}" x="${i * (w + 2)}" ` +
+      `y="0" width="${w}" height="${h}" fill="${stateColor(g.state)}"${starved ? ' stroke="#000" stroke-width="2"' : ""}>` +
+      `<title>GPU ${g.index}: ${esc(g.state)}, ${pct(g.busy_ratio)} busy (NVML)</title></rect>`;
   }
   return out + "</svg>";
+}
+function heatmapLegend() {  // what each colour of the heatmap says
+  return `<span class="muted">GPUs by verdict:</span> ` + GPU_STATES.map(([s, said]) =>
+    `<span class="legend" data-state="${s}"><svg width="12" height="12"><rect width="12" height="12" ` +
+    `fill="${stateColor(s)}"${s === "starved" ? ' stroke="#000" stroke-width="2"' : ""}/></svg> ${s} ` +
+    `<span class="muted">(${said})</span></span>`).join("");
 }
 // A chart of one timeline key: a y-axis from zero with the unit on its ticks, the time on the x-axis.
 // ``floor`` is the least top of the scale, so that zeros and noise draw flat along the bottom.
@@ -61,14 +70,12 @@ function stateBand(points) {  // the node's state per point, above the charts an
   const w = 600, h = 12, plotW = w - AXIS.left - AXIS.right;
   if (!points.length) return "";
   const t0 = points[0].time_unix_seconds, t1 = Math.max(t0 + 1, points[points.length - 1].time_unix_seconds);
-  const colors = {starved: "#c62828", waiting: "#ef6c00", busy: "#2e7d32", throttled: "#f9a825", idle: "#bdbdbd",
-    warmup: "#90caf9", lost: "#6a1b9a", "no-gpu": "#e0e0e0"};
   const at = (t) => AXIS.left + ((t - t0) / (t1 - t0)) * plotW;
   let out = `<svg class="states" width="${w}" height="${h}">`;
   points.forEach((p, i) => {
     const x = at(p.time_unix_seconds);
     const next = i + 1 < points.length ? at(points[i + 1].time_unix_seconds) : w - AXIS.right;
-    out += `<rect x="${x.toFixed(1)}" y="0" width="${Math.max(1, next - x).toFixed(1)}" height="${h}" fill="${colors[p.state] ?? "#999"}"><title>${esc(p.state)}</title></rect>`;
+    out += `<rect x="${x.toFixed(1)}" y="0" width="${Math.max(1, next - x).toFixed(1)}" height="${h}" fill="${stateColor(p.state)}"><title>${esc(p.state)}</title></rect>`;
   });
   return out + "</svg>";
 }
@@ -83,11 +90,14 @@ function alertTable(alerts) {
       `<td>${new Date(a.starts_at_unix_seconds * 1000).toISOString().slice(0, 19).replace("T", " ")}</td>` +
       `<td class="summary">${esc((a.annotations || {}).summary)}</td></tr>`).join("") + "</table>";
 }
-async function api(path) {
+async function api(path, banner = true) {  // banner: this answer says which shards answered
   const reply = await fetch(path, {cache: "no-store"});
-  if (!reply.ok) throw new Error(`${path}: ${reply.status}`);
+  if (!reply.ok) {  // the page's own one line of why (a 400, a 503), else the status
+    const why = await reply.json().then((body) => body.error).catch(() => "");
+    throw new Error(why || `${path}: ${reply.status}`);
+  }
   const data = await reply.json();
-  shardBanner(data.shards || []);
+  if (banner) shardBanner(data.shards || []);
   return data;
 }
 function shardBanner(shards) {  // a merged page ([fleet] collectors): one line naming who did not answer
@@ -120,7 +130,7 @@ async function drawFleet() {
     ` <span class="muted" id="lost-source">(${esc(data.gpu_hours_lost_today_source)})</span>`;
   document.getElementById("nodes").innerHTML =
     `<tr><th>node</th><th>state</th><th>cause</th><th>starved</th><th>GPU-h lost today${lostSource}</th>` +
-    `<th>GPUs (busy share)</th><th>job</th>${merged ? "<th>collector</th>" : ""}</tr>` +
+    `<th>GPUs (verdict)</th><th>job</th>${merged ? "<th>collector</th>" : ""}</tr>` +
     data.nodes.map((n) => `<tr class="node ${esc(n.state)}" data-node="${esc(n.node_id)}">` +
       `<td class="node-id"><a href="/node/${encodeURIComponent(n.node_id)}">${longName(n.node_id)}</a></td>` +
       `<td>${badge(n.state)}${n.forming ? ` <span class="muted forming">${esc(n.forming)}</span>` : ""}</td>` +
@@ -131,8 +141,42 @@ async function drawFleet() {
       (merged ? `<td class="shard">${esc(n.shard)}${(n.stale_shards || []).length ?
         ` <span class="muted" title="${esc(n.stale_shards.join(", "))}">+${n.stale_shards.length} stale</span>` : ""}</td>` : "") +
       `</tr>`).join("");
+  document.getElementById("legend").innerHTML = heatmapLegend();
   document.getElementById("summary").textContent =
     `${data.nodes.length} nodes shown · updated ${clock(data.time_unix_seconds)} UTC`;
+  await fleetToday(data);
+}
+// The line at the top of /: the fleet's GPUs, and from the ledger's split since midnight UTC the share
+// of the GPU time jobs held that was lost, its cost where prices are set, and the job that lost most.
+// The ledger is read once a minute (a day of a big fleet is a second's read), not every draw.
+const today = {at: 0, fleet: null, job: null, error: ""};
+async function fleetToday(data) {
+  const shown = !new URLSearchParams(location.search).toString();  // the whole fleet, not a filtered part
+  const gpus = data.nodes.reduce((a, n) => a + (n.gpu_count || 0), 0);
+  if (Date.now() - today.at > LEDGER_REFRESH_MS) {
+    today.at = Date.now();
+    const since = Math.floor(data.time_unix_seconds / 86400) * 86400;
+    try {
+      const [fleet, jobs] = await Promise.all([api(`/api/ledger?by=fleet&since=${since}`, false),
+        api(`/api/ledger?by=job&since=${since}`, false)]);
+      today.fleet = fleet.rows[0] ?? null; today.job = jobs.rows[0] ?? null; today.error = "";
+    } catch (err) { today.error = String(err); }
+  }
+  const parts = [`${shown ? "Fleet" : "Shown"}: ${gpus} GPUs on ${data.nodes.length} nodes`];
+  const f = today.fleet;
+  if (today.error) {
+    parts.push(`no ledger to say what is lost today: ${esc(today.error)}`);
+  } else if (f && f.gpu_hours_held > 0) {
+    const lost = Object.values(f.gpu_hours_lost).reduce((a, b) => a + b, 0);
+    parts.push(`${shown ? "" : "the fleet "}lost today: <b id="lost-share">${pct(lost / f.gpu_hours_held)}</b> of the GPU time jobs held ` +
+      `(${lost.toFixed(2)} of ${f.gpu_hours_held.toFixed(2)} GPU-h)`);
+    if (f.cost > 0) parts.push(`<span id="lost-cost">${f.cost_lost.toFixed(2)} ${esc(f.currency)} lost</span>`);
+    const j = today.job, jobLost = j ? Object.values(j.gpu_hours_lost).reduce((a, b) => a + b, 0) : 0;
+    if (j && jobLost > 0) parts.push(`loses most: ${jobLink(j.job)} <span class="muted">(${jobLost.toFixed(2)} GPU-h)</span>`);
+  } else {
+    parts.push("no GPU time held by a job today");
+  }
+  document.getElementById("today").innerHTML = parts.join(" · ");
 }
 async function drawNode() {
   const name = decodeURIComponent(location.pathname.slice("/node/".length));
@@ -168,18 +212,33 @@ async function drawNode() {
     `<h2>GPUs${n.last_known ? " (last known)" : ""}</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th></tr>${gpus}</table>` +
     `<h2>Alerts</h2>${alertTable(n.alerts)}`;
 }
+// GPU-hours lost per job: the ledger's split of its stored minutes over the last 24 h, the figure
+// `jobs` prints (GPU-H LOST 24h) and `ledger --by job` sums; read once a minute, not every draw.
+const jobsLost = {at: 0, hours: null, error: ""};
 async function drawJobs() {
   const data = await api("/api/jobs");
+  if (Date.now() - jobsLost.at > LEDGER_REFRESH_MS) {
+    jobsLost.at = Date.now();
+    try {
+      const ledger = await api("/api/ledger?by=job&since=24h", false);
+      jobsLost.hours = Object.fromEntries(ledger.rows.map((r) =>
+        [r.job, Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0)]));
+      jobsLost.error = "";
+    } catch (err) { jobsLost.hours = null; jobsLost.error = String(err); }
+  }
+  const lost = (j) => jobsLost.hours === null ? "—" : (jobsLost.hours[j.job] ?? 0).toFixed(2);
   document.getElementById("jobs").innerHTML =
     `<tr><th>job</th><th>state</th><th>nodes</th><th>GPUs</th><th>straggler</th><th>cause</th>` +
-    `<th>wait share</th><th>GPU-h lost</th></tr>` +
+    `<th>wait share</th><th title="the ledger's split of the job's stored minutes, as jobs and ledger --by job give it">` +
+    `GPU-h lost (24 h)</th></tr>` +
     data.jobs.map((j) => `<tr class="job ${esc(j.state)}" data-job="${esc(j.job)}"><td>${jobLink(j.job)}</td>` +
       `<td>${badge(j.state)}</td><td>${j.nodes.length}</td><td>${j.gpus}</td>` +
       `<td class="straggler">${j.job_wide ? "job-wide" : j.straggler_nodes.map(nodeLink).join(", ")}</td>` +
       `<td class="cause">${esc(j.cause ?? "")}</td><td>${pct(j.wait_ratio)}</td>` +
-      `<td>${j.gpu_hours_lost.toFixed(2)}</td></tr>`).join("");
+      `<td class="lost">${lost(j)}</td></tr>`).join("");
   document.getElementById("summary").textContent =
-    `${data.jobs.length} multi-node jobs · updated ${clock(data.time_unix_seconds)} UTC`;
+    `${data.jobs.length} multi-node jobs · updated ${clock(data.time_unix_seconds)} UTC` +
+    (jobsLost.error ? ` · no ledger for the GPU-hours lost: ${jobsLost.error}` : "");
 }
 function nodeCard(n) {
   const rows = [["busy", pct(n.busy_ratio)], ["data wait", pct(n.starvation_ratio)],
@@ -196,7 +255,8 @@ async function drawJob() {
   const name = decodeURIComponent(location.pathname.slice("/job/".length));
   const j = await api("/api/job/" + encodeURIComponent(name));
   document.title = `${j.job} · nodeagent`;
-  const evidence = Object.entries(j.evidence || {}).map(([k, v]) => `<li><b>${esc(k)}</b>: ${esc(v)}</li>`).join("");
+  // In words with units (the collector's evidence_text), the raw key on hover.
+  const evidence = (j.evidence_lines || []).map((e) => `<li title="${esc(e.key)}">${esc(e.text)}</li>`).join("");
   const notes = (j.notes || []).map((n) => `<li>${esc(n)}</li>`).join("");
   document.getElementById("job").innerHTML =
     `<h1>${esc(j.job)} ${badge(j.state)}</h1><p class="sentence" id="sentence">${esc(j.sentence)}</p>` +

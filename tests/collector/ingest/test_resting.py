@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.history import split
+from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.states import node_shown_state
@@ -46,6 +49,12 @@ def _feed(ingest: Ingest, clock: _Clock, sims: list[Simulation], epoch: int, seq
     return streams
 
 
+def _stored_lost_today(writer: StoreWriter, node: str, now: float) -> float:
+    """The split's GPU-seconds lost in the node's stored minutes of the day of ``now``."""
+    rows = writer.call_sync(writer.store.history.minutes, node, NODE_ROW, now // DAY_SECONDS * DAY_SECONDS, None)
+    return sum(split.lost_seconds(list(r.split)) for r in rows if r.split is not None)
+
+
 def _lines(text: str, node: str) -> list[str]:
     return [line for line in text.splitlines() if f'node="{node}"' in line]
 
@@ -75,6 +84,9 @@ def test_a_silent_node_rests_and_comes_back_whole(tmp_path: Path) -> None:
 
         asyncio.run(flushes())
         assert node.resting and not ingest.nodes["live"].resting
+        # Its GPU time lost today (the ledger's split) is kept whole: what the store holds of its day.
+        lost = node.lost_today_seconds(clock.now)
+        assert lost > 0 and lost == pytest.approx(_stored_lost_today(writer, "gone", clock.now))
         # What the views read is kept: the last verdict, the row, the latest report, the state.
         assert node.detector is detector and detector.rested and detector.verdict is last_verdict
         assert not detector._tracks and detector._info.ByteSize() == 0
@@ -106,6 +118,9 @@ def test_a_silent_node_rests_and_comes_back_whole(tmp_path: Path) -> None:
         assert node_shown_state(node, clock.now, DOWN_SECONDS) != "down"
         assert len(_lines(FleetMetrics(ingest).render(), "gone")) > 2
         asyncio.run(ingest.flusher.flush(final=True))  # its history writes again
+        # ... and its day goes on from there, the reopened minute counted once.
+        again = node.lost_today_seconds(clock.now)
+        assert again > lost and again == pytest.approx(_stored_lost_today(writer, "gone", clock.now))
     finally:
         writer.call_sync(alerting.close)
         writer.close()

@@ -147,7 +147,7 @@ def test_one_state_per_node_in_nodes_the_page_metrics_and_history(tmp_path: Path
     # The down node's row no longer repeats its last verdict as if it were now.
     down = next(row for row in seen["nodes"] if row["node_id"] == DOWN)
     assert down["cause"] is None and down["starvation_ratio"] is None and not down["connected"]
-    assert down["gpu_hours_lost"] > 0  # what it lost while it reported still counts
+    assert down["gpu_hours_lost_today"] > 0  # what it lost while it reported still counts
     # The history says of a node without a GPU what the views say; of the others, what they were.
     assert set(seen["history"][NO_GPU]) == {"no-gpu"}
     assert seen["history"][STARVED][-1] == "starved" and seen["history"][HEALTHY][-1] == "busy"

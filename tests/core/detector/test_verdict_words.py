@@ -46,7 +46,7 @@ def test_a_network_verdict_speaks_in_gb_per_second_throughout() -> None:
 
 def test_the_needs_column_of_nodes_is_in_the_causes_unit() -> None:
     base: dict[str, Any] = {
-        "connected": True, "gpu_count": 8, "state": "starved", "starvation_ratio": 0.34, "gpu_hours_lost": 1.0,
+        "connected": True, "gpu_count": 8, "state": "starved", "starvation_ratio": 0.34, "gpu_hours_lost_today": 1.0,
         "reports_total": 3, "last_seen": 0.0,
     }  # fmt: skip
     rows = [
