@@ -6,7 +6,6 @@ and the one-line errors of ``nodeagent run``.
 
 from __future__ import annotations
 
-import errno
 import signal
 import socket
 import sqlite3
@@ -28,8 +27,8 @@ from nodeagent.agent.delivery.sender import rendezvous_order
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
-from tests.conftest import require_root_tools
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
+from tests.fakes.full_disk import fill, small_tmpfs
 from tests.fakes.shards import Collectors
 from tests.fakes.trees import REPO
 
@@ -394,14 +393,8 @@ def _silent_connection_closed(port: int, timeout: float) -> bool:
 @pytest.fixture
 def small_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A 2 MB tmpfs, mounted for the test and gone after it."""
-    require_root_tools("mount", "umount")
-    mountpoint = tmp_path / "small"
-    mountpoint.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], check=True, timeout=30)
-    try:
+    with small_tmpfs(tmp_path) as mountpoint:
         yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False, timeout=30)
 
 
 @pytest.mark.root
@@ -429,7 +422,7 @@ def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesyst
         seq = stream_reports(800, 1)
         assert wait_for(lambda: stream.acks and stream.acks[-1] == seq, timeout=30), (seq, stream.acks[-3:])
         # Something else takes all the space: commits fail, with the real error, until it is freed.
-        filler = _fill(small_filesystem / "filler")
+        filler = fill(small_filesystem / "filler")
         seq = stream_reports(50, seq + 1)
         assert wait_for(lambda: "database or disk is full" in log(), timeout=30), log()[-2000:]
         acks_while_full = list(stream.acks)
@@ -441,23 +434,6 @@ def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesyst
     assert acks_while_full[-1] < seq
     assert "cannot rollback" not in log_text
     assert (node["reports_total"], node["last_seq"]) == (seq, seq)
-
-
-def _fill(path: Path) -> Path:
-    """Write zeros to ``path`` until the filesystem has no space left."""
-    # Unbuffered: a buffered file still holding bytes would raise ENOSPC again at close.
-    with path.open("wb", buffering=0) as out:
-        try:
-            for _ in range(1024):
-                out.write(b"\0" * 65536)
-                out.flush()
-            for _ in range(1024):
-                out.write(b"\0" * 4096)
-                out.flush()
-        except OSError as err:
-            if err.errno != errno.ENOSPC:
-                raise
-    return path
 
 
 def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> None:
