@@ -83,9 +83,9 @@ class FrontHttp:
             return ok, detail
         answers = self._ask_within(HEALTH_PATH, HEALTH_TIMEOUT_SECONDS)
         failing = [
-            f"{answer.shard}: {answer.reply.body.decode(errors='replace').strip()}"
+            f"{answer.shard}: {reply.body.decode(errors='replace').strip()}"
             for answer in answers
-            if not answer.error and answer.reply.status == 503
+            if isinstance(reply := answer.reply, pb.PageResponse) and reply.status == 503
         ]
         return (False, "; ".join(failing)) if failing else (True, detail)
 
