@@ -22,6 +22,7 @@ from collections.abc import Callable
 import structlog
 
 from nodeagent.collector.alerts.alerting import Alerting
+from nodeagent.collector.alerts.store_failing import StoreFailingAlert
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.node_history import PRUNE_EVERY_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.flush_stats import FlushStats
@@ -72,6 +73,10 @@ class Flusher:
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
+        # The last failed flush's error, while flushes fail ("" while they commit).
+        self.failure = ""
+        # CollectorStoreFailing, sent to the sinks directly: the book cannot commit it meanwhile.
+        self.store_alert = StoreFailingAlert(alerting.dispatcher)
         self.stats = FlushStats()
         self._dirty: set[str] = set()
         self._touched: set[StreamHandle] = set()
@@ -97,6 +102,12 @@ class Flusher:
         """Seconds the store has been failing to commit (0 when it commits)."""
         return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
 
+    def failing(self) -> str | None:
+        """While flushes fail: the store's trouble in one line, for ``/healthz`` and the views."""
+        if self.failing_since is None:
+            return None
+        return f"store failing for {self.failing_for():.0f} s: {self.failure}"
+
     # ---- flushing ----
 
     async def run(self) -> None:
@@ -108,12 +119,14 @@ class Flusher:
             try:
                 await self.flush()
                 delay = self.flush_seconds
-                self.failing_since = None
+                self.failing_since, self.failure = None, ""
             except Exception as err:
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
                 delay = min(5.0, max(delay * 2, 0.5))
-                log.error("store flush failed; retrying", error=f"{type(err).__name__}: {err}", retry_seconds=delay)
+                self.failure = f"{type(err).__name__}: {err}"
+                log.error("store flush failed; retrying", error=self.failure, retry_seconds=delay)
+            self.store_alert.observe(self.failing_for(), self.failure)
 
     async def flush(self, final: bool = False) -> None:
         """One transaction of what changed; ``final`` (a stopping collector): every open minute too."""

@@ -20,7 +20,6 @@ clients cannot pile up, and a source over its bound is refused without touching 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any, NoReturn
 
@@ -91,18 +90,21 @@ class IngestStreams:
         except StreamRefusedError as refused:
             await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
             return
-        # Accepted: say so now, before the agent writes reports (it waits for this header, so a
-        # refusal above reaches it as its own status, not as a write that failed).
-        await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
-        log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
-        if previous is not None:
-            await self._end_replaced(previous, stream)
-        acks = asyncio.create_task(self._write_acks(stream, context))
+        acks: asyncio.Task[None] | None = None
+        # From here on the node points at this stream: whatever ends it, it lets go of the node.
         try:
+            # Accepted: say so now, before the agent writes reports (it waits for this header, so
+            # a refusal above reaches it as its own status, not as a write that failed).
+            await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
+            log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
+            if previous is not None:
+                await self._end_replaced(previous, stream)
+            acks = asyncio.create_task(self._write_acks(stream, context))
             await self._read_reports(stream, context)
             await self._final_acks(stream)
         finally:
-            acks.cancel()
+            if acks is not None:
+                acks.cancel()
             self.ingest.detach(stream)
 
     async def _read_reports(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
@@ -175,9 +177,18 @@ class IngestStreams:
         self.replaced_total += 1
         log.info("stream replaced by a newer one", node=stream.node_id, old=previous.peer, new=stream.peer)
         context: Any = previous.context
-        # abort() raises AbortError in its caller (this stream's task), not in the stream it ends.
-        with contextlib.suppress(grpc.aio.AbortError, grpc.aio.UsageError):
+        try:
             await context.abort(grpc.StatusCode.ABORTED, "replaced by a newer stream of the same node")
+        except grpc.aio.AbortError:
+            pass  # abort() raises in its caller (this stream's task), not in the stream it ends
+        except Exception as err:
+            # The old RPC ended already (its agent gave up on it while this process was paused,
+            # and its end has not reached its handler yet): gRPC refuses a status for it
+            # (ExecuteBatchError, UsageError). Let out of here, that error would end this stream's
+            # handler with no status at all (gRPC drops it), and leave the node on a dead stream.
+            log.info(
+                "replaced stream had ended already", node=stream.node_id, old=previous.peer, error=type(err).__name__
+            )
         # The old handler is parked in read(); cancelling it lets the RPC finish with that status.
         if previous.task is not None:
             previous.task.cancel()

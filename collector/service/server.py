@@ -112,6 +112,7 @@ class CollectorServer:
             max_nodes=config.max_nodes, history=config.history, retire_after_seconds=config.retire_after_seconds,
             clock_bounds=config.clock_bounds,
         )  # fmt: skip
+        self.ingest.flusher.store_alert.worker = "" if config.worker_index is None else str(config.worker_index)
         # Series are built and posted in a process of its own; ingest only hands reports over.
         self.remote_write = (
             RemoteWriteProcess(config.remote_write, jobs=self.ingest.jobs.verdicts, gpu_seconds=self._gpu_seconds)

@@ -1,5 +1,5 @@
 """What this collector's HTTP listener answers for ``path?query``, without a listener: the ``Page``
-RPC's answer (``/metrics``, the fleet page and its ``/api/...`` JSON) as a ``PageResponse``.
+RPC's answer (``/metrics``, ``/healthz``, the fleet page and its ``/api/...`` JSON) as a ``PageResponse``.
 
 The same objects serve both: the listener (``service/server.py``) takes its ``/metrics`` and its
 pages from here, so a page asked over gRPC is the page a browser gets.
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from nodeagent.collector.views.fleet_state import FleetState
 
 METRICS_PATH: Final = "/metrics"
+HEALTH_PATH: Final = "/healthz"
 _NOT_FOUND: Final = pb.PageResponse(status=404, content_type="text/plain; charset=utf-8", body=b"not found\n")
 
 
@@ -32,6 +33,10 @@ class LocalPages:
         """The page for ``path?query``; runs on a thread (the fleet page waits on the store's)."""
         if path == METRICS_PATH:
             return pb.PageResponse(status=200, content_type=TEXT_CONTENT_TYPE, body=self.exposition.render())
+        if path == HEALTH_PATH:  # a front's /healthz asks its workers this
+            ok, detail = self.exposition.health()
+            body = f"{detail}\n".encode()
+            return pb.PageResponse(status=200 if ok else 503, content_type=TEXT_CONTENT_TYPE, body=body)
         found = self.fleet.route(path, query)
         if found is None:
             return _NOT_FOUND

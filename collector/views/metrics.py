@@ -112,6 +112,11 @@ class CollectorMetrics(Collector):
             "nodeagent_store_flush_failures", "Flushes that failed (the collector stops acknowledging).",
             value=stats.failures_total,
         )  # fmt: skip
+        yield GaugeMetricFamily(
+            "nodeagent_store_failing_seconds",
+            "Seconds flushes have been failing, 0 while they commit (CollectorStoreFailing fires at 10).",
+            value=ingest.flusher.failing_for(),
+        )  # fmt: skip
         repairs = CounterMetricFamily(
             "nodeagent_store_repairs",
             "Damaged rows the store found and repaired since start, by what they were (docs/delivery.md).",
@@ -277,6 +282,9 @@ class MetricsExposition:
         flusher = server.flusher
         if flusher is None or flusher.done():
             return False, "store flusher stopped"
+        failing = server.ingest.flusher.failing()
+        if failing is not None:
+            return False, failing
         last = server.ingest.flusher.stats.last_monotonic or server.started_monotonic
         age = time.monotonic() - last
         if age > FLUSH_STALE_SECONDS:

@@ -1,4 +1,5 @@
-"""The front's HTTP listener on ``--http-listen``: ``/metrics``, ``/healthz``, the fleet page and the ledger.
+"""The front's HTTP listener on ``--http-listen``: ``/metrics``, ``/healthz`` (the workers up, and
+their stores committing), the fleet page and the ledger.
 
 The HTML shells are served here (``fleet_assets``); ``/api/*`` and ``/metrics`` are every
 worker's ``Page`` over its unix socket, merged (``merge_page``), with the front's own families
@@ -22,6 +23,7 @@ from nodeagent.collector.fleet.page_bridge import page_on_loop, wait_on_loop
 from nodeagent.collector.fleet.page_merge import merge_page, shard_query
 from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
 from nodeagent.collector.views.ledger_page import LedgerPage, LedgerUnavailableError
+from nodeagent.collector.views.local_pages import HEALTH_PATH
 from nodeagent.collector.workers.front_metrics import FRONT_LABEL
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.security import AccessPolicy, ServerSecurity
@@ -31,6 +33,8 @@ HTML_TYPE = "text/html; charset=utf-8"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # How long one page waits for the workers.
 PAGE_TIMEOUT_SECONDS = 10.0
+# How long /healthz waits for the workers' own health (a probe's timeout is often 1-5 s).
+HEALTH_TIMEOUT_SECONDS = 1.0
 # Past the workers' own timeout (ask_all gives up on them by then), a page is answered 504.
 ASK_MARGIN_SECONDS = 5.0
 
@@ -49,8 +53,9 @@ class FrontHttp:
         self.timeout = timeout
         self.ledger = LedgerPage(self.ask_ledger)
         self.server = MetricsHttpServer(
-            listen, self.metrics, health=health, ssl_context=security.http_ssl_context(), name="nodeagent-collector",
-            guard=policy.http_scrape, pages=self.route, page_policy=content_security_policy(),
+            listen, self.metrics, health=lambda: self.health(health), ssl_context=security.http_ssl_context(),
+            name="nodeagent-collector", guard=policy.http_scrape, pages=self.route,
+            page_policy=content_security_policy(),
         )  # fmt: skip
 
     @property
@@ -78,6 +83,21 @@ class FrontHttp:
         # Merged off the loop: a fleet's page is large, and the loop carries the agents' redirects.
         return await asyncio.to_thread(merge_page, path, query, answers)
 
+    def health(self, front: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
+        """The front's own health (its workers up), and unhealthy while a worker's store cannot
+        commit (a full disk): its agents' reports are not acknowledged, and restarting the worker
+        would not help. A worker that does not answer is the supervisor's to say."""
+        ok, detail = front()
+        if not ok:
+            return ok, detail
+        answers = self._ask_within(HEALTH_PATH, HEALTH_TIMEOUT_SECONDS)
+        failing = [
+            f"{answer.shard}: {reply.body.decode(errors='replace').strip()}"
+            for answer in answers
+            if isinstance(reply := answer.reply, pb.PageResponse) and reply.status == 503
+        ]
+        return (False, "; ".join(failing)) if failing else (True, detail)
+
     def metrics(self) -> bytes:
         answers = self._ask("/metrics", "")
         own = pb.PageResponse(status=200, content_type=METRICS_TYPE, body=self.own_metrics())
@@ -95,5 +115,9 @@ class FrontHttp:
     def _ask(self, path: str, query: str) -> list[Answer]:
         return wait_on_loop(self._ask_all(path, query), self.loop, self.timeout + ASK_MARGIN_SECONDS)
 
-    async def _ask_all(self, path: str, query: str) -> list[Answer]:
-        return await self.clients.ask_all("Page", pb.PageRequest(path=path, query=query), self.timeout)
+    def _ask_within(self, path: str, timeout: float) -> list[Answer]:
+        return wait_on_loop(self._ask_all(path, "", timeout), self.loop, timeout + ASK_MARGIN_SECONDS)
+
+    async def _ask_all(self, path: str, query: str, timeout: float | None = None) -> list[Answer]:
+        request = pb.PageRequest(path=path, query=query)
+        return await self.clients.ask_all("Page", request, self.timeout if timeout is None else timeout)

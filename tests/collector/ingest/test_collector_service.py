@@ -6,7 +6,6 @@ and the one-line errors of ``nodeagent run``.
 
 from __future__ import annotations
 
-import errno
 import signal
 import socket
 import sqlite3
@@ -17,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -27,8 +27,9 @@ from nodeagent.agent.delivery.sender import rendezvous_order
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
-from tests.conftest import require_root_tools
 from tests.fakes.fleet import Agent, Collector, free_port, processes, wait_for
+from tests.fakes.full_disk import fill, small_tmpfs
+from tests.fakes.shards import Collectors
 from tests.fakes.trees import REPO
 
 # One collector process: these tests speak its ingest stream raw (a front would answer the hello
@@ -57,6 +58,8 @@ class _Stream:
         # The ack each stream starts with (what was stored before it), apart from the acks of its reports.
         self.attached: list[tuple[int, int]] = []
         self.status: grpc.StatusCode | None = None
+        # The call as it runs: ``cancel()`` it as an agent that gives up on the stream does.
+        self.responses: Any = None
         call = channel.stream_stream(
             STREAM_METHOD, request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString
         )
@@ -79,7 +82,8 @@ class _Stream:
 
     def _run(self, call: grpc.StreamStreamMultiCallable) -> None:
         try:
-            for ack in call(self._requests(), timeout=30):
+            self.responses = call(self._requests(), timeout=30)
+            for ack in self.responses:
                 if ack.attached:
                     self.attached.append((ack.epoch, ack.acked_seq))
                 else:
@@ -109,6 +113,57 @@ def test_second_stream_for_a_node_replaces_the_first(tmp_path: Path) -> None:
     assert first.status == grpc.StatusCode.ABORTED
     assert second.status == grpc.StatusCode.OK
     assert (node["reports_total"], node["duplicates_total"], node["hostname"]) == (2, 1, "h-twin")
+
+
+def test_a_stream_that_replaces_one_already_ended_is_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker paused mid-stream: its agent gives up on the stream and opens another, and when the
+    # worker resumes, the new stream can register before the old one's end has reached its
+    # handler. Here that handler's clean-up is held back, as the pause held it: the old RPC has
+    # ended while the node still points at it. The new stream must be acknowledged all the same.
+    collectors = Collectors(tmp_path, 1)
+    try:
+        ingest = collectors.on(0, lambda server: server.ingest)
+        ended: list[object] = []
+        detach = ingest.detach
+
+        def detach_late(stream: Any) -> None:
+            if not ended:  # the first stream's end, not yet seen when the next one registers
+                ended.append(stream)
+                return
+            detach(stream)
+
+        monkeypatch.setattr(ingest, "detach", detach_late)
+        with grpc.insecure_channel(collectors.addresses[0]) as channel:
+            first = _Stream(channel)
+            first.send(_hello("paused"))
+            first.send(_report("paused", 1))
+            assert wait_for(lambda: first.acks == [1], timeout=10)
+            first.responses.cancel()  # the agent gives up on it
+            assert wait_for(lambda: ended, timeout=10)
+            second = _Stream(channel)
+            second.send(_hello("paused"))
+            second.send(_report("paused", 2))
+            assert wait_for(lambda: second.acks and second.acks[-1] == 2, timeout=10), (second.status, second.acks)
+            second.send(None)
+            second.thread.join(10)
+            # And the node is let go of cleanly: a third stream is acknowledged too.
+            third = _Stream(channel)
+            third.send(_hello("paused"))
+            third.send(_report("paused", 3))
+            assert wait_for(lambda: third.acks and third.acks[-1] == 3, timeout=10), (third.status, third.acks)
+            third.send(None)
+            third.thread.join(10)
+        stored = collectors.on(0, lambda server: server.ingest.nodes["paused"].row.reports_total)
+    finally:
+        collectors.close()
+    assert (first.status, second.status, third.status) == (
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.OK,
+        grpc.StatusCode.OK,
+    )
+    assert stored == 3
 
 
 def test_query_health_and_reflection(tmp_path: Path) -> None:
@@ -338,14 +393,8 @@ def _silent_connection_closed(port: int, timeout: float) -> bool:
 @pytest.fixture
 def small_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A 2 MB tmpfs, mounted for the test and gone after it."""
-    require_root_tools("mount", "umount")
-    mountpoint = tmp_path / "small"
-    mountpoint.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], check=True, timeout=30)
-    try:
+    with small_tmpfs(tmp_path) as mountpoint:
         yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False, timeout=30)
 
 
 @pytest.mark.root
@@ -373,7 +422,7 @@ def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesyst
         seq = stream_reports(800, 1)
         assert wait_for(lambda: stream.acks and stream.acks[-1] == seq, timeout=30), (seq, stream.acks[-3:])
         # Something else takes all the space: commits fail, with the real error, until it is freed.
-        filler = _fill(small_filesystem / "filler")
+        filler = fill(small_filesystem / "filler")
         seq = stream_reports(50, seq + 1)
         assert wait_for(lambda: "database or disk is full" in log(), timeout=30), log()[-2000:]
         acks_while_full = list(stream.acks)
@@ -385,23 +434,6 @@ def test_a_small_database_filesystem_recovers_and_names_the_error(small_filesyst
     assert acks_while_full[-1] < seq
     assert "cannot rollback" not in log_text
     assert (node["reports_total"], node["last_seq"]) == (seq, seq)
-
-
-def _fill(path: Path) -> Path:
-    """Write zeros to ``path`` until the filesystem has no space left."""
-    # Unbuffered: a buffered file still holding bytes would raise ENOSPC again at close.
-    with path.open("wb", buffering=0) as out:
-        try:
-            for _ in range(1024):
-                out.write(b"\0" * 65536)
-                out.flush()
-            for _ in range(1024):
-                out.write(b"\0" * 4096)
-                out.flush()
-        except OSError as err:
-            if err.errno != errno.ENOSPC:
-                raise
-    return path
 
 
 def test_a_new_stream_learns_at_once_what_is_already_durable(tmp_path: Path) -> None:
