@@ -110,7 +110,7 @@ class CollectorServer:
         self.ingest = Ingest(
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
             max_nodes=config.max_nodes, history=config.history, retire_after_seconds=config.retire_after_seconds,
-            clock_bounds=config.clock_bounds,
+            clock_bounds=config.clock_bounds, tenants=config.settings.tenants.names,
         )  # fmt: skip
         # Series are built and posted in a process of its own; ingest only hands reports over.
         self.remote_write = (
@@ -127,6 +127,7 @@ class CollectorServer:
         self.streams = IngestStreams(
             self.ingest, config.security, self.policy, hello_timeout_seconds=config.hello_timeout_seconds,
             max_streams_per_source=config.max_streams_per_source, flush_seconds=config.flush_seconds,
+            tenants=config.settings.tenants,
         )  # fmt: skip
         self._server: grpc.aio.Server | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -212,7 +213,10 @@ class CollectorServer:
         port = parse_target(listen, any_port=True)[1] if config.front_listen else self.port
         me = next((t for t in fleet.collectors if is_this_collector(t, listen, port)), "")
         worker = config.worker_index or 0
-        routes = Routes(worker=worker, workers=len(config.worker_sockets) or 1, fleet=fleet.collectors, me=me)
+        routes = Routes(
+            worker=worker, workers=len(config.worker_sockets) or 1, fleet=fleet.collectors, me=me,
+            tenants=config.settings.tenants.names,
+        )  # fmt: skip
         self.ingest.jobs.nodes.home = Home("", worker)
         return JobMessenger(
             self.ingest.jobs, routes, sockets=config.worker_sockets, security=fleet.security,
