@@ -46,7 +46,7 @@ from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import ReadDeadlineError, StoreReader
 from nodeagent.collector.views.fleet_assets import content_security_policy
-from nodeagent.collector.views.ledger_page import LedgerUnavailableError
+from nodeagent.collector.views.ledger_page import LEDGER_PATHS, LedgerUnavailableError
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.exposition.http_server import MetricsHttpServer
@@ -154,7 +154,13 @@ class CollectorServer:
         prices = self.config.settings.prices
         try:
             return self.reader.call_blocking(
-                bounds.read_seconds, ledger_answer, request, prices, bounds.max_rows, UNBOUNDED_ANSWER_BYTES
+                bounds.read_seconds,
+                ledger_answer,
+                request,
+                prices,
+                bounds.max_rows,
+                UNBOUNDED_ANSWER_BYTES,
+                self.config.settings.tenants,
             )
         except (QueryRefusedError, ReadDeadlineError) as err:
             raise LedgerUnavailableError(f"the ledger's read {err}") from err
@@ -174,6 +180,7 @@ class CollectorServer:
             max_message_bytes=config.max_message_bytes,
             pages=self.pages,
             prices=config.settings.prices,
+            tenants=config.settings.tenants,
         )
         built = build_server(
             listen=config.listen, security=config.security, policy=self.policy,
@@ -253,7 +260,7 @@ class CollectorServer:
         pages = self.fleet_pages.route if self.fleet_pages is not None else self.pages.fleet.route
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self.policy.http_scrape, pages=pages,
+            name="nodeagent-collector", guard=self.policy.http_guard(LEDGER_PATHS), pages=pages,
             page_policy=content_security_policy(),
         )  # fmt: skip
         try:

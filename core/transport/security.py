@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -292,9 +292,23 @@ class AccessPolicy:
             "a scraper or operator",
         )  # fmt: skip
 
-    def http_scrape(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
-        """The HTTP listener's guard (``MetricsHttpServer``'s ``Guard``): None to serve, else (401 or 403, why)."""
-        decision = self.scrape(token, http_certificate_names(peer))
+    def http_guard(
+        self, operator_paths: Container[str] = ()
+    ) -> Callable[[str | None, dict[str, Any] | None, str], tuple[int, str] | None]:
+        """The HTTP listener's guard (``MetricsHttpServer``'s ``Guard``): ``/metrics`` and the pages
+        for scrapers and operators, ``operator_paths`` (the money: prices and costs) for operators."""
+
+        def guard(token: str | None, peer: dict[str, Any] | None, path: str) -> tuple[int, str] | None:
+            return self.http_scrape(token, peer, operators_only=path in operator_paths)
+
+        return guard
+
+    def http_scrape(
+        self, token: str | None, peer: dict[str, Any] | None, *, operators_only: bool = False
+    ) -> tuple[int, str] | None:
+        """None to serve, else (401 or 403, why)."""
+        names = http_certificate_names(peer)
+        decision = self.query(token, names) if operators_only else self.scrape(token, names)
         if decision.access is Access.ALLOWED:
             return None
         return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
