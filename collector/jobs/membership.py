@@ -38,6 +38,9 @@ _log = structlog.get_logger("nodeagent.collector.jobs")
 
 # Leave notes stay on the verdict this long after the node left (in windows).
 _NOTE_WINDOWS = 1.0
+# A node whose first step for a job comes more steps than this after the job's first joined late
+# (one step: the nodes of a job that start together cross a step boundary at different times).
+LATE_JOIN_STEPS = 1
 # Log a refused job key at most this often.
 _REFUSAL_LOG_SECONDS = 60.0
 
@@ -94,7 +97,8 @@ class Job:
     tenant: str = ""
     raw_key: str = ""
     opened_at: float = 0.0
-    # Nodes that joined after its first judged step, and when (kept for a window, noted, alerted).
+    opened_step: int = 0
+    # Nodes that joined after its first steps, and when (kept for a window, noted, alerted).
     late_joins: dict[str, float] = field(default_factory=dict)
 
 
@@ -123,7 +127,10 @@ class Membership:
                 self._refuse(key, t)
                 return None
             tenants = config.tenants
-            job = Job(key, step.source, tenant=tenant_of(key, tenants), raw_key=raw_key(key, tenants), opened_at=t)
+            job = Job(
+                key, step.source, tenant=tenant_of(key, tenants), raw_key=raw_key(key, tenants), opened_at=t,
+                opened_step=step.step,
+            )  # fmt: skip
             self.jobs[key] = job
             self.by_raw_key.setdefault(job.raw_key, set()).add(key)
         member = job.members.get(node_id)
@@ -131,7 +138,7 @@ class Membership:
             if len(job.members) >= config.max_nodes_per_job:
                 job.refused_nodes[node_id] = t
                 return None
-            if job.judged >= 0:  # the job was judged without it: a node late, or one that claims the job
+            if step.step > job.opened_step + LATE_JOIN_STEPS:  # judged without it: late, or claiming the job
                 job.late_joins[node_id] = t
             member = Member(node_id, job, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
             job.members[node_id] = member
