@@ -79,6 +79,10 @@ def test_a_node_that_claims_another_tenants_job(tmp_path: Path, tenants: bool) -
 
         judged = wait_for(lambda: (j := job(victim)) is not None and len(j["nodes"]) == 3, timeout=120, interval=1.0)
         assert judged, collector.log.read_text()[-3000:] if collector.log else ""
+        # The job runs a few steps (report time) before the claim: the intruder joins a running job.
+        first = job(victim)["time_unix_seconds"]  # type: ignore[index]
+        ran = wait_for(lambda: job(victim)["time_unix_seconds"] >= first + 30, timeout=120, interval=1.0)  # type: ignore[index]
+        assert ran, job(victim)
         started.append(_agent(collector, tmp_path, INTRUDER, tokens[INTRUDER], 3, "ordinary-cloud", "mallory"))
         joined_at = time.monotonic()
 
@@ -86,24 +90,28 @@ def test_a_node_that_claims_another_tenants_job(tmp_path: Path, tenants: bool) -
             rows = _read(collector, tmp_path, "alerts")
             return {(a["name"], a["node_id"], a["key"]): a for a in rows if a["state"] == "firing"}
 
-        if tenants:
-            seen = (victim, INTRUDER)
-            expected = ("JobTenantMismatch", INTRUDER, victim)
-        else:
-            seen = ("JobStraggler", INTRUDER, JOB)  # the job's straggler, as before
-            expected = ("JobNodeJoinedLate", INTRUDER, JOB)
-        assert wait_for(lambda: expected in alerts() and seen[0] in str(alerts()), timeout=150, interval=2.0), (
+        expected = ("JobTenantMismatch", INTRUDER, victim) if tenants else ("JobNodeJoinedLate", INTRUDER, JOB)
+        assert wait_for(lambda: expected in alerts(), timeout=240, interval=2.0), (
             alerts(),
             _read(collector, tmp_path, "jobs"),
         )
         print(f"\n{expected[0]} {time.monotonic() - joined_at:.0f} s after {INTRUDER} started")
-        if not tenants:
-            assert wait_for(lambda: seen in alerts(), timeout=150, interval=2.0), alerts()
+        if not tenants:  # the job's straggler, as before: the claim is noted, not refused
+            straggler = ("JobStraggler", INTRUDER, JOB)
+            assert wait_for(lambda: straggler in alerts(), timeout=240, interval=2.0), alerts()
+
+        def billed() -> dict[str, Any]:
+            return {r["job"]: r for r in _read(collector, tmp_path, "ledger", "--since", "1h")}
+
+        # The intruder's hours reach the ledger with its history's next write.
+        assert wait_for(lambda: INTRUDER in billed().get(intruders, {}).get("nodes", ()), timeout=120, interval=2.0)
         firing = alerts()
         jobs = {j["job"]: j for j in _read(collector, tmp_path, "jobs")}
-        by_job = {r["job"]: r for r in _read(collector, tmp_path, "ledger", "--since", "1h")}
+        by_job = billed()
+        by_node = _read(collector, tmp_path, "ledger", "--since", "1h", "--by", "node")
         by_account = {r["account"]: r for r in _read(collector, tmp_path, "ledger", "--since", "1h", "--by", "account")}
     _show(tenants, jobs, firing, by_job, by_account)
+    print("ledger by node:", {r["node"]: round(r["gpu_hours_held"], 4) for r in by_node})
     assert firing[expected]["severity"] == ("warning" if tenants else "info")
     if tenants:
         assert jobs[victim]["nodes"] == list(VICTIMS) and jobs[intruders]["nodes"] == [INTRUDER]
