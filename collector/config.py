@@ -1,5 +1,5 @@
 """The collector's own sections of its configuration file (TOML): ``[detector]``, ``[alerts]``, ``[sinks]``,
-``[fleet]``, ``[metrics]``, ``[prices]``.
+``[fleet]``, ``[metrics]``, ``[prices]``, ``[tenants]``.
 
 Every table is checked strictly by its owner; an unknown key, a wrong type or an impossible value
 stops start-up with one line naming the file and the key. The file's other keys are command
@@ -18,12 +18,13 @@ from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
 from nodeagent.collector.fleet.config import FleetConfig, FleetConfigError
 from nodeagent.collector.ledger.prices import Prices, PricesConfigError
+from nodeagent.collector.tenants import Tenants, TenantsConfigError
 from nodeagent.collector.views.metrics_config import MetricsConfig, MetricsConfigError
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.tables import check_table
 
-TABLES = ("alerts", "detector", "fleet", "metrics", "prices", "sinks")
+TABLES = ("alerts", "detector", "fleet", "metrics", "prices", "sinks", "tenants")
 
 
 class CollectorConfigError(ValueError):
@@ -41,6 +42,8 @@ class CollectorConfig:
     prices: Prices = field(default_factory=Prices)
     # Which fleet families /metrics carries (per node, per GPU).
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # Which node credentials belong to which tenant (job names scoped by it).
+    tenants: Tenants = field(default_factory=Tenants)
     source: str = "<defaults>"
 
     def build_sinks(self) -> list[Sink]:
@@ -74,6 +77,7 @@ def config_from_mapping(
             fleet=FleetConfig.from_mapping(raw.get("fleet", {}), source=source),
             prices=Prices.from_mapping(raw.get("prices", {}), source=source),
             metrics=MetricsConfig.from_mapping(raw.get("metrics", {}), source=source),
+            tenants=Tenants.from_mapping(raw.get("tenants", {}), source=source),
             source=source,
         )
         config.build_sinks()  # check now, so a bad URL stops start-up
@@ -84,6 +88,7 @@ def config_from_mapping(
         MetricsConfigError,
         PricesConfigError,
         SinkConfigError,
+        TenantsConfigError,
     ) as err:
         raise CollectorConfigError(str(err)) from err
     return config
@@ -101,6 +106,7 @@ def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
         "fleet": config.fleet.to_plain(),
         "metrics": config.metrics.to_plain(),
         "prices": config.prices.to_plain(),
+        "tenants": config.tenants.to_plain(),
         "sinks": check_table(config.sinks, SINK_KEYS, source=source, table="sinks", error=CollectorConfigError),
     }
 

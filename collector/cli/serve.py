@@ -251,14 +251,18 @@ class ServeFlags:
 def server_config(f: ServeFlags) -> ServerConfig:
     """The server's settings from the flags and the configuration file; ``click`` usage errors,
     in the order the flags are checked, for what is wrong."""
-    security, warnings = _server_security(f)
-    remote_write = _remote_write(f)
     overrides = {k: v for k, v in (("alertmanager_url", f.alertmanager_url), ("webhook_url", f.webhook_url)) if v}
     try:
         settings = load_collector_config(f.config_path, sink_overrides=overrides)
         settings.fleet.check()
     except (CollectorConfigError, FleetConfigError) as err:
         raise click.UsageError(str(err)) from err
+    security, warnings = _server_security(f, settings.tenants.token_files)
+    try:
+        settings.tenants.read_tokens()  # the files exist: security checked them
+    except ValueError as err:
+        raise click.UsageError(f"{settings.source}: {err}") from err
+    remote_write = _remote_write(f)
     for warning in warnings:
         log.warning(warning)
     return ServerConfig(
@@ -272,12 +276,14 @@ def server_config(f: ServeFlags) -> ServerConfig:
     )  # fmt: skip
 
 
-def _server_security(f: ServeFlags) -> tuple[ServerSecurity, list[str]]:
-    """The TLS and credential flags, checked for both listeners; the warnings to log."""
+def _server_security(f: ServeFlags, tenant_token_files: tuple[Path, ...]) -> tuple[ServerSecurity, list[str]]:
+    """The TLS and credential flags (and the tenants' node tokens), checked for both listeners;
+    the warnings to log."""
     security = ServerSecurity(
         cert_file=f.tls_cert, key_file=f.tls_key, client_ca_file=f.tls_client_ca, token_file=f.token_file,
         insecure=f.insecure, operator_identities=f.operator_identities, operator_token_file=f.operator_token_file,
         scrape_identities=f.scrape_identities, scrape_token_file=f.scrape_token_file,
+        tenant_token_files=tenant_token_files,
     )  # fmt: skip
     host, _port = parse_target(f.listen, any_port=True)
     http_host, _port = parse_target(f.http_listen, any_port=True)

@@ -1,11 +1,12 @@
 """The start of every agent stream, the same at a collector and at a front (``serve --workers``):
-the bearer token, the hello within its timeout, its checks, and with mutual TLS the node's
-certificate. Each refusal goes through the caller's ``refuse`` (which counts, logs and aborts)."""
+the bearer token (the node token or a tenant's), the hello within its timeout, its checks, and
+with mutual TLS the node's certificate. Each refusal goes through the caller's ``refuse`` (which
+counts, logs and aborts)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn
 
 import grpc
@@ -31,12 +32,12 @@ def parse_message(raw: bytes) -> pb.AgentMessage | None:
 
 
 async def read_hello(
-    context: Context, *, token: str | None, timeout: float, security: ServerSecurity, policy: AccessPolicy,
+    context: Context, *, tokens: Sequence[str], timeout: float, security: ServerSecurity, policy: AccessPolicy,
     refuse: Refuse, after_token: Callable[[], Awaitable[None]] | None = None,
 ) -> pb.NodeInfo | None:  # fmt: skip
     """The stream's checked hello; None when the client closed before saying it. ``after_token``
     runs once the token is checked and before the hello is read (the store's health)."""
-    if not token_ok(token, context.invocation_metadata()):
+    if not token_ok(tokens, context.invocation_metadata()):
         await refuse(context, grpc.StatusCode.UNAUTHENTICATED, "token", "missing or wrong bearer token")
     if after_token is not None:
         await after_token()

@@ -37,6 +37,8 @@ from nodeagent.collector.ingest.node_state import (
 )
 from nodeagent.collector.ingest.resting import Resting
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
+from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.jobs.membership_alerts import NAMES as MEMBERSHIP_ALERT_NAMES
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.signals import ALERT_NAME as JOB_ALERT_NAME
 from nodeagent.collector.pipeline import Pipeline
@@ -63,6 +65,7 @@ class Ingest:
         history: HistoryConfig | None = None,
         retire_after_seconds: float = DEFAULT_RETIRE_AFTER_SECONDS,
         clock_bounds: ClockBounds | None = None,
+        tenants: frozenset[str] = frozenset(),
     ) -> None:
         self.writer = writer
         self.max_nodes = max_nodes
@@ -80,7 +83,7 @@ class Ingest:
         self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict, bytes], None]] = []
         self.history_config = history or HistoryConfig()
         # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
-        self.jobs = JobRollup(self.detector_config, clock=clock)
+        self.jobs = JobRollup(self.detector_config, JobRollupConfig(tenants=tenants), clock=clock)
         # Rules, detector, job roll-up and signals: the one order replay follows too.
         self.pipeline = Pipeline(
             self.detector_config, self.jobs, rules=alerting.rules_for,
@@ -280,10 +283,12 @@ class Ingest:
         if self.clock() - self.counting_since >= config.window_seconds + config.evaluate_seconds:
             active = await self.writer.call(self.alerting.recent, False)
             firing = self.jobs.jobs.firing()
+            held = self.jobs.jobs.membership_firing()
             orphans = [
                 AlertSignal(name=a.name, node_id=a.node_id, key=a.key, firing=False)
                 for a in active
-                if a.name == JOB_ALERT_NAME and (a.key, a.node_id) not in firing
+                if (a.name == JOB_ALERT_NAME and (a.key, a.node_id) not in firing)
+                or (a.name in MEMBERSHIP_ALERT_NAMES and (a.name, a.node_id, a.key) not in held)
             ]
             self.alerting.add(orphans)
         self.job_stage_changed()

@@ -30,7 +30,8 @@ from nodeagent.collector.ingest.hello import parse_message, read_hello
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
 from nodeagent.collector.ingest.source_streams import SourceStreams
-from nodeagent.core.transport.security import AccessPolicy, ServerSecurity
+from nodeagent.collector.tenants import Scope, TenantConflictError, Tenants, stream_tenant
+from nodeagent.core.transport.security import AccessPolicy, ServerSecurity, presented_token
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
 from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -59,6 +60,7 @@ class IngestStreams:
         hello_timeout_seconds: float,
         max_streams_per_source: int,
         flush_seconds: float,
+        tenants: Tenants | None = None,
     ) -> None:
         self.ingest = ingest
         self.security = security
@@ -66,7 +68,9 @@ class IngestStreams:
         self.hello_timeout_seconds = hello_timeout_seconds
         self.max_streams_per_source = max_streams_per_source
         self.flush_seconds = flush_seconds
-        self._token = security.token()
+        self._tokens = security.node_tokens()
+        self.tenants = tenants or Tenants()
+        self._token_tenants = self.tenants.read_tokens()
         # (gRPC status name, reason) -> streams refused; reasons are the _refuse() calls' names.
         self.rejected: dict[tuple[str, str], int] = {}
         self.replaced_total = 0
@@ -77,12 +81,13 @@ class IngestStreams:
 
     async def _serve_stream(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         hello = await read_hello(
-            context, token=self._token, timeout=self.hello_timeout_seconds, security=self.security,
+            context, tokens=self._tokens, timeout=self.hello_timeout_seconds, security=self.security,
             policy=self.policy, refuse=self._refuse, after_token=lambda: self._store_works(context),
         )  # fmt: skip
         if hello is None:
             return
         node_id = hello.node_id
+        scope = await self._scope(context, node_id)
         stream = StreamHandle(node_id, context.peer(), context)
         stream.task = asyncio.current_task()
         try:
@@ -96,18 +101,35 @@ class IngestStreams:
             # Accepted: say so now, before the agent writes reports (it waits for this header, so
             # a refusal above reaches it as its own status, not as a write that failed).
             await context.send_initial_metadata(((STREAM_ACCEPTED_HEADER, "accepted"),))
-            log.info("node connected", node=node_id, peer=context.peer(), replaced=previous is not None)
+            log.info(
+                "node connected", node=node_id, peer=context.peer(), replaced=previous is not None,
+                tenant=scope.tenant if scope is not None else None,
+            )  # fmt: skip
             if previous is not None:
                 await self._end_replaced(previous, stream)
             acks = asyncio.create_task(self._write_acks(stream, context))
-            await self._read_reports(stream, context)
+            await self._read_reports(stream, context, scope)
             await self._final_acks(stream)
         finally:
             if acks is not None:
                 acks.cancel()
             self.ingest.detach(stream)
 
-    async def _read_reports(self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
+    async def _scope(self, context: grpc.aio.ServicerContext[bytes, pb.Ack], node_id: str) -> Scope | None:
+        """The names of the stream's jobs scoped by its credential's tenant (None: no ``[tenants]``);
+        a token and a certificate of two tenants are refused."""
+        if not self.tenants.tenants:
+            return None
+        token_tenant = self._token_tenants.get(presented_token(context.invocation_metadata()) or "", "")
+        try:
+            tenant = stream_tenant(self.tenants, token_tenant, node_id, mutual=self.security.mutual)
+        except TenantConflictError as err:
+            await self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, "tenant_conflict", str(err))
+        return Scope(self.tenants, tenant)
+
+    async def _read_reports(
+        self, stream: StreamHandle, context: grpc.aio.ServicerContext[bytes, pb.Ack], scope: Scope | None
+    ) -> None:
         last: dict[int, int] = {}
         while True:
             raw = await context.read()
@@ -144,6 +166,8 @@ class IngestStreams:
                     f"seq {report.seq} after {last[report.epoch]} in epoch {report.epoch}: sequence went backwards",
                 )  # fmt: skip
             last[report.epoch] = report.seq
+            if scope is not None:
+                scope.report(report)  # its jobs known by its tenant from here on
             try:
                 # Serialized again, not the bytes received: those would keep any unknown fields.
                 self.ingest.accept(stream, report, report.SerializeToString())

@@ -42,6 +42,8 @@ class JobRollupConfig:
     # ---- the job ----
     # Job-wide: at least this share of the compared nodes show the same bottleneck of their own.
     job_wide_share_ratio: float = 0.9
+    # The tenants of ``[tenants]``: job keys scoped by them (``collector/tenants.py``).
+    tenants: frozenset[str] = frozenset()
     # A job step is judged once every node has stepped, or this share of a step after it began.
     grace_ratio: float = 0.5
     # ---- bounds ----

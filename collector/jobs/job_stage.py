@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from nodeagent.collector.jobs import membership_alerts
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.judge import Judgement, judge
 from nodeagent.collector.jobs.membership import Job, Member, Membership, claims
@@ -61,6 +62,7 @@ class JobStage:
         self._version = 0
         self._snapshot: tuple[int, tuple[JobVerdict, ...]] = (0, ())
         self._firing: dict[str, set[str]] = {}
+        self._membership_firing: dict[str, set[membership_alerts.Instance]] = {}
         self._signals: list[AlertSignal] = []
         self._waits: list[JobWait] = []
 
@@ -116,6 +118,10 @@ class JobStage:
     def firing(self) -> set[tuple[str, str]]:
         """(job, node) of every ``JobStraggler`` this stage holds firing ("" : job-wide)."""
         return {(job, node) for job, nodes in self._firing.items() for node in nodes}
+
+    def membership_firing(self) -> set[membership_alerts.Instance]:
+        """(alert, node, job) of every membership alert (``membership_alerts``) this stage holds firing."""
+        return {i for instances in self._membership_firing.values() for i in instances}
 
     def signals(self) -> list[AlertSignal]:
         """The ``JobStraggler`` signals of the job steps judged since the last call (taken once)."""
@@ -203,6 +209,12 @@ class JobStage:
             self._verdicts = {**self._verdicts, job.key: verdict}
         self._version += 1
         self._signals.extend(job_signals(job, verdict, self._firing.setdefault(job.key, set()), self.detector_config))
+        self._signals.extend(
+            membership_alerts.membership_signals(
+                job, t, self.detector_config.window_seconds, self.membership.rivals(job),
+                self._membership_firing.setdefault(job.key, set()),
+            )
+        )  # fmt: skip
 
     def _tell_waiting(self, job: Job, j: Judgement, fresh: dict[str, Member]) -> None:
         """The waiting nodes: wait on the stragglers; those waiting on none that the roll-up measures
@@ -244,6 +256,7 @@ class JobStage:
         firing = self._firing.pop(job.key, None)
         if firing:
             self._signals.extend(resolved(job, firing))
+        self._signals.extend(membership_alerts.resolved(self._membership_firing.pop(job.key, set())))
 
     def _flush_waits(self) -> None:
         if self._waits:

@@ -27,6 +27,7 @@ import structlog
 
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.messages import Home
+from nodeagent.collector.tenants import raw_key, tenant_of
 
 if TYPE_CHECKING:
     from nodeagent.collector.jobs.messages import JobStep
@@ -37,6 +38,9 @@ _log = structlog.get_logger("nodeagent.collector.jobs")
 
 # Leave notes stay on the verdict this long after the node left (in windows).
 _NOTE_WINDOWS = 1.0
+# A node whose first step for a job comes more steps than this after the job's first joined late
+# (one step: the nodes of a job that start together cross a step boundary at different times).
+LATE_JOIN_STEPS = 1
 # Log a refused job key at most this often.
 _REFUSAL_LOG_SECONDS = 60.0
 
@@ -89,6 +93,13 @@ class Job:
     # The stragglers it names, and whether its alert is critical (the roll-up's memory between steps).
     stragglers: tuple[str, ...] = ()
     critical: bool = False
+    # Its tenant and its key as its nodes named it (``collector/tenants.py``), and when it opened.
+    tenant: str = ""
+    raw_key: str = ""
+    opened_at: float = 0.0
+    opened_step: int = 0
+    # Nodes that joined after its first steps, and when (kept for a window, noted, alerted).
+    late_joins: dict[str, float] = field(default_factory=dict)
 
 
 class Membership:
@@ -97,6 +108,8 @@ class Membership:
         self.window_steps = window_steps
         self.config = config
         self.jobs: dict[str, Job] = {}
+        # A key as nodes named it -> the jobs (one per tenant) of that key.
+        self.by_raw_key: dict[str, set[str]] = {}
         # node -> job key -> its member there.
         self.by_node: dict[str, dict[str, Member]] = {}
         self.refused_jobs_total = 0
@@ -113,12 +126,20 @@ class Membership:
             if len(self.jobs) >= config.max_jobs:
                 self._refuse(key, t)
                 return None
-            job = self.jobs[key] = Job(key, step.source)
+            tenants = config.tenants
+            job = Job(
+                key, step.source, tenant=tenant_of(key, tenants), raw_key=raw_key(key, tenants), opened_at=t,
+                opened_step=step.step,
+            )  # fmt: skip
+            self.jobs[key] = job
+            self.by_raw_key.setdefault(job.raw_key, set()).add(key)
         member = job.members.get(node_id)
         if member is None:
             if len(job.members) >= config.max_nodes_per_job:
                 job.refused_nodes[node_id] = t
                 return None
+            if step.step > job.opened_step + LATE_JOIN_STEPS:  # judged without it: late, or claiming the job
+                job.late_joins[node_id] = t
             member = Member(node_id, job, (), (), 0, 0, None, t, history=deque(maxlen=self.window_steps))
             job.members[node_id] = member
             job.claims = None
@@ -171,6 +192,16 @@ class Membership:
     def end(self, job: Job) -> None:
         """A job without nodes is no longer followed."""
         self.jobs.pop(job.key, None)
+        same = self.by_raw_key.get(job.raw_key)
+        if same is not None:
+            same.discard(job.key)
+            if not same:
+                del self.by_raw_key[job.raw_key]
+
+    def rivals(self, job: Job) -> list[Job]:
+        """The jobs of other tenants with the job's key, opened before it."""
+        others = (self.jobs[k] for k in self.by_raw_key.get(job.raw_key, ()) if k != job.key and k in self.jobs)
+        return [o for o in others if o.tenant != job.tenant and (o.opened_at, o.key) < (job.opened_at, job.key)]
 
     def notes(self, job: Job, t: float) -> list[str]:
         """What limits the job's verdict beside the ranks' claims: nodes left out or gone."""
@@ -185,6 +216,8 @@ class Membership:
                 f"{self.config.max_nodes_per_job} nodes per job: not followed"
             )
         notes.extend(note for _, note in job.left)
+        job.late_joins = {node: at for node, at in job.late_joins.items() if t - at <= window}
+        notes.extend(f"{node} joined after the job's first step" for node in sorted(job.late_joins))
         return notes
 
     def _refuse(self, key: str, t: float) -> None:
@@ -207,6 +240,8 @@ class Claims:
     # False when the claims contradict each other (a job key two jobs share, most likely): the
     # job is judged node by node, and no straggler is named.
     comparable: bool
+    # Nodes that claim a rank another node of the job holds.
+    claimed_twice: tuple[str, ...] = ()
 
 
 def claims(members: Iterable[Member]) -> Claims:
@@ -221,11 +256,14 @@ def claims(members: Iterable[Member]) -> Claims:
         comparable = False
     owners: dict[int, str] = {}
     twice: list[str] = []
+    claimants: set[str] = set()
     for m in members:
         for rank in m.ranks:
             other = owners.setdefault(rank, m.node_id)
-            if other != m.node_id and len(twice) < 3:
-                twice.append(f"rank {rank} on {other} and {m.node_id}")
+            if other != m.node_id:
+                claimants.add(m.node_id)
+                if len(twice) < 3:
+                    twice.append(f"rank {rank} on {other} and {m.node_id}")
     if twice:
         notes.append(f"ranks claimed twice ({'; '.join(twice)}): the nodes are not compared")
         comparable = False
@@ -234,4 +272,4 @@ def claims(members: Iterable[Member]) -> Claims:
     if world and reported != world:
         nodes = len(members)
         notes.append(f"{nodes} node{'s' if nodes != 1 else ''} report {reported} of {world} ranks")
-    return Claims(world, reported, tuple(notes), comparable)
+    return Claims(world, reported, tuple(notes), comparable, tuple(sorted(claimants)))

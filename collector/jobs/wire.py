@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from nodeagent.collector.jobs.rollup import JobRollup
 
 # Bounds on what one message may carry from another process.
-MAX_KEY_CHARS = 256
+# A job key of a report (256) scoped by its tenant's name (64) and ':' (``collector/tenants.py``).
+MAX_KEY_CHARS = 256 + 65
 MAX_GPUS = 1024
 MAX_RANKS = 4096
 MAX_STRAGGLERS = 4096

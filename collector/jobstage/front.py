@@ -14,6 +14,7 @@ import grpc
 
 from nodeagent.collector.fleet.fanout import Shard, open_shard_channel
 from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.tenants import raw_key
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import jobstage_pb2 as js
@@ -24,8 +25,9 @@ CALL_TIMEOUT_SECONDS = 2.0
 
 
 class FrontJobStage(js_grpc.JobStageServicer):
-    def __init__(self, sockets: Sequence[Path], policy: AccessPolicy) -> None:
+    def __init__(self, sockets: Sequence[Path], policy: AccessPolicy, tenants: frozenset[str] = frozenset()) -> None:
         self.policy = policy
+        self.tenants = tenants
         self.sockets = tuple(sockets)
         self.forwarded_total = 0
         self.dropped_total = 0
@@ -37,7 +39,7 @@ class FrontJobStage(js_grpc.JobStageServicer):
         workers = len(self.sockets)
         for m in request.messages:
             job = m.step.job if m.HasField("step") else m.leave.job
-            parts.setdefault(owner_index(job, workers), js.JobNodeMessages()).messages.append(m)
+            parts.setdefault(owner_index(raw_key(job, self.tenants), workers), js.JobNodeMessages()).messages.append(m)
         for worker, part in parts.items():
             await self._forward(worker, "NodeMessages", part, len(part.messages))
         return js.JobStageAck()

@@ -16,6 +16,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 
 from nodeagent.collector.jobs.messages import Home
+from nodeagent.collector.tenants import raw_key
 from nodeagent.core.transport.rendezvous import owner_index, rendezvous_order
 
 
@@ -29,15 +30,22 @@ class Place:
 
 
 class Routes:
-    def __init__(self, *, worker: int = 0, workers: int = 1, fleet: tuple[str, ...] = (), me: str = "") -> None:
-        """``fleet``: ``[fleet] collectors``; ``me``: this collector's entry there ("" when it is not in it)."""
+    def __init__(
+        self, *, worker: int = 0, workers: int = 1, fleet: tuple[str, ...] = (), me: str = "",
+        tenants: frozenset[str] = frozenset(),
+    ) -> None:  # fmt: skip
+        """``fleet``: ``[fleet] collectors``; ``me``: this collector's entry there ("" when it is not in it);
+        ``tenants``: a job is routed by its key without its tenant's scope, so the jobs of every
+        tenant that name one key meet at one owner (which tells them apart, and says so)."""
         self.worker = worker
+        self.tenants = tenants
         self.workers = max(1, workers)
         self.me = me
         # A fleet counts only when this collector is in it: else it cannot tell its own jobs.
         self.fleet = fleet if me and len(fleet) > 1 else ()
 
     def owner(self, job: str, down: Container[str] = ()) -> Place:
+        job = raw_key(job, self.tenants)
         if self.fleet:
             for collector in rendezvous_order(job, self.fleet):
                 if collector == self.me:

@@ -7,13 +7,15 @@ summed in ``history_ledger`` and its minutes for the rest (``store/ledger_tables
 yields the groups; they are folded here into one total per answer row (a job, a node, the
 fleet): a GPU shared by n jobs counts 1/n to each, each node's hours priced at that node's price
 (``prices.py``), and the hours a job's GPUs waited are put on the nodes they waited on (its
-stragglers). An answer of more rows than the bound's, or larger than one message, is refused
+stragglers). With ``[tenants]`` a job's name carries its nodes' tenant (``collector/tenants.py``),
+and so does its account or namespace: ``acme:research``, billed within tenant acme only (a job of
+acme without one: ``acme:``). An answer of more rows than the bound's, or larger than one message, is refused
 with a line that says to ask for less; the read is within the query bounds' time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -24,6 +26,7 @@ from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.store.job_lists import jobs_of
 from nodeagent.collector.store.reader import ReadContext
+from nodeagent.collector.tenants import SEPARATOR, Scope, Tenants, tenant_of
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -58,8 +61,9 @@ class _Total:
 
 
 def ledger_answer(
-    reads: ReadContext, request: pb.LedgerRequest, prices: Prices, max_rows: int, max_bytes: int
-) -> pb.LedgerResponse:
+    reads: ReadContext, request: pb.LedgerRequest, prices: Prices, max_rows: int, max_bytes: int,
+    tenants: Tenants | None = None,
+) -> pb.LedgerResponse:  # fmt: skip
     """The ledger's rows, the most money lost first."""
     models = gpu_models(reads.node_infos())
     by = request.by or "job"
@@ -67,6 +71,7 @@ def ledger_answer(
     totals: dict[str, _Total] = {}
     owner = reads.history.ledger.owners()
     owner_of = {"account": 0, "namespace": 1}.get(by)
+    billed_to = _billed_to(owner, owner_of, tenants or Tenants())
     groups = reads.history.ledger.groups(request.since_unix_seconds, until, check=reads.check)
     width = len(split.COLUMNS)
     try:
@@ -92,7 +97,7 @@ def ledger_answer(
             waited_on = [n for n in str(keys[2]).split(",") if n]
             for name in names:
                 share = [v / len(names) for v in parts]
-                key = name if owner_of is None else owner(name)[owner_of]
+                key = billed_to(name)
                 total = totals.setdefault(key, _Total())
                 total.add(share, price, first, last)
                 total.nodes.add(node_id)
@@ -116,6 +121,23 @@ def ledger_answer(
             f"{len(totals)} rows are more than one message holds ({max_bytes} bytes): ask a shorter --since",
         )
     return response
+
+
+def _billed_to(owner: Callable[[str], tuple[str, str]], owner_of: int | None, tenants: Tenants) -> Callable[[str], str]:
+    """A job's row key: its name, or its account or namespace within its tenant (scoped as its name is)."""
+    if owner_of is None:
+        return lambda name: name
+    names = tenants.names
+    if not names:
+        return lambda name: owner(name)[owner_of]
+    scopes = {t: Scope(tenants, t) for t in ("", *names)}
+
+    def billed(name: str) -> str:
+        tenant = tenant_of(name, names)
+        claimed = owner(name)[owner_of]
+        return scopes[tenant].name(claimed) if claimed else (f"{tenant}{SEPARATOR}" if tenant else "")
+
+    return billed
 
 
 def ledger_row(key: str, total: _Total, currency: str, *, with_nodes: bool) -> pb.LedgerRow:

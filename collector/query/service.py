@@ -41,6 +41,7 @@ from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
+from nodeagent.collector.tenants import Tenants
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.refused import QueryRefusedError
@@ -61,9 +62,11 @@ class QueryService(pb_grpc.QueryServicer):
         self, ingest: Ingest, policy: AccessPolicy, reader: StoreReader, *,
         bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024, pages: LocalPages | None = None,
         prices: Prices | None = None,
+        tenants: Tenants | None = None,
     ) -> None:  # fmt: skip
         self.ingest = ingest
         self.prices = prices or Prices()
+        self.tenants = tenants or Tenants()
         self.policy = policy
         self.reader = reader
         self.bounds = bounds or QueryBounds()
@@ -222,7 +225,13 @@ class QueryService(pb_grpc.QueryServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"by: expected one of {', '.join(BY)}")
         async with query_slot(self.in_flight, self.policy, context):
             return await self._read(
-                context, ledger_answer, request, self.prices, self.bounds.max_rows, self._answer_bytes(context)
+                context,
+                ledger_answer,
+                request,
+                self.prices,
+                self.bounds.max_rows,
+                self._answer_bytes(context),
+                self.tenants,
             )
 
     async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -46,7 +46,7 @@ from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.files import make_private
 from nodeagent.collector.store.reader import ReadDeadlineError, StoreReader
 from nodeagent.collector.views.fleet_assets import content_security_policy
-from nodeagent.collector.views.ledger_page import LedgerUnavailableError
+from nodeagent.collector.views.ledger_page import LEDGER_PATHS, LedgerUnavailableError
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.exposition.http_server import MetricsHttpServer
@@ -110,7 +110,7 @@ class CollectorServer:
         self.ingest = Ingest(
             self.writer, self.alerting, detector_config=config.settings.detector, flush_seconds=config.flush_seconds,
             max_nodes=config.max_nodes, history=config.history, retire_after_seconds=config.retire_after_seconds,
-            clock_bounds=config.clock_bounds,
+            clock_bounds=config.clock_bounds, tenants=config.settings.tenants.names,
         )  # fmt: skip
         self.ingest.flusher.store_alert.worker = "" if config.worker_index is None else str(config.worker_index)
         # Series are built and posted in a process of its own; ingest only hands reports over.
@@ -128,6 +128,7 @@ class CollectorServer:
         self.streams = IngestStreams(
             self.ingest, config.security, self.policy, hello_timeout_seconds=config.hello_timeout_seconds,
             max_streams_per_source=config.max_streams_per_source, flush_seconds=config.flush_seconds,
+            tenants=config.settings.tenants,
         )  # fmt: skip
         self._server: grpc.aio.Server | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -154,7 +155,13 @@ class CollectorServer:
         prices = self.config.settings.prices
         try:
             return self.reader.call_blocking(
-                bounds.read_seconds, ledger_answer, request, prices, bounds.max_rows, UNBOUNDED_ANSWER_BYTES
+                bounds.read_seconds,
+                ledger_answer,
+                request,
+                prices,
+                bounds.max_rows,
+                UNBOUNDED_ANSWER_BYTES,
+                self.config.settings.tenants,
             )
         except (QueryRefusedError, ReadDeadlineError) as err:
             raise LedgerUnavailableError(f"the ledger's read {err}") from err
@@ -174,6 +181,7 @@ class CollectorServer:
             max_message_bytes=config.max_message_bytes,
             pages=self.pages,
             prices=config.settings.prices,
+            tenants=config.settings.tenants,
         )
         built = build_server(
             listen=config.listen, security=config.security, policy=self.policy,
@@ -213,7 +221,10 @@ class CollectorServer:
         port = parse_target(listen, any_port=True)[1] if config.front_listen else self.port
         me = next((t for t in fleet.collectors if is_this_collector(t, listen, port)), "")
         worker = config.worker_index or 0
-        routes = Routes(worker=worker, workers=len(config.worker_sockets) or 1, fleet=fleet.collectors, me=me)
+        routes = Routes(
+            worker=worker, workers=len(config.worker_sockets) or 1, fleet=fleet.collectors, me=me,
+            tenants=config.settings.tenants.names,
+        )  # fmt: skip
         self.ingest.jobs.nodes.home = Home("", worker)
         return JobMessenger(
             self.ingest.jobs, routes, sockets=config.worker_sockets, security=fleet.security,
@@ -250,7 +261,7 @@ class CollectorServer:
         pages = self.fleet_pages.route if self.fleet_pages is not None else self.pages.fleet.route
         self.http = MetricsHttpServer(
             listen, exposition.render, health=exposition.health, ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=self.policy.http_scrape, pages=pages,
+            name="nodeagent-collector", guard=self.policy.http_guard(LEDGER_PATHS), pages=pages,
             page_policy=content_security_policy(),
         )  # fmt: skip
         try:

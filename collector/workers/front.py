@@ -42,7 +42,7 @@ class FrontServer:
         self.supervisor = supervisor
         self.queries = queries
         self.policy = AccessPolicy(config.security)
-        self._token = config.security.token()
+        self._tokens = config.security.node_tokens()
         # Per worker: streams sent to it. By reason: streams refused here.
         self.redirects_total = [0] * len(supervisor.workers)
         self.refused_total: dict[str, int] = {}
@@ -64,7 +64,9 @@ class FrontServer:
         server, self.port, self._health = built.server, built.port, built.health
         # The job roll-up's messages from other collectors, each to the worker it belongs to.
         spec = self.supervisor.spec
-        self.job_stage = FrontJobStage([spec.socket_path(i) for i in range(spec.workers)], self.policy)
+        self.job_stage = FrontJobStage(
+            [spec.socket_path(i) for i in range(spec.workers)], self.policy, config.settings.tenants.names
+        )
         js_grpc.add_JobStageServicer_to_server(self.job_stage, server)
         await server.start()
         self._server = server
@@ -98,7 +100,7 @@ class FrontServer:
     async def _redirect(self, context: grpc.aio.ServicerContext[bytes, pb.Ack]) -> None:
         # The checks a worker would make, made here: a refused agent hears it from the front.
         hello = await read_hello(
-            context, token=self._token, timeout=self.config.hello_timeout_seconds, security=self.config.security,
+            context, tokens=self._tokens, timeout=self.config.hello_timeout_seconds, security=self.config.security,
             policy=self.policy, refuse=self._refuse,
         )  # fmt: skip
         if hello is None:

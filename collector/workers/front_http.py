@@ -22,7 +22,7 @@ from nodeagent.collector.fleet.merge import merged_ledger
 from nodeagent.collector.fleet.page_bridge import page_on_loop, wait_on_loop
 from nodeagent.collector.fleet.page_merge import merge_page, shard_query
 from nodeagent.collector.views.fleet_assets import content_security_policy, shell_for
-from nodeagent.collector.views.ledger_page import LedgerPage, LedgerUnavailableError
+from nodeagent.collector.views.ledger_page import LEDGER_PATHS, LedgerPage, LedgerUnavailableError
 from nodeagent.collector.views.local_pages import HEALTH_PATH
 from nodeagent.collector.workers.front_metrics import FRONT_LABEL
 from nodeagent.core.exposition.http_server import MetricsHttpServer
@@ -54,7 +54,7 @@ class FrontHttp:
         self.ledger = LedgerPage(self.ask_ledger)
         self.server = MetricsHttpServer(
             listen, self.metrics, health=lambda: self.health(health), ssl_context=security.http_ssl_context(),
-            name="nodeagent-collector", guard=policy.http_scrape, pages=self.route,
+            name="nodeagent-collector", guard=policy.http_guard(LEDGER_PATHS), pages=self.route,
             page_policy=content_security_policy(),
         )  # fmt: skip
 

@@ -58,10 +58,10 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 DEFER_ACCEPT_SECONDS = 1
 
 Health = Callable[[], tuple[bool, str]]
-# Who may read /metrics: (bearer token or None, the verified peer certificate or None) -> None to
-# serve it, or (401 or 403, why). /healthz and the plain index stay open; `pages` (the collector's
-# fleet page) are guarded like /metrics.
-Guard = Callable[[str | None, dict[str, Any] | None], tuple[int, str] | None]
+# Who may read /metrics: (bearer token or None, the verified peer certificate or None, the path)
+# -> None to serve it, or (401 or 403, why). /healthz and the plain index stay open; `pages` (the
+# collector's fleet page) are guarded too, each by its path.
+Guard = Callable[[str | None, dict[str, Any] | None, str], tuple[int, str] | None]
 # More pages behind the same guard: (path, query string) -> (status line, content type, body), or
 # None where the path is none of them (the collector's fleet view).
 Pages = Callable[[str, str], tuple[str, str, bytes] | None]
@@ -181,7 +181,7 @@ class MetricsHttpServer:
         if authorization is not None:
             scheme, _, given = authorization.partition(" ")
             token = given.strip() if scheme.lower() == "bearer" else ""
-        return self.guard(token, request.peer_cert)
+        return self.guard(token, request.peer_cert, request.path)
 
     def _metrics(self, request: Request) -> Reply:
         wants_gzip = "gzip" in request.headers.get("accept-encoding", "")

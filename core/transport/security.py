@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,8 @@ class ServerSecurity:
     operator_token_file: Path | None = None
     scrape_identities: tuple[str, ...] = ()
     scrape_token_file: Path | None = None
+    # Node tokens of tenants (``[tenants]`` of collector.toml): each streams like the node token.
+    tenant_token_files: tuple[Path, ...] = ()
 
     @property
     def tls(self) -> bool:
@@ -67,7 +69,7 @@ class ServerSecurity:
     @property
     def client_auth(self) -> bool:
         """Some client credential is configured: then every reader must present its own."""
-        tokens = (self.token_file, self.operator_token_file, self.scrape_token_file)
+        tokens = (self.token_file, self.operator_token_file, self.scrape_token_file, *self.tenant_token_files)
         return self.mutual or any(path is not None for path in tokens)
 
     def check(self, listen_host: str) -> list[str]:
@@ -84,16 +86,14 @@ class ServerSecurity:
             "--token-file": self.token_file, "--operator-token-file": self.operator_token_file,
             "--scrape-token-file": self.scrape_token_file,
         }  # fmt: skip
-        for path in (self.cert_file, self.key_file, self.client_ca_file, *token_files.values()):
+        for path in (
+            self.cert_file, self.key_file, self.client_ca_file, *token_files.values(), *self.tenant_token_files,
+        ):  # fmt: skip
             if path is not None and not path.is_file():
                 raise SecurityConfigError(f"{path}: no such file")
         if self.cert_file is not None and self.key_file is not None:
             check_key_pair(self.cert_file, self.key_file, self.client_ca_file)
-        tokens = {flag: read_token(path) for flag, path in token_files.items() if path is not None}
-        node_token = tokens.pop("--token-file", None)
-        for flag, token in tokens.items():
-            if token == node_token:
-                raise SecurityConfigError(f"{flag} holds the node token (--token-file): a reader needs its own token")
+        self._check_tokens(token_files)
         warnings = []
         if self.client_auth and not (self.operator_identities or self.operator_token_file):
             warnings.append(
@@ -107,6 +107,18 @@ class ServerSecurity:
                 f"refusing plaintext on non-loopback address {listen_host}: give --tls-cert/--tls-key, or --insecure"
             )
         return [*warnings, f"serving plaintext on {listen_host} (--insecure): anyone who can reach it can send reports"]
+
+    def _check_tokens(self, token_files: Mapping[str, Path | None]) -> None:
+        """A reader's token is none of the nodes' (the node token, a tenant's), and no tenant's is the node token."""
+        tokens = {flag: read_token(path) for flag, path in token_files.items() if path is not None}
+        node_token = tokens.pop("--token-file", None)
+        tenant_tokens = {read_token(path) for path in self.tenant_token_files}
+        if node_token in tenant_tokens:
+            raise SecurityConfigError("a tenant's token ([tenants]) is the node token (--token-file): give it its own")
+        for flag, token in tokens.items():
+            if token == node_token or token in tenant_tokens:
+                which = "the node token (--token-file)" if token == node_token else "a tenant's node token ([tenants])"
+                raise SecurityConfigError(f"{flag} holds {which}: a reader needs its own token")
 
     def credentials(self) -> grpc.ServerCredentials:
         assert self.cert_file is not None
@@ -138,6 +150,11 @@ class ServerSecurity:
 
     def token(self) -> str | None:
         return read_token(self.token_file) if self.token_file is not None else None
+
+    def node_tokens(self) -> tuple[str, ...]:
+        """Every token a node may stream with: the node token and the tenants'; () asks none."""
+        paths = (self.token_file, *self.tenant_token_files) if self.token_file else self.tenant_token_files
+        return tuple(read_token(path) for path in paths)
 
 
 def check_key_pair(
@@ -193,13 +210,16 @@ def peer_source(peer: str) -> str:
     return peer  # unix sockets and the like: the whole name
 
 
-def token_ok(expected: str | None, metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
-    if expected is None:
+def token_ok(expected: Sequence[str], metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
+    """The caller sent one of ``expected`` as its bearer token (any caller passes when it is empty)."""
+    if not expected:
         return True
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str):
             scheme, _, given = value.partition(" ")
-            return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), expected.encode())
+            # Every token compared, in constant time each: which one matched is not timed.
+            matched = [hmac.compare_digest(given.encode(), token.encode()) for token in expected]
+            return scheme.lower() == "bearer" and any(matched)
     return False
 
 
@@ -251,7 +271,7 @@ class AccessPolicy:
 
     def __init__(self, security: ServerSecurity) -> None:
         self.enabled = security.client_auth
-        self.node_token = security.token()
+        self.node_tokens = security.node_tokens()
         self.operator_token = _token(security.operator_token_file)
         self.scrape_token = _token(security.scrape_token_file)
         self.operator_names = frozenset(security.operator_identities)
@@ -272,9 +292,23 @@ class AccessPolicy:
             "a scraper or operator",
         )  # fmt: skip
 
-    def http_scrape(self, token: str | None, peer: dict[str, Any] | None) -> tuple[int, str] | None:
-        """The HTTP listener's guard (``MetricsHttpServer``'s ``Guard``): None to serve, else (401 or 403, why)."""
-        decision = self.scrape(token, http_certificate_names(peer))
+    def http_guard(
+        self, operator_paths: Container[str] = ()
+    ) -> Callable[[str | None, dict[str, Any] | None, str], tuple[int, str] | None]:
+        """The HTTP listener's guard (``MetricsHttpServer``'s ``Guard``): ``/metrics`` and the pages
+        for scrapers and operators, ``operator_paths`` (the money: prices and costs) for operators."""
+
+        def guard(token: str | None, peer: dict[str, Any] | None, path: str) -> tuple[int, str] | None:
+            return self.http_scrape(token, peer, operators_only=path in operator_paths)
+
+        return guard
+
+    def http_scrape(
+        self, token: str | None, peer: dict[str, Any] | None, *, operators_only: bool = False
+    ) -> tuple[int, str] | None:
+        """None to serve, else (401 or 403, why)."""
+        names = http_certificate_names(peer)
+        decision = self.query(token, names) if operators_only else self.scrape(token, names)
         if decision.access is Access.ALLOWED:
             return None
         return (401 if decision.access is Access.UNAUTHENTICATED else 403), decision.detail
@@ -287,7 +321,7 @@ class AccessPolicy:
         if token is not None:
             if any(_same(token, t) for t in tokens):
                 return _ALLOWED
-            if not any(_same(token, t) for t in (self.node_token, self.operator_token, self.scrape_token)):
+            if not any(_same(token, t) for t in (*self.node_tokens, self.operator_token, self.scrape_token)):
                 return Decision(Access.UNAUTHENTICATED, "wrong bearer token")
         if names & allowed:
             return _ALLOWED

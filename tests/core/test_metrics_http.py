@@ -27,7 +27,7 @@ BIG_HEAD = http_connection.MAX_REQUEST_HEAD_BYTES
 PAGE = b"# HELP m A gauge.\n# TYPE m gauge\nm 1\n" * 50
 
 
-def _guard(token: str | None, _peer: dict[str, Any] | None) -> tuple[int, str] | None:
+def _guard(token: str | None, _peer: dict[str, Any] | None, _path: str) -> tuple[int, str] | None:
     if token is None:
         return 401, "no credential"
     return None if token == "scrape" else (403, "not a scraper")
@@ -211,7 +211,7 @@ def test_an_address_in_use_is_an_os_error() -> None:
 
 
 def test_a_failing_guard_is_a_500() -> None:
-    def broken(_token: str | None, _peer: dict[str, Any] | None) -> tuple[int, str] | None:
+    def broken(_token: str | None, _peer: dict[str, Any] | None, _path: str) -> tuple[int, str] | None:
         raise KeyError("no such scraper")
 
     served = MetricsHttpServer("127.0.0.1:0", lambda: PAGE, guard=broken)

@@ -18,7 +18,7 @@ def _pages(path: str, query: str) -> tuple[str, str, bytes] | None:
     return None
 
 
-def _guard(token: str | None, _peer: dict[str, Any] | None) -> tuple[int, str] | None:
+def _guard(token: str | None, _peer: dict[str, Any] | None, _path: str) -> tuple[int, str] | None:
     return None if token == "scrape" else (401, "needs the credential of a scraper or operator")
 
 
