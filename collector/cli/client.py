@@ -286,8 +286,14 @@ def _failure(target: str, security: ClientSecurity, method: str, err: grpc.aio.A
         return click.ClickException(f"the collector at {target} refused {method}: {err.details()}{where}")
     if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         reason = unreachable_reason(target, security, str(err.details()), probe=True)
-        return RuntimeFailure(f"cannot reach the collector at {target}: {reason or status}")
+        if reason is None:  # gRPC's own words: what failed, not what to check
+            reason = f"{status}; {_serve_hint(target)}"
+        return RuntimeFailure(f"cannot reach the collector at {target}: {reason}")
     return RuntimeFailure(f"the collector at {target} refused {method}: {status}")
+
+
+def _serve_hint(target: str) -> str:
+    return f"is `nodeagent-collector serve` running there, and is {target} its --listen?"
 
 
 async def _call(target: str, security: ClientSecurity, method: str, request: Any, timeout: float) -> Any:
