@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from nodeagent.collector.history.split import LOST_CATEGORIES
-from nodeagent.collector.ledger.prices import priced
+from nodeagent.collector.ledger.prices import NO_PRICES_LINE, priced
 from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.ledger_html import render_job_ledger, render_ledger
 from nodeagent.core.quantities.units import parse_duration_seconds
@@ -178,6 +178,8 @@ class LedgerPage:
                 "rows": [ledger_plain(r, asked.by) for r in rows], "shards": shards,
                 "priced": priced(r.currency for r in response.rows),
             }  # fmt: skip
+            if rows and not body["priced"]:
+                body["no_prices"] = NO_PRICES_LINE  # the line the page and the command show
             return "200 OK", JSON_TYPE, json.dumps(body, separators=(",", ":")).encode()
         render = render_job_ledger if asked.job else render_ledger
         return "200 OK", HTML_TYPE, render(asked, rows, shards)

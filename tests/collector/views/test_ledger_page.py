@@ -234,7 +234,9 @@ def test_without_prices_the_money_is_left_out_and_one_line_says_how_to_set_them(
     api = LedgerPage(lambda _r: pb.LedgerResponse(rows=unpriced), clock=lambda: NOW).route("/api/ledger", "")
     assert api is not None
     answer = json.loads(api[2])
-    assert answer["priced"] is False
+    assert answer["priced"] is False and answer["no_prices"].endswith(
+        "set [prices] in collector.toml (docs/ledger.md#prices)"
+    )
     assert {(r["cost"], r["cost_lost"], r["currency"]) for r in answer["rows"]} == {(None, None, None)}
     priced = LedgerPage(lambda _r: pb.LedgerResponse(rows=ROWS), clock=lambda: NOW).route("/api/ledger", "")
-    assert priced is not None and json.loads(priced[2])["priced"] is True
+    assert priced is not None and json.loads(priced[2])["priced"] is True and "no_prices" not in json.loads(priced[2])
