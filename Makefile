@@ -6,10 +6,15 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup demo sample test lint typecheck link-tree system-deps bench proto deb deb-lock clean
 
+# setuptools ends every editable install with a notice (a warning, "Editable installation.",
+# whatever the editable mode) that pip shows even with -q: that one is ignored by its message;
+# every other warning and every error still shows (tests/test_make_setup.py).
+SETUP_WARNINGS := ignore:Editable installation:UserWarning
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	PYTHONWARNINGS="$(SETUP_WARNINGS)" $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -10,7 +10,8 @@ reconnects):
   then the same as direct on that port.
 
 Then, with those nodes stored, ``--queries`` ListNodes calls to the front (each asked of every
-worker over its unix socket and merged) and as many to one worker directly (its own nodes only),
+worker over its unix socket and merged) and as many to worker 0 directly on that unix socket, as
+the front asks it (its own nodes only; its agent port refuses queries),
 and the same for the fleet page's ``/api/fleet``; CPU of the front and the workers from
 ``/proc`` (psutil) around each run. Prints one line per figure.
 
@@ -83,7 +84,10 @@ def _measure(args: argparse.Namespace, proc: subprocess.Popen[str], front: str, 
     def cpu(processes: list[psutil.Process]) -> float:
         return sum(p.cpu_times().user + p.cpu_times().system for p in processes)
 
-    for target, label in ((front, "front (fan-out, merge)"), (workers[0], "worker 0 directly")):
+    # A worker's command line names the spec in the front's runtime directory, beside the sockets.
+    spec = next(arg for arg in worker_procs[0].cmdline() if arg.endswith("workers.spec"))
+    socket_0 = f"unix:{Path(spec).parent / 'worker0.sock'}"
+    for target, label in ((front, "front (fan-out, merge)"), (socket_0, "worker 0 directly")):
         with grpc.insecure_channel(target) as channel:
             stub = pb_grpc.QueryStub(channel)
             stub.ListNodes(pb.ListNodesRequest(), timeout=10)

@@ -22,6 +22,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodeagent.agent.delivery.sender import Sender, SenderConfig
+from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.views.sample_table import render
 from nodeagent.collector.cli.replay import render as render_replay
@@ -116,6 +117,8 @@ def test_query_commands_without_a_collector_are_a_runtime_failure(command: str) 
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"nodeagent-collector: error: cannot reach the collector at {target}: ")
+    # gRPC says what failed; the line adds what to check.
+    assert lines[0].endswith(f"; is `nodeagent-collector serve` running there, and is {target} its --listen?")
 
 
 def test_replay_of_a_trace_without_one_valid_report_exits_2(tmp_path: Path) -> None:
@@ -174,6 +177,26 @@ def test_an_agent_names_a_refusing_collector_within_2_seconds(tmp_path: Path) ->
     assert _seconds(started["timestamp"], failure["timestamp"]) < 2.0
     repeats = [e for e in events if e["event"] == "cannot reach the collector"]
     assert len(repeats) < 4, "the same failure is rate-limited, not logged every attempt"
+
+
+def test_an_agent_that_cannot_deliver_says_so_again_with_backoff_and_what_waits() -> None:
+    """It said "cannot reach the collector" once, then nothing for a minute: it looked hung."""
+    now = [0.0]
+    waiting = [0]
+    delivery_log = DeliveryLog(clock=lambda: now[0], waiting=lambda: waiting[0])
+    with capture_logs() as logs:
+        while now[0] <= 200:
+            waiting[0] = int(now[0])  # a report a second, none acknowledged
+            delivery_log.failed("cannot reach the collector", "127.0.0.1:50099", "UNAVAILABLE: refused")
+            now[0] += 0.5
+    first, *again = logs
+    assert (first["event"], first["log_level"]) == ("cannot reach the collector", "warning")
+    assert {e["event"] for e in again} == {"still cannot reach the collector"}
+    # After 5 s, then twice as far apart each time, then once a minute.
+    assert [e["down_seconds"] for e in again] == [5, 15, 35, 75, 135, 195]
+    assert [e["reports_waiting"] for e in again] == [5, 15, 35, 75, 135, 195]
+    assert [e["repeated"] for e in again] == [9, 19, 39, 79, 119, 119]
+    assert all(e["collector"] == "127.0.0.1:50099" and e["error"] == "UNAVAILABLE: refused" for e in again)
 
 
 def test_agent_and_collector_log_the_connection_at_the_default_level(tmp_path: Path) -> None:

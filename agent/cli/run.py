@@ -124,7 +124,12 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "--spool-max-age", type=click.FloatRange(min=1.0), default=DEFAULT_MAX_AGE_SECONDS, show_default=True,
     help="Seconds a report may wait before it is dropped.",
 )  # fmt: skip
-@click.option("--simulate", "scenario", metavar="SCENARIO", help="Simulated node instead of this machine's sources.")
+@click.option(
+    "--simulate", "scenario", metavar="SCENARIO",
+    help="Simulated node instead of this machine's sources. Its GPU processes run a Slurm job of its own, a "
+    "4-digit id made from --node-id (sim-1: job 6613, as jobs and ledger show it), unless --set job_key "
+    "names its job (docs/jobs.md#a-simulated-job).",
+)  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option(
     "--set", "overrides", multiple=True, metavar="NAME=VALUE",

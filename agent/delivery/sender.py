@@ -92,7 +92,7 @@ class Sender:
         self.connected_via: str | None = None
         self.reconnects_total = 0
         self.moves_total = 0
-        self.delivery_log = DeliveryLog()
+        self.delivery_log = DeliveryLog(waiting=lambda: self.spool.stats().reports)
         self.resent = ResentCount()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -22,6 +22,7 @@ from nodeagent.collector.fleet.config import FleetConfig
 from nodeagent.collector.fleet.fanout import Answer, Shard, ShardClients, ask_all_sync, ask_stream_sync
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.fleet.stream_merge import merged_pages
+from nodeagent.collector.query import worker_port
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.transport.channel import ClientSecurity, open_channel, parse_target
 from nodeagent.core.transport.diagnosis import unreachable_reason
@@ -173,6 +174,10 @@ def ask_each_pages(options: dict[str, Any], method: str, *, fallback: str, **fie
 
 
 def _reported(answers: list[Answer], method: str) -> list[Answer]:
+    workers = [a for a in answers if worker_port.is_refusal(a.error)]
+    if workers:  # the operator's input: a worker's port given for a collector's
+        why = workers[0].error.partition(": ")[2]
+        raise click.ClickException(f"the collector at {workers[0].shard} refused {method}: {why}")
     for answer in answers:
         if answer.error:
             click.echo(f"nodeagent-collector: collector {answer.shard} did not answer: {answer.error}", err=True)
@@ -271,12 +276,24 @@ def fetch(target: str, security: ClientSecurity, method: str, *, timeout: float 
         raise _failure(target, security, method, err) from err
 
 
-def _failure(target: str, security: ClientSecurity, method: str, err: grpc.aio.AioRpcError) -> RuntimeFailure:
+def _failure(target: str, security: ClientSecurity, method: str, err: grpc.aio.AioRpcError) -> click.ClickException:
+    """The one line a failed call ends with: exit 1 for the world, 2 for a worker's port given
+    for a collector's (the operator's input)."""
     status = f"{err.code().name}: {err.details()}"
+    if worker_port.is_refusal(status):
+        front = worker_port.front_target(target, err)
+        where = f" (--collector {front})" if front is not None and front not in str(err.details()) else ""
+        return click.ClickException(f"the collector at {target} refused {method}: {err.details()}{where}")
     if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         reason = unreachable_reason(target, security, str(err.details()), probe=True)
-        return RuntimeFailure(f"cannot reach the collector at {target}: {reason or status}")
+        if reason is None:  # gRPC's own words: what failed, not what to check
+            reason = f"{status}; {_serve_hint(target)}"
+        return RuntimeFailure(f"cannot reach the collector at {target}: {reason}")
     return RuntimeFailure(f"the collector at {target} refused {method}: {status}")
+
+
+def _serve_hint(target: str) -> str:
+    return f"is `nodeagent-collector serve` running there, and is {target} its --listen?"
 
 
 async def _call(target: str, security: ClientSecurity, method: str, request: Any, timeout: float) -> Any:

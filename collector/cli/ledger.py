@@ -8,7 +8,8 @@ the cost and the cost of what was lost; a job's straggler nodes with the GPU-hou
 waited on each, and its account and namespace; an account's or namespace's jobs. Several
 collectors (``--collector`` repeated or ``[fleet] collectors``): their
 rows summed by key. ``--json``: one object per row; ``--csv``: a header and one line per row, every
-category a column, for a spreadsheet or a bill.
+category a column, for a spreadsheet or a bill. Without ``[prices]`` the money is left out (the
+table's and CSV's columns; null in JSON) and one line says how to set them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import click
 from nodeagent.collector.cli.client import client_options, query
 from nodeagent.collector.cli.history import Duration, TimePoint
 from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.ledger.prices import NO_PRICES_LINE, priced
 from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.fleet_table import short
 from nodeagent.collector.views.ledger_page import ledger_plain
@@ -80,27 +82,32 @@ def ledger(since: float, until: float | None, by: str, as_json: bool, as_csv: bo
         raise click.BadParameter(f"the span starts at {start:.0f}, not before its end {end:.0f}", param_hint="--since")
     response = query(options, "Ledger", since_unix_seconds=start, until_unix_seconds=end, by=by)
     rows = [ledger_plain(row, by) for row in response.rows]
+    money = priced(row.currency for row in response.rows)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     elif as_csv:
-        click.echo(ledger_csv(rows, by), nl=False)
+        click.echo(ledger_csv(rows, by, money=money), nl=False)
     elif not rows:
         click.echo(f"no GPU time held between {_when(start)} and {_when(end)}")
     else:
-        click.echo(render_ledger(rows, by, start, end))
+        click.echo(render_ledger(rows, by, start, end, money=money))
+    if rows and not money:  # beside the table; on stderr, out of the way of JSON and CSV
+        click.echo(NO_PRICES_LINE, err=as_json or as_csv)
 
 
-def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:
+def ledger_csv(rows: list[dict[str, Any]], by: str, *, money: bool = True) -> str:
+    """The CSV; ``money`` False (no ``[prices]``): without cost, cost_lost and currency."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = [by, "gpu_hours_held", "gpu_hours_computing", *(f"gpu_hours_lost_{c}" for c in LOST_CATEGORIES)]
-    header += ["cost", "cost_lost", "currency", "first", "last"]
+    header += [*(["cost", "cost_lost", "currency"] if money else []), "first", "last"]
     extra = {"job": ["stragglers", "account", "namespace"], "node": ["gpu_model"], "fleet": []}
     writer.writerow(header + extra.get(by, ["jobs", "stragglers"]))
     for row in rows:
         line = [row[by], _num(row["gpu_hours_held"]), _num(row["gpu_hours_computing"])]
         line += [_num(row["gpu_hours_lost"][c]) for c in LOST_CATEGORIES]
-        line += [f"{row['cost']:.2f}", f"{row['cost_lost']:.2f}", row["currency"]]
+        if money:
+            line += [f"{row['cost'] or 0.0:.2f}", f"{row['cost_lost'] or 0.0:.2f}", row["currency"] or ""]
         line += [_when(row["first_unix_seconds"]), _when(row["last_unix_seconds"])]
         if by in ("account", "namespace"):
             line.append(json.dumps(row["jobs"], ensure_ascii=False))  # a list of keys that may hold any printable
@@ -114,14 +121,14 @@ def ledger_csv(rows: list[dict[str, Any]], by: str) -> str:
     return buffer.getvalue()
 
 
-def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float) -> str:
+def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float, *, money: bool = True) -> str:
     """The table: hours held, the share computing, each category lost that any row has (as a
-    share of the row's held time), the money."""
+    share of the row's held time), the money (``money`` False: without it)."""
     shown = [c for c in LOST_CATEGORIES if any(r["gpu_hours_lost"][c] > 0 for r in rows)]
     none = f"(no {by})"  # the jobs without an account or namespace
     width = max(12, min(32, max(len(escape_controls(str(r[by])) or none) for r in rows)))
     head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
-    head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}"
+    head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}" if money else ""
     head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
     lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head.rstrip()]
     for row in rows:
@@ -132,7 +139,8 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float)
 
         line = f"{short(str(row[by]) or none, width):<{width}} {held:>9.2f} {share(row['gpu_hours_computing']):>7} "
         line += " ".join(f"{share(row['gpu_hours_lost'][c]):>7}" for c in shown)
-        line += f" {row['cost']:>11.2f} {row['cost_lost']:>11.2f} {row['currency']:<4}"
+        if money:  # a row of a collector without prices, among priced ones: 0.00 in its currency's place
+            line += f" {row['cost'] or 0.0:>11.2f} {row['cost_lost'] or 0.0:>11.2f} {row['currency'] or '-':<4}"
         if by == "job":
             line += "  " + (", ".join(f"{s['node']} ({s['gpu_hours_waited']:.2f} h)" for s in row["stragglers"]) or "-")
         elif by not in {"node", "fleet"}:

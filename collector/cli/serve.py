@@ -59,7 +59,8 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, callback=_listen, help="gRPC address (HOST:PORT).")
 @click.option(
     "--http-listen", default=DEFAULT_HTTP_LISTEN, show_default=True, callback=_listen,
-    help="HTTP address of /metrics and /healthz (HOST:PORT; HTTPS with --tls-cert).",
+    help="HTTP address of the fleet page (/, /jobs, /alerts, /ledger), /metrics and /healthz "
+    "(HOST:PORT; HTTPS with --tls-cert).",
 )  # fmt: skip
 @click.option(
     "--db",
@@ -68,23 +69,24 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     default=None,
     help=(
         "SQLite file (default: collector.db in the state directory: $STATE_DIRECTORY, else "
-        "/var/lib/nodeagent as root, else $XDG_STATE_HOME/nodeagent)."
+        "/var/lib/nodeagent as root, else $XDG_STATE_HOME/nodeagent). With --workers N > 1 this is "
+        "worker 0's, and worker i makes its own beside it (--db x.db: x.worker1.db, x.worker2.db, ...)."
     ),
 )
 @click.option(
     "--workers",
     type=click.IntRange(min=1, max=256),
     default=None,
-    help="Processes (each with its own database) behind one front; default: the CPUs this process may use "
-    "(1: one process, as before; docs/collector.md#workers).",
+    help="Worker processes (each with its own database and agent port) behind one front; default: the CPUs "
+    "this process may use (1: a single collector process, no front and no worker ports; docs/collector.md#workers).",
 )
 @click.option(
     "--worker-ports",
     "worker_ports",
     type=click.IntRange(min=0, max=65535),
     default=None,
-    help="Agent port of worker 0 (worker i: this + i); default: the first free ports above --listen's, "
-    "passing over --http-listen's (0: ephemeral ports).",
+    help="Agent port of worker 0 (worker i: this + i; agents only, queries go to --listen); default: the first "
+    "free ports above --listen's, passing over --http-listen's (0: ephemeral ports).",
 )
 @click.option("--insecure", is_flag=True, help="Allow plaintext on a non-loopback address.")
 @click.option("--tls-cert", type=click.Path(path_type=Path), help="Server certificate (PEM).")

@@ -147,8 +147,8 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
                 total.gpu_hours_lost[category] = total.gpu_hours_lost.get(category, 0.0) + hours
             total.cost += row.cost
             total.cost_lost += row.cost_lost
-            if row.currency not in total.currency.split("+"):
-                total.currency = "+".join(sorted({*total.currency.split("+"), row.currency}))
+            if row.currency and row.currency not in total.currency.split("+"):  # "": that shard set no prices
+                total.currency = "+".join(sorted({*total.currency.split("+"), row.currency} - {""}))
             total.gpu_model = total.gpu_model or row.gpu_model
             total.first_unix_seconds = min(total.first_unix_seconds, row.first_unix_seconds)
             total.last_unix_seconds = max(total.last_unix_seconds, row.last_unix_seconds)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,11 @@ class Prices:
             _patterns(values["gpu_models"], source, "gpu_models"),
         )  # fmt: skip
 
+    @property
+    def configured(self) -> bool:
+        """Some price is set: without one every cost would read 0.00, which is no price at all."""
+        return bool(self.default_per_gpu_hour or self.nodes or self.gpu_models)
+
     def to_plain(self) -> dict[str, Any]:
         return {
             "currency": self.currency, "default_per_gpu_hour": self.default_per_gpu_hour,
@@ -78,6 +83,19 @@ class Prices:
             if len(self._cache) < 100_000:
                 self._cache[key] = price
         return price
+
+
+# What the ledger says in place of its money columns when no collector priced a row.
+NO_PRICES_LINE = (
+    "no prices: the money columns are left out; to price the GPU-hours, set [prices] in collector.toml "
+    "(docs/ledger.md#prices)"
+)
+
+
+def priced(currencies: Iterable[str]) -> bool:
+    """Rows of the ledger carry money: some row's currency is set (a collector without
+    ``[prices]`` leaves it empty)."""
+    return any(currencies)
 
 
 def _patterns(raw: object, source: str, table: str) -> tuple[tuple[str, float], ...]:

@@ -109,7 +109,8 @@ def ledger_answer(
     response = pb.LedgerResponse()
     held = {key: total for key, total in totals.items() if sum(total.seconds) > 0}  # a node with no GPU held none
     for key in sorted(held, key=lambda k: (-held[k].cost_lost, -sum(held[k].seconds[1:]), k)):
-        row = ledger_row(key, held[key], prices.currency, with_nodes=by in _OF_JOBS)
+        # No [prices]: no currency, and the ledger leaves its money out rather than print 0.00.
+        row = ledger_row(key, held[key], prices.currency if prices.configured else "", with_nodes=by in _OF_JOBS)
         if by == "job":
             row.account, row.namespace = owner(key)
         elif by in _OF_JOBS:

@@ -38,6 +38,7 @@ from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
+from nodeagent.collector.query.worker_port import refuse_unless_front
 from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
@@ -74,6 +75,9 @@ class QueryService(pb_grpc.QueryServicer):
         self.max_answer_bytes = max_message_bytes - _ANSWER_MARGIN_BYTES
         self.pages = pages
         self.fleet_pages: FleetPages | None = None
+        # Behind a front: this worker's index and the front's --listen (queries are the front's).
+        self.worker_index: int | None = None
+        self.front_listen: str | None = None
 
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
@@ -318,6 +322,7 @@ class QueryService(pb_grpc.QueryServicer):
 
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)
+        await refuse_unless_front(context, self.worker_index, self.front_listen)
 
 
 _STATUS = {Access.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED, Access.DENIED: grpc.StatusCode.PERMISSION_DENIED}

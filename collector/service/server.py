@@ -198,6 +198,7 @@ class CollectorServer:
             server.add_insecure_port(f"unix:{self.config.front_socket}")
         self._fan_out_pages()
         self.queries.fleet_pages = self.fleet_pages
+        self.queries.worker_index, self.queries.front_listen = config.worker_index, config.front_listen
         self.job_messenger = self._job_messenger()
         js_grpc.add_JobStageServicer_to_server(JobStageService(self.job_messenger, self.policy), server)
         await server.start()

@@ -7,7 +7,8 @@ add to the row's held hours. The colours are classes of the pages' one styleshee
 (``fleet.css``), whose hash the Content-Security-Policy allows; nothing else is inline.
 Money per category is the row's own: computing costs ``cost - cost_lost``, and ``cost_lost``
 is shared among the lost categories by their hours (a job on nodes at several prices: at the
-mean price of its lost hours).
+mean price of its lost hours). Without ``[prices]`` (no row has a currency) the money is left
+out, cells, columns and bar titles alike, and one line says how to set them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.ledger.prices import NO_PRICES_LINE, priced
 from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.fleet_assets import head
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -44,16 +46,18 @@ def render_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards
     extra = {"job": "<th>stragglers</th>", "node": "<th>GPU model</th>", "fleet": ""}.get(
         asked.by, "<th>jobs</th><th>stragglers</th>"
     )
-    body = "".join(_row(asked, r, shown, scale) for r in rows)
+    money = priced(r.currency for r in rows)
+    body = "".join(_row(asked, r, shown, scale, money) for r in rows)
     total = sum(r.gpu_hours_held for r in rows)
     out = [
         head("ledger"), "<h1>Ledger</h1>", _banner(shards),
         f"<p class='muted' id='summary'>{_when(asked.start)} .. {_when(asked.end)} · {len(rows)} rows · "
         f"{total:.2f} GPU-hours held</p>",
         f"<p id='choices'>by {bys} &nbsp; since {spans} &nbsp; sorted by {sorts}</p>", _legend(shown),
+        _no_prices(rows, money),
         f"<table id='ledger' data-by='{asked.by}' data-sort='{asked.sort}'><tr><th>{asked.by}</th>"
         f"<th>GPU-hours by category</th><th>held GPU-h</th><th>computing</th>{head_cells}"
-        f"<th>cost</th><th>lost</th><th>cur</th>{extra}</tr>{body}</table>",
+        f"{'<th>cost</th><th>lost</th><th>cur</th>' if money else ''}{extra}</tr>{body}</table>",
     ]  # fmt: skip
     if not rows:
         out.append("<p class='muted' id='empty'>no GPU time held in this span</p>")
@@ -74,20 +78,22 @@ def render_job_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Sh
         return "".join(out).encode()
     row = rows[0]
     shown = _shown_categories(rows)
-    out.append(_legend(shown))
+    money = bool(row.currency)
+    out.append(_legend(shown) + _no_prices(rows, money))
     out.append(f"<p id='job-bar'>{_bar(row, BAR_PX / row.gpu_hours_held if row.gpu_hours_held else 0.0)}</p>")
     lines = [("computing", row.gpu_hours_computing, row.cost - row.cost_lost)]
     lines += [(c, row.gpu_hours_lost.get(c, 0.0), _money_lost(row, c)) for c in shown]
     held = row.gpu_hours_held
     body = "".join(
         f"<tr data-category='{c}' data-gpu-hours='{h:.6f}'><td>{_swatch(c)} {c}</td><td>{h:.3f}</td>"
-        f"<td>{_share(h, held)}</td><td>{m:.2f}</td></tr>"
+        f"<td>{_share(h, held)}</td>{f'<td>{m:.2f}</td>' if money else ''}</tr>"
         for c, h, m in lines
     )
+    currency = f"<th>{html.escape(row.currency)}</th>" if money else ""
+    total = f"<th>{row.cost:.2f}</th>" if money else ""
     out.append(
-        f"<table id='job-ledger'><tr><th>category</th><th>GPU-h</th><th>share</th><th>{html.escape(row.currency)}"
-        f"</th></tr>{body}<tr class='total'><th>held</th><th>{held:.3f}</th><th></th><th>{row.cost:.2f}</th></tr>"
-        "</table>"
+        f"<table id='job-ledger'><tr><th>category</th><th>GPU-h</th><th>share</th>{currency}</tr>{body}"
+        f"<tr class='total'><th>held</th><th>{held:.3f}</th><th></th>{total}</tr></table>"
     )
     stragglers = ", ".join(f"{_node_link(s.node_id)} ({s.gpu_hours_waited:.2f} GPU-h waited)" for s in row.stragglers)
     out.append(f"<p>nodes: {', '.join(_node_link(n) for n in row.nodes)}</p>")
@@ -96,7 +102,7 @@ def render_job_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Sh
     return ("".join(out) + "</body></html>").encode()
 
 
-def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float) -> str:
+def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float, money: bool) -> str:
     key = html.escape(row.key)
     if asked.by == "job":
         link = f"<a class='job' href='{html.escape(asked.link(job=row.key))}'>{key}</a>"
@@ -105,7 +111,7 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
     else:
         link = key or f"<span class='muted'>(no {asked.by})</span>"
     cells = "".join(
-        f"<td data-category='{c}'>{row.gpu_hours_lost.get(c, 0.0):.2f} h · {_money_lost(row, c):.2f}</td>"
+        f"<td data-category='{c}'>{row.gpu_hours_lost.get(c, 0.0):.2f} h{_money(_money_lost(row, c), money)}</td>"
         for c in shown
     )
     if asked.by == "job":
@@ -120,12 +126,17 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
         extra = f"<td>{jobs or '-'}</td><td>{stragglers or '-'}</td>"
     else:
         extra = ""
-    computing = f"{row.gpu_hours_computing:.2f} h · {row.cost - row.cost_lost:.2f}"
+    computing = f"{row.gpu_hours_computing:.2f} h{_money(row.cost - row.cost_lost, money)}"
+    cost_lost = f" data-cost-lost='{row.cost_lost:.6f}'" if money else ""
+    costs = (
+        f"<td>{row.cost:.2f}</td><td>{row.cost_lost:.2f}</td><td>{html.escape(row.currency or '-')}</td>"
+        if money
+        else ""
+    )
     return (
-        f"<tr class='ledger-row' data-key='{key}' data-gpu-hours-held='{row.gpu_hours_held:.6f}' "
-        f"data-cost-lost='{row.cost_lost:.6f}'><td>{link}</td><td>{_bar(row, scale)}</td>"
-        f"<td>{row.gpu_hours_held:.2f}</td><td>{computing}</td>{cells}<td>{row.cost:.2f}</td>"
-        f"<td>{row.cost_lost:.2f}</td><td>{html.escape(row.currency)}</td>{extra}</tr>"
+        f"<tr class='ledger-row' data-key='{key}' data-gpu-hours-held='{row.gpu_hours_held:.6f}'{cost_lost}>"
+        f"<td>{link}</td><td>{_bar(row, scale)}</td>"
+        f"<td>{row.gpu_hours_held:.2f}</td><td>{computing}</td>{cells}{costs}{extra}</tr>"
     )
 
 
@@ -140,14 +151,24 @@ def _bar(row: pb.LedgerRow, scale: float) -> str:
         width = hours * scale
         rects.append(
             f"<rect class='cat-{category}' x='{x:.4f}' y='0' width='{width:.4f}' height='{BAR_HEIGHT}' "
-            f"data-category='{category}' data-gpu-hours='{hours:.6f}'><title>{category}: {hours:.2f} GPU-h, "
-            f"{money:.2f} {html.escape(row.currency)} ({_share(hours, row.gpu_hours_held)})</title></rect>"
+            f"data-category='{category}' data-gpu-hours='{hours:.6f}'><title>{category}: {hours:.2f} GPU-h"
+            f"{f', {money:.2f} {html.escape(row.currency)}' if row.currency else ''} "
+            f"({_share(hours, row.gpu_hours_held)})</title></rect>"
         )
         x += width
     return (
         f"<svg class='ledger-bar' width='{BAR_PX:.0f}' height='{BAR_HEIGHT}' data-px-per-gpu-hour='{scale:.6f}' "
         f"data-gpu-hours-held='{row.gpu_hours_held:.6f}'>{''.join(rects)}</svg>"
     )
+
+
+def _money(amount: float, shown: bool) -> str:
+    """A cell's money after its hours (`` · 1.20``), "" without prices."""
+    return f" · {amount:.2f}" if shown else ""
+
+
+def _no_prices(rows: Sequence[pb.LedgerRow], money: bool) -> str:
+    return f"<p class='muted' id='no-prices'>{html.escape(NO_PRICES_LINE)}</p>" if rows and not money else ""
 
 
 def _legend(shown: Sequence[str]) -> str:

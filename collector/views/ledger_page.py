@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.ledger.prices import NO_PRICES_LINE, priced
 from nodeagent.collector.ledger.read import BY
 from nodeagent.collector.views.ledger_html import render_job_ledger, render_ledger
 from nodeagent.core.quantities.units import parse_duration_seconds
@@ -126,12 +127,15 @@ def sorted_rows(rows: list[pb.LedgerRow], sort: str) -> list[pb.LedgerRow]:
 
 
 def ledger_plain(row: pb.LedgerRow, by: str) -> dict[str, Any]:
-    """One row as JSON: the hours, each lost category (0 when none), the money; a job's account,
-    namespace, nodes and stragglers; an account's or namespace's jobs, nodes and stragglers."""
+    """One row as JSON: the hours, each lost category (0 when none), the money (null without
+    ``[prices]``: no price is not a price of 0); a job's account, namespace, nodes and stragglers;
+    an account's or namespace's jobs, nodes and stragglers."""
+    priced = bool(row.currency)
     out: dict[str, Any] = {
         by: row.key, "gpu_hours_held": row.gpu_hours_held, "gpu_hours_computing": row.gpu_hours_computing,
         "gpu_hours_lost": {name: row.gpu_hours_lost.get(name, 0.0) for name in LOST_CATEGORIES},
-        "cost": row.cost, "cost_lost": row.cost_lost, "currency": row.currency,
+        "cost": row.cost if priced else None, "cost_lost": row.cost_lost if priced else None,
+        "currency": row.currency or None,
         "first_unix_seconds": row.first_unix_seconds, "last_unix_seconds": row.last_unix_seconds,
     }  # fmt: skip
     if by == "job":
@@ -172,7 +176,10 @@ class LedgerPage:
             body = {
                 "by": asked.by, "sort": asked.sort, "since_unix_seconds": asked.start, "until_unix_seconds": asked.end,
                 "rows": [ledger_plain(r, asked.by) for r in rows], "shards": shards,
+                "priced": priced(r.currency for r in response.rows),
             }  # fmt: skip
+            if rows and not body["priced"]:
+                body["no_prices"] = NO_PRICES_LINE  # the line the page and the command show
             return "200 OK", JSON_TYPE, json.dumps(body, separators=(",", ":")).encode()
         render = render_job_ledger if asked.job else render_ledger
         return "200 OK", HTML_TYPE, render(asked, rows, shards)

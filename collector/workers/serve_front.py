@@ -161,6 +161,8 @@ def _print_lines(config: ServerConfig, port: int, web: FrontHttp | None, supervi
             click.echo(f"worker {worker.index} on {host}:{worker.port} database {worker.db_path}")
         else:
             click.echo(f"worker {worker.index} not started ({worker.last_error}); restarting it")
+    databases = ", ".join(str(worker_db_path(config.db_path, w.index)) for w in supervisor.workers)
+    click.echo(f"workers' ports take agents only, queries go to {host}:{port}; one database per worker: {databases}")
     sys.stdout.flush()
     down = [w.index for w in supervisor.workers if not w.up]
     log.info(

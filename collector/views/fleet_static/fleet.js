@@ -282,23 +282,25 @@ async function ledgerOf(name) {  // the job's row of /ledger: its stacked bar an
   const more = `<a href="/ledger?job=${encodeURIComponent(name)}">the job's ledger</a> · <a href="/ledger">every job</a>`;
   if (!data.rows.length) return `<p class="muted">no GPU time held in the last 30 days · ${more}</p>`;
   const r = data.rows[0], held = r.gpu_hours_held, scale = held > 0 ? 360 / held : 0;
+  const priced = r.currency !== null;  // no [prices]: money null, left out, and the API's line says why
   const lostHours = Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0);
   const parts = [["computing", r.gpu_hours_computing, r.cost - r.cost_lost]].concat(
     Object.entries(r.gpu_hours_lost).filter(([, h]) => h > 0)
       .map(([c, h]) => [c, h, lostHours > 0 ? r.cost_lost * h / lostHours : 0]));
+  const money = (m, cell) => !priced ? "" : cell ? `<${cell}>${m.toFixed(2)}</${cell}>` : `, ${m.toFixed(2)} ${esc(r.currency)}`;
   let x = 0;
   const rects = parts.map(([c, h, m]) => {
     const w = h * scale, rect = `<rect class="cat-${esc(c)}" x="${x}" y="0" width="${w}" height="14" ` +
-      `data-category="${esc(c)}" data-gpu-hours="${h}"><title>${esc(c)}: ${h.toFixed(2)} GPU-h, ${m.toFixed(2)} ` +
-      `${esc(r.currency)}</title></rect>`;
+      `data-category="${esc(c)}" data-gpu-hours="${h}"><title>${esc(c)}: ${h.toFixed(2)} GPU-h${money(m)}</title></rect>`;
     x += w;
     return rect;
   }).join("");
   const lines = parts.map(([c, h, m]) => `<tr data-category="${esc(c)}"><td>${esc(c)}</td><td>${h.toFixed(3)}</td>` +
-    `<td>${pct(held > 0 ? h / held : null)}</td><td>${m.toFixed(2)}</td></tr>`).join("");
-  return `<svg class="ledger-bar" width="360" height="14" data-gpu-hours-held="${held}">${rects}</svg>` +
-    `<table><tr><th>category</th><th>GPU-h</th><th>share</th><th>${esc(r.currency)}</th></tr>${lines}` +
-    `<tr><th>held</th><th>${held.toFixed(3)}</th><th></th><th>${r.cost.toFixed(2)}</th></tr></table><p>${more}</p>`;
+    `<td>${pct(held > 0 ? h / held : null)}</td>${money(m, "td")}</tr>`).join("");
+  const note = data.no_prices ? `<p class="muted" id="no-prices">${esc(data.no_prices)}</p>` : "";
+  return `<svg class="ledger-bar" width="360" height="14" data-gpu-hours-held="${held}">${rects}</svg>${note}` +
+    `<table><tr><th>category</th><th>GPU-h</th><th>share</th>${priced ? `<th>${esc(r.currency)}</th>` : ""}</tr>${lines}` +
+    `<tr><th>held</th><th>${held.toFixed(3)}</th><th></th>${money(r.cost, "th")}</tr></table><p>${more}</p>`;
 }
 async function drawAlerts() {
   const data = await api("/api/alerts");

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from nodeagent.collector.cli import ledger as ledger_command
 from nodeagent.collector.config import config_from_mapping
 from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge
@@ -124,6 +126,12 @@ def test_several_collectors_rows_are_summed_by_key() -> None:
     assert list(job.nodes) == ["job-1-n"]
     assert [r.key for r in merged.rows] == ["job-1", "job-2"]  # the most money lost first
     assert [(s.shard, s.answered) for s in merged.shards] == [("a:1", True), ("b:2", True), ("c:3", False)]
+    # A collector without [prices] adds its hours and no currency: the row stays in the priced one's.
+    unpriced = pb.LedgerResponse(rows=[pb.LedgerRow(key="job-1", gpu_hours_held=1.0)])
+    for order in ((a, unpriced), (unpriced, a)):
+        mixed = merge("Ledger", [Answer(f"s:{i}", reply, "") for i, reply in enumerate(order)])
+        assert isinstance(mixed, pb.LedgerResponse)
+        assert next(r.currency for r in mixed.rows if r.key == "job-1") == a.rows[0].currency
 
 
 def test_an_accounts_rows_of_two_collectors_join_their_jobs_and_a_jobs_owner_is_kept() -> None:
@@ -144,3 +152,27 @@ def test_an_accounts_rows_of_two_collectors_join_their_jobs_and_a_jobs_owner_is_
     )
     assert isinstance(merged, pb.LedgerResponse)
     assert (merged.rows[0].account, merged.rows[0].namespace) == ("ml", "team-a")
+
+
+def test_without_prices_the_command_leaves_the_money_out_and_says_how_to_set_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every cost read 0.00 with no [prices], and nothing said why."""
+    row = pb.LedgerRow(key="n1", gpu_hours_held=2.0, gpu_hours_computing=1.5, nodes=["n1"])
+    row.gpu_hours_lost["network"] = 0.5
+    monkeypatch.setattr(ledger_command, "query", lambda *_a, **_k: pb.LedgerResponse(rows=[row]))
+    runner = CliRunner()
+    hint = "set [prices] in collector.toml (docs/ledger.md#prices)"
+    table = runner.invoke(ledger_command.ledger, ["--by", "node"])
+    assert table.exit_code == 0, table.output
+    head, *_rest, last = table.stdout.splitlines()[1:]
+    assert "COST" not in head and "CUR" not in head and "0.00" not in table.stdout
+    assert last.startswith("no prices: the money columns are left out") and last.endswith(hint)
+    as_csv = runner.invoke(ledger_command.ledger, ["--by", "node", "--csv"])
+    header = next(csv.reader(io.StringIO(as_csv.stdout)))
+    assert "cost" not in header and "currency" not in header and "gpu_hours_lost_network" in header
+    assert as_csv.stderr.strip().endswith(hint)
+    as_json = runner.invoke(ledger_command.ledger, ["--by", "node", "--json"])
+    (plain,) = json.loads(as_json.stdout)
+    assert (plain["cost"], plain["cost_lost"], plain["currency"]) == (None, None, None)
+    assert as_json.stderr.strip().endswith(hint)

@@ -38,6 +38,7 @@ def _rows(
 def _ledger(
     tmp_path: Path, by: str, rows: list[MinuteRow], since: float = 0.0, until: float = 0.0,
     compact: tuple[tuple[str, int], ...] = (), owners: tuple[tuple[str, str, str, str, int], ...] = (),
+    prices: Prices = PRICES,
 ) -> pb.LedgerResponse:  # fmt: skip
     """The ledger after writing ``rows`` (their nodes known) and ``owners``, and summing the ``compact`` hours."""
     store = Store(tmp_path / "c.db")
@@ -50,7 +51,7 @@ def _ledger(
     conn = sqlite3.connect(tmp_path / "c.db")
     try:
         request = pb.LedgerRequest(since_unix_seconds=since, until_unix_seconds=until, by=by)
-        return ledger_answer(ReadContext(conn), request, PRICES, 1000, 1 << 20)
+        return ledger_answer(ReadContext(conn), request, prices, 1000, 1 << 20)
     finally:
         conn.close()
 
@@ -188,3 +189,13 @@ def test_an_owner_goes_with_the_last_hour_that_counts_its_job(tmp_path: Path) ->
             assert (store.history.ledger.owners()("j") == ("ml", "")) is kept
     finally:
         store.close()
+
+
+def test_without_prices_a_row_has_no_currency_rather_than_a_price_of_zero(tmp_path: Path) -> None:
+    """Every money cell read 0.00 and nothing said why: the row says it was not priced."""
+    rows = [_rows("n1", 0, ("j",), 60, computing=30.0, network=30.0)]
+    (unpriced,) = _ledger(tmp_path, "job", rows, prices=Prices()).rows
+    assert (unpriced.currency, unpriced.cost, unpriced.cost_lost) == ("", 0.0, 0.0)
+    assert unpriced.gpu_hours_held * 3600 == pytest.approx(60.0)  # the hours are all there
+    assert not Prices().configured and Prices(default_per_gpu_hour=0.5).configured
+    assert Prices(gpu_models=(("NVIDIA H100*", 3.5),)).configured

@@ -213,3 +213,30 @@ def test_no_script_and_only_the_hashed_stylesheet() -> None:
     digest = "'sha256-" + base64.b64encode(hashlib.sha256(page.style.encode()).digest()).decode() + "'"
     assert f"style-src {digest}" in content_security_policy()
     assert "<a href='/ledger'>ledger</a>" in body.decode()  # reachable from every page's navigation
+
+
+def test_without_prices_the_money_is_left_out_and_one_line_says_how_to_set_them() -> None:
+    """Every money cell read 0.00 with no [prices], and nothing said why."""
+    unpriced = [pb.LedgerRow(key=r.key, gpu_hours_held=r.gpu_hours_held, gpu_hours_computing=r.gpu_hours_computing,
+                             gpu_hours_lost=r.gpu_hours_lost, nodes=r.nodes) for r in ROWS]  # fmt: skip
+    for query in ("", "job=starved"):
+        _status, _type, body, _asked = _get(query, unpriced)
+        text = body.decode()
+        assert "<th>cost</th>" not in text and "<th>cur</th>" not in text and not re.search(r" h · \d", text)
+        assert "data-cost-lost" not in text and "GPU-h, " not in text, query  # nor in the bars' titles
+        assert re.search(
+            r"id='no-prices'>no prices: .*set \[prices\] in collector.toml \(docs/ledger.md#prices\)", text
+        )
+        assert len(_parsed(body).bars) == (3 if not query else 1)  # the hours are all there
+        assert not query or "<th>share</th></tr>" in text  # a job's table: no money column
+    _status, _type, body, _asked = _get("")
+    assert "<th>cost</th>" in body.decode() and "id='no-prices'" not in body.decode()  # priced rows keep them
+    api = LedgerPage(lambda _r: pb.LedgerResponse(rows=unpriced), clock=lambda: NOW).route("/api/ledger", "")
+    assert api is not None
+    answer = json.loads(api[2])
+    assert answer["priced"] is False and answer["no_prices"].endswith(
+        "set [prices] in collector.toml (docs/ledger.md#prices)"
+    )
+    assert {(r["cost"], r["cost_lost"], r["currency"]) for r in answer["rows"]} == {(None, None, None)}
+    priced = LedgerPage(lambda _r: pb.LedgerResponse(rows=ROWS), clock=lambda: NOW).route("/api/ledger", "")
+    assert priced is not None and json.loads(priced[2])["priced"] is True and "no_prices" not in json.loads(priced[2])

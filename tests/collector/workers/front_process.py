@@ -71,7 +71,7 @@ def running_front(
         command, cwd=REPO, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=log, text=True
     )
     try:
-        lines = _read_lines(proc, 3 + workers, START_SECONDS)
+        lines = read_lines(proc, 3 + workers, START_SECONDS)
         assert lines[0].startswith("listening on "), f"{lines} {(tmp / 'front.log').read_text()[-3000:]}"
         front = Front(
             proc, lines[0].split()[-1], lines[1].split()[-1], Path(lines[2].split()[-1]), log=tmp / "front.log"
@@ -103,7 +103,7 @@ def running_front(
         log.close()
 
 
-def _read_lines(proc: subprocess.Popen[str], count: int, timeout: float) -> list[str]:
+def read_lines(proc: subprocess.Popen[str], count: int, timeout: float) -> list[str]:
     """The first ``count`` lines of ``proc``'s stdout, waiting at most ``timeout`` seconds for them."""
     lines: list[str] = []
 

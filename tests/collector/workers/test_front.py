@@ -23,9 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
-from tests.collector.workers.front_process import deliver, redirect_of, running_front
+from tests.collector.workers.front_process import deliver, read_lines, redirect_of, running_front
 from tests.conftest import require
-from tests.fakes.fleet import wait_for
+from tests.fakes.fleet import free_port, wait_for
 from tests.fakes.trees import REPO
 
 NODES = [f"node-{i}" for i in range(12)]
@@ -63,6 +63,37 @@ def test_a_hello_is_sent_to_the_worker_owning_its_node_id_and_always_the_same(tm
         # A bad hello is refused as a collector refuses it, with no redirect.
         code, _details, port = redirect_of(front.address, "bad node id with spaces")
         assert (code, port) == (grpc.StatusCode.INVALID_ARGUMENT, None)
+
+
+def test_a_worker_s_port_takes_agents_and_refuses_queries_naming_the_front(tmp_path: Path) -> None:
+    """Asked directly, a worker answered with its share of the fleet as if it were all of it."""
+    front_address = f"127.0.0.1:{free_port()}"
+    node = next(n for n in NODES if owner_index(n, 2) == 1)
+    with running_front(tmp_path, args=("--listen", front_address)) as front:
+        (said,) = read_lines(front.proc, 1, 30)
+        assert said == (
+            f"workers' ports take agents only, queries go to {front_address}; "
+            f"one database per worker: {tmp_path}/collector.db, {tmp_path}/collector.worker1.db"
+        )
+        worker = f"127.0.0.1:{front.ports[1]}"
+        assert deliver(front.ports[1], node, [1, 2]) == 2  # the agents' ingest is untouched
+        for command in ("nodes", "alerts", "ledger"):
+            done = subprocess.run(
+                [sys.executable, "-m", "nodeagent.collector", command, "--collector", worker],
+                cwd=REPO, capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert done.returncode == 2, (command, done.stdout, done.stderr)
+            assert done.stdout == ""
+            (line,) = done.stderr.splitlines()
+            assert f"the collector at {worker} refused" in line and f"ask its front at {front_address}" in line
+        # The same through several collectors: a worker among them is the operator's slip too.
+        both = subprocess.run(
+            [sys.executable, "-m", "nodeagent.collector", "nodes", "--collector", worker, "--collector", front_address],
+            cwd=REPO, capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert both.returncode == 2 and f"ask its front at {front_address}" in both.stderr, both.stderr
+        # The front's own calls to its workers (unix sockets) still answer, the node included.
+        assert [n["node_id"] for n in _nodes(front_address)] == [node]
 
 
 def test_reports_through_the_redirect_are_stored_by_the_owner_and_listed_by_the_front(tmp_path: Path) -> None:
