@@ -122,7 +122,19 @@ def merge_fleet(found: Found, params: dict[str, str]) -> dict[str, Any]:
         "states": {k: v for k, v in states.items() if v > 0},
         "causes": {k: v for k, v in causes.items() if v > 0},
         "nodes": nodes,
+        "stores_failing": stores_failing(found),
     }
+
+
+def stores_failing(found: Found) -> list[dict[str, Any]]:
+    """Every shard's failing store, named by its shard (``HOST:PORT/worker-N`` for a front's
+    worker among ``[fleet] collectors``), the longest failing first."""
+    stores = [
+        {**store, "shard": f"{shard}/{store['shard']}" if store.get("shard") else shard}
+        for shard, body in found
+        for store in body.get("stores_failing", [])
+    ]
+    return sorted(stores, key=lambda store: (-store["seconds"], store["shard"]))
 
 
 def merge_alert_list(found: Found, _params: dict[str, str]) -> dict[str, Any]:

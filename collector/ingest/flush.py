@@ -102,11 +102,19 @@ class Flusher:
         """Seconds the store has been failing to commit (0 when it commits)."""
         return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
 
-    def failing(self) -> str | None:
-        """While flushes fail: the store's trouble in one line, for ``/healthz`` and the views."""
+    def failing_store(self) -> tuple[float, str] | None:
+        """While flushes fail: for how many seconds, and the last one's error (for ``nodes`` and
+        the fleet page); None while they commit."""
         if self.failing_since is None:
             return None
-        return f"store failing for {self.failing_for():.0f} s: {self.failure}"
+        return self.failing_for(), self.failure
+
+    def failing(self) -> str | None:
+        """While flushes fail: the store's trouble in one line, for ``/healthz``."""
+        failing = self.failing_store()
+        if failing is None:
+            return None
+        return f"store failing for {failing[0]:.0f} s: {failing[1]}"
 
     # ---- flushing ----
 

@@ -94,6 +94,8 @@ class QueryService(pb_grpc.QueryServicer):
         summaries = []
         now, window = self.ingest.clock(), self.ingest.detector_config.window_seconds
         down = down_after_seconds(self.ingest)
+        # A store that cannot commit freezes every node's totals and last seen: each row says why.
+        store_failing_seconds, store_error = self.ingest.flusher.failing_store() or (0.0, "")
         for node_id in sorted(self.ingest.nodes):
             node = self.ingest.nodes[node_id]
             # Totals as committed: the in-memory row counts reports that may not be durable yet.
@@ -107,6 +109,7 @@ class QueryService(pb_grpc.QueryServicer):
                 gpu_count=live.gpu_count, spool_dropped_reports_total=row.spool_dropped_total,
                 gap_reports_total=row.gap_reports_total, clock_skew_seconds=node.clock_skew_seconds,
                 clock_refused_reports_total=node.clock_refused_total,
+                store_error=store_error, store_failing_seconds=store_failing_seconds,
             )  # fmt: skip
             summary.state = node_shown_state(node, now, down)
             summary.window_seconds = window

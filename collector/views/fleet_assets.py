@@ -27,7 +27,8 @@ def _asset(name: str) -> str:
 
 _BODIES: Final = {
     "fleet": (
-        '<h1>Fleet</h1><p id="today" class="today"></p><p id="summary" class="muted"></p><div id="filters"></div>'
+        '<h1>Fleet</h1><p id="stores" class="banner" hidden></p>'
+        '<p id="today" class="today"></p><p id="summary" class="muted"></p><div id="filters"></div>'
         '<p id="legend"></p><table id="nodes"></table>'
     ),
     "node": '<div id="node"></div>',

@@ -113,9 +113,12 @@ class FleetPage:
         causes = counts(r["cause"] for r in rows if r["cause"])
         shown = [r for r in rows if (not state or r["state"] == state) and (not cause or r["cause"] == cause)]
         shown.sort(key=worst_first)
+        # The store cannot commit (a full disk): nothing is acknowledged, the agents hold their reports.
+        failing = self.server.ingest.flusher.failing_store()
+        stores = [] if failing is None else [{"seconds": failing[0], "error": failing[1]}]
         return {
             "time_unix_seconds": now, "gpu_hours_lost_today_source": source, "states": states, "causes": causes,
-            "nodes": shown,
+            "nodes": shown, "stores_failing": stores,
         }  # fmt: skip
 
     def lost_today_source(self, now: float) -> str:

@@ -48,6 +48,8 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
             "clock_refused_reports_total": n.clock_refused_reports_total,
             "window_seconds": n.window_seconds or None,
             "window_seen_seconds": n.window_seen_seconds if n.window_seconds else None,
+            # The store that holds the node cannot commit: its figures are those of its last commit.
+            "store_failing": {"seconds": n.store_failing_seconds, "error": n.store_error} if n.store_error else None,
         }
         for n in response.nodes
     ]
@@ -119,7 +121,23 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
             + (f"  {_shard_words(row)}" if merged else "")
         )
-    return "\n".join(map(escape_controls, lines + notes))
+    return "\n".join(map(escape_controls, lines + notes + stores_failing(rows)))
+
+
+def stores_failing(rows: list[dict[str, Any]]) -> list[str]:
+    """One line for each store (a collector's, or a front's worker's) that holds some of ``rows``
+    and cannot commit: where, for how long, and the last flush's error."""
+    failing: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        store = row.get("store_failing")
+        where = str(row.get("shard", ""))
+        if store and (where not in failing or store["seconds"] > failing[where]["seconds"]):
+            failing[where] = store
+    return [
+        f"store failing{f' on {where}' if where else ''} for {store['seconds']:.0f} s: {store['error']} — "
+        "its nodes' reports are held by their agents until it writes (their figures are its last commit's)"
+        for where, store in sorted(failing.items())
+    ]
 
 
 def _shard_words(row: dict[str, Any]) -> str:

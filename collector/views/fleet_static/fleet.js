@@ -109,9 +109,18 @@ function shardBanner(shards) {  // a merged page ([fleet] collectors): one line 
   banner.textContent = missing.length ? `${missing.length} of ${shards.length} ${kind} did not answer, ` +
     `their nodes are missing here: ` + missing.map((s) => `${s.shard} (${s.error})`).join("; ") : "";
 }
+function storeBanner(stores) {  // a store that cannot commit (a full disk): where, how long, why
+  const banner = document.getElementById("stores");
+  banner.hidden = !stores.length;
+  banner.textContent = stores.map((s) => `store failing${s.shard ? " on " + s.shard : ""} for ` +
+    `${Math.round(s.seconds)} s: ${s.error}`).join("; ") +
+    (stores.length ? " — reports are held by the agents until it writes" : "");
+  banner.title = banner.textContent;
+}
 async function drawFleet() {
   const params = new URLSearchParams(location.search);
   const data = await api("/api/fleet?" + params.toString());
+  storeBanner(data.stores_failing || []);
   const options = (name, counts) => `<option value="">any ${name}</option>` + Object.keys(counts).sort().map((k) =>
     `<option value="${esc(k)}"${params.get(name) === k ? " selected" : ""}>${esc(k)} (${counts[k]})</option>`).join("");
   document.getElementById("filters").innerHTML =

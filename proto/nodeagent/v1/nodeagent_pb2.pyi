@@ -756,7 +756,7 @@ class ListNodesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeSummary(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds", "shard", "stale_shards")
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds", "shard", "stale_shards", "store_error", "store_failing_seconds")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -795,6 +795,8 @@ class NodeSummary(_message.Message):
     WINDOW_SEEN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     STALE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    STORE_FAILING_SECONDS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -826,7 +828,9 @@ class NodeSummary(_message.Message):
     window_seen_seconds: float
     shard: str
     stale_shards: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ..., shard: _Optional[str] = ..., stale_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+    store_error: str
+    store_failing_seconds: float
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ..., shard: _Optional[str] = ..., stale_shards: _Optional[_Iterable[str]] = ..., store_error: _Optional[str] = ..., store_failing_seconds: _Optional[float] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes", "shards")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from nodeagent.collector.fleet.fanout import Answer, StreamAnswer
 from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.views.fleet_table import node_rows, render_fleet
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 DEAD = Answer("c:3", None, "UNAVAILABLE: connection refused")
@@ -29,6 +30,33 @@ def test_nodes_freshest_wins_and_the_stale_shard_is_named() -> None:
         assert (by_id["only-a"].shard, list(by_id["only-a"].stale_shards)) == ("a:1", [])
         shards = {s.shard: (s.answered, s.error) for s in merged.shards}
         assert shards == {"a:1": (True, ""), "b:2": (True, ""), "c:3": (False, "UNAVAILABLE: connection refused")}
+
+
+def test_a_failing_store_travels_with_its_nodes_and_nodes_says_it_once_per_store() -> None:
+    full = "OperationalError: database or disk is full"
+
+    def held(*names: str, seconds: float = 0.0, error: str = "") -> pb.ListNodesResponse:
+        return pb.ListNodesResponse(nodes=[
+            pb.NodeSummary(node_id=n, last_seen_unix_seconds=10.0, store_error=error, store_failing_seconds=seconds)
+            for n in names
+        ])  # fmt: skip
+
+    failing = held("w0-a", "w0-b", seconds=42.4, error=full)
+    answers = [Answer("worker-0", failing), Answer("worker-1", held("w1-a")), DEAD]
+    rows = node_rows(merge("ListNodes", answers))  # type: ignore[arg-type]
+    assert {r["node_id"]: r["store_failing"] for r in rows} == {
+        "w0-a": {"seconds": 42.4, "error": full}, "w0-b": {"seconds": 42.4, "error": full}, "w1-a": None,
+    }  # fmt: skip
+    lines = render_fleet(rows).splitlines()
+    assert lines[-1] == (
+        f"store failing on worker-0 for 42 s: {full} — its nodes' reports are held by their agents until it "
+        "writes (their figures are its last commit's)"
+    )
+    assert sum(line.startswith("store failing") for line in lines) == 1
+    # One collector of its own (no merge, no shard): the line names no shard.
+    alone = render_fleet(node_rows(held("n1", seconds=5.0, error=full))).splitlines()
+    assert alone[-1].startswith(f"store failing for 5 s: {full} — ")
+    assert not any(line.startswith("store failing") for line in render_fleet(node_rows(held("n1"))).splitlines())
 
 
 def test_alerts_firing_wins_then_newest() -> None:

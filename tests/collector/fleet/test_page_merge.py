@@ -178,3 +178,21 @@ def test_metrics_text_families_once_series_once() -> None:
         "/metrics", "", [Answer("a", pb.PageResponse(status=200, content_type="text/plain", body=one.encode())), DEAD]
     )
     assert reply.status == 200 and reply.body.decode() == one
+
+
+def test_failing_stores_named_by_their_shard_the_longest_first() -> None:
+    full = "OperationalError: database or disk is full"
+    one = {**_fleet(_node("a1", "busy", 150.0)), "stores_failing": [{"seconds": 12.0, "error": full}]}
+    # A front among the collectors: its own merge named its worker.
+    worker = {"seconds": 40.0, "error": full, "shard": "worker-1"}
+    front = {**_fleet(_node("b1", "busy", 160.0)), "stores_failing": [worker]}
+    fine = {**_fleet(_node("c1", "busy", 170.0)), "stores_failing": []}
+    older = _fleet(_node("d1", "busy", 180.0))  # a collector from before: no such field
+    answers = [Answer("a:1", _page(one)), Answer("b:2", _page(front)), Answer("c:3", _page(fine)),
+               Answer("d:4", _page(older)), DEAD]  # fmt: skip
+    _, body = _merged("/api/fleet", "state=idle", answers)
+    assert body["stores_failing"] == [
+        {"seconds": 40.0, "error": full, "shard": "b:2/worker-1"}, {"seconds": 12.0, "error": full, "shard": "a:1"},
+    ]  # fmt: skip
+    _, healthy = _merged("/api/fleet", "", [Answer("c:3", _page(fine)), Answer("d:4", _page(older))])
+    assert healthy["stores_failing"] == []
