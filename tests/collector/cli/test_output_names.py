@@ -123,6 +123,6 @@ def _history_row() -> dict[str, Any]:
 def _fleet_row(name: str) -> dict[str, Any]:
     return {
         "node_id": "n1", "connected": True, "gpu_count": 8, "state": "starved", "cause": name,
-        "starvation_ratio": 0.3, "gpu_hours_lost": 1.0, "needed_ingest_bytes_per_second": None,
+        "starvation_ratio": 0.3, "gpu_hours_lost_today": 1.0, "needed_ingest_bytes_per_second": None,
         "reports_total": 10, "last_seen": 1_800_000_000.0, "waiting_on": [],
     }  # fmt: skip
