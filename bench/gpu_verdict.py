@@ -155,7 +155,7 @@ def main() -> int:
         )  # fmt: skip
         try:
             _wait_port(port, 30)
-            print("| workload | reports | state | cause | tier | starvation ratio | GPU hours lost |")
+            print("| workload | reports | state | cause | tier | starvation ratio | GPU-hours lost today |")
             print("|---|---|---|---|---|---|---|")
             for name in phases:
                 started = time.monotonic()
@@ -164,7 +164,7 @@ def main() -> int:
                 print(
                     f"| {name} | {node['reports_total']} | {node['state']} | {node['cause'] or '-'} "
                     f"| {node['tier'] or '-'} | {'-' if ratio is None else f'{ratio:.3f}'} "
-                    f"| {node['gpu_hours_lost']:.4f} |",
+                    f"| {node['gpu_hours_lost_today']:.4f} |",
                     flush=True,
                 )
                 if args.raw is not None:
