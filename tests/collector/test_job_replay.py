@@ -24,7 +24,6 @@ from nodeagent.core.wire.trace import format_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.jobs import TRACE_JOB, TRACE_START, FakeRollup, straggler_script, three_node_reports
 
-
 # Seconds of reports per node: the straggler is named within 90 s, and the trace goes on after it.
 SECONDS = 150
 
