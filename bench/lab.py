@@ -229,8 +229,9 @@ def run_scenario(scenario: Scenario, seconds: int, tmp: Path, nvml_dir: Path | N
                               prefix=rig.prefix)  # fmt: skip
         if rig.prefix:
             collector.port = 8016  # inside the namespace: its own loopback, its own ports
-        collector.start()
+        # Its cleanup before its start: a Ctrl-C while it starts (a busy machine takes seconds) kills it too.
         stack.callback(collector.kill)
+        collector.start()
         spec = {**rig.loader, "seconds": seconds + 3, "truth": str(tmp / "truth.json"), "ready": str(tmp / "ready"),
                 "nvml_state": str(state), "gpu": gpu}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(spec))

@@ -348,11 +348,12 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         # worker its node id owns, each job judged by the worker its key owns (docs/fleet-scale.md).
         collector = Collector(tmp / "c.db", COLLECTOR_PORT, host=COLLECTOR_ADDR, prefix=prefix, workers=workers,
                               args=["--config", str(tmp / "collector.toml")])  # fmt: skip
+        # Its cleanup before its start: a SIGTERM while it starts (a busy machine takes seconds) kills it too.
+        stack.callback(collector.kill)
         try:
             collector.start()
         except AssertionError as err:
             raise LabError(f"the collector did not start: {err}") from None
-        stack.callback(collector.kill)
         polls_path = tmp / "polls.jsonl"
         poller = popen([*prefix, sys.executable, str(REPO / "bench" / "lab_poll.py"), collector.address,
                         str(polls_path), str(POLL_SECONDS)], tmp / "poll.log")  # fmt: skip

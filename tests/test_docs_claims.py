@@ -253,3 +253,23 @@ def test_the_demo_sample_in_collector_md_shows_the_skew_the_page_says() -> None:
     assert len(skews) == 2
     for node, skew in skews.items():
         assert -CAUGHT_UP_SECONDS <= float(skew.removesuffix("s")) <= 0, (node, skew)
+
+
+# ---- the suite -----------------------------------------------------------------------------------
+
+COUNTS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def test_the_testing_page_shows_make_tests_passes_and_counts_the_alone_tests() -> None:
+    """docs/testing.md gives each pytest pass as the Makefile runs it, and the number of tests
+    marked ``alone`` (one per decorator: none of them is parametrized)."""
+    page = _flat(REPO / "docs" / "testing.md")
+    passes = re.findall(r"^\t\$\(BIN\)/(pytest\b.*)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert len(passes) == 2 and all(f"`{command}`" in page for command in passes), passes
+    marked = sum(
+        len(re.findall(r"^@pytest\.mark\.alone\b", path.read_text(), re.MULTILINE))
+        for path in (REPO / "tests").rglob("test_*.py")
+    )
+    said = re.search(r"the (\w+) tests marked `alone`", page)
+    assert said is not None and said[1] in COUNTS, "docs/testing.md: say how many tests are marked alone"
+    assert COUNTS.index(said[1]) == marked, f"docs/testing.md says {said[1]}, the tests mark {marked}"

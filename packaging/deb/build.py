@@ -88,6 +88,11 @@ class BuildError(RuntimeError):
     """The package cannot be built as asked; the message says why, in one line."""
 
 
+# gzip, not xz: the package is almost all wheels, which are zip files already; xz made it 3.5%
+# smaller (34.2 MB against 35.4) for 25 times the CPU (27 s against 1 s on 2 cores).
+COMPRESSION = "gzip"
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     out: Path
@@ -95,7 +100,7 @@ class Options:
     wheelhouse: Path
     lock: Path = HERE / "requirements.lock"
     installer_lock: Path = HERE / "installer.lock"
-    compression: str = "xz"
+    compression: str = COMPRESSION
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="where the .deb goes (default dist/)")
     parser.add_argument("--work", type=Path, default=REPO / "build" / "deb", help="scratch space (emptied)")
     parser.add_argument("--wheelhouse", type=Path, default=REPO / "build" / "wheelhouse", help="wheel cache")
-    parser.add_argument("--compression", choices=["xz", "gzip", "zstd", "none"], default="xz")
+    parser.add_argument("--compression", choices=["xz", "gzip", "zstd", "none"], default=COMPRESSION)
     args = parser.parse_args(argv)
     options = Options(out=args.out, work=args.work, wheelhouse=args.wheelhouse, compression=args.compression)
     try:

@@ -24,10 +24,13 @@ from nodeagent.core.wire.trace import format_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.jobs import TRACE_JOB, TRACE_START, FakeRollup, straggler_script, three_node_reports
 
+# Seconds of reports per node: the straggler is named within 90 s, and the trace goes on after it.
+SECONDS = 150
+
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, list[pb.NodeReport]]:
-    return three_node_reports(240)
+    return three_node_reports(SECONDS)
 
 
 @pytest.fixture
@@ -49,7 +52,7 @@ def test_reports_reach_each_nodes_detector_and_the_rollup_in_time_order(
     for report in merged(*reports.values()):
         result.observe(report)
     times = [t for _, t, _ in rollup.observed]
-    assert times == sorted(times) and len(times) == 3 * 240
+    assert times == sorted(times) and len(times) == 3 * SECONDS
     assert {n for n, _, _ in rollup.observed[:3]} == {"sim-a", "sim-b", "sim-c"}  # interleaved, not one after another
     # One detector per node; the roll-up told when each node's verdict advanced (every 10 s step).
     assert len({id(node.detector) for node in result.nodes.values()}) == 3
@@ -94,14 +97,14 @@ def test_three_traces_replay_as_their_interleaved_trace_does(
     apart, together = json.loads(separate.stdout), json.loads(joined.stdout)
     assert apart["traces"] == [str(t) for t in traces]
     assert [n["node_id"] for n in apart["nodes"]] == ["sim-a", "sim-b", "sim-c"]
-    assert [n["reports"] for n in apart["nodes"]] == [240, 240, 240]
+    assert [n["reports"] for n in apart["nodes"]] == [SECONDS] * 3
     assert apart["nodes"] == together["nodes"] and apart["jobs"] == together["jobs"]
     assert apart["jobs"][0]["first_slowed"]["straggler_nodes"] == ["sim-b"]
 
     text = _cli(monkeypatch, *map(str, traces))
     assert text.exit_code == 0, text.output
     out = text.stdout
-    assert "trace " in out and "720 reports, 3 node(s)" in out
+    assert "trace " in out and f"{3 * SECONDS} reports, 3 node(s)" in out
     jobs = out.split("\njobs (times from the trace's start, 2026-01-01T00:00:00Z)\n", 1)[1]
     assert f"job {TRACE_JOB}  torch, 3 node(s), 24 GPUs (24 of 24 ranks)" in jobs
     first = next(line for line in jobs.splitlines() if "first slowed at" in line)
@@ -120,7 +123,7 @@ def test_a_trace_joined_end_to_end_is_named(
     done = _cli(monkeypatch, str(joined))
     assert done.exit_code == 0
     (said,) = [line for line in done.stderr.splitlines() if "not in time order" in line]
-    assert f"{joined}:241: node 'sim-b'" in said and "give each node's trace as its own file" in said
+    assert f"{joined}:{SECONDS + 1}: node 'sim-b'" in said and "give each node's trace as its own file" in said
 
 
 def test_the_collectors_replay_takes_several_traces(traces: list[Path], tmp_path: Path) -> None:
@@ -130,7 +133,7 @@ def test_the_collectors_replay_takes_several_traces(traces: list[Path], tmp_path
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     plain = json.loads(done.stdout)
-    assert [n["reports"] for n in plain["nodes"]] == [240, 240, 240]
+    assert [n["reports"] for n in plain["nodes"]] == [SECONDS] * 3
     assert isinstance(plain["jobs"], list)
     for job in plain["jobs"]:
         assert set(job) >= {"job", "first_slowed", "timeline", "alerts", "final_verdict"}

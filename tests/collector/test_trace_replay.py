@@ -27,6 +27,10 @@ def collector(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("trace_replay")
+
+
 @pytest.fixture(scope="module")
 def ordinary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("traces") / "ordinary.jsonl"

@@ -7,6 +7,7 @@ so an import that runs only on one path counts as much as one at the top.
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,10 +68,18 @@ def layer_of(module: str) -> str | None:
     return None
 
 
-def imported(module: str, path: Path) -> Iterator[tuple[int, str]]:
+def imported(module: str, path: Path) -> tuple[tuple[int, str], ...]:
     """(line, module) for every import in the file, relative ones resolved."""
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    return _imported(module, path.read_text(), str(path), path.name == "__init__.py")
+
+
+@functools.cache  # the tests here read the same ~400 files: each is parsed once (by its text)
+def _imported(module: str, source: str, filename: str, is_package: bool) -> tuple[tuple[int, str], ...]:
+    return tuple(_walk_imports(module, ast.parse(source, filename), is_package))
+
+
+def _walk_imports(module: str, tree: ast.Module, is_package: bool) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name

@@ -43,6 +43,10 @@ def _load_script(path: Path, name: str = "nodeagent_deb_build") -> ModuleType:
 deb_build = _load_script(REPO / "packaging" / "deb" / "build.py")
 make_environment = _load_script(REPO / "packaging" / "deb" / "make_environment.py", "nodeagent_deb_make_environment")
 
+# One test process builds the package once for every test here (make test: --dist loadgroup);
+# spread over two, each would build its own.
+pytestmark = pytest.mark.xdist_group("deb")
+
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 # Shared between runs and with `make deb`: wheels are fetched once, later builds are offline.
 WHEELHOUSE = REPO / "build" / "wheelhouse"

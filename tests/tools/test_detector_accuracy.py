@@ -9,6 +9,9 @@ import pytest
 from nodeagent.tools.accuracy import Summary, TraceResult, score_trace, summarize
 from nodeagent.tools.simulator.suite import SUITE, suite
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("detector_accuracy")
+
 
 @pytest.fixture(scope="module")
 def results() -> list[TraceResult]:

@@ -118,6 +118,10 @@ class Scraped:
         return _query(self.base, expr)
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("metrics_dcgm_live")
+
+
 @pytest.fixture(scope="module")
 def scraped(fake_nvml_dir: Path, shared_fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     missing = [tool for tool in ("prometheus", "promtool") if shutil.which(tool) is None]

@@ -111,6 +111,10 @@ class Fleet:
         return status, json.loads(body) if body.startswith(b"{") else {"text": body.decode()}, took
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("merged_collectors")
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     started = Fleet(tmp_path_factory.mktemp("fleet"))

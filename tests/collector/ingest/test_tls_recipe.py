@@ -47,6 +47,10 @@ def _commands(body: str) -> Iterator[list[str]]:
             yield argv
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("tls_recipe")
+
+
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     require(shutil.which("openssl") is not None, "needs openssl (Debian package openssl)")

@@ -9,9 +9,12 @@ import signal
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from nodeagent.core.transport.rendezvous import rendezvous_order
+from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.fleet import Agent, Collector, cli, free_port, processes, wait_for
 
 JOB = "torch/run-x"
@@ -64,13 +67,19 @@ def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_
         assert sorted(where.values()) == sorted(addresses), where  # one node on each collector
 
         def named_by(collector: str) -> bool:
-            jobs = json.loads(cli("collector", "jobs", "--json", "--collector", collector))
-            job = next((j for j in jobs if j["job"] == JOB), None)
-            return bool(job and job["straggler_nodes"] == [nodes[0]] and job["cause"] == "network")
+            # Asked in process, as `nodeagent-collector jobs` asks (StreamJobs): a command started
+            # every half second would take half a core from the sped-up agents.
+            with grpc.insecure_channel(collector) as channel:
+                jobs = [j for page in pb_grpc.QueryStub(channel).StreamJobs(pb.ListJobsRequest(), timeout=10)
+                        for j in page.jobs]  # fmt: skip
+            job = next((j for j in jobs if j.job == JOB), None)
+            return bool(job and list(job.straggler_nodes) == [nodes[0]] and job.cause == "network")
 
         assert wait_for(lambda: named_by(owner), timeout=120, interval=0.5), cli(
             "collector", "jobs", *[a for address in addresses for a in ("--collector", address)]
         )
+        shown = json.loads(cli("collector", "jobs", "--json", "--collector", owner))  # and the command says it
+        assert any(j["job"] == JOB and j["straggler_nodes"] == [nodes[0]] and j["cause"] == "network" for j in shown)
         # The owner dies: the next collector the job's key ranks judges it.
         collectors[owner].kill(signal.SIGKILL)
         killed = time.monotonic()

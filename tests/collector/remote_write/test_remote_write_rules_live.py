@@ -34,6 +34,10 @@ REPORTS = 420  # 7 simulated minutes at 1 s, ending now: enough for the [5m] rat
 VARIABLES = {"$__rate_interval": "1m", "$node": ".*", "$instance": ".*", "$gpu": ".*"}
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("remote_write_rules_live")
+
+
 @pytest.fixture(scope="module")
 def receivers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Receiver]]:
     require(Prometheus.available(), "needs prometheus (Debian package; `make system-deps`)")

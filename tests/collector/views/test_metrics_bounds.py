@@ -28,6 +28,10 @@ PER_GPU = ("nodeagent_gpu_state", "nodeagent_gpu_starvation_ratio", "nodeagent_g
 PER_NODE = ("nodeagent_node_state", "nodeagent_node_reports_total", "nodeagent_node_cpu_busy_ratio")
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("metrics_bounds")
+
+
 @pytest.fixture(scope="module")
 def ingest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ingest]:
     """An ingest that took SECONDS of reports from a starved and a busy 8-GPU node."""

@@ -48,6 +48,10 @@ class Fleet:
     agent_metrics: str  # HOST:PORT of the starved node's agent /metrics
 
 
+# The module fixture below is set up once: one test process runs every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("prometheus_live")
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     _require_tools()

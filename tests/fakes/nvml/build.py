@@ -73,10 +73,15 @@ def build_fake_nvml(out_dir: Path, *, legacy: bool = False) -> Path:
     if library.is_file() and stamp.is_file() and stamp.read_text() == digest.hexdigest():
         return out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [compiler, *flags, "-o", str(library), str(SOURCE), "-lpthread"]
+    # Written aside, then renamed: two processes building the same directory at once (the labs'
+    # Ctrl-C and SIGTERM tests side by side) never load a half-written library.
+    partial = out_dir / f".{LIBRARY_NAME}.{os.getpid()}"
+    command = [compiler, *flags, "-o", str(partial), str(SOURCE), "-lpthread"]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
+        partial.unlink(missing_ok=True)
         raise FakeNvmlUnavailable(f"compiling the fake NVML failed:\n{result.stderr.strip()}")
+    os.replace(partial, library)
     stamp.write_text(digest.hexdigest())
     return out_dir
 
