@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.collector.cli.main import cli
 from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.ledger.prices import NO_PRICES_LINE
 from nodeagent.collector.service.server import CollectorServer, ServerConfig
 from nodeagent.collector.views.fleet_table import short
 from nodeagent.core.program.safe_text import FORMULA_STARTS, csv_value, escape_controls
@@ -137,7 +138,7 @@ def _asker(target: str) -> Callable[..., str]:
     def ask(*args: str) -> str:
         done = runner.invoke(cli, [*args, "--collector", target])
         assert done.exit_code == 0, (args, done.output)
-        return done.output
+        return done.stdout  # the JSON or CSV alone: notes such as "no prices" go to stderr
 
     return ask
 
@@ -235,9 +236,11 @@ def _csv_rows(text: str) -> list[dict[str, str]]:
 
 def _table_row(text: str, name: str, what: str, width: int | None = None, lines: int | None = None) -> None:
     """The table has no control character and a line per row (``lines``: the title, the header
-    and the rows); the name's row starts with it, escaped and cut to the column as ``short`` cuts it."""
+    and the rows, beside the ledger's one line saying it has no prices); the name's row starts with
+    it, escaped and cut to the column as ``short`` cuts it."""
     assert all(line.isprintable() for line in text.splitlines()), what
-    assert lines is None or len(text.splitlines()) == lines, (what, lines, text)
+    rows = [line for line in text.splitlines() if line != NO_PRICES_LINE]
+    assert lines is None or len(rows) == lines, (what, lines, text)
     shown = escape_controls(name)
     cut = short(shown, width) if width else shown
     starts = [line for line in text.splitlines() if line.startswith((cut, short(shown, 32)))]
