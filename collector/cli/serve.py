@@ -30,8 +30,10 @@ from nodeagent.collector.ingest.streams import DEFAULT_HELLO_TIMEOUT_SECONDS, DE
 from nodeagent.collector.query.bounds import DEFAULT_MAX_QUERIES_PER_CALLER, MAX_QUERIES_IN_FLIGHT, QueryBounds
 from nodeagent.collector.remote_write.config import (
     DEFAULT_BATCH_SAMPLES,
+    DEFAULT_HANDOVER_BYTES,
     DEFAULT_QUEUE_SAMPLES,
     DEFAULT_RESOLUTION_SECONDS,
+    MIN_HANDOVER_BYTES,
     RemoteWriteConfig,
     RemoteWriteConfigError,
 )
@@ -177,6 +179,11 @@ def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     help="Samples held per receiver while it is down or slow; beyond them the oldest are dropped (counted).",
 )  # fmt: skip
 @click.option(
+    "--remote-write-handover-bytes", type=click.IntRange(min=MIN_HANDOVER_BYTES, max=1024 * 1024 * 1024),
+    default=DEFAULT_HANDOVER_BYTES, show_default=True,
+    help="What the remote-write process may fall behind by before reports are dropped (counted).",
+)  # fmt: skip
+@click.option(
     "--remote-write-bearer-token-file", type=click.Path(path_type=Path), help="Bearer token for the receiver."
 )
 @click.option("--remote-write-basic-auth-user", default="", help="Basic auth user for the receiver.")
@@ -239,6 +246,7 @@ class ServeFlags:
     remote_write_urls: tuple[str, ...]
     remote_write_resolution_seconds: float
     remote_write_queue_samples: int
+    remote_write_handover_bytes: int
     remote_write_bearer_token_file: Path | None
     remote_write_basic_auth_user: str
     remote_write_basic_auth_password_file: Path | None
@@ -308,6 +316,7 @@ def _remote_write(f: ServeFlags) -> tuple[RemoteWriteConfig, ...]:
             bearer_token_file=f.remote_write_bearer_token_file, basic_auth_user=f.remote_write_basic_auth_user,
             basic_auth_password_file=f.remote_write_basic_auth_password_file, tls_ca=f.remote_write_tls_ca,
             tls_cert=f.remote_write_tls_cert, tls_key=f.remote_write_tls_key,
+            handover_bytes=f.remote_write_handover_bytes,
         )
         for url in f.remote_write_urls
     )  # fmt: skip

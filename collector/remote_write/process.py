@@ -57,9 +57,6 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
 
-# The socket's buffer: what the child may fall behind by before reports are dropped (about two
-# seconds of 1,500 reports/s at a few KB each). Above net.core.wmem_max only as root.
-SOCKET_BUFFER_BYTES: Final = 8 * 1024 * 1024
 STOP_SECONDS: Final = 5.0
 # Why a report was not handed over (the label of nodeagent_remote_write_reports_dropped_total).
 DROP_REASONS: Final = ("handover_full", "process_down", "too_large", "process_died")
@@ -81,6 +78,8 @@ class RemoteWriteProcess:
         # One resolution for all (serve has one flag); the smallest if a caller gave several.
         self._resolution = min(c.resolution_seconds for c in self.configs)
         self._max_record_bytes = max_record_bytes
+        # The socket's buffer (one socket for all: the largest asked for).
+        self._handover_bytes = max(c.handover_bytes for c in self.configs)
         self.counters = SharedCounters.create(len(self.configs))
         # Reports not handed over, by reason (DROP_REASONS); reports handed over.
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
@@ -214,7 +213,7 @@ class RemoteWriteProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for option in (_SO_SNDBUFFORCE, socket.SO_SNDBUF):
             with contextlib.suppress(OSError):
-                ours.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+                ours.setsockopt(socket.SOL_SOCKET, option, self._handover_bytes)
                 break
         ours.setblocking(False)
         configs = [{k: str(v) if isinstance(v, Path) else v for k, v in asdict(c).items()} for c in self.configs]

@@ -177,14 +177,15 @@ def test_history_survives_a_sigkill_and_is_served(tmp_path: Path) -> None:
         started.append(collector.start())
         agent = Agent(
             ["--collector", collector.address, "--node-id", NODE, "--simulate", "ordinary-cloud",
-             "--time-scale", "30", "--interval", "0.05", "--deadline", "120", "--spool-dir", str(tmp_path / "spool")]
+             "--time-scale", "60", "--interval", "0.05", "--deadline", "120", "--spool-dir", str(tmp_path / "spool")]
         ).start(tmp_path / "agent.log")  # fmt: skip
         started.append(agent)
-        assert wait_for(lambda: collector.reports(NODE) > 150, 60, interval=0.3), agent.tail()
+        # A report every 3 simulated seconds: 100 before the kill and 250 in all are 12.5 minutes.
+        assert wait_for(lambda: collector.reports(NODE) > 100, 60, interval=0.3), agent.tail()
         collector.kill(signal.SIGKILL)
         time.sleep(1.0)
         collector.start()
-        assert wait_for(lambda: collector.reports(NODE) > 400, 60, interval=0.3), agent.tail()
+        assert wait_for(lambda: collector.reports(NODE) > 250, 60, interval=0.3), agent.tail()
         agent.kill(signal.SIGTERM)
         time.sleep(0.5)
         stored = collector.reports(NODE)

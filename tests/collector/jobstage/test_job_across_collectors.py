@@ -21,6 +21,9 @@ JOB = "torch/run-x"
 # The simulated job at 30 times the wall clock (a window of 60 s takes 2 s), every node's clock
 # on one anchor so that their steps meet.
 PACE = ["--interval", "0.1", "--time-scale", "30"]
+# The anchor (where the simulated clock meets the wall clock and slows to it) past the whole test,
+# so that the kill and the restart are met at 30x too: at 1x each took 35 s, the detector's window.
+ANCHOR_SECONDS = 150
 
 
 def _spread(collectors: list[str]) -> list[str]:
@@ -46,7 +49,7 @@ def test_a_job_spread_over_three_collectors_is_named_and_survives_its_owner(tmp_
     fleet.write_text("[fleet]\ncollectors = [" + ", ".join(f'"{a}"' for a in addresses) + "]\n")
     nodes = _spread(addresses)
     owner = rendezvous_order(JOB, addresses)[0]
-    anchor = str(int(time.time()) + 20)
+    anchor = str(int(time.time()) + ANCHOR_SECONDS)
     with processes() as started:
         collectors = {}
         for i, port in enumerate(ports):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from nodeagent.collector.remote_write.config import MIN_HANDOVER_BYTES
 from tests.fakes.fleet import Collector, free_port, processes, wait_for
 from tests.fakes.http_receiver import http_receiver
 from tests.fakes.remote_write_node import Node
@@ -118,12 +119,15 @@ def test_the_process_is_started_again_after_sigkill_and_dies_with_the_collector(
 
 
 def test_ingest_acks_every_report_while_the_process_is_stopped(tmp_path: Path) -> None:
-    # Up to 8,000 reports of 1 s each, all in the past (the collector refuses reports from the future).
+    # Up to 8,000 reports of 1 s each (far more than fill the buffer), all in the past (the collector
+    # refuses reports from the future).
     nodes = [Node(f"rw-stopped-{i}", "fast-cloud", time.time() - 4200) for i in range(2)]
     with http_receiver() as receiver, processes() as started:
         collector = Collector(
             db=tmp_path / "c.db", port=free_port(), workers=ONE_PROCESS,
-            args=["--remote-write-url", receiver.url, "--remote-write-resolution-seconds", "0"],
+            # The smallest hand-over buffer: full after a few hundred reports, not thousands.
+            args=["--remote-write-url", receiver.url, "--remote-write-resolution-seconds", "0",
+                  "--remote-write-handover-bytes", str(MIN_HANDOVER_BYTES)],
         )  # fmt: skip
         started.append(collector.start())
         child = _child(collector)
