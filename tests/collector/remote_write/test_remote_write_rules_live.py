@@ -34,9 +34,8 @@ REPORTS = 420  # 7 simulated minutes at 1 s, ending now: enough for the [5m] rat
 VARIABLES = {"$__rate_interval": "1m", "$node": ".*", "$instance": ".*", "$gpu": ".*"}
 
 
-# No xdist group here: its run ends at the fixture's "now" and an instant query looks back 5 minutes,
-# so these tests run near their set-up on whichever process took them (grouped, one waited its turn
-# past that, and Prometheus answered nothing VictoriaMetrics still did).
+# No xdist group here: the run ends at the fixture's "now" and an instant query looks back 5
+# minutes, so these tests run near their set-up on whichever process took them.
 
 
 @pytest.fixture(scope="module")
