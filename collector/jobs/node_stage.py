@@ -83,23 +83,20 @@ class NodeJobs:
 
     def forget(self, node_id: str) -> None:
         """A retired node: out of its jobs, at their owners too (no note: it is gone)."""
-        mine = self._jobs.pop(node_id, None)
-        self._peaks.pop(node_id, None)
-        self._detectors.pop(node_id, None)
-        self._own_waits.pop(node_id, None)
-        if mine:
-            self.send([JobLeave(key, node_id, 0.0, "", self.home) for key in mine])
+        self._leave(node_id, "")
 
     def stop(self, node_id: str) -> None:
         """The node's agent stopped cleanly (its stopping goodbye): out of its jobs at once, at
         their owners too, with a note, rather than a window later for its silence."""
+        self._leave(node_id, f"{node_id} left: its agent stopped (it said goodbye)")
+
+    def _leave(self, node_id: str, note: str) -> None:
         mine = self._jobs.pop(node_id, None)
         detector = self._detectors.pop(node_id, None)
         self._peaks.pop(node_id, None)
         self._own_waits.pop(node_id, None)
         if mine:
-            t = detector.verdict.time_unix_seconds if detector is not None else 0.0
-            note = f"{node_id} left: its agent stopped (it said goodbye)"
+            t = detector.verdict.time_unix_seconds if detector is not None and note else 0.0
             self.send([JobLeave(key, node_id, t, note, self.home) for key in mine])
 
     def apply(self, waits: list[JobWait]) -> None:
