@@ -105,10 +105,12 @@ class _Session:
         self.calls: Counter[str] = Counter()
         # The per-thread call watch (``watch_reset``, ``call_in_flight``, ``slowest_call``, ``abandon``),
         # by thread id: the call each thread is in and since when (monotonic), the slowest call it
-        # made since its last reset, and the threads whose calls were abandoned (no new call starts).
+        # made since its last reset, and the threads whose calls were abandoned (no new call starts),
+        # each with its Thread: an ended thread's id is given to the next thread started, which must
+        # not inherit the abandonment (it silenced a later event thread that way).
         self.in_flight: dict[int, tuple[str, float]] = {}
         self.slowest: dict[int, tuple[str, float]] = {}
-        self.abandoned: set[int] = set()
+        self.abandoned: dict[int, threading.Thread | None] = {}
 
 
 _session = _Session()
@@ -206,7 +208,7 @@ def watch_reset() -> None:
     ident = threading.get_ident()
     with _session.lock:
         _session.slowest.pop(ident, None)
-        _session.abandoned.discard(ident)
+        _session.abandoned.pop(ident, None)
 
 
 def call_in_flight(thread_id: int) -> tuple[str, float] | None:
@@ -222,9 +224,11 @@ def slowest_call(thread_id: int) -> tuple[str, float] | None:
 
 
 def abandon(thread_id: int) -> None:
-    """No new NVML call starts on ``thread_id`` (each returns None) until it calls ``watch_reset``."""
+    """No new NVML call starts on ``thread_id`` (each returns None) until it calls ``watch_reset``
+    or ends: a thread started later under the same id is not abandoned."""
+    thread = next((t for t in threading.enumerate() if t.ident == thread_id), None)  # rare: an overrun
     with _session.lock:
-        _session.abandoned.add(thread_id)
+        _session.abandoned[thread_id] = thread
 
 
 def enter_call(symbol: str) -> bool:
@@ -233,8 +237,12 @@ def enter_call(symbol: str) -> bool:
     s = _session
     ident = threading.get_ident()
     with s.lock:
-        if not s.initialized or s.shutting_down or ident in s.abandoned:
+        if not s.initialized or s.shutting_down:
             return False
+        if ident in s.abandoned:
+            if s.abandoned[ident] is threading.current_thread():
+                return False
+            del s.abandoned[ident]  # abandoned a thread that ended; this one only has its id
         s.active_calls += 1
         s.calls[symbol] += 1
         s.in_flight[ident] = (symbol, time.monotonic())

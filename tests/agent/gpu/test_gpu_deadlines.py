@@ -151,3 +151,45 @@ def test_a_gpu_that_hangs_at_the_scan_is_reported_and_opened_once_it_answers(
     assert answering(report) == [i for i in range(8) if i != FAILING]
     fail(fake_nvml, hang=0)
     until(source, lambda r: FAILING in answering(r))
+
+
+def test_a_thread_given_the_id_of_an_abandoned_one_that_ended_may_call_nvml(
+    fake_nvml: FakeNvml, source: GpuSource
+) -> None:
+    """Thread ids are reused once a thread ends: a new thread (the event watcher's, a rescan's
+    readers) must not inherit an overrun reader's abandonment, or its calls all return nothing."""
+    from nodeagent.agent.gpu import nvml_library
+
+    scan(source)  # NVML running
+    abandoned_id: list[int] = []
+    allowed: list[bool] = []
+    release = threading.Event()
+
+    def abandoned() -> None:
+        abandoned_id.append(threading.get_ident())
+        release.wait(5)
+        allowed.append(nvml_library.enter_call("nvmlDeviceGetCount_v2"))
+
+    first = threading.Thread(target=abandoned)
+    first.start()
+    while not abandoned_id:
+        time.sleep(0.001)
+    nvml_library.abandon(abandoned_id[0])
+    release.set()
+    first.join()
+    assert allowed == [False]  # abandoned while it lived
+
+    def later() -> None:
+        if threading.get_ident() == abandoned_id[0]:
+            allowed.append(nvml_library.enter_call("nvmlDeviceGetCount_v2"))
+            nvml_library.leave_call()
+
+    for _ in range(50):  # glibc hands an ended thread's stack, so its id, to the next one started
+        t = threading.Thread(target=later)
+        t.start()
+        t.join()
+        if len(allowed) > 1:
+            break
+    else:
+        pytest.skip("no thread was given the ended thread's id in 50 starts")
+    assert allowed == [False, True]
