@@ -146,12 +146,12 @@ class IngestRig:
     def _metered(self, meter: Meter | None) -> Iterator[None]:
         """The inner stages told to ``meter`` and the flusher on the simulated clock, while it runs."""
         self.meter = meter
-        flush_module.time = types.SimpleNamespace(monotonic=lambda: self.clock, perf_counter=time.perf_counter)  # type: ignore[assignment]
+        flush_module.time = types.SimpleNamespace(monotonic=lambda: self.clock, perf_counter=time.perf_counter)  # type: ignore[attr-defined,assignment]
         try:
             yield
         finally:
             self.meter = None
-            flush_module.time = time
+            flush_module.time = time  # type: ignore[attr-defined]
 
 
 def _nothing(stage: str) -> None:
