@@ -33,38 +33,29 @@ import pstats
 import sys
 import tempfile
 import time
-import types
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from nodeagent.collector.alerts.alerting import Alerting
-from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
-from nodeagent.collector.ingest import flush as flush_module
-from nodeagent.collector.ingest.intake import Ingest
-from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.ingest.node_timeline import NodeTimeline
-from nodeagent.collector.jobs.rollup import JobRollup
-from nodeagent.collector.store.database import StoreWriter
-from nodeagent.core.detector.node import NodeDetector
-from nodeagent.core.wire.framing import frame_report
-from nodeagent.core.wire.validate import check_report
+from nodeagent.tools.ingest_rig import ORDER, IngestRig
 from nodeagent.tools.loadgen import _report_pool
-from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-# Stage name -> (class, method) wrapped while timing. Each is called from inside accept().
-_INNER: dict[str, tuple[type, str]] = {
-    "alert rules": (Alerting, "observe"),
-    "detector": (NodeDetector, "observe"),
-    "job roll-up": (JobRollup, "observe"),
-    "job signals": (JobRollup, "signals"),
-    "verdict signals": (NodeDetector, "signals"),
-    "timeline": (NodeTimeline, "record"),
-    "history": (NodeHistory, "observe"),
-}
-_ORDER = ("parse", "validate", "serialize", *_INNER, "accept (own)", "flush")
+
+class CpuMeter:
+    """Each stage's CPU time on this thread, less the stages begun inside it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._open: list[tuple[str, float, list[float]]] = []  # stage, start, time of the stages inside
+
+    def begin(self, stage: str) -> None:
+        self._open.append((stage, time.thread_time(), [0.0]))
+
+    def end(self) -> None:
+        stage, started, inner = self._open.pop()
+        spent = time.thread_time() - started
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + spent - inner[0]
+        if self._open:
+            self._open[-1][2][0] += spent
 
 
 def main() -> None:
@@ -89,7 +80,7 @@ def main() -> None:
         stages, reports = asyncio.run(_run(args, Path(tmp) / "profile.db"))
     if args.cprofile:
         return
-    per_report = {name: stages.get(name, 0.0) / reports * 1e6 for name in _ORDER}
+    per_report = {name: stages.get(name, 0.0) / reports * 1e6 for name in ORDER}
     total = sum(per_report.values())
     if args.json:
         print(json.dumps({"nodes": args.nodes, "reports": reports, "us_per_report": per_report, "total_us": total}))
@@ -97,7 +88,7 @@ def main() -> None:
     print(f"{args.nodes} nodes, {reports} reports counted ({args.scenario}, history "
           f"{'off' if args.no_history else 'on'}, a flush every {args.flush_every} reports)")  # fmt: skip
     print(f"{'stage':<18} {'us/report':>9} {'share':>6}")
-    for name in _ORDER:
+    for name in ORDER:
         print(f"{name:<18} {per_report[name]:>9.1f} {per_report[name] / total:>6.1%}")
     print(f"{'total':<18} {total:>9.1f}")
 
@@ -124,91 +115,20 @@ async def _run(args: argparse.Namespace, db: Path) -> tuple[dict[str, float], in
     info, pool = _report_pool(args.scenario)
     if args.no_gpm or args.power_samples:
         info, pool = _without_gpm(info, pool, args.power_samples)
-    clock = [DEFAULT_START_TIME]
-    writer = StoreWriter(db)
-    flush_module.time = types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter)  # type: ignore[assignment]
-    ingest = Ingest(
-        writer, Alerting(AlertConfig(), []), clock=lambda: clock[0], max_nodes=args.nodes,
-        history=HistoryConfig(enabled=not args.no_history),
-    )  # fmt: skip
-    streams: list[StreamHandle] = []
-    for n in range(args.nodes):
-        node_id = f"sim-{n:06d}"
-        stream = StreamHandle(node_id, "bench")
-        hello = pb.NodeInfo()
-        hello.CopyFrom(info)
-        hello.node_id = hello.hostname = node_id
-        ingest.attach(stream, hello)
-        streams.append(stream)
-    stages: dict[str, float] = {}
-    counting = [False]
-    restore = [_timed(stages, counting, name, *where) for name, where in _INNER.items()]
-    profiler = cProfile.Profile() if args.cprofile else None
-    reports = 0
-    since_flush = 0
+    rig = IngestRig(db, args.nodes, flush_every=args.flush_every, history=not args.no_history, pool=(info, pool))
+    meter = CpuMeter()
     try:
-        for second in range(args.warmup + args.seconds):
-            counting[0] = second >= args.warmup
-            if counting[0] and profiler is not None and second == args.warmup:
-                profiler.enable()
-            seq = second + 1
-            for n, stream in enumerate(streams):
-                clock[0] = DEFAULT_START_TIME + second + n / len(streams)  # the nodes spread over the second
-                suffix = pb.NodeReport(node_id=stream.node_id, epoch=1, seq=seq, time_unix_seconds=clock[0])
-                raw = frame_report(pool[(seq + n) % len(pool)] + suffix.SerializeToString())
-                inner_before = sum(stages.get(name, 0.0) for name in _INNER)
-                t0 = time.thread_time()
-                message = pb.AgentMessage.FromString(raw)
-                message.DiscardUnknownFields()
-                report = message.report
-                t1 = time.thread_time()
-                check_report(report, stream.node_id)
-                t2 = time.thread_time()
-                serialized = report.SerializeToString()
-                t3 = time.thread_time()
-                ingest.accept(stream, report, serialized)
-                t4 = time.thread_time()
-                since_flush += 1
-                if since_flush >= args.flush_every:
-                    since_flush = 0
-                    c0 = time.thread_time()
-                    await ingest.flusher.flush()
-                    flushed = time.thread_time() - c0
-                else:
-                    flushed = 0.0
-                if counting[0]:
-                    reports += 1
-                    inner = sum(stages.get(name, 0.0) for name in _INNER) - inner_before
-                    for name, spent in (("parse", t1 - t0), ("validate", t2 - t1), ("serialize", t3 - t2),
-                                        ("accept (own)", t4 - t3 - inner), ("flush", flushed)):  # fmt: skip
-                        stages[name] = stages.get(name, 0.0) + spent
+        await rig.run(args.warmup)
+        profiler = cProfile.Profile() if args.cprofile else None
+        if profiler is not None:
+            profiler.enable()
+        reports = await rig.run(args.seconds, meter)
         if profiler is not None:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(args.cprofile)
     finally:
-        for undo in restore:
-            undo()
-        flush_module.time = time
-        await ingest.flusher.flush(final=True)
-        writer.call_sync(ingest.alerting.close)
-        writer.close()
-    return stages, max(1, reports)
-
-
-def _timed(stages: dict[str, float], counting: list[bool], name: str, owner: type, method: str) -> Callable[[], None]:
-    """Wrap ``owner.method`` to add its time to ``stages[name]``; returns what undoes it."""
-    original = getattr(owner, method)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.thread_time()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if counting[0]:
-                stages[name] = stages.get(name, 0.0) + time.thread_time() - started
-
-    setattr(owner, method, wrapper)
-    return lambda: setattr(owner, method, original)
+        await rig.close()
+    return meter.seconds, max(1, reports)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@
  * Besides the NVML entry points, a few fake_nvml_* functions let tests read how often each
  * symbol was called, per GPU, and which field ids were requested.
  *
+ * A cost model for real drivers: "latency_us 300" in the state charges every call 300 us, and
+ * "latency_us nvmlDeviceGetPowerUsage 900" one symbol its own (nvmlEventSetWait_v2 only so: its
+ * time is a wait). The charge is taken without the library lock, as a driver's other GPUs answer
+ * meanwhile: slept (nanosleep), or with "latency_spin 1" spun on the CPU, as an ioctl the kernel
+ * driver serves on the caller's core would be.
+ *
  * Built with -DFAKE_NVML_LEGACY it leaves out the newer versioned symbols (as an old driver
  * would), so the agent's choice of call variants can be tested.
  */
@@ -115,6 +121,12 @@ static char loaded_path[4096];
 static struct stat loaded_stat;
 static int live_samples, live_sets;
 
+/* The cost model (state lines latency_us, latency_spin): microseconds charged per call. */
+#define MAX_LATENCY_OVERRIDES 32
+static unsigned int latency_default_us;
+static struct { char symbol[64]; unsigned int us; } latency_overrides[MAX_LATENCY_OVERRIDES];
+static int n_latency_overrides, latency_spin;
+
 /* ---- call accounting (survives state reloads) ---- */
 
 typedef struct { const char *name; unsigned long long total, per_gpu[MAX_GPUS]; } symbol_count;
@@ -206,6 +218,9 @@ static void reset_state(int scripted) {
     n_events = 0;
     strcpy(driver_version, "0.0.fake");
     strcpy(nvml_version, "13.0.fake");
+    latency_default_us = 0;
+    n_latency_overrides = 0;
+    latency_spin = 0;
 }
 
 #define U32(f) {#f, offsetof(struct nvmlDevice_st, f), 4}
@@ -340,6 +355,17 @@ static void parse_line(char *line) {
         char *v = token(&rest);
         has_clock = v != NULL;
         fake_clock = v ? strtod(v, NULL) : 0;
+    } else if (strcmp(cmd, "latency_us") == 0) {
+        char *a = token(&rest), *b = token(&rest);
+        if (a && !b) {
+            latency_default_us = (unsigned int)strtoul(a, NULL, 10);
+        } else if (a && b && n_latency_overrides < MAX_LATENCY_OVERRIDES) {
+            snprintf(latency_overrides[n_latency_overrides].symbol, sizeof latency_overrides[0].symbol, "%s", a);
+            latency_overrides[n_latency_overrides++].us = (unsigned int)strtoul(b, NULL, 10);
+        }
+    } else if (strcmp(cmd, "latency_spin") == 0) {
+        char *v = token(&rest);
+        latency_spin = v ? atoi(v) : 0;
     } else if (strcmp(cmd, "event") == 0) {
         char *seq = token(&rest), *gpu = token(&rest), *kind = token(&rest), *data = token(&rest);
         char *gi = token(&rest), *ci = token(&rest); /* optional: the MIG instance it hit */
@@ -405,10 +431,13 @@ static double now_seconds(void) {
 
 /* ---- entry and exit of every NVML function ---- */
 
+static void charge(const char *symbol);
+
 static nvmlReturn_t enter(const char *symbol) {
     pthread_mutex_lock(&lock);
     maybe_reload();
     count_call(symbol, -1);
+    charge(symbol);
     return init_refcount ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
@@ -416,6 +445,35 @@ static void sleep_unlocked(unsigned int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     pthread_mutex_unlock(&lock);
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&lock);
+    maybe_reload();
+}
+
+static double elapsed_us(const struct timespec *since) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - since->tv_sec) * 1e6 + (double)(now.tv_nsec - since->tv_nsec) / 1e3;
+}
+
+/* The cost model's charge for one call of symbol; called with the lock held, which it gives up
+   while it waits or spins, so that calls on other threads go on meanwhile. */
+static void charge(const char *symbol) {
+    unsigned int us = strcmp(symbol, "nvmlEventSetWait_v2") == 0 ? 0 : latency_default_us;
+    for (int i = 0; i < n_latency_overrides; i++)
+        if (strcmp(latency_overrides[i].symbol, symbol) == 0) us = latency_overrides[i].us;
+    if (!us) return;
+    int spin = latency_spin;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    pthread_mutex_unlock(&lock);
+    if (spin) {
+        while (elapsed_us(&start) < us) {
+        }
+    } else {
+        struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
     }
     pthread_mutex_lock(&lock);
     maybe_reload();
@@ -454,6 +512,7 @@ static nvmlReturn_t enter_any(const char *symbol, nvmlDevice_t d) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     count_call(symbol, d->index);
+    charge(symbol);
     if (misbehave(d->index)) return NVML_ERROR_GPU_IS_LOST;
     if (!init_refcount) return NVML_ERROR_UNINITIALIZED;
     if (gpus[d->index].lost) return NVML_ERROR_GPU_IS_LOST;
@@ -470,6 +529,7 @@ static nvmlReturn_t enter_device(const char *symbol, nvmlDevice_t d) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     count_call(symbol, d->index);
+    charge(symbol);
     if (misbehave(d->index)) return NVML_ERROR_GPU_IS_LOST;
     if (!init_refcount) return NVML_ERROR_UNINITIALIZED;
     if (d->lost) return NVML_ERROR_GPU_IS_LOST;
@@ -504,6 +564,7 @@ static nvmlReturn_t do_init(const char *symbol) {
     pthread_mutex_lock(&lock);
     maybe_reload();
     count_call(symbol, -1);
+    charge(symbol);
     if (init_error) return leave((nvmlReturn_t)init_error);
     init_refcount++;
     return leave(NVML_SUCCESS);

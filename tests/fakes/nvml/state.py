@@ -18,6 +18,8 @@ The file is plain lines, one setting each, that the C side parses with ``strtok`
     gpu 0 mig 1 gi 2               gpu 0 mig 1 profile 2g.20gb     gpu 0 mig 1 proc 4242 1048576
     gpu 3 delay_ms 2000            gpu 3 hang 1                    gpu 3 lost_after 40
                                    (a failing GPU: slow calls, calls that block, lost after N calls)
+    latency_us 300                 latency_us nvmlDeviceGetPowerUsage 900        latency_spin 1
+                                   (a real driver's cost: us charged per call, by symbol; spun, not slept)
 
 The library re-reads the file whenever it changes; ``FakeNvmlState.write`` replaces it atomically.
 Profiles (``a100_sxm4``, ``a800_sxm4``, ``h100_sxm5``, ``b200``) build states that look like
@@ -225,6 +227,12 @@ class FakeNvmlState:
     events: list[tuple[int, int, str, int]] = field(default_factory=list)
     # The MIG (GPU, compute) instance an event hit, by its sequence.
     event_instances: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # A cost model for real drivers: microseconds every call takes (nvmlEventSetWait_v2 only by
+    # name), per symbol where named; spun on the caller's CPU (an ioctl the driver serves) when
+    # latency_spin, else slept. Either way without the library's lock: other threads' calls go on.
+    latency_us: int = 0
+    latency_us_by_symbol: dict[str, int] = field(default_factory=dict)
+    latency_spin: bool = False
 
     def advance(self, seconds: float) -> None:
         assert self.clock is not None, "the fake runs on its monotonic clock"
@@ -273,6 +281,9 @@ class FakeNvmlState:
             *([f"clock {self.clock!r}"] if self.clock is not None else []),
             f"init_error {self.init_error}",
             f"gpus {len(self.gpus)}",
+            f"latency_us {self.latency_us}",
+            *(f"latency_us {symbol} {us}" for symbol, us in sorted(self.latency_us_by_symbol.items())),
+            f"latency_spin {int(self.latency_spin)}",
         ]
         for i, gpu in enumerate(self.gpus):
             for f in fields(gpu):
