@@ -89,8 +89,12 @@ Losses = tuple[tuple[int, float], ...]
 
 def losses(verdict: GpuVerdict, unresponsive: bool) -> Losses:
     """The categories (their index) the verdict loses time to, each with its share of the seconds."""
+    return losses_given(verdict, unresponsive, job_share(verdict))
+
+
+def losses_given(verdict: GpuVerdict, unresponsive: bool, share: float | None) -> Losses:
+    """``losses``, with the verdict's ``job_share`` already read (the ingest path reads it once a GPU)."""
     own = _own_losses(verdict, unresponsive)
-    share = job_share(verdict)
     if share is None:
         return own
     # The roll-up measured more of the time waiting than the verdict's own losses count: the rest.
