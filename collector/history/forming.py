@@ -102,8 +102,10 @@ class Forming:
             return _NONE
         since = time - window
         shared = split.job_share(g) is not None
+        # A busy verdict without the roll-up's share, most of them, judges warm-up seconds only.
+        busy_alone = g.state == "busy" and not shared
         for p in pending:
-            if p.end <= since or _judges(g, shared, p):
+            if p.end <= since or (p.verdict.state == "warmup" if busy_alone else _judges(g, shared, p)):
                 break
         else:
             return _NONE  # nothing judged, nothing out of the window: as it was (most reports)

@@ -376,9 +376,9 @@ class NodeHistory:
                 node_counts[_RATIO] += 1
             node.add(_LOST, lost_total)
         host = report.host
-        for name, pressure in _PRESSURES:
+        for column, pressure in _PRESSURES:
             if host.HasField(pressure):
-                node.add(INDEX[name], getattr(host, pressure).some_avg10_ratio)
+                node.add(column, getattr(host, pressure).some_avg10_ratio)
         # Rates against the report RATE_EVERY_SECONDS back: the same mean over a minute as one
         # per report, at a fraction of the cost.
         base = self.previous
@@ -395,8 +395,8 @@ class NodeHistory:
 
 
 _PRESSURES: Final = (
-    ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
-    ("pressure_memory_some_ratio", "pressure_memory"),
+    (INDEX["pressure_cpu_some_ratio"], "pressure_cpu"), (INDEX["pressure_io_some_ratio"], "pressure_io"),
+    (INDEX["pressure_memory_some_ratio"], "pressure_memory"),
 )  # fmt: skip
 
 
