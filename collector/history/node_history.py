@@ -143,8 +143,10 @@ class NodeHistory:
     def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
-        # The GPUs that did not answer in time, read once for the split's two passes.
-        unresponsive = {g.index for g in report.gpus if g.unresponsive} if verdict is not None else _NONE
+        # The GPUs that did not answer in time, read once for the split's two passes; only a `lost`
+        # verdict's split asks (the seconds counted provisionally are never a lost GPU's).
+        lost = verdict is not None and any(g.state == "lost" for g in verdict.gpus)
+        unresponsive = {g.index for g in report.gpus if g.unresponsive} if lost else _NONE
         self._judge(report, verdict, unresponsive)
         self.owners.note(self.node_id, report, verdict, minute, new_minute=minute != self.minute)
         if minute != self.minute:
@@ -214,6 +216,8 @@ class NodeHistory:
         for g in verdict.gpus:
             if g.jobs:
                 changed |= self.forming.judge(g, time, self.window, self._minute_accs, g.index in unresponsive)
+        if not changed:
+            return  # most reports: no verdict judged seconds it had not
         for m in sorted(changed & self.settling.keys()):
             self.closed.extend(acc.row(self.node_id) for acc in self.settling[m].values())
             hour = m // HOUR_SECONDS * HOUR_SECONDS

@@ -150,12 +150,15 @@ def add_losses(parts: list[float], lost: Losses, seconds: float, gap_seconds: fl
     """``add`` with the verdict's ``losses`` already read (once per GPU per report, however many
     rows and provisional counts take them)."""
     if seconds > 0:
-        computing = seconds
-        for category, share in lost:
-            part = seconds * share
-            parts[category] += part
-            computing -= part
-        parts[_COMPUTING] += max(0.0, computing)
+        if not lost:  # a verdict that loses nothing (most): all of it computed, as below
+            parts[_COMPUTING] += seconds
+        else:
+            computing = seconds
+            for category, share in lost:
+                part = seconds * share
+                parts[category] += part
+                computing -= part
+            parts[_COMPUTING] += max(0.0, computing)
     if gap_seconds > 0:
         parts[_UNKNOWN] += gap_seconds
 
