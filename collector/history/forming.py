@@ -40,13 +40,9 @@ _ENTERED_OVER_A_WINDOW: Final = frozenset({"starved", "waiting", "throttled"})
 _NONE: Final[frozenset[int]] = frozenset()
 
 
-def provisional(g: GpuVerdict) -> bool:
-    """Whether the seconds this verdict counts may still be judged by a later one."""
-    return provisional_given(g, split.job_share(g) is not None)
-
-
-def provisional_given(g: GpuVerdict, shared: bool) -> bool:
-    """``provisional``, with whether the verdict carries the roll-up's share already asked."""
+def provisional(g: GpuVerdict, shared: bool) -> bool:
+    """Whether the seconds this verdict counts may still be judged by a later one; ``shared``:
+    whether it carries the roll-up's share (``split.job_share``, asked once per GPU a report)."""
     if g.state in ("busy", "starved"):
         # Without the roll-up's share: it may still come, over this window (a starved GPU of a
         # job-wide slowdown waits behind the other nodes beyond its own data share).
@@ -109,7 +105,7 @@ class Forming:
                 break
         else:
             return _NONE  # nothing judged, nothing out of the window: as it was (most reports)
-        keeps = provisional_given(g, shared)
+        keeps = provisional(g, shared)
         changed: set[int] = set()
         still: list[Provisional] = []
         for p in pending:

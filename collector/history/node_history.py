@@ -25,7 +25,7 @@ from typing import Final
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
 from nodeagent.collector.history.counters import SplitCounters
-from nodeagent.collector.history.forming import Forming, provisional_given
+from nodeagent.collector.history.forming import Forming, provisional
 from nodeagent.collector.history.gpu_sums import add_gpus
 from nodeagent.collector.history.minutes import DAY_SECONDS, INDEX, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_rates import node_rates
@@ -200,7 +200,7 @@ class NodeHistory:
                 split.add_losses(acc.parts(), lost, seconds, gap)
                 if node is not None:
                     split.add_losses(node.parts(), lost, seconds, gap)
-                if seconds > 0 and provisional_given(g, share is not None):
+                if seconds > 0 and provisional(g, share is not None):
                     forming.note(g, minute_start, until, seconds)
                     acc.hold_losses(lost, seconds)
                     if node is not None:
