@@ -27,6 +27,7 @@ judge its seconds any more (``settled_before``) and writes a row again when a ve
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,22 +37,26 @@ from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.core.detector.verdict import GpuVerdict
 
 _ENTERED_OVER_A_WINDOW: Final = frozenset({"starved", "waiting", "throttled"})
+_NONE: Final[frozenset[int]] = frozenset()
 
 
-def provisional(g: GpuVerdict) -> bool:
-    """Whether the seconds this verdict counts may still be judged by a later one."""
+def provisional(g: GpuVerdict, shared: bool) -> bool:
+    """Whether the seconds this verdict counts may still be judged by a later one; ``shared``:
+    whether it carries the roll-up's share (``split.job_share``, asked once per GPU a report)."""
     if g.state in ("busy", "starved"):
         # Without the roll-up's share: it may still come, over this window (a starved GPU of a
         # job-wide slowdown waits behind the other nodes beyond its own data share).
-        return split.job_share(g) is None or (g.state == "starved" and split.unnamed(g))
+        return not shared or (g.state == "starved" and split.unnamed(g))
     return g.state == "warmup"
 
 
-def _judges(g: GpuVerdict, counted: GpuVerdict) -> bool:
-    """Whether verdict ``g`` judges seconds ``counted`` counted: it knows more of them."""
+def _judges(g: GpuVerdict, g_shared: bool, p: Provisional) -> bool:
+    """Whether verdict ``g`` (``g_shared``: it carries the roll-up's share) judges the seconds
+    ``p`` counted: it knows more of them. Each verdict's share is asked once, not per pair."""
+    counted = p.verdict
     if counted.state == "warmup":
         return g.state != "warmup"
-    shared = split.job_share(g) is not None and split.job_share(counted) is None
+    shared = g_shared and not p.shared
     if counted.state == "busy":
         return g.state in _ENTERED_OVER_A_WINDOW or shared
     if not split.unnamed(counted):
@@ -68,6 +73,7 @@ class Provisional:
     end: float
     seconds: float
     verdict: GpuVerdict
+    shared: bool  # the verdict carries the roll-up's share (``split.job_share``)
 
 
 # The accumulators of a minute (open or settling) by GPU, None once it is gone.
@@ -82,20 +88,30 @@ class Forming:
     def __init__(self) -> None:
         self.by_gpu: dict[int, list[Provisional]] = {}
 
-    def judge(self, g: GpuVerdict, time: float, window: float, minutes: Accumulators, unresponsive: bool) -> set[int]:
+    def judge(
+        self, g: GpuVerdict, time: float, window: float, minutes: Accumulators, unresponsive: bool
+    ) -> AbstractSet[int]:
         """The GPU's verdict at ``time`` judges its provisional seconds inside [time - window, time];
         returns the minutes whose split changed."""
         pending = self.by_gpu.get(g.index)
         if not pending:
-            return set()
+            return _NONE
         since = time - window
-        keeps = provisional(g)
+        shared = split.job_share(g) is not None
+        # A busy verdict without the roll-up's share, most of them, judges warm-up seconds only.
+        busy_alone = g.state == "busy" and not shared
+        for p in pending:
+            if p.end <= since or (p.verdict.state == "warmup" if busy_alone else _judges(g, shared, p)):
+                break
+        else:
+            return _NONE  # nothing judged, nothing out of the window: as it was (most reports)
+        keeps = provisional(g, shared)
         changed: set[int] = set()
         still: list[Provisional] = []
         for p in pending:
             if p.end <= since:
                 continue  # out of every later window: stays as counted
-            if not _judges(g, p.verdict):
+            if not _judges(g, shared, p):
                 still.append(p)
                 continue
             inside = min(p.seconds, p.end - since)
@@ -107,7 +123,7 @@ class Forming:
                     acc.rejudge(p.verdict, inside, g, unresponsive, keep=keeps)
             changed.add(p.minute)
             if keeps:  # judged by a verdict a later one may judge again
-                still.append(Provisional(p.minute, p.end, inside, g))
+                still.append(Provisional(p.minute, p.end, inside, g, shared))
         self.by_gpu[g.index] = still
         return changed
 
@@ -119,7 +135,7 @@ class Forming:
         if last is not None and last.minute == minute and last.verdict == g:
             last.seconds, last.end = last.seconds + seconds, end
         else:
-            pending.append(Provisional(minute, end, seconds, g))
+            pending.append(Provisional(minute, end, seconds, g, split.job_share(g) is not None))
 
     def minutes(self) -> set[int]:
         """The minutes some provisional seconds are in."""

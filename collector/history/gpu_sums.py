@@ -29,7 +29,8 @@ def add_gpus(
     lost_total = 0.0
     util_sum, util_gpus = 0.0, 0
     for gpu in report.gpus:
-        acc = accs.get(gpu.index) or acc_for(gpu.index)
+        index = gpu.index
+        acc = accs.get(index) or acc_for(index)
         acc.samples += 1
         acc.last_time = time
         sums, counts = acc.sums, acc.counts
@@ -54,7 +55,7 @@ def add_gpus(
         if gpu.HasField("temperature_celsius"):
             sums[_TEMP] += gpu.temperature_celsius
             counts[_TEMP] += 1
-        v = verdicts.get(gpu.index)
+        v = verdicts.get(index)
         if v is not None:
             acc.state, acc.cause = v.state, v.cause or ""
             if v.state == "waiting":
@@ -65,9 +66,12 @@ def add_gpus(
                 sums[_RATIO] = v.starvation_ratio
                 counts[_RATIO] += 1
             # The detector's count is cumulative since it started; a lower one is a new detector.
-            delta = increase_across_reset(lost.get(gpu.index, 0.0), v.gpu_seconds_lost)
-            lost[gpu.index] = v.gpu_seconds_lost
-            sums[_LOST] += delta
+            # Unchanged (a GPU that lost nothing this report, the most of them) it adds nothing.
+            count, before = v.gpu_seconds_lost, lost.get(index, 0.0)
             counts[_LOST] += 1
-            lost_total += delta
+            if count != before:
+                delta = increase_across_reset(before, count)
+                lost[index] = count
+                sums[_LOST] += delta
+                lost_total += delta
     return lost_total, util_sum, util_gpus

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -60,6 +61,7 @@ MAX_HELD_INTERVAL_SECONDS: Final = 10.0
 MAX_GAP_SECONDS: Final = 900.0
 
 WINDOW: Final = DetectorConfig().window_seconds  # the detector's, when the caller does not say
+_NONE: Final[frozenset[int]] = frozenset()
 
 _UTIL, _UTIL_MIN = INDEX["utilization_mean"], INDEX["utilization_min"]
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
@@ -141,14 +143,19 @@ class NodeHistory:
     def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
         time = report.time_unix_seconds
         minute = int(time // MINUTE_SECONDS) * MINUTE_SECONDS
-        self._judge(report, verdict)
+        # The GPUs that did not answer in time, read once for the split's two passes; only a `lost`
+        # verdict's split asks (the seconds counted provisionally are never a lost GPU's).
+        lost = verdict is not None and any(g.state == "lost" for g in verdict.gpus)
+        unresponsive = {g.index for g in report.gpus if g.unresponsive} if lost else _NONE
+        self._judge(report, verdict, unresponsive)
         self.owners.note(self.node_id, report, verdict, minute, new_minute=minute != self.minute)
         if minute != self.minute:
             if self.minute and minute // HOUR_SECONDS != self.minute // HOUR_SECONDS:
                 # Its last minutes go out with this flush: the ledger sums the hour then.
                 self.compact.append(self.minute // HOUR_SECONDS * HOUR_SECONDS)
             # The part of this report's interval before its minute held the GPUs of the last one.
-            self._hold(self.open, report, verdict, min(time, self.minute + MINUTE_SECONDS), minute_start=self.minute)
+            until = min(time, self.minute + MINUTE_SECONDS)
+            self._hold(self.open, report, verdict, unresponsive, until, minute_start=self.minute)
             self.closed.extend(acc.row(self.node_id) for acc in self.open.values())
             self.settling[self.minute] = self.open
             self._gap_minutes(report, verdict, minute)
@@ -161,12 +168,12 @@ class NodeHistory:
         if keep is not None:
             self.reports.append(StoredReport(self.node_id, time, report.epoch, report.seq, keep))
         self._rollup(report, verdict)
-        self._hold(self.open, report, verdict, time, minute_start=minute)
+        self._hold(self.open, report, verdict, unresponsive, time, minute_start=minute)
         self.previous_time = (report.epoch, time)
 
     def _hold(
-        self, accs: dict[int, OpenMinute], report: pb.NodeReport, verdict: NodeVerdict | None, until: float,
-        minute_start: int,
+        self, accs: dict[int, OpenMinute], report: pb.NodeReport, verdict: NodeVerdict | None,
+        unresponsive: AbstractSet[int], until: float, minute_start: int,
     ) -> None:  # fmt: skip
         """Count the part of the report's interval in [``minute_start``, ``until``] as held on each
         GPU its verdict names a job for, split by what the verdict says it did (``split``). The
@@ -183,33 +190,34 @@ class NodeHistory:
         seconds = max(0.0, until - known_from)
         gap = max(0.0, min(until, known_from) - start)
         node = accs.get(NODE_ROW)
-        unresponsive = {g.index for g in report.gpus if g.unresponsive}
         forming = self.forming
         for g in verdict.gpus:
             acc = accs.get(g.index)
             if g.jobs and acc is not None:
                 acc.held = (acc.held or 0.0) + seconds + gap
-                lost = split.losses(g, g.index in unresponsive)  # once: up to four sums take it
+                share = split.job_share(g)
+                lost = split.losses_given(g, g.index in unresponsive, share)  # once: up to four sums take it
                 split.add_losses(acc.parts(), lost, seconds, gap)
                 if node is not None:
                     split.add_losses(node.parts(), lost, seconds, gap)
-                if seconds > 0 and provisional(g):
+                if seconds > 0 and provisional(g, share is not None):
                     forming.note(g, minute_start, until, seconds)
                     acc.hold_losses(lost, seconds)
                     if node is not None:
                         node.hold_losses(lost, seconds)
 
-    def _judge(self, report: pb.NodeReport, verdict: NodeVerdict | None) -> None:
+    def _judge(self, report: pb.NodeReport, verdict: NodeVerdict | None, unresponsive: AbstractSet[int]) -> None:
         """The report's verdict judges its window: the provisional seconds in it take its split;
         a closed minute it changed is written again (and its hour summed again, if it was)."""
         if verdict is None or not self.forming.by_gpu:
             return
         time = report.time_unix_seconds
-        unresponsive = {g.index for g in report.gpus if g.unresponsive}
         changed: set[int] = set()
         for g in verdict.gpus:
             if g.jobs:
                 changed |= self.forming.judge(g, time, self.window, self._minute_accs, g.index in unresponsive)
+        if not changed:
+            return  # most reports: no verdict judged seconds it had not
         for m in sorted(changed & self.settling.keys()):
             self.closed.extend(acc.row(self.node_id) for acc in self.settling[m].values())
             hour = m // HOUR_SECONDS * HOUR_SECONDS
@@ -372,9 +380,9 @@ class NodeHistory:
                 node_counts[_RATIO] += 1
             node.add(_LOST, lost_total)
         host = report.host
-        for name, pressure in _PRESSURES:
+        for column, pressure in _PRESSURES:
             if host.HasField(pressure):
-                node.add(INDEX[name], getattr(host, pressure).some_avg10_ratio)
+                node.add(column, getattr(host, pressure).some_avg10_ratio)
         # Rates against the report RATE_EVERY_SECONDS back: the same mean over a minute as one
         # per report, at a fraction of the cost.
         base = self.previous
@@ -391,8 +399,8 @@ class NodeHistory:
 
 
 _PRESSURES: Final = (
-    ("pressure_cpu_some_ratio", "pressure_cpu"), ("pressure_io_some_ratio", "pressure_io"),
-    ("pressure_memory_some_ratio", "pressure_memory"),
+    (INDEX["pressure_cpu_some_ratio"], "pressure_cpu"), (INDEX["pressure_io_some_ratio"], "pressure_io"),
+    (INDEX["pressure_memory_some_ratio"], "pressure_memory"),
 )  # fmt: skip
 
 

@@ -89,8 +89,12 @@ Losses = tuple[tuple[int, float], ...]
 
 def losses(verdict: GpuVerdict, unresponsive: bool) -> Losses:
     """The categories (their index) the verdict loses time to, each with its share of the seconds."""
+    return losses_given(verdict, unresponsive, job_share(verdict))
+
+
+def losses_given(verdict: GpuVerdict, unresponsive: bool, share: float | None) -> Losses:
+    """``losses``, with the verdict's ``job_share`` already read (the ingest path reads it once a GPU)."""
     own = _own_losses(verdict, unresponsive)
-    share = job_share(verdict)
     if share is None:
         return own
     # The roll-up measured more of the time waiting than the verdict's own losses count: the rest.
@@ -146,12 +150,15 @@ def add_losses(parts: list[float], lost: Losses, seconds: float, gap_seconds: fl
     """``add`` with the verdict's ``losses`` already read (once per GPU per report, however many
     rows and provisional counts take them)."""
     if seconds > 0:
-        computing = seconds
-        for category, share in lost:
-            part = seconds * share
-            parts[category] += part
-            computing -= part
-        parts[_COMPUTING] += max(0.0, computing)
+        if not lost:  # a verdict that loses nothing (most): all of it computed, as below
+            parts[_COMPUTING] += seconds
+        else:
+            computing = seconds
+            for category, share in lost:
+                part = seconds * share
+                parts[category] += part
+                computing -= part
+            parts[_COMPUTING] += max(0.0, computing)
     if gap_seconds > 0:
         parts[_UNKNOWN] += gap_seconds
 
