@@ -11,7 +11,8 @@ every NVML call that many microseconds, spun on the caller's CPU (the fake's cos
 Figures, not a test: the machine's other load moves them (run it alone, or compare runs made
 side by side).
 
-    python bench/daemon_cost.py [--seconds 60] [--warmup 10] [--latency-us 0] [--cases a100,a100+jobs,h100,h100+jobs] [--json]
+    python bench/daemon_cost.py [--seconds 60] [--warmup 10] [--latency-us 0]
+                                [--cases a100,a100+jobs,h100,h100+jobs] [--json]
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def measure(case: str, seconds: float, warmup: float, latency_us: int) -> dict[s
             threads = _status_kib(proc.pid, "Threads") if alive else 0
     if not alive:
         raise SystemExit(f"{case}: the agent exited early")
-    return {"case": case, "latency_us": latency_us, "core_share": used / took, "peak_rss_bytes": rss, "threads": threads}
+    return {
+        "case": case, "latency_us": latency_us, "core_share": used / took, "peak_rss_bytes": rss, "threads": threads,
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -86,7 +89,8 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"nodeagent run, 8 fake GPUs, 1 Hz, {args.seconds:g} s each after {args.warmup:g} s, {args.latency_us} us/call")
+    at = f"{args.latency_us} us/call"
+    print(f"nodeagent run, 8 fake GPUs, 1 Hz, {args.seconds:g} s each after {args.warmup:g} s, {at}")
     for r in results:
         print(
             f"{r['case']:<12} {r['core_share'] * 100:6.2f}% of a core   peak RSS {r['peak_rss_bytes'] / 1e6:5.1f} MB"
