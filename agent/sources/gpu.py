@@ -66,7 +66,7 @@ class _GpuState:
     plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
     mig: mig.MigState | None = None  # a GPU in MIG mode: its instances
     opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
-    power: PowerSamples | None = None  # its draw read between ticks (no GPM)
+    power: PowerSamples | None = None  # its draw read between ticks (no GPM), while a process runs
     slow: SlowReadings = field(default_factory=SlowReadings)  # what is read every 30 s and at scan
 
     def tick_plan(self) -> gpu_fields.TickPlan:
@@ -218,14 +218,17 @@ class GpuSource(Source):
         return state
 
     def _sample_power_between(self, states: list[_GpuState]) -> None:
-        """Each GPU without GPM reads its draw between ticks on its own thread (``power_samples``)."""
+        """Which GPUs may read their draw between ticks (``power_samples``): those without GPM. Each
+        tick turns the reads on while a process runs on the GPU and off when none does
+        (``_power_while_busy``); a scan leaves a GPU's reads as they are."""
         period = self.ctx.config.gpu_power_sample_seconds
         for state in states:
             reader = self._readers.reader(state.index)
             if period > 0 and state.opened and wanted(state.info, state.mig is not None):
-                if state.power is None:
+                if state.power is None:  # a GPU described afresh starts with its reads off
                     state.power = PowerSamples(state.gpu)
-                reader.between, reader.between_seconds = state.power.read, period
+                    reader.between = None
+                reader.between_seconds = period
             else:
                 state.power = None
                 reader.between = None
@@ -347,8 +350,21 @@ class GpuSource(Source):
         if state.info.gpm_supported:
             self._gpm(state, sample)
         if state.power is not None:
-            state.power.drain_into(sample)
+            self._power_while_busy(state, sample)
         return slow_read
+
+    def _power_while_busy(self, state: _GpuState, sample: pb.GpuSample) -> None:
+        """A GPU without GPM reads its draw between ticks only while a process runs on it: an idle
+        GPU's draw tells nothing the report's mean does not. On the GPU's own reader thread, which
+        picks up the change when this tick's work is done."""
+        assert state.power is not None
+        reader = self._readers.reader(state.index)
+        if sample.processes:
+            if reader.between is None:
+                reader.between = state.power.read
+        elif reader.between is not None:
+            reader.between = None
+        state.power.drain_into(sample)
 
     def _add_processes(self, gpu: Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
         """The compute processes of a GPU or of a MIG device, with their name, user and job."""
