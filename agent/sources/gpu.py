@@ -3,9 +3,11 @@
 Per GPU and tick: utilization, memory, compute processes with their jobs (and per multi-node job
 on the node one ``JobSample``, ``job_samples.py``), every counter in one
 batched field-value call (PCIe bytes and replays, NVLink state, bytes and errors per link, ECC,
-row remapping, power), clock-event reasons, temperature, SM clock, PCIe link, and on GPM-capable
+row remapping, power, temperature), clock-event reasons, SM clock, and on GPM-capable
 GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink rates over the
-tick. XID and double-bit ECC events arrive from a background thread and go out in the next report.
+tick. The memory clock, PCIe link, idle video engines and the fabric are read at a scan and every
+30 s (``slow_readings``), each tick carrying the last reading. XID and double-bit ECC events
+arrive from a background thread and go out in the next report.
 Beside them, each in its module: the GPU's NVLink fabric (``fabric``), its MIG instances as
 samples of their own (``mig``), each process's share of a shared GPU (``process_share``), Xid
 counts and the process each Xid hit (``xid_counts``), and readings the rest of the GPU contradicts
