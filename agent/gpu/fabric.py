@@ -1,5 +1,6 @@
-"""Each GPU's place in the NVLink fabric, read every tick: the report's ``GpuFabric``, and a health
-event when what is wrong with it changes.
+"""Each GPU's place in the NVLink fabric: the report's ``GpuFabric``, and a health event when what is
+wrong with it changes. Asked with the GPU's slowly changing readings (``slow_readings.py``: at each
+scan and every 30 s); every tick between carries the last answer.
 
 On NVSwitch systems (HGX H100/B200, GB200/GB300 NVL72) a GPU that has not registered with the
 fabric manager, or whose routes are unhealthy, cannot reach its peers at NVLink bandwidth while
@@ -19,20 +20,28 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 class FabricWatch:
     """What each GPU's fabric said last, so a change (and only a change) becomes an event."""
 
-    __slots__ = ("_last",)
+    __slots__ = ("_fabric", "_last")
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[str, ...]] = {}  # by GPU UUID: problems and repairs under way
+        self._fabric: dict[str, pb.GpuFabric] = {}  # by GPU UUID: its last answer
 
-    def read(self, gpu: Gpu, sample: pb.GpuSample, report: pb.NodeReport) -> None:
-        """Set ``sample.fabric`` from NVML; add an event to ``report`` when the GPU's fabric turns
-        bad, changes how it is bad, or recovers."""
+    def read(self, gpu: Gpu, sample: pb.GpuSample, report: pb.NodeReport, *, ask: bool = True) -> None:
+        """Set ``sample.fabric``: from NVML when ``ask``, else the GPU's last answer; add an event to
+        ``report`` when the GPU's fabric turns bad, changes how it is bad, or recovers."""
+        if not ask:
+            last = self._fabric.get(sample.uuid)
+            if last is not None:
+                sample.fabric.CopyFrom(last)
+            return
         info = gpu.fabric()
         if info is None:
+            self._fabric.pop(sample.uuid, None)
             return
         fabric = fabric_message(
             info.state, info.status, info.cluster_uuid, info.clique_id, info.health_mask, info.health_summary
         )
+        self._fabric[sample.uuid] = fabric
         sample.fabric.CopyFrom(fabric)
         problems, transients = fabric_problems(fabric), fabric_transients(fabric)
         now = (*problems, *transients)
@@ -66,3 +75,5 @@ class FabricWatch:
         """Forget GPUs no longer on the node."""
         for uuid in [u for u in self._last if u not in uuids]:
             del self._last[uuid]
+        for uuid in [u for u in self._fabric if u not in uuids]:
+            del self._fabric[uuid]

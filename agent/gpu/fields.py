@@ -49,6 +49,7 @@ FI_PCIE_COUNT_TX_BYTES: Final = 197  # cumulative, may wrap
 FI_PCIE_COUNT_RX_BYTES: Final = 198
 FI_NVLINK_COUNT_XMIT_BYTES: Final = 202  # NVLink5 (Blackwell) byte counters, per link
 FI_NVLINK_COUNT_RCV_BYTES: Final = 204
+FI_GPU_TEMP: Final = 308  # temperature.gpu, C with sub-degree precision (nvml.h 13; older drivers: not supported)
 
 NVLINK_STATE_ACTIVE: Final = 1
 
@@ -62,7 +63,7 @@ NVLINK_BYTE_SOURCES: Final = (
 _DEVICE_FIELDS: Final = (
     FI_PCIE_COUNT_RX_BYTES, FI_PCIE_COUNT_TX_BYTES, FI_PCIE_REPLAY_COUNTER, FI_ECC_DBE_VOL_TOTAL,
     FI_ECC_DBE_AGG_TOTAL, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_POWER_INSTANT,
-    FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_MEMORY_TEMP, FI_TOTAL_ENERGY_CONSUMPTION,
+    FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_MEMORY_TEMP, FI_TOTAL_ENERGY_CONSUMPTION, FI_GPU_TEMP,
 )  # fmt: skip
 _LINK_FIELDS: Final = (
     FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC,
@@ -161,6 +162,9 @@ def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> No
     _set(sample, "remapped_rows_correctable_total", get(FI_REMAPPED_COR))
     _set(sample, "remapped_rows_uncorrectable_total", get(FI_REMAPPED_UNC))
     _set(sample, "energy_millijoules_total", get(FI_TOTAL_ENERGY_CONSUMPTION))
+    gpu_temp = values.get((FI_GPU_TEMP, 0))
+    if gpu_temp is not None:  # whole degrees, as nvmlDeviceGetTemperature gives them (dcgm-exporter's too)
+        sample.temperature_celsius = float(int(gpu_temp))
     memory_temp = get(FI_MEMORY_TEMP)
     if memory_temp is not None:
         sample.memory_temperature_celsius = float(memory_temp)

@@ -31,8 +31,8 @@ class GpuHandle:
     is here (``__slots__``): the families are mixins without state of their own (``nvml_gpu.Gpu``)."""
 
     __slots__ = (
-        "_fabric_struct", "_power_request", "_request", "errors", "handle", "index", "lost", "mismatched",
-        "unsupported", "unsupported_fields",
+        "_fabric_struct", "_power_request", "_procs", "_request", "errors", "handle", "index", "lost",
+        "mismatched", "unsupported", "unsupported_fields",
     )  # fmt: skip
 
     def __init__(self, index: int, handle: Any) -> None:
@@ -46,6 +46,7 @@ class GpuHandle:
         self._request: tuple[tuple[FieldKey, ...], Any] | None = None  # field ids, prepared array
         self._fabric_struct = 0  # which of nvml_topology's fabric structures this driver takes
         self._power_request: Any = None  # the one-field request of ``power_instant_mw``, kept apart
+        self._procs: Any = None  # the process array of ``processes``, grown when too small
 
     @classmethod
     def open(cls, index: int) -> Self | None:

@@ -40,11 +40,22 @@ class TickReadings(GpuHandle):
         )
 
     def processes(self) -> list[ProcessUsage] | None:
-        """nvidia-smi --query-compute-apps=pid,used_memory"""
-        procs = self._query("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
-        if procs is None:
-            return None
-        return [ProcessUsage(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
+        """nvidia-smi --query-compute-apps=pid,used_memory, in one call into an array kept per GPU
+        (pynvml's wrapper asks twice whenever a process runs: the count, then the list); a second
+        call only when the array is too small, which then grows."""
+        for _ in range(2):
+            if self._procs is None:
+                self._procs = (pynvml.c_nvmlProcessInfo_v3_t * _PROCESSES_FIRST)()
+            count = self._query("nvmlDeviceGetComputeRunningProcesses_v3", running_processes, self._procs)
+            if count is None:
+                return None
+            if count >= 0:
+                return [
+                    ProcessUsage(int(p.pid), None if p.usedGpuMemory == _NOT_AVAILABLE else int(p.usedGpuMemory))
+                    for p in self._procs[:count]
+                ]
+            self._procs = (pynvml.c_nvmlProcessInfo_v3_t * (2 * -count + 5))()  # room for a few more
+        return None
 
     def clock_event_reasons(self) -> int | None:
         """clocks_event_reasons.active: nvmlClocksEventReason* bitmask."""
@@ -128,6 +139,25 @@ class TickReadings(GpuHandle):
         if raw is None:
             return None
         return [ProcessUtilization(int(s.pid), int(s.timeStamp), s.smUtil / 100.0, s.memUtil / 100.0) for s in raw]
+
+
+# ---- Processes: one call into an array kept per GPU -----------------------------------------------
+
+_PROCESSES_FIRST: Final = 16  # entries; an 8-GPU node runs one or a few processes per GPU
+_NOT_AVAILABLE: Final = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value  # usedGpuMemory unknown (WDDM)
+
+
+def running_processes(handle: Any, array: Any) -> int:
+    """nvmlDeviceGetComputeRunningProcesses_v3 into ``array``: how many entries it filled, or minus
+    the count needed when the array is too small (NVML_ERROR_INSUFFICIENT_SIZE)."""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")  # NVMLError if absent
+    count = ctypes.c_uint(len(array))
+    ret = fn(handle, ctypes.byref(count), array)
+    if ret == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        return -int(count.value)
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return int(count.value)
 
 
 # ---- Field values: one prepared request array per GPU, decoded in one pass ------------------------

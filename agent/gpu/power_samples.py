@@ -14,7 +14,12 @@ Bounded, and behind the per-GPU deadlines: the reads run on the GPU's own thread
 hangs is watched and abandoned like any of the tick's (the GPU turns ``unresponsive``, and no
 read is tried while it is); at most ``LIMIT`` readings wait for a tick (a long interval keeps the
 newest). The reads and the tick's drain share the thread: no lock. GPUs with GPM (SM activity
-tells) and GPUs in MIG mode (the draw is every tenant's) are not sampled.
+tells) and GPUs in MIG mode (the draw is every tenant's) are not sampled, and a GPU without GPM
+only while a process runs on it (the tick's process list turns the reads on and off,
+``GpuSource._power_while_busy``): an idle GPU's draw says nothing the report's mean does not, and
+the collector learns computing and resting draws from a job's steps. No estimate of the power
+counter's regime (its update period and averaging window) exists in the agent yet, so the period
+is the configured one, not one learned per GPU.
 """
 
 from __future__ import annotations
@@ -53,5 +58,6 @@ class PowerSamples:
 
 
 def wanted(info: pb.GpuInfo, in_mig_mode: bool) -> bool:
-    """Whether a GPU is sampled between ticks: no GPM, not split into MIG instances."""
+    """Whether a GPU may be sampled between ticks (while a process runs on it): no GPM, not split
+    into MIG instances."""
     return not info.gpm_supported and not in_mig_mode

@@ -3,9 +3,11 @@
 Per GPU and tick: utilization, memory, compute processes with their jobs (and per multi-node job
 on the node one ``JobSample``, ``job_samples.py``), every counter in one
 batched field-value call (PCIe bytes and replays, NVLink state, bytes and errors per link, ECC,
-row remapping, power), clock-event reasons, temperature, SM clock, PCIe link, and on GPM-capable
+row remapping, power, temperature), clock-event reasons, SM clock, and on GPM-capable
 GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink rates over the
-tick. XID and double-bit ECC events arrive from a background thread and go out in the next report.
+tick. The memory clock, PCIe link, idle video engines and the fabric are read at a scan and every
+30 s (``slow_readings``), each tick carrying the last reading. XID and double-bit ECC events
+arrive from a background thread and go out in the next report.
 Beside them, each in its module: the GPU's NVLink fabric (``fabric``), its MIG instances as
 samples of their own (``mig``), each process's share of a shared GPU (``process_share``), Xid
 counts and the process each Xid hit (``xid_counts``), and readings the rest of the GPU contradicts
@@ -40,6 +42,7 @@ from nodeagent.agent.gpu.nvml_sampling import GpmSample
 from nodeagent.agent.gpu.power_samples import PowerSamples, wanted
 from nodeagent.agent.gpu.process_share import ProcessShares
 from nodeagent.agent.gpu.processes import ProcessReader
+from nodeagent.agent.gpu.slow_readings import SlowReadings
 from nodeagent.agent.gpu.suspect_fields import SuspectReadings
 from nodeagent.agent.gpu.xid_counts import XidLedger
 from nodeagent.agent.sources.base import Source, SourceContext
@@ -65,7 +68,8 @@ class _GpuState:
     plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
     mig: mig.MigState | None = None  # a GPU in MIG mode: its instances
     opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
-    power: PowerSamples | None = None  # its draw read between ticks (no GPM)
+    power: PowerSamples | None = None  # its draw read between ticks (no GPM), while a process runs
+    slow: SlowReadings = field(default_factory=SlowReadings)  # what is read every 30 s and at scan
 
     def tick_plan(self) -> gpu_fields.TickPlan:
         """This tick's field requests; remade only when the GPU refused another field."""
@@ -128,6 +132,8 @@ class GpuSource(Source):
             if id(dropped) not in kept:
                 dropped.drop_gpm()
         topology.gpus.extend(state.info for state in states)
+        for state in states:
+            state.slow.make_due()  # a scan reads the slowly changing values afresh
         self._sample_power_between(states)
         uuids = {state.uuid for state in states}
         self._fabric.retain(uuids)
@@ -214,14 +220,17 @@ class GpuSource(Source):
         return state
 
     def _sample_power_between(self, states: list[_GpuState]) -> None:
-        """Each GPU without GPM reads its draw between ticks on its own thread (``power_samples``)."""
+        """Which GPUs may read their draw between ticks (``power_samples``): those without GPM. Each
+        tick turns the reads on while a process runs on the GPU and off when none does
+        (``_power_while_busy``); a scan leaves a GPU's reads as they are."""
         period = self.ctx.config.gpu_power_sample_seconds
         for state in states:
             reader = self._readers.reader(state.index)
             if period > 0 and state.opened and wanted(state.info, state.mig is not None):
-                if state.power is None:
+                if state.power is None:  # a GPU described afresh starts with its reads off
                     state.power = PowerSamples(state.gpu)
-                reader.between, reader.between_seconds = state.power.read, period
+                    reader.between = None
+                reader.between_seconds = period
             else:
                 state.power = None
                 reader.between = None
@@ -287,8 +296,8 @@ class GpuSource(Source):
     def _sample(self, state: _GpuState, report: pb.NodeReport, pids: set[int]) -> pb.GpuSample:
         sample = pb.GpuSample(index=state.index, uuid=state.uuid)
         if not state.gpu.lost:
-            self._fill(state, sample, pids)
-            self._beside(state, sample, report, pids)
+            slow_read = self._fill(state, sample, pids)
+            self._beside(state, sample, report, pids, slow_read)
         if not state.gpu.lost:
             return sample
         # Lost now or earlier: report only that; partial values of this tick mean nothing.
@@ -305,21 +314,22 @@ class GpuSource(Source):
             )
         return pb.GpuSample(index=state.index, uuid=state.uuid, lost=True)
 
-    def _fill(self, state: _GpuState, sample: pb.GpuSample, pids: set[int]) -> None:
+    def _fill(self, state: _GpuState, sample: pb.GpuSample, pids: set[int]) -> bool:
+        """The tick's readings into ``sample``: each tick's calls, then the last of the slowly
+        changing ones (``slow_readings``); True when those were read this tick."""
         gpu = state.gpu
         util = gpu.utilization()
         if util is not None:
             sample.utilization_gpu_ratio = util.gpu_ratio
             sample.utilization_memory_ratio = util.memory_ratio
         gpu_fields.fill_memory(gpu.memory(), sample)
-        encoder, decoder = gpu.encoder_decoder_utilization()
-        if encoder is not None:
-            sample.utilization_encoder_ratio = encoder
-        if decoder is not None:
-            sample.utilization_decoder_ratio = decoder
         self._add_processes(gpu, sample, pids)
         plan = state.tick_plan()
         gpu_fields.fill_sample(gpu.field_values(plan.requests), plan, sample)
+        if not sample.HasField("temperature_celsius"):  # a driver without field 308
+            temperature = gpu.temperature_celsius()
+            if temperature is not None:
+                sample.temperature_celsius = float(temperature)
         if (gpu_fields.FI_PCIE_COUNT_RX_BYTES, 0) in gpu.unsupported_fields:
             rx, tx = gpu.pcie_throughput()
             if rx is not None:
@@ -330,20 +340,11 @@ class GpuSource(Source):
         if reasons is not None:
             sample.clock_event_reasons = reasons
             sample.clock_event_reason_names.extend(clock_event_reason_names(reasons))
-        temperature = gpu.temperature_celsius()
-        if temperature is not None:
-            sample.temperature_celsius = float(temperature)
         sm_clock = gpu.sm_clock_mhz()
         if sm_clock is not None:
             sample.sm_clock_mhz = sm_clock
-        memory_clock = gpu.memory_clock_mhz()
-        if memory_clock is not None:
-            sample.memory_clock_mhz = memory_clock
-        generation, width = gpu.pcie_link()
-        if generation is not None:
-            sample.pcie_link_generation = generation
-        if width is not None:
-            sample.pcie_link_width = width
+        slow_read = state.slow.read(gpu)
+        state.slow.fill(sample)
         if state.info.HasField("pcie_max_generation"):
             sample.pcie_max_link_generation = state.info.pcie_max_generation
         if state.info.HasField("pcie_max_width"):
@@ -351,7 +352,21 @@ class GpuSource(Source):
         if state.info.gpm_supported:
             self._gpm(state, sample)
         if state.power is not None:
-            state.power.drain_into(sample)
+            self._power_while_busy(state, sample)
+        return slow_read
+
+    def _power_while_busy(self, state: _GpuState, sample: pb.GpuSample) -> None:
+        """A GPU without GPM reads its draw between ticks only while a process runs on it: an idle
+        GPU's draw tells nothing the report's mean does not. On the GPU's own reader thread, which
+        picks up the change when this tick's work is done."""
+        assert state.power is not None
+        reader = self._readers.reader(state.index)
+        if sample.processes:
+            if reader.between is None:
+                reader.between = state.power.read
+        elif reader.between is not None:
+            reader.between = None
+        state.power.drain_into(sample)
 
     def _add_processes(self, gpu: Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
         """The compute processes of a GPU or of a MIG device, with their name, user and job."""
@@ -363,10 +378,13 @@ class GpuSource(Source):
                 entry.used_memory_bytes = proc.used_memory_bytes
             entry.job.CopyFrom(job_ref(info))
 
-    def _beside(self, state: _GpuState, sample: pb.GpuSample, report: pb.NodeReport, pids: set[int]) -> None:
-        """The fabric, the MIG instances and the processes' shares (after ``_fill``)."""
+    def _beside(
+        self, state: _GpuState, sample: pb.GpuSample, report: pb.NodeReport, pids: set[int], slow_read: bool
+    ) -> None:
+        """The fabric (asked with the slowly changing readings), the MIG instances and the processes'
+        shares (after ``_fill``)."""
         gpu = state.gpu
-        self._fabric.read(gpu, sample, report)
+        self._fabric.read(gpu, sample, report, ask=slow_read)
         if state.mig is not None:
             answered = mig.fill(
                 gpu, state.mig, sample, state.info.gpm_supported,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
+from nodeagent.agent.gpu import slow_readings
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.validate import check_report
@@ -144,8 +145,10 @@ def test_gb200_tray_fabric_names_its_cluster_and_clique(fake_nvml: FakeNvml, mak
     ],
 )
 def test_one_gpu_of_eight_leaving_the_fabric_shows_in_its_sample_and_one_event(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, fault: str, problems: str, message: str
-) -> None:
+    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, fault: str, problems: str, message: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(slow_readings, "SLOW_SECONDS", 0.0)  # the fabric asked every tick here
     state = fake_nvml.load(gb200(8))
     collector = make_gpu_collector()
     collector.scan(pb.NodeInfo())
@@ -186,3 +189,67 @@ def test_a_gpu_without_fabric_reports_none_and_is_asked_once(
     assert not any(g.HasField("fabric") for g in (*first.gpus, *second.gpus))
     assert fake_nvml.calls("nvmlDeviceGetGpuFabricInfoV", gpu=0) == 1
     assert not [e for e in (*first.events, *second.events) if e.kind == "gpu_fabric"]
+
+
+def test_the_fabric_is_asked_at_a_scan_and_every_slow_period_and_carried_between(
+    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What changes slowly costs no call a tick: the fabric, the memory clock, the PCIe link and an
+    idle video engine are read at the scan and every SLOW_SECONDS, and each tick carries the last."""
+    now = [100.0]
+    monkeypatch.setattr(slow_readings.time, "monotonic", lambda: now[0])
+    state = fake_nvml.load(b200(2))
+    collector = make_gpu_collector()
+    collector.scan(pb.NodeInfo())
+    collector.collect(pb.NodeReport(time_unix_seconds=1000.0))
+    asked = fake_nvml.calls("nvmlDeviceGetGpuFabricInfoV", 0)
+    state.gpus[0].fabric_health = fabric_health_mask(degraded_bandwidth=True)
+    state.gpus[0].pcie_gen, state.gpus[0].mem_clock = 3, 1000
+    fake_nvml.write()
+    for t in range(3):
+        now[0] += 1.0
+        report = pb.NodeReport(time_unix_seconds=1001.0 + t)
+        collector.collect(report)
+        sample = report.gpus[0]
+        assert sample.fabric.health_mask == fabric_health_mask()  # the last answer, carried
+        assert (sample.pcie_link_generation, sample.memory_clock_mhz) == (5, 1593)
+    assert fake_nvml.calls("nvmlDeviceGetGpuFabricInfoV", 0) == asked
+    assert fake_nvml.calls("nvmlDeviceGetCurrPcieLinkGeneration", 0) == 1
+    now[0] += slow_readings.SLOW_SECONDS
+    report = pb.NodeReport(time_unix_seconds=1040.0)
+    collector.collect(report)
+    sample = report.gpus[0]
+    assert sample.fabric.health_mask == fabric_health_mask(degraded_bandwidth=True)
+    assert (sample.pcie_link_generation, sample.memory_clock_mhz) == (3, 1000)
+    assert [e.attributes["problems"] for e in report.events if e.kind == "gpu_fabric"] == ["degraded_bandwidth"]
+    # A scan reads them at once.
+    state.gpus[0].pcie_gen = 5
+    fake_nvml.write()
+    now[0] += 1.0
+    collector.scan(pb.NodeInfo())
+    report = pb.NodeReport(time_unix_seconds=1041.0)
+    collector.collect(report)
+    assert report.gpus[0].pcie_link_generation == 5
+
+
+def test_a_busy_video_engine_is_read_every_tick(
+    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(slow_readings.time, "monotonic", lambda: now[0])
+    state = fake_nvml.load(b200(1))
+    state.gpus[0].util_dec = 40
+    fake_nvml.write()
+    collector = make_gpu_collector()
+    collector.scan(pb.NodeInfo())
+    collector.collect(pb.NodeReport(time_unix_seconds=1000.0))
+    state.gpus[0].util_dec = 0
+    fake_nvml.write()
+    readings = []
+    for t in range(3):
+        now[0] += 1.0
+        report = pb.NodeReport(time_unix_seconds=1001.0 + t)
+        collector.collect(report)
+        readings.append(report.gpus[0].utilization_decoder_ratio)
+    assert readings == [0.0, 0.0, 0.0]  # read at once while busy; idle since: back on the slow schedule
+    assert fake_nvml.calls("nvmlDeviceGetDecoderUtilization", 0) == 2

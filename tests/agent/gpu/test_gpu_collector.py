@@ -296,9 +296,10 @@ def test_counters_take_one_field_value_call_per_gpu_per_tick(
     counts.pop("nvmlEventSetWait_v2", None)  # the event thread's waits, not sampling
     assert counts["nvmlDeviceGetFieldValues"] == 8 * ticks
     per_gpu_per_tick = sum(counts.values()) / (8 * ticks)
-    # util, encoder, decoder, memory, processes, field values, clock reasons, temperature, SM and
-    # memory clocks, PCIe gen+width, GPM sample + metrics: 14, and nothing allocated per tick.
-    assert per_gpu_per_tick == 14
+    # util, memory, processes, field values (temperature among them), clock reasons, SM clock, GPM
+    # sample + metrics: 8, and nothing allocated per tick. The memory clock, PCIe link and the
+    # video engines wait for the slow schedule (30 s, or a scan).
+    assert per_gpu_per_tick == 8
     assert "nvmlGpmSampleAlloc" not in counts
 
 
@@ -397,3 +398,26 @@ def test_driver_that_fails_to_initialize_is_a_reason_reported_once(
     assert [len(r.events) for r in reports] == [1, 0, 0]
     assert (reports[0].events[0].kind, reports[0].events[0].message) == ("gpu_unavailable", info.gpu.unavailable_reason)
     assert not any(r.gpus for r in reports)
+
+
+def test_processes_take_one_call_and_a_second_only_when_the_list_outgrows_its_array(
+    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+) -> None:
+    """pynvml's wrapper asks for the count, then the list: two calls per GPU with a process. The
+    agent asks once, into an array kept per GPU, and grows it when NVML says it is too small."""
+    state = fake_nvml.load(a100_sxm4(count=1))
+    state.gpus[0].procs = {1000 + i: (i + 1) * 1024**2 for i in range(3)}
+    fake_nvml.write()
+    collector = make_gpu_collector()
+    scan(collector)
+    first = tick(collector, 1000.0)
+    assert {(p.pid, p.used_memory_bytes) for p in first.gpus[0].processes} == {
+        (1000 + i, (i + 1) * 1024**2) for i in range(3)
+    }
+    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 1
+    state.gpus[0].procs = {2000 + i: 1024**2 for i in range(40)}  # more than the first array holds
+    fake_nvml.write()
+    assert len(tick(collector, 1001.0).gpus[0].processes) == 40
+    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 3
+    assert len(tick(collector, 1002.0).gpus[0].processes) == 40
+    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 4  # grown: one call again

@@ -1,8 +1,10 @@
 """The draw read between ticks on GPUs without GPM (agent/gpu/power_samples.py), against the fake
-NVML: sub-second phases reach the report, GPM GPUs are left alone, a hang stays behind the deadlines."""
+NVML: sub-second phases reach the report, only while a process runs on the GPU, GPM GPUs are left
+alone, a hang stays behind the deadlines."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,12 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def _source(fake: FakeNvml, state: FakeNvmlState, period: float = 0.02) -> GpuSource:
+def _source(fake: FakeNvml, state: FakeNvmlState, period: float = 0.02, job: bool = True) -> GpuSource:
+    """The GPU source over ``state``, with a process on every GPU (a job's rank: this test's own
+    process) unless ``job`` is False."""
+    if job:
+        for g in state.gpus:
+            g.procs = {os.getpid(): 1 << 30}
     fake.load(state)
     config = AgentConfig(gpu_deadlines=DEADLINES, gpu_power_sample_seconds=period)
     source = GpuSource(SourceContext(roots=Roots(), files=KernelFiles(), config=config))
@@ -82,6 +89,34 @@ def test_sub_second_phases_reach_the_report_on_a_gpu_without_gpm(
     calls = fake_nvml.calls("nvmlDeviceGetFieldValues", 0)
     _wait_for(lambda: fake_nvml.calls("nvmlDeviceGetFieldValues", 0) >= calls + 3)
     assert 380.0 not in _tick(source).gpus[0].power_samples_watts
+
+
+def test_power_is_read_between_ticks_only_while_a_process_runs_on_the_gpu(
+    fake_nvml: FakeNvml, live: Path, closing: list[GpuSource]
+) -> None:
+    live.write_text("60000 300000\n")
+    state = a100_sxm4(count=2)
+    source = _source(fake_nvml, state, job=False)
+    closing.append(source)
+    _tick(source)
+    before = [fake_nvml.calls("nvmlDeviceGetFieldValues", i) for i in (0, 1)]
+    time.sleep(0.2)  # ten periods: a sampler would have read by now
+    assert [fake_nvml.calls("nvmlDeviceGetFieldValues", i) for i in (0, 1)] == before
+    assert not any(g.power_samples_watts for g in _tick(source).gpus)
+    state.gpus[1].procs = {os.getpid(): 1 << 30}  # a job starts on GPU 1
+    fake_nvml.write()
+    _tick(source)  # sees its process: reads begin
+    calls = fake_nvml.calls("nvmlDeviceGetFieldValues", 1)
+    _wait_for(lambda: fake_nvml.calls("nvmlDeviceGetFieldValues", 1) >= calls + 3)
+    idle, busy = _tick(source).gpus
+    assert not idle.power_samples_watts and set(busy.power_samples_watts) == {300.0}
+    state.gpus[1].procs = {}  # the job ends: the readings up to then, and no more
+    fake_nvml.write()
+    _tick(source)
+    calls = fake_nvml.calls("nvmlDeviceGetFieldValues", 1)
+    time.sleep(0.2)
+    assert fake_nvml.calls("nvmlDeviceGetFieldValues", 1) == calls
+    assert not _tick(source).gpus[1].power_samples_watts
 
 
 def test_gpus_with_gpm_and_a_period_of_zero_read_nothing_between_ticks(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from nodeagent.agent.gpu import slow_readings
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.report_rules import FABRIC_UNHEALTHY, NodeRules
@@ -17,6 +18,13 @@ from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FABRIC_COMPLETED, FABRIC_IN_PROGRESS, fabric_health_mask, gb200, h100_sxm5
 
 EVERY_REPORT = AlertConfig(check_seconds=1.0, nvlink_check_seconds=1.0)
+
+
+@pytest.fixture(autouse=True)
+def _fabric_asked_every_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent asks the fabric every 30 s (``slow_readings``); here every tick, so each tick's
+    change reaches the rules at once."""
+    monkeypatch.setattr(slow_readings, "SLOW_SECONDS", 0.0)
 
 
 def _fabric_signals(rules: NodeRules, collector: GpuSource, t: float) -> list[AlertSignal]:

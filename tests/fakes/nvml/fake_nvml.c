@@ -67,6 +67,7 @@ struct nvmlDevice_st {
     unsigned long long retired_sbe, retired_dbe;
     unsigned int retired_pending;
     double gpm_sm_active, gpm_sm_occupancy, gpm_tensor, gpm_gr_active, gpm_dram;
+    double temp_fraction; /* the sensor's sub-degree part: field 308 has it, the integer calls drop it */
     unsigned int mem_clock, util_enc, util_dec, mem_temp;
     unsigned long long energy_mj;
     fake_link links[MAX_LINKS];
@@ -236,7 +237,7 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
     U64(clock_reasons), U64(ecc_dbe_vol), U64(ecc_dbe_agg), U64(supported_events),
     U32(remap_pending), U32(remap_failure), U32(remap_cor), U32(remap_unc), U32(gpm), U32(link_count),
     U32(pcie_gen_gpu_max), U64(retired_sbe), U64(retired_dbe), U32(retired_pending),
-    DBL(gpm_sm_active), DBL(gpm_sm_occupancy), DBL(gpm_tensor), DBL(gpm_gr_active), DBL(gpm_dram),
+    DBL(gpm_sm_active), DBL(gpm_sm_occupancy), DBL(gpm_tensor), DBL(gpm_gr_active), DBL(gpm_dram), DBL(temp_fraction),
     U32(mem_clock), U32(util_enc), U32(util_dec), U32(mem_temp), U64(energy_mj),
     U32(fabric_state), U32(fabric_status), U32(fabric_clique), U32(fabric_health), U32(fabric_summary),
     STR(fabric_cluster), U32(c2c_links), U32(c2c_mbps), U32(mig_capable), U32(mig_mode), U32(mig_count),
@@ -854,6 +855,27 @@ static void set_ui(nvmlFieldValue_t *v, unsigned int x) {
     v->value.uiVal = x;
 }
 
+#ifndef FAKE_NVML_LEGACY
+/* Field 308 (nvml.h 13), which an old driver (the legacy build) does not know: NOT_SUPPORTED there. */
+static void set_d(nvmlFieldValue_t *v, double x) {
+    v->value.ullVal = 0xDEADBEEF00000000ULL;
+    v->valueType = NVML_VALUE_TYPE_DOUBLE;
+    v->value.dVal = x;
+}
+
+/* Whether the state marks a symbol unsupported on this GPU (a field that reads the same sensor is
+   not supported either). */
+static int symbol_unsupported(nvmlDevice_t d, const char *symbol) {
+    for (int i = 0; i < d->n_unsupported; i++)
+        if (strcmp(d->unsupported[i], symbol) == 0) return 1;
+    return 0;
+}
+
+#ifndef NVML_FI_DEV_GPU_TEMP
+#define NVML_FI_DEV_GPU_TEMP 308
+#endif
+#endif
+
 /* The draw now, in mW: a GPU's draw moves faster than its state file is rewritten (a training
    step computes and waits in sub-second phases), so a test or the lab may keep it in a file of its
    own, $FAKE_NVML_POWER_LIVE: whitespace-separated mW, one per GPU index, re-read at every call
@@ -905,6 +927,16 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     case NVML_FI_DEV_POWER_INSTANT: set_ui(v, power_now_mw(d)); return;
     case NVML_FI_DEV_MEMORY_TEMP: set_ui(v, d->mem_temp); return;
     case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: set_ull(v, d->energy_mj); return;
+#ifndef FAKE_NVML_LEGACY
+    case NVML_FI_DEV_GPU_TEMP:
+        /* The GPU's temperature with sub-degree precision, a double; a GPU without the sensor
+           (its temperature calls unsupported) has no field either. */
+        if (symbol_unsupported(d, "nvmlDeviceGetTemperatureV") || symbol_unsupported(d, "nvmlDeviceGetTemperature"))
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        else
+            set_d(v, d->temp + d->temp_fraction);
+        return;
+#endif
     case NVML_FI_DEV_C2C_LINK_COUNT:
         /* GPUs without NVLink-C2C (every x86-hosted board) do not support the C2C fields. */
         if (d->c2c_links) set_ui(v, d->c2c_links);

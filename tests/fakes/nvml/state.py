@@ -116,6 +116,7 @@ class GpuState:
     sm_clock: int = 1410
     mem_clock: int = 1593
     temp: int = 34
+    temp_fraction: float = 0.0  # the sensor's sub-degree part: field 308 (GPU_TEMP) has it, the integer calls drop it
     mem_temp: int = 40
     energy_mj: int = 0  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
     util_enc: int = 0  # percent
