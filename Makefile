@@ -42,7 +42,7 @@ typecheck: setup link-tree
 	$(BIN)/mypy --python-version 3.10 packaging/deb/make_environment.py  # postinst runs it with any python3
 
 test: setup system-deps lint typecheck
-	$(BIN)/pytest -n 3 --dist loadgroup -m "not alone"
+	$(BIN)/pytest -n 4 --dist loadgroup -m "not alone"
 	$(BIN)/pytest -m alone
 
 bench: setup system-deps
