@@ -269,12 +269,22 @@ def _wait_with_progress(seconds: float) -> None:
     click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through _processes' cleanup, as Enter or Ctrl-C does
+
+
 @contextlib.contextmanager
 def _processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """The demo's processes, stopped however it ends: Enter, Ctrl-C, an error, or a SIGTERM or
+    SIGHUP (a ``kill``, a closed terminal), which by default would end the demo at once and leave
+    its collector and agents running."""
     started: list[subprocess.Popen[str]] = []
+    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield started
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         # Agents first (they flush to the collector), then the collector.
         for process in reversed(started):
             if process.poll() is None:

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from typing import Any
 
 import psutil
+import pytest
 
 from nodeagent.tools.demo import CAUGHT_UP_SECONDS
 from tests.fakes.trees import REPO
 
 JOB = "torch/clip-4node"
+# One test process for both: the first looks for any simulated rental left running, which the
+# second's demo, while it runs, would be.
+pytestmark = pytest.mark.xdist_group("demo")
 
 
 def _get(url: str) -> Any:
@@ -76,3 +82,36 @@ def test_demo_names_the_starved_node_the_jobs_straggler_and_the_cause() -> None:
     # Every process the demo started is gone (they would be orphans now, not our children).
     assert not [p for p in psutil.process_iter(["cmdline"]) if "rental-10g-pcie" in (p.info["cmdline"] or [])]
     assert not [p for p in psutil.process_iter(["cmdline"]) if "clip-node-3" in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_demo_ended_by_a_signal_stops_its_collector_and_agents(sig: signal.Signals) -> None:
+    """A ``kill`` or a closed terminal ends the demo as Enter does: with its fleet (before, the demo
+    died at once and left its collector and seven agents running)."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent.collector", "demo", "--seconds", "15"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert demo.stdout is not None
+    try:
+        for line in demo.stdout:
+            if line.startswith("collector "):
+                break
+        # Every agent started: the collector, its workers and the demo's seven agents.
+        deadline = time.monotonic() + 30
+        fleet: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            fleet = psutil.Process(demo.pid).children(recursive=True)
+            if sum(1 for p in fleet if "nodeagent.agent" in " ".join(p.cmdline())) >= 7:
+                break
+            time.sleep(0.2)
+        assert sum(1 for p in fleet if "nodeagent.agent" in " ".join(p.cmdline())) >= 7, fleet
+        demo.send_signal(sig)
+        demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 128 + sig
+    _, alive = psutil.wait_procs(fleet, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
