@@ -65,5 +65,11 @@ def test_random_read_iops_match_fio(tmp_path: Path) -> None:
     assert len(steady) >= 4, rows
     agent_iops = sum(r["reads_per_second"] for r in steady) / len(steady)
     assert agent_iops == pytest.approx(fio_iops, rel=0.05)
-    assert all(r["read_bytes_per_second"] == pytest.approx(r["reads_per_second"] * 4096) for r in steady)
+    # 4 KiB a read, to within an I/O or two an interval: the kernel counts a read's sectors as its
+    # data completes and the read itself a moment later (blk_account_io_completion, then _done), so a
+    # read finishing as the agent samples is in one count and not yet the other (it failed so once,
+    # held exact, in a full run; the next interval makes it up).
+    assert all(r["read_bytes_per_second"] == pytest.approx(r["reads_per_second"] * 4096, rel=0.01) for r in steady), (
+        steady
+    )
     assert all(r["utilization_ratio"] is not None and 0 <= r["utilization_ratio"] <= 1 for r in steady)
