@@ -91,7 +91,9 @@ def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
     worker.start()
     time.sleep(3.0)  # let the workload reach its steady state
     # The verdict is read while the agent still reports: once it stops it says goodbye, and a
-    # stopped node's verdict is of the past (nodes shows it `stopped`, without a cause).
+    # stopped node's verdict is of the past (nodes shows it `stopped`, without a cause). The
+    # newest view before the goodbye is kept: on a busy machine one `nodes` call can take longer
+    # than the one interval between the agent's next-to-last report and its goodbye.
     node_view: dict[str, Any] | None = None
     try:
         agent = subprocess.Popen(
@@ -102,7 +104,7 @@ def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
         end = time.monotonic() + seconds + 90
         while agent.poll() is None and time.monotonic() < end:
             seen = _node(target, f"verdict-{name}")
-            if seen is not None and seen["reports_total"] >= seconds - 1 and seen["state"] != "stopped":
+            if seen is not None and seen["reports_total"] > 0 and seen["state"] != "stopped":
                 node_view = seen
             time.sleep(0.5)
         _out, err = agent.communicate(timeout=max(1.0, end - time.monotonic()))
@@ -113,6 +115,11 @@ def run_phase(name: str, seconds: int, target: str) -> dict[str, Any]:
         raise SystemExit(f"gpu_verdict: the agent failed in {name}: {err.strip()[-500:]}")
     if node_view is None:
         raise SystemExit(f"gpu_verdict: the collector does not know verdict-{name} while it reports")
+    if node_view["reports_total"] < seconds - 1:
+        print(
+            f"gpu_verdict: {name}'s verdict was last read at report {node_view['reports_total']} of {seconds}",
+            file=sys.stderr,
+        )
     final = _node(target, f"verdict-{name}")  # every report, stored
     if final is not None:
         node_view["reports_total"] = final["reports_total"]
