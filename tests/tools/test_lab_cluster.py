@@ -252,17 +252,17 @@ def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: ob
     tag = f"na-c{proc.pid % 100000}-"
     try:
         deadline = time.monotonic() + 120
-        # Until its ranks run: every process of the rig is up.
+        # Until its ranks run: every process of the rig is up. Its own children are counted, not
+        # every lab_rank.py on the machine: another lab may be running beside this one.
+        children: list[str] = []
         while time.monotonic() < deadline and proc.poll() is None:
-            ranks = subprocess.run(["pgrep", "-f", "lab_rank.py"], capture_output=True, text=True, timeout=30,
-                                   check=False).stdout.split()  # fmt: skip
-            if tag in _namespaces() and len(ranks) >= 4:
+            children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, timeout=30,
+                                      check=False).stdout.split()  # fmt: skip
+            if tag in _namespaces() and len(children) >= 10:
                 break
             time.sleep(0.5)
         assert tag in _namespaces(), "the lab made no namespace"
         time.sleep(2)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, timeout=30,
-                                  check=False).stdout.split()  # fmt: skip
         started = started_at(children)
         assert len(children) >= 10, children  # server, collector, poller, 4 agents, 4 ranks
         during = _lab_loops()
