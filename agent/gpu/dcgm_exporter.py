@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from nodeagent.agent.config import DcgmExporterConfig
-from nodeagent.agent.gpu.dcgm_page import SM_ACTIVE, DcgmPage, DcgmReading, NotAnExporterPage, parse_page
+from nodeagent.agent.gpu.dcgm_page import SM_ACTIVE, DcgmPage, DcgmReading, NotAnExporterPage, PageParser
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.dcgm")
@@ -78,6 +78,7 @@ class ExporterScraper:
         self.changed_at: float | None = None  # when a change of the page's values was last seen
         self.change_gap: float | None = None  # seconds between the last two changes seen
         self._fingerprint: int | None = None
+        self._parser = PageParser()  # remembers each series' labels: a page's values are read at little cost
 
     def request(self) -> None:
         """Ask for a scrape soon (at most one waits behind the one in flight); never blocks."""
@@ -92,7 +93,7 @@ class ExporterScraper:
             self.in_flight_since = started
         page, kind, error = None, "", ""
         try:
-            page = parse_page(self._fetch())
+            page = self._parser.parse(self._fetch())
         except _ScrapeError as err:
             kind, error = err.kind, str(err)
         except NotAnExporterPage as err:
@@ -226,25 +227,37 @@ class DcgmProfiling:
 
     def _page(self, gpus: Sequence[pb.GpuSample], now: float, interval: float | None) -> DcgmPage | None:
         """The last page, if it is there, in time, collects SM activity and is this node's; None
-        otherwise (a fall-back said, or nothing to judge yet)."""
+        otherwise (a fall-back said, or nothing to judge yet: the first tick, the first scrape out)."""
+        latest, in_flight, *_ = self.scraper.freshness()
+        why = self._unusable(gpus, now, latest, in_flight)
+        if why is not None:
+            self._fall_back(*why, now)
+            return None
+        return latest.page if latest is not None and interval is not None else None
+
+    def _unusable(
+        self, gpus: Sequence[pb.GpuSample], now: float, latest: _Scraped | None, in_flight: float | None
+    ) -> tuple[str, str] | None:
+        """Why the last page cannot be used (cause, reason); None when it can, or nothing is known yet."""
         s = self.scraper
-        latest, in_flight, *_ = s.freshness()
         if in_flight is not None and now - in_flight > s.timeout_seconds:
-            return self._fall_back("slow", f"dcgm-exporter at {s.url} has not answered for {now - in_flight:.1f} s "
-                                   f"(deadline {s.timeout_seconds:g} s)", now)  # fmt: skip
-        if latest is None or interval is None:
-            return None  # the first tick, or the first scrape still out
+            waited = now - in_flight
+            return (
+                "slow",
+                f"dcgm-exporter at {s.url} has not answered for {waited:.1f} s (deadline {s.timeout_seconds:g} s)",
+            )
+        if latest is None:
+            return None
         page = latest.page
         if page is None:
-            return self._fall_back(latest.kind, latest.error, now)
+            return latest.kind, latest.error
         if not page.has_sm_active:
-            return self._fall_back("no_sm_active", f"dcgm-exporter at {s.url} does not collect {SM_ACTIVE} (not "
-                                   "in its default counters: add it to its counters CSV)", now)  # fmt: skip
+            return "no_sm_active", f"dcgm-exporter at {s.url} does not collect {SM_ACTIVE} (add it to its counters CSV)"
         ours = {g.uuid for g in gpus if g.uuid}
         if ours and not ours & page.uuids:
-            return self._fall_back("foreign", f"dcgm-exporter at {s.url} answers for GPUs "
-                                   f"{', '.join(sorted(page.uuids)) or 'none'}, none of this node's", now)  # fmt: skip
-        return page
+            theirs = ", ".join(sorted(page.uuids)) or "none"
+            return "foreign", f"dcgm-exporter at {s.url} answers for GPUs {theirs}, none of this node's"
+        return None
 
     def _fresh(self, page: DcgmPage, now: float, interval: float) -> str | None:
         """The reason to take the page (its age and pace), or None: stale (said), or its pace unknown yet."""
@@ -255,11 +268,13 @@ class DcgmProfiling:
             since = now - (first_ok if first_ok is not None else now)
             if since <= bound:
                 return None  # no change seen yet, not for long: wait for one
-            return self._stale(f"has not refreshed its values in {since:.1f} s", bound, interval, now)
+            self._stale(f"has not refreshed its values in {since:.1f} s", bound, interval, now)
+            return None
         age = now - changed_at
         if age > bound or (gap is not None and gap > bound):
             every = f"refreshes about every {gap:.1f} s" if gap is not None else f"last refreshed {age:.1f} s ago"
-            return self._stale(every, bound, interval, now)
+            self._stale(every, bound, interval, now)
+            return None
         if gap is None:
             return None  # one change seen: its pace is not known yet
         return f"{SM_ACTIVE} from dcgm-exporter at {s.url}, {age:.1f} s old (refreshed every {gap:.1f} s)"

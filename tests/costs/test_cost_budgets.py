@@ -159,3 +159,34 @@ def _advance(fake: FakeNvml, state: FakeNvmlState) -> None:
     for gpu in state.gpus:
         gpu.add_traffic(1.0, pcie_rx=1e9, nvlink_rx_per_link=1e9)
     fake.write()
+
+
+def test_dcgm_python_calls_per_tick_within_budget() -> None:
+    """With ``[dcgm_exporter]``: the tick's part (``DcgmProfiling.apply`` on 8 A100s, every GPU
+    taking DCGM's reading) and the scraping thread's (one GET of the fake's page with dcgm-exporter's
+    default counters and SM activity, and its parse), each once per tick."""
+    from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling  # noqa: PLC0415  (only where configured)
+    from tests.fakes.dcgm_exporter import FakeDcgmExporter  # noqa: PLC0415
+
+    state = PROFILES["a100_sxm4"]()
+    clock = [1000.0]
+    counter = TickCalls()
+    with FakeDcgmExporter.for_state(state) as exporter, counter.installed():
+        config = dataclasses.replace(AgentConfig().dcgm_exporter, url=exporter.url, timeout_seconds=5.0)
+        profiling = DcgmProfiling(config, clock=lambda: clock[0], background=False)
+        gpus: list[pb.GpuSample] = []
+        for _ in range(5):  # until the exporter's pace is known and its readings are taken
+            gpus = [pb.GpuSample(index=i, uuid=g.uuid) for i, g in enumerate(state.gpus)]
+            profiling.apply(gpus)
+            profiling.scraper.scrape_once()
+            clock[0] += 1.0
+        assert all(g.computing_source == "dcgm" for g in gpus)
+        gpus = [pb.GpuSample(index=i, uuid=g.uuid) for i, g in enumerate(state.gpus)]
+        with counter.counting():
+            profiling.apply(gpus)
+        tick = counter.total
+        with counter.counting():
+            profiling.scraper.scrape_once()
+        scrape = counter.total
+    over = over_budget("dcgm_python_calls_per_tick", "DCGM source", "Python calls", {"apply": tick, "scrape": scrape})
+    assert not over, "\n".join(over)

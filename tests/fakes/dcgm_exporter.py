@@ -18,6 +18,7 @@ and set values with ``POST /values`` and a JSON body ``{"UUID": {"sm_active": 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import threading
@@ -31,28 +32,28 @@ from typing import Any
 from tests.fakes.nvml.state import FakeNvmlState
 
 COUNTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "dcgm_exporter" / "default-counters.csv"
-# What the fake serves per GPU, in this order: clocks, temperature, power and energy, utilization,
-# memory, and the profiling fields (SM activity only when ``collect_sm_active``, as dcgm-exporter
-# collects it only when its counters CSV enables the row).
-_FIELDS = (
-    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_DRAM_ACTIVE",
-)  # fmt: skip
-_DOUBLES = {"DCGM_FI_DEV_POWER_USAGE", *(f for f in _FIELDS if f.startswith("DCGM_FI_PROF_"))}
-_INSTANCE_FIELDS = {f for f in _FIELDS if f.startswith("DCGM_FI_PROF_")} | {"DCGM_FI_DEV_FB_USED"}
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"  # a commented row of the default counters: served when collect_sm_active
+# Fields the fake models; every other active row of the counters CSV is served at a constant.
+_MODELLED = {
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", SM_ACTIVE, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+}  # fmt: skip
+_CONSTANTS = {"DCGM_FI_DEV_SM_CLOCK": 1410, "DCGM_FI_DEV_MEM_CLOCK": 1593, "DCGM_FI_DEV_GPU_TEMP": 34,
+              "DCGM_FI_DEV_MEMORY_TEMP": 40, "DCGM_FI_DEV_FB_USED": 1024, "DCGM_FI_DEV_FB_FREE": 80000}  # fmt: skip
+# DCGM's double-valued fields among the defaults (written with Go's %f); the rest are int64.
+_DOUBLES = {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
 
 
-def counters(path: Path = COUNTERS_CSV) -> dict[str, tuple[str, str]]:
-    """Field -> (Prometheus type, help) from a dcgm-exporter counters CSV, its commented rows too."""
-    out: dict[str, tuple[str, str]] = {}
+def counters(path: Path = COUNTERS_CSV) -> dict[str, tuple[str, str, bool]]:
+    """Field -> (Prometheus type, help, active) from a dcgm-exporter counters CSV, in its order;
+    a commented row is not active."""
+    out: dict[str, tuple[str, str, bool]] = {}
     for row in csv.reader(path.read_text().splitlines()):
         if len(row) < 3:
             continue
         name = row[0].lstrip("#").strip()
         if name.startswith("DCGM_"):
-            out[name] = (row[1].strip(), ",".join(row[2:]).strip())
+            out[name] = (row[1].strip(), ",".join(row[2:]).strip(), not row[0].startswith("#"))
     return out
 
 
@@ -109,6 +110,7 @@ class FakeDcgmExporter:
         self.collect_sm_active = collect_sm_active
         self.hostname = hostname
         self.uuid_label = "uuid" if old_namespace else "UUID"
+        self.driver = "570.133.20"  # DCGM_FI_DRIVER_VERSION, a label row of the default counters
         self.delay_seconds = 0.0
         self.status = 200
         self.requests = 0  # requests received (a slow answer counts at once)
@@ -184,12 +186,10 @@ class FakeDcgmExporter:
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the scraper gave up first
                     self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the scraper gave up first (a slow answer past its deadline)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -232,36 +232,41 @@ class FakeDcgmExporter:
             dcgm.energy_mj[g.uuid] = dcgm.energy_mj.get(g.uuid, 1_000_000) + 7_919  # about 80 W for 0.1 s
 
     def _families(self) -> Iterator[str]:
-        for name in _FIELDS:
-            if name == "DCGM_FI_PROF_SM_ACTIVE" and not self.collect_sm_active:
+        labels = {name: self.driver for name, (kind, _, on) in self._counters.items() if on and kind == "label"}
+        for name, (prom_type, help_text, active) in self._counters.items():
+            served = (name == SM_ACTIVE and self.collect_sm_active) or (active and name != SM_ACTIVE)
+            if not served or prom_type == "label":
                 continue
-            prom_type, help_text = self._counters[name]
-            yield render_family(name, prom_type, help_text, self._series(name))
+            yield render_family(name, prom_type, help_text, self._series(name, labels))
 
-    def _series(self, name: str) -> Iterator[tuple[dict[str, str], str]]:
-        dcgm = self._dcgm
-        for key, g in self.gpus.items():
-            if g.gpu_instance is not None and name not in _INSTANCE_FIELDS:
-                continue  # whole-GPU fields once per GPU: on its first instance only
+    def _series(self, name: str, extra: Mapping[str, str]) -> Iterator[tuple[dict[str, str], str]]:
+        profiling = name.startswith("DCGM_FI_PROF_")
+        for key, g in self.gpus.items():  # a GPU in MIG mode: every field under each instance's labels
             labels = {"gpu": str(g.index), self.uuid_label: g.uuid, "pci_bus_id": g.pci_bus_id,
                       "device": f"nvidia{g.index}", "modelName": g.model}  # fmt: skip
             if g.gpu_instance is not None:
                 labels |= {"GPU_I_PROFILE": g.mig_profile, "GPU_I_ID": str(g.gpu_instance)}
             labels["hostname"] = self.hostname
-            sm, tensor, gr, dram = dcgm.values[key]
-            value: float = {
-                "DCGM_FI_DEV_SM_CLOCK": 1410,
-                "DCGM_FI_DEV_GPU_TEMP": 34,
-                "DCGM_FI_DEV_POWER_USAGE": 80.0 + dcgm.refreshes % 7 * 0.013,
-                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": dcgm.energy_mj[g.uuid],
-                "DCGM_FI_DEV_GPU_UTIL": round(gr * 100),
-                "DCGM_FI_DEV_FB_USED": 1024,
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": gr,
-                "DCGM_FI_PROF_SM_ACTIVE": sm,
-                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": tensor,
-                "DCGM_FI_PROF_DRAM_ACTIVE": dram,
-            }[name]
-            yield labels, go_double(value) if name in _DOUBLES else str(int(value))
+            labels |= extra
+            if name == "DCGM_FI_DEV_XID_ERRORS":
+                labels |= {"err_code": "0", "err_msg": "No Error"}
+            value = self._value(name, key, g)
+            yield labels, go_double(value) if profiling or name in _DOUBLES else str(int(value))
+
+    def _value(self, name: str, key: tuple[str, int | None], g: FakeGpu) -> float:
+        if name not in _MODELLED:
+            return _CONSTANTS.get(name, 0)
+        dcgm = self._dcgm
+        sm, tensor, gr, dram = dcgm.values[key]
+        return {
+            "DCGM_FI_DEV_POWER_USAGE": 80.0 + dcgm.refreshes % 7 * 0.013,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": dcgm.energy_mj[g.uuid],
+            "DCGM_FI_DEV_GPU_UTIL": round(gr * 100),
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": gr,
+            SM_ACTIVE: sm,
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": tensor,
+            "DCGM_FI_PROF_DRAM_ACTIVE": dram,
+        }[name]
 
 
 def main(argv: list[str] | None = None) -> None:

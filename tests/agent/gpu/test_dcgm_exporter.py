@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from nodeagent.agent.config import ConfigError, DcgmExporterConfig, config_from_mapping
 from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
-from nodeagent.agent.gpu.dcgm_page import NotAnExporterPage, parse_page
+from nodeagent.agent.gpu.dcgm_page import NotAnExporterPage, PageParser, parse_page
 from nodeagent.v1 import nodeagent_pb2 as pb
-from tests.fakes.dcgm_exporter import FakeDcgmExporter, render_family
+from tests.fakes.dcgm_exporter import FakeDcgmExporter, counters, render_family
 from tests.fakes.nvml.state import FakeNvmlState, a100_sxm4, h100_sxm5
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dcgm_exporter"
@@ -83,12 +84,25 @@ def test_the_fake_renders_dcgm_exporters_own_expected_page_byte_for_byte() -> No
     assert got == (DATA / "server_test_expected.txt").read_text()
 
 
+def test_the_fakes_whole_page_is_valid_exposition_with_the_default_counters(exporter: FakeDcgmExporter) -> None:
+    families = {f.name for f in text_string_to_metric_families(exporter.page())}
+    active = {name for name, (kind, _, on) in counters().items() if on and kind != "label"}
+    # prometheus_client names a counter family without its _total, as it names every counter
+    assert families == active | {"DCGM_FI_PROF_SM_ACTIVE"}
+
+
 def test_a_page_is_read_per_gpu_uuid_and_gpu_instance(a100: FakeNvmlState, exporter: FakeDcgmExporter) -> None:
     page = parse_page(exporter.page())
     assert page.has_sm_active
     assert page.uuids == {g.uuid for g in a100.gpus}
     assert page.readings[(a100.gpus[3].uuid, None)].sm_active_ratio == pytest.approx(0.3)
     assert page.readings[(a100.gpus[3].uuid, None)].tensor_active_ratio == pytest.approx(0.15)
+
+    parser = PageParser()  # the scraper's: each series' labels parsed once, its value every page
+    assert parser.parse(exporter.page()).readings[(a100.gpus[3].uuid, None)].sm_active_ratio == pytest.approx(0.3)
+    exporter.set(a100.gpus[3].uuid, sm_active=0.875)
+    exporter.refresh()
+    assert parser.parse(exporter.page()).readings[(a100.gpus[3].uuid, None)].sm_active_ratio == pytest.approx(0.875)
 
     a100.split_mig(5, [(1, "3g.40gb", 3, 40), (2, "3g.40gb", 3, 40)])
     mig = FakeDcgmExporter.for_state(a100, old_namespace=True)  # label `uuid`, as under --use-old-namespace
