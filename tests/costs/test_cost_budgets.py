@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
 from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, SourceContext
@@ -26,6 +27,7 @@ from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.tools.ingest_rig import ORDER, IngestRig
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.costs.counting import ShimUnavailable, StageCounter, TickCalls, build_alloc_counter
+from tests.fakes.dcgm_exporter import FakeDcgmExporter
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import PROFILES, FakeNvmlState
 
@@ -165,9 +167,6 @@ def test_dcgm_python_calls_per_tick_within_budget() -> None:
     """With ``[dcgm_exporter]``: the tick's part (``DcgmProfiling.apply`` on 8 A100s, every GPU
     taking DCGM's reading) and the scraping thread's (one GET of the fake's page with dcgm-exporter's
     default counters and SM activity, and its parse), each once per tick."""
-    from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling  # noqa: PLC0415  (only where configured)
-    from tests.fakes.dcgm_exporter import FakeDcgmExporter  # noqa: PLC0415
-
     state = PROFILES["a100_sxm4"]()
     clock = [1000.0]
     counter = TickCalls()

@@ -6,9 +6,11 @@ the test's (one reporting interval = 1.0 s), and the test scrapes when the agent
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
+from nodeagent.agent.cli.options import agent_config
 from nodeagent.agent.config import ConfigError, DcgmExporterConfig, config_from_mapping
 from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
 from nodeagent.agent.gpu.dcgm_page import NotAnExporterPage, PageParser, parse_page
@@ -89,6 +92,17 @@ def test_the_fakes_whole_page_is_valid_exposition_with_the_default_counters(expo
     active = {name for name, (kind, _, on) in counters().items() if on and kind != "label"}
     # prometheus_client names a counter family without its _total, as it names every counter
     assert families == active | {"DCGM_FI_PROF_SM_ACTIVE"}
+
+
+def test_another_process_sets_the_fakes_values_over_http(a100: FakeNvmlState, exporter: FakeDcgmExporter) -> None:
+    """How the lab drives a fake exporter it runs as a process of its own."""
+    body = json.dumps({a100.gpus[1].uuid: {"sm_active": 0.5, "tensor_active": 0.25}}).encode()
+    request = urllib.request.Request(exporter.url.replace("/metrics", "/values"), data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+    exporter.refresh()
+    reading = parse_page(exporter.page()).readings[(a100.gpus[1].uuid, None)]
+    assert (reading.sm_active_ratio, reading.tensor_active_ratio) == (0.5, 0.25)
 
 
 def test_a_page_is_read_per_gpu_uuid_and_gpu_instance(a100: FakeNvmlState, exporter: FakeDcgmExporter) -> None:
@@ -301,3 +315,14 @@ def test_the_section_is_off_by_default_and_bad_values_are_one_line() -> None:
         with pytest.raises(ConfigError, match=message.replace("?", r"\?")) as err:
             config_from_mapping({"dcgm_exporter": table}, source="agent.toml")
         assert "\n" not in str(err.value)
+
+
+def test_the_commands_carry_the_files_sections_through(tmp_path: Path) -> None:
+    """What sample, run and top build from the file keeps every section (gpu_power_sample_seconds
+    was dropped there before)."""
+    path = tmp_path / "agent.toml"
+    path.write_text('gpu_power_sample_seconds = 0.25\n[dcgm_exporter]\nurl = "http://127.0.0.1:9400/metrics"\n')
+    config = agent_config(path, ("eth0=50G",))
+    assert config.gpu_power_sample_seconds == 0.25
+    assert config.dcgm_exporter.url == "http://127.0.0.1:9400/metrics"
+    assert config.link_speeds == {"eth0": 50e9 / 8}
