@@ -100,6 +100,8 @@ class ExporterScraper:
             kind, error = "not_exporter", f"{self.url} is not dcgm-exporter's page: {err}"
         except ValueError as err:  # prometheus_client's parser: the text is not the exposition format
             kind, error = "not_exporter", f"{self.url} does not parse as Prometheus text: {_one_line(err)}"
+        except Exception as err:  # anything else is one failed scrape too, said once as the others
+            kind, error = "error", f"reading {self.url} failed: {type(err).__name__}: {_one_line(err)}"
         ended = self._clock()
         if page is not None and ended - started > self.timeout_seconds:
             page, kind = None, "slow"
@@ -139,10 +141,7 @@ class ExporterScraper:
             self._wake.clear()
             if self._closed:
                 return
-            try:
-                self.scrape_once()
-            except Exception as err:  # the thread must outlive any one bad page
-                log.warning("dcgm-exporter scrape failed", url=self.url, error=_one_line(err))
+            self.scrape_once()  # never raises: a failure is the scrape's result
 
     def _fetch(self) -> str:
         """The page's text. http.client, not urllib: no proxy from the environment, no redirects."""

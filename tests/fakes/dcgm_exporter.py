@@ -10,9 +10,9 @@ How DCGM refreshes is the knob that matters to the agent: ``refresh_seconds`` 0 
 new DCGM sample (the energy counter climbs, the draw wavers), a positive value refreshes on that
 wall-clock period (dcgm-exporter's ``--collect-interval``; 30 s by default), None never (a stuck
 exporter). ``delay_seconds`` holds each answer (a slow exporter), ``status`` answers another HTTP
-status. In another process (the lab), run it as ``python -m tests.fakes.dcgm_exporter --gpu UUID ...``
-and set values with ``POST /values`` and a JSON body ``{"UUID": {"sm_active": 0.7, "tensor_active":
-0.2}}`` (an instance as ``"UUID/GPU_I_ID"``).
+status, ``body`` serves other text. In another process (the lab), run it as
+``python -m tests.fakes.dcgm_exporter --gpu UUID ...`` and set values with ``POST /values`` and a
+JSON body ``{"UUID": {"sm_active": 0.7, "tensor_active": 0.2}}`` (an instance as ``"UUID/GPU_I_ID"``).
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class FakeDcgmExporter:
         self.driver = "570.133.20"  # DCGM_FI_DRIVER_VERSION, a label row of the default counters
         self.delay_seconds = 0.0
         self.status = 200
+        self.body: str | None = None  # served instead of the page (text that is not one)
         self.requests = 0  # requests received (a slow answer counts at once)
         self.scrapes = 0  # pages rendered
         self._counters = counters()
@@ -168,7 +169,7 @@ class FakeDcgmExporter:
                     self._answer(404, b"404 page not found\n")
                     return
                 time.sleep(exporter.delay_seconds)
-                body = exporter.page().encode()
+                body = (exporter.page() if exporter.body is None else exporter.body).encode()
                 self._answer(exporter.status, body if exporter.status == 200 else b"error\n")
 
             def do_POST(self) -> None:

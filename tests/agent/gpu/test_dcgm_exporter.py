@@ -146,6 +146,21 @@ def test_values_outside_0_to_1_and_series_without_a_uuid_are_no_reading() -> Non
     assert page.uuids == {"GPU-a", "GPU-b", "GPU-d"}
 
 
+@pytest.mark.parametrize(
+    "line",
+    ['DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a" 0.5', 'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a"} abc',
+     'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a"}'],
+)  # fmt: skip
+def test_text_that_is_not_the_exposition_format_is_a_failed_scrape(exporter: FakeDcgmExporter, line: str) -> None:
+    profiling = profiling_for(exporter.url, Clock())
+    exporter.body = line + "\n"
+    profiling.scraper.scrape_once()
+    latest = profiling.scraper.latest
+    assert latest is not None and latest.page is None
+    assert latest.kind == "not_exporter"
+    assert latest.error.startswith(f"{exporter.url} does not parse as Prometheus text: ")
+
+
 def test_the_agents_own_page_is_not_taken_for_dcgms() -> None:
     """The agent's /metrics writes DCGM_FI_PROF_SM_ACTIVE from its own GPM, on dcgm-exporter's port."""
     own = '# TYPE nodeagent_gpu_samples_taken_total counter\nDCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a"} 0.5\n'
