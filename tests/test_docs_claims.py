@@ -191,7 +191,7 @@ def test_what_pyproject_says_prometheus_client_is_for() -> None:
         for p in _modules()
         if re.search(r"^\s*(from|import) prometheus_client", p.read_text(), re.M)
     )
-    assert users == ["collector/views/metrics.py", "collector/workers/front_metrics.py"]
+    assert users == ["agent/gpu/dcgm_page.py", "collector/views/metrics.py", "collector/workers/front_metrics.py"]
     assert all(user in comment for user in users), comment
     assert "written directly (core/exposition/text.py)" in comment, comment
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -74,7 +75,8 @@ def agent_config(path: Path | None, link_speed: tuple[str, ...]) -> AgentConfig:
         speeds.update(parse_link_speed_flag(flag) for flag in link_speed)
     except ConfigError as err:
         raise click.UsageError(str(err)) from err
-    return AgentConfig(link_speeds=speeds, rescan_seconds=config.rescan_seconds, gpu_deadlines=config.gpu_deadlines)
+    # replace: every section the file gave carries through (gpu_power_sample_seconds was lost here before).
+    return dataclasses.replace(config, link_speeds=speeds)
 
 
 def _option_param(source: str, option: str) -> str:

@@ -84,6 +84,9 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
         "sm_active_ratio": _opt(g, "sm_active_ratio"),
         "sm_occupancy_ratio": _opt(g, "sm_occupancy_ratio"),
         "tensor_active_ratio": _opt(g, "tensor_active_ratio"),
+        # Where the computing share comes from ("gpm", "dcgm", "power_instant", ...), null until decided.
+        "computing_source": g.computing_source or None,
+        "computing_source_reason": g.computing_source_reason or None,
         "memory_used_bytes": _opt(g, "memory_used_bytes"),
         "memory_total_bytes": _opt(g, "memory_total_bytes") or (info.memory_total_bytes or None),
         "pcie_rx_bytes_per_second": pcie_rx,
@@ -134,6 +137,8 @@ def _instance(i: pb.GpuSample) -> Row:
         "sm_active_ratio": _opt(i, "sm_active_ratio"),
         "sm_occupancy_ratio": _opt(i, "sm_occupancy_ratio"),
         "tensor_active_ratio": _opt(i, "tensor_active_ratio"),
+        "computing_source": i.computing_source or None,
+        "computing_source_reason": i.computing_source_reason or None,
         "processes": [_process(proc) for proc in i.processes],
     }
 

@@ -11,7 +11,8 @@ arrive from a background thread and go out in the next report.
 Beside them, each in its module: the GPU's NVLink fabric (``fabric``), its MIG instances as
 samples of their own (``mig``), each process's share of a shared GPU (``process_share``), Xid
 counts and the process each Xid hit (``xid_counts``), and readings the rest of the GPU contradicts
-(``suspect_fields``).
+(``suspect_fields``). Where ``[dcgm_exporter]`` names a local dcgm-exporter, DCGM's SM and tensor
+activity fill the GPUs the agent reads no GPM on (``dcgm_exporter``).
 
 A node without a driver is not an error: the reason lands in ``info.gpu.unavailable_reason`` and
 once in an event, and everything else keeps working. A lost GPU is reported lost (with one
@@ -23,6 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import mig, nvml_library
@@ -49,6 +51,9 @@ from nodeagent.agent.sources.base import Source, SourceContext
 from nodeagent.agent.sources.registry import register
 from nodeagent.core.wire.clock_events import clock_event_reason_names
 from nodeagent.v1 import nodeagent_pb2 as pb
+
+if TYPE_CHECKING:
+    from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
 
 
 @dataclass(slots=True)
@@ -106,6 +111,11 @@ class GpuSource(Source):
         self._suspects = SuspectReadings()
         self._readers = GpuReaders(ctx.config.gpu_deadlines)
         self._watched: list[tuple[int, str]] = []
+        self._dcgm: DcgmProfiling | None = None
+        if ctx.config.dcgm_exporter.url:
+            from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling  # noqa: PLC0415  (2.5 MB: only where configured)
+
+            self._dcgm = DcgmProfiling(ctx.config.dcgm_exporter)
 
     def scan(self, info: pb.NodeInfo) -> None:
         self._job_pressure.locate()
@@ -165,6 +175,8 @@ class GpuSource(Source):
             report.events.extend(self._watcher.drain())
         pids: set[int] = set()
         self._sample_all(report, pids)
+        if self._dcgm is not None:
+            self._dcgm.apply(report.gpus)  # before the suspect rules: DCGM's SM activity is held to them too
         members = (
             JobMember(gpu=g.index, pid=p.pid, identity=self._processes.info(p.pid).identity)
             for g in report.gpus
@@ -180,6 +192,8 @@ class GpuSource(Source):
         """Stop the event thread, the GPUs' threads, and free GPM buffers; NVML itself shuts down at exit."""
         self._forget_gpus()
         self._readers.close()
+        if self._dcgm is not None:
+            self._dcgm.close()
 
     # -- scan helpers --
 

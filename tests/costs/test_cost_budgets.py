@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from nodeagent.agent.config import AgentConfig
+from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
 from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots, SourceContext
@@ -26,6 +27,7 @@ from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.tools.ingest_rig import ORDER, IngestRig
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.costs.counting import ShimUnavailable, StageCounter, TickCalls, build_alloc_counter
+from tests.fakes.dcgm_exporter import FakeDcgmExporter
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import PROFILES, FakeNvmlState
 
@@ -159,3 +161,31 @@ def _advance(fake: FakeNvml, state: FakeNvmlState) -> None:
     for gpu in state.gpus:
         gpu.add_traffic(1.0, pcie_rx=1e9, nvlink_rx_per_link=1e9)
     fake.write()
+
+
+def test_dcgm_python_calls_per_tick_within_budget() -> None:
+    """With ``[dcgm_exporter]``: the tick's part (``DcgmProfiling.apply`` on 8 A100s, every GPU
+    taking DCGM's reading) and the scraping thread's (one GET of the fake's page with dcgm-exporter's
+    default counters and SM activity, and its parse), each once per tick."""
+    state = PROFILES["a100_sxm4"]()
+    clock = [1000.0]
+    counter = TickCalls()
+    with FakeDcgmExporter.for_state(state) as exporter, counter.installed():
+        config = dataclasses.replace(AgentConfig().dcgm_exporter, url=exporter.url, timeout_seconds=5.0)
+        profiling = DcgmProfiling(config, clock=lambda: clock[0], background=False)
+        gpus: list[pb.GpuSample] = []
+        for _ in range(5):  # until the exporter's pace is known and its readings are taken
+            gpus = [pb.GpuSample(index=i, uuid=g.uuid) for i, g in enumerate(state.gpus)]
+            profiling.apply(gpus)
+            profiling.scraper.scrape_once()
+            clock[0] += 1.0
+        assert all(g.computing_source == "dcgm" for g in gpus)
+        gpus = [pb.GpuSample(index=i, uuid=g.uuid) for i, g in enumerate(state.gpus)]
+        with counter.counting():
+            profiling.apply(gpus)
+        tick = counter.total
+        with counter.counting():
+            profiling.scraper.scrape_once()
+        scrape = counter.total
+    over = over_budget("dcgm_python_calls_per_tick", "DCGM source", "Python calls", {"apply": tick, "scrape": scrape})
+    assert not over, "\n".join(over)
