@@ -147,6 +147,8 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
                 total.gpu_hours_lost[category] = total.gpu_hours_lost.get(category, 0.0) + hours
             total.cost += row.cost
             total.cost_lost += row.cost_lost
+            total.gpu_hours_unmeasured += row.gpu_hours_unmeasured
+            total.cost_unmeasured += row.cost_unmeasured
             if row.currency and row.currency not in total.currency.split("+"):  # "": that shard set no prices
                 total.currency = "+".join(sorted({*total.currency.split("+"), row.currency} - {""}))
             total.gpu_model = total.gpu_model or row.gpu_model

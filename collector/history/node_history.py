@@ -200,7 +200,7 @@ class NodeHistory:
                 split.add_losses(acc.parts(), lost, seconds, gap)
                 if node is not None:
                     split.add_losses(node.parts(), lost, seconds, gap)
-                if seconds > 0 and provisional(g, share is not None):
+                if seconds > 0 and provisional(g, split.judged_by_share(g, share)):
                     forming.note(g, minute_start, until, seconds)
                     acc.hold_losses(lost, seconds)
                     if node is not None:

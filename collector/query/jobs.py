@@ -42,7 +42,7 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
             if count % 1000 == 0:
                 reads.check()
             names = jobs_of(jobs)
-            lost_by = {c: s for c, s in zip(LOST_CATEGORIES, parts[1:], strict=True) if s}
+            lost_by = {c: s for c, s in zip(LOST_CATEGORIES, parts[1 : 1 + len(LOST_CATEGORIES)], strict=True) if s}
             if unsplit_lost:
                 key = cause or "unknown"
                 lost_by[key] = lost_by.get(key, 0.0) + unsplit_lost
