@@ -114,8 +114,8 @@ def ledger_csv(rows: list[dict[str, Any]], by: str, *, money: bool = True) -> st
         line += [_num(row["gpu_hours_lost"][c]) for c in LOST_CATEGORIES]
         line.append(_num(row["gpu_hours_unmeasured"]))
         if money:
-            line += [f"{row['cost'] or 0.0:.2f}", f"{row['cost_lost'] or 0.0:.2f}", f"{row['cost_lost_max'] or 0.0:.2f}"]
-            line.append(row["currency"] or "")
+            money_cells = (row["cost"], row["cost_lost"], row["cost_lost_max"])
+            line += [f"{value or 0.0:.2f}" for value in money_cells] + [row["currency"] or ""]
         line += [_when(row["first_unix_seconds"]), _when(row["last_unix_seconds"])]
         if by in ("account", "namespace"):
             line.append(json.dumps(row["jobs"], ensure_ascii=False))  # a list of keys that may hold any printable
@@ -139,7 +139,8 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float,
     width = max(12, min(32, max(len(escape_controls(str(r[by])) or none) for r in rows)))
     head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
     head += f" {'UNMEAS':>7}" if unmeasured else ""
-    head += f" {'COST':>11} {'LOST':>11}" + (f" {'LOST MAX':>11}" if unmeasured else "") + f" {'CUR':<4}" if money else ""
+    if money:
+        head += f" {'COST':>11} {'LOST':>11}" + (f" {'LOST MAX':>11}" if unmeasured else "") + f" {'CUR':<4}"
     head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
     lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head.rstrip()]
     for row in rows:

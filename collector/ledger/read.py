@@ -8,11 +8,11 @@ yields the groups; they are folded here into one total per answer row (a job, a 
 fleet): a GPU shared by n jobs counts 1/n to each, each node's hours priced at that node's price
 (``prices.py``), and the hours a job's GPUs waited are put on the nodes they waited on (its
 stragglers). The `unmeasured` hours (``split.py``) are neither computing nor lost: their own hours
-and cost (``gpu_hours_unmeasured``, ``cost_unmeasured``), the upper end of the money lost. With ``[tenants]`` a job's name carries its nodes' tenant (``collector/tenants.py``),
-and so does its account or namespace: ``acme:research``, billed within tenant acme only (a job of
-acme without one: ``acme:``). An answer of more rows than the bound's, or larger than one message, is refused
-with a line that says to ask for less; the read is within the query bounds' time.
-"""
+and cost (``gpu_hours_unmeasured``, ``cost_unmeasured``), the upper end of the money lost. With
+``[tenants]`` a job's name carries its nodes' tenant (``collector/tenants.py``), and so does its
+account or namespace: ``acme:research``, billed within tenant acme only (a job of acme without one:
+``acme:``). An answer of more rows than the bound's, or larger than one message, is refused with a
+line that says to ask for less; the read is within the query bounds' time."""
 
 from __future__ import annotations
 

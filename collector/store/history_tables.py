@@ -165,9 +165,10 @@ class HistoryTables:
     def lost_on_last_day(self) -> dict[str, tuple[int, float]]:
         """Per node with stored minutes: the UTC day of its newest one (the day's start, unix
         seconds) and the GPU-seconds lost that day by the ledger's split (its node rows' lost
-        columns, not computing nor unmeasured; a row stored before the split, the detector's count), what the fleet page's and
-        ``nodes``' day count starts from after a restart. One query; each node's part is a range of
-        the primary key (its newest minute, then that day's minutes), never a scan of older days."""
+        columns, not computing nor unmeasured; a row stored before the split, the detector's
+        count), what the fleet page's and ``nodes``' day count starts from after a restart. One
+        query; each node's part is a range of the primary key (its newest minute, then that day's
+        minutes), never a scan of older days."""
         lost = " + ".join(f"COALESCE(h.{c}_seconds, 0)" for c in split.LOST_CATEGORIES)
         sql = (
             "WITH newest AS MATERIALIZED (SELECT n.node_id AS node_id,"

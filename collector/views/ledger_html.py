@@ -9,8 +9,9 @@ Money per category is the row's own: computing costs ``cost - cost_lost - cost_u
 ``cost_lost`` is shared among the lost categories by their hours (a job on nodes at several
 prices: at the mean price of its lost hours), and the `unmeasured` hours (held, their split
 between computing and waiting not measured) cost ``cost_unmeasured``, drawn last in the bar: the
-money lost is a range, ``cost_lost`` to ``cost_lost + cost_unmeasured``. Without ``[prices]`` (no row has a currency) the money is left
-out, cells, columns and bar titles alike, and one line says how to set them.
+money lost is a range, ``cost_lost`` to ``cost_lost + cost_unmeasured``. Without ``[prices]``
+(no row has a currency) the money is left out, cells, columns and bar titles alike, and one line
+says how to set them.
 """
 
 from __future__ import annotations

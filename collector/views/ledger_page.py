@@ -129,8 +129,8 @@ def sorted_rows(rows: list[pb.LedgerRow], sort: str) -> list[pb.LedgerRow]:
 def ledger_plain(row: pb.LedgerRow, by: str) -> dict[str, Any]:
     """One row as JSON: the hours, each lost category (0 when none), the unmeasured hours, the
     money (null without ``[prices]``: no price is not a price of 0), the money lost as a range
-    (``cost_lost`` to ``cost_lost_max``, its unmeasured hours' price added); a job's account, namespace, nodes and stragglers;
-    an account's or namespace's jobs, nodes and stragglers."""
+    (``cost_lost`` to ``cost_lost_max``, its unmeasured hours' price added); a job's account,
+    namespace, nodes and stragglers; an account's or namespace's jobs, nodes and stragglers."""
     priced = bool(row.currency)
     out: dict[str, Any] = {
         by: row.key, "gpu_hours_held": row.gpu_hours_held, "gpu_hours_computing": row.gpu_hours_computing,
