@@ -98,7 +98,8 @@ class Forming:
         if not pending:
             return _NONE
         since = time - window
-        shared = split.judged_by_share(g, split.job_share(g))
+        # Judged by the roll-up: its share, or one it could not measure (``split.WAIT_UNKNOWN``).
+        shared = split.job_share(g) is not None or split.WAIT_UNKNOWN in g.evidence
         # A busy verdict without the roll-up's share, most of them, judges warm-up seconds only.
         busy_alone = g.state == "busy" and not shared
         for p in pending:
@@ -136,7 +137,8 @@ class Forming:
         if last is not None and last.minute == minute and last.verdict == g:
             last.seconds, last.end = last.seconds + seconds, end
         else:
-            pending.append(Provisional(minute, end, seconds, g, split.judged_by_share(g, split.job_share(g))))
+            shared = split.job_share(g) is not None or split.WAIT_UNKNOWN in g.evidence
+            pending.append(Provisional(minute, end, seconds, g, shared))
 
     def minutes(self) -> set[int]:
         """The minutes some provisional seconds are in."""

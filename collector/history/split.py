@@ -101,17 +101,6 @@ def job_share(verdict: GpuVerdict) -> float | None:
     return float(ratio) if isinstance(ratio, float | int) else None
 
 
-def wait_unknown(verdict: GpuVerdict) -> bool:
-    """Whether the verdict says its wait share cannot be measured (``WAIT_UNKNOWN``)."""
-    return WAIT_UNKNOWN in verdict.evidence
-
-
-def judged_by_share(verdict: GpuVerdict, share: float | None) -> bool:
-    """Whether the verdict speaks for its window as the roll-up measured it (``share``: its
-    ``job_share``): a share, or a wait share known to be unknown (``forming`` asks)."""
-    return share is not None or WAIT_UNKNOWN in verdict.evidence
-
-
 def empty() -> list[float]:
     return [0.0] * len(CATEGORIES)
 
