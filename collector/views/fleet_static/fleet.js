@@ -185,7 +185,11 @@ async function fleetToday(data) {
     const lost = Object.values(f.gpu_hours_lost).reduce((a, b) => a + b, 0);
     parts.push(`${shown ? "" : "the fleet "}lost today: <b id="lost-share">${pct(lost / f.gpu_hours_held)}</b> of the GPU time jobs held ` +
       `(${lost.toFixed(2)} of ${f.gpu_hours_held.toFixed(2)} GPU-h)`);
-    if (f.currency) parts.push(`<span id="lost-cost">${f.cost_lost.toFixed(2)} ${esc(f.currency)} lost</span>`);
+    // Hours nobody could measure (docs/ledger.md#unmeasured): said apart, and the money lost a range.
+    const unmeasured = f.gpu_hours_unmeasured || 0;
+    if (unmeasured > 0) parts.push(`<span id="unmeasured">${unmeasured.toFixed(2)} GPU-h unmeasured</span>`);
+    if (f.currency) parts.push(`<span id="lost-cost">${f.cost_lost.toFixed(2)}` +
+      `${unmeasured > 0 ? " – " + f.cost_lost_max.toFixed(2) : ""} ${esc(f.currency)} lost</span>`);
     const j = today.job, jobLost = j ? Object.values(j.gpu_hours_lost).reduce((a, b) => a + b, 0) : 0;
     if (j && jobLost > 0) parts.push(`loses most: ${jobLink(j.job)} <span class="muted">(${jobLost.toFixed(2)} GPU-h)</span>`);
   } else {
