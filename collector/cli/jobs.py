@@ -118,20 +118,20 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
     for index, row in enumerate(rows):
         if not row["live"] and (index == 0 or rows[index - 1]["live"]):
             lines.append(HISTORY_ONLY)
-        lost = row["history"]["gpu_hours_lost"] if row["history"] else None
+        lost = _lost_words(row["history"])
         straggler = "job-wide" if row["job_wide"] else ",".join(row["straggler_nodes"]) or "-"
         gpus = "-" if row["gpus"] is None else str(row["gpus"])
         lines.append(
             f"{short(row['job'], 24):<24} {row['state'] or '-':<7} {len(row['nodes']):>5} {gpus:>5} "
             f"{short(straggler, 18):<18} {short(row['cause'] or '-', 9):<9} "
-            f"{wait_words(row):>7} {'-' if lost is None else f'{lost:.2f}':>15}  "
+            f"{wait_words(row):>7} {lost:>15}  "
             + (f"{short(row['shard'] or '-', 21):<21} " if merged else "")
             + evidence_short(row["evidence"])
         )
     lines.append(
         f"(WAIT %: share of the job's GPU time spent waiting, live, unknown where its GPUs' readings cannot "
         f"measure it (EVIDENCE wait_unknown_reason says why); GPU-H LOST: the history's over the last "
-        f"{window}, on every GPU of the job)"
+        f"{window}, on every GPU of the job; A..B where some hours are unmeasured: A lost, up to B)"
     )
     return "\n".join(map(escape_controls, lines))
 
@@ -144,6 +144,15 @@ def wait_words(row: dict[str, Any]) -> str:
         return f"{wait * 100:.0f}%"
     unknown = WAIT_UNKNOWN in (row.get("evidence") or {}) or row.get("state") == SLOWED
     return "unknown" if unknown else "-"
+
+
+def _lost_words(history: dict[str, Any] | None) -> str:
+    """The history's GPU-hours lost: ``-`` for none, a range ``lost..lost+unmeasured`` where some
+    hours are unmeasured (docs/ledger.md#unmeasured)."""
+    if history is None:
+        return "-"
+    lost, unmeasured = history["gpu_hours_lost"], history.get("gpu_hours_unmeasured") or 0.0
+    return f"{lost:.2f}..{lost + unmeasured:.2f}" if unmeasured >= 0.005 else f"{lost:.2f}"
 
 
 def evidence_short(evidence: dict[str, Any]) -> str:
@@ -163,6 +172,7 @@ def evidence_short(evidence: dict[str, Any]) -> str:
 def _history_plain(total: pb.JobTotal) -> dict[str, Any]:
     return {
         "gpu_hours": total.gpu_hours, "gpu_hours_lost": total.gpu_hours_lost,
+        "gpu_hours_unmeasured": total.gpu_hours_unmeasured,
         "gpu_hours_lost_by_cause": dict(sorted(total.gpu_hours_lost_by_cause.items())), "nodes": list(total.nodes),
         "first_unix_seconds": total.first_unix_seconds, "last_unix_seconds": total.last_unix_seconds,
     }  # fmt: skip

@@ -112,6 +112,7 @@ def merge_job_totals(answers: Sequence[Answer]) -> pb.JobsResponse:
                 )
             total.gpu_hours += job.gpu_hours
             total.gpu_hours_lost += job.gpu_hours_lost
+            total.gpu_hours_unmeasured += job.gpu_hours_unmeasured
             for cause, hours in job.gpu_hours_lost_by_cause.items():
                 total.gpu_hours_lost_by_cause[cause] = total.gpu_hours_lost_by_cause.get(cause, 0.0) + hours
             total.first_unix_seconds = min(total.first_unix_seconds, job.first_unix_seconds)

@@ -241,11 +241,16 @@ async function drawJobs() {
     try {
       const ledger = await api("/api/ledger?by=job&since=24h", false);
       jobsLost.hours = Object.fromEntries(ledger.rows.map((r) =>
-        [r.job, Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0)]));
+        [r.job, [Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0), r.gpu_hours_unmeasured || 0]]));
       jobsLost.error = "";
     } catch (err) { jobsLost.hours = null; jobsLost.error = String(err); }
   }
-  const lost = (j) => jobsLost.hours === null ? "—" : (jobsLost.hours[j.job] ?? 0).toFixed(2);
+  // Where some hours are unmeasured (docs/ledger.md#unmeasured), the hours lost are a range.
+  const lost = (j) => {
+    if (jobsLost.hours === null) return "—";
+    const [hours, unmeasured] = jobsLost.hours[j.job] ?? [0, 0];
+    return unmeasured >= 0.005 ? `${hours.toFixed(2)} – ${(hours + unmeasured).toFixed(2)}` : hours.toFixed(2);
+  };
   document.getElementById("jobs").innerHTML =
     `<tr><th>job</th><th>state</th><th>nodes</th><th>GPUs</th><th>straggler</th><th>cause</th>` +
     `<th>wait share</th><th title="the ledger's split of the job's stored minutes, as jobs and ledger --by job give it">` +

@@ -972,7 +972,7 @@ class JobsRequest(_message.Message):
     def __init__(self, last_seconds: _Optional[float] = ...) -> None: ...
 
 class JobTotal(_message.Message):
-    __slots__ = ("job", "gpu_hours", "gpu_hours_lost", "gpu_hours_lost_by_cause", "nodes", "first_unix_seconds", "last_unix_seconds")
+    __slots__ = ("job", "gpu_hours", "gpu_hours_lost", "gpu_hours_lost_by_cause", "nodes", "first_unix_seconds", "last_unix_seconds", "gpu_hours_unmeasured")
     class GpuHoursLostByCauseEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -987,6 +987,7 @@ class JobTotal(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     FIRST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LAST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
     job: str
     gpu_hours: float
     gpu_hours_lost: float
@@ -994,7 +995,8 @@ class JobTotal(_message.Message):
     nodes: _containers.RepeatedScalarFieldContainer[str]
     first_unix_seconds: float
     last_unix_seconds: float
-    def __init__(self, job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., gpu_hours_lost: _Optional[float] = ..., gpu_hours_lost_by_cause: _Optional[_Mapping[str, float]] = ..., nodes: _Optional[_Iterable[str]] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ...) -> None: ...
+    gpu_hours_unmeasured: float
+    def __init__(self, job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., gpu_hours_lost: _Optional[float] = ..., gpu_hours_lost_by_cause: _Optional[_Mapping[str, float]] = ..., nodes: _Optional[_Iterable[str]] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., gpu_hours_unmeasured: _Optional[float] = ...) -> None: ...
 
 class JobsResponse(_message.Message):
     __slots__ = ("jobs", "shards")

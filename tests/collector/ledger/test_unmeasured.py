@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
+from nodeagent.collector.cli.jobs import job_rows, render_jobs
 from nodeagent.collector.cli.ledger import ledger_csv, render_ledger
 from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge
@@ -30,6 +31,7 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import ledger_answer
+from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.store.database import Store, StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext
@@ -360,3 +362,21 @@ def test_several_collectors_sum_their_unmeasured_hours_and_money() -> None:
     assert (total.gpu_hours_unmeasured, total.cost_unmeasured, total.cost_lost) == (4.0, 8.0, 4.0)
     parts = total.gpu_hours_computing + sum(total.gpu_hours_lost.values()) + total.gpu_hours_unmeasured
     assert parts == total.gpu_hours_held
+
+
+def test_jobs_gives_the_same_unmeasured_hours_as_the_ledger_and_its_hours_lost_as_a_range(tmp_path: Path) -> None:
+    rows = _unknown_cell_rows()
+    (ledger_row,) = _ledger(tmp_path, "job", rows).rows
+    conn = sqlite3.connect(tmp_path / "c.db")
+    try:
+        totals = job_totals(ReadContext(conn), pb.JobsRequest(last_seconds=3 * 3600), 1000, 1 << 20)
+    finally:
+        conn.close()
+    (total,) = totals.jobs
+    assert total.gpu_hours_unmeasured == pytest.approx(ledger_row.gpu_hours_unmeasured)
+    assert total.gpu_hours_lost == pytest.approx(sum(ledger_row.gpu_hours_lost.values()))
+    table = render_jobs(job_rows([], totals), 86400.0)
+    line = next(line for line in table.splitlines() if line.startswith(JOB))
+    lost, unmeasured = total.gpu_hours_lost, total.gpu_hours_unmeasured
+    assert f"{lost:.2f}..{lost + unmeasured:.2f}" in line
+    assert "A..B where some hours are unmeasured" in table
