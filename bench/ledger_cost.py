@@ -109,7 +109,9 @@ def costs(db: Path, timeout: float) -> None:
                 continue
             rows = json.loads(done.stdout)
             held = sum(r["gpu_hours_held"] for r in rows)
-            parts = sum(r["gpu_hours_computing"] + sum(r["gpu_hours_lost"].values()) for r in rows)
+            parts = sum(
+                r["gpu_hours_computing"] + sum(r["gpu_hours_lost"].values()) + r["gpu_hours_unmeasured"] for r in rows
+            )
             print(
                 f"ledger --since 30d --by {by}: {len(rows)} rows, {held:.1f} GPU-hours held"
                 f" (parts {parts:.1f}), {seconds:.1f} s"

@@ -116,7 +116,8 @@ def job_sentence(job: dict[str, Any]) -> str:
     nodes, gpus = len(job["nodes"]), job["gpus"]
     what = f"{gpus} GPU{'s' if gpus != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}"
     wait = job["wait_ratio"]
-    share = f" {wait:.0%} of their time" if wait is not None else ""
+    # A slowed job whose wait share cannot be measured says so, never a guessed share.
+    share = f" {wait:.0%} of their time" if wait is not None else " an unknown share of their time"
     if job["state"] == DOWN:
         return f"{what}: no node of the job has reported for a window"
     if job["state"] != SLOWED:

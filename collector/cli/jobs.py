@@ -25,8 +25,9 @@ import grpc
 
 from nodeagent.collector.cli.client import client_options, query_whole, several
 from nodeagent.collector.cli.history import Duration
+from nodeagent.collector.history.split import WAIT_UNKNOWN
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.states import JOB_STATE_ORDER, state_rank
+from nodeagent.collector.states import JOB_STATE_ORDER, SLOWED, state_rank
 from nodeagent.collector.views.fleet_table import short, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.safe_text import escape_controls
@@ -111,28 +112,47 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
     window = _span(since)
     merged = shows_shards(rows)
     lines = [
-        f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>6} "
+        f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>7} "
         f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + "EVIDENCE"
     ]
     for index, row in enumerate(rows):
         if not row["live"] and (index == 0 or rows[index - 1]["live"]):
             lines.append(HISTORY_ONLY)
-        wait = row["wait_ratio"]
-        lost = row["history"]["gpu_hours_lost"] if row["history"] else None
+        lost = _lost_words(row["history"])
         straggler = "job-wide" if row["job_wide"] else ",".join(row["straggler_nodes"]) or "-"
         gpus = "-" if row["gpus"] is None else str(row["gpus"])
         lines.append(
             f"{short(row['job'], 24):<24} {row['state'] or '-':<7} {len(row['nodes']):>5} {gpus:>5} "
             f"{short(straggler, 18):<18} {short(row['cause'] or '-', 9):<9} "
-            f"{'-' if wait is None else f'{wait * 100:.0f}%':>6} {'-' if lost is None else f'{lost:.2f}':>15}  "
+            f"{wait_words(row):>7} {lost:>15}  "
             + (f"{short(row['shard'] or '-', 21):<21} " if merged else "")
             + evidence_short(row["evidence"])
         )
     lines.append(
-        f"(WAIT %: share of the job's GPU time spent waiting, live; GPU-H LOST: the history's over the last "
-        f"{window}, on every GPU of the job)"
+        f"(WAIT %: share of the job's GPU time spent waiting, live, unknown where its GPUs' readings cannot "
+        f"measure it (EVIDENCE wait_unknown_reason says why); GPU-H LOST: the history's over the last "
+        f"{window}, on every GPU of the job; A..B where some hours are unmeasured: A lost, up to B)"
     )
     return "\n".join(map(escape_controls, lines))
+
+
+def wait_words(row: dict[str, Any]) -> str:
+    """A job's wait share as the tables say it: a share, ``unknown`` where it cannot be measured
+    (a reason in its evidence, or a slowed job without one), ``-`` where there is none to say."""
+    wait = row["wait_ratio"]
+    if wait is not None:
+        return f"{wait * 100:.0f}%"
+    unknown = WAIT_UNKNOWN in (row.get("evidence") or {}) or row.get("state") == SLOWED
+    return "unknown" if unknown else "-"
+
+
+def _lost_words(history: dict[str, Any] | None) -> str:
+    """The history's GPU-hours lost: ``-`` for none, a range ``lost..lost+unmeasured`` where some
+    hours are unmeasured (docs/ledger.md#unmeasured)."""
+    if history is None:
+        return "-"
+    lost, unmeasured = history["gpu_hours_lost"], history.get("gpu_hours_unmeasured") or 0.0
+    return f"{lost:.2f}..{lost + unmeasured:.2f}" if unmeasured >= 0.005 else f"{lost:.2f}"
 
 
 def evidence_short(evidence: dict[str, Any]) -> str:
@@ -152,6 +172,7 @@ def evidence_short(evidence: dict[str, Any]) -> str:
 def _history_plain(total: pb.JobTotal) -> dict[str, Any]:
     return {
         "gpu_hours": total.gpu_hours, "gpu_hours_lost": total.gpu_hours_lost,
+        "gpu_hours_unmeasured": total.gpu_hours_unmeasured,
         "gpu_hours_lost_by_cause": dict(sorted(total.gpu_hours_lost_by_cause.items())), "nodes": list(total.nodes),
         "first_unix_seconds": total.first_unix_seconds, "last_unix_seconds": total.last_unix_seconds,
     }  # fmt: skip

@@ -4,7 +4,8 @@ Each row (a job, a node, the fleet, or the jobs of one Slurm account or Kubernet
 ``--by account|namespace``, "" for the jobs without one) is the history's split (``collector/history/split.py``)
 summed over [``--since``, ``--until``) and priced by the collectors' ``[prices]``
 (``Query.Ledger``, ``collector/ledger/read.py``): GPU-hours held, computing, lost by category,
-the cost and the cost of what was lost; a job's straggler nodes with the GPU-hours its GPUs
+the hours nothing measured (``unmeasured``), the cost and the cost of what was lost (a range where
+some hours are unmeasured: ``cost_lost`` to ``cost_lost_max``); a job's straggler nodes with the GPU-hours its GPUs
 waited on each, and its account and namespace; an account's or namespace's jobs. Several
 collectors (``--collector`` repeated or ``[fleet] collectors``): their
 rows summed by key. ``--json``: one object per row; ``--csv``: a header and one line per row, every
@@ -33,6 +34,10 @@ from nodeagent.collector.views.ledger_page import ledger_plain
 from nodeagent.core.program.safe_text import csv_cell, escape_controls
 
 DEFAULT_SINCE: Final = "30d"
+UNMEASURED_LINE: Final = (
+    "UNMEAS: held hours whose split between computing and waiting the GPUs' readings cannot measure "
+    "(docs/ledger.md#unmeasured)"
+)
 
 
 class Since(click.ParamType[float]):
@@ -100,14 +105,17 @@ def ledger_csv(rows: list[dict[str, Any]], by: str, *, money: bool = True) -> st
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = [by, "gpu_hours_held", "gpu_hours_computing", *(f"gpu_hours_lost_{c}" for c in LOST_CATEGORIES)]
-    header += [*(["cost", "cost_lost", "currency"] if money else []), "first", "last"]
+    header += ["gpu_hours_unmeasured", *(["cost", "cost_lost", "cost_lost_max", "currency"] if money else [])]
+    header += ["first", "last"]
     extra = {"job": ["stragglers", "account", "namespace"], "node": ["gpu_model"], "fleet": []}
     writer.writerow(header + extra.get(by, ["jobs", "stragglers"]))
     for row in rows:
         line = [row[by], _num(row["gpu_hours_held"]), _num(row["gpu_hours_computing"])]
         line += [_num(row["gpu_hours_lost"][c]) for c in LOST_CATEGORIES]
+        line.append(_num(row["gpu_hours_unmeasured"]))
         if money:
-            line += [f"{row['cost'] or 0.0:.2f}", f"{row['cost_lost'] or 0.0:.2f}", row["currency"] or ""]
+            money_cells = (row["cost"], row["cost_lost"], row["cost_lost_max"])
+            line += [f"{value or 0.0:.2f}" for value in money_cells] + [row["currency"] or ""]
         line += [_when(row["first_unix_seconds"]), _when(row["last_unix_seconds"])]
         if by in ("account", "namespace"):
             line.append(json.dumps(row["jobs"], ensure_ascii=False))  # a list of keys that may hold any printable
@@ -125,10 +133,14 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float,
     """The table: hours held, the share computing, each category lost that any row has (as a
     share of the row's held time), the money (``money`` False: without it)."""
     shown = [c for c in LOST_CATEGORIES if any(r["gpu_hours_lost"][c] > 0 for r in rows)]
+    # Hours nothing measured: a column of their own, and the money lost a range (LOST to LOST MAX).
+    unmeasured = any(r["gpu_hours_unmeasured"] > 0 for r in rows)
     none = f"(no {by})"  # the jobs without an account or namespace
     width = max(12, min(32, max(len(escape_controls(str(r[by])) or none) for r in rows)))
     head = f"{by.upper():<{width}} {'GPU-H':>9} {'COMPUTE':>7} " + " ".join(f"{_label(c):>7}" for c in shown)
-    head += f" {'COST':>11} {'LOST':>11} {'CUR':<4}" if money else ""
+    head += f" {'UNMEAS':>7}" if unmeasured else ""
+    if money:
+        head += f" {'COST':>11} {'LOST':>11}" + (f" {'LOST MAX':>11}" if unmeasured else "") + f" {'CUR':<4}"
     head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
     lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head.rstrip()]
     for row in rows:
@@ -139,13 +151,19 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float,
 
         line = f"{short(str(row[by]) or none, width):<{width}} {held:>9.2f} {share(row['gpu_hours_computing']):>7} "
         line += " ".join(f"{share(row['gpu_hours_lost'][c]):>7}" for c in shown)
+        if unmeasured:
+            line += f" {share(row['gpu_hours_unmeasured']):>7}"
         if money:  # a row of a collector without prices, among priced ones: 0.00 in its currency's place
-            line += f" {row['cost'] or 0.0:>11.2f} {row['cost_lost'] or 0.0:>11.2f} {row['currency'] or '-':<4}"
+            line += f" {row['cost'] or 0.0:>11.2f} {row['cost_lost'] or 0.0:>11.2f}"
+            line += f" {row['cost_lost_max'] or 0.0:>11.2f}" if unmeasured else ""
+            line += f" {row['currency'] or '-':<4}"
         if by == "job":
             line += "  " + (", ".join(f"{s['node']} ({s['gpu_hours_waited']:.2f} h)" for s in row["stragglers"]) or "-")
         elif by not in {"node", "fleet"}:
             line += f"  {len(row['jobs'])}: " + ", ".join(row["jobs"][:3]) + (", ..." if len(row["jobs"]) > 3 else "")
         lines.append(line.rstrip())
+    if unmeasured:
+        lines.append(UNMEASURED_LINE + (": the money lost is LOST to LOST MAX" if money else ""))
     return "\n".join(map(escape_controls, lines))
 
 

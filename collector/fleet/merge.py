@@ -112,6 +112,7 @@ def merge_job_totals(answers: Sequence[Answer]) -> pb.JobsResponse:
                 )
             total.gpu_hours += job.gpu_hours
             total.gpu_hours_lost += job.gpu_hours_lost
+            total.gpu_hours_unmeasured += job.gpu_hours_unmeasured
             for cause, hours in job.gpu_hours_lost_by_cause.items():
                 total.gpu_hours_lost_by_cause[cause] = total.gpu_hours_lost_by_cause.get(cause, 0.0) + hours
             total.first_unix_seconds = min(total.first_unix_seconds, job.first_unix_seconds)
@@ -147,6 +148,8 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
                 total.gpu_hours_lost[category] = total.gpu_hours_lost.get(category, 0.0) + hours
             total.cost += row.cost
             total.cost_lost += row.cost_lost
+            total.gpu_hours_unmeasured += row.gpu_hours_unmeasured
+            total.cost_unmeasured += row.cost_unmeasured
             if row.currency and row.currency not in total.currency.split("+"):  # "": that shard set no prices
                 total.currency = "+".join(sorted({*total.currency.split("+"), row.currency} - {""}))
             total.gpu_model = total.gpu_model or row.gpu_model

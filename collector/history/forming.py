@@ -14,8 +14,9 @@ has formed for them are not known to compute:
   but the verdict that enters one of those states re-judges the `busy` seconds inside its window
   by its own split, as the detector's count does; so does the first verdict that carries the
   job roll-up's share of a GPU waiting on no other node (``split.JobShare``: a `link` straggler,
-  a job-wide slowdown), which the roll-up measures over the same window. A `busy` verdict that
-  carries a share is judged: its seconds are not provisional.
+  a job-wide slowdown), which the roll-up measures over the same window, and the first verdict
+  whose wait share is unknown (``split.WAIT_UNKNOWN``: the seconds it takes are `unmeasured`). A
+  `busy` verdict that carries a share, or an unknown one, is judged: its seconds are not provisional.
 
 Seconds that no verdict re-judged within a window stay as counted: `unknown` (forming) or
 `computing` (busy). Each GPU's list is bounded by the window (older entries are dropped as the
@@ -97,7 +98,8 @@ class Forming:
         if not pending:
             return _NONE
         since = time - window
-        shared = split.job_share(g) is not None
+        # Judged by the roll-up: its share, or one it could not measure (``split.WAIT_UNKNOWN``).
+        shared = split.job_share(g) is not None or split.WAIT_UNKNOWN in g.evidence
         # A busy verdict without the roll-up's share, most of them, judges warm-up seconds only.
         busy_alone = g.state == "busy" and not shared
         for p in pending:
@@ -135,7 +137,8 @@ class Forming:
         if last is not None and last.minute == minute and last.verdict == g:
             last.seconds, last.end = last.seconds + seconds, end
         else:
-            pending.append(Provisional(minute, end, seconds, g, split.job_share(g) is not None))
+            shared = split.job_share(g) is not None or split.WAIT_UNKNOWN in g.evidence
+            pending.append(Provisional(minute, end, seconds, g, shared))
 
     def minutes(self) -> set[int]:
         """The minutes some provisional seconds are in."""

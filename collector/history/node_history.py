@@ -200,7 +200,8 @@ class NodeHistory:
                 split.add_losses(acc.parts(), lost, seconds, gap)
                 if node is not None:
                     split.add_losses(node.parts(), lost, seconds, gap)
-                if seconds > 0 and provisional(g, share is not None):
+                # Judged by the roll-up: its share, or one it could not measure (``split.WAIT_UNKNOWN``).
+                if seconds > 0 and provisional(g, share is not None or split.WAIT_UNKNOWN in g.evidence):
                     forming.note(g, minute_start, until, seconds)
                     acc.hold_losses(lost, seconds)
                     if node is not None:

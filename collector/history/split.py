@@ -6,8 +6,11 @@ counted once, in one of ``CATEGORIES``: ``computing``, or lost to the node's own
 node of the job (``waiting``, the detector's `waiting` state), to clock throttling
 (``throttled``), sitting allocated with no work (``idle``), to a GPU that does not answer
 (``unresponsive``) or is gone (``lost``), and ``unknown``: a gap in the reports (held, but no
-report says what it did) and starvation whose cause the detector could not name. So the parts add
-up to the held time per GPU-minute, and any grouping of minutes (job, node, fleet) adds up too.
+report says what it did) and starvation whose cause the detector could not name. Beside them,
+``unmeasured``: held seconds whose split between computing and waiting nothing measured (below),
+neither computing nor lost: the ledger bills the money lost as a range, lost to lost plus
+unmeasured. So the parts add up to the held time per GPU-minute, and any grouping of minutes (job,
+node, fleet) adds up too.
 
 Each report stands for the seconds since the one before it; its verdict says how they went:
 
@@ -30,6 +33,15 @@ waiting in the collective over its own slow link; each node of a job-wide slowdo
 others), its share counts too: the verdict's own losses first, and what the share adds beyond
 them to the share's category (`interconnect` for the straggler, `waiting` job-wide); never a
 second twice. ``NodeHistory`` puts the share in the verdict it splits (``with_share``).
+
+**Unmeasured.** Where the GPU's power regime cannot separate computing from waiting at its job's
+step length, its wait share is unknown: the verdict's evidence carries ``wait_unknown_reason``
+(``WAIT_UNKNOWN``; a `waiting` GPU then has no ``wait_ratio``), or the roll-up's share of a GPU
+waiting on no other node is unknown (``JobShare`` with no ratio). Such a verdict's own measured
+losses count as above (a starved GPU's data share to its cause, a throttled GPU's idle share, all
+of an idle or lost GPU), and the rest of its seconds, what it computed or waited nobody can tell,
+is ``unmeasured`` rather than computing: all of a `waiting` GPU's (its loss is the unknown wait),
+the rest of a `busy`, `starved` or `throttled` one's. Never a guessed share.
 """
 
 from __future__ import annotations
@@ -42,26 +54,32 @@ from nodeagent.core.detector.verdict import GpuVerdict
 
 CATEGORIES: Final = (
     "computing", "network", "storage", "cpu", "h2d", "interconnect", "waiting", "throttled", "idle",
-    "unresponsive", "lost", "unknown",
+    "unresponsive", "lost", "unknown", "unmeasured",
 )  # fmt: skip
-LOST_CATEGORIES: Final = CATEGORIES[1:]
+# Every category but computing and unmeasured: the seconds lost (``lost_seconds``).
+LOST_CATEGORIES: Final = CATEGORIES[1:-1]
 # The history's columns, one per category (GPU rows: that GPU's seconds; the node row: the sum).
 COLUMNS: Final = tuple(f"{name}_seconds" for name in CATEGORIES)
 INDEX: Final = {name: i for i, name in enumerate(CATEGORIES)}
-_COMPUTING, _UNKNOWN = INDEX["computing"], INDEX["unknown"]
+_COMPUTING, _UNKNOWN, _UNMEASURED = INDEX["computing"], INDEX["unknown"], INDEX["unmeasured"]
 _OWN_CAUSES: Final = frozenset({"network", "storage", "cpu", "h2d", "interconnect"})
 # The evidence keys of the job roll-up's share on a verdict the history splits (``with_share``).
 JOB_WAIT_RATIO: Final = "job_wait_ratio"
 JOB_WAIT_CATEGORY: Final = "job_wait_category"
+# A verdict's evidence key: its wait share cannot be measured, and why (the job roll-up's, or
+# ``with_share``'s for a share the roll-up could not measure).
+WAIT_UNKNOWN: Final = "wait_unknown_reason"
 _SHARED_STATES: Final = frozenset({"busy", "starved"})
 
 
 @dataclass(frozen=True, slots=True)
 class JobShare:
-    """The job roll-up's measured wait of a node's GPUs of a job that wait on no other node."""
+    """The job roll-up's measured wait of a node's GPUs of a job that wait on no other node;
+    ``ratio`` None: not measurable there (``reason`` says why), the seconds are unmeasured."""
 
-    ratio: float
+    ratio: float | None
     category: str  # "interconnect" (a link straggler) or "waiting" (job-wide)
+    reason: str = ""
 
 
 def with_share(verdict: GpuVerdict, share: JobShare) -> GpuVerdict:
@@ -69,7 +87,11 @@ def with_share(verdict: GpuVerdict, share: JobShare) -> GpuVerdict:
     `busy` or `starved` GPU takes one (waiting GPUs have their wait, the others their own loss)."""
     if verdict.state not in _SHARED_STATES or share.category not in INDEX:
         return verdict
-    evidence = {**verdict.evidence, JOB_WAIT_RATIO: round(share.ratio, 4), JOB_WAIT_CATEGORY: share.category}
+    if share.ratio is None:
+        reason = share.reason or "the job's wait share cannot be measured on this GPU"
+        evidence = {**verdict.evidence, WAIT_UNKNOWN: reason, JOB_WAIT_CATEGORY: share.category}
+    else:
+        evidence = {**verdict.evidence, JOB_WAIT_RATIO: round(share.ratio, 4), JOB_WAIT_CATEGORY: share.category}
     return replace(verdict, evidence=evidence)
 
 
@@ -95,6 +117,10 @@ def losses(verdict: GpuVerdict, unresponsive: bool) -> Losses:
 def losses_given(verdict: GpuVerdict, unresponsive: bool, share: float | None) -> Losses:
     """``losses``, with the verdict's ``job_share`` already read (the ingest path reads it once a GPU)."""
     own = _own_losses(verdict, unresponsive)
+    if WAIT_UNKNOWN in verdict.evidence:
+        # What it computed or waited beyond its own measured losses nobody can tell: unmeasured.
+        rest = 1.0 - sum(s for _, s in own)
+        return (*own, (_UNMEASURED, rest)) if rest > 1e-12 else own
     if share is None:
         return own
     # The roll-up measured more of the time waiting than the verdict's own losses count: the rest.
@@ -120,6 +146,8 @@ def _own_losses(verdict: GpuVerdict, unresponsive: bool) -> tuple[tuple[int, flo
         data = _share(verdict.starvation_ratio if verdict.starvation_ratio is not None else verdict.idle_ratio)
         return ((INDEX[cause], data), (INDEX["interconnect"], min(sync, 1.0 - data)))
     if state == "waiting":
+        if WAIT_UNKNOWN in verdict.evidence:
+            return ()  # its loss is the wait share, which is unknown: all of it unmeasured
         wait = verdict.evidence.get("wait_ratio")
         return ((INDEX["waiting"], _share(float(wait) if isinstance(wait, float | int) else verdict.idle_ratio)),)
     if state == "throttled":
@@ -164,8 +192,8 @@ def add_losses(parts: list[float], lost: Losses, seconds: float, gap_seconds: fl
 
 
 def lost_seconds(parts: list[float]) -> float:
-    """The seconds of a split (``COLUMNS``' order) that did not compute: the GPU-seconds lost."""
-    return sum(parts) - parts[_COMPUTING]
+    """The seconds of a split (``COLUMNS``' order) lost: neither computing nor unmeasured."""
+    return sum(parts) - parts[_COMPUTING] - parts[_UNMEASURED]
 
 
 def _share(ratio: float | None) -> float:

@@ -7,11 +7,12 @@ summed in ``history_ledger`` and its minutes for the rest (``store/ledger_tables
 yields the groups; they are folded here into one total per answer row (a job, a node, the
 fleet): a GPU shared by n jobs counts 1/n to each, each node's hours priced at that node's price
 (``prices.py``), and the hours a job's GPUs waited are put on the nodes they waited on (its
-stragglers). With ``[tenants]`` a job's name carries its nodes' tenant (``collector/tenants.py``),
-and so does its account or namespace: ``acme:research``, billed within tenant acme only (a job of
-acme without one: ``acme:``). An answer of more rows than the bound's, or larger than one message, is refused
-with a line that says to ask for less; the read is within the query bounds' time.
-"""
+stragglers). The `unmeasured` hours (``split.py``) are neither computing nor lost: their own hours
+and cost (``gpu_hours_unmeasured``, ``cost_unmeasured``), the upper end of the money lost. With
+``[tenants]`` a job's name carries its nodes' tenant (``collector/tenants.py``), and so does its
+account or namespace: ``acme:research``, billed within tenant acme only (a job of acme without one:
+``acme:``). An answer of more rows than the bound's, or larger than one message, is refused with a
+line that says to ask for less; the read is within the query bounds' time."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ _OF_JOBS = ("job", "account", "namespace")
 DEFAULT_LEDGER_SECONDS = 30 * 86400.0
 FLEET = "fleet"
 _WAITING = split.INDEX["waiting"]
+_UNMEASURED = split.INDEX["unmeasured"]
 
 
 @dataclass
@@ -43,6 +45,7 @@ class _Total:
     seconds: list[float] = field(default_factory=split.empty)
     cost: float = 0.0
     cost_lost: float = 0.0
+    cost_unmeasured: float = 0.0
     first: float = float("inf")
     last: float = 0.0
     nodes: set[str] = field(default_factory=set)
@@ -55,7 +58,8 @@ class _Total:
             self.seconds[i] += value
         held = sum(parts)
         self.cost += held / 3600 * price
-        self.cost_lost += (held - parts[0]) / 3600 * price
+        self.cost_lost += (held - parts[0] - parts[_UNMEASURED]) / 3600 * price
+        self.cost_unmeasured += parts[_UNMEASURED] / 3600 * price
         self.first = min(self.first, first)
         self.last = max(self.last, last + MINUTE_SECONDS)
 
@@ -108,7 +112,7 @@ def ledger_answer(
         groups.close()  # the read ends here, not when the generator is collected
     response = pb.LedgerResponse()
     held = {key: total for key, total in totals.items() if sum(total.seconds) > 0}  # a node with no GPU held none
-    for key in sorted(held, key=lambda k: (-held[k].cost_lost, -sum(held[k].seconds[1:]), k)):
+    for key in sorted(held, key=lambda k: (-held[k].cost_lost, -split.lost_seconds(held[k].seconds), k)):
         # No [prices]: no currency, and the ledger leaves its money out rather than print 0.00.
         row = ledger_row(key, held[key], prices.currency if prices.configured else "", with_nodes=by in _OF_JOBS)
         if by == "job":
@@ -147,8 +151,9 @@ def ledger_row(key: str, total: _Total, currency: str, *, with_nodes: bool) -> p
         key=key, gpu_hours_held=sum(seconds) / 3600, gpu_hours_computing=seconds[0] / 3600, cost=total.cost,
         cost_lost=total.cost_lost, currency=currency, gpu_model=total.gpu_model,
         first_unix_seconds=total.first if total.first < float("inf") else 0.0, last_unix_seconds=total.last,
+        gpu_hours_unmeasured=seconds[_UNMEASURED] / 3600, cost_unmeasured=total.cost_unmeasured,
     )  # fmt: skip
-    for name, value in zip(split.LOST_CATEGORIES, seconds[1:], strict=True):
+    for name, value in zip(split.LOST_CATEGORIES, seconds[1 : 1 + len(split.LOST_CATEGORIES)], strict=True):
         if value > 0:
             row.gpu_hours_lost[name] = value / 3600
     if with_nodes:

@@ -3,7 +3,8 @@
 A job's GPU-hours are the seconds its GPUs were held (each minute row counts them, not the
 minute), so a 5-minute job on 8 GPUs is 0.67 GPU-hours whichever minutes it straddles, and what
 it lost is the ledger's split of those seconds (``history/split.py``): the same hours lost, by the
-same categories, as ``ledger --by job`` over the same minutes. Minutes stored before the split
+same categories, as ``ledger --by job`` over the same minutes; the unmeasured hours apart
+(``gpu_hours_unmeasured``), as the ledger gives them. Minutes stored before the split
 count the detector's GPU-seconds lost, by the minute's cause.
 
 The store groups the minutes by (jobs, cause, node); the totals are summed here as the groups
@@ -17,13 +18,14 @@ from __future__ import annotations
 import grpc
 
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
-from nodeagent.collector.history.split import LOST_CATEGORIES
+from nodeagent.collector.history.split import INDEX, LOST_CATEGORIES
 from nodeagent.collector.store.job_lists import jobs_of
 from nodeagent.collector.store.reader import ReadContext
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 DEFAULT_JOBS_SECONDS = 86400.0
+_UNMEASURED = INDEX["unmeasured"]
 
 
 def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_bytes: int) -> pb.JobsResponse:
@@ -42,7 +44,8 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
             if count % 1000 == 0:
                 reads.check()
             names = jobs_of(jobs)
-            lost_by = {c: s for c, s in zip(LOST_CATEGORIES, parts[1:], strict=True) if s}
+            lost_by = {c: s for c, s in zip(LOST_CATEGORIES, parts[1 : 1 + len(LOST_CATEGORIES)], strict=True) if s}
+            unmeasured = parts[_UNMEASURED]
             if unsplit_lost:
                 key = cause or "unknown"
                 lost_by[key] = lost_by.get(key, 0.0) + unsplit_lost
@@ -52,6 +55,7 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
                     total = totals[name] = pb.JobTotal(job=name, first_unix_seconds=first, last_unix_seconds=last)
                 share = 1.0 / len(names)
                 total.gpu_hours += held_seconds / 3600 * share
+                total.gpu_hours_unmeasured += unmeasured / 3600 * share
                 by_cause = total.gpu_hours_lost_by_cause
                 for category, seconds in lost_by.items():
                     lost = seconds / 3600 * share

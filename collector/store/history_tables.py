@@ -165,10 +165,11 @@ class HistoryTables:
     def lost_on_last_day(self) -> dict[str, tuple[int, float]]:
         """Per node with stored minutes: the UTC day of its newest one (the day's start, unix
         seconds) and the GPU-seconds lost that day by the ledger's split (its node rows' lost
-        columns; a row stored before the split, the detector's count), what the fleet page's and
-        ``nodes``' day count starts from after a restart. One query; each node's part is a range of
-        the primary key (its newest minute, then that day's minutes), never a scan of older days."""
-        lost = " + ".join(f"COALESCE(h.{c}, 0)" for c in split.COLUMNS[1:])
+        columns, not computing nor unmeasured; a row stored before the split, the detector's
+        count), what the fleet page's and ``nodes``' day count starts from after a restart. One
+        query; each node's part is a range of the primary key (its newest minute, then that day's
+        minutes), never a scan of older days."""
+        lost = " + ".join(f"COALESCE(h.{c}_seconds, 0)" for c in split.LOST_CATEGORIES)
         sql = (
             "WITH newest AS MATERIALIZED (SELECT n.node_id AS node_id,"
             "   (SELECT MAX(m.minute) FROM history_minutes m WHERE m.node_id = n.node_id) AS minute FROM nodes n)"
@@ -312,7 +313,8 @@ def minute_from(values: Sequence[object]) -> MinuteRow:
     row.jobs = jobs_of(str(jobs))
     row.held_seconds = float(str(held[0])) if held and held[0] is not None else None
     if parts[0] is not None:
-        row.split = [float(cast(float, p)) for p in parts]
+        # A column the split gained later (``unmeasured_seconds``) is NULL in rows stored before it: 0.
+        row.split = [0.0 if p is None else float(cast(float, p)) for p in parts]
         waiting_on = values[9 + len(VALUES) + len(split.COLUMNS)]
         row.waiting_on = str(waiting_on) if waiting_on else ""
     return row
@@ -322,8 +324,11 @@ def add_missing_columns(conn: sqlite3.Connection) -> None:
     """A database of an older version: its minute rows gain ``held_seconds`` (NULL in the rows it
     holds: a GPU minute of a job stored before counts whole, as it did), then the split's columns
     and ``waiting_on`` (NULL: the ledger leaves those rows out, ``query/ledger.py``), in the
-    order a new table has them."""
+    order a new table has them. A category the split gained later (``unmeasured``) is added NULL
+    too, which the rows with a split read as 0 (``minute_from``; ``TOTAL`` sums it so); the summed
+    hours gain it as 0 (``ledger_tables.add_missing_columns``)."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(history_minutes)")}
     for name, kind in [("held_seconds", "REAL"), *((c, "REAL") for c in split.COLUMNS), ("waiting_on", "TEXT")]:
         if name not in columns:
             conn.execute(f"ALTER TABLE history_minutes ADD COLUMN {name} {kind}")
+    ledger_tables.add_missing_columns(conn)

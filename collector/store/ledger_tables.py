@@ -68,6 +68,19 @@ _HOUR_GROUPS: Final = (
 
 
 _OWNER: Final = "SELECT account, namespace FROM history_job_owners WHERE job=?"
+# By name: a table of an older version gained its later columns at its end (``add_missing_columns``).
+_LEDGER_COLUMNS: Final = ", ".join(
+    ("node_id", "hour", "jobs", "waiting_on", *split.COLUMNS, "first_minute", "last_minute")
+)
+
+
+def add_missing_columns(conn: sqlite3.Connection) -> None:
+    """A database of an older version: ``history_ledger`` gains the split's later categories
+    (``unmeasured_seconds``), 0 in the hours it holds (summed before anything was unmeasured)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(history_ledger)")}
+    for name in split.COLUMNS:
+        if columns and name not in columns:
+            conn.execute(f"ALTER TABLE history_ledger ADD COLUMN {name} REAL NOT NULL DEFAULT 0")
 
 
 class LedgerTables:
@@ -79,7 +92,8 @@ class LedgerTables:
         conn = self._conn
         conn.execute("DELETE FROM history_ledger WHERE node_id=? AND hour=?", (node_id, hour))
         conn.execute(
-            f"INSERT INTO history_ledger SELECT node_id, ?, jobs, COALESCE(waiting_on, ''), {_SUMS}, MIN(minute),"
+            f"INSERT INTO history_ledger ({_LEDGER_COLUMNS})"
+            f" SELECT node_id, ?, jobs, COALESCE(waiting_on, ''), {_SUMS}, MIN(minute),"
             f" MAX(minute) FROM history_minutes WHERE node_id=? AND minute>=? AND minute<? AND gpu>=0 AND jobs!=''"
             f" AND {split.COLUMNS[0]} IS NOT NULL GROUP BY jobs, COALESCE(waiting_on, '')",
             (hour, node_id, hour, hour + HOUR_SECONDS),

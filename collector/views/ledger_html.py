@@ -5,10 +5,13 @@ category lost, in ``split.LOST_CATEGORIES``' order) as wide as its GPU-hours at 
 the whole page (``data-px-per-gpu-hour``), so bars compare across rows and a bar's rectangles
 add to the row's held hours. The colours are classes of the pages' one stylesheet
 (``fleet.css``), whose hash the Content-Security-Policy allows; nothing else is inline.
-Money per category is the row's own: computing costs ``cost - cost_lost``, and ``cost_lost``
-is shared among the lost categories by their hours (a job on nodes at several prices: at the
-mean price of its lost hours). Without ``[prices]`` (no row has a currency) the money is left
-out, cells, columns and bar titles alike, and one line says how to set them.
+Money per category is the row's own: computing costs ``cost - cost_lost - cost_unmeasured``,
+``cost_lost`` is shared among the lost categories by their hours (a job on nodes at several
+prices: at the mean price of its lost hours), and the `unmeasured` hours (held, their split
+between computing and waiting not measured) cost ``cost_unmeasured``, drawn last in the bar: the
+money lost is a range, ``cost_lost`` to ``cost_lost + cost_unmeasured``. Without ``[prices]``
+(no row has a currency) the money is left out, cells, columns and bar titles alike, and one line
+says how to set them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ BAR_PX: Final = 360.0
 BAR_HEIGHT: Final = 14
 SPANS: Final = ("1d", "7d", "30d")
 SORT_WORDS: Final = {"lost": "money lost", "held": "GPU-hours held", "name": "name"}
+UNMEASURED: Final = "unmeasured"
+# The categories after computing, in the bar's order: the lost ones, then the unmeasured hours.
+_CATEGORIES: Final = (*LOST_CATEGORIES, UNMEASURED)
+UNMEASURED_WORDS: Final = (
+    "unmeasured: held GPU-hours whose split between computing and waiting the GPUs' readings cannot "
+    "measure (the job's nodes say why); the money lost is a range, lost to lost plus unmeasured"
+)
 
 Shards = Sequence[dict[str, Any]]
 
@@ -58,6 +68,7 @@ def render_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards
         f"<table id='ledger' data-by='{asked.by}' data-sort='{asked.sort}'><tr><th>{asked.by}</th>"
         f"<th>GPU-hours by category</th><th>held GPU-h</th><th>computing</th>{head_cells}"
         f"{'<th>cost</th><th>lost</th><th>cur</th>' if money else ''}{extra}</tr>{body}</table>",
+        _unmeasured_line(rows),
     ]  # fmt: skip
     if not rows:
         out.append("<p class='muted' id='empty'>no GPU time held in this span</p>")
@@ -81,8 +92,8 @@ def render_job_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Sh
     money = bool(row.currency)
     out.append(_legend(shown) + _no_prices(rows, money))
     out.append(f"<p id='job-bar'>{_bar(row, BAR_PX / row.gpu_hours_held if row.gpu_hours_held else 0.0)}</p>")
-    lines = [("computing", row.gpu_hours_computing, row.cost - row.cost_lost)]
-    lines += [(c, row.gpu_hours_lost.get(c, 0.0), _money_lost(row, c)) for c in shown]
+    lines = [("computing", row.gpu_hours_computing, _money_computing(row))]
+    lines += [(c, _hours(row, c), _money_of(row, c)) for c in shown]
     held = row.gpu_hours_held
     body = "".join(
         f"<tr data-category='{c}' data-gpu-hours='{h:.6f}'><td>{_swatch(c)} {c}</td><td>{h:.3f}</td>"
@@ -95,6 +106,9 @@ def render_job_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Sh
         f"<table id='job-ledger'><tr><th>category</th><th>GPU-h</th><th>share</th>{currency}</tr>{body}"
         f"<tr class='total'><th>held</th><th>{held:.3f}</th><th></th>{total}</tr></table>"
     )
+    if money:
+        out.append(f"<p id='money-lost'>money lost: {_lost_range(row)} {html.escape(row.currency)}</p>")
+    out.append(_unmeasured_line(rows))
     stragglers = ", ".join(f"{_node_link(s.node_id)} ({s.gpu_hours_waited:.2f} GPU-h waited)" for s in row.stragglers)
     out.append(f"<p>nodes: {', '.join(_node_link(n) for n in row.nodes)}</p>")
     if stragglers:
@@ -111,8 +125,7 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
     else:
         link = key or f"<span class='muted'>(no {asked.by})</span>"
     cells = "".join(
-        f"<td data-category='{c}'>{row.gpu_hours_lost.get(c, 0.0):.2f} h{_money(_money_lost(row, c), money)}</td>"
-        for c in shown
+        f"<td data-category='{c}'>{_hours(row, c):.2f} h{_money(_money_of(row, c), money)}</td>" for c in shown
     )
     if asked.by == "job":
         extra = "<td>" + (", ".join(_node_link(s.node_id) for s in row.stragglers) or "-") + "</td>"
@@ -126,10 +139,15 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
         extra = f"<td>{jobs or '-'}</td><td>{stragglers or '-'}</td>"
     else:
         extra = ""
-    computing = f"{row.gpu_hours_computing:.2f} h{_money(row.cost - row.cost_lost, money)}"
-    cost_lost = f" data-cost-lost='{row.cost_lost:.6f}'" if money else ""
+    computing = f"{row.gpu_hours_computing:.2f} h{_money(_money_computing(row), money)}"
+    cost_lost = (
+        f" data-cost-lost='{row.cost_lost:.6f}' data-cost-lost-max='{row.cost_lost + row.cost_unmeasured:.6f}'"
+        if money
+        else ""
+    )
     costs = (
-        f"<td>{row.cost:.2f}</td><td>{row.cost_lost:.2f}</td><td>{html.escape(row.currency or '-')}</td>"
+        f"<td class='cost'>{row.cost:.2f}</td><td class='cost-lost'>{_lost_range(row)}</td>"
+        f"<td>{html.escape(row.currency or '-')}</td>"
         if money
         else ""
     )
@@ -141,9 +159,10 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
 
 
 def _bar(row: pb.LedgerRow, scale: float) -> str:
-    """The row's stacked bar: computing, then each category lost, ``scale`` pixels a GPU-hour."""
-    parts = [("computing", row.gpu_hours_computing, row.cost - row.cost_lost)]
-    parts += [(c, row.gpu_hours_lost[c], _money_lost(row, c)) for c in LOST_CATEGORIES if row.gpu_hours_lost.get(c)]
+    """The row's stacked bar: computing, then each category lost, then the unmeasured hours,
+    ``scale`` pixels a GPU-hour."""
+    parts = [("computing", row.gpu_hours_computing, _money_computing(row))]
+    parts += [(c, _hours(row, c), _money_of(row, c)) for c in _CATEGORIES if _hours(row, c)]
     rects, x = [], 0.0
     for category, hours, money in parts:
         if hours <= 0:
@@ -190,12 +209,36 @@ def _banner(shards: Shards) -> str:
 
 
 def _shown_categories(rows: Sequence[pb.LedgerRow]) -> list[str]:
-    return [c for c in LOST_CATEGORIES if any(r.gpu_hours_lost.get(c, 0.0) > 0 for r in rows)]
+    return [c for c in _CATEGORIES if any(_hours(r, c) > 0 for r in rows)]
 
 
-def _money_lost(row: pb.LedgerRow, category: str) -> float:
+def _hours(row: pb.LedgerRow, category: str) -> float:
+    """A category's GPU-hours of the row: a lost one, or the unmeasured hours."""
+    return row.gpu_hours_unmeasured if category == UNMEASURED else row.gpu_hours_lost.get(category, 0.0)
+
+
+def _money_of(row: pb.LedgerRow, category: str) -> float:
+    if category == UNMEASURED:
+        return row.cost_unmeasured
     lost = sum(row.gpu_hours_lost.values())
     return row.cost_lost * row.gpu_hours_lost.get(category, 0.0) / lost if lost > 0 else 0.0
+
+
+def _money_computing(row: pb.LedgerRow) -> float:
+    return row.cost - row.cost_lost - row.cost_unmeasured
+
+
+def _lost_range(row: pb.LedgerRow) -> str:
+    """The money lost: ``cost_lost``, or a range up to its unmeasured hours' price added."""
+    if row.gpu_hours_unmeasured > 0:
+        return f"{row.cost_lost:.2f} – {row.cost_lost + row.cost_unmeasured:.2f}"
+    return f"{row.cost_lost:.2f}"
+
+
+def _unmeasured_line(rows: Sequence[pb.LedgerRow]) -> str:
+    if not any(r.gpu_hours_unmeasured > 0 for r in rows):
+        return ""
+    return f"<p class='muted' id='unmeasured'>{html.escape(UNMEASURED_WORDS)}</p>"
 
 
 def _share(hours: float, held: float) -> str:

@@ -127,14 +127,18 @@ def sorted_rows(rows: list[pb.LedgerRow], sort: str) -> list[pb.LedgerRow]:
 
 
 def ledger_plain(row: pb.LedgerRow, by: str) -> dict[str, Any]:
-    """One row as JSON: the hours, each lost category (0 when none), the money (null without
-    ``[prices]``: no price is not a price of 0); a job's account, namespace, nodes and stragglers;
-    an account's or namespace's jobs, nodes and stragglers."""
+    """One row as JSON: the hours, each lost category (0 when none), the unmeasured hours, the
+    money (null without ``[prices]``: no price is not a price of 0), the money lost as a range
+    (``cost_lost`` to ``cost_lost_max``, its unmeasured hours' price added); a job's account,
+    namespace, nodes and stragglers; an account's or namespace's jobs, nodes and stragglers."""
     priced = bool(row.currency)
     out: dict[str, Any] = {
         by: row.key, "gpu_hours_held": row.gpu_hours_held, "gpu_hours_computing": row.gpu_hours_computing,
         "gpu_hours_lost": {name: row.gpu_hours_lost.get(name, 0.0) for name in LOST_CATEGORIES},
+        "gpu_hours_unmeasured": row.gpu_hours_unmeasured,
         "cost": row.cost if priced else None, "cost_lost": row.cost_lost if priced else None,
+        "cost_unmeasured": row.cost_unmeasured if priced else None,
+        "cost_lost_max": row.cost_lost + row.cost_unmeasured if priced else None,
         "currency": row.currency or None,
         "first_unix_seconds": row.first_unix_seconds, "last_unix_seconds": row.last_unix_seconds,
     }  # fmt: skip

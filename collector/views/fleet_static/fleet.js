@@ -4,6 +4,12 @@ const REFRESH_MS = __REFRESH__ * 1000;
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"})[c]);
 const pct = (r) => (r === null || r === undefined) ? "—" : Math.round(r * 100) + "%";
+// A wait share that cannot be measured is "unknown", its reason on hover (never a guessed number).
+const waitUnknown = (j) => (j.evidence || {}).wait_unknown_reason ?? (j.state === "slowed" ? "not measured" : null);
+const waitShare = (j) => j.wait_ratio !== null && j.wait_ratio !== undefined ? pct(j.wait_ratio) :
+  waitUnknown(j) === null ? "—" : `<span class="unknown" title="${esc(waitUnknown(j))}">unknown</span>`;
+const nodeWait = (e) => typeof e.wait_ratio === "number" ? `, ${pct(e.wait_ratio)} of their time` :
+  e.wait_unknown_reason ? `; their wait share is <span class="unknown">unknown</span>: ${esc(e.wait_unknown_reason)}` : "";
 const gbits = (b) => (b === null || b === undefined) ? "—" : (b * 8 / 1e9).toFixed(1) + " Gb/s";
 const mbytes = (b) => (b === null || b === undefined) ? "—" : (b / 1e6).toFixed(0) + " MB/s";
 // A long name (a node id may be 253 characters, a job id 256) is cut to its column, whole on hover.
@@ -179,7 +185,11 @@ async function fleetToday(data) {
     const lost = Object.values(f.gpu_hours_lost).reduce((a, b) => a + b, 0);
     parts.push(`${shown ? "" : "the fleet "}lost today: <b id="lost-share">${pct(lost / f.gpu_hours_held)}</b> of the GPU time jobs held ` +
       `(${lost.toFixed(2)} of ${f.gpu_hours_held.toFixed(2)} GPU-h)`);
-    if (f.currency) parts.push(`<span id="lost-cost">${f.cost_lost.toFixed(2)} ${esc(f.currency)} lost</span>`);
+    // Hours nobody could measure (docs/ledger.md#unmeasured): said apart, and the money lost a range.
+    const unmeasured = f.gpu_hours_unmeasured || 0;
+    if (unmeasured > 0) parts.push(`<span id="unmeasured">${unmeasured.toFixed(2)} GPU-h unmeasured</span>`);
+    if (f.currency) parts.push(`<span id="lost-cost">${f.cost_lost.toFixed(2)}` +
+      `${unmeasured > 0 ? " – " + f.cost_lost_max.toFixed(2) : ""} ${esc(f.currency)} lost</span>`);
     const j = today.job, jobLost = j ? Object.values(j.gpu_hours_lost).reduce((a, b) => a + b, 0) : 0;
     if (j && jobLost > 0) parts.push(`loses most: ${jobLink(j.job)} <span class="muted">(${jobLost.toFixed(2)} GPU-h)</span>`);
   } else {
@@ -207,7 +217,7 @@ async function drawNode() {
   document.getElementById("node").innerHTML =
     `<h1>${longName(n.node_id, "title")} ${badge(n.state)}</h1><p class="sentence" id="sentence">${esc(n.sentence)}</p>` +
     ((n.waiting_on || []).length ? `<p id="waiting">Its GPUs wait on ${n.waiting_on.map(nodeLink).join(", ")}` +
-      `${n.waiting_job ? " of job " + jobLink(n.waiting_job) : ""}.</p>` : "") +
+      `${n.waiting_job ? " of job " + jobLink(n.waiting_job) : ""}${nodeWait(n.verdict?.evidence || {})}.</p>` : "") +
     ((n.jobs || []).length ? `<p id="jobs">Jobs: ${n.jobs.map(jobLink).join(", ")}</p>` : "") +
     `<h2 id="why">${esc(why_title)}</h2>${last_known}<ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
     `<h2>Timeline <span class="muted">(per minute, ${n.timeline_source === "history" ? "from the collector's history" :
@@ -231,11 +241,16 @@ async function drawJobs() {
     try {
       const ledger = await api("/api/ledger?by=job&since=24h", false);
       jobsLost.hours = Object.fromEntries(ledger.rows.map((r) =>
-        [r.job, Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0)]));
+        [r.job, [Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0), r.gpu_hours_unmeasured || 0]]));
       jobsLost.error = "";
     } catch (err) { jobsLost.hours = null; jobsLost.error = String(err); }
   }
-  const lost = (j) => jobsLost.hours === null ? "—" : (jobsLost.hours[j.job] ?? 0).toFixed(2);
+  // Where some hours are unmeasured (docs/ledger.md#unmeasured), the hours lost are a range.
+  const lost = (j) => {
+    if (jobsLost.hours === null) return "—";
+    const [hours, unmeasured] = jobsLost.hours[j.job] ?? [0, 0];
+    return unmeasured >= 0.005 ? `${hours.toFixed(2)} – ${(hours + unmeasured).toFixed(2)}` : hours.toFixed(2);
+  };
   document.getElementById("jobs").innerHTML =
     `<tr><th>job</th><th>state</th><th>nodes</th><th>GPUs</th><th>straggler</th><th>cause</th>` +
     `<th>wait share</th><th title="the ledger's split of the job's stored minutes, as jobs and ledger --by job give it">` +
@@ -243,7 +258,7 @@ async function drawJobs() {
     data.jobs.map((j) => `<tr class="job ${esc(j.state)}" data-job="${esc(j.job)}"><td>${jobLink(j.job)}</td>` +
       `<td>${badge(j.state)}</td><td>${j.nodes.length}</td><td>${j.gpus}</td>` +
       `<td class="straggler">${j.job_wide ? "job-wide" : j.straggler_nodes.map(nodeLink).join(", ")}</td>` +
-      `<td class="cause">${esc(j.cause ?? "")}</td><td>${pct(j.wait_ratio)}</td>` +
+      `<td class="cause">${esc(j.cause ?? "")}</td><td class="wait">${waitShare(j)}</td>` +
       `<td class="lost">${lost(j)}</td></tr>`).join("");
   document.getElementById("summary").textContent =
     `${data.jobs.length} multi-node jobs · updated ${clock(data.time_unix_seconds)} UTC` +
@@ -293,9 +308,12 @@ async function ledgerOf(name) {  // the job's row of /ledger: its stacked bar an
   const r = data.rows[0], held = r.gpu_hours_held, scale = held > 0 ? 360 / held : 0;
   const priced = r.currency !== null;  // no [prices]: money null, left out, and the API's line says why
   const lostHours = Object.values(r.gpu_hours_lost).reduce((a, b) => a + b, 0);
-  const parts = [["computing", r.gpu_hours_computing, r.cost - r.cost_lost]].concat(
+  // Computing, each category lost, then the hours whose split nothing measured (docs/ledger.md).
+  const unmeasured = r.gpu_hours_unmeasured || 0, unmeasuredCost = r.cost_unmeasured || 0;
+  const parts = [["computing", r.gpu_hours_computing, r.cost - r.cost_lost - unmeasuredCost]].concat(
     Object.entries(r.gpu_hours_lost).filter(([, h]) => h > 0)
-      .map(([c, h]) => [c, h, lostHours > 0 ? r.cost_lost * h / lostHours : 0]));
+      .map(([c, h]) => [c, h, lostHours > 0 ? r.cost_lost * h / lostHours : 0]),
+    unmeasured > 0 ? [["unmeasured", unmeasured, unmeasuredCost]] : []);
   const money = (m, cell) => !priced ? "" : cell ? `<${cell}>${m.toFixed(2)}</${cell}>` : `, ${m.toFixed(2)} ${esc(r.currency)}`;
   let x = 0;
   const rects = parts.map(([c, h, m]) => {
@@ -309,7 +327,10 @@ async function ledgerOf(name) {  // the job's row of /ledger: its stacked bar an
   const note = data.no_prices ? `<p class="muted" id="no-prices">${esc(data.no_prices)}</p>` : "";
   return `<svg class="ledger-bar" width="360" height="14" data-gpu-hours-held="${held}">${rects}</svg>${note}` +
     `<table><tr><th>category</th><th>GPU-h</th><th>share</th>${priced ? `<th>${esc(r.currency)}</th>` : ""}</tr>${lines}` +
-    `<tr><th>held</th><th>${held.toFixed(3)}</th><th></th>${money(r.cost, "th")}</tr></table><p>${more}</p>`;
+    `<tr><th>held</th><th>${held.toFixed(3)}</th><th></th>${money(r.cost, "th")}</tr></table>` +
+    (priced && unmeasured > 0 ? `<p id="money-lost">money lost: ${r.cost_lost.toFixed(2)} – ` +
+      `${r.cost_lost_max.toFixed(2)} ${esc(r.currency)} (unmeasured hours: computing or waiting, not measured)</p>` : "") +
+    `<p>${more}</p>`;
 }
 async function drawAlerts() {
   const data = await api("/api/alerts");

@@ -972,7 +972,7 @@ class JobsRequest(_message.Message):
     def __init__(self, last_seconds: _Optional[float] = ...) -> None: ...
 
 class JobTotal(_message.Message):
-    __slots__ = ("job", "gpu_hours", "gpu_hours_lost", "gpu_hours_lost_by_cause", "nodes", "first_unix_seconds", "last_unix_seconds")
+    __slots__ = ("job", "gpu_hours", "gpu_hours_lost", "gpu_hours_lost_by_cause", "nodes", "first_unix_seconds", "last_unix_seconds", "gpu_hours_unmeasured")
     class GpuHoursLostByCauseEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -987,6 +987,7 @@ class JobTotal(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     FIRST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LAST_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
     job: str
     gpu_hours: float
     gpu_hours_lost: float
@@ -994,7 +995,8 @@ class JobTotal(_message.Message):
     nodes: _containers.RepeatedScalarFieldContainer[str]
     first_unix_seconds: float
     last_unix_seconds: float
-    def __init__(self, job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., gpu_hours_lost: _Optional[float] = ..., gpu_hours_lost_by_cause: _Optional[_Mapping[str, float]] = ..., nodes: _Optional[_Iterable[str]] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ...) -> None: ...
+    gpu_hours_unmeasured: float
+    def __init__(self, job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., gpu_hours_lost: _Optional[float] = ..., gpu_hours_lost_by_cause: _Optional[_Mapping[str, float]] = ..., nodes: _Optional[_Iterable[str]] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., gpu_hours_unmeasured: _Optional[float] = ...) -> None: ...
 
 class JobsResponse(_message.Message):
     __slots__ = ("jobs", "shards")
@@ -1080,7 +1082,7 @@ class LedgerStraggler(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_hours_waited: _Optional[float] = ...) -> None: ...
 
 class LedgerRow(_message.Message):
-    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace")
+    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace", "gpu_hours_unmeasured", "cost_unmeasured")
     class GpuHoursLostEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1103,6 +1105,8 @@ class LedgerRow(_message.Message):
     JOBS_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
+    COST_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
     key: str
     gpu_hours_held: float
     gpu_hours_computing: float
@@ -1118,7 +1122,9 @@ class LedgerRow(_message.Message):
     jobs: _containers.RepeatedScalarFieldContainer[str]
     account: str
     namespace: str
-    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    gpu_hours_unmeasured: float
+    cost_unmeasured: float
+    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ..., gpu_hours_unmeasured: _Optional[float] = ..., cost_unmeasured: _Optional[float] = ...) -> None: ...
 
 class LedgerResponse(_message.Message):
     __slots__ = ("rows", "shards")

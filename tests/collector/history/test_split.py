@@ -175,11 +175,14 @@ def test_counters_add_closed_minutes_once_and_drop_a_job_an_hour_gone() -> None:
     counters = SplitCounters()
     busy = MinuteRow(NODE, 0, 60, jobs=("a", "b"), split=[60.0] + [0.0] * (len(split.CATEGORIES) - 1))
     counters.close([busy, MinuteRow(NODE, NODE_ROW, 60, jobs=("a", "b"), split=busy.split)])
-    assert counters.totals() == {"a": pytest.approx([30.0] + [0.0] * 11), "b": pytest.approx([30.0] + [0.0] * 11)}
-    open_row = MinuteRow(NODE, 0, 120, jobs=("a",), split=[0.0, 6.0] + [0.0] * 10)
+    assert counters.totals() == {
+        "a": pytest.approx([30.0] + [0.0] * (len(split.CATEGORIES) - 1)),
+        "b": pytest.approx([30.0] + [0.0] * (len(split.CATEGORIES) - 1)),
+    }
+    open_row = MinuteRow(NODE, 0, 120, jobs=("a",), split=[0.0, 6.0] + [0.0] * (len(split.CATEGORIES) - 2))
     assert counters.totals([open_row])["a"][:2] == pytest.approx([30.0, 6.0])
     assert counters.totals()["a"][1] == 0.0  # the open minute is added when read, not kept
-    later = MinuteRow(NODE, 0, 60 + 3600 + 60, jobs=("c",), split=[60.0] + [0.0] * 11)
+    later = MinuteRow(NODE, 0, 60 + 3600 + 60, jobs=("c",), split=[60.0] + [0.0] * (len(split.CATEGORIES) - 1))
     counters.close([later])
     assert set(counters.totals()) == {"c"}
 
