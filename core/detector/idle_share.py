@@ -1,7 +1,8 @@
 """Step 2 of the detector's rule chain, the idle share: how much of its assigned time a GPU sat idle.
 
 Per report the busy share is NVML's utilization, capped by GPM SM activity on Hopper and newer
-(busy-but-shallow is not busy); a MIG instance, which has no utilization of its own, is as busy as
+(busy-but-shallow is not busy), or by DCGM's SM activity where the agent took it (A100, A10, L40S);
+a MIG instance, which has no utilization of its own, is as busy as
 its SM activity says. SM activity the agent holds suspect (``suspect_fields``: 0 or frozen while
 the GPU is busy) decides nothing. The GPU adds its counted seconds, idle seconds and idle² (for the
 standard error) to the window's open step. Reports in which the GPU was nearly idle are held
@@ -25,7 +26,13 @@ def busy_ratio(track: GpuTrack, g: pb.GpuSample, step: Step, dt: float) -> float
 
     The values as read go into the step's activity sums too (``window.activity``); an SM activity
     the agent holds suspect decides nothing."""
-    sm_usable = track.gpm and g.HasField("sm_active_ratio") and "sm_active_ratio" not in g.suspect_fields
+    # SM activity counts from GPM, or from DCGM's DCGM_FI_PROF_SM_ACTIVE where the agent took it
+    # (computing_source "dcgm": the same activity, on GPUs without GPM).
+    sm_usable = (
+        (track.gpm or g.computing_source == "dcgm")
+        and g.HasField("sm_active_ratio")
+        and "sm_active_ratio" not in g.suspect_fields
+    )
     full = track.config.gpm_full_sm_active_ratio
     if not g.HasField("utilization_gpu_ratio"):
         if not sm_usable or not 0.0 <= g.sm_active_ratio <= 1.0:

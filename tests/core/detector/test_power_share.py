@@ -96,6 +96,19 @@ def test_with_gpm_or_on_a_mig_instance_power_is_not_read() -> None:
     assert mig.power.high is None
 
 
+def test_dcgm_sm_activity_counts_as_gpm_does_on_a_gpu_without_gpm() -> None:
+    """The agent sends DCGM's SM activity in the GPM field with computing_source "dcgm": the window's
+    SM activity (the job's wait share) comes from it; the same field unmarked is not believed."""
+    dcgm, unmarked = _track(), _track()
+    for t in range(1, 12):
+        dcgm.tick(_sample(300.0, sm_active_ratio=0.4, computing_source="dcgm"), float(t), 1.0, 0)
+        unmarked.tick(_sample(300.0, sm_active_ratio=0.4), float(t), 1.0, 0)
+    for track in (dcgm, unmarked):
+        track.pos += 1  # close the open step, as an evaluation does
+    assert dcgm.window_sm_active() == pytest.approx(0.4)
+    assert unmarked.window_sm_active() is None
+
+
 def test_power_swing_factor_must_be_above_one() -> None:
     with pytest.raises(DetectorConfigError, match="power_swing_factor"):
         DetectorConfig.from_mapping({"power_swing_factor": 1.0}, source="collector.toml [detector]")
