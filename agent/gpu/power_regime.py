@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from array import array
+from itertools import pairwise
 from typing import Final
 
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -99,7 +99,7 @@ class PowerRegime:
         self.source, self.reason = prior(info)
         self._voted = (self.source, self.reason)  # what the spans' votes decided, energy aside
         self._apart = 0  # energy spans in a row whose readings disagreed with the counter
-        self._buffer = array("d", bytes(8 * SPAN_READINGS))
+        self._buffer = [0.0] * SPAN_READINGS  # the span's readings, written in place
         self._n = 0
         self._changes = 0
         self._holds = 0
@@ -119,20 +119,21 @@ class PowerRegime:
         mean (None without readings), for ``observe_energy``."""
         if not watts:
             return None
-        buffer, n, total = self._buffer, self._n, 0.0
-        for value in watts:
-            total += value
-            if n < SPAN_READINGS:
-                buffer[n] = value
-                n += 1
-        self._n = n
+        n, count = self._n, len(watts)
+        room = SPAN_READINGS - n
+        if count <= room:
+            self._buffer[n : n + count] = watts  # same length: the list keeps its size
+            self._n = n + count
+        elif room > 0:
+            self._buffer[n:] = watts[:room]
+            self._n = SPAN_READINGS
         self._changes += changes
         self._holds += holds
         self._hold_sum += hold_sum
         self._hold_sq += hold_sq
         if n >= SPAN_READINGS or (n >= SPAN_MIN_READINGS and self._changes >= SPAN_MIN_CHANGES):
             self._judge_span()
-        return total / len(watts)
+        return sum(watts) / count
 
     def observe_energy(self, energy_mj: int | None, now: float, readings_mean: float | None) -> None:
         """The tick's energy counter (``energy_millijoules_total``), and the mean of the readings
@@ -188,22 +189,14 @@ class PowerRegime:
                     "a moving mean updated once a second",
                 )
                 return
-        low, high = min(buffer[:n]), max(buffer[:n])
+        span = buffer[:n]
+        low, high = min(span), max(span)
         spread = high - low
         if spread < WIDE_SHARE * high:
             return  # flat or narrow: any source reads a resting or steady GPU so; the source stands
-        jump = 0.0
-        between = 0
         lower, upper = low + spread / 4.0, high - spread / 4.0
-        previous = buffer[0]
-        for i in range(n):
-            value = buffer[i]
-            step = abs(value - previous)
-            if step > jump:
-                jump = step
-            if lower < value < upper:
-                between += 1
-            previous = value
+        jump = max(abs(after - before) for before, after in pairwise(span))
+        between = sum(1 for value in span if lower < value < upper)
         jump_share, between_share = jump / spread, between / n
         said = f"{between_share:.0%} of them between the two ends of their {low:.0f}-{high:.0f} W range"
         if between_share <= TWO_GROUPS_BETWEEN:
@@ -234,9 +227,7 @@ class PowerRegime:
             self.source, self.reason = self._voted
 
 
-def decide(
-    regime: PowerRegime, sample: pb.GpuSample, info: pb.GpuInfo, in_mig_mode: bool, reads: str
-) -> None:
+def decide(regime: PowerRegime, sample: pb.GpuSample, info: pb.GpuInfo, in_mig_mode: bool, reads: str) -> None:
     """The GPU's source into its sample, after the tick's readings. ``reads``: "between" while the
     draw is read between reports (``power_samples.py``), "off" where it is not read between reports
     (``gpu_power_sample_seconds = 0``), "unreadable" where neither field 186 nor
