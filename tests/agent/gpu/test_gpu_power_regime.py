@@ -8,18 +8,24 @@ fake's draw driven over time through its live file ($FAKE_NVML_POWER_LIVE)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.agent.config import AgentConfig, GpuDeadlines
+from nodeagent.agent.delivery.spool import Spool
+from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
 from nodeagent.agent.gpu import power_samples
-from nodeagent.agent.gpu.power_regime import VOTES_TO_SWITCH, PowerRegime, prior
+from nodeagent.agent.gpu.power_regime import VOTES_TO_SWITCH, PowerRegime, decide, prior
 from nodeagent.agent.gpu.power_samples import PowerSamples
 from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
@@ -27,6 +33,7 @@ from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FakeNvmlState, a100_sxm4, h100_sxm5
+from tests.fakes.trees import REPO
 
 A100 = pb.GpuInfo(name="NVIDIA A100-SXM4-80GB")
 L40S = pb.GpuInfo(name="NVIDIA L40S")
@@ -168,6 +175,13 @@ def test_a_tick_copies_its_readings_without_growing(clock: _Clock) -> None:
 
 # -- through the fake NVML -------------------------------------------------------------------------
 
+
+class _NoSender:
+    connected_to = None
+    reconnects_total = 0
+    reports_resent_total = 0
+
+
 DEADLINES = GpuDeadlines(call_seconds=0.5, tick_seconds=1.0, scan_seconds=2.0, backoff_max_seconds=2.0)
 
 
@@ -294,8 +308,65 @@ def test_a_gpu_with_gpm_is_gpm_and_a_dcgm_source_stands(
     report = pb.NodeReport(time_unix_seconds=time.time())
     source.collect(report)
     assert report.gpus[0].computing_source == "gpm" and "GPM" in report.gpus[0].computing_source_reason
-    from nodeagent.agent.gpu.power_regime import decide
-
     sample = pb.GpuSample(computing_source="dcgm", computing_source_reason="DCGM_FI_PROF_SM_ACTIVE")
     decide(PowerRegime(A100), sample, pb.GpuInfo(name="NVIDIA A100", gpm_supported=True), False, "between")
     assert (sample.computing_source, sample.computing_source_reason) == ("dcgm", "DCGM_FI_PROF_SM_ACTIVE")
+
+
+# -- where it shows: /metrics and `nodeagent sample --json` ------------------------------------------
+
+
+def test_the_metrics_page_has_one_info_series_per_gpu_with_its_source(
+    fake_nvml: FakeNvml, live: Path, sources: list[GpuSource]
+) -> None:
+    state = a100_sxm4(count=3)
+    state.gpus[1].name = "NVIDIA L40S"
+    state.gpus[2].unsupported_fields.add(186)
+    state.gpus[2].unsupported.add("nvmlDeviceGetPowerUsage")
+    source = _source(fake_nvml, state, sources)
+    telemetry = AgentTelemetry("node-1", 1.0)
+    info = pb.NodeInfo(hostname="node-1")
+    source.scan(info)
+    for t in range(3):  # GPU 2 learns its power calls are not supported, and its energy advances
+        state.gpus[2].energy_mj += 100_000
+        fake_nvml.write()
+        report = pb.NodeReport(time_unix_seconds=1000.0 + t)
+        if t == 0:
+            report.info.CopyFrom(info)
+        source.collect(report)
+        telemetry.publish(report)
+        time.sleep(0.1)
+    metrics = AgentMetrics(telemetry, Spool(max_bytes=1 << 20, max_age_seconds=60), sender=_NoSender(), targets=())  # type: ignore[arg-type]
+    page = AgentExposition(metrics, ("gpu",), None).render().decode()
+    families = {f.name: f for f in text_string_to_metric_families(page)}
+    family = families["nodeagent_gpu_computing_source_info"]
+    assert family.type == "gauge"
+    series = {s.labels["gpu"]: s for s in family.samples}
+    assert {gpu: s.labels["source"] for gpu, s in series.items()} == {
+        "0": "power_instant", "1": "power_mean", "2": "energy"
+    }  # fmt: skip
+    assert all(s.value == 1 for s in series.values())
+    assert series["0"].labels["UUID"] == state.gpus[0].uuid and series["0"].labels["modelName"]
+    assert "# TYPE nodeagent_gpu_computing_source_info gauge" in page
+
+
+def test_sample_json_shows_each_gpus_source_and_its_reason(fake_nvml_dir: Path, tmp_path: Path) -> None:
+    state = a100_sxm4(count=2)
+    state.gpus[1].name = "NVIDIA L40S"
+    h100 = h100_sxm5(count=1).gpus[0]
+    h100.index = 2
+    state.gpus.append(h100)
+    path = tmp_path / "nvml.state"
+    state.write(path)
+    env = {k: v for k, v in os.environ.items() if k not in ("FAKE_NVML_STATE", "FAKE_NVML_POWER_LIVE")}
+    env.update(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_STATE=str(path))
+    result = subprocess.run(
+        [sys.executable, "-m", "nodeagent.agent", "sample", "--json", "--count", "1",
+         "--no-collector.netdev", "--no-collector.diskstats", "--no-collector.infiniband"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {row["index"]: row for row in json.loads(result.stdout)["gpus"]}
+    assert [rows[i]["computing_source"] for i in range(3)] == ["power_instant", "power_mean", "gpm"]
+    assert rows[0]["computing_source_reason"].startswith("prior: NVIDIA A100")
+    assert "GPM" in rows[2]["computing_source_reason"]
