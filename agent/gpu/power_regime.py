@@ -82,8 +82,8 @@ def prior(info: pb.GpuInfo) -> tuple[str, str]:
     """The source a GPU's model suggests, before its readings say: GA100's ``GetPowerUsage`` is
     near-instant, every later board's (and other Ampere's) the last second's mean."""
     if _GA100.search(info.name):
-        return POWER_INSTANT, f"prior: {info.name} (GA100) reads power near-instantly; no varying readings yet"
-    return POWER_MEAN, f"prior: {info.name or 'this GPU'} reads power as a moving mean; no varying readings yet"
+        return POWER_INSTANT, f"prior: {info.name} is GA100 (near-instant power); no varying readings yet"
+    return POWER_MEAN, f"prior: {info.name or 'this GPU'} reads power as a 1-s mean; no varying readings yet"
 
 
 class PowerRegime:
@@ -164,8 +164,8 @@ class PowerRegime:
             if self._apart >= ENERGY_SPANS_TO_SWITCH:
                 self.source = ENERGY
                 self.reason = (
-                    f"power readings average {read:.0f} W where the energy counter gives {counted:.0f} W "
-                    f"over the same {span:.0f} s ({self._apart} such spans in a row): the readings are not the draw"
+                    f"readings average {read:.0f} W, the energy counter {counted:.0f} W "
+                    f"({self._apart} spans of {span:.0f} s): not the draw"
                 )
 
     def forget_span(self) -> None:
@@ -185,8 +185,7 @@ class PowerRegime:
             if CADENCE_SECONDS[0] <= hold <= CADENCE_SECONDS[1] and cv <= CADENCE_CV:
                 self._vote(
                     POWER_MEAN,
-                    f"power readings change every {hold:.2f} s like a clock (spread {cv:.0%}): "
-                    "a moving mean updated once a second",
+                    f"readings change every {hold:.2f} s like a clock (spread {cv:.0%}): a mean updated each second",
                 )
                 return
         span = buffer[:n]
@@ -198,18 +197,13 @@ class PowerRegime:
         jump = max(abs(after - before) for before, after in pairwise(span))
         between = sum(1 for value in span if lower < value < upper)
         jump_share, between_share = jump / spread, between / n
-        said = f"{between_share:.0%} of them between the two ends of their {low:.0f}-{high:.0f} W range"
+        said = f"{between_share:.0%} between {low:.0f} and {high:.0f} W"
         if between_share <= TWO_GROUPS_BETWEEN:
-            self._vote(POWER_INSTANT, f"power readings fall in two groups ({said}): instantaneous")
+            self._vote(POWER_INSTANT, f"readings fall in two groups ({said}): instantaneous")
         elif jump_share < JUMP_SHARE:
-            self._vote(
-                POWER_MEAN, f"power readings move in small steps (the largest {jump_share:.0%} of the range, {said}): "
-                "a moving mean",
-            )  # fmt: skip
+            self._vote(POWER_MEAN, f"readings move in small steps (at most {jump_share:.0%}; {said}): a moving mean")
         else:
-            self._vote(
-                POWER_INSTANT, f"power readings jump across {jump_share:.0%} of their range ({said}): instantaneous"
-            )
+            self._vote(POWER_INSTANT, f"readings jump {jump_share:.0%} of their range ({said}): instantaneous")
 
     def _vote(self, source: str, reason: str) -> None:
         votes = self._votes
@@ -222,7 +216,7 @@ class PowerRegime:
             agreeing = sum(1 for voted, _ in votes if voted == source)
             if agreeing < VOTES_TO_SWITCH:
                 return
-            self._voted = (source, f"{reason} ({agreeing} of the last {len(votes)} spans)")
+            self._voted = (source, f"{reason} ({agreeing} of {len(votes)} spans)")
         if self.source != ENERGY:
             self.source, self.reason = self._voted
 
@@ -248,11 +242,10 @@ def decide(regime: PowerRegime, sample: pb.GpuSample, info: pb.GpuInfo, in_mig_m
         sample.computing_source_reason = _UNREADABLE_NONE if reads == "unreadable" else _OFF_NONE
 
 
-_GPM_REASON: Final = "GPM SM activity over each report (Hopper and newer)"
-_MIG_REASON: Final = "MIG mode without GPM: the board's draw is every instance's"
-_UNREADABLE_ENERGY: Final = (
-    "no power reading (field 186 and nvmlDeviceGetPowerUsage not supported); the energy counter advances"
-)
-_UNREADABLE_NONE: Final = "no power reading (field 186 and nvmlDeviceGetPowerUsage not supported) and no energy counter"
-_OFF_ENERGY: Final = "power not read between reports (gpu_power_sample_seconds = 0); the energy counter advances"
-_OFF_NONE: Final = "power not read between reports (gpu_power_sample_seconds = 0) and no energy counter"
+# Sent in every report: short.
+_GPM_REASON: Final = "GPM SM activity"
+_MIG_REASON: Final = "MIG mode without GPM: the draw is every instance's"
+_UNREADABLE_ENERGY: Final = "power not supported (field 186, GetPowerUsage); the energy counter advances"
+_UNREADABLE_NONE: Final = "power not supported (field 186, GetPowerUsage); no energy counter"
+_OFF_ENERGY: Final = "power not read between reports (gpu_power_sample_seconds = 0); energy counter"
+_OFF_NONE: Final = "power not read between reports (gpu_power_sample_seconds = 0); no energy counter"
