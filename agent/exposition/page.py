@@ -35,6 +35,7 @@ from nodeagent.agent.exposition.process import ProcessFamilies
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.gpu_health import (
     XID_COUNT_WINDOW_SECONDS,
+    computing_source_family,
     gpu_answer_families,
     gpu_health_families,
     xid_count_family,
@@ -229,6 +230,7 @@ class AgentExposition:
                 families.extend(dcgm_families(report, telemetry.gpu_labels, telemetry.last_xid, pods))
                 families.extend(gpu_health_families(report, telemetry.gpu_labels, pods))
                 families.extend(gpu_answer_families(report, telemetry.gpu_labels, pods))
+                families.append(computing_source_family(report, telemetry.gpu_labels, pods))
                 families.extend(gpu_share_families(report, telemetry.gpu_labels))
             if "xid_count" in groups:
                 families.append(xid_count_family(report, telemetry.gpu_labels, telemetry.recent_xids, pods=pods))

@@ -41,6 +41,7 @@ from nodeagent.agent.gpu.fabric import FabricWatch
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
 from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.agent.gpu.nvml_sampling import GpmSample
+from nodeagent.agent.gpu.power_regime import PowerRegime, decide
 from nodeagent.agent.gpu.power_samples import PowerSamples, wanted
 from nodeagent.agent.gpu.process_share import ProcessShares
 from nodeagent.agent.gpu.processes import ProcessReader
@@ -75,6 +76,7 @@ class _GpuState:
     opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
     power: PowerSamples | None = None  # its draw read between ticks (no GPM), while a process runs
     slow: SlowReadings = field(default_factory=SlowReadings)  # what is read every 30 s and at scan
+    regime: PowerRegime | None = None  # which reading tells its computing share (``power_regime``)
 
     def tick_plan(self) -> gpu_fields.TickPlan:
         """This tick's field requests; remade only when the GPU refused another field."""
@@ -365,22 +367,40 @@ class GpuSource(Source):
             sample.pcie_max_link_width = state.info.pcie_max_width
         if state.info.gpm_supported:
             self._gpm(state, sample)
-        if state.power is not None:
-            self._power_while_busy(state, sample)
+        readings_mean = self._power_while_busy(state, sample) if state.power is not None else None
+        self._computing_source(state, sample, readings_mean)
         return slow_read
 
-    def _power_while_busy(self, state: _GpuState, sample: pb.GpuSample) -> None:
+    @staticmethod
+    def _computing_source(state: _GpuState, sample: pb.GpuSample, readings_mean: float | None) -> None:
+        """Which reading tells the GPU's computing share, from its readings (``power_regime``)."""
+        regime = state.regime
+        if regime is None:
+            regime = state.regime = PowerRegime(state.info)
+        energy = sample.energy_millijoules_total if sample.HasField("energy_millijoules_total") else None
+        regime.observe_energy(energy, time.monotonic(), readings_mean)
+        power = state.power
+        reads = "off" if power is None else "unreadable" if power.unreadable else "between"
+        decide(regime, sample, state.info, state.mig is not None, reads)
+
+    def _power_while_busy(self, state: _GpuState, sample: pb.GpuSample) -> float | None:
         """A GPU without GPM reads its draw between ticks only while a process runs on it: an idle
         GPU's draw tells nothing the report's mean does not. On the GPU's own reader thread, which
-        picks up the change when this tick's work is done."""
-        assert state.power is not None
+        picks up the change when this tick's work is done. The readings' mean, None without any."""
+        power = state.power
+        assert power is not None
+        regime = state.regime
+        if regime is None:
+            regime = state.regime = PowerRegime(state.info)
         reader = self._readers.reader(state.index)
+        mean = power.drain_into(sample, regime)
         if sample.processes:
             if reader.between is None:
-                reader.between = state.power.read
+                reader.between = power.read
         elif reader.between is not None:
             reader.between = None
-        state.power.drain_into(sample)
+            regime.forget_span()  # the next job's readings start a span of their own
+        return mean
 
     def _add_processes(self, gpu: Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
         """The compute processes of a GPU or of a MIG device, with their name, user and job."""

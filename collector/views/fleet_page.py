@@ -142,6 +142,8 @@ class FleetPage:
         detector = node.detector
         verdict = detector.verdict.to_plain() if detector is not None else None
         out["verdict"] = verdict
+        if verdict is not None:
+            _add_computing_sources(node, verdict.get("gpus") or [])
         said = verdict_sentence(verdict) if verdict is not None else "no reports yet"
         if out["state"] == NO_GPU or (not node.row.gpu_count and out["state"] not in (DOWN, STOPPED, NEW, MOVED)):
             said = "no GPU here to wait for data"  # as top says it, not "0 GPUs: idle" nor a forming window
@@ -347,6 +349,19 @@ def _job_gpus(node: NodeState, job: str) -> set[int] | None:
         if sample.job == job and sample.gpus:
             return set(sample.gpus)
     return None
+
+
+def _add_computing_sources(node: NodeState, gpus: list[dict[str, Any]]) -> None:
+    """Each GPU row's computing-share source and its evidence, as the node's latest report says
+    (``GpuSample.computing_source``, decided by the agent): which reading its shares come from."""
+    if node.latest is None or not gpus:
+        return
+    sources = {g.index: g for g in pb.NodeReport.FromString(node.latest).gpus if g.computing_source}
+    for row in gpus:
+        sample = sources.get(row.get("index", -1))
+        if sample is not None:
+            row.setdefault("computing_source", sample.computing_source)
+            row.setdefault("computing_source_reason", sample.computing_source_reason)
 
 
 def _mean(values: list[float]) -> float | None:

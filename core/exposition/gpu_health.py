@@ -140,3 +140,22 @@ def xid_count_family(
         for xid, count in sorted((seen or {}).items()):
             family.lines.append(f"{family.name}{{{labels},{label('xid', str(xid))}}} {count}\n")
     return family
+
+
+def computing_source_family(
+    report: pb.NodeReport, labels_by_gpu: Mapping[int, dict[str, str]], pods: Mapping[str, Mapping[str, str]]
+) -> TextFamily:
+    """``nodeagent_gpu_computing_source_info{source}`` 1: which reading tells each GPU's computing
+    share, as the agent decided it (``agent/gpu/power_regime.py``); a GPU not decided yet has none.
+    The evidence in words stays in the report (``computing_source_reason``): a label that changes
+    with every span's numbers would make a new series each time."""
+    family = TextFamily(
+        "nodeagent_gpu_computing_source_info", "gauge",
+        "Which reading tells the GPU's computing share: gpm, dcgm, power_instant, power_mean, energy or none.",
+    )  # fmt: skip
+    for gpu in report.gpus:
+        if gpu.index not in labels_by_gpu or gpu.lost or not gpu.computing_source:
+            continue
+        labels = label_text(gpu_series_labels(gpu, labels_by_gpu, pods))
+        family.lines.append(f"{family.name}{{{labels},{label('source', gpu.computing_source)}}} 1\n")
+    return family

@@ -208,7 +208,9 @@ async function drawNode() {
     `<td>${esc(g.cause ?? "")}${(g.evidence || {}).bad_reading ?
       ` <span class="muted bad-reading">bad ${esc(g.evidence.bad_reading)} reading</span>` : ""}</td>` +
     `<td>${pct(g.starvation_ratio)}</td><td>${pct(g.idle_ratio === null ? null : 1 - g.idle_ratio)}</td>` +
-    `<td class="jobs">${longName((g.jobs || []).join(", "))}</td></tr>`;
+    `<td class="jobs">${longName((g.jobs || []).join(", "))}</td>` +
+    `<td class="source">${g.computing_source ? `<span title="${esc(g.computing_source_reason ?? "")}">` +
+      `${esc(g.computing_source)}</span>` : ""}</td></tr>`;
   const gpus = (n.verdict?.gpus ?? []).map((g) => gpuRow(g, esc(g.index), "") + (g.instances ?? []).map((i) =>
     gpuRow(i, `└ ${esc(i.mig_profile)} gi${esc(i.gpu_instance_id)}`, ' class="mig"')).join("")).join("");
   // A down node's verdict and evidence are of when it was last heard, not of now: said so.
@@ -228,7 +230,7 @@ async function drawNode() {
     series(n.timeline, "network_rx_bytes_per_second", "network receive", gbits, 1e9 / 8) +
     series(n.timeline, "disk_read_bytes_per_second", "disk read", mbytes, 10e6) +
     series(n.timeline, "cpu_busy_ratio", "CPU busy", pct, 1) + `</div>` +
-    `<h2>GPUs${n.last_known ? " (last known)" : ""}</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th></tr>${gpus}</table>` +
+    `<h2>GPUs${n.last_known ? " (last known)" : ""}</h2><table><tr><th>GPU</th><th>state</th><th>cause</th><th>starved</th><th>busy</th><th>jobs</th><th title="which reading tells computing from waiting">source</th></tr>${gpus}</table>` +
     `<h2>Alerts</h2>${alertTable(n.alerts)}`;
 }
 // GPU-hours lost per job: the ledger's split of its stored minutes over the last 24 h, the figure

@@ -41,7 +41,7 @@ EVERY_FIELD = {
     "utilization_encoder_ratio", "utilization_decoder_ratio", "memory_temperature_celsius",
     "energy_millijoules_total", "memory_clock_mhz", "remapped_rows_correctable_total",
     "remapped_rows_uncorrectable_total", "graphics_active_ratio", "dram_active_ratio", "fabric",
-    "samples_taken_total", "samples_expected_total",
+    "samples_taken_total", "samples_expected_total", "computing_source", "computing_source_reason",
 }  # fmt: skip
 
 
