@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from nodeagent.core.detector.alert_signals import AlertSignal
+from nodeagent.core.detector.computing_source import Estimate
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.detector.gpu_track import GpuTrack
 from nodeagent.core.detector.mig import InstanceKey, InstanceTrack, gpu_verdict, gpu_weight, instance_key
@@ -179,6 +180,12 @@ class NodeDetector:
         without GPM: ``power_share``); None with GPM, or where power does not tell."""
         track = self._tracks.get(index)
         return None if track is None else track.window_computing()
+
+    def window_estimate(self, index: int) -> tuple[str, Estimate] | None:
+        """GPU ``index``'s computing-share source and its estimate over the window's closed steps
+        as of the last window step (``computing_source``: the share, or why it cannot tell)."""
+        track = self._tracks.get(index)
+        return None if track is None else (track.source, track.estimate)
 
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
