@@ -126,12 +126,12 @@ def node_values(
             window_sm += w
             n_window_sm += 1
         elif (estimate := detector.window_estimate(g.index)) is not None:
-            source, e = estimate
-            if e.computing_ratio is not None:
-                computing += e.computing_ratio
+            source, told = estimate
+            if told.computing_ratio is not None:
+                computing += told.computing_ratio
                 n_computing += 1
-            elif e.unknown is not None:
-                unknown.append((g.index, source, e))
+            elif told.unknown is not None:
+                unknown.append((g.index, source, told))
         a = detector.activity(g.index)
         if a is not None:
             # Without GPM, where power tells: a GPU waiting in the collective reads busy on NVML.

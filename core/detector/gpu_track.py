@@ -34,7 +34,7 @@ from nodeagent.core.detector.gate import admit, new_job
 from nodeagent.core.detector.hysteresis import evaluate
 from nodeagent.core.detector.idle_share import add_idle, busy_ratio
 from nodeagent.core.detector.node_evidence import NodeEvidence
-from nodeagent.core.detector.power_share import MIN_SUBSAMPLES, PowerTrack
+from nodeagent.core.detector.power_share import PowerTrack
 from nodeagent.core.detector.throttle import count_throttled
 from nodeagent.core.detector.verdict import GpuVerdict
 from nodeagent.core.detector.window import GpuActivity, Step, activity
@@ -61,10 +61,13 @@ class GpuTrack:
         # ("" where nothing is read: NVML utilization, as before); instantaneous readings once seen.
         self.source = ""
         self.decided = False
+        self.instant = True
         self.saw_samples = False
         self.report_seconds = 1.0
-        # The window's estimate at the last step (``window_estimate``).
-        self.estimate = NOTHING
+        # The window's estimate as of the last step (``estimate``), and the step it is of.
+        self._estimate = NOTHING
+        self._estimate_of = -1
+        self.steps_closed = 0
         self.learn(info)
         # The window's ring and the open step's place in it.
         self.steps = [Step() for _ in range(config.window_steps + 1)]
@@ -110,29 +113,23 @@ class GpuTrack:
             self.gpm = self.info_gpm
         self.reads_power = not self.gpm and not self.mig_instance
 
-    def choose_source(self, g: pb.GpuSample) -> None:
-        """The report's computing-share source: the agent's, else inferred (per report: cheap)."""
-        source = g.computing_source
-        if source in SOURCES:
-            if source != self.source or not self.decided:
-                self.source, self.decided = source, True
-                self.gpm = source in SM_SOURCES
-                self.reads_power = not self.gpm and not self.mig_instance
-            return
-        if self.decided:  # the agent stopped saying (an older one took over): infer again
-            self.decided = False
-            self.gpm = self.info_gpm
-            self.reads_power = not self.gpm and not self.mig_instance
+    def decide(self, source: str) -> None:
+        """The agent says the GPU's computing-share source (or, "", stopped saying: an older agent
+        took over, and it is inferred again); called only when that changes."""
+        self.decided = source in SOURCES
+        self.source = source if self.decided else ""
+        self.gpm = source in SM_SOURCES if self.decided else self.info_gpm
+        self.reads_power = not self.gpm and not self.mig_instance
+        self.instant = source not in REPORT_LEVEL
+
+    def source_name(self) -> str:
+        """The source the estimate follows: the agent's, else inferred from the readings ("" where
+        nothing is read: utilization stands, as before)."""
+        if self.decided:
+            return self.source
         if self.gpm:
-            self.source = "gpm"
-        elif self.saw_samples or len(g.power_samples_watts) >= MIN_SUBSAMPLES:
-            self.source, self.saw_samples = "power_instant", True
-        elif g.HasField("energy_millijoules_total"):
-            self.source = "energy"
-        elif g.HasField("power_watts"):
-            self.source = "power_mean"
-        else:
-            self.source = ""
+            return "gpm"
+        return "power_instant" if self.saw_samples else self.power.kind
 
     def window_seconds(self) -> float:
         """Counted seconds in the window at the last evaluation (the GPU's weight in node ratios)."""
@@ -157,6 +154,14 @@ class GpuTrack:
             seconds += step.sm_seconds
         return sm / seconds if seconds > 0 else None
 
+    @property
+    def estimate(self) -> Estimate:
+        """``window_estimate`` as of the last window step: computed when first asked (the job
+        roll-up asks only for its jobs' GPUs), not at every GPU's step."""
+        if self._estimate_of != self.steps_closed:
+            self._estimate, self._estimate_of = self.window_estimate(), self.steps_closed
+        return self._estimate
+
     def window_computing(self) -> float | None:
         """The computing share from power over the window (``window_estimate``); None with GPM
         (it is the source there) or where power does not tell."""
@@ -171,7 +176,7 @@ class GpuTrack:
         draws between its own sustained draws, where its phases are long enough."""
         if self.gpm or not self.reads_power:
             return NOTHING
-        source = self.source
+        source = self.source_name()
         if source in {"none", ""}:
             return Estimate(None, NO_READING) if self.decided else NOTHING
         size = len(self.steps)
@@ -208,6 +213,7 @@ class GpuTrack:
             step.reset()
         self.counters = None
         self.power.forget()
+        self._estimate_of = -1
         self.gap_run, self.gap_committed = 0.0, False
         self.state, self.cause, self.tier, self.calm_seconds = "busy", None, None, 0.0
 
@@ -215,13 +221,16 @@ class GpuTrack:
 
     def tick(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int) -> None:
         self.last_seen = t
-        self.choose_source(g)
+        source = g.computing_source
+        if source != self.source or (self.decided and not source):
+            self.decide(source)
         # Power first: the resting draw is learned from reports the gate holds out too.
         watts = None
         power = self.power
         if self.reads_power:  # a lost or unresponsive GPU reads no power: nothing to learn
-            instant = self.source not in REPORT_LEVEL
-            watts = power.observe(g, t, dt, throttle_mask, self.config.power_learn_seconds, instant=instant)
+            watts = power.observe(g, t, dt, throttle_mask, self.config.power_learn_seconds, instant=self.instant)
+            if power.above is not None:
+                self.saw_samples = True  # inferred: instantaneous from now on
         if not admit(self, g, t):
             return
         step = self.steps[self.pos]
@@ -264,5 +273,5 @@ class GpuTrack:
         verdict = evaluate(self, t)
         self.pos = (self.pos + 1) % len(self.steps)
         self.steps[self.pos].reset()
-        self.estimate = self.window_estimate()
+        self.steps_closed += 1
         return verdict

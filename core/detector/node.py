@@ -188,7 +188,7 @@ class NodeDetector:
         """GPU ``index``'s computing-share source and its estimate over the window's closed steps
         as of the last window step (``computing_source``: the share, or why it cannot tell)."""
         track = self._tracks.get(index)
-        return None if track is None else (track.source, track.estimate)
+        return None if track is None else (track.source_name(), track.estimate)
 
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""

@@ -77,7 +77,8 @@ class PowerTrack:
     """One GPU's power as the computing share follows it; allocation-free per report."""
 
     __slots__ = (
-        "above", "busy", "crossed", "energy_mj", "energy_t", "high", "last", "low", "middle", "rest", "sustained",
+        "above", "busy", "crossed", "energy_mj", "energy_t", "high", "kind", "last", "low", "middle", "rest",
+        "sustained",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -96,6 +97,9 @@ class PowerTrack:
         # the previous report's (each held two reports), and whether it crossed the midpoint.
         self.sustained: tuple[float, float] | None = None
         self.crossed = False
+        # What the last report's draw was: "energy" (the counter's increase), "power_mean" (a
+        # reading, or the readings' mean), "power_instant" (readings between reports); "" none yet.
+        self.kind = ""
 
     def observe(
         self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int, learn_seconds: float, *, instant: bool = True
@@ -109,12 +113,16 @@ class PowerTrack:
             if g.clock_event_reasons & throttle_mask:
                 return None
             if instant:
+                self.kind = "power_instant"
                 return self.observe_samples(samples, bool(g.clock_event_reasons & SW_POWER_CAP), dt, learn_seconds)
             watts = _sane(math.fsum(samples) / len(samples))
+            self.kind = "power_mean"
         elif g.HasField("energy_millijoules_total"):
             watts = self.watts(g, t)
+            self.kind = "energy"
         elif g.HasField("power_watts"):
             watts = g.power_watts
+            self.kind = "power_mean"
             # 0 W is what the agent holds suspect on a busy GPU (``suspect_fields``): no reading,
             # told without reading that list on every report. NaN fails the range too.
             if not 0.0 < watts < _MAX_WATTS:
