@@ -244,9 +244,8 @@ class GpuTrack:
                 self.report_seconds = dt
                 step.watt_seconds += watts * dt
                 step.draw_seconds += dt
-                sustained = power.sustained
-                if sustained is not None:
-                    high, low = sustained
+                if power.sustained:
+                    high, low = power.sustained_high, power.sustained_low
                     if step.draw_high is None or high > step.draw_high:
                         step.draw_high = high
                     if step.draw_low is None or low < step.draw_low:

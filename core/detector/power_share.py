@@ -78,7 +78,7 @@ class PowerTrack:
 
     __slots__ = (
         "above", "busy", "crossed", "energy_mj", "energy_t", "high", "kind", "last", "low", "middle", "rest",
-        "sustained",
+        "sustained", "sustained_high", "sustained_low",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -93,9 +93,11 @@ class PowerTrack:
         self.above: float | None = None  # the report's share of readings above the boundary
         # The report's share of readings in the middle third between the learned draws.
         self.middle = 0.0
-        # The report's draw as the moving-mean estimator learns it: the (higher, lower) of it and
-        # the previous report's (each held two reports), and whether it crossed the midpoint.
-        self.sustained: tuple[float, float] | None = None
+        # The report's draw as the moving-mean estimator learns it: the higher and lower of it and
+        # the previous report's (each held two reports; ``sustained``: they are of this report),
+        # and whether it crossed the midpoint.
+        self.sustained = False
+        self.sustained_high = self.sustained_low = 0.0
         self.crossed = False
         # What the last report's draw was: "energy" (the counter's increase), "power_mean" (a
         # reading, or the readings' mean), "power_instant" (readings between reports); "" none yet.
@@ -107,7 +109,7 @@ class PowerTrack:
         """The report's draw, learned from; None when unread or throttled (it counts nothing).
         ``instant``: the readings between reports are instantaneous (else a moving mean: the
         report's draw is their mean, or the energy counter's). Per GPU per report: one call."""
-        self.above, self.sustained, self.crossed, self.middle = None, None, False, 0.0
+        self.above, self.sustained, self.crossed, self.middle = None, False, False, 0.0
         samples = g.power_samples_watts
         if len(samples) >= MIN_SUBSAMPLES and (instant or not g.HasField("energy_millijoules_total")):
             if g.clock_event_reasons & throttle_mask:
@@ -172,19 +174,29 @@ class PowerTrack:
             self.low = low = second_bottom
         else:
             self.low = low = low + drift * (second_bottom - low)
-        boundary = self.boundary(high, low)
+        busy, rest = self.busy, self.rest  # ``boundary``, inlined: this runs per GPU per report
+        if busy is None or rest is None:
+            boundary = 0.5 * (high + low)
+        else:
+            margin = _BOUNDARY_MARGIN * (high - low)
+            boundary = 0.5 * (busy + rest)
+            if boundary < low + margin:
+                boundary = low + margin
+            elif boundary > high - margin:
+                boundary = high - margin
         under = bisect_left(valid, boundary)
         self.above = (count - under) / count
         if 2 <= under <= count - 2:  # both groups in this report: their centres move toward it
             follow = dt / CENTRE_SECONDS if dt < CENTRE_SECONDS else 1.0
-            rest, busy = valid[under // 2], valid[under + (count - under) // 2]
-            self.rest = rest if self.rest is None else self.rest + follow * (rest - self.rest)
-            self.busy = busy if self.busy is None else self.busy + follow * (busy - self.busy)
+            rested, computed = valid[under // 2], valid[under + (count - under) // 2]
+            self.rest = rested if rest is None else rest + follow * (rested - rest)
+            self.busy = computed if busy is None else busy + follow * (computed - busy)
         # Readings in the middle third between the draws are neither: a sensor whose own
         # window spans the job's phases reads mostly those (bisected in C, not looped over).
         # (The learned draws, not the centres: those follow such readings within a minute.)
         third = (high - low) / 3.0
-        self.middle = max(0, bisect_left(valid, high - third) - bisect_right(valid, low + third)) / count
+        middle = bisect_left(valid, high - third) - bisect_right(valid, low + third)
+        self.middle = middle / count if middle > 0 else 0.0
         return mean
 
     def boundary(self, high: float, low: float) -> float:
@@ -207,7 +219,7 @@ class PowerTrack:
             sustained_high, sustained_low = watts, last
         else:
             sustained_high, sustained_low = last, watts
-        self.sustained = (sustained_high, sustained_low)
+        self.sustained, self.sustained_high, self.sustained_low = True, sustained_high, sustained_low
         if self.high is not None and self.low is not None:
             middle = 0.5 * (self.high + self.low)
             self.crossed = (watts >= middle) is not (last >= middle)
@@ -234,7 +246,7 @@ class PowerTrack:
         return min(1.0, max(0.0, (watts - low) / (high - low)))
 
     def forget(self) -> None:
-        self.energy_mj, self.last, self.above, self.sustained = None, None, None, None
+        self.energy_mj, self.last, self.above, self.sustained = None, None, None, False
         self.busy = self.rest = None
 
 
