@@ -115,3 +115,22 @@ def test_a_gpu_the_agent_says_nothing_reads_is_unknown() -> None:
         n.startswith("node-0's GPUs 0,1,2,3 have no reading of computing (no GPM, DCGM or power); nothing separates")
         for n in v.notes
     )
+
+
+def test_where_only_the_straggler_cannot_tell_the_others_wait_what_they_measure() -> None:
+    """Node 1 starved of data reads a 1-s mean; the others read instantaneously, computing 0.6:
+    they wait 0.4 as their power measures it, the job's share (node 1's part unknown) is None."""
+    nodes = _job("power_instant", mean=False)
+    nodes[1].mean_power, nodes[1].computing_source = True, "power_mean"
+    run = Run(nodes)
+    run.seconds(int(ONSET))
+    _starve_network(nodes[1])
+    run.seconds(150)
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-1",), "network")
+    assert v.wait_ratio is None and v.evidence["wait_unknown_nodes"] == "node-1"
+    assert v.evidence["straggler_wait_ratio"] == pytest.approx(0.4, abs=0.05)
+    for node in ("node-0", "node-2", "node-3"):
+        d = run.detectors[node].verdict
+        assert d.waiting_on == ("node-1",) and WAIT_UNKNOWN_REASON not in d.evidence
+        assert d.evidence["wait_ratio"] == pytest.approx(0.4, abs=0.05)

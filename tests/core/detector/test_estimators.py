@@ -172,3 +172,20 @@ def test_the_estimate_follows_the_agents_source_when_it_changes() -> None:
     assert mean.estimate.unknown is not None
     a = mean.activity()
     assert a is not None and a.computing_ratio is None
+
+
+def test_dcgm_sm_activity_is_the_source_as_gpm_is_and_power_is_not_read() -> None:
+    """An A100 (no GPM) whose agent takes DCGM's SM-active: it arrives in sm_active_ratio and is
+    read as GPM's; the draw is not learned from."""
+    track = GpuTrack(0, DetectorConfig(), pb.GpuInfo(index=0, gpm_supported=False))
+    t = 0.0
+    for k in range(40):
+        t += 1.0
+        g = pb.GpuSample(index=0, memory_used_bytes=8 * GIB, utilization_gpu_ratio=0.98, sm_active_ratio=0.45)
+        g.computing_source = "dcgm"
+        g.power_samples_watts.extend([400.0] * 5 + [120.0] * 5)
+        track.tick(g, t, 1.0, 0)
+        if k % 10 == 9:
+            track.step(g, t, EMPTY, first=k == 9)
+    assert track.window_sm_active() == pytest.approx(0.45)
+    assert track.power.high is None and track.estimate.computing_ratio is None and track.estimate.unknown is None
