@@ -30,7 +30,10 @@ Each source has its estimator (``GpuTrack.window_estimate``), over the detector'
 
 Step length: the collector is not told it. Under ``power_mean`` and ``energy`` the phase length
 is inferred as above (a cycle is two phases); where the draw never swings it is only known to be
-shorter than what averages it, which is what the reason says.
+shorter than what averages it, which is what the reason says. Under ``power_instant`` it is not
+needed: a phase of two readings (0.2 s) teaches its draw; shorter phases are still counted in the
+share of readings, with the noise of readings that alias against a step that barely varies (it
+cancels over windows), and a sensor whose averaging spans them is ``blurred``.
 
 A GPU whose estimator cannot tell has its wait share unknown (a reason code, and words for the
 verdict's notes: ``unknown_words``); the job roll-up never puts another estimate in its place.
