@@ -223,8 +223,11 @@ class JobStage:
         for node, member in job.members.items():
             if node in waiting:
                 self._waits.append(
-                    JobWait(job.key, node, j.stragglers, j.straggler_wait_ratio, echo=node in echoes, home=member.home)
-                )
+                    JobWait(
+                        job.key, node, j.stragglers, j.straggler_wait_ratio, echo=node in echoes, home=member.home,
+                        unknown=j.wait_unknown_reason or "",
+                    )
+                )  # fmt: skip
                 member.waiting = True
             elif node in j.own_waits:
                 wait = JobWait(job.key, node, j.stragglers, j.own_waits[node], home=member.home, own=True)

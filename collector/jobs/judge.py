@@ -23,10 +23,14 @@
 
 A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
 else from power where it tells on every one (``wait_share.power_wait``: GPUs without GPM), else
-the estimate of its rule. Whether the job's GPUs wait (step 3's gate for link findings) is their
-idle share at the moderate tier, or their power-based wait share at ``power_wait_ratio``; step 6
-is the idle share's alone (as on GPUs with GPM, whose idle SMs make no job slowed either); where
-neither GPM nor power tells on some GPUs and a link sets a node apart, the notes say so.
+the estimate of its rule; but where some judged GPU's computing-share source cannot tell at the
+job's step length (``NodeValues.wait_unknown_reason``: core/detector/computing_source.py), it is
+unknown (None), said in the notes and the evidence (``WAIT_UNKNOWN_REASON``), and no estimate
+takes its place; the stragglers are named as ever. Whether the job's GPUs wait (step 3's gate
+for link findings) is their idle share at the moderate tier, or their power-based wait share at
+``power_wait_ratio``; step 6 is the idle share's alone (as on GPUs with GPM, whose idle SMs make
+no job slowed either); where neither GPM nor power tells on some GPUs and a link sets a node
+apart, the notes say so.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ from nodeagent.collector.jobs.wait_share import (
 )
 from nodeagent.core.detector.config import DetectorConfig
 
+# The evidence key that says a slowed job's wait share is unknown (its value: the reason's code,
+# ``computing_source``); ``wait_ratio`` is then None, and the ledger bills the time `unmeasured`.
+WAIT_UNKNOWN_REASON = "wait_unknown_reason"
 # A node's own bottleneck as a job cause: waiting on the collective everywhere is the links'.
 _JOB_CAUSE = {"interconnect": "link"}
 # A link sets a node apart, but on some of the job's GPUs neither GPM nor power tells computing
@@ -91,6 +98,9 @@ class Judgement:
     # straggler's, in the collective over its own slow link; every node of a job-wide slowdown):
     # each node's measured wait share (GPM, else power), for the ledger's split alone.
     own_waits: dict[str, float] = field(default_factory=dict)
+    # Where the waiting nodes' wait share is unknown (``straggler_wait_ratio`` None for it): the
+    # reason's code, passed to their detectors.
+    wait_unknown_reason: str | None = None
 
 
 def judge(
@@ -145,10 +155,17 @@ def _straggler(
 ) -> Judgement:
     causes = Counter(persistent_cause(members[n], step, detector.window_steps) for n in named)
     cause = causes.most_common(1)[0][0]
-    share = straggler_wait(judged, named, cause, detector.moderate_ratio)
-    wait = _slowed_wait(judged, job_wait(judged, named, share))
+    blind = _blind_nodes(judged)
+    if blind:
+        # Some GPUs' readings cannot tell: no estimate in their place. The waiting nodes wait what
+        # their own counters measure where every one of them tells, else unknown too.
+        share = None if any(n not in named for n in blind) else gpm_or_power_wait(judged, named)
+        wait = None
+    else:
+        share = straggler_wait(judged, named, cause, detector.moderate_ratio)
+        wait = _slowed_wait(judged, job_wait(judged, named, share))
     own_waits: dict[str, float] = {}
-    if share is None:
+    if share is None and not blind:
         # A link straggler makes the others wait what their GPM or power shows (their own idle
         # share, the detector's, reads a GPM GPU half computing as busy and misses the collective);
         # its own GPUs wait in the collective too, over its slow link.
@@ -178,13 +195,15 @@ def _straggler(
         evidence.update(v.evidence)
     if share is not None:
         evidence["straggler_wait_ratio"] = share
+    unknown = _say_unknown(judged, blind, evidence, notes)
     if cause == "throttled" and v.clock_mhz is not None:
         evidence["sm_clock_mhz"] = round(v.clock_mhz, 1)
     needed = v.needed_bytes_per_second if cause in ("network", "storage") else None
     waiting = tuple(sorted(n for n in judged if n not in named))
     echoes = tuple(n for n in waiting if not _stood_out_at(members[n], step))
     return Judgement(
-        "slowed", named, cause, False, wait, share, waiting, echoes, needed, evidence, tuple(notes), own_waits
+        "slowed", named, cause, False, wait, share, waiting, echoes, needed, evidence, tuple(notes), own_waits,
+        unknown if share is None else None,
     )  # fmt: skip
 
 
@@ -211,10 +230,14 @@ def _without_straggler(
             wait = _slowed_wait(judged, own_wait)
             # Each node waits on the others too (behind them in the collective): its measured share.
             own_waits = {n: w for n, v in judged.items() if (w := measured_wait(v)) is not None}
+            if _say_unknown(judged, _blind_nodes(judged), evidence, notes):
+                wait = None
             return Judgement("slowed", (), cause, True, wait, None, (), (), need, evidence, tuple(notes), own_waits)
     if waits:
         notes.append("the job's GPUs wait, but no node stands out and their causes differ")
         wait = _slowed_wait(judged, own_wait)
+        if _say_unknown(judged, _blind_nodes(judged), evidence, notes):
+            wait = None
         return Judgement("slowed", (), "unknown", False, wait, None, (), (), None, evidence, tuple(notes))
     return Judgement("busy", wait_ratio=own_wait, evidence=evidence, notes=tuple(notes))
 
@@ -227,6 +250,28 @@ def _slowed_wait(judged: Mapping[str, NodeValues], estimate: float | None) -> fl
         return gpm
     by_power = power_wait(judged)
     return by_power if by_power is not None else estimate
+
+
+def _blind_nodes(judged: Mapping[str, NodeValues]) -> tuple[str, ...]:
+    """The judged nodes on which some GPU's computing-share source cannot tell (sorted)."""
+    return tuple(sorted(n for n, v in judged.items() if v.wait_unknown_reason is not None))
+
+
+def _say_unknown(
+    judged: Mapping[str, NodeValues], blind: tuple[str, ...], evidence: dict[str, float | str], notes: list[str]
+) -> str | None:
+    """A slowed job's wait share is unknown on ``blind``: the evidence (``wait_unknown_reason``, the
+    first node's code; ``wait_unknown_nodes``) and one sentence a node in the notes. The reason's
+    code, or None where every GPU tells."""
+    if not blind:
+        return None
+    reason = str(judged[blind[0]].wait_unknown_reason)
+    evidence[WAIT_UNKNOWN_REASON] = reason
+    evidence["wait_unknown_nodes"] = ",".join(blind)
+    for node in blind:
+        words = judged[node].wait_unknown_words or f"GPUs: {judged[node].wait_unknown_reason}"
+        notes.append(f"{node}'s {words}")
+    return reason
 
 
 def _blind(judged: Mapping[str, NodeValues]) -> bool:

@@ -74,6 +74,8 @@ class JobWait:
     clear: bool = False
     home: Home = Home()
     own: bool = False
+    # The wait share is unknown (``wait_ratio`` None): the reason's code (``computing_source``).
+    unknown: str = ""
 
 
 NodeMessage = JobStep | JobLeave

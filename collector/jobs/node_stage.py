@@ -115,7 +115,7 @@ class NodeJobs:
             if w.clear:
                 detector.clear_wait(w.job)
             else:
-                detector.wait_on(w.job, w.stragglers, w.wait_ratio, echo=w.echo)
+                detector.wait_on(w.job, w.stragglers, w.wait_ratio, echo=w.echo, unknown=w.unknown)
             if detector.verdict is not before and w.node_id != self._observing and self.on_rewait is not None:
                 self.on_rewait(w.node_id)
 

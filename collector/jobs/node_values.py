@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.nic_peaks import NicPeaks
+from nodeagent.core.detector.computing_source import Estimate, unknown_words
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import DATA_CAUSES, GpuVerdict, majority_cause, starved_causes
@@ -101,6 +102,12 @@ class NodeValues:
     # core/detector/power_share.py), the mean over the judged GPUs; None unless power tells on
     # every one of them (the job's wait share and waiting gate where GPM is missing).
     window_computing_ratio: float | None = None
+    # Where some judged GPU's computing-share source cannot tell computing from waiting at this
+    # job's step length (core/detector/computing_source.py): the reason's code, and words for
+    # the verdict's notes ("GPUs 0,1 read power as a 1-s mean; ...: wait share unknown"). Its
+    # wait share is unknown then: the roll-up puts no other estimate in its place.
+    wait_unknown_reason: str | None = None
+    wait_unknown_words: str | None = None
 
 
 def node_values(
@@ -112,16 +119,19 @@ def node_values(
     # One pass, sums in locals: this runs for every node of every job at every step.
     busy = throttled = step_data = sm = window_data = idle = sync = window_sm = computing = 0.0
     n_act = n_step_data = n_sm = n_window = n_idle = n_sync = n_window_sm = n_computing = 0
+    unknown: list[tuple[int, str, Estimate]] = []
     for g in judged:
         w = detector.window_sm_active(g.index)
         if w is not None:
             window_sm += w
             n_window_sm += 1
-        else:
-            c = detector.window_computing(g.index)
-            if c is not None:
-                computing += c
+        elif (estimate := detector.window_estimate(g.index)) is not None:
+            source, told = estimate
+            if told.computing_ratio is not None:
+                computing += told.computing_ratio
                 n_computing += 1
+            elif told.unknown is not None:
+                unknown.append((g.index, source, told))
         a = detector.activity(g.index)
         if a is not None:
             # Without GPM, where power tells: a GPU waiting in the collective reads busy on NVML.
@@ -155,6 +165,7 @@ def node_values(
         needed = verdict.needed_ingest_bytes_per_second
     samples = [g for g in report.gpus if not wanted or g.index in wanted]
     link, clock = _links(member, report, samples, peaks, config)
+    reason, words = _unknown(unknown) if unknown else (None, None)
     return NodeValues(
         gpus=len(own),
         assigned=len(judged),
@@ -175,7 +186,21 @@ def node_values(
         link=link,
         window_sm_active_ratio=window_sm / n_window_sm if n_window_sm and n_window_sm == len(judged) else None,
         window_computing_ratio=computing / n_computing if n_computing and n_computing == len(judged) else None,
+        wait_unknown_reason=reason,
+        wait_unknown_words=words,
     )
+
+
+def _unknown(gpus: list[tuple[int, str, Estimate]]) -> tuple[str, str]:
+    """The first GPU's reason code, and the words of each group of GPUs alike ("GPUs 0,1 read ...")."""
+    groups: dict[str, list[int]] = {}
+    for index, source, e in gpus:
+        groups.setdefault(unknown_words(source, e), []).append(index)
+    said = [
+        f"{'GPU' if len(ids) == 1 else 'GPUs'} {','.join(str(i) for i in sorted(ids))} {words}"
+        for words, ids in groups.items()
+    ]
+    return str(gpus[0][2].unknown), "; ".join(said)
 
 
 def _needed(cause: str | None, data_wait: float | None, e: NodeEvidence) -> float | None:

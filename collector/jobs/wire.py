@@ -73,6 +73,7 @@ def waits_to_pb(waits: Iterable[JobWait]) -> js.JobWaitMessages:
         if w.wait_ratio is not None:
             item.wait_ratio = w.wait_ratio
         item.own = w.own
+        item.wait_unknown_reason = w.unknown
         item.home.collector, item.home.worker = w.home.collector, w.home.worker
     return out
 
@@ -87,7 +88,8 @@ def waits_from_pb(batch: js.JobWaitMessages) -> tuple[list[JobWait], int]:
                 raise BadJobMessage("too many stragglers")
             ratio = _ratio(w.wait_ratio) if w.HasField("wait_ratio") else None
             home = Home(w.home.collector, w.home.worker)
-            out.append(JobWait(w.job, w.node_id, tuple(w.stragglers), ratio, w.echo, w.clear, home, w.own))
+            unknown = w.wait_unknown_reason[:64]
+            out.append(JobWait(w.job, w.node_id, tuple(w.stragglers), ratio, w.echo, w.clear, home, w.own, unknown))
         except BadJobMessage:
             bad += 1
     return out, bad
@@ -113,7 +115,7 @@ def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
         value = getattr(v, name)
         if value is not None:
             setattr(pv, name, value)
-    for name in ("own_cause", "evidence_cause"):
+    for name in ("own_cause", "evidence_cause", "wait_unknown_reason", "wait_unknown_words"):
         value = getattr(v, name)
         if value is not None:
             setattr(pv, name, value)
@@ -159,6 +161,8 @@ def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
         own_cause=pv.own_cause if pv.HasField("own_cause") else None,
         evidence=evidence,
         evidence_cause=pv.evidence_cause if pv.HasField("evidence_cause") else None,
+        wait_unknown_reason=pv.wait_unknown_reason[:64] if pv.HasField("wait_unknown_reason") else None,
+        wait_unknown_words=pv.wait_unknown_words[:512] if pv.HasField("wait_unknown_words") else None,
         link=link,
         **numbers,
     )  # fmt: skip

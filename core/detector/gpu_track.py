@@ -17,6 +17,18 @@ from __future__ import annotations
 import math
 
 from nodeagent.core.detector.causes import link_and_h2d
+from nodeagent.core.detector.computing_source import (
+    BLURRED,
+    BLURRED_SHARE,
+    NO_READING,
+    NOTHING,
+    REPORT_LEVEL,
+    SM_SOURCES,
+    SOURCES,
+    Estimate,
+    min_phase_seconds,
+    report_level,
+)
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.gate import admit, new_job
 from nodeagent.core.detector.hysteresis import evaluate
@@ -39,12 +51,23 @@ class GpuTrack:
         self.uuid = ""
         self.nvlink_bytes_per_second: float | None = None
         self.pcie_max_bytes_per_second: float | None = None
-        self.gpm = False
+        self.gpm = self.info_gpm = False
         # The computing share from power, without GPM (``power_share``); not on a MIG instance
         # (its GPU's draw is all its tenants').
         self.mig_instance = mig_instance
         self.power = PowerTrack()
         self.reads_power = not mig_instance
+        # Its computing-share source (``computing_source``): the agent's decision, else inferred
+        # ("" where nothing is read: NVML utilization, as before); instantaneous readings once seen.
+        self.source = ""
+        self.decided = False
+        self.instant = True
+        self.saw_samples = False
+        self.report_seconds = 1.0
+        # The window's estimate as of the last step (``estimate``), and the step it is of.
+        self._estimate = NOTHING
+        self._estimate_of = -1
+        self.steps_closed = 0
         self.learn(info)
         # The window's ring and the open step's place in it.
         self.steps = [Step() for _ in range(config.window_steps + 1)]
@@ -85,16 +108,40 @@ class GpuTrack:
             self.nvlink_bytes_per_second = info.nvlink_count * info.nvlink_speed_bytes_per_second
         if info.HasField("pcie_max_generation") and info.HasField("pcie_max_width"):
             self.pcie_max_bytes_per_second = pcie_bytes_per_second(info.pcie_max_generation, info.pcie_max_width)
-        self.gpm = info.gpm_supported
+        self.info_gpm = info.gpm_supported
+        if not self.decided:
+            self.gpm = self.info_gpm
         self.reads_power = not self.gpm and not self.mig_instance
+
+    def decide(self, source: str) -> None:
+        """The agent says the GPU's computing-share source (or, "", stopped saying: an older agent
+        took over, and it is inferred again); called only when that changes."""
+        self.decided = source in SOURCES
+        self.source = source if self.decided else ""
+        self.gpm = source in SM_SOURCES if self.decided else self.info_gpm
+        self.reads_power = not self.gpm and not self.mig_instance
+        self.instant = source not in REPORT_LEVEL
+
+    def source_name(self) -> str:
+        """The source the estimate follows: the agent's, else inferred from the readings ("" where
+        nothing is read: utilization stands, as before)."""
+        if self.decided:
+            return self.source
+        if self.gpm:
+            return "gpm"
+        return "power_instant" if self.saw_samples else self.power.kind
 
     def window_seconds(self) -> float:
         """Counted seconds in the window at the last evaluation (the GPU's weight in node ratios)."""
         return self.window_counted_seconds if self.state not in ("idle", "lost", "warmup") else 0.0
 
     def activity(self) -> GpuActivity | None:
-        """What the GPU did over the last closed step (None before one closed with readings)."""
-        return activity(self.steps[(self.pos - 1) % len(self.steps)])
+        """What the GPU did over the last closed step (None before one closed with readings);
+        its computing share only where the window's estimate tells (``window_estimate``)."""
+        a = activity(self.steps[(self.pos - 1) % len(self.steps)])
+        if a is not None and a.computing_ratio is not None and self.estimate.unknown is not None:
+            return a._replace(computing_ratio=None)
+        return a
 
     def window_sm_active(self) -> float | None:
         """GPM SM activity over the last ``window_steps`` closed steps, raw (no
@@ -107,20 +154,58 @@ class GpuTrack:
             seconds += step.sm_seconds
         return sm / seconds if seconds > 0 else None
 
+    @property
+    def estimate(self) -> Estimate:
+        """``window_estimate`` as of the last window step: computed when first asked (the job
+        roll-up asks only for its jobs' GPUs), not at every GPU's step."""
+        if self._estimate_of != self.steps_closed:
+            self._estimate, self._estimate_of = self.window_estimate(), self.steps_closed
+        return self._estimate
+
     def window_computing(self) -> float | None:
-        """The computing share from power over the time of the last ``window_steps`` closed steps
-        in which power told (a swing that began mid-window counts from there: a job slowed now
-        is seen now); None with GPM (it is the source there) or where power told for less than
-        half a step."""
-        if self.gpm:
-            return None
-        computed = seconds = 0.0
+        """The computing share from power over the window (``window_estimate``); None with GPM
+        (it is the source there) or where power does not tell."""
+        return self.window_estimate().computing_ratio
+
+    def window_estimate(self) -> Estimate:
+        """The computing share over the last ``window_steps`` closed steps by the GPU's source's
+        estimator (``computing_source``), or why it cannot tell. Instantaneous readings (and a
+        source inferred from report means, as before): over the time in which power told (a
+        swing that began mid-window counts from there: a job slowed now is seen now), where it
+        told for at least half a step. A moving mean or the energy counter: the window's report
+        draws between its own sustained draws, where its phases are long enough."""
+        if self.gpm or not self.reads_power:
+            return NOTHING
+        source = self.source_name()
+        if source in {"none", ""}:
+            return Estimate(None, NO_READING) if self.decided else NOTHING
         size = len(self.steps)
+        if source in REPORT_LEVEL:
+            watt_seconds = seconds = 0.0
+            high: float | None = None
+            low: float | None = None
+            crossings = 0
+            for k in range(1, self.config.window_steps + 1):
+                step = self.steps[(self.pos - k) % size]
+                watt_seconds += step.watt_seconds
+                seconds += step.draw_seconds
+                crossings += step.crossings
+                if step.draw_high is not None and (high is None or step.draw_high > high):
+                    high = step.draw_high
+                if step.draw_low is not None and (low is None or step.draw_low < low):
+                    low = step.draw_low
+            needed = min_phase_seconds(source, self.report_seconds)
+            return report_level(watt_seconds, seconds, high, low, crossings, self.config.power_swing_factor, needed)
+        computed = seconds = middle = middle_seconds = 0.0
         for k in range(1, self.config.window_steps + 1):
             step = self.steps[(self.pos - k) % size]
             computed += step.power
             seconds += step.power_seconds
-        return computed / seconds if seconds >= 0.5 * self.config.evaluate_seconds else None
+            middle += step.middle
+            middle_seconds += step.middle_seconds
+        if middle_seconds > 0 and middle > BLURRED_SHARE * middle_seconds:
+            return Estimate(None, BLURRED)
+        return Estimate(computed / seconds if seconds >= 0.5 * self.config.evaluate_seconds else None)
 
     def forget(self) -> None:
         """Drop the window and the verdict built on it (after a long silence both are stale)."""
@@ -128,6 +213,7 @@ class GpuTrack:
             step.reset()
         self.counters = None
         self.power.forget()
+        self._estimate_of = -1
         self.gap_run, self.gap_committed = 0.0, False
         self.state, self.cause, self.tier, self.calm_seconds = "busy", None, None, 0.0
 
@@ -135,10 +221,16 @@ class GpuTrack:
 
     def tick(self, g: pb.GpuSample, t: float, dt: float, throttle_mask: int) -> None:
         self.last_seen = t
+        source = g.computing_source
+        if source != self.source or (self.decided and not source):
+            self.decide(source)
         # Power first: the resting draw is learned from reports the gate holds out too.
         watts = None
+        power = self.power
         if self.reads_power:  # a lost or unresponsive GPU reads no power: nothing to learn
-            watts = self.power.observe(g, t, dt, throttle_mask, self.config.power_learn_seconds)
+            watts = power.observe(g, t, dt, throttle_mask, self.config.power_learn_seconds, instant=self.instant)
+            if power.above is not None:
+                self.saw_samples = True  # inferred: instantaneous from now on
         if not admit(self, g, t):
             return
         step = self.steps[self.pos]
@@ -148,7 +240,21 @@ class GpuTrack:
         count_throttled(step, g, throttle_mask, dt)
         add_idle(self, step, busy, dt)
         if watts is not None:
-            computing = self.power.computing(watts, self.config.power_swing_factor)
+            if power.above is None:  # a report draw: the moving-mean estimator's sums
+                self.report_seconds = dt
+                step.watt_seconds += watts * dt
+                step.draw_seconds += dt
+                if power.sustained:
+                    high, low = power.sustained_high, power.sustained_low
+                    if step.draw_high is None or high > step.draw_high:
+                        step.draw_high = high
+                    if step.draw_low is None or low < step.draw_low:
+                        step.draw_low = low
+                    step.crossings += power.crossed
+            else:
+                step.middle += power.middle * dt
+                step.middle_seconds += dt
+            computing = power.computing(watts, self.config.power_swing_factor)
             if computing is not None:
                 # No more than utilization says its kernels ran.
                 step.power += min(computing, busy) * dt
@@ -166,4 +272,5 @@ class GpuTrack:
         verdict = evaluate(self, t)
         self.pos = (self.pos + 1) % len(self.steps)
         self.steps[self.pos].reset()
+        self.steps_closed += 1
         return verdict

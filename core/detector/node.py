@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from nodeagent.core.detector.alert_signals import AlertSignal
+from nodeagent.core.detector.computing_source import Estimate
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.detector.gpu_track import GpuTrack
 from nodeagent.core.detector.mig import InstanceKey, InstanceTrack, gpu_verdict, gpu_weight, instance_key
@@ -142,15 +143,18 @@ class NodeDetector:
             self._step(report, t)
         return self._verdict
 
-    def wait_on(self, job: str, nodes: tuple[str, ...], wait_ratio: float | None, *, echo: bool = False) -> None:
+    def wait_on(
+        self, job: str, nodes: tuple[str, ...], wait_ratio: float | None, *, echo: bool = False, unknown: str = ""
+    ) -> None:
         """The job roll-up: this node's GPUs of ``job`` wait on ``nodes``, ``wait_ratio`` of their
         time (None: each its own idle share); ``echo``: their own starvation, whatever its cause,
-        is the wait's echo (the node stands out on nothing), so starved GPUs wait too. Takes
-        effect at once; renewed at each of the job's steps, it lapses a window after the last
-        renewal."""
+        is the wait's echo (the node stands out on nothing), so starved GPUs wait too;
+        ``unknown``: the share is unknown, for this reason (``computing_source``): their evidence
+        says so instead of a share. Takes effect at once; renewed at each of the job's steps, it
+        lapses a window after the last renewal."""
         entering = self._waits.get(job)
-        self._waits[job] = Wait(nodes, wait_ratio, self._verdict.time_unix_seconds, echo)
-        if entering is None or entering.nodes != nodes or entering.echo != echo:
+        self._waits[job] = Wait(nodes, wait_ratio, self._verdict.time_unix_seconds, echo, unknown)
+        if entering is None or entering.nodes != nodes or entering.echo != echo or entering.unknown != unknown:
             self._rewait()
 
     def clear_wait(self, job: str) -> None:
@@ -179,6 +183,12 @@ class NodeDetector:
         without GPM: ``power_share``); None with GPM, or where power does not tell."""
         track = self._tracks.get(index)
         return None if track is None else track.window_computing()
+
+    def window_estimate(self, index: int) -> tuple[str, Estimate] | None:
+        """GPU ``index``'s computing-share source and its estimate over the window's closed steps
+        as of the last window step (``computing_source``: the share, or why it cannot tell)."""
+        track = self._tracks.get(index)
+        return None if track is None else (track.source_name(), track.estimate)
 
     def signals(self) -> list[AlertSignal]:
         """``GPUDataStarved`` for this node (key ""): firing while any GPU is starved."""
@@ -286,7 +296,9 @@ class NodeDetector:
         jobs = tuple(sorted({job for g in gpus for job in g.jobs}))
         if state == "waiting":
             evidence = {"waiting_on": ",".join(waiting.nodes), "waiting_job": waiting.job}
-            if waiting.ratio is not None:
+            if waiting.unknown:
+                evidence["wait_unknown_reason"] = waiting.unknown
+            elif waiting.ratio is not None:
                 evidence["wait_ratio"] = waiting.ratio
         lost = sum(track.gpu_seconds_lost for track in self._tracks.values())
         lost += sum(it.track.gpu_seconds_lost * it.share for it in self._instances.values())

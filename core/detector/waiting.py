@@ -13,7 +13,12 @@ so its loaders read at the job's lockstep pace and what looks like its own data 
 straggler's; a node genuinely starved would stand out and be a straggler itself): then a
 starved GPU, whatever its cause, is `waiting` too. No wait means today's verdicts exactly.
 
-Loss: a waiting GPU counts ``r`` of its time as lost (its own idle share when r is None); on
+Where the roll-up says the share is unknown (its GPUs' readings cannot tell computing from
+waiting at the job's step length: ``computing_source``), the waiting GPUs' evidence and the node's
+say ``wait_unknown_reason`` instead of ``wait_ratio``; the ledger bills that time `unmeasured`.
+
+Loss: a waiting GPU counts ``r`` of its time as lost (its own idle share when r is None or
+unknown: the time NVML saw it idle, a lower bound); on
 entering, over the window's counted seconds (as entering `starved` does), then each step the span
 of the step, less what its own data starvation already counted that step (of that at most the
 step's span: a GPU whose own verdict enters `starved` while it waits counts its window's data
@@ -45,15 +50,19 @@ class Wait:
     renewed_at: float
     # The GPUs' own starvation, whatever its cause, is the lockstep's echo of the wait.
     echo: bool = False
+    # The share is unknown, for this reason (``computing_source``): said instead of a share.
+    unknown: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
     gpus: tuple[GpuVerdict, ...]
-    # The nodes waited on (sorted), the job (the first by name) and the mean wait share.
+    # The nodes waited on (sorted), the job (the first by name) and the mean wait share; or,
+    # where some waiting GPU's share is unknown, the reason's code.
     nodes: tuple[str, ...] = ()
     job: str = ""
     ratio: float | None = None
+    unknown: str = ""
 
 
 def job_gpus(report: pb.NodeReport) -> dict[str, frozenset[int]]:
@@ -76,7 +85,7 @@ def apply_waits(
         return Waiting(gpus)
     out: list[GpuVerdict] = []
     nodes: set[str] = set()
-    first_job, ratios = "", []
+    first_job, ratios, unknown = "", [], ""
     for g in gpus:
         track = tracks.get(g.index)
         job = next((j for j in sorted(waits) if g.index in jobs.get(j, ())), None)
@@ -96,7 +105,11 @@ def apply_waits(
             own = min(track.step_lost, track.last_since)
             track.gpu_seconds_lost += max(ratio * track.last_since, own) - track.step_lost
         evidence = dict(g.evidence)
-        evidence.update(waiting_on=",".join(wait.nodes), waiting_job=job, wait_ratio=round(ratio, 4))
+        evidence.update(waiting_on=",".join(wait.nodes), waiting_job=job)
+        if wait.unknown:
+            evidence["wait_unknown_reason"] = unknown = wait.unknown
+        else:
+            evidence["wait_ratio"] = round(ratio, 4)
         out.append(
             replace(
                 g, state="waiting", cause=None, tier=None, gpu_seconds_lost=track.gpu_seconds_lost, evidence=evidence
@@ -107,6 +120,8 @@ def apply_waits(
         ratios.append(ratio)
     if not ratios:
         return Waiting(tuple(out))
+    if unknown:
+        return Waiting(tuple(out), tuple(sorted(nodes)), first_job, None, unknown)
     return Waiting(tuple(out), tuple(sorted(nodes)), first_job, round(sum(ratios) / len(ratios), 4))
 
 

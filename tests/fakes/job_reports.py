@@ -68,6 +68,11 @@ class FakeNode:
     # between reports (power_samples_watts, as the agent reads on GPUs without GPM).
     sub_second: bool = False
     subsamples: int = 0
+    # mean_power: the readings between reports are a 1-s moving mean (each the report's mean
+    # draw: sub-second phases average out in it); computing_source: what the agent says the
+    # GPUs' computing-share source is ("": an agent that has not decided).
+    mean_power: bool = False
+    computing_source: str = ""
     # Counters, integrated.
     _time: float | None = None
     _eth: list[float] = field(default_factory=lambda: [0.0, 0.0])
@@ -125,6 +130,7 @@ class FakeNode:
             if sm is not None:
                 g.sm_active_ratio = sm
             throttled = i in self.throttled_gpus
+            g.computing_source = self.computing_source
             if self.compute_watts is not None:
                 self._power(g, t, dt, throttled)
             g.clock_event_reasons = HW_THERMAL_SLOWDOWN if throttled else 0
@@ -150,7 +156,10 @@ class FakeNode:
         if self.sub_second:
             watts = self.duty * high + (1 - self.duty) * self.wait_watts
             n = self.subsamples
-            g.power_samples_watts.extend(high if (k + 0.5) / n < self.duty else self.wait_watts for k in range(n))
+            if self.mean_power:
+                g.power_samples_watts.extend([watts] * n)
+            else:
+                g.power_samples_watts.extend(high if (k + 0.5) / n < self.duty else self.wait_watts for k in range(n))
         else:
             computing = (t - START) % self.cycle_seconds < self.duty * self.cycle_seconds - 1e-9
             watts = high if computing else self.wait_watts

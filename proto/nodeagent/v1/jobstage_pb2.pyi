@@ -44,7 +44,7 @@ class JobLinkValues(_message.Message):
     def __init__(self, nic_speeds_bytes_per_second: _Optional[_Mapping[str, float]] = ..., fabric_nic: _Optional[str] = ..., fabric_peak_bytes_per_second: _Optional[float] = ..., fabric_speed_bytes_per_second: _Optional[float] = ..., pcie_bytes_per_second: _Optional[float] = ..., pcie_max_bytes_per_second: _Optional[float] = ..., nvlink_inactive: _Optional[int] = ..., nvlink_errors: _Optional[int] = ..., nic_errors: _Optional[int] = ...) -> None: ...
 
 class JobNodeValues(_message.Message):
-    __slots__ = ("gpus", "assigned", "warmup", "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio", "interconnect_ratio", "own_cause", "evidence_numbers", "evidence_words", "evidence_cause", "needed_bytes_per_second", "clock_mhz", "link", "window_sm_active_ratio", "window_computing_ratio")
+    __slots__ = ("gpus", "assigned", "warmup", "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio", "interconnect_ratio", "own_cause", "evidence_numbers", "evidence_words", "evidence_cause", "needed_bytes_per_second", "clock_mhz", "link", "window_sm_active_ratio", "window_computing_ratio", "wait_unknown_reason", "wait_unknown_words")
     class EvidenceNumbersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,8 @@ class JobNodeValues(_message.Message):
     LINK_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
     WINDOW_COMPUTING_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WAIT_UNKNOWN_REASON_FIELD_NUMBER: _ClassVar[int]
+    WAIT_UNKNOWN_WORDS_FIELD_NUMBER: _ClassVar[int]
     gpus: int
     assigned: int
     warmup: int
@@ -97,7 +99,9 @@ class JobNodeValues(_message.Message):
     link: JobLinkValues
     window_sm_active_ratio: float
     window_computing_ratio: float
-    def __init__(self, gpus: _Optional[int] = ..., assigned: _Optional[int] = ..., warmup: _Optional[int] = ..., busy_ratio: _Optional[float] = ..., sm_active_ratio: _Optional[float] = ..., throttled_ratio: _Optional[float] = ..., data_wait_ratio: _Optional[float] = ..., window_data_wait_ratio: _Optional[float] = ..., idle_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., own_cause: _Optional[str] = ..., evidence_numbers: _Optional[_Mapping[str, float]] = ..., evidence_words: _Optional[_Mapping[str, str]] = ..., evidence_cause: _Optional[str] = ..., needed_bytes_per_second: _Optional[float] = ..., clock_mhz: _Optional[float] = ..., link: _Optional[_Union[JobLinkValues, _Mapping]] = ..., window_sm_active_ratio: _Optional[float] = ..., window_computing_ratio: _Optional[float] = ...) -> None: ...
+    wait_unknown_reason: str
+    wait_unknown_words: str
+    def __init__(self, gpus: _Optional[int] = ..., assigned: _Optional[int] = ..., warmup: _Optional[int] = ..., busy_ratio: _Optional[float] = ..., sm_active_ratio: _Optional[float] = ..., throttled_ratio: _Optional[float] = ..., data_wait_ratio: _Optional[float] = ..., window_data_wait_ratio: _Optional[float] = ..., idle_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., own_cause: _Optional[str] = ..., evidence_numbers: _Optional[_Mapping[str, float]] = ..., evidence_words: _Optional[_Mapping[str, str]] = ..., evidence_cause: _Optional[str] = ..., needed_bytes_per_second: _Optional[float] = ..., clock_mhz: _Optional[float] = ..., link: _Optional[_Union[JobLinkValues, _Mapping]] = ..., window_sm_active_ratio: _Optional[float] = ..., window_computing_ratio: _Optional[float] = ..., wait_unknown_reason: _Optional[str] = ..., wait_unknown_words: _Optional[str] = ...) -> None: ...
 
 class JobStepMessage(_message.Message):
     __slots__ = ("job", "source", "node_id", "step", "time_unix_seconds", "gpus", "ranks", "ranks_count", "world_size", "node_rank", "values", "gpu_seconds_lost")
@@ -163,7 +167,7 @@ class JobNodeMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[JobNodeMessage, _Mapping]]] = ...) -> None: ...
 
 class JobWaitMessage(_message.Message):
-    __slots__ = ("job", "node_id", "stragglers", "wait_ratio", "echo", "clear", "home", "own")
+    __slots__ = ("job", "node_id", "stragglers", "wait_ratio", "echo", "clear", "home", "own", "wait_unknown_reason")
     JOB_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STRAGGLERS_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +176,7 @@ class JobWaitMessage(_message.Message):
     CLEAR_FIELD_NUMBER: _ClassVar[int]
     HOME_FIELD_NUMBER: _ClassVar[int]
     OWN_FIELD_NUMBER: _ClassVar[int]
+    WAIT_UNKNOWN_REASON_FIELD_NUMBER: _ClassVar[int]
     job: str
     node_id: str
     stragglers: _containers.RepeatedScalarFieldContainer[str]
@@ -180,7 +185,8 @@ class JobWaitMessage(_message.Message):
     clear: bool
     home: JobHome
     own: bool
-    def __init__(self, job: _Optional[str] = ..., node_id: _Optional[str] = ..., stragglers: _Optional[_Iterable[str]] = ..., wait_ratio: _Optional[float] = ..., echo: _Optional[bool] = ..., clear: _Optional[bool] = ..., home: _Optional[_Union[JobHome, _Mapping]] = ..., own: _Optional[bool] = ...) -> None: ...
+    wait_unknown_reason: str
+    def __init__(self, job: _Optional[str] = ..., node_id: _Optional[str] = ..., stragglers: _Optional[_Iterable[str]] = ..., wait_ratio: _Optional[float] = ..., echo: _Optional[bool] = ..., clear: _Optional[bool] = ..., home: _Optional[_Union[JobHome, _Mapping]] = ..., own: _Optional[bool] = ..., wait_unknown_reason: _Optional[str] = ...) -> None: ...
 
 class JobWaitMessages(_message.Message):
     __slots__ = ("waits",)
