@@ -109,10 +109,6 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
         "clock_event_reasons": reasons,
         "temperature_celsius": _opt(g, "temperature_celsius"),
         "power_watts": _opt(g, "power_watts"),
-        # Which reading tells its computing share, and the evidence (agent/gpu/power_regime.py);
-        # None until the agent has decided.
-        "computing_source": g.computing_source or None,
-        "computing_source_reason": g.computing_source_reason or None,
         "sm_clock_mhz": _opt(g, "sm_clock_mhz"),
         "ecc_uncorrected_volatile_total": _opt(g, "ecc_uncorrected_volatile_total"),
         "ecc_uncorrected_aggregate_total": _opt(g, "ecc_uncorrected_aggregate_total"),
