@@ -286,6 +286,8 @@ def score_cell(rows: list[dict[str, Any]], cell: Cell) -> dict[str, Any] | None:
         "regime": cell.regime.name, "gpu": cell.regime.gpu, "power": cell.regime.power,
         "lag_ms": cell.regime.lag_ms, "scenario": cell.scenario, "collective": cell.collective,
         "step": cell.step, **s, "unknown": unknown, "wait": wait,
+        "verdicts": sorted({str(r.get("verdict")) for r in mine}),
+        "cpu_busy": max((float(r.get("cpu_busy") or 0) for r in mine), default=0.0),
     }  # fmt: skip
 
 
@@ -297,16 +299,18 @@ def score_matrix(rows: list[dict[str, Any]], matrix: Matrix) -> tuple[list[dict[
 
 def matrix_table(cells: list[dict[str, Any]], missing: int) -> str:
     lines = [
-        "| regime | scenario | collective | step | runs | job runs as expected | precision (polls naming a node) "
-        "| recall | cause accuracy | wait-share error (max) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| regime | scenario | collective | step | runs | job runs as expected | final verdicts "
+        "| precision (polls naming a node) "
+        "| recall | cause accuracy | wait-share error (max) | machine CPU busy (max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         precision = "- (0)" if c["precision"] is None else f"{c['precision']:.3f} ({c['named_polls']})"
         lines.append(
             f"| {c['regime']} | {c['scenario']} | {c['collective']} | {c['step']:g} s | {c['runs']} | "
-            f"{c['ok']} of {c['jobs']} | {precision} | {_fmt(c['recall'], 2)} | {_fmt(c['cause_accuracy'], 2)} | "
-            f"{c['wait']} |"
+            f"{c['ok']} of {c['jobs']} | {'; '.join(c['verdicts'])} | {precision} | {_fmt(c['recall'], 2)} | "
+            f"{_fmt(c['cause_accuracy'], 2)} | "
+            f"{c['wait']} | {c['cpu_busy']:.2f} |"
         )
     if missing:
         lines.append(f"\n{missing} cells of the matrix have no runs here.")

@@ -125,16 +125,47 @@ def _matrix_rows() -> list[dict[str, Any]]:
         _row("network", "h100_sxm5", **network, wait_ratio=0.53, window_truth=0.55),
         _row("network", "h100_sxm5", **network, run=1, wait_ratio=0.58, window_truth=0.55),
         # The 1 s mean: the straggler named, the wait share unknown with its reason, once with none.
-        _row("network", "a100_sxm4", power="mean1s", lag_ms=0, collective="bandwidth", step=0.22, **network,
-             wait_ratio=None, wait_unknown="wait share unknown: power is a 1 s mean at 0.2 s steps"),  # fmt: skip
-        _row("network", "a100_sxm4", power="mean1s", lag_ms=0, collective="bandwidth", step=0.22, **network,
-             run=1, wait_ratio=None, ok=False),  # fmt: skip
+        _row(
+            "network",
+            "a100_sxm4",
+            power="mean1s",
+            lag_ms=0,
+            collective="bandwidth",
+            step=0.22,
+            **network,
+            wait_ratio=None,
+            wait_unknown="wait share unknown: power is a 1 s mean at 0.2 s steps",
+        ),
+        _row(
+            "network",
+            "a100_sxm4",
+            power="mean1s",
+            lag_ms=0,
+            collective="bandwidth",
+            step=0.22,
+            **network,
+            run=1,
+            wait_ratio=None,
+            ok=False,
+        ),
         # Sampled with a lag: a wrong number.
         _row("network", "a100_sxm4", power="sampled", lag_ms=75, **network, wait_ratio=0.17, ok=False),
         # Another step length than the matrix's: not a cell of it.
         _row("network", "h100_sxm5", **network, step=0.5),
-        _row("fabric", "a100_sxm4", power="mean1s", collective="bursts", step=2.0, verdict="busy", ok=False,
-             named_polls=0, right_polls=0, first_named_seconds=None, wait_ratio=0.03, window_truth=0.39),  # fmt: skip
+        _row(
+            "fabric",
+            "a100_sxm4",
+            power="mean1s",
+            collective="bursts",
+            step=2.0,
+            verdict="busy",
+            ok=False,
+            named_polls=0,
+            right_polls=0,
+            first_named_seconds=None,
+            wait_ratio=0.03,
+            window_truth=0.39,
+        ),
     ]
 
 
@@ -172,7 +203,8 @@ def test_each_cell_scores_its_own_rows_and_says_unknown_with_the_reason(tmp_path
     assert bursts["recall"] == 0.0 and bursts["cause_accuracy"] == 0.0 and bursts["wait"] == "0.360"
     assert missing == 1  # fabric at 0.15 s has no runs
     table = lab_score.matrix_table(cells, missing)
-    assert "| mean1s | network | bandwidth | 0.22 s | 2 | 1 of 2 |" in table
+    assert "| mean1s | network | bandwidth | 0.22 s | 2 | 1 of 2 | slowed, node-1 (network) |" in table
+    assert table.count("|---") == 12  # twelve columns
     assert "1 cells of the matrix have no runs here." in table
 
 
