@@ -798,12 +798,11 @@ def _truth_problems(job: Job, truths: dict[str, dict[str, Any]], truth: dict[str
 
 def unknown_reason(final: dict[str, Any] | None) -> str | None:
     """Where the verdict's wait share is null (the product cannot tell it with this GPU's readings
-    at this step length), the reason its notes give: the first note that says "unknown", else the
-    first note, else "no reason given". None where the verdict has a number (or no verdict)."""
+    at this step length), the reason its notes give: the first note that says "unknown", else "no
+    reason given" (a null the lab judges a miss). None where the verdict has a number (or none)."""
     if final is None or final.get("wait_ratio") is not None:
         return None
-    notes = [str(n) for n in final.get("notes") or ()]
-    said = [n for n in notes if "unknown" in n.lower()] or notes
+    said = [str(n) for n in final.get("notes") or () if "unknown" in str(n).lower()]
     return said[0] if said else "no reason given"
 
 

@@ -223,8 +223,8 @@ def test_a_wait_share_the_product_cannot_tell_is_unknown_with_its_reason_not_wro
     assert row.ok, row.why
     assert row.wait_unknown == "wait share unknown: power is a 1 s mean, steps 0.5 s"
     assert "unknown (wait share unknown: power is a 1 s mean" in lc.table([row])
-    # Null without a reason is not honest: the lab says the wait ratio missed.
-    final[0]["notes"] = []
+    # Null without a note that says unknown is not honest: the lab says the wait ratio missed.
+    final[0]["notes"] = ["node-1 starved (network)"]
     [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
     assert not row.ok and "wait ratio None" in row.why and row.wait_unknown == "no reason given"
 
