@@ -87,6 +87,32 @@ def test_the_emulation_axes_parse_and_the_default_is_the_lab_as_it_was() -> None
     assert lc.Emulation(lag_ms=50).power_fields(0) == {"power_mode": "ideal", "power_lag_ms": 50, "power_offset_ms": 0}
 
 
+def test_a_rank_drives_the_sensor_the_lab_set_from_where_the_lab_left_it(tmp_path: Path) -> None:
+    """The lab writes the sensor and an idle timeline before the agents start; the rank goes on
+    from it (the energy counter never goes back) and keeps the sensor in the state it writes."""
+    from bench.lab_rank import POWER_MW, FakeGpu
+    from tests.fakes.nvml.state import PowerTimeline
+
+    live, state = tmp_path / "power", tmp_path / "nvml"
+    lab = PowerTimeline(live)
+    lab.set(POWER_MW["a100_sxm4"][0], at=time.monotonic() - 2.0)  # idle for 2 s before the rank
+    power = lc.Emulation(power="mean1s", lag_ms=75).power_fields(1)
+    gpu = FakeGpu(state, "a100_sxm4", {}, None, str(live), power)
+    gpu.phase("compute")
+    assert gpu.timeline is not None and len(gpu.timeline.edges) == 2
+    resumed = PowerTimeline(live).resume()
+    (_, idle_mw, start_mj), (_, mw, mj) = resumed.edges
+    assert (idle_mw, mw) == (POWER_MW["a100_sxm4"][0], gpu.phase_mw["compute"])
+    assert start_mj == 0 and mj >= 2.0 * idle_mw  # 2 s idle counted before the rank's first edge
+    gpu.write(1.0, 0.8)
+    text = state.read_text()
+    assert "gpu 0 power_mode mean1s" in text and "gpu 0 power_lag_ms 75" in text and "power_offset_ms 271" in text
+    # Without --power or --read-lag-ms, the plain draw file of old: one number.
+    plain = FakeGpu(tmp_path / "nvml2", "a100_sxm4", {}, None, str(tmp_path / "plain"), None)
+    plain.phase("compute")
+    assert plain.timeline is None and (tmp_path / "plain").read_text() == f"{plain.phase_mw['compute']}\n"
+
+
 def test_without_root_it_refuses_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -288,10 +314,11 @@ def test_sigterm_removes_namespaces_loop_devices_and_processes(fake_nvml_dir: ob
     tag = f"na-c{proc.pid % 100000}-"
     try:
         deadline = time.monotonic() + 120
-        # Until its ranks run: every process of the rig is up.
+        # Until its ranks run: every process of the rig is up. Its own ranks (its children): another
+        # lab on the same machine has ranks too.
         while time.monotonic() < deadline and proc.poll() is None:
-            ranks = subprocess.run(["pgrep", "-f", "lab_rank.py"], capture_output=True, text=True, timeout=30,
-                                   check=False).stdout.split()  # fmt: skip
+            ranks = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "lab_rank.py"], capture_output=True,
+                                   text=True, timeout=30, check=False).stdout.split()  # fmt: skip
             if tag in _namespaces() and len(ranks) >= 4:
                 break
             time.sleep(0.5)
