@@ -798,12 +798,14 @@ def _truth_problems(job: Job, truths: dict[str, dict[str, Any]], truth: dict[str
 
 def unknown_reason(final: dict[str, Any] | None) -> str | None:
     """Where the verdict's wait share is null (the product cannot tell it with this GPU's readings
-    at this step length), the reason its notes give: the first note that says "unknown", else "no
-    reason given" (a null the lab judges a miss). None where the verdict has a number (or none)."""
+    at this step length), its reason: the evidence's ``wait_unknown_reason`` code (``no_swing``,
+    ``short_phases``, ...), else the first note that says "unknown", else "no reason given" (a
+    null the lab judges a miss). None where the verdict has a number (or there is none)."""
     if final is None or final.get("wait_ratio") is not None:
         return None
+    code = (final.get("evidence") or {}).get("wait_unknown_reason")
     said = [str(n) for n in final.get("notes") or () if "unknown" in str(n).lower()]
-    return said[0] if said else "no reason given"
+    return str(code) if code else said[0] if said else "no reason given"
 
 
 def _verdict_problems(job: Job, final: dict[str, Any] | None, first: float | None, wrong_polls: int,

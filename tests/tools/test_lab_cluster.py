@@ -249,7 +249,12 @@ def test_a_wait_share_the_product_cannot_tell_is_unknown_with_its_reason_not_wro
     assert row.ok, row.why
     assert row.wait_unknown == "wait share unknown: power is a 1 s mean, steps 0.5 s"
     assert "unknown (wait share unknown: power is a 1 s mean" in lc.table([row])
+    # The evidence's code, where the verdict has one, is the short reason.
+    final[0]["evidence"] = {"wait_unknown_reason": "no_swing"}
+    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
+    assert row.ok and row.wait_unknown == "no_swing"
     # Null without a note that says unknown is not honest: the lab says the wait ratio missed.
+    final[0]["evidence"] = {}
     final[0]["notes"] = ["node-1 starved (network)"]
     [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
     assert not row.ok and "wait ratio None" in row.why and row.wait_unknown == "no reason given"
