@@ -30,11 +30,22 @@ verdicts (``nodes --json``: state ``waiting``, ``waiting_on``), what was expecte
 it was met. A collector without the job roll-up gives no job verdict: the lab says so and checks
 the truth alone.
 
+The emulation's axes (docs/lab.md, "Emulation axes"); without them the lab is as it always was:
+  --gpu        the computing-share source: h100_sxm5 (GPM) or a100_sxm4 (power alone)
+  --power      how the board reads power: ideal (the draw now), sampled (a 25 ms window every
+               100 ms), mean1s (the last second's mean; no field 186), energy (the counter only)
+  --read-lag-ms  readings trail the draw by this much (50-100 ms on real boards)
+  --collective bandwidth (a long bandwidth-bound all-reduce) or bursts (gradient buckets, short
+               bursts; the degraded fabric link a shallow-buffered one that drops a burst's tail)
+  --step       the healthy step's length in seconds (0.22 by default; every phase scales with it)
+
 Needs root (namespaces, tc, loop devices, cgroups). Everything it starts is removed when it ends,
 also on Ctrl-C and SIGTERM.
 
     sudo .venv/bin/python bench/lab_cluster.py [--scenarios clean,network] [--seconds 60] [--runs 10]
                                                [--nodes 4] [--record DIR] [--gpu a100_sxm4]
+                                               [--power mean1s] [--read-lag-ms 75]
+                                               [--collective bursts] [--step 2]
 """
 
 from __future__ import annotations
@@ -78,6 +89,18 @@ PROFILE = "h100_sxm5"
 # rank waiting in the collective (NVML utilization ~100%) from one computing.
 GPU_CLASSES = ("h100_sxm5", "a100_sxm4")
 EXPECTED_CAUSE = {"network": "network", "storage": "storage", "throttled": "throttled", "fabric": "link"}
+# The emulation's axes (see the docstring); the defaults are the lab as it always was.
+POWER_MODES = ("ideal", "sampled", "mean1s", "energy")
+COLLECTIVES = ("bandwidth", "bursts")
+STEP_SECONDS = 0.22  # the healthy step at COMPUTE_SECONDS: compute, the all-reduce, the batch prefetched
+STEP_RANGE = (0.1, 4.0)
+LAG_RANGE_MS = (0, 1000)
+# bursts: the gradient all-reduced in buckets of 32 KiB, one each 0.22 s of step (9 at 2 s), 8 KiB
+# a transfer between two ranks of 4: bursts far under any link's rating.
+BUCKETS, BUCKET_BYTES = 1, 32 << 10
+# bursts, fabric: the degraded link shapes to its rate with a bucket and a queue of two packets,
+# so a burst's tail is dropped and resent (TCP retransmits, about 10 ms each here).
+SHALLOW_BYTES = 3028
 NAMED_WITHIN_SECONDS = 60.0
 RATIO_TOLERANCE = 0.05
 POLL_SECONDS = 2.0
@@ -94,6 +117,50 @@ class Scenario:
     # node's data link; None: nothing.
     kind: str | None
     jobs: int = 1  # two-jobs: two jobs of --nodes each (or half of them, see --nodes)
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """How the lab's GPUs and job behave beyond the scenario (docs/lab.md, "Emulation axes")."""
+
+    power: str = "ideal"
+    lag_ms: int = 0
+    collective: str = "bandwidth"
+    step: float = STEP_SECONDS
+
+    @property
+    def scale(self) -> float:
+        """Every phase's length (compute, a batch's bytes, the gradient's, a batch's reads) by this."""
+        return self.step / STEP_SECONDS
+
+    @property
+    def buckets(self) -> int:
+        return max(1, round(BUCKETS * self.scale)) if self.collective == "bursts" else 1
+
+    @property
+    def gradient_bytes(self) -> int:
+        if self.collective == "bursts":
+            return self.buckets * BUCKET_BYTES
+        return round(GRADIENT_BYTES * self.scale)
+
+    def power_fields(self, index: int) -> dict[str, Any] | None:
+        """The GPU's power sensor (the fake NVML's state), or None: the ideal one, no lag, as always.
+        Each node's windows start at a moment of its own, as unsynchronized boards' do."""
+        if self.power == "ideal" and not self.lag_ms:
+            return None
+        offset = {"sampled": (37 * index) % 100, "mean1s": (271 * index) % 1000}.get(self.power, 0)
+        return {"power_mode": self.power, "power_lag_ms": self.lag_ms, "power_offset_ms": offset}
+
+    def words(self) -> dict[str, Any]:
+        return {"power": self.power, "lag_ms": self.lag_ms, "collective": self.collective, "step": self.step}
+
+
+def source_setup(profile: str, node_id: str, state_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """What a computing-share source adds to a node's agent (environment, arguments). GPM
+    (h100_sxm5) and power (a100_sxm4) come from the fake NVML alone: nothing. The hook for DCGM:
+    an emulated DCGM for the node's GPU is started here and its address given to the agent."""
+    del profile, node_id, state_dir
+    return {}, []
 
 
 FINAL_MARGIN = 3.0  # seconds before the job's end that its final verdict is taken
@@ -188,8 +255,9 @@ class Job:
 class Rig:
     """The namespaces, links and processes of one run; ``close`` (or the ExitStack) removes all."""
 
-    def __init__(self, stack: contextlib.ExitStack, tag: str, nodes: list[Node]) -> None:
+    def __init__(self, stack: contextlib.ExitStack, tag: str, nodes: list[Node], shallow: bool = False) -> None:
         self.stack, self.tag, self.nodes = stack, tag, nodes
+        self.shallow = shallow  # a degraded fabric link drops a burst's tail (--collective bursts)
         self.data_ns, self.fabric_ns, self.mgmt_ns = f"na-c{tag}-d", f"na-c{tag}-f", f"na-c{tag}-m"
 
     def _netns(self, name: str) -> None:
@@ -212,11 +280,17 @@ class Rig:
             sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.conf.{dev}.route_localnet=1")
 
     @staticmethod
-    def _shape(ns: str, dev: str, mbit: int, *, change: bool = False) -> None:
-        # A token bucket at the link's rate; a burst of 10 ms of it (at least 32 KiB).
+    def _shape(ns: str, dev: str, mbit: int, *, change: bool = False, shallow: bool = False) -> None:
+        # A token bucket at the link's rate; a burst of 10 ms of it (at least 32 KiB). Shallow: a
+        # bucket and a queue of two packets, so the tail of a burst is dropped (and resent).
         burst = max(32 << 10, mbit * 125_000 // 100)
+        size = (
+            ["burst", str(SHALLOW_BYTES), "limit", str(SHALLOW_BYTES)]
+            if shallow
+            else ["burst", str(burst), "latency", "100ms"]
+        )
         sh("tc", "-n", ns, "qdisc", "change" if change else "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
-           "burst", str(burst), "latency", "100ms")  # fmt: skip
+           *size)  # fmt: skip
 
     def build(self) -> None:
         for ns in (self.data_ns, self.fabric_ns, self.mgmt_ns, *(n.ns for n in self.nodes)):
@@ -241,8 +315,9 @@ class Rig:
                 sh("ip", "-n", ns, "link", "set", dev, "master", "br0", "up")
             # What the node receives from the data server; what it sends and receives on the fabric.
             self._shape(self.data_ns, f"d{i}", n.data_rate)
-            self._shape(n.ns, "fab0", n.fabric_rate)
-            self._shape(self.fabric_ns, f"p{i}", n.fabric_rate)
+            shallow = self.shallow and n.fabric_rate < FABRIC_RATE
+            self._shape(n.ns, "fab0", n.fabric_rate, shallow=shallow)
+            self._shape(self.fabric_ns, f"p{i}", n.fabric_rate, shallow=shallow)
 
 
 def _cpu_times() -> tuple[float, float]:
@@ -277,6 +352,7 @@ class Outcome:
     trace: Path | None = None
     link_speeds: dict[str, dict[str, str]] = field(default_factory=dict)
     devices: dict[str, str] = field(default_factory=dict)  # node id -> its own block device (storage)
+    emulation: Emulation = field(default_factory=Emulation)
 
 
 def plan(scenario: Scenario, nodes_per_job: int, run: int, tag: str) -> list[Job]:
@@ -306,11 +382,13 @@ def plan(scenario: Scenario, nodes_per_job: int, run: int, tag: str) -> list[Job
 
 
 def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int, tmp: Path, nvml_dir: Path,
-                 device_filter: bool, workers: int | None = None, profile: str = PROFILE) -> Outcome:  # fmt: skip
+                 device_filter: bool, workers: int | None = None, profile: str = PROFILE,
+                 emulation: Emulation = Emulation()) -> Outcome:  # fmt: skip
+    from bench.lab_rank import POWER_MW
     from tests.fakes.fleet import Collector, cli
     from tests.fakes.iops_cap import IopsCapUnavailable, iops_cap
     from tests.fakes.nvml.plugin import POWER_ENV, STATE_ENV
-    from tests.fakes.nvml.state import PROFILES
+    from tests.fakes.nvml.state import PROFILES, PowerTimeline
 
     tag = f"{os.getpid() % 100000}-{run}"
     jobs = plan(scenario, nodes_per_job, run, tag)
@@ -318,7 +396,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
     shm = Path("/dev/shm")
     with contextlib.ExitStack() as stack:
         state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None)))
-        rig = Rig(stack, tag, nodes)
+        rig = Rig(stack, tag, nodes, shallow=emulation.collective == "bursts")
         rig.build()
         config: dict[str, Any] = dict(DETECTOR)
         wraps: dict[int, Any] = {}
@@ -366,6 +444,12 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
             state = PROFILES[profile](count=1)
             state.clock = None
             gpu = state.gpus[0]
+            power = emulation.power_fields(n.index)
+            if power is not None:
+                # The sensor from the agent's start: the draw's timeline, idle until the rank drives it.
+                for key, value in power.items():
+                    setattr(gpu, key, value)
+                PowerTimeline(state_dir / f"power-{n.index}").set(POWER_MW[profile][0])
             gpu.uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'lab-cluster/{tag}/{n.node_id}')}"
             gpu.serial = f"1652{n.index:04d}{run % 10000:04d}0"
             gpus[n.index] = {"uuid": gpu.uuid, "serial": gpu.serial}
@@ -377,6 +461,9 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                 extra += [DEVICE_FLAG, f"^{Path(n.device).name}$"]
             env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}"),
                    POWER_ENV: str(state_dir / f"power-{n.index}")}  # fmt: skip
+            source_env, source_args = source_setup(profile, n.node_id, state_dir)
+            env.update(source_env)
+            extra += source_args
             agent = popen(n.exec(sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
                                  "--collector", collector.address, "--node-id", n.node_id, "--interval", "1",
                                  "--deadline", str(seconds + 240), *extra),
@@ -393,15 +480,18 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
             master = job.nodes[0]
             for n in job.nodes:
                 nxt = job.nodes[(n.rank + 1) % world]
+                k = emulation.scale
                 if n.device is not None and n is job.straggler:
                     data = {"kind": "device", "device": n.device, "device_bytes": 256 << 20, "read_bytes": READ_BYTES,
-                            "reads_per_batch": READS_PER_BATCH, "threads": 4, "depth": 2}  # fmt: skip
+                            "reads_per_batch": max(1, round(READS_PER_BATCH * k)), "threads": 4,
+                            "depth": 2}  # fmt: skip
                 else:
                     data = {"kind": "http", "host": n.server_addr, "port": SERVER_PORT, "object_bytes": OBJECT_BYTES,
-                            "batch_bytes": BATCH_BYTES, "threads": 2, "depth": 2}  # fmt: skip
+                            "batch_bytes": round(BATCH_BYTES * k), "threads": 2, "depth": 2}  # fmt: skip
                 spec = {"rank": n.rank, "world_size": world, "listen": [n.fabric_addr, RING_PORT],
-                        "next": [nxt.fabric_addr, RING_PORT], "data": data, "compute_seconds": COMPUTE_SECONDS,
-                        "gradient_bytes": GRADIENT_BYTES, "seconds": seconds, "profile": profile,
+                        "next": [nxt.fabric_addr, RING_PORT], "data": data, "compute_seconds": COMPUTE_SECONDS * k,
+                        "gradient_bytes": emulation.gradient_bytes, "buckets": emulation.buckets,
+                        "power": emulation.power_fields(n.index), "seconds": seconds, "profile": profile,
                         "gpu": gpus[n.index], "throttle": THROTTLE if n.throttled else None,
                         "nvml_state": str(state_dir / f"nvml-{n.index}"),
                         "power_live": str(state_dir / f"power-{n.index}"), "truth": str(tmp / f"truth-{n.index}.json"),
@@ -461,7 +551,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
         final_jobs, final_nodes = _while_running(polls, truths, final_jobs, final_nodes)
     return Outcome(scenario.name, run, jobs, onset, truths, polls, final_jobs, final_nodes, config,
                    round(1 - idle / total, 3) if total else 0.0, device_filter, trace, link_speeds,
-                   {n.node_id: Path(n.device).name for n in nodes if n.device})  # fmt: skip
+                   {n.node_id: Path(n.device).name for n in nodes if n.device}, emulation)  # fmt: skip
 
 
 def _while_running(
@@ -592,6 +682,8 @@ class Judged:
     ok: bool
     why: str
     cpu_busy: float
+    # The verdict's wait share was null: the reason its notes give (the product says it cannot tell).
+    wait_unknown: str | None = None
 
 
 def _verdict_words(v: dict[str, Any] | None) -> str:
@@ -655,7 +747,8 @@ def judge(o: Outcome) -> list[Judged]:
             + (f"({c})" if (c := nodes_by_id.get(n.node_id, {}).get("cause")) else "")
             for n in job.nodes
         )
-        problems += _verdict_problems(job, final, first, named_polls - right_polls, ratio, window_truth)
+        unknown = unknown_reason(final)
+        problems += _verdict_problems(job, final, first, named_polls - right_polls, ratio, window_truth, unknown)
         problems += _waiting_problems(job, nodes_by_id)
         # GPU-seconds lost: the live verdict's (since the roll-up followed the job), the history's,
         # and the ranks' own waits up to the verdict (one GPU a node).
@@ -670,7 +763,7 @@ def judge(o: Outcome) -> list[Judged]:
                           _verdict_words(final), ratio, first,
                           named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, history_lost,
                           round(truth_lost, 1),
-                          s is not None, not problems, "; ".join(problems), o.cpu_busy))  # fmt: skip
+                          s is not None, not problems, "; ".join(problems), o.cpu_busy, unknown))  # fmt: skip
     return out
 
 
@@ -703,8 +796,21 @@ def _truth_problems(job: Job, truths: dict[str, dict[str, Any]], truth: dict[str
     return problems
 
 
+def unknown_reason(final: dict[str, Any] | None) -> str | None:
+    """Where the verdict's wait share is null (the product cannot tell it with this GPU's readings
+    at this step length), its reason: the evidence's ``wait_unknown_reason`` code (``no_swing``,
+    ``short_phases``, ...), else the first note that says "unknown", else "no reason given" (a
+    null the lab judges a miss). None where the verdict has a number (or there is none)."""
+    if final is None or final.get("wait_ratio") is not None:
+        return None
+    code = (final.get("evidence") or {}).get("wait_unknown_reason")
+    said = [str(n) for n in final.get("notes") or () if "unknown" in str(n).lower()]
+    return str(code) if code else said[0] if said else "no reason given"
+
+
 def _verdict_problems(job: Job, final: dict[str, Any] | None, first: float | None, wrong_polls: int,
-                      ratio: float | None, window_truth: float | None) -> list[str]:  # fmt: skip
+                      ratio: float | None, window_truth: float | None,
+                      unknown: str | None = None) -> list[str]:  # fmt: skip
     if final is None:
         return ["no job verdict for the job"]
     problems = []
@@ -722,7 +828,13 @@ def _verdict_problems(job: Job, final: dict[str, Any] | None, first: float | Non
         problems.append(f"job_wide {final.get('job_wide')} ({final.get('cause')}), expected job-wide (network)")
     if wrong_polls:
         problems.append(f"{wrong_polls} polls named a wrong node")
-    if job.kind is not None and (ratio is None or window_truth is None or abs(ratio - window_truth) > RATIO_TOLERANCE):
+    # A wait share the product says it cannot tell (null, with its reason) is honest, not wrong.
+    honest = ratio is None and unknown is not None and unknown != "no reason given"
+    if (
+        job.kind is not None
+        and not honest
+        and (ratio is None or window_truth is None or abs(ratio - window_truth) > RATIO_TOLERANCE)
+    ):
         problems.append(f"wait ratio {ratio} vs truth {window_truth}")
     return problems
 
@@ -751,6 +863,8 @@ def table(rows: list[Judged]) -> str:
     for r in rows:
         window = "-" if r.window_truth is None else f"{r.window_truth:.3f}"
         ratio = "-" if r.wait_ratio is None else f"{r.wait_ratio:.3f}"
+        if r.wait_unknown is not None:
+            ratio = f"unknown ({r.wait_unknown})"
         first = "-" if r.first_named_seconds is None else f"{r.first_named_seconds:.0f} s"
         others = "-" if r.others_collective is None else f"{r.others_collective:.2f}"
         transfer = "-" if r.transfer_share is None else f"{r.transfer_share:.2f}"
@@ -831,7 +945,13 @@ def record(o: Outcome, directory: Path) -> None:
         "devices": o.devices,
         "device_filter": o.device_filter,
         "detector": o.config,
-        "step": {"compute_seconds": COMPUTE_SECONDS, "batch_bytes": BATCH_BYTES, "gradient_bytes": GRADIENT_BYTES},
+        "step": {
+            "compute_seconds": COMPUTE_SECONDS * o.emulation.scale,
+            "batch_bytes": round(BATCH_BYTES * o.emulation.scale),
+            "gradient_bytes": o.emulation.gradient_bytes,
+            "buckets": o.emulation.buckets,
+        },
+        **({"emulation": o.emulation.words()} if o.emulation != Emulation() else {}),
         "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (directory / f"{o.scenario}.label.json").write_text(json.dumps(label, separators=(",", ":")) + "\n")
@@ -853,6 +973,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
     parser.add_argument("--gpu", choices=GPU_CLASSES, default=PROFILE,
                         help="the emulated GPU: h100_sxm5 (GPM) or a100_sxm4 (no GPM: power tells)")  # fmt: skip
+    parser.add_argument(
+        "--power",
+        default="ideal",
+        help=f"how the GPU reads power: {', '.join(POWER_MODES)} (default ideal: the draw now)",
+    )
+    parser.add_argument(
+        "--read-lag-ms",
+        type=int,
+        default=0,
+        help="readings trail the draw by this many ms (0; 50-100 as on real boards)",
+    )
+    parser.add_argument(
+        "--collective", default="bandwidth", help=f"the all-reduce: {', '.join(COLLECTIVES)} (default bandwidth)"
+    )
+    parser.add_argument(
+        "--step",
+        type=float,
+        default=STEP_SECONDS,
+        help=f"the healthy step in seconds (default {STEP_SECONDS}); e.g. 0.15, 0.5, 2",
+    )
     parser.add_argument("--json-out", type=Path,
                         help="append each job run's judged row here as a JSON line (bench/lab_score.py)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=None,
@@ -874,6 +1014,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         bad(f"--workers {args.workers}: at least 1")
     if not 3 <= args.nodes <= 16:
         bad(f"--nodes {args.nodes}: 3 to 16 (a straggler needs peers to be told apart from)")
+    if args.power not in POWER_MODES:
+        bad(f"--power {args.power!r}: one of {', '.join(POWER_MODES)}")
+    if not LAG_RANGE_MS[0] <= args.read_lag_ms <= LAG_RANGE_MS[1]:
+        bad(f"--read-lag-ms {args.read_lag_ms}: {LAG_RANGE_MS[0]} to {LAG_RANGE_MS[1]}")
+    if args.collective not in COLLECTIVES:
+        bad(f"--collective {args.collective!r}: one of {', '.join(COLLECTIVES)}")
+    if not STEP_RANGE[0] <= args.step <= STEP_RANGE[1]:
+        bad(f"--step {args.step:g}: {STEP_RANGE[0]:g} to {STEP_RANGE[1]:g} seconds")
+    args.emulation = Emulation(args.power, args.read_lag_ms, args.collective, args.step)
     two = args.two_jobs_nodes or args.nodes
     if not 2 <= two <= 8:
         bad(f"--two-jobs-nodes {two}: 2 to 8")
@@ -919,6 +1068,7 @@ def main(argv: list[str] | None = None) -> int:
                         device_filter,
                         args.workers,
                         args.gpu,
+                        args.emulation,
                     )
                     if args.record is not None and run == 0:
                         record(outcome, args.record)
@@ -927,7 +1077,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.json_out is not None:
                         with args.json_out.open("a") as out:
                             for j in judged:
-                                out.write(json.dumps({"gpu": args.gpu, "seconds": args.seconds, **asdict(j)}) + "\n")
+                                out.write(json.dumps({"gpu": args.gpu, "seconds": args.seconds,
+                                                      **args.emulation.words(), **asdict(j)}) + "\n")  # fmt: skip
                     marks = ", ".join("ok" if j.ok else f"NO: {j.why}" for j in judged)
                     print(f"{name} run {run}: {time.monotonic() - t0:.0f} s, CPU {outcome.cpu_busy:.2f}: {marks}",
                           file=sys.stderr, flush=True)  # fmt: skip

@@ -11,7 +11,8 @@ reads over the node's data link, or O_DIRECT reads of the node's own block devic
 (a timed wait: GPU compute uses no host CPU), and all-reduces its gradient with the other ranks
 over the fabric: a real ring all-reduce over TCP (reduce-scatter then all-gather, ``2 (N-1)``
 transfers of ``gradient_bytes / N`` to the next rank; the reduction is XOR, so every rank ends
-with the same bytes, whose digest the truth carries).
+with the same bytes, whose digest the truth carries). With ``buckets`` above 1 the gradient is
+all-reduced one bucket after another (as DDP's gradient buckets): short bursts on the wire.
 
 The rank's own timers are the truth: per wall-clock second and over the run, the share of time
 it waited for data, computed, and spent in the collective, written as JSON to the spec's
@@ -22,9 +23,10 @@ computing only (an H100: the A100 has none), power between the class's resting a
 draws (computing, in the collective a fifth of the way, idle; lower with throttled clocks), the
 energy counter integrating it, and at each phase's start the phase's own draw in the file the
 fake NVML answers instantaneous power from (what the agent reads every 0.1 s on a GPU without
-GPM), 60 GiB in use, the rank's pid as the GPU's compute process, PCIe bytes for the batch and
-the gradient; ``throttle`` adds clock-event reasons, heat, and an SM clock lowered by
-the factor its compute step is slowed by.
+GPM; with the spec's ``power``, the draw's timeline there, which the fake reads as that board's
+sensor would: sampled, a 1 s mean, energy only, with a lag), 60 GiB in use, the rank's pid as
+the GPU's compute process, PCIe bytes for the batch and the gradient; ``throttle`` adds
+clock-event reasons, heat, and an SM clock lowered by the factor its compute step is slowed by.
 
 The job stops on the same step on every rank: each rank's wish to stop (rank 0's deadline)
 travels with the collective's messages and is OR-ed like the data.
@@ -213,9 +215,15 @@ class FakeGpu:
     """The node's emulated GPU, written from the rank's timers."""
 
     def __init__(
-        self, path: Path, profile: str, identity: dict[str, str], throttle: dict[str, Any] | None, live: str = ""
+        self,
+        path: Path,
+        profile: str,
+        identity: dict[str, str],
+        throttle: dict[str, Any] | None,
+        live: str = "",
+        power: dict[str, Any] | None = None,
     ) -> None:
-        from tests.fakes.nvml.state import PROFILES
+        from tests.fakes.nvml.state import PROFILES, PowerTimeline
 
         self.path = path
         self.state = PROFILES[profile](count=1)
@@ -230,6 +238,11 @@ class FakeGpu:
         self.pcie_tx = 0
         self._last = (time.monotonic(), 0, 0)
         self.live = Path(live) if live else None  # the draw now ($FAKE_NVML_POWER_LIVE)
+        # A power sensor other than the ideal one (--power, --read-lag-ms): the draw's timeline in
+        # that file, which the fake reads as the GPU's power_mode says (the state carries it).
+        self.timeline = PowerTimeline(self.live).resume() if power and self.live else None
+        for key, value in (power or {}).items():
+            setattr(self.gpu, key, value)
         slowed = float(throttle["factor"]) if throttle else 1.0
         span = self.busy_mw - self.idle_mw
         # The draw in each phase, as the 1 s mean below blends them: idle waiting for data,
@@ -244,6 +257,9 @@ class FakeGpu:
         """The GPU enters a phase: its draw now, for NVML's instantaneous power (the agent reads it
         every 0.1 s on a GPU without GPM). Replaced whole (rename): the library never reads half."""
         if self.live is None:
+            return
+        if self.timeline is not None:
+            self.timeline.set(self.phase_mw.get(kind, self.idle_mw))
             return
         tmp = self.live.with_name(self.live.name + ".tmp")
         tmp.write_text(f"{self.phase_mw.get(kind, self.idle_mw)}\n")
@@ -320,10 +336,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     throttle = spec.get("throttle")
     gpu = FakeGpu(
         Path(spec["nvml_state"]), spec.get("profile", "h100_sxm5"), spec.get("gpu") or {}, throttle,
-        spec.get("power_live", ""),
+        spec.get("power_live", ""), spec.get("power"),
     )  # fmt: skip
+    buckets = int(spec.get("buckets", 1))
     compute = float(spec["compute_seconds"]) * (float(throttle["factor"]) if throttle else 1.0)
-    gradient = bytearray(random.randbytes(int(spec["gradient_bytes"]) // world * world))
+    gradient = bytearray(random.randbytes(int(spec["gradient_bytes"]) // (world * buckets) * world * buckets))
     ring = Ring(rank, world, tuple(spec["listen"]), tuple(spec["next"]), float(spec.get("connect_timeout", 60)))
     next_batch = LOADERS[spec["data"]["kind"]](spec["data"], stop)
     ring.all_reduce(0, bytearray(world * 8), 0)  # a barrier: every rank is connected
@@ -370,7 +387,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             current[-1] = ("collective", t2)
             gradient[0:8] = step.to_bytes(8, "little")  # this step's gradient
             want = STOP if (rank == 0 and t2 >= deadline) else 0
-            flags = ring.all_reduce(step, gradient, want)
+            if buckets == 1:
+                flags = ring.all_reduce(step, gradient, want)
+            else:  # bursts: one all-reduce per gradient bucket, in turn (as DDP's buckets)
+                size, got = len(gradient) // buckets, 0
+                for b in range(buckets):
+                    part = bytearray(gradient[b * size : (b + 1) * size])
+                    got |= ring.all_reduce(step, part, want)
+                    gradient[b * size : (b + 1) * size] = part
+                flags = got
             t3 = time.time()
             spans["collective"].append((t2, t3))
             current.clear()

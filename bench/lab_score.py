@@ -13,8 +13,20 @@ final verdict has the expected cause), the median and worst time to name, and th
 error against the ranks' timers over the verdict's window (slowed jobs). Beside it the published
 figures of the counters-only anchors. The table goes between the markers in docs/lab.md.
 
+The regime matrix (``--matrix bench/lab_matrix.toml``): the cells a matrix file lists (a regime:
+GPU class, power sensor and read lag; a scenario; a collective; a step length), each run
+``--runs`` times (at least; the file's ``runs`` by default) by one ``lab_cluster.py`` per regime,
+collective and step, then per cell: job runs as expected, precision, recall, cause accuracy and
+the worst wait-share error, or ``unknown (reason)`` where the final verdict's ``wait_ratio`` was
+null (the reason from its notes). Printed as Markdown (``--json``: as JSON), and written between
+its own markers in docs/lab.md; ``--from`` scores saved rows without root (cells without rows
+are left out and counted).
+
+    sudo .venv/bin/python bench/lab_score.py --matrix bench/lab_matrix.toml --results rows.jsonl
+    python bench/lab_score.py --matrix bench/lab_matrix.toml --from rows.jsonl [--json]
+
 A bad scenario name or ``--seconds`` under 30 is one line and exit 2 (``lab_cluster.py``'s own
-checks); a results file that cannot be read is one line and exit 2.
+checks); a results file or a matrix file that cannot be read is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -24,7 +36,9 @@ import json
 import statistics
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,14 +183,220 @@ def run_labs(results: Path, scenarios: Iterable[str], seconds: int) -> int:
     return worst
 
 
+# ---- the regime matrix ---------------------------------------------------------------------------
+
+MATRIX = REPO / "bench" / "lab_matrix.toml"
+MATRIX_RESULTS = REPO / "bench" / "lab_matrix.jsonl"
+MATRIX_START = "<!-- lab-matrix:start: bench/lab_score.py --matrix rewrites this table -->"
+MATRIX_END = "<!-- lab-matrix:end -->"
+# What a row without the emulation's words was: the lab as it always was.
+ROW_DEFAULTS = {"power": "ideal", "lag_ms": 0, "collective": "bandwidth", "step": 0.22}
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    gpu: str
+    power: str = "ideal"
+    lag_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Cell:
+    regime: Regime
+    scenario: str
+    collective: str
+    step: float
+
+    def holds(self, row: dict[str, Any]) -> bool:
+        """Whether a lab row (lab_cluster.py --json-out) is a job run of this cell."""
+        r = {**ROW_DEFAULTS, **row}
+        return (
+            r["scenario"] == self.scenario
+            and r["gpu"] == self.regime.gpu
+            and r["power"] == self.regime.power
+            and int(r["lag_ms"]) == self.regime.lag_ms
+            and r["collective"] == self.collective
+            and abs(float(r["step"]) - self.step) < 1e-6
+        )
+
+
+@dataclass(frozen=True)
+class Matrix:
+    runs: int
+    seconds: int
+    cells: list[Cell]
+
+
+def load_matrix(path: Path) -> Matrix:
+    """The matrix file: its regimes and the cross products its [[cells]] list."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"{path}: {err}") from None
+    regimes: dict[str, Regime] = {}
+    for name, spec in (data.get("regimes") or {}).items():
+        if not isinstance(spec, dict) or "gpu" not in spec:
+            raise ValueError(f"{path}: regime {name!r} has no gpu")
+        regimes[name] = Regime(name, str(spec["gpu"]), str(spec.get("power", "ideal")), int(spec.get("lag_ms", 0)))
+    cells: list[Cell] = []
+    for number, group in enumerate(data.get("cells") or [], 1):
+        names = group.get("regimes") or ["*"]
+        chosen = list(regimes.values()) if names == ["*"] else []
+        for name in [] if names == ["*"] else names:
+            if name not in regimes:
+                raise ValueError(f"{path}: cells {number}: unknown regime {name!r}")
+            chosen.append(regimes[name])
+        for scenario in group.get("scenarios") or SCENARIOS:
+            for step in group.get("steps") or [ROW_DEFAULTS["step"]]:
+                for collective in group.get("collectives") or ["bandwidth"]:
+                    for regime in chosen:
+                        cell = Cell(regime, str(scenario), str(collective), float(step))
+                        if cell not in cells:
+                            cells.append(cell)
+    if not cells:
+        raise ValueError(f"{path}: no cells")
+    return Matrix(int(data.get("runs", 2)), int(data.get("seconds", 45)), cells)
+
+
+def unknown_reasons(rows: list[dict[str, Any]]) -> list[str]:
+    """The reasons of the slowed job runs whose wait share the product said it could not tell."""
+    out = []
+    for r in rows:
+        if r["expected"].startswith("slowed") and r.get("wait_ratio") is None:
+            reason = r.get("wait_unknown") or "no reason given"
+            if reason not in out:
+                out.append(reason)
+    return out
+
+
+def score_cell(rows: list[dict[str, Any]], cell: Cell) -> dict[str, Any] | None:
+    """One cell of the matrix, over its job runs; None where it has none."""
+    mine = [r for r in rows if cell.holds(r)]
+    if not mine:
+        return None
+    s = score(mine, cell.scenario, mine[0]["gpu"])
+    assert s is not None
+    unknown = unknown_reasons(mine)
+    wait = _fmt(s["wait_error"])
+    if unknown:
+        said = f"unknown ({'; '.join(unknown)})"
+        wait = said if s["wait_error"] is None else f"{wait}; {said}"
+    return {
+        "regime": cell.regime.name, "gpu": cell.regime.gpu, "power": cell.regime.power,
+        "lag_ms": cell.regime.lag_ms, "scenario": cell.scenario, "collective": cell.collective,
+        "step": cell.step, **s, "unknown": unknown, "wait": wait,
+        "verdicts": sorted({str(r.get("verdict")) for r in mine}),
+        "cpu_busy": max((float(r.get("cpu_busy") or 0) for r in mine), default=0.0),
+    }  # fmt: skip
+
+
+def score_matrix(rows: list[dict[str, Any]], matrix: Matrix) -> tuple[list[dict[str, Any]], int]:
+    """The scored cells that have rows, and how many of the matrix's have none."""
+    scored = [score_cell(rows, cell) for cell in matrix.cells]
+    return [s for s in scored if s is not None], sum(s is None for s in scored)
+
+
+def matrix_table(cells: list[dict[str, Any]], missing: int) -> str:
+    lines = [
+        "| regime | scenario | collective | step | runs | job runs as expected | final verdicts "
+        "| precision (polls naming a node) "
+        "| recall | cause accuracy | wait-share error (max) | machine CPU busy (max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        precision = "- (0)" if c["precision"] is None else f"{c['precision']:.3f} ({c['named_polls']})"
+        lines.append(
+            f"| {c['regime']} | {c['scenario']} | {c['collective']} | {c['step']:g} s | {c['runs']} | "
+            f"{c['ok']} of {c['jobs']} | {'; '.join(c['verdicts'])} | {precision} | {_fmt(c['recall'], 2)} | "
+            f"{_fmt(c['cause_accuracy'], 2)} | "
+            f"{c['wait']} | {c['cpu_busy']:.2f} |"
+        )
+    if missing:
+        lines.append(f"\n{missing} cells of the matrix have no runs here.")
+    return "\n".join(lines)
+
+
+def run_matrix(results: Path, matrix: Matrix, runs: int) -> int:
+    """One lab per regime, collective and step, over the scenarios of its cells."""
+    results.unlink(missing_ok=True)
+    groups: dict[tuple[Regime, str, float], list[str]] = {}
+    for cell in matrix.cells:
+        names = groups.setdefault((cell.regime, cell.collective, cell.step), [])
+        if cell.scenario not in names:
+            names.append(cell.scenario)
+    worst = 0
+    for (regime, collective, step), scenarios in groups.items():
+        command = [sys.executable, str(REPO / "bench" / "lab_cluster.py"), "--gpu", regime.gpu,
+                   "--power", regime.power, "--read-lag-ms", str(regime.lag_ms), "--collective", collective,
+                   "--step", f"{step:g}", "--seconds", str(matrix.seconds), "--runs", str(runs),
+                   "--scenarios", ",".join(scenarios), "--json-out", str(results)]  # fmt: skip
+        done = subprocess.run(command, cwd=REPO, check=False)
+        if done.returncode == 2:
+            return 2
+        worst = max(worst, done.returncode)
+    return worst
+
+
+def main_matrix(args: argparse.Namespace) -> int:
+    try:
+        matrix = load_matrix(args.matrix)
+    except ValueError as err:
+        print(f"lab_score: {err}", file=sys.stderr)
+        return 2
+    runs = args.runs if args.runs is not None else matrix.runs
+    if runs < 1:
+        print(f"lab_score: --runs {runs}: at least 1", file=sys.stderr)
+        return 2
+    source = args.source
+    if source is None:
+        if run_matrix(args.results, matrix, runs) == 2:
+            return 2
+        source = args.results
+    try:
+        rows = load(source)
+    except (OSError, ValueError) as err:
+        print(f"lab_score: {err}", file=sys.stderr)
+        return 2
+    cells, missing = score_matrix(rows, matrix)
+    if args.json:
+        print(json.dumps({"cells": cells, "missing_cells": missing}, indent=1))
+        return 0
+    table = matrix_table(cells, missing)
+    if not args.no_doc:
+        text = args.doc.read_text() if args.doc.exists() else ""
+        block = f"{MATRIX_START}\n\n{table}\n\n{MATRIX_END}"
+        if MATRIX_START in text and MATRIX_END in text:
+            head, rest = text.split(MATRIX_START, 1)
+            text = head + block + rest.split(MATRIX_END, 1)[1]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+        args.doc.write_text(text)
+    print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="source", type=Path, help="saved rows: only rewrite the table")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where the rows are saved")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help=f"where the rows are saved (default {RESULTS.name}; --matrix: {MATRIX_RESULTS.name})",
+    )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--seconds", type=int, default=45)
     parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--matrix", type=Path, help=f"score the regime matrix this file lists (e.g. {MATRIX.name})")
+    parser.add_argument("--runs", type=int, default=None, help="--matrix: runs per cell (default: the file's)")
+    parser.add_argument("--json", action="store_true", help="--matrix: print the cells as JSON, not Markdown")
+    parser.add_argument("--no-doc", action="store_true", help="--matrix: leave docs/lab.md as it is")
     args = parser.parse_args(argv)
+    if args.matrix is not None:
+        args.results = args.results or MATRIX_RESULTS
+        return main_matrix(args)
+    args.results = args.results or RESULTS
     source = args.source
     if source is None:
         ran = run_labs(args.results, [s for s in args.scenarios.split(",") if s], args.seconds)

@@ -57,6 +57,10 @@ def lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         (["--runs", "0"], "--runs 0"),
         (["--nodes", "2"], "--nodes 2"),
         (["--two-jobs-nodes", "1"], "--two-jobs-nodes 1"),
+        (["--power", "exact"], "--power 'exact': one of ideal, sampled, mean1s, energy"),
+        (["--read-lag-ms", "-5"], "--read-lag-ms -5"),
+        (["--collective", "ring"], "--collective 'ring'"),
+        (["--step", "9"], "--step 9: 0.1 to 4 seconds"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], named: str) -> None:
@@ -64,6 +68,49 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], named: str) -> N
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("lab_cluster: ") and named in lines[-1], done.stderr
+
+
+def test_the_emulation_axes_parse_and_the_default_is_the_lab_as_it_was() -> None:
+    default = lc.parse_args([]).emulation
+    assert default == lc.Emulation() and default.scale == 1.0
+    # The lab as it always was: no power timeline, one all-reduce of the whole gradient.
+    assert [default.power_fields(i) for i in range(4)] == [None] * 4
+    assert (default.buckets, default.gradient_bytes) == (1, lc.GRADIENT_BYTES)
+    e = lc.parse_args(["--power", "sampled", "--read-lag-ms", "75", "--collective", "bursts", "--step", "2"]).emulation
+    assert (e.power, e.lag_ms, e.collective, e.step) == ("sampled", 75, "bursts", 2.0)
+    assert e.scale == pytest.approx(2 / lc.STEP_SECONDS)
+    fields = [e.power_fields(i) for i in range(4)]
+    assert all(f is not None and f["power_mode"] == "sampled" and f["power_lag_ms"] == 75 for f in fields)
+    assert len({f["power_offset_ms"] for f in fields if f}) == 4  # each board's windows its own
+    assert e.buckets > lc.BUCKETS and e.gradient_bytes == e.buckets * lc.BUCKET_BYTES  # longer steps, more bursts
+    # A lag alone makes a timeline too (the ideal sensor, late).
+    assert lc.Emulation(lag_ms=50).power_fields(0) == {"power_mode": "ideal", "power_lag_ms": 50, "power_offset_ms": 0}
+
+
+def test_a_rank_drives_the_sensor_the_lab_set_from_where_the_lab_left_it(tmp_path: Path) -> None:
+    """The lab writes the sensor and an idle timeline before the agents start; the rank goes on
+    from it (the energy counter never goes back) and keeps the sensor in the state it writes."""
+    from bench.lab_rank import POWER_MW, FakeGpu
+    from tests.fakes.nvml.state import PowerTimeline
+
+    live, state = tmp_path / "power", tmp_path / "nvml"
+    lab = PowerTimeline(live)
+    lab.set(POWER_MW["a100_sxm4"][0], at=time.monotonic() - 2.0)  # idle for 2 s before the rank
+    power = lc.Emulation(power="mean1s", lag_ms=75).power_fields(1)
+    gpu = FakeGpu(state, "a100_sxm4", {}, None, str(live), power)
+    gpu.phase("compute")
+    assert gpu.timeline is not None and len(gpu.timeline.edges) == 2
+    resumed = PowerTimeline(live).resume()
+    (_, idle_mw, start_mj), (_, mw, mj) = resumed.edges
+    assert (idle_mw, mw) == (POWER_MW["a100_sxm4"][0], gpu.phase_mw["compute"])
+    assert start_mj == 0 and mj >= 2.0 * idle_mw  # 2 s idle counted before the rank's first edge
+    gpu.write(1.0, 0.8)
+    text = state.read_text()
+    assert "gpu 0 power_mode mean1s" in text and "gpu 0 power_lag_ms 75" in text and "power_offset_ms 271" in text
+    # Without --power or --read-lag-ms, the plain draw file of old: one number.
+    plain = FakeGpu(tmp_path / "nvml2", "a100_sxm4", {}, None, str(tmp_path / "plain"), None)
+    plain.phase("compute")
+    assert plain.timeline is None and (tmp_path / "plain").read_text() == f"{plain.phase_mw['compute']}\n"
 
 
 def test_without_root_it_refuses_in_one_line(
@@ -191,6 +238,26 @@ def test_two_jobs_are_told_apart_by_their_nodes() -> None:
     rows = lc.judge(_outcome("two-jobs", polls, final, _waiting("node-1")))
     assert [r.ok for r in rows] == [True, True], [r.why for r in rows]
     assert [r.verdict for r in rows] == ["slowed, node-1 (network)", "busy"]
+
+
+def test_a_wait_share_the_product_cannot_tell_is_unknown_with_its_reason_not_wrong() -> None:
+    polls = [{"t": 1000.0 + t, "jobs": [_verdict(KEY, NODES, "slowed", ["node-1"], "network", 1000.0 + t)]}
+             for t in range(20, 40, 2)]  # fmt: skip
+    final = [_verdict(KEY, NODES, "slowed", ["node-1"], "network", 1040.0, ratio=None)]
+    final[0]["notes"] = ["node-1 starved (network)", "wait share unknown: power is a 1 s mean, steps 0.5 s"]
+    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
+    assert row.ok, row.why
+    assert row.wait_unknown == "wait share unknown: power is a 1 s mean, steps 0.5 s"
+    assert "unknown (wait share unknown: power is a 1 s mean" in lc.table([row])
+    # The evidence's code, where the verdict has one, is the short reason.
+    final[0]["evidence"] = {"wait_unknown_reason": "no_swing"}
+    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
+    assert row.ok and row.wait_unknown == "no_swing"
+    # Null without a note that says unknown is not honest: the lab says the wait ratio missed.
+    final[0]["evidence"] = {}
+    final[0]["notes"] = ["node-1 starved (network)"]
+    [row] = lc.judge(_outcome("network", polls, final, _waiting("node-1")))
+    assert not row.ok and "wait ratio None" in row.why and row.wait_unknown == "no reason given"
 
 
 def test_a_job_without_a_verdict_is_not_met() -> None:

@@ -95,3 +95,151 @@ def test_the_final_answers_are_taken_while_the_ranks_ran() -> None:
     late: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [{"state": "idle"}])
     assert _while_running(polls, truths, *late) == (polls[1]["jobs"], polls[1]["nodes"])
     assert _while_running([], truths, *late) == late
+
+
+# ---- the regime matrix ---------------------------------------------------------------------------
+
+MATRIX = """
+runs = 2
+seconds = 45
+[regimes]
+gpm = { gpu = "h100_sxm5" }
+mean1s = { gpu = "a100_sxm4", power = "mean1s" }
+sampled = { gpu = "a100_sxm4", power = "sampled", lag_ms = 75 }
+[[cells]]
+regimes = ["*"]
+scenarios = ["network"]
+steps = [0.22]
+[[cells]]
+regimes = ["mean1s"]
+scenarios = ["fabric"]
+steps = [0.15, 2.0]
+collectives = ["bursts"]
+"""
+
+
+def _matrix_rows() -> list[dict[str, Any]]:
+    network = {"expected": "slowed, node-1 (network)", "verdict": "slowed, node-1 (network)"}
+    return [
+        # GPM, rows of the lab as it always was (no emulation words): right, twice.
+        _row("network", "h100_sxm5", **network, wait_ratio=0.53, window_truth=0.55),
+        _row("network", "h100_sxm5", **network, run=1, wait_ratio=0.58, window_truth=0.55),
+        # The 1 s mean: the straggler named, the wait share unknown with its reason, once with none.
+        _row(
+            "network",
+            "a100_sxm4",
+            power="mean1s",
+            lag_ms=0,
+            collective="bandwidth",
+            step=0.22,
+            **network,
+            wait_ratio=None,
+            wait_unknown="wait share unknown: power is a 1 s mean at 0.2 s steps",
+        ),
+        _row(
+            "network",
+            "a100_sxm4",
+            power="mean1s",
+            lag_ms=0,
+            collective="bandwidth",
+            step=0.22,
+            **network,
+            run=1,
+            wait_ratio=None,
+            ok=False,
+        ),
+        # Sampled with a lag: a wrong number.
+        _row("network", "a100_sxm4", power="sampled", lag_ms=75, **network, wait_ratio=0.17, ok=False),
+        # Another step length than the matrix's: not a cell of it.
+        _row("network", "h100_sxm5", **network, step=0.5),
+        _row(
+            "fabric",
+            "a100_sxm4",
+            power="mean1s",
+            collective="bursts",
+            step=2.0,
+            verdict="busy",
+            ok=False,
+            named_polls=0,
+            right_polls=0,
+            first_named_seconds=None,
+            wait_ratio=0.03,
+            window_truth=0.39,
+        ),
+    ]
+
+
+def test_a_matrix_file_lists_its_cells_as_cross_products(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX)
+    matrix = lab_score.load_matrix(path)
+    assert (matrix.runs, matrix.seconds) == (2, 45)
+    assert [(c.regime.name, c.scenario, c.collective, c.step) for c in matrix.cells] == [
+        ("gpm", "network", "bandwidth", 0.22), ("mean1s", "network", "bandwidth", 0.22),
+        ("sampled", "network", "bandwidth", 0.22), ("mean1s", "fabric", "bursts", 0.15),
+        ("mean1s", "fabric", "bursts", 2.0),
+    ]  # fmt: skip
+    # The matrix the docs describe loads: every regime for every scenario, every step for two.
+    shipped = lab_score.load_matrix(lab_score.MATRIX)
+    assert len({c.regime.name for c in shipped.cells}) >= 5 and shipped.runs >= 2
+    steps = {c.step for c in shipped.cells if c.scenario in ("network", "fabric")}
+    assert {0.15, 0.5, 2.0} <= steps
+
+
+def test_each_cell_scores_its_own_rows_and_says_unknown_with_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX)
+    cells, missing = lab_score.score_matrix(_matrix_rows(), lab_score.load_matrix(path))
+    by = {(c["regime"], c["scenario"], c["step"]): c for c in cells}
+    gpm = by["gpm", "network", 0.22]
+    assert (gpm["jobs"], gpm["ok"], gpm["runs"]) == (2, 2, 2)  # the 0.5 s row is not this cell's
+    assert gpm["wait"] == "0.030" and gpm["unknown"] == []
+    mean1s = by["mean1s", "network", 0.22]
+    assert mean1s["wait_error"] is None and mean1s["cause_accuracy"] == 1.0
+    assert mean1s["wait"] == "unknown (wait share unknown: power is a 1 s mean at 0.2 s steps; no reason given)"
+    sampled = by["sampled", "network", 0.22]
+    assert sampled["wait"] == "0.380" and sampled["ok"] == 0  # a wrong number is a number, not unknown
+    bursts = by["mean1s", "fabric", 2.0]
+    assert bursts["recall"] == 0.0 and bursts["cause_accuracy"] == 0.0 and bursts["wait"] == "0.360"
+    assert missing == 1  # fabric at 0.15 s has no runs
+    table = lab_score.matrix_table(cells, missing)
+    assert "| mean1s | network | bandwidth | 0.22 s | 2 | 1 of 2 | slowed, node-1 (network) |" in table
+    assert table.count("|---") == 12  # twelve columns
+    assert "1 cells of the matrix have no runs here." in table
+
+
+def test_the_matrix_prints_markdown_or_json_and_rewrites_its_own_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, rows, doc = tmp_path / "m.toml", tmp_path / "rows.jsonl", tmp_path / "lab.md"
+    path.write_text(MATRIX)
+    rows.write_text("".join(json.dumps(r) + "\n" for r in _matrix_rows()))
+    doc.write_text(f"# Lab\n\n{lab_score.START}\nthe class table\n{lab_score.END}\n")
+    args = ["--matrix", str(path), "--from", str(rows), "--doc", str(doc)]
+    assert lab_score.main(args) == 0
+    text = doc.read_text()
+    assert "the class table" in text and lab_score.MATRIX_START in text and "| gpm | network |" in text
+    assert lab_score.main(args) == 0 and doc.read_text() == text  # regenerated: the same document
+    capsys.readouterr()
+    assert lab_score.main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["missing_cells"] == 1 and {c["regime"] for c in out["cells"]} == {"gpm", "mean1s", "sampled"}
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[regimes]\nx = { power = 'ideal' }\n[[cells]]\nregimes = ['x']\n", "regime 'x' has no gpu"),
+        ("[regimes]\nx = { gpu = 'a100_sxm4' }\n[[cells]]\nregimes = ['y']\n", "unknown regime 'y'"),
+        ("runs = [\n", "m.toml"),
+        ("[regimes]\nx = { gpu = 'a100_sxm4' }\n", "no cells"),
+    ],
+)
+def test_a_bad_matrix_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, named: str
+) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    assert lab_score.main(["--matrix", str(path), "--from", str(tmp_path / "none.jsonl"), "--no-doc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lab_score: ") and err.count("\n") == 1 and named in err

@@ -92,6 +92,11 @@ struct nvmlDevice_st {
        file is re-read meanwhile), or fails with GPU_IS_LOST once it has had lost_after calls. */
     unsigned int delay_ms, hang;
     unsigned long long lost_after;
+    /* How the board's power sensor answers (see power_reading_mw): "" or "ideal", "sampled",
+       "mean1s", "energy"; the lag by which readings trail the draw; a window's length, the period
+       between windows and the first window's offset (ms; 0: the mode's own). */
+    char power_mode[16];
+    unsigned int power_lag_ms, power_window_ms, power_period_ms, power_offset_ms;
 };
 
 struct nvmlEventSet_st {
@@ -242,6 +247,7 @@ static const struct { const char *key; size_t offset; unsigned int kind; } gpu_k
     U32(fabric_state), U32(fabric_status), U32(fabric_clique), U32(fabric_health), U32(fabric_summary),
     STR(fabric_cluster), U32(c2c_links), U32(c2c_mbps), U32(mig_capable), U32(mig_mode), U32(mig_count),
     U32(gi), U32(ci), U32(slices), U32(sms), STR(profile), U32(delay_ms), U32(hang), U64(lost_after),
+    STR(power_mode), U32(power_lag_ms), U32(power_window_ms), U32(power_period_ms), U32(power_offset_ms),
 };
 
 #define LINK_U32(f) {#f, offsetof(fake_link, f), 4}
@@ -493,6 +499,9 @@ static int valid_device(nvmlDevice_t d) { return d >= &gpus[0] && d < &gpus[gpu_
 
 static nvmlReturn_t enter_device(const char *symbol, nvmlDevice_t d);
 static unsigned int power_now_mw(nvmlDevice_t d);
+static int power_mode_is(nvmlDevice_t d, const char *mode);
+static unsigned int power_reading_mw(nvmlDevice_t d);
+static unsigned long long energy_now_mj(nvmlDevice_t d);
 
 /* A MIG device handle of a GPU in MIG mode, within its instances. */
 static int valid_mig(nvmlDevice_t d) {
@@ -756,8 +765,19 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
 
 DEVICE_GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, device->clock_reasons)
 
-/* What GA100 answers near-instantly (later GPUs: a 1 s mean); the agent's fallback without field 186. */
-DEVICE_GETTER(nvmlDeviceGetPowerUsage, unsigned int, power_now_mw(device))
+/* What GA100 answers near-instantly (later GPUs: a 1 s mean); the agent's fallback without field 186.
+   As the GPU's power_mode says: not supported where only the energy counter is. */
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *out) {
+    nvmlReturn_t r = enter_device("nvmlDeviceGetPowerUsage", device);
+    if (r == NVML_SUCCESS && !out) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && power_mode_is(device, "energy")) r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS) *out = power_reading_mw(device);
+    return leave(r);
+}
+
+/* mJ since the driver loaded: the draw's integral (with the GPU's read lag) where a power timeline
+   drives it, else the state's energy_mj. */
+DEVICE_GETTER(nvmlDeviceGetTotalEnergyConsumption, unsigned long long, energy_now_mj(device))
 
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
     nvmlReturn_t r = enter_device("nvmlDeviceGetClockInfo", device);
@@ -892,6 +912,85 @@ static unsigned int power_now_mw(nvmlDevice_t d) {
     return out;
 }
 
+/* A power timeline: the same file may instead hold the draw's recent history, lines
+       at GPU SECONDS MW MJ
+   (the draw from SECONDS on, on the fake's clock, and the energy counter at SECONDS), in time order.
+   Then readings follow the GPU's power_mode, as real boards differ:
+     ideal    the draw at now - lag (what GA100 gives, and what field 186 reads);
+     sampled  the sensor samples a short window (power_window_ms, 25 ms) every power_period_ms
+              (100 ms) and holds the last window's mean: a quarter of the time is seen;
+     mean1s   nvmlDeviceGetPowerUsage holds the mean of the last whole second, updated once a
+              second; field 186 (instantaneous) not supported;
+     energy   no power reading at all (GetPowerUsage and field 186 NOT_SUPPORTED): only the energy
+              counter advances.
+   The energy counter (field 83, nvmlDeviceGetTotalEnergyConsumption) is the draw's integral at
+   now - lag in every mode. */
+#define MAX_EDGES 2048
+typedef struct { double t, mw, mj; } power_edge;
+
+static int power_timeline(nvmlDevice_t d, power_edge *edges, int max) {
+    const char *path = getenv("FAKE_NVML_POWER_LIVE");
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        int gpu;
+        double t, mw, mj;
+        if (strncmp(line, "at ", 3) != 0) {
+            if (n == 0 && line[0] != '#') break; /* the plain format: a draw per GPU */
+            continue;
+        }
+        if (sscanf(line + 3, "%d %lf %lf %lf", &gpu, &t, &mw, &mj) == 4 && gpu == d->index)
+            edges[n++] = (power_edge){t, mw, mj};
+    }
+    fclose(f);
+    return n;
+}
+
+static int power_mode_is(nvmlDevice_t d, const char *mode) { return strcmp(d->power_mode, mode) == 0; }
+
+/* The last edge at or before x (the first when x precedes them all). */
+static int edge_at(const power_edge *e, int n, double x) {
+    int i = 0;
+    while (i + 1 < n && e[i + 1].t <= x) i++;
+    return i;
+}
+
+static double energy_at(const power_edge *e, int n, double x) {
+    int i = edge_at(e, n, x);
+    double dt = x - e[i].t;
+    return e[i].mj + (dt > 0 ? e[i].mw * dt : 0);
+}
+
+/* The reading now: ideal, or the mean of the last window that ended by now - lag. */
+static unsigned int power_reading_mw(nvmlDevice_t d) {
+    static power_edge edges[MAX_EDGES];
+    int n = power_timeline(d, edges, MAX_EDGES);
+    if (!n) return power_now_mw(d);
+    double x = now_seconds() - d->power_lag_ms / 1e3;
+    double window = 0, period = 0;
+    if (power_mode_is(d, "sampled")) window = 0.025, period = 0.1;
+    else if (power_mode_is(d, "mean1s")) window = 1.0, period = 1.0;
+    if (window <= 0) return (unsigned int)(edges[edge_at(edges, n, x)].mw + 0.5);
+    if (d->power_window_ms) window = d->power_window_ms / 1e3;
+    if (d->power_period_ms) period = d->power_period_ms / 1e3;
+    double offset = d->power_offset_ms / 1e3;
+    double q = (x - offset - window) / period, k = (double)(long long)q;
+    if (k > q) k -= 1; /* floor */
+    double start = offset + k * period;
+    return (unsigned int)((energy_at(edges, n, start + window) - energy_at(edges, n, start)) / window + 0.5);
+}
+
+static unsigned long long energy_now_mj(nvmlDevice_t d) {
+    static power_edge edges[MAX_EDGES];
+    int n = power_timeline(d, edges, MAX_EDGES);
+    if (!n) return d->energy_mj;
+    double mj = energy_at(edges, n, now_seconds() - d->power_lag_ms / 1e3);
+    return mj > 0 ? (unsigned long long)mj : 0;
+}
+
 static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     unsigned int f = v->fieldId, scope = v->scopeId;
     int all_links = scope == UINT_MAX;
@@ -924,9 +1023,12 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     case NVML_FI_DEV_RETIRED_SBE: set_ull(v, d->retired_sbe); return;
     case NVML_FI_DEV_RETIRED_DBE: set_ull(v, d->retired_dbe); return;
     case NVML_FI_DEV_RETIRED_PENDING: set_ui(v, d->retired_pending); return;
-    case NVML_FI_DEV_POWER_INSTANT: set_ui(v, power_now_mw(d)); return;
+    case NVML_FI_DEV_POWER_INSTANT:
+        if (power_mode_is(d, "mean1s") || power_mode_is(d, "energy")) v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        else set_ui(v, power_reading_mw(d));
+        return;
     case NVML_FI_DEV_MEMORY_TEMP: set_ui(v, d->mem_temp); return;
-    case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: set_ull(v, d->energy_mj); return;
+    case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: set_ull(v, energy_now_mj(d)); return;
 #ifndef FAKE_NVML_LEGACY
     case NVML_FI_DEV_GPU_TEMP:
         /* The GPU's temperature with sub-degree precision, a double; a GPU without the sensor

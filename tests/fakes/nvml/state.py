@@ -20,6 +20,9 @@ The file is plain lines, one setting each, that the C side parses with ``strtok`
                                    (a failing GPU: slow calls, calls that block, lost after N calls)
     latency_us 300                 latency_us nvmlDeviceGetPowerUsage 900        latency_spin 1
                                    (a real driver's cost: us charged per call, by symbol; spun, not slept)
+    gpu 0 power_mode mean1s        gpu 0 power_lag_ms 75           gpu 0 power_offset_ms 30
+                                   (how the power sensor answers: ideal, sampled, mean1s, energy; read
+                                   from a power timeline, ``PowerTimeline``; see fake_nvml.c)
 
 The library re-reads the file whenever it changes; ``FakeNvmlState.write`` replaces it atomically.
 Profiles (``a100_sxm4``, ``a800_sxm4``, ``h100_sxm5``, ``b200``) build states that look like
@@ -31,7 +34,9 @@ MIG instances.
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -170,6 +175,15 @@ class GpuState:
     delay_ms: int = 0
     hang: int = 0
     lost_after: int = 0
+    # The power sensor (fake_nvml.c, power_reading_mw), over a ``PowerTimeline``: "ideal" (the draw
+    # now), "sampled" (the mean of a power_window_ms window every power_period_ms, held between),
+    # "mean1s" (the last whole second's mean; field 186 not supported), "energy" (no power reading,
+    # the energy counter only); readings trail the draw by power_lag_ms. 0 ms: the mode's own.
+    power_mode: str = "ideal"
+    power_lag_ms: int = 0
+    power_window_ms: int = 0
+    power_period_ms: int = 0
+    power_offset_ms: int = 0
 
     def add_traffic(
         self,
@@ -313,6 +327,54 @@ class FakeNvmlState:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("\n".join(self.lines()) + "\n")
         os.replace(tmp, path)
+
+
+POWER_MODES = ("ideal", "sampled", "mean1s", "energy")
+
+
+class PowerTimeline:
+    """A GPU's draw over its recent past, in the file the fake answers power from
+    (``$FAKE_NVML_POWER_LIVE``): lines ``at GPU SECONDS MW MJ``, the draw from SECONDS on (the fake's
+    clock: ``time.monotonic`` where the state has no ``clock``) and the energy counter then. The
+    fake derives every reading from it as the GPU's ``power_mode`` says; the file keeps ``keep``
+    seconds (and the edge in force before them), rewritten whole at each edge (rename)."""
+
+    def __init__(self, path: Path, gpu: int = 0, keep: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.path, self.gpu, self.keep, self.clock = path, gpu, keep, clock
+        self.edges: list[tuple[float, float, float]] = []  # (seconds, mW, mJ at seconds)
+
+    def resume(self) -> PowerTimeline:
+        """Go on from the file's edges (the energy counter never goes back)."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return self
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 5 and parts[0] == "at" and int(parts[1]) == self.gpu:
+                self.edges.append((float(parts[2]), float(parts[3]), float(parts[4])))
+        return self
+
+    def energy_mj(self, at: float) -> float:
+        """The counter at ``at`` (mJ): the draw's integral."""
+        before = [e for e in self.edges if e[0] <= at]
+        if not before:
+            return self.edges[0][2] if self.edges else 0.0
+        t, mw, mj = before[-1]
+        return mj + mw * (at - t)
+
+    def set(self, mw: float, at: float | None = None) -> None:
+        """The draw is ``mw`` from ``at`` (now) on."""
+        at = self.clock() if at is None else at
+        self.edges.append((at, float(mw), self.energy_mj(at)))
+        cut = at - self.keep
+        while len(self.edges) > 1 and self.edges[1][0] <= cut:
+            self.edges.pop(0)
+        lines = [f"at {self.gpu} {t:.6f} {w:.0f} {e:.1f}" for t, w, e in self.edges]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, self.path)
 
 
 # HGX baseboards put the eight GPUs on these buses.
