@@ -2,9 +2,9 @@
 
 What the agent reads (net/dev and class/net, class/infiniband, diskstats, pressure, stat, loadavg,
 meminfo, net/snmp's TCP segments) is exported the way node_exporter 1.5's netdev, netclass,
-infiniband, diskstats, pressure, cpu, stat, loadavg, meminfo and netstat collectors write it, so node_exporter's dashboards and
-alert rules work unchanged. A value the agent did not read has no sample (node_exporter does the
-same for a missing file).
+infiniband, diskstats, pressure, cpu, stat, loadavg, meminfo and netstat collectors write it, so
+node_exporter's dashboards and alert rules work unchanged. A value the agent did not read has no
+sample (node_exporter does the same for a missing file).
 """
 
 from __future__ import annotations
