@@ -17,29 +17,33 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 _TCP_FIELDS = (("OutSegs", "tcp_out_segments_total"), ("RetransSegs", "tcp_retransmitted_segments_total"))
 
 
-def parse_snmp(text: str) -> dict[str, dict[str, int]]:
-    """``Proto: names`` / ``Proto: values`` line pairs -> {proto: {name: value}}. A pair whose
-    counts differ, or a value that is not an integer, is left out (that protocol, or that
-    column); MaxConn's -1 reads as -1."""
+def parse_snmp(text: str, proto: str | None = None) -> dict[str, dict[str, int]]:
+    """``Proto: names`` / ``Proto: values`` line pairs -> {proto: {name: value}}, of every
+    protocol or of ``proto`` alone (the others' lines skipped unparsed: the file has six pairs,
+    a tick needs one). A pair whose counts differ is left out, and so is a value that is not an
+    integer (that column); MaxConn's -1 reads as -1."""
     out: dict[str, dict[str, int]] = {}
+    prefix = None if proto is None else f"{proto}:"
     header: tuple[str, list[str]] | None = None
     for line in text.splitlines():
-        proto, sep, rest = line.partition(":")
+        if prefix is not None and not line.startswith(prefix):
+            continue
+        name, sep, rest = line.partition(":")
         if not sep:
             header = None
             continue
         fields = rest.split()
-        if header is None or header[0] != proto:
-            header = (proto, fields)
+        if header is None or header[0] != name:
+            header = (name, fields)
             continue
         names = header[1]
         header = None
         if len(names) != len(fields):
             continue
-        values = out.setdefault(proto, {})
-        for name, text_value in zip(names, fields, strict=True):
+        values = out.setdefault(name, {})
+        for column, text_value in zip(names, fields, strict=True):
             try:
-                values[name] = int(text_value)
+                values[column] = int(text_value)
             except ValueError:
                 continue
     return out
@@ -54,7 +58,7 @@ class NetstatSource(Source):
         text = self.ctx.files.read_text(self.ctx.roots.proc("net", "snmp"))
         if text is None:
             return
-        tcp = parse_snmp(text).get("Tcp", {})
+        tcp = parse_snmp(text, "Tcp").get("Tcp", {})
         host = report.host
         for column, field in _TCP_FIELDS:
             value = tcp.get(column)

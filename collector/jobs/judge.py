@@ -23,8 +23,10 @@
 
 A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
 else from power where it tells on every one (``wait_share.power_wait``: GPUs without GPM), else
-the estimate of its rule. Whether the job's GPUs wait (step 3's gate for link findings) is their
-idle share at the moderate tier, or their power-based wait share at ``power_wait_ratio``; step 6
+the estimate of its rule. Whether the job's GPUs wait (step 3's gate for link findings; those that
+show their own cost, a link's time on the wire, retransmits, RDMA link errors, pass it at every
+step: ``link.COSTLY``) is their idle share at the moderate tier, or their power-based wait share
+at ``power_wait_ratio``; step 6
 is the idle share's alone (as on GPUs with GPM, whose idle SMs make no job slowed either); where
 neither GPM nor power tells on some GPUs and a link sets a node apart, the notes say so.
 """

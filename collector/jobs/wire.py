@@ -136,6 +136,8 @@ def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
         pl.nvlink_errors = link.nvlink_errors
     if link.nic_errors is not None:
         pl.nic_errors = link.nic_errors
+    if link.rdma_errors is not None:
+        pl.rdma_errors = link.rdma_errors
 
 
 def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
@@ -152,6 +154,7 @@ def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
         nvlink_inactive=pl.nvlink_inactive,
         nvlink_errors=pl.nvlink_errors if pl.HasField("nvlink_errors") else None,
         nic_errors=pl.nic_errors if pl.HasField("nic_errors") else None,
+        rdma_errors=pl.rdma_errors if pl.HasField("rdma_errors") else None,
         **{name: _finite(getattr(pl, name)) if pl.HasField(name) else None for name in _LINK_NUMBERS},
     )
     values = NodeValues(
@@ -176,7 +179,7 @@ _OPTIONAL_NUMBERS = (
 )  # fmt: skip
 _LINK_NUMBERS = (
     "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second",
-    "pcie_max_bytes_per_second",
+    "pcie_max_bytes_per_second", "fabric_busy_ratio", "tcp_retransmit_ratio",
 )  # fmt: skip
 
 
