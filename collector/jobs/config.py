@@ -50,7 +50,7 @@ class JobRollupConfig:
     # link_retransmit_min_segments were sent (a quiet host's few segments say nothing).
     link_retransmit_ratio: float = 0.01
     link_retransmit_factor: float = 4.0
-    link_retransmit_min_segments: int = 1000
+    link_retransmit_min_segments: int = 200
     # ---- the job ----
     # Job-wide: at least this share of the compared nodes show the same bottleneck of their own.
     job_wide_share_ratio: float = 0.9

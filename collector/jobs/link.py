@@ -20,7 +20,8 @@ Each finding compares the node with the others (their median), never with a fixe
   the node whose link spends a far larger share of its rating carrying them is the slow one,
   whether its transfers saturate the link or come in short bursts well under its rating;
 - ``retransmits``: TCP segments retransmitted over sent since the previous step at least
-  ``link_retransmit_ratio`` and ``link_retransmit_factor`` x the others' median;
+  ``link_retransmit_ratio`` and ``link_retransmit_factor`` x the others' median (of a lossy
+  link's two ends, the busier link's: ``_retransmits``);
 - ``rdma_errors``: RDMA link errors (symbol errors, link recoveries and downs, receive errors)
   rose this step where the others' median did not.
 
@@ -84,11 +85,29 @@ def link_findings(values: Mapping[str, NodeValues], config: JobRollupConfig) -> 
     _fabric_peaks(links, config, out)
     for node, value, median in _compare(links, config, lambda lv: lv.fabric_busy_ratio):
         if value >= config.link_busy_factor * median and value - median >= config.link_busy_excess_ratio:
-            out[node].append(LinkFinding("fabric_busy", f"nic:{links[node].fabric_nic or '?'}", value, median))
-    for node, value, median in _compare(links, config, lambda lv: lv.tcp_retransmit_ratio):
-        if value >= config.link_retransmit_ratio and value >= config.link_retransmit_factor * median:
-            out[node].append(LinkFinding("retransmits", "tcp", value, median))
+            out[node].append(LinkFinding("fabric_busy", f"nic:{links[node].wire_nic or '?'}", value, median))
+    _retransmits(links, config, out)
     return dict(out)
+
+
+def _retransmits(links: Mapping[str, LinkValues], config: JobRollupConfig, out: dict[str, list[LinkFinding]]) -> None:
+    """A lossy link makes both its ends resend: the node behind it, and the node sending into it
+    (in a ring, its predecessor). Where several nodes retransmit, the one whose link spends a far
+    larger share of its rating on the job's bytes (``link_busy_factor`` x every other
+    retransmitter's) is the degraded link, alone; else each is."""
+    found = [
+        (node, value, median)
+        for node, value, median in _compare(links, config, lambda lv: lv.tcp_retransmit_ratio)
+        if value >= config.link_retransmit_ratio and value >= config.link_retransmit_factor * median
+    ]
+    if len(found) > 1:
+        busy = {node: links[node].fabric_busy_ratio for node, _, _ in found}
+        ranked = sorted(found, key=lambda f: busy[f[0]] or 0.0, reverse=True)
+        top, rest = busy[ranked[0][0]], [busy[f[0]] for f in ranked[1:]]
+        if top is not None and all(b is not None and top >= config.link_busy_factor * b for b in rest):
+            found = ranked[:1]
+    for node, value, median in found:
+        out[node].append(LinkFinding("retransmits", "tcp", value, median))
 
 
 def _nic_speeds(links: Mapping[str, LinkValues], config: JobRollupConfig, out: dict[str, list[LinkFinding]]) -> None:

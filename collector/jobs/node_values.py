@@ -74,8 +74,11 @@ class LinkValues:
     nic_errors: int | None = None
     # RDMA link errors (symbol errors, link recoveries, downs, receive errors) since the previous step.
     rdma_errors: int | None = None
-    # The fabric NIC's time on the wire over the window: its bytes (the busier direction) over
-    # its rating times the window's seconds; None without a rating.
+    # The NIC that carries the collective whatever its volume (the fabric NIC, else the NIC of
+    # symmetric traffic that moved the most bytes: a collective in short bursts may never reach
+    # the peak floor), and its time on the wire over the window: its bytes (the busier direction)
+    # over its rating times the window's seconds; None without a rating.
+    wire_nic: str | None = None
     fabric_busy_ratio: float | None = None
     # TCP segments retransmitted over those sent since the previous step, where enough were sent.
     tcp_retransmit_ratio: float | None = None
@@ -260,6 +263,12 @@ def _links(
         key=lambda name: moving[name].peak_bytes_per_second,
         default=None,
     )
+    wire = fabric or max(
+        (name for name, w in window.items() if w.symmetry() >= config.fabric_symmetry_ratio),
+        key=lambda name: max(window[name].rx_bytes, window[name].tx_bytes),
+        default=None,
+    )
+    wire_speed = speeds.get(wire) if wire is not None else None
     before_nvlink, before_nic, before_rdma = (
         member.nvlink_errors_total,
         member.nic_errors_total,
@@ -281,7 +290,8 @@ def _links(
         nvlink_errors=_increase(before_nvlink, nvlink_errors),
         nic_errors=_increase(before_nic, nic_errors),
         rdma_errors=_increase(before_rdma, rdma_errors) if report.rdma_ports else None,
-        fabric_busy_ratio=moving[fabric].busy_ratio(fabric_speed) if fabric is not None and fabric_speed else None,
+        wire_nic=wire,
+        fabric_busy_ratio=window[wire].busy_ratio(wire_speed) if wire is not None and wire_speed else None,
         tcp_retransmit_ratio=_retransmits(member, report.host, config),
     )
     return links, clock_sum / clocks if clocks else None

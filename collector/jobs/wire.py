@@ -127,6 +127,8 @@ def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
         pl.nic_speeds_bytes_per_second[name] = speed
     if link.fabric_nic is not None:
         pl.fabric_nic = link.fabric_nic
+    if link.wire_nic is not None:
+        pl.wire_nic = link.wire_nic
     for name in _LINK_NUMBERS:
         value = getattr(link, name)
         if value is not None:
@@ -151,6 +153,7 @@ def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
     link = LinkValues(
         nic_speeds={k: _finite(v) for k, v in pl.nic_speeds_bytes_per_second.items()},
         fabric_nic=pl.fabric_nic if pl.HasField("fabric_nic") else None,
+        wire_nic=pl.wire_nic[:256] if pl.HasField("wire_nic") else None,
         nvlink_inactive=pl.nvlink_inactive,
         nvlink_errors=pl.nvlink_errors if pl.HasField("nvlink_errors") else None,
         nic_errors=pl.nic_errors if pl.HasField("nic_errors") else None,

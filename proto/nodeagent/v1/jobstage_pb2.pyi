@@ -15,7 +15,7 @@ class JobHome(_message.Message):
     def __init__(self, collector: _Optional[str] = ..., worker: _Optional[int] = ...) -> None: ...
 
 class JobLinkValues(_message.Message):
-    __slots__ = ("nic_speeds_bytes_per_second", "fabric_nic", "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second", "pcie_max_bytes_per_second", "nvlink_inactive", "nvlink_errors", "nic_errors", "rdma_errors", "fabric_busy_ratio", "tcp_retransmit_ratio")
+    __slots__ = ("nic_speeds_bytes_per_second", "fabric_nic", "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second", "pcie_max_bytes_per_second", "nvlink_inactive", "nvlink_errors", "nic_errors", "rdma_errors", "fabric_busy_ratio", "tcp_retransmit_ratio", "wire_nic")
     class NicSpeedsBytesPerSecondEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class JobLinkValues(_message.Message):
     RDMA_ERRORS_FIELD_NUMBER: _ClassVar[int]
     FABRIC_BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
     TCP_RETRANSMIT_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WIRE_NIC_FIELD_NUMBER: _ClassVar[int]
     nic_speeds_bytes_per_second: _containers.ScalarMap[str, float]
     fabric_nic: str
     fabric_peak_bytes_per_second: float
@@ -47,7 +48,8 @@ class JobLinkValues(_message.Message):
     rdma_errors: int
     fabric_busy_ratio: float
     tcp_retransmit_ratio: float
-    def __init__(self, nic_speeds_bytes_per_second: _Optional[_Mapping[str, float]] = ..., fabric_nic: _Optional[str] = ..., fabric_peak_bytes_per_second: _Optional[float] = ..., fabric_speed_bytes_per_second: _Optional[float] = ..., pcie_bytes_per_second: _Optional[float] = ..., pcie_max_bytes_per_second: _Optional[float] = ..., nvlink_inactive: _Optional[int] = ..., nvlink_errors: _Optional[int] = ..., nic_errors: _Optional[int] = ..., rdma_errors: _Optional[int] = ..., fabric_busy_ratio: _Optional[float] = ..., tcp_retransmit_ratio: _Optional[float] = ...) -> None: ...
+    wire_nic: str
+    def __init__(self, nic_speeds_bytes_per_second: _Optional[_Mapping[str, float]] = ..., fabric_nic: _Optional[str] = ..., fabric_peak_bytes_per_second: _Optional[float] = ..., fabric_speed_bytes_per_second: _Optional[float] = ..., pcie_bytes_per_second: _Optional[float] = ..., pcie_max_bytes_per_second: _Optional[float] = ..., nvlink_inactive: _Optional[int] = ..., nvlink_errors: _Optional[int] = ..., nic_errors: _Optional[int] = ..., rdma_errors: _Optional[int] = ..., fabric_busy_ratio: _Optional[float] = ..., tcp_retransmit_ratio: _Optional[float] = ..., wire_nic: _Optional[str] = ...) -> None: ...
 
 class JobNodeValues(_message.Message):
     __slots__ = ("gpus", "assigned", "warmup", "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio", "interconnect_ratio", "own_cause", "evidence_numbers", "evidence_words", "evidence_cause", "needed_bytes_per_second", "clock_mhz", "link", "window_sm_active_ratio", "window_computing_ratio")

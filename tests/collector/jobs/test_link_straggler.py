@@ -121,3 +121,22 @@ def test_time_on_the_wire_is_bytes_over_the_rating_and_the_span() -> None:
     assert NicWindow(0, 0, 0, 0, 0.0).busy_ratio(1e9) is None
     config = JobRollupConfig()
     assert config.link_busy_excess_ratio == DetectorConfig().moderate_ratio  # the moderate tier
+
+
+def test_of_a_lossy_links_two_ends_the_one_whose_link_is_busier_is_named() -> None:
+    """A lossy link makes both its ends resend: the degraded node, and the node sending into it
+    (its predecessor in a ring). Both retransmit alike; the degraded node's link, rated a tenth
+    of the others', spends ten times their share of its rating on the same bytes: it alone is
+    named (with both counted, more nodes would stand out than may be stragglers: none would)."""
+    nodes, run = _job()
+    run.seconds(int(ONSET))
+    for node, ratio in ((nodes[0], 0.6), (nodes[1], 0.5)):
+        node.tcp_retransmit_ratio = ratio
+    nodes[1].fabric_speed_bytes_per_second = FABRIC / 10
+    for node in nodes:
+        node.fabric_bytes_per_second = 0.001 * FABRIC  # bursts far under any rating: 0.01 of the slow one
+    run.seconds(120)
+    v = run.verdict()
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-1",), "link")
+    assert v.evidence["link_retransmits_value"] == pytest.approx(0.5, abs=0.01)
+    assert run.ever_named() == {"node-1"}
