@@ -14,8 +14,9 @@ Each finding compares the node with the others (their median), never with a fixe
 - ``fabric_peak``: the NIC that carries the collective (symmetric traffic) peaked below
   ``link_peak_ratio`` of the others' median peak, while theirs are above the floor and not
   saturated (under ``link_saturated_ratio`` of their speed): the others could have sent faster;
-- ``fabric_busy``: the fabric NIC's time on the wire, its bytes over its rating over the window
-  (``NicWindow.busy_ratio``), at least ``link_busy_factor`` x the others' median and above it by
+- ``fabric_busy``: the time on the wire of the NIC that carries the collective (``wire_nic``: the
+  fabric NIC, else the busiest NIC of symmetric traffic), its bytes over its rating over the
+  window (``NicWindow.busy_ratio``), at least ``link_busy_factor`` x the others' median and above it by
   ``link_busy_excess_ratio``. The members of a synchronous job move the same bytes per step, so
   the node whose link spends a far larger share of its rating carrying them is the slow one,
   whether its transfers saturate the link or come in short bursts well under its rating;

@@ -21,9 +21,9 @@ passes the score threshold or a link finding counts; the step's cause is, first 
 ``throttled`` (its throttled share stood out, or its own verdict is throttled), ``link`` where a
 link finding counts and its own verdict is ``network`` over its fabric NIC (the one carrying the
 collective: its slow link saturated by the collective's traffic reads as a busy NIC to its
-detector, not its loader's), its own
-data cause (``network``, ``storage``, ``cpu``, ``h2d``, from its detector's verdict), ``link`` (a
-finding), the data cause its latest evidence flags, else ``unknown``.
+detector, not its loader's), its own data cause (``network``, ``storage``, ``cpu``, ``h2d``, from
+its detector's verdict), ``link`` (a finding), the data cause its latest evidence flags, else
+``unknown``.
 
 It is a *straggler* when it stood out in ``enter_steps`` of the last ``window_steps`` steps (the
 detector's 4 of 6), and stays one while it stands out in more than ``window_steps -
