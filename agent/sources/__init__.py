@@ -1,6 +1,15 @@
 """Sources of a node report, one module each, registered by name."""
 
-from nodeagent.agent.sources import cpu, diskstats, gpu, infiniband, meminfo, netdev, pressure  # noqa: F401 - registers
+from nodeagent.agent.sources import (  # noqa: F401 - registers
+    cpu,
+    diskstats,
+    gpu,
+    infiniband,
+    meminfo,
+    netdev,
+    netstat,
+    pressure,
+)
 from nodeagent.agent.sources.base import Roots, Source, SourceContext, SourceOption
 from nodeagent.agent.sources.registry import UnknownSourceError, available, enabled_names
 

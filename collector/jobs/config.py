@@ -39,6 +39,18 @@ class JobRollupConfig:
     # A NIC carries the collective (the fabric) when over the window the smaller of its receive
     # and transmit is at least this share of the larger (a loader's data link receives only).
     fabric_symmetry_ratio: float = 0.3
+    # Time on the wire: the fabric NIC's busy share of its rating (bytes over rating over the
+    # window) at least link_busy_factor x the others' median, and above it by at least
+    # link_busy_excess_ratio of the time (the detector's moderate tier): each step that node spends
+    # that much longer carrying the bytes every member moves, and the others wait for it.
+    link_busy_factor: float = 2.0
+    link_busy_excess_ratio: float = 0.05
+    # Retransmits: TCP segments retransmitted over sent since the previous step at least this
+    # share, and link_retransmit_factor x the others' median; counted where at least
+    # link_retransmit_min_segments were sent (a quiet host's few segments say nothing).
+    link_retransmit_ratio: float = 0.01
+    link_retransmit_factor: float = 4.0
+    link_retransmit_min_segments: int = 200
     # ---- the job ----
     # Job-wide: at least this share of the compared nodes show the same bottleneck of their own.
     job_wide_share_ratio: float = 0.9

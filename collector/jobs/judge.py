@@ -27,10 +27,11 @@ the estimate of its rule; but where some judged GPU's computing-share source can
 job's step length (``NodeValues.wait_unknown_reason``: core/detector/computing_source.py), it is
 unknown (None), said in the notes and the evidence (``WAIT_UNKNOWN_REASON``), and no estimate
 takes its place; the stragglers are named as ever. Whether the job's GPUs wait (step 3's gate
-for link findings) is their idle share at the moderate tier, or their power-based wait share at
-``power_wait_ratio``; step 6 is the idle share's alone (as on GPUs with GPM, whose idle SMs make
-no job slowed either); where neither GPM nor power tells on some GPUs and a link sets a node
-apart, the notes say so.
+for link findings; those that show their own cost, a link's time on the wire, retransmits, RDMA
+link errors, pass it at every step: ``link.COSTLY``) is their idle share at the moderate tier, or
+their power-based wait share at ``power_wait_ratio``; step 6 is the idle share's alone (as on GPUs
+with GPM, whose idle SMs make no job slowed either); where neither GPM nor power tells on some
+GPUs and a link sets a node apart, the notes say so.
 """
 
 from __future__ import annotations

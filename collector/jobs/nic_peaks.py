@@ -9,6 +9,11 @@ above the floor: a collective, not a download) are followed report by report unt
 them otherwise: one rate per report (counter deltas over the reports' interval; a counter that
 went down gives none). A node with many interfaces (veths, bonds, VLANs) pays per report only
 for the few that carry the collective, found by their place in the report.
+
+Each NIC's bytes over the window against its rating are its time on the wire
+(``NicWindow.busy_ratio``): the members of a synchronous job move the same bytes per step, so a
+link that spends a far larger share of its rating on them is the slow one, whether its transfers
+saturate it or come in short bursts well under its rating.
 """
 
 from __future__ import annotations
@@ -24,16 +29,25 @@ _MAX_DELTA = 1 << 50
 
 
 class NicWindow(NamedTuple):
-    """One NIC over a step or the window: peak rates (bytes per second) and bytes each way."""
+    """One NIC over a step or the window: peak rates (bytes per second), bytes each way, and the
+    seconds they were counted over."""
 
     rx_peak_bytes_per_second: float
     tx_peak_bytes_per_second: float
     rx_bytes: float
     tx_bytes: float
+    seconds: float
 
     @property
     def peak_bytes_per_second(self) -> float:
         return max(self.rx_peak_bytes_per_second, self.tx_peak_bytes_per_second)
+
+    def busy_ratio(self, speed_bytes_per_second: float) -> float | None:
+        """The share of the time the link was busy at its rating carrying these bytes (the busier
+        direction: each has the rating), its time on the wire; None without a rating or a span."""
+        if speed_bytes_per_second <= 0 or self.seconds <= 0:
+            return None
+        return max(self.rx_bytes, self.tx_bytes) / (speed_bytes_per_second * self.seconds)
 
     def symmetry(self) -> float:
         """The smaller direction's bytes over the larger's (1: a collective's, 0: a download's)."""
@@ -107,7 +121,7 @@ class NicPeaks:
             was = self._followed.get(name)
             if was is not None:
                 rx_peak, tx_peak = max(rx_peak, was[4]), max(tx_peak, was[5])
-            step = closed[name] = NicWindow(rx_peak, tx_peak, d_rx, d_tx)
+            step = closed[name] = NicWindow(rx_peak, tx_peak, d_rx, d_tx, dt)
             if step.peak_bytes_per_second >= config.link_peak_floor_bytes_per_second and (
                 step.symmetry() >= config.fabric_symmetry_ratio
             ):
@@ -121,6 +135,7 @@ class NicPeaks:
             for name, closed in step.items():
                 acc = out.get(name)
                 out[name] = closed if acc is None else NicWindow(
-                    max(acc[0], closed[0]), max(acc[1], closed[1]), acc[2] + closed[2], acc[3] + closed[3]
+                    max(acc[0], closed[0]), max(acc[1], closed[1]), acc[2] + closed[2], acc[3] + closed[3],
+                    acc[4] + closed[4],
                 )  # fmt: skip
         return out

@@ -6,8 +6,8 @@ names none). From the node's detector: each GPU's own verdict (before any wait t
 and what it did over the step as read (NVML utilization, or without GPM the lower of it and the
 computing share from power; GPM SM activity, throttled share: ``NodeDetector.activity``); from
 the step's report: SM clocks, PCIe link speeds, NVLink state and error counters, NIC and RDMA
-error counters and link speeds; from every report (``nic_peaks``): each NIC's peak rates over the
-window.
+error counters and link speeds, TCP segments sent and retransmitted; from every report
+(``nic_peaks``): each NIC's peak rates and bytes over the window.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 # A GPU the detector judges (not idle, lost or warming up).
 _JUDGED = frozenset({"busy", "starved", "throttled"})
-# RDMA port counters that count link trouble (counters/ and hw_counters/ of the kernel).
 # The evidence that names the rate of the link or disk behind a network or storage cause.
 _INGEST_KEYS = {
     "network": ("network_rx_bytes_per_second", "network_plateau_rx_bytes_per_second"),
     "storage": ("storage_read_bytes_per_second",),
 }
+# RDMA port counters that count link trouble (counters/ of the kernel): symbol errors and
+# recoveries are a link retraining, each costing the port its traffic while it lasts.
 _RDMA_ERRORS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "local_link_integrity_errors")
 
 
@@ -51,6 +52,10 @@ class NodeMember:
     # Cumulative link error counters at its last step (node_values turns them into per-step deltas).
     nvlink_errors_total: int | None = None
     nic_errors_total: int | None = None
+    rdma_errors_total: int | None = None
+    # TCP segments sent and retransmitted at its last step (the host's /proc/net/snmp).
+    tcp_out_segments_total: int | None = None
+    tcp_retransmitted_segments_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,16 @@ class LinkValues:
     # Errors since the node's previous step (None at its first).
     nvlink_errors: int | None = None
     nic_errors: int | None = None
+    # RDMA link errors (symbol errors, link recoveries, downs, receive errors) since the previous step.
+    rdma_errors: int | None = None
+    # The NIC that carries the collective whatever its volume (the fabric NIC, else the NIC of
+    # symmetric traffic that moved the most bytes: a collective in short bursts may never reach
+    # the peak floor), and its time on the wire over the window: its bytes (the busier direction)
+    # over its rating times the window's seconds; None without a rating.
+    wire_nic: str | None = None
+    fabric_busy_ratio: float | None = None
+    # TCP segments retransmitted over those sent since the previous step, where enough were sent.
+    tcp_retransmit_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +265,7 @@ def _links(
                 link.replay_errors_total + link.recovery_errors_total + link.crc_flit_errors_total
                 + link.crc_data_errors_total
             )  # fmt: skip
-    nic_errors = 0
+    nic_errors = rdma_errors = 0
     speeds: dict[str, float] = {}
     for nic in report.nics:
         if nic.name == "lo":
@@ -261,7 +276,7 @@ def _links(
     for port in report.rdma_ports:
         counters = port.counters
         if counters:
-            nic_errors += sum(counters.get(name, 0) for name in _RDMA_ERRORS)
+            rdma_errors += sum(counters.get(name, 0) for name in _RDMA_ERRORS)
     if peaks is not None:
         for name, speed in peaks.speeds.items():
             speeds.setdefault(name, speed)
@@ -273,13 +288,25 @@ def _links(
         key=lambda name: moving[name].peak_bytes_per_second,
         default=None,
     )
-    before_nvlink, before_nic = member.nvlink_errors_total, member.nic_errors_total
+    wire = fabric or max(
+        (name for name, w in window.items() if w.symmetry() >= config.fabric_symmetry_ratio),
+        key=lambda name: max(window[name].rx_bytes, window[name].tx_bytes),
+        default=None,
+    )
+    wire_speed = speeds.get(wire) if wire is not None else None
+    before_nvlink, before_nic, before_rdma = (
+        member.nvlink_errors_total,
+        member.nic_errors_total,
+        member.rdma_errors_total,
+    )
     member.nvlink_errors_total, member.nic_errors_total = nvlink_errors, nic_errors
+    member.rdma_errors_total = rdma_errors if report.rdma_ports else None
+    fabric_speed = speeds.get(fabric) if fabric is not None else None
     links = LinkValues(
         nic_speeds={name: speeds[name] for name in moving if name in speeds},
         fabric_nic=fabric,
         fabric_peak_bytes_per_second=moving[fabric].peak_bytes_per_second if fabric is not None else None,
-        fabric_speed_bytes_per_second=speeds.get(fabric) if fabric is not None else None,
+        fabric_speed_bytes_per_second=fabric_speed,
         pcie_bytes_per_second=None if slowest is None else slowest_rate,
         pcie_max_bytes_per_second=None
         if slowest is None
@@ -287,8 +314,29 @@ def _links(
         nvlink_inactive=inactive,
         nvlink_errors=_increase(before_nvlink, nvlink_errors),
         nic_errors=_increase(before_nic, nic_errors),
+        rdma_errors=_increase(before_rdma, rdma_errors) if report.rdma_ports else None,
+        wire_nic=wire,
+        fabric_busy_ratio=window[wire].busy_ratio(wire_speed) if wire is not None and wire_speed else None,
+        tcp_retransmit_ratio=_retransmits(member, report.host, config),
     )
     return links, clock_sum / clocks if clocks else None
+
+
+def _retransmits(member: NodeMember, host: pb.HostSample, config: JobRollupConfig) -> float | None:
+    """Segments retransmitted over segments sent since the node's previous step; None at its
+    first, after a reset, or where fewer than ``link_retransmit_min_segments`` were sent."""
+    if not (host.HasField("tcp_out_segments_total") and host.HasField("tcp_retransmitted_segments_total")):
+        member.tcp_out_segments_total = member.tcp_retransmitted_segments_total = None
+        return None
+    out, again = host.tcp_out_segments_total, host.tcp_retransmitted_segments_total
+    sent, resent = (
+        _increase(member.tcp_out_segments_total, out),
+        _increase(member.tcp_retransmitted_segments_total, again),
+    )
+    member.tcp_out_segments_total, member.tcp_retransmitted_segments_total = out, again
+    if sent is None or resent is None or sent < config.link_retransmit_min_segments:
+        return None
+    return min(1.0, resent / sent)
 
 
 @functools.cache

@@ -14,11 +14,16 @@ other nodes, in the direction a straggler moves it:
 
 plus its link findings (``link``), which count only while the job's GPUs wait (its mean idle
 share at least the detector's moderate tier) or with a signal: hardware that differs and costs
-nothing names nobody. A node *stands out* at a step when a signal passes the score threshold or
-a link finding counts; the step's cause is, first match wins: ``throttled`` (its throttled share
-stood out, or its own verdict is throttled), its own data cause (``network``, ``storage``,
-``cpu``, ``h2d``, from its detector's verdict), ``link`` (a finding), the data cause its latest
-evidence flags, else ``unknown``.
+nothing names nobody. The findings that show their own cost (``LinkFinding.costly``: time on the
+wire far above the others', retransmits, RDMA link errors) count at every step: a GPU waiting in
+the collective can read busy on every counter it has. A node *stands out* at a step when a signal
+passes the score threshold or a link finding counts; the step's cause is, first match wins:
+``throttled`` (its throttled share stood out, or its own verdict is throttled), ``link`` where a
+link finding counts and its own verdict is ``network`` over its fabric NIC (the one carrying the
+collective: its slow link saturated by the collective's traffic reads as a busy NIC to its
+detector, not its loader's), its own data cause (``network``, ``storage``, ``cpu``, ``h2d``, from
+its detector's verdict), ``link`` (a finding), the data cause its latest evidence flags, else
+``unknown``.
 
 It is a *straggler* when it stood out in ``enter_steps`` of the last ``window_steps`` steps (the
 detector's 4 of 6), and stays one while it stands out in more than ``window_steps -
@@ -92,7 +97,8 @@ def stand_out(
     out = {}
     for node, v in values.items():
         signals = tuple(found[node])
-        node_links = tuple(links.get(node, ())) if (waiting or signals) else ()
+        found_links = links.get(node, ())
+        node_links = tuple(found_links if (waiting or signals) else (f for f in found_links if f.costly))
         if not signals and not node_links:
             out[node] = Standing(step, False)
             continue
@@ -150,6 +156,9 @@ def _cause(v: NodeValues, signals: tuple[Score, ...], links: tuple[LinkFinding, 
     names = {s.signal for s in signals}
     if "throttled_ratio" in names or v.own_cause == "throttled":
         return "throttled"
+    fabric = v.link.fabric_nic
+    if v.own_cause == "network" and links and fabric is not None and v.evidence.get("network_link") == fabric:
+        return "link"
     if is_data_cause(v.own_cause):
         return v.own_cause or "unknown"
     if links:

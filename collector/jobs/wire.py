@@ -129,6 +129,8 @@ def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
         pl.nic_speeds_bytes_per_second[name] = speed
     if link.fabric_nic is not None:
         pl.fabric_nic = link.fabric_nic
+    if link.wire_nic is not None:
+        pl.wire_nic = link.wire_nic
     for name in _LINK_NUMBERS:
         value = getattr(link, name)
         if value is not None:
@@ -138,6 +140,8 @@ def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
         pl.nvlink_errors = link.nvlink_errors
     if link.nic_errors is not None:
         pl.nic_errors = link.nic_errors
+    if link.rdma_errors is not None:
+        pl.rdma_errors = link.rdma_errors
 
 
 def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
@@ -151,9 +155,11 @@ def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
     link = LinkValues(
         nic_speeds={k: _finite(v) for k, v in pl.nic_speeds_bytes_per_second.items()},
         fabric_nic=pl.fabric_nic if pl.HasField("fabric_nic") else None,
+        wire_nic=pl.wire_nic[:256] if pl.HasField("wire_nic") else None,
         nvlink_inactive=pl.nvlink_inactive,
         nvlink_errors=pl.nvlink_errors if pl.HasField("nvlink_errors") else None,
         nic_errors=pl.nic_errors if pl.HasField("nic_errors") else None,
+        rdma_errors=pl.rdma_errors if pl.HasField("rdma_errors") else None,
         **{name: _finite(getattr(pl, name)) if pl.HasField(name) else None for name in _LINK_NUMBERS},
     )
     values = NodeValues(
@@ -180,7 +186,7 @@ _OPTIONAL_NUMBERS = (
 )  # fmt: skip
 _LINK_NUMBERS = (
     "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second",
-    "pcie_max_bytes_per_second",
+    "pcie_max_bytes_per_second", "fabric_busy_ratio", "tcp_retransmit_ratio",
 )  # fmt: skip
 
 

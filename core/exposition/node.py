@@ -1,10 +1,10 @@
 """Host families in node_exporter's names, help and labels, from the latest tick's report.
 
 What the agent reads (net/dev and class/net, class/infiniband, diskstats, pressure, stat, loadavg,
-meminfo) is exported the way node_exporter 1.5's netdev, netclass, infiniband, diskstats,
-pressure, cpu, stat, loadavg and meminfo collectors write it, so node_exporter's dashboards and
-alert rules work unchanged. A value the agent did not read has no sample (node_exporter does the
-same for a missing file).
+meminfo, net/snmp's TCP segments) is exported the way node_exporter 1.5's netdev, netclass,
+infiniband, diskstats, pressure, cpu, stat, loadavg, meminfo and netstat collectors write it, so
+node_exporter's dashboards and alert rules work unchanged. A value the agent did not read has no
+sample (node_exporter does the same for a missing file).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def node_families(report: pb.NodeReport, info: pb.NodeInfo | None) -> Iterator[T
     yield from _stat_and_load(report)
     yield from _memory(report)
     yield from _pressure(report)
+    yield from _netstat(report)
 
 
 # (family, help, NicSample field): node_exporter's netdev counters (all integers).
@@ -331,3 +332,20 @@ def _pressure(report: pb.NodeReport) -> Iterator[TextFamily]:
             stalled = _family(name, stalled_doc, "counter")
             _add(stalled, "", pressure.full_total_microseconds / 1e6)
             yield stalled
+
+
+# (node_exporter family, HostSample field): its netstat collector writes each column of
+# net/snmp as node_netstat_<Proto>_<Column>, untyped, help "Statistic <Proto><Column>.".
+_NETSTAT: Final = (
+    ("Tcp", "OutSegs", "tcp_out_segments_total"),
+    ("Tcp", "RetransSegs", "tcp_retransmitted_segments_total"),
+)
+
+
+def _netstat(report: pb.NodeReport) -> Iterator[TextFamily]:
+    host = report.host
+    for proto, column, attribute in _NETSTAT:
+        if host.HasField(attribute):
+            family = _family(f"node_netstat_{proto}_{column}", f"Statistic {proto}{column}.", "untyped")
+            _add(family, "", getattr(host, attribute))
+            yield family

@@ -37,7 +37,7 @@ PRINT = os.environ.get("NODEAGENT_COSTS_PRINT") == "1"
 # The fixed trace: loadgen's simulated 8-GPU nodes (seed 1), windows filled first, then counted.
 NODES, FLUSH_EVERY, WARMUP_SECONDS, COUNTED_SECONDS = 50, 50, 10, 2
 # The agent's tick: these sources over node_exporter's fixture tree, and 8 GPUs of the fake.
-HOST_SOURCES = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure")
+HOST_SOURCES = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure", "netstat")
 # Power read between ticks runs on the readers' own clock, not per tick: off, so a tick is a tick.
 NO_POWER_BETWEEN = dataclasses.replace(AgentConfig(), gpu_power_sample_seconds=0)
 

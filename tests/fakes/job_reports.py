@@ -54,6 +54,12 @@ class FakeNode:
     pcie_generation: int = 5
     pcie_width: int = 16
     nvlink_errors_per_report: int = 0
+    # The host's TCP segments sent per second and the share of them sent again (/proc/net/snmp).
+    tcp_segments_per_second: float = 20_000.0
+    tcp_retransmit_ratio: float = 0.0005
+    # An RDMA port (mlx5_0 port 1) with its link error counters, rising by this much a report;
+    # None: no RDMA port.
+    rdma_errors_per_report: int | None = None
     # Power (set compute_watts to report it; None: no power readings): the GPUs draw
     # compute_watts computing and wait_watts waiting in the collective (reading busy on NVML all
     # the same), in lockstep cycles of cycle_seconds of which they compute duty; a throttled GPU
@@ -78,6 +84,8 @@ class FakeNode:
     _eth: list[float] = field(default_factory=lambda: [0.0, 0.0])
     _fab: list[float] = field(default_factory=lambda: [0.0, 0.0])
     _nvlink_errors: int = 0
+    _tcp: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    _rdma_errors: int = 0
     _seq: int = 0
     _energy_mj: dict[int, float] = field(default_factory=dict)
 
@@ -122,6 +130,15 @@ class FakeNode:
                    speed_bytes_per_second=self.data_speed_bytes_per_second)  # fmt: skip
         r.nics.add(name="fab0", rx_bytes_total=int(self._fab[0]), tx_bytes_total=int(self._fab[1]),
                    speed_bytes_per_second=self.fabric_speed_bytes_per_second)  # fmt: skip
+        self._tcp[0] += self.tcp_segments_per_second * dt
+        self._tcp[1] += self.tcp_segments_per_second * self.tcp_retransmit_ratio * dt
+        r.host.tcp_out_segments_total, r.host.tcp_retransmitted_segments_total = int(self._tcp[0]), int(self._tcp[1])
+        if self.rdma_errors_per_report is not None:
+            self._rdma_errors += self.rdma_errors_per_report
+            port = r.rdma_ports.add(device="mlx5_0", port=1)
+            port.counters["symbol_error"] = self._rdma_errors
+            port.counters["link_error_recovery"] = self._rdma_errors // 2
+            port.counters["port_rcv_data"] = int(self._fab[0] / 4)
         owner = {i: part for part in self.jobs for i in part.gpus}
         for i in range(self.gpus):
             g = r.gpus.add(index=i, uuid=f"GPU-{self.node_id}-{i}", memory_used_bytes=8 * GIB)

@@ -15,7 +15,7 @@ class JobHome(_message.Message):
     def __init__(self, collector: _Optional[str] = ..., worker: _Optional[int] = ...) -> None: ...
 
 class JobLinkValues(_message.Message):
-    __slots__ = ("nic_speeds_bytes_per_second", "fabric_nic", "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second", "pcie_max_bytes_per_second", "nvlink_inactive", "nvlink_errors", "nic_errors")
+    __slots__ = ("nic_speeds_bytes_per_second", "fabric_nic", "fabric_peak_bytes_per_second", "fabric_speed_bytes_per_second", "pcie_bytes_per_second", "pcie_max_bytes_per_second", "nvlink_inactive", "nvlink_errors", "nic_errors", "rdma_errors", "fabric_busy_ratio", "tcp_retransmit_ratio", "wire_nic")
     class NicSpeedsBytesPerSecondEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,10 @@ class JobLinkValues(_message.Message):
     NVLINK_INACTIVE_FIELD_NUMBER: _ClassVar[int]
     NVLINK_ERRORS_FIELD_NUMBER: _ClassVar[int]
     NIC_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    RDMA_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TCP_RETRANSMIT_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WIRE_NIC_FIELD_NUMBER: _ClassVar[int]
     nic_speeds_bytes_per_second: _containers.ScalarMap[str, float]
     fabric_nic: str
     fabric_peak_bytes_per_second: float
@@ -41,7 +45,11 @@ class JobLinkValues(_message.Message):
     nvlink_inactive: int
     nvlink_errors: int
     nic_errors: int
-    def __init__(self, nic_speeds_bytes_per_second: _Optional[_Mapping[str, float]] = ..., fabric_nic: _Optional[str] = ..., fabric_peak_bytes_per_second: _Optional[float] = ..., fabric_speed_bytes_per_second: _Optional[float] = ..., pcie_bytes_per_second: _Optional[float] = ..., pcie_max_bytes_per_second: _Optional[float] = ..., nvlink_inactive: _Optional[int] = ..., nvlink_errors: _Optional[int] = ..., nic_errors: _Optional[int] = ...) -> None: ...
+    rdma_errors: int
+    fabric_busy_ratio: float
+    tcp_retransmit_ratio: float
+    wire_nic: str
+    def __init__(self, nic_speeds_bytes_per_second: _Optional[_Mapping[str, float]] = ..., fabric_nic: _Optional[str] = ..., fabric_peak_bytes_per_second: _Optional[float] = ..., fabric_speed_bytes_per_second: _Optional[float] = ..., pcie_bytes_per_second: _Optional[float] = ..., pcie_max_bytes_per_second: _Optional[float] = ..., nvlink_inactive: _Optional[int] = ..., nvlink_errors: _Optional[int] = ..., nic_errors: _Optional[int] = ..., rdma_errors: _Optional[int] = ..., fabric_busy_ratio: _Optional[float] = ..., tcp_retransmit_ratio: _Optional[float] = ..., wire_nic: _Optional[str] = ...) -> None: ...
 
 class JobNodeValues(_message.Message):
     __slots__ = ("gpus", "assigned", "warmup", "busy_ratio", "sm_active_ratio", "throttled_ratio", "data_wait_ratio", "window_data_wait_ratio", "idle_ratio", "interconnect_ratio", "own_cause", "evidence_numbers", "evidence_words", "evidence_cause", "needed_bytes_per_second", "clock_mhz", "link", "window_sm_active_ratio", "window_computing_ratio", "wait_unknown_reason", "wait_unknown_words")

@@ -2,7 +2,8 @@
 
 A real node_exporter 1.5 (Debian) and the agent's sampler read the same fixture tree
 (../shared/fixtures/node_exporter, plus prometheus/procfs's ``net/dev``, which node_exporter's
-tree lacks); the two scrapes are compared family by family.
+tree lacks, and ``net/snmp``/``net/netstat`` written here in the kernel's format, as a 6.1 kernel
+writes them); the two scrapes are compared family by family.
 """
 
 from __future__ import annotations
@@ -54,7 +55,27 @@ def tree(shared_fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     root = materialize(shared_fixtures / "node_exporter", tmp_path_factory.mktemp("ne-cmp") / "tree")
     (root / "proc" / "net").mkdir(exist_ok=True)
     shutil.copy(shared_fixtures / "procfs" / "proc" / "net" / "dev", root / "proc" / "net" / "dev")
+    (root / "proc" / "net" / "snmp").write_text(SNMP)
+    # node_exporter's netstat collector fails without net/netstat; the agent does not read it.
+    (root / "proc" / "net" / "netstat").write_text(
+        "TcpExt: SyncookiesSent SyncookiesRecv ListenOverflows ListenDrops\nTcpExt: 0 0 3 4\n"
+        "IpExt: InOctets OutOctets\nIpExt: 100 200\n"
+    )
     return root
+
+
+# The kernel's /proc/net/snmp (6.1), large counters past 2^31 as a busy node's are.
+SNMP = (
+    "Ip: Forwarding DefaultTTL InReceives InHdrErrors InAddrErrors ForwDatagrams InUnknownProtos InDiscards "
+    "InDelivers OutRequests OutDiscards OutNoRoutes ReasmTimeout ReasmReqds ReasmOKs ReasmFails FragOKs FragFails "
+    "FragCreates OutTransmits\n"
+    "Ip: 1 64 38217 0 0 0 0 0 38217 29000 0 0 0 0 0 0 0 0 0 29000\n"
+    "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs "
+    "OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
+    "Tcp: 1 200 120000 -1 781 418 299 61 2 5725200812 5491503921 2270 0 465 0\n"
+    "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n"
+    "Udp: 1006 16 0 1023 0 0 0 0 0\n"
+)
 
 
 def _free_port() -> int:
@@ -74,7 +95,7 @@ def node_exporter_text(tree: Path) -> Iterator[str]:
          f"--path.sysfs={tree / 'sys'}", "--collector.disable-defaults", "--collector.netdev",
          "--no-collector.netdev.netlink", "--collector.netdev.device-exclude=^$", "--collector.netclass",
          "--collector.infiniband", "--collector.diskstats", "--collector.pressure", "--collector.cpu",
-         "--collector.meminfo", "--collector.stat", "--collector.loadavg"],
+         "--collector.meminfo", "--collector.stat", "--collector.loadavg", "--collector.netstat"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -152,5 +173,7 @@ def test_reference_values_from_node_exporters_own_expected_output(agent_text: st
     assert value("node_network_speed_bytes", device="eth0") == 1.25e8
     assert value("node_pressure_io_waiting_seconds_total") == pytest.approx(159.886802)
     assert value("node_network_receive_bytes_total", device="eth0") == 874354587
+    assert value("node_netstat_Tcp_OutSegs") == 5491503921
+    assert value("node_netstat_Tcp_RetransSegs") == 2270
     iwarp = frozenset({("device", "i40iw0"), ("port", "1")})
     assert ("node_infiniband_port_data_received_bytes_total", iwarp) not in ours  # "N/A (no PMA)"
