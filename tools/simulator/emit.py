@@ -22,6 +22,7 @@ _MIB = 1 << 20
 _IDLE_MEMORY_BYTES = 512 * _MIB
 _THERMAL_SLOWDOWN = 0x020 | 0x040  # sw_thermal_slowdown | hw_thermal_slowdown
 _GPU_IDLE = 0x001
+_POWER_READINGS = 10  # the agent's gpu_power_sample_seconds of 0.1 s, one report a second
 # The agent's collectors the simulation stands in for (the report says which sources ran).
 _COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure", "gpu")
 
@@ -241,8 +242,25 @@ class NodeHardware:
         g.clock_event_reasons = _THERMAL_SLOWDOWN if throttled else (_GPU_IDLE if util < 0.01 else 0)
         g.temperature_celsius = float(round(88.0 + index % 3 if throttled else 31.0 + 45.0 * util + index % 4))
         g.power_watts = float(round(60.0 + (profile.power_limit_watts - 60.0) * util))
+        if not profile.gpm_supported:
+            self._fill_power_readings(g, util, a.assigned)
         clock = profile.max_sm_clock_mhz * self.p.clock_ratio if util >= 0.01 else 210
         g.sm_clock_mhz = int(clock)
+
+    def _fill_power_readings(self, g: pb.GpuSample, util: float, assigned: bool) -> None:
+        """A GPU without GPM, as the agent reads an A100-class (GA100) one: its instantaneous draw
+        every 0.1 s between reports while a process runs (``power_samples_watts``), computing at
+        near its limit for the simulated computing share of the second and spinning in the
+        collective or idle near its resting draw for the rest; its computing share told by them
+        (``computing_source`` ``power_instant``, agent/gpu/power_regime.py)."""
+        g.computing_source = "power_instant"  # the evidence in words is the agent's to give: none here
+        if not assigned:
+            return
+        limit = self.profile.power_limit_watts
+        computing = round(util * _POWER_READINGS)
+        g.power_samples_watts.extend(
+            (limit * 0.9 if k < computing else 60.0 + 0.15 * (limit - 60.0)) for k in range(_POWER_READINGS)
+        )
 
     def _fill_job(self, report: pb.NodeReport) -> None:
         """The node's one ``JobSample``, as ``agent/gpu/job_samples.py`` builds it from the processes."""
