@@ -28,6 +28,7 @@ from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
 from nodeagent.agent.exposition.pod_resources import PodResources, stamp_namespaces
 from nodeagent.agent.sampling.report_source import ReportSource
+from nodeagent.agent.sampling.source_reasons import SourceReasons
 from nodeagent.agent.service import sd_notify
 from nodeagent.core.exposition.http_server import MetricsHttpServer
 from nodeagent.core.transport.channel import ClientSecurity
@@ -123,6 +124,7 @@ def _sample_loop(
 ) -> int:
     interval, max_reports, end = settings.interval_seconds, settings.max_reports, settings.stop_at
     produced = 0
+    reasons = SourceReasons()  # each GPU's computing source in words, sent when it says something new
     next_tick = time.monotonic()
     while not stop.is_set():
         if end is not None and time.monotonic() >= end:
@@ -131,6 +133,7 @@ def _sample_loop(
         if pods is not None:  # the kubelet's last answer: never waits on it
             stamp_namespaces(report, pods.namespaces())
         _sanitize(report)
+        reasons.thin(report)
         for problem in spool.take_events():  # a failing spool disk, reports lost to damage
             report.events.add(
                 time_unix_seconds=report.time_unix_seconds, kind="spool_degraded", severity="warning",

@@ -352,16 +352,18 @@ def _job_gpus(node: NodeState, job: str) -> set[int] | None:
 
 
 def _add_computing_sources(node: NodeState, gpus: list[dict[str, Any]]) -> None:
-    """Each GPU row's computing-share source and its evidence, as the node's latest report says
-    (``GpuSample.computing_source``, decided by the agent): which reading its shares come from."""
-    if node.latest is None or not gpus:
+    """Each GPU row's computing-share source and its evidence, as the node's reports last said
+    (``GpuSample.computing_source``, decided by the agent; its words sent when they say something
+    new, agent/sampling/source_reasons.py): which reading its shares come from."""
+    detector = node.detector
+    if detector is None or not gpus:
         return
-    sources = {g.index: g for g in pb.NodeReport.FromString(node.latest).gpus if g.computing_source}
+    sources = detector.computing_sources()
     for row in gpus:
-        sample = sources.get(row.get("index", -1))
-        if sample is not None:
-            row.setdefault("computing_source", sample.computing_source)
-            row.setdefault("computing_source_reason", sample.computing_source_reason)
+        said = sources.get(row.get("index", -1))
+        if said is not None:
+            row.setdefault("computing_source", said[0])
+            row.setdefault("computing_source_reason", said[1])
 
 
 def _mean(values: list[float]) -> float | None:

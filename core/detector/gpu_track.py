@@ -60,6 +60,8 @@ class GpuTrack:
         # Its computing-share source (``computing_source``): the agent's decision, else inferred
         # ("" where nothing is read: NVML utilization, as before); instantaneous readings once seen.
         self.source = ""
+        # Its evidence in words, as last heard (the agent sends it when it says something new).
+        self.source_reason = ""
         self.decided = False
         self.instant = True
         self.saw_samples = False
@@ -118,6 +120,7 @@ class GpuTrack:
         took over, and it is inferred again); called only when that changes."""
         self.decided = source in SOURCES
         self.source = source if self.decided else ""
+        self.source_reason = ""  # the new source's words come with it
         self.gpm = source in SM_SOURCES if self.decided else self.info_gpm
         self.reads_power = not self.gpm and not self.mig_instance
         self.instant = source not in REPORT_LEVEL
@@ -224,6 +227,7 @@ class GpuTrack:
         source = g.computing_source
         if source != self.source or (self.decided and not source):
             self.decide(source)
+        self.source_reason = g.computing_source_reason or self.source_reason  # sent when it says something new
         # Power first: the resting draw is learned from reports the gate holds out too.
         watts = None
         power = self.power

@@ -162,6 +162,10 @@ class NodeDetector:
         if self._waits.pop(job, None) is not None:
             self._rewait()
 
+    def computing_sources(self) -> dict[int, tuple[str, str]]:
+        """Each GPU's computing-share source and its evidence in words, as last heard."""
+        return {index: (t.source, t.source_reason) for index, t in self._tracks.items() if t.source}
+
     @property
     def own_gpus(self) -> tuple[GpuVerdict, ...]:
         """The GPUs' verdicts of the last window step as the node alone judges them (no wait applied)."""

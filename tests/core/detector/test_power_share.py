@@ -136,3 +136,13 @@ def test_one_reading_is_not_a_draw_and_bad_readings_count_nothing() -> None:
     throttled = _sample(200.0, samples=[400.0] * 5 + [90.0] * 5, clock_event_reasons=HW_THERMAL_SLOWDOWN)
     assert p.observe(throttled, 2.0, 1.0, HW_THERMAL_SLOWDOWN, 600.0) is None
     assert p.high == pytest.approx(90.0)
+
+
+def test_the_source_in_words_is_kept_until_the_source_changes() -> None:
+    """The agent sends a GPU's reason when it says something new: the collector keeps the last."""
+    track = _track()
+    track.tick(_sample(300.0, computing_source="power_mean", computing_source_reason="a 1-s mean"), 1.0, 1.0, 0)
+    track.tick(_sample(300.0, computing_source="power_mean"), 2.0, 1.0, 0)
+    assert (track.source, track.source_reason) == ("power_mean", "a 1-s mean")
+    track.tick(_sample(300.0, computing_source="power_instant"), 3.0, 1.0, 0)  # its words come later
+    assert (track.source, track.source_reason) == ("power_instant", "")
