@@ -7,6 +7,7 @@ from typing import Any
 
 from nodeagent.collector.history.split import WAIT_UNKNOWN
 from nodeagent.collector.states import DOWN, MOVED, NEW, NO_GPU, STOPPED
+from nodeagent.core.detector.computing_source import CODE_WORDS
 from nodeagent.core.detector.verdict_words import forming_words, ingest_words
 from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -116,7 +117,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
         cause = row["cause"] or (f"on {','.join(waiting)}" if waiting else "-")
         unknown = (row.get("evidence") or {}).get(WAIT_UNKNOWN)
         if unknown:  # its GPUs' readings cannot tell computing from waiting: said, never a guessed share
-            notes.append(f"{row['node_id']}: wait share unknown: {unknown}")
+            notes.append(f"{row['node_id']}: wait share unknown: {CODE_WORDS.get(unknown, unknown)}")
         lines.append(
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
             f"{state:<9} {short(cause, 13):<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "

@@ -98,6 +98,15 @@ def report_level(
     return Estimate(min(1.0, max(0.0, share)), None, phase, needed)
 
 
+# Each reason code in words, where only the code is at hand (the nodes table, the node page).
+CODE_WORDS: Final = {
+    NO_READING: "no reading tells computing from waiting (no GPM, DCGM or power)",
+    NO_SWING: "the job's phases average out in the GPUs' power readings: the draw never swings",
+    SHORT_PHASES: "the job's phases are shorter than the GPUs' power readings need to separate them",
+    BLURRED: "most power readings fall between the computing and resting draws",
+}
+
+
 def unknown_words(source: str, estimate: Estimate) -> str:
     """What a GPU reads and why it cannot tell, for the verdict's notes (after "node-1's GPUs 0,1")."""
     reads = {

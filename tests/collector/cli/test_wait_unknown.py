@@ -64,3 +64,9 @@ def test_the_nodes_table_names_a_node_whose_wait_share_is_unknown_with_its_reaso
     assert lines[1].split()[4] == "on" and lines[1].split()[5] == "n2"  # its why: the node it waits on
     assert f"n1: wait share unknown: {REASON}" in lines
     assert not any(line.startswith("n3: wait share unknown") for line in lines)
+
+
+def test_the_nodes_table_says_the_detectors_reason_code_in_words() -> None:
+    table = render_fleet([_node("n1", {WAIT_UNKNOWN: "no_swing"})])
+    assert "n1: wait share unknown: the job's phases average out in the GPUs' power readings" in table
+    assert "no_swing" not in table
