@@ -55,7 +55,12 @@ def test_demo_names_the_starved_node_the_jobs_straggler_and_the_cause() -> None:
             demo.wait()
     out = "".join(lines) + rest
     assert demo.returncode == 0, err[-2000:]
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("rental-", "clip-"))}
+    # The table's rows (a note under it names its node with a colon: "clip-node-0: wait share unknown: ...").
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.startswith(("rental-", "clip-")) and not line.split()[0].endswith(":")
+    }
     assert rows["rental-10g-pcie"][3:5] == ["starved", "network"]
     assert rows["rental-50g-nvlink"][3] == "busy"
     assert rows["clip-node-3"][3:5] == ["starved", "network"]
