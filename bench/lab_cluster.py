@@ -127,6 +127,8 @@ class Emulation:
     lag_ms: int = 0
     collective: str = "bandwidth"
     step: float = STEP_SECONDS
+    # "dcgm": an emulated dcgm-exporter beside each agent, its SM activity the GPU's own ("": none).
+    source: str = ""
 
     @property
     def scale(self) -> float:
@@ -152,15 +154,38 @@ class Emulation:
         return {"power_mode": self.power, "power_lag_ms": self.lag_ms, "power_offset_ms": offset}
 
     def words(self) -> dict[str, Any]:
-        return {"power": self.power, "lag_ms": self.lag_ms, "collective": self.collective, "step": self.step}
+        words: dict[str, Any] = {"power": self.power, "lag_ms": self.lag_ms, "collective": self.collective}
+        words["step"] = self.step
+        if self.source:
+            words["source"] = self.source
+        return words
 
 
-def source_setup(profile: str, node_id: str, state_dir: Path) -> tuple[dict[str, str], list[str]]:
-    """What a computing-share source adds to a node's agent (environment, arguments). GPM
-    (h100_sxm5) and power (a100_sxm4) come from the fake NVML alone: nothing. The hook for DCGM:
-    an emulated DCGM for the node's GPU is started here and its address given to the agent."""
-    del profile, node_id, state_dir
-    return {}, []
+DCGM_PORT = 9402  # the emulated dcgm-exporter's, on the node's own loopback (the agent's /metrics: 9400)
+
+
+def source_setup(
+    emulation: Emulation, node: Node, gpu_uuid: str, state_dir: Path, tmp: Path, stack: contextlib.ExitStack
+) -> list[str]:
+    """What a computing-share source adds to a node's agent (its arguments). GPM (h100_sxm5) and
+    power (a100_sxm4) come from the fake NVML alone: nothing. DCGM (``--dcgm``): a fake
+    dcgm-exporter in the node's namespace, refreshed every second as `dcgm-exporter -c 1000` is,
+    its DCGM_FI_PROF_SM_ACTIVE the GPU's computing share of the last second as its rank writes it
+    into the fake NVML state (the activity the H100's GPM reads), and the agent told its address
+    (``[dcgm_exporter]`` of agent.toml)."""
+    if emulation.source != "dcgm":
+        return []
+    exporter = popen(node.exec(sys.executable, "-m", "tests.fakes.dcgm_exporter", "--gpu", gpu_uuid,
+                               "--refresh-seconds", "1", "--port", str(DCGM_PORT),
+                               "--from-nvml-state", str(state_dir / f"nvml-{node.index}")),
+                     tmp / f"dcgm-{node.index}.log")  # fmt: skip
+    stack.callback(stop, exporter)
+    assert exporter.stdout is not None
+    if not exporter.stdout.readline().startswith("http://"):
+        raise LabError(f"{node.node_id}: the emulated dcgm-exporter did not start: {(tmp / f'dcgm-{node.index}.log')}")
+    config = tmp / f"agent-{node.index}.toml"
+    config.write_text(f'[dcgm_exporter]\nurl = "http://127.0.0.1:{DCGM_PORT}/metrics"\n')
+    return ["--config", str(config)]
 
 
 FINAL_MARGIN = 3.0  # seconds before the job's end that its final verdict is taken
@@ -461,9 +486,7 @@ def run_scenario(scenario: Scenario, nodes_per_job: int, seconds: int, run: int,
                 extra += [DEVICE_FLAG, f"^{Path(n.device).name}$"]
             env = {"LD_LIBRARY_PATH": str(nvml_dir), STATE_ENV: str(state_dir / f"nvml-{n.index}"),
                    POWER_ENV: str(state_dir / f"power-{n.index}")}  # fmt: skip
-            source_env, source_args = source_setup(profile, n.node_id, state_dir)
-            env.update(source_env)
-            extra += source_args
+            extra += source_setup(emulation, n, gpu.uuid, state_dir, tmp, stack)
             agent = popen(n.exec(sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
                                  "--collector", collector.address, "--node-id", n.node_id, "--interval", "1",
                                  "--deadline", str(seconds + 240), *extra),
@@ -993,6 +1016,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=STEP_SECONDS,
         help=f"the healthy step in seconds (default {STEP_SECONDS}); e.g. 0.15, 0.5, 2",
     )
+    parser.add_argument("--dcgm", action="store_true",
+                        help="an emulated dcgm-exporter beside each agent: DCGM's SM activity the source "
+                             "(GPUs without GPM)")  # fmt: skip
     parser.add_argument("--json-out", type=Path,
                         help="append each job run's judged row here as a JSON line (bench/lab_score.py)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=None,
@@ -1022,7 +1048,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         bad(f"--collective {args.collective!r}: one of {', '.join(COLLECTIVES)}")
     if not STEP_RANGE[0] <= args.step <= STEP_RANGE[1]:
         bad(f"--step {args.step:g}: {STEP_RANGE[0]:g} to {STEP_RANGE[1]:g} seconds")
-    args.emulation = Emulation(args.power, args.read_lag_ms, args.collective, args.step)
+    if args.dcgm and args.gpu != "a100_sxm4":
+        bad(f"--dcgm: DCGM is the source of GPUs without GPM (--gpu a100_sxm4), not {args.gpu}")
+    args.emulation = Emulation(args.power, args.read_lag_ms, args.collective, args.step, "dcgm" if args.dcgm else "")
     two = args.two_jobs_nodes or args.nodes
     if not 2 <= two <= 8:
         bad(f"--two-jobs-nodes {two}: 2 to 8")

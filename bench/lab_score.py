@@ -190,7 +190,7 @@ MATRIX_RESULTS = REPO / "bench" / "lab_matrix.jsonl"
 MATRIX_START = "<!-- lab-matrix:start: bench/lab_score.py --matrix rewrites this table -->"
 MATRIX_END = "<!-- lab-matrix:end -->"
 # What a row without the emulation's words was: the lab as it always was.
-ROW_DEFAULTS = {"power": "ideal", "lag_ms": 0, "collective": "bandwidth", "step": 0.22}
+ROW_DEFAULTS = {"power": "ideal", "lag_ms": 0, "collective": "bandwidth", "step": 0.22, "source": ""}
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,7 @@ class Regime:
     gpu: str
     power: str = "ideal"
     lag_ms: int = 0
+    source: str = ""  # "dcgm": an emulated dcgm-exporter beside each agent (lab_cluster.py --dcgm)
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ class Cell:
             and r["gpu"] == self.regime.gpu
             and r["power"] == self.regime.power
             and int(r["lag_ms"]) == self.regime.lag_ms
+            and r["source"] == self.regime.source
             and r["collective"] == self.collective
             and abs(float(r["step"]) - self.step) < 1e-6
         )
@@ -238,7 +240,10 @@ def load_matrix(path: Path) -> Matrix:
     for name, spec in (data.get("regimes") or {}).items():
         if not isinstance(spec, dict) or "gpu" not in spec:
             raise ValueError(f"{path}: regime {name!r} has no gpu")
-        regimes[name] = Regime(name, str(spec["gpu"]), str(spec.get("power", "ideal")), int(spec.get("lag_ms", 0)))
+        regimes[name] = Regime(
+            name, str(spec["gpu"]), str(spec.get("power", "ideal")), int(spec.get("lag_ms", 0)),
+            str(spec.get("source", "")),
+        )  # fmt: skip
     cells: list[Cell] = []
     for number, group in enumerate(data.get("cells") or [], 1):
         names = group.get("regimes") or ["*"]
@@ -330,7 +335,8 @@ def run_matrix(results: Path, matrix: Matrix, runs: int) -> int:
         command = [sys.executable, str(REPO / "bench" / "lab_cluster.py"), "--gpu", regime.gpu,
                    "--power", regime.power, "--read-lag-ms", str(regime.lag_ms), "--collective", collective,
                    "--step", f"{step:g}", "--seconds", str(matrix.seconds), "--runs", str(runs),
-                   "--scenarios", ",".join(scenarios), "--json-out", str(results)]  # fmt: skip
+                   "--scenarios", ",".join(scenarios), "--json-out", str(results),
+                   *(["--dcgm"] if regime.source == "dcgm" else [])]  # fmt: skip
         done = subprocess.run(command, cwd=REPO, check=False)
         if done.returncode == 2:
             return 2

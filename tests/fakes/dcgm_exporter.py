@@ -23,11 +23,11 @@ import csv
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tests.fakes.nvml.state import FakeNvmlState
 
@@ -121,6 +121,9 @@ class FakeDcgmExporter:
         self._dcgm = _Dcgm()
         self._refreshed_at = float("-inf")
         self._server: ThreadingHTTPServer | None = None
+        # Called under the lock at each refresh, before the values are taken (the lab: the GPUs'
+        # activity read from their fake NVML state, as DCGM samples the hardware's counters).
+        self.before_refresh: Callable[[FakeDcgmExporter], None] | None = None
 
     @classmethod
     def for_state(cls, state: FakeNvmlState, **kwargs: Any) -> FakeDcgmExporter:
@@ -159,7 +162,7 @@ class FakeDcgmExporter:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/metrics"
 
-    def start(self) -> FakeDcgmExporter:
+    def start(self, port: int = 0) -> FakeDcgmExporter:
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -193,7 +196,7 @@ class FakeDcgmExporter:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="fake-dcgm-exporter", daemon=True).start()
         return self
@@ -228,6 +231,8 @@ class FakeDcgmExporter:
         dcgm = self._dcgm
         dcgm.refreshes += 1
         self._refreshed_at = now
+        if self.before_refresh is not None:
+            self.before_refresh(self)
         for key, g in self.gpus.items():
             dcgm.values[key] = (g.sm_active, g.tensor_active, g.gr_active, g.dram_active)
             dcgm.energy_mj[g.uuid] = dcgm.energy_mj.get(g.uuid, 1_000_000) + 7_919  # about 80 W for 0.1 s
@@ -275,11 +280,47 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu", action="append", default=[], help="a GPU UUID (repeat); its index is its place")
     parser.add_argument("--model", default="NVIDIA A100-SXM4-80GB")
     parser.add_argument("--refresh-seconds", type=float, default=0.0, help="DCGM's refresh period; 0: every scrape")
+    parser.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--from-nvml-state", type=Path,
+                        help="a fake NVML state file: each GPU's activity read from it at every refresh "
+                             "(its gpm_sm_active, gpm_tensor, gpm_gr_active, gpm_dram, in percent)")  # fmt: skip
     args = parser.parse_args(argv)
     gpus = [FakeGpu(i, uuid, args.model, f"00000000:{i + 7:02X}:00.0") for i, uuid in enumerate(args.gpu)]
-    with FakeDcgmExporter(gpus, refresh_seconds=args.refresh_seconds) as exporter:
-        print(exporter.url, flush=True)
-        threading.Event().wait()
+    exporter = FakeDcgmExporter(gpus, refresh_seconds=args.refresh_seconds)
+    if args.from_nvml_state is not None:
+        exporter.before_refresh = nvml_state_activity(args.from_nvml_state)
+    exporter.start(args.port)
+    print(exporter.url, flush=True)
+    threading.Event().wait()
+
+
+# A fake NVML state's activity fields (percent) and the exporter's values (ratios) they feed.
+_STATE_ACTIVITY: Final = {
+    "gpm_sm_active": "sm_active",
+    "gpm_tensor": "tensor_active",
+    "gpm_gr_active": "gr_active",
+    "gpm_dram": "dram_active",
+}
+
+
+def nvml_state_activity(path: Path) -> Callable[[FakeDcgmExporter], None]:
+    """A refresh hook: each GPU's activity as its fake NVML state says now (``gpu I gpm_sm_active
+    P`` lines, the GPU by its place). An unreadable file keeps the last values."""
+
+    def refresh(exporter: FakeDcgmExporter) -> None:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return
+        by_index = {g.index: g for g in exporter.gpus.values() if g.gpu_instance is None}
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "gpu" and parts[2] in _STATE_ACTIVITY and parts[1].isdigit():
+                gpu = by_index.get(int(parts[1]))
+                if gpu is not None:
+                    setattr(gpu, _STATE_ACTIVITY[parts[2]], min(1.0, max(0.0, float(parts[3]) / 100.0)))
+
+    return refresh
 
 
 if __name__ == "__main__":

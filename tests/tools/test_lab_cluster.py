@@ -61,6 +61,7 @@ def lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         (["--read-lag-ms", "-5"], "--read-lag-ms -5"),
         (["--collective", "ring"], "--collective 'ring'"),
         (["--step", "9"], "--step 9: 0.1 to 4 seconds"),
+        (["--dcgm", "--gpu", "h100_sxm5"], "--dcgm: DCGM is the source of GPUs without GPM"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], named: str) -> None:
@@ -85,6 +86,9 @@ def test_the_emulation_axes_parse_and_the_default_is_the_lab_as_it_was() -> None
     assert e.buckets > lc.BUCKETS and e.gradient_bytes == e.buckets * lc.BUCKET_BYTES  # longer steps, more bursts
     # A lag alone makes a timeline too (the ideal sensor, late).
     assert lc.Emulation(lag_ms=50).power_fields(0) == {"power_mode": "ideal", "power_lag_ms": 50, "power_offset_ms": 0}
+    # DCGM beside the agents: said in the rows (bench/lab_score.py tells its cells apart by it).
+    dcgm = lc.parse_args(["--gpu", "a100_sxm4", "--power", "mean1s", "--dcgm"]).emulation
+    assert dcgm.source == "dcgm" and dcgm.words()["source"] == "dcgm" and "source" not in e.words()
 
 
 def test_a_rank_drives_the_sensor_the_lab_set_from_where_the_lab_left_it(tmp_path: Path) -> None:

@@ -243,3 +243,17 @@ def test_a_bad_matrix_file_is_one_line_and_exit_2(
     assert lab_score.main(["--matrix", str(path), "--from", str(tmp_path / "none.jsonl"), "--no-doc"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lab_score: ") and err.count("\n") == 1 and named in err
+
+
+def test_a_dcgm_row_is_its_own_regimes_not_the_power_regimes_it_shares_a_sensor_with(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(
+        'runs = 1\nseconds = 45\n[regimes]\nmean1s = { gpu = "a100_sxm4", power = "mean1s" }\n'
+        'dcgm = { gpu = "a100_sxm4", power = "mean1s", source = "dcgm" }\n'
+        '[[cells]]\nscenarios = ["network"]\nsteps = [0.22]\ncollectives = ["bandwidth"]\n'
+    )
+    mean1s, dcgm = sorted(lab_score.load_matrix(path).cells, key=lambda c: c.regime.source)
+    row = {"scenario": "network", "gpu": "a100_sxm4", "power": "mean1s", "source": "dcgm"}
+    assert dcgm.holds(row) and not mean1s.holds(row)
+    assert mean1s.holds({**row, "source": ""}) and mean1s.holds({k: v for k, v in row.items() if k != "source"})
+    assert any(c.regime.source == "dcgm" for c in lab_score.load_matrix(lab_score.MATRIX).cells)

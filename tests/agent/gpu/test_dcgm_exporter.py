@@ -23,7 +23,7 @@ from nodeagent.agent.config import ConfigError, DcgmExporterConfig, config_from_
 from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
 from nodeagent.agent.gpu.dcgm_page import NotAnExporterPage, PageParser, parse_page
 from nodeagent.v1 import nodeagent_pb2 as pb
-from tests.fakes.dcgm_exporter import FakeDcgmExporter, counters, render_family
+from tests.fakes.dcgm_exporter import FakeDcgmExporter, counters, nvml_state_activity, render_family
 from tests.fakes.nvml.state import FakeNvmlState, a100_sxm4, h100_sxm5
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dcgm_exporter"
@@ -103,6 +103,29 @@ def test_another_process_sets_the_fakes_values_over_http(a100: FakeNvmlState, ex
     exporter.refresh()
     reading = parse_page(exporter.page()).readings[(a100.gpus[1].uuid, None)]
     assert (reading.sm_active_ratio, reading.tensor_active_ratio) == (0.5, 0.25)
+
+
+def test_the_lab_fakes_dcgm_reading_the_gpus_activity_from_their_nvml_state(
+    a100: FakeNvmlState, tmp_path: Path
+) -> None:
+    """The lab's emulated DCGM: each refresh takes each GPU's activity from the fake NVML state its
+    rank writes (the activity the H100's GPM reads), as DCGM samples the hardware's counters."""
+    state = tmp_path / "nvml.state"
+    a100.gpus[2].gpm_sm_active, a100.gpus[2].gpm_tensor = 62.5, 25.0
+    a100.write(state)
+    with FakeDcgmExporter.for_state(a100, refresh_seconds=None) as fake:
+        fake.before_refresh = nvml_state_activity(state)
+        fake.refresh()
+        reading = parse_page(fake.page()).readings[(a100.gpus[2].uuid, None)]
+        assert (reading.sm_active_ratio, reading.tensor_active_ratio) == (0.625, 0.25)
+        a100.gpus[2].gpm_sm_active = 10.0
+        a100.write(state)
+        assert parse_page(fake.page()).readings[(a100.gpus[2].uuid, None)].sm_active_ratio == 0.625  # not refreshed
+        fake.refresh()
+        assert parse_page(fake.page()).readings[(a100.gpus[2].uuid, None)].sm_active_ratio == 0.1
+        state.unlink()
+        fake.refresh()  # the file gone for a moment: the last values stand
+        assert parse_page(fake.page()).readings[(a100.gpus[2].uuid, None)].sm_active_ratio == 0.1
 
 
 def test_a_page_is_read_per_gpu_uuid_and_gpu_instance(a100: FakeNvmlState, exporter: FakeDcgmExporter) -> None:
