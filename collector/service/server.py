@@ -182,6 +182,7 @@ class CollectorServer:
             pages=self.pages,
             prices=config.settings.prices,
             tenants=config.settings.tenants,
+            payoff=config.settings.payoff,
         )
         built = build_server(
             listen=config.listen, security=config.security, policy=self.policy,
