@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.core.quantities.units import RateError, parse_link_rate, pcie_bytes_per_second
+from nodeagent.core.quantities.units import pcie_bytes_per_second
+from nodeagent.core.settings.readers import link_rate
 from nodeagent.core.settings.tables import check_table
 
 # NVLink of an A800 (8 links x 25 GB/s a direction): DESIGN.md's "A800 400 GB/s per GPU".
@@ -42,6 +43,10 @@ _STORAGE_WORDS = ("rdma", "storage", "nvme")
 
 class PayoffConfigError(ValueError):
     """One line naming the file, the key and the target."""
+
+
+class _NotARate(ValueError):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +138,8 @@ def _rate(text: str, whole: str) -> float:
         value = float(match.group(1)) * _SCALE[match.group(2).lower()]
     else:
         try:
-            value = parse_link_rate(text)
-        except RateError:
+            value = link_rate(text, whole, _NotARate)
+        except _NotARate:
             raise ValueError(
                 f"{whole!r}: not a highway: expected a link rate (50G), nvlink, pcie5, or rdma/storage with a rate "
                 "(rdma 8GB/s)"

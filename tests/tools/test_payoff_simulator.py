@@ -5,6 +5,9 @@ highways (its pipeline model, ``tools/simulator/model.py``) and DESIGN.md's 112 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -18,6 +21,7 @@ from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.tools.simulator.model import flow
 from nodeagent.tools.simulator.simulation import Simulation
+from tests.fakes.trees import REPO
 
 EPOCH_SAMPLES = 100e6  # DESIGN.md: CLIP, 100M pairs
 DESIGN_MINUTES = (112.0, 65.0)
@@ -93,3 +97,14 @@ def test_both_highways_predict_the_designs_65_minutes_and_name_the_cpu_next(rent
     assert fixed.gpu_hours_per_day == pytest.approx(8 * 24 * (1 - 1 / fixed.speedup), rel=1e-3)
     assert fixed.money_per_day == pytest.approx(fixed.gpu_hours_per_day * 1.1, abs=0.01)
     assert fixed.currency == "USD"
+
+
+def test_the_cost_benchmark_runs_and_says_per_call_and_per_report() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "payoff_cost.py"), "--calls", "200", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    figures = json.loads(out.stdout)
+    assert figures["node_prediction_us"] > 0 and figures["job_prediction_us"] > 0
+    # Per report it is the per-call cost spread over a step's reports (4 nodes x 10 s) or a query's.
+    assert figures["job_per_report_us"] == pytest.approx(figures["job_prediction_us"] / 40, rel=0.01)
