@@ -115,7 +115,7 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
     merged = shows_shards(rows)
     lines = [
         f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>7} "
-        f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + f"{'WORTH':<34} EVIDENCE"
+        f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + f"{'WORTH':<20} EVIDENCE"
     ]
     for index, row in enumerate(rows):
         if not row["live"] and (index == 0 or rows[index - 1]["live"]):
@@ -128,7 +128,7 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
             f"{short(straggler, 18):<18} {short(row['cause'] or '-', 9):<9} "
             f"{wait_words(row):>7} {lost:>15}  "
             + (f"{short(row['shard'] or '-', 21):<21} " if merged else "")
-            + f"{short(worth_words(row.get('if_fixed')), 34):<34} "
+            + f"{short(worth_words(row.get('if_fixed')), 20):<20} "
             + evidence_short(row["evidence"])
         )
     lines.append(

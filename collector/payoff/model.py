@@ -308,8 +308,8 @@ def _number(value: float | str | None) -> float | None:
 
 
 def worth_words(plain: Mapping[str, Any] | None) -> str:
-    """A row's ``if_fixed`` as the tables say it: ``1.51x 312.00 USD/day`` (``@50G 1.51x``
-    after it where a target is set), ``1.51x 36.1 GPU-h/day`` without prices, ``unknown``, ``-``."""
+    """A row's ``if_fixed`` as the tables say it: ``1.51x 71.68 USD/d``, ``1.51x 65 GPU-h/d``
+    without prices, ``unknown``, ``-`` (the target and the notes are in JSON)."""
     if not plain:
         return "-"
     speedup = plain.get("speedup")
@@ -317,10 +317,7 @@ def worth_words(plain: Mapping[str, Any] | None) -> str:
         return "unknown"
     words = f"{speedup:.2f}x"
     if plain.get("money_per_day") is not None:
-        words += f" {plain['money_per_day']:.2f} {plain.get('currency') or ''}/day"
+        words += f" {plain['money_per_day']:.2f} {plain.get('currency') or ''}/d"
     elif plain.get("gpu_hours_per_day") is not None:
-        words += f" {plain['gpu_hours_per_day']:.1f} GPU-h/day"
-    target = plain.get("target")
-    if target and target.get("speedup") is not None:
-        words += f" (@{target['highway']} {target['speedup']:.2f}x)"
+        words += f" {plain['gpu_hours_per_day']:.0f} GPU-h/d"
     return words

@@ -103,9 +103,8 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     merged = shows_shards(rows)
     lines = [
         f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'LOST TODAY':>10} "
-        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}"
+        f"{'NEEDS':>10} {'WORTH':<20} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}"
         + ("  SHARD" if merged else "")
-        + "  WORTH"
     ]
     notes = []
     for row in rows:
@@ -126,10 +125,10 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
             f"{state:<9} {short(cause, 13):<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
             f"{row['gpu_hours_lost_today']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
+            f"{short(worth_words(row.get('if_fixed')), 20):<20} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
             + (f"  {_shard_words(row)}" if merged else "")
-            + f"  {worth_words(row.get('if_fixed'))}"
         )
     if any(row.get("if_fixed") for row in rows):
         notes.append(
