@@ -36,6 +36,9 @@ DATA_CAUSES: Final = frozenset({"network", "storage", "cpu", "h2d", "unknown"})
 _HIGHWAY = {"network": "network", "storage": "storage", "interconnect": "interconnect"}
 # Stages below this share of the step never bind: noise, not a limit.
 _STAGE_FLOOR = 0.05
+# From this CPU pressure (PSI some) on, runnable tasks queue for cores: a core's busy share is
+# others' work too, and says nothing of the loader's headroom.
+_CONTENDED_PRESSURE = 0.1
 _STAGE_WORDS = {
     "gpu": "the GPUs' own pace (compute and the collective)",
     "cpu": "the CPU decode (busiest core {:.0%} busy)",
@@ -170,16 +173,23 @@ def node_prediction(
         return unknown(cause, "no window yet: the GPUs' wait share is not measured")
     d, i = max(0.0, min(data_ratio, 1.0)), max(0.0, min(sync_ratio or 0.0, 1.0 - data_ratio))
     limits: list[tuple[str, float]] = []
+    notes: list[str] = []
     busiest = _number(node_values.get("cpu_max_core_busy_ratio"))
+    pressure = _number(node_values.get("cpu_pressure_ratio")) or 0.0
     if cause != "cpu" and busiest is not None and busiest >= _STAGE_FLOOR:
-        limits.append(("cpu", busiest))
+        if pressure < _CONTENDED_PRESSURE:
+            limits.append(("cpu", busiest))
+        else:
+            notes.append(
+                f"the CPUs are contended ({pressure:.0%} CPU pressure): whether their decode binds next is not known "
+                f"(the busiest core is {busiest:.0%} busy, with others' work too)"
+            )
     h2d = _number(evidence.get("h2d_link_ratio"))
     if cause != "h2d" and h2d is not None and h2d >= _STAGE_FLOOR:
         limits.append(("h2d", h2d))
     link = _number(node_values.get("network_rx_link_ratio"))
     if cause != "network" and link is not None and link >= _STAGE_FLOOR:
         limits.append(("network", link))
-    notes: list[str] = []
     rating = None
     rate = _rate_now(cause, evidence, node_values, needed_bytes_per_second, d)
     if cause in DATA_CAUSES:
