@@ -172,35 +172,20 @@ def node_prediction(
     if data_ratio is None or (cause == "interconnect" and sync_ratio is None):
         return unknown(cause, "no window yet: the GPUs' wait share is not measured")
     d, i = max(0.0, min(data_ratio, 1.0)), max(0.0, min(sync_ratio or 0.0, 1.0 - data_ratio))
-    limits: list[tuple[str, float]] = []
-    notes: list[str] = []
-    busiest = _number(node_values.get("cpu_max_core_busy_ratio"))
-    pressure = _number(node_values.get("cpu_pressure_ratio")) or 0.0
-    if cause != "cpu" and busiest is not None and busiest >= _STAGE_FLOOR:
-        if pressure < _CONTENDED_PRESSURE:
-            limits.append(("cpu", busiest))
-        else:
-            notes.append(
-                f"the CPUs are contended ({pressure:.0%} CPU pressure): whether their decode binds next is not known "
-                f"(the busiest core is {busiest:.0%} busy, with others' work too)"
-            )
-    h2d = _number(evidence.get("h2d_link_ratio"))
-    if cause != "h2d" and h2d is not None and h2d >= _STAGE_FLOOR:
-        limits.append(("h2d", h2d))
+    limits, notes = _limits(cause, evidence, node_values)
     link = _number(node_values.get("network_rx_link_ratio"))
-    if cause != "network" and link is not None and link >= _STAGE_FLOOR:
-        limits.append(("network", link))
     rating = None
     rate = _rate_now(cause, evidence, node_values, needed_bytes_per_second, d)
     if cause in DATA_CAUSES:
         model = StepModel(cause, 1.0 - d - i, i, 1.0, tuple(limits), rate, None, interconnect_bytes_per_second)
-        notes.append(
+        notes.insert(
+            0,
             f"the {d:.0%} of GPU time waiting for data ({cause}) removed, as if the data came as fast as the "
-            "GPUs take it"
+            "GPUs take it",
         )
     else:  # the collective
         model = StepModel(cause, 1.0 - i, i, 0.0, tuple(limits), None, None, interconnect_bytes_per_second)
-        notes.append(f"the {i:.0%} of GPU time waiting in the collective removed")
+        notes.insert(0, f"the {i:.0%} of GPU time waiting in the collective removed")
     if cause == "network" and link is not None and link > 0:
         if link >= config.link_near_rating_ratio:
             rating = rate / link if rate else None
@@ -235,7 +220,11 @@ def job_prediction(
     reason = evidence.get("wait_unknown_reason")
     if reason is not None:
         return unknown(cause, str(reason))
-    w = straggler_wait_ratio if stragglers and straggler_wait_ratio is not None else wait_ratio
+    # A straggler makes the others wait the larger of its own wait (its data wait, its clocks'
+    # slowdown) and the job's measured wait share: a slow link makes every rank wait in the
+    # collective, which the straggler's own data wait does not show.
+    known = [x for x in (straggler_wait_ratio if stragglers else None, wait_ratio) if x is not None]
+    w = max(known) if known else None
     if w is None:
         return unknown(cause, "the job's wait share is not measured")
     w = max(0.0, min(w, 0.99))
@@ -245,8 +234,9 @@ def job_prediction(
     if stragglers:
         who = ", ".join(stragglers)
         notes = [
-            f"{who} as fast as the slowest other node: the {w:.0%} the others wait on it removed; in lockstep the "
-            "others' own limits do not show (they read at the job's pace)",
+            f"{who} as fast as the slowest other node: the {w:.0%} the others wait on it removed (the collective's "
+            "own transfers counted in it too); in lockstep the others' own limits do not show (they read at the "
+            "job's pace)",
         ]
     else:
         notes = [f"the shared cause ({cause}) removed on every node: the job's {w:.0%} waiting removed"]
@@ -277,6 +267,31 @@ def interconnect_rate(info: pb.NodeInfo | None) -> float | None:
     if gpu.HasField("pcie_max_generation") and gpu.HasField("pcie_max_width"):
         return pcie_bytes_per_second(gpu.pcie_max_generation, gpu.pcie_max_width)
     return None
+
+
+def _limits(
+    cause: str, evidence: Mapping[str, float | str], values: Mapping[str, float | str]
+) -> tuple[tuple[tuple[str, float], ...], list[str]]:
+    """The other stages' shares of the step the counters show, and what the notes say of them."""
+    limits: list[tuple[str, float]] = []
+    notes: list[str] = []
+    busiest = _number(values.get("cpu_max_core_busy_ratio"))
+    pressure = _number(values.get("cpu_pressure_ratio")) or 0.0
+    if cause != "cpu" and busiest is not None and busiest >= _STAGE_FLOOR:
+        if pressure < _CONTENDED_PRESSURE:
+            limits.append(("cpu", busiest))
+        else:
+            notes.append(
+                f"the CPUs are contended ({pressure:.0%} CPU pressure): whether their decode binds next is not known "
+                f"(the busiest core is {busiest:.0%} busy, with others' work too)"
+            )
+    h2d = _number(evidence.get("h2d_link_ratio"))
+    if cause != "h2d" and h2d is not None and h2d >= _STAGE_FLOOR:
+        limits.append(("h2d", h2d))
+    link = _number(values.get("network_rx_link_ratio"))
+    if cause != "network" and link is not None and link >= _STAGE_FLOOR:
+        limits.append(("network", link))
+    return tuple(limits), notes
 
 
 def with_target(fixed: IfFixed, config: PayoffConfig | None) -> IfFixed:
