@@ -4,7 +4,8 @@ judged); each priced as the ledger prices (``[prices]``) and set at the ``[payof
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.payoff.model import IfFixed, interconnect_rate, node_prediction, priced, with_target
@@ -13,6 +14,13 @@ from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 _COUNTED = frozenset({"busy", "starved", "throttled", "waiting"})
+
+
+class _Held(Protocol):
+    """A node as a collector process holds it: its latest topology, where known."""
+
+    @property
+    def topology(self) -> pb.NodeInfo | None: ...
 
 
 def node_worth(
@@ -54,3 +62,14 @@ def job_worth(
     if prices.configured and nodes:
         price = sum(prices.per_gpu_hour(node, model) for node, model in nodes.items()) / len(nodes)
     return priced(fixed, gpus, price, prices.currency)
+
+
+def gpu_models(held: Mapping[str, _Held], nodes: Iterable[str]) -> dict[str, str]:
+    """Each node's GPU model where this process holds its topology, else "": the price key the
+    ledger uses beside the node's id."""
+    out = {}
+    for node_id in nodes:
+        node = held.get(node_id)
+        gpus = node.topology.gpu.gpus if node is not None and node.topology is not None else ()
+        out[node_id] = gpus[0].name if gpus else ""
+    return out

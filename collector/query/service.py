@@ -37,7 +37,7 @@ from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.payoff.targets import PayoffConfig
-from nodeagent.collector.payoff.worth import job_worth, node_worth
+from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
@@ -330,11 +330,7 @@ class QueryService(pb_grpc.QueryServicer):
         """A job's verdict for the wire, its ``if_fixed`` at the ``[payoff]`` target and priced."""
         message = verdict.to_proto()
         if verdict.if_fixed is not None:
-            nodes = {}
-            for node_id in verdict.nodes:
-                node = self.ingest.nodes.get(node_id)
-                gpus = node.topology.gpu.gpus if node is not None and node.topology is not None else ()
-                nodes[node_id] = gpus[0].name if gpus else ""
+            nodes = gpu_models(self.ingest.nodes, verdict.nodes)
             fixed = job_worth(verdict.if_fixed, verdict.gpus, nodes, self.prices, self.payoff)
             if fixed is not None:
                 message.if_fixed.CopyFrom(fixed.to_proto())

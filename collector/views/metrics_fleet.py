@@ -31,7 +31,7 @@ from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.payoff.families import add_worth, worth_families
 from nodeagent.collector.payoff.targets import PayoffConfig
-from nodeagent.collector.payoff.worth import job_worth, node_worth
+from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
 from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -189,19 +189,12 @@ class FleetMetrics:
         # A job judged here may have every node on another worker: its stage heard them.
         jobs = fresh_jobs(self.ingest.jobs.verdicts(), fresh | self.ingest.jobs.heard_nodes())
         for job in jobs:
-            fixed = job_worth(job.if_fixed, job.gpus, self._models(job.nodes), self.prices, self.payoff)
+            fixed = job_worth(
+                job.if_fixed, job.gpus, gpu_models(self.ingest.nodes, job.nodes), self.prices, self.payoff
+            )
             if fixed is not None:
                 add_worth(worth, label("job_name", job.job), fixed)
         return render([*families.values(), *job_families(jobs), *worth.values()])
-
-    def _models(self, nodes: tuple[str, ...]) -> dict[str, str]:
-        """Each node's GPU model where this process holds its topology (the ledger's price key)."""
-        out = {}
-        for node_id in nodes:
-            node = self.ingest.nodes.get(node_id)
-            gpus = node.topology.gpu.gpus if node is not None and node.topology is not None else ()
-            out[node_id] = gpus[0].name if gpus else ""
-        return out
 
     def _node(
         self, families: dict[str, TextFamily], node: NodeState, detector: NodeDetector | None,
