@@ -241,7 +241,7 @@ class QueryService(pb_grpc.QueryServicer):
         if request.by and request.by not in BY:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"by: expected one of {', '.join(BY)}")
         async with query_slot(self.in_flight, self.policy, context):
-            return await self._read(
+            answer = await self._read(
                 context,
                 ledger_answer,
                 request,
@@ -250,6 +250,33 @@ class QueryService(pb_grpc.QueryServicer):
                 self._answer_bytes(context),
                 self.tenants,
             )
+        self._worth_into(answer, request.by or "job")
+        return answer
+
+    def _worth_into(self, answer: pb.LedgerResponse, by: str) -> None:
+        """By job or node: each row's "worth fixing", what lifting its live bottleneck would save a
+        day (the live predictions: a job this process judges, a node starved here now)."""
+        if by not in ("job", "node"):
+            return
+        now, down = self.ingest.clock(), down_after_seconds(self.ingest)
+        for row in answer.rows:
+            fixed = None
+            if by == "job":
+                verdict = self.ingest.jobs.verdict(row.key)
+                if verdict is not None:
+                    models = gpu_models(self.ingest.nodes, verdict.nodes)
+                    fixed = job_worth(verdict.if_fixed, verdict.gpus, models, self.prices, self.payoff)
+            else:
+                node = self.ingest.nodes.get(row.key)
+                detector = node.detector if node is not None else None
+                if node is not None and detector is not None and not is_silent(node, now, down) and not node.stopped:
+                    fixed = node_worth(
+                        detector.verdict, detector.evidence.values, node.topology, self.prices, self.payoff
+                    )
+            if fixed is not None and fixed.gpu_hours_per_day is not None:
+                row.worth_gpu_hours_per_day = fixed.gpu_hours_per_day
+                if fixed.money_per_day is not None:
+                    row.worth_money_per_day = fixed.money_per_day
 
     async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Jobs in pages, by job: the totals of as many jobs as the history's row bound allows."""

@@ -1106,7 +1106,7 @@ class LedgerStraggler(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_hours_waited: _Optional[float] = ...) -> None: ...
 
 class LedgerRow(_message.Message):
-    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace", "gpu_hours_unmeasured", "cost_unmeasured")
+    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace", "gpu_hours_unmeasured", "cost_unmeasured", "worth_gpu_hours_per_day", "worth_money_per_day")
     class GpuHoursLostEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1131,6 +1131,8 @@ class LedgerRow(_message.Message):
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     GPU_HOURS_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
     COST_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
+    WORTH_GPU_HOURS_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    WORTH_MONEY_PER_DAY_FIELD_NUMBER: _ClassVar[int]
     key: str
     gpu_hours_held: float
     gpu_hours_computing: float
@@ -1148,7 +1150,9 @@ class LedgerRow(_message.Message):
     namespace: str
     gpu_hours_unmeasured: float
     cost_unmeasured: float
-    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ..., gpu_hours_unmeasured: _Optional[float] = ..., cost_unmeasured: _Optional[float] = ...) -> None: ...
+    worth_gpu_hours_per_day: float
+    worth_money_per_day: float
+    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ..., gpu_hours_unmeasured: _Optional[float] = ..., cost_unmeasured: _Optional[float] = ..., worth_gpu_hours_per_day: _Optional[float] = ..., worth_money_per_day: _Optional[float] = ...) -> None: ...
 
 class LedgerResponse(_message.Message):
     __slots__ = ("rows", "shards")
