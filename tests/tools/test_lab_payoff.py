@@ -41,25 +41,20 @@ def test_the_prediction_from_the_slowed_run_is_within_15_percent_of_the_loops_ti
     assert fixed.speedup == pytest.approx(measured, rel=0.15)
 
 
-def test_a_contended_cpu_is_said_and_does_not_bound_the_prediction() -> None:
-    """The recorded network run shared two busy cores (92% busy, 27% CPU pressure): the busiest core's share
-    is others' work too, so it says nothing of the loader's headroom, and the notes say so."""
+def test_the_busiest_core_is_said_and_does_not_bound_the_prediction() -> None:
+    """The recorded network run shared two busy cores (92% busy): the busiest core's share is
+    others' work too (the loader's reads at 10 Mb/s take a few percent), so it is said in the
+    notes, not counted; counted, it would have predicted 1.06x where the loop's timers say 2.36x."""
     lab = BY_NAME["network"]
     detector = NodeDetector("lab-network", lab.config)
     with lab.trace.open("rb") as stream:
         for _, report in read_trace(stream, strict=True):
             verdict = detector.observe(report)
     values = detector.evidence.values
-    assert float(values["cpu_pressure_ratio"]) > 0.2
+    assert float(values["cpu_max_core_busy_ratio"]) > 0.9
     fixed = node_prediction(
         verdict.cause, verdict.starvation_ratio, verdict.interconnect_ratio, verdict.evidence, values, None,
         verdict.needed_ingest_bytes_per_second, PayoffConfig(),
     )  # fmt: skip
-    assert fixed is not None and any("CPUs are contended" in note for note in fixed.notes)
-    uncontended = {**values, "cpu_pressure_ratio": 0.0}
-    bounded = node_prediction(
-        verdict.cause, verdict.starvation_ratio, verdict.interconnect_ratio, verdict.evidence, uncontended, None,
-        verdict.needed_ingest_bytes_per_second, PayoffConfig(),
-    )  # fmt: skip
-    assert bounded is not None and bounded.speedup is not None and fixed.speedup is not None
-    assert bounded.speedup < fixed.speedup  # uncontended, its busiest core would bind
+    assert fixed is not None and fixed.speedup is not None and fixed.speedup > 2.0
+    assert any("busiest core is 94% busy: if it decodes the data" in note for note in fixed.notes)

@@ -79,7 +79,7 @@ def test_the_prediction_at_each_highway_is_within_10_percent_of_the_simulators_e
     assert predicted == pytest.approx(simulated, rel=0.10)
 
 
-def test_both_highways_predict_the_designs_65_minutes_and_name_the_cpu_next(rental: Rental) -> None:
+def test_both_highways_predict_the_designs_65_minutes_within_10_percent(rental: Rental) -> None:
     prices = Prices.from_mapping({"nodes": {"rental-10g-*": 1.1}}, source="t")
     config = PayoffConfig.from_mapping({"targets": ["50G + nvlink"]}, source="t")
     fixed = node_worth(rental.verdict, rental.values, rental.sim.info(), prices, config)
@@ -88,7 +88,9 @@ def test_both_highways_predict_the_designs_65_minutes_and_name_the_cpu_next(rent
     assert fixed.target_speedup is not None and DESIGN_MINUTES[0] / fixed.target_speedup == pytest.approx(
         DESIGN_MINUTES[1], rel=0.10
     )
-    assert any("CPU decode" in note for note in fixed.notes)  # the loader's cores bind next
+    # The loader's 40 cores, each 58% busy, would bind at 1.72x (the simulator's own 65 minutes):
+    # said, not counted, as the counters do not say whose work keeps a core busy.
+    assert any("the CPU binds at 1.72x" in note for note in fixed.notes)
     # The link itself at 95% of its 10 Gb/s: only a bigger one lifts it; the full lift is the
     # 34% data wait removed, the collective's 13% staying (DESIGN.md: 112 -> 74 minutes).
     assert any("only a faster link" in note for note in fixed.notes)
