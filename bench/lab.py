@@ -312,6 +312,17 @@ class Judged:
     expected: str
     ok: bool
     why: str
+    # What lifting the bottleneck is worth: the collector's prediction (``if_fixed.speedup`` of
+    # the node's row), and the loop's own: its steps per second without its waits over the
+    # verdict's window, over its steps per second as they ran (1 / (1 - its window wait share)).
+    predicted_speedup: float | None = None
+    measured_speedup: float | None = None
+
+
+def measured_speedup(window_wait: float | None) -> float | None:
+    """The loop's steps per second with its waits for data lifted, over its steps per second as
+    they ran: each step's compute stays (the GPU's is a timed wait), the waits go."""
+    return None if window_wait is None or window_wait >= 1.0 else round(1.0 / (1.0 - window_wait), 4)
 
 
 def judge(o: Outcome) -> Judged:
@@ -342,23 +353,34 @@ def judge(o: Outcome) -> Judged:
     if final_state != "starved" and any(v["state"] == "starved" for v in o.timeline) and o.rig.later is None:
         problems.append("starved at some step")
     truth, overhead = o.truth["wait_share"], o.truth.get("overhead_share", 0.0)
+    fixed = o.verdict.get("if_fixed") or {}
+    predicted = fixed.get("speedup")
+    measured = measured_speedup(window_truth) if state == "starved" else None
+    lifted = final_state == "starved" and o.rig.later is None and predicted is not None and measured is not None
+    if lifted and abs(predicted / measured - 1.0) > 0.15:
+        problems.append(f"if fixed: {predicted:.2f}x predicted, the loop's timers say {measured:.2f}x")
     return Judged(o.scenario, truth, overhead, window_truth, state, cause, ratio, first,
-                  dict(o.verdict.get("evidence") or {}), expected, not problems, "; ".join(problems))  # fmt: skip
+                  dict(o.verdict.get("evidence") or {}), expected, not problems, "; ".join(problems),
+                  predicted, measured)  # fmt: skip
 
 
 def table(rows: list[Judged]) -> str:
     lines = [
         "| scenario | truth: wait share (run / window) | loop overhead | verdict | starvation ratio | first starved "
-        "| expected | ok |",
-        "|---|---|---|---|---|---|---|---|",
+        "| if fixed: predicted / loop's timers | expected | ok |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         window = "-" if r.window_truth is None else f"{r.window_truth:.3f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.3f}"
         first = "-" if r.first_starved_seconds is None else f"{r.first_starved_seconds:.0f} s"
         verdict = r.state + (f" ({r.cause})" if r.cause else "")
+        worth = "-"
+        if r.predicted_speedup is not None or r.measured_speedup is not None:
+            worth = " / ".join("-" if x is None else f"{x:.2f}x" for x in (r.predicted_speedup, r.measured_speedup))
         lines.append(f"| {r.scenario} | {r.truth_share:.3f} / {window} | {r.overhead_share:.3f} | {verdict} "
-                     f"| {ratio} | {first} | {r.expected} | {'yes' if r.ok else 'NO: ' + r.why} |")  # fmt: skip
+                     f"| {ratio} | {first} | {worth} | {r.expected} "
+                     f"| {'yes' if r.ok else 'NO: ' + r.why} |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -707,6 +707,41 @@ class Judged:
     cpu_busy: float
     # The verdict's wait share was null: the reason its notes give (the product says it cannot tell).
     wait_unknown: str | None = None
+    # What lifting the job's bottleneck is worth: the collector's prediction (``if_fixed.speedup``
+    # of the job's row), and the job's steps per second by its ranks' own timers (the mean over
+    # its ranks of their steps over their run), which ``payoff_table`` sets beside the clean run's.
+    predicted_speedup: float | None = None
+    steps_per_second: float | None = None
+
+
+def steps_per_second(truths: list[dict[str, Any]]) -> float | None:
+    """A job's steps a second by its ranks' own timers: the mean over its ranks."""
+    rates = [t["steps"] / (t["ended_unix_seconds"] - t["started_unix_seconds"]) for t in truths
+             if t.get("steps") and t["ended_unix_seconds"] > t["started_unix_seconds"]]  # fmt: skip
+    return round(sum(rates) / len(rates), 4) if rates else None
+
+
+def payoff_table(rows: list[Judged]) -> str:
+    """Each slowed job's predicted speed-up beside the measured one: the clean run's steps per
+    second (the same run number's, else the first) over the slowed job's, by the ranks' timers."""
+    clean = {r.run: r.steps_per_second for r in rows if r.scenario == "clean" and r.steps_per_second}
+    lines = [
+        "| if fixed | run | job | predicted | measured: clean / slowed steps/s | error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.scenario == "clean" or (not r.straggler_run and "slowed" not in r.verdict):
+            continue
+        reference = clean.get(r.run) or next(iter(clean.values()), None)
+        measured = reference / r.steps_per_second if reference and r.steps_per_second else None
+        predicted = "-" if r.predicted_speedup is None else f"{r.predicted_speedup:.2f}x"
+        shown = "-" if measured is None else f"{measured:.2f}x ({reference:.2f} / {r.steps_per_second:.2f})"
+        error = "-" if measured is None or r.predicted_speedup is None else f"{r.predicted_speedup / measured - 1:+.1%}"
+        # Its first cell is not the scenario's name alone: readers key the judgement table's rows by it.
+        lines.append(
+            f"| {r.scenario}, if fixed | {r.run} | {r.job.rsplit('-', 1)[-1]} | {predicted} | {shown} | {error} |"
+        )
+    return "\n".join(lines) if clean else "(no clean run: no measured speed-up to set beside the predictions)"
 
 
 def _verdict_words(v: dict[str, Any] | None) -> str:
@@ -786,7 +821,9 @@ def judge(o: Outcome) -> list[Judged]:
                           _verdict_words(final), ratio, first,
                           named_polls, right_polls, " ".join(waiting) or "-", node_words, lost, history_lost,
                           round(truth_lost, 1),
-                          s is not None, not problems, "; ".join(problems), o.cpu_busy, unknown))  # fmt: skip
+                          s is not None, not problems, "; ".join(problems), o.cpu_busy, unknown,
+                          ((final or {}).get("if_fixed") or {}).get("speedup"),
+                          steps_per_second([o.truths[n.node_id] for n in job.nodes])))  # fmt: skip
     return out
 
 
@@ -1117,6 +1154,8 @@ def main(argv: list[str] | None = None) -> int:
         print("lab_cluster: interrupted; everything it started is removed", file=sys.stderr)
         return 130
     print(table(rows))
+    print()
+    print(payoff_table(rows))
     print()
     print(summary(rows))
     if "storage" in args.names and not device_filter:

@@ -18,13 +18,14 @@ from nodeagent.collector.alerts.sinks.base import Sink
 from nodeagent.collector.alerts.sinks.config import SINK_KEYS, SinkConfigError, build_sinks
 from nodeagent.collector.fleet.config import FleetConfig, FleetConfigError
 from nodeagent.collector.ledger.prices import Prices, PricesConfigError
+from nodeagent.collector.payoff.targets import PayoffConfig, PayoffConfigError
 from nodeagent.collector.tenants import Tenants, TenantsConfigError
 from nodeagent.collector.views.metrics_config import MetricsConfig, MetricsConfigError
 from nodeagent.core.detector.config import DetectorConfig, DetectorConfigError
 from nodeagent.core.settings.readers import read_toml
 from nodeagent.core.settings.tables import check_table
 
-TABLES = ("alerts", "detector", "fleet", "metrics", "prices", "sinks", "tenants")
+TABLES = ("alerts", "detector", "fleet", "metrics", "payoff", "prices", "sinks", "tenants")
 
 
 class CollectorConfigError(ValueError):
@@ -40,6 +41,8 @@ class CollectorConfig:
     fleet: FleetConfig = field(default_factory=FleetConfig)
     # What a GPU-hour costs, for the ledger.
     prices: Prices = field(default_factory=Prices)
+    # The highways a fix's worth is also predicted at.
+    payoff: PayoffConfig = field(default_factory=PayoffConfig)
     # Which fleet families /metrics carries (per node, per GPU).
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # Which node credentials belong to which tenant (job names scoped by it).
@@ -76,6 +79,7 @@ def config_from_mapping(
             sinks=sinks,
             fleet=FleetConfig.from_mapping(raw.get("fleet", {}), source=source),
             prices=Prices.from_mapping(raw.get("prices", {}), source=source),
+            payoff=PayoffConfig.from_mapping(raw.get("payoff", {}), source=source),
             metrics=MetricsConfig.from_mapping(raw.get("metrics", {}), source=source),
             tenants=Tenants.from_mapping(raw.get("tenants", {}), source=source),
             source=source,
@@ -86,6 +90,7 @@ def config_from_mapping(
         DetectorConfigError,
         FleetConfigError,
         MetricsConfigError,
+        PayoffConfigError,
         PricesConfigError,
         SinkConfigError,
         TenantsConfigError,
@@ -105,6 +110,7 @@ def effective_sections(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
         "detector": _fields(config.detector),
         "fleet": config.fleet.to_plain(),
         "metrics": config.metrics.to_plain(),
+        "payoff": config.payoff.to_plain(),
         "prices": config.prices.to_plain(),
         "tenants": config.tenants.to_plain(),
         "sinks": check_table(config.sinks, SINK_KEYS, source=source, table="sinks", error=CollectorConfigError),

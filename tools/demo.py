@@ -48,6 +48,17 @@ from nodeagent.core.wire.identity import NODE_ID_RE
 
 DAY_SECONDS = 86_400.0
 
+# The rentals' prices, and the highway the payoff is also predicted at (the design's better rental).
+DEMO_CONFIG = """\
+[prices]
+currency = "USD"
+default_per_gpu_hour = 2.0
+[prices.nodes]
+"rental-10g-*" = 1.10
+"rental-50g-*" = 2.40
+[payoff]
+targets = ["50G + nvlink"]
+"""
 SIMULATED = (("rental-10g-pcie", "ordinary-cloud"), ("rental-50g-nvlink", "fast-cloud"))
 # One 4-node training job (the same job key, ranks 0..3): three nodes on the fast cloud, one on
 # the 10 Gb/s link, which holds the whole job back.
@@ -75,11 +86,13 @@ class DemoPlan:
 def run_demo(plan: DemoPlan) -> None:
     with tempfile.TemporaryDirectory(prefix="nodeagent-demo-") as tmp, _processes() as started:
         db = Path(tmp) / "collector.db"
+        config = Path(tmp) / "collector.toml"
+        config.write_text(DEMO_CONFIG)
         collector = _spawn(
             # The default serve, as users run it: the job's nodes live on the workers their node ids
             # own, and the job is judged by the worker its key owns (ports 0: any free ones).
             ["nodeagent-collector", "--log-level", "warning", "serve", "--listen", "127.0.0.1:0",
-             "--worker-ports", "0", "--http-listen", "127.0.0.1:0", "--db", str(db)],
+             "--worker-ports", "0", "--http-listen", "127.0.0.1:0", "--db", str(db), "--config", str(config)],
             Path(tmp) / "collector.log", started, pipe=True,
         )  # fmt: skip
         address = _listening(collector, Path(tmp) / "collector.log")
@@ -172,10 +185,19 @@ def _job_why(job: dict[str, Any]) -> str:
         held = f"every node alike ({job['cause']}): no one node to blame"
     else:
         held = f"{', '.join(job['straggler_nodes'])} holds it back ({job['cause']})"
-    return (
+    text = (
         f"{name}: {nodes} nodes, {gpus} GPUs, slowed: {held}; the job's GPUs spend {wait:.0%} of their time"
         " waiting for it (JobStraggler)."
     )
+    fixed = job.get("if_fixed")
+    if fixed and fixed["speedup"] is not None:
+        text += f"\n    Lifting it: {fixed['speedup']:.2f}x the job's steps"
+        if fixed["money_per_day"] is not None:
+            text += (
+                f", {fixed['gpu_hours_per_day']:.0f} GPU-hours ({fixed['money_per_day']:.2f} {fixed['currency']}) a day"
+            )
+        text += "."
+    return text
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -212,6 +234,14 @@ def _why(row: dict[str, Any]) -> str:
     if row["needed_ingest_bytes_per_second"]:
         needed = format_bits(row["needed_ingest_bytes_per_second"])
         text += f"\n    Keeping the GPUs busy needs about {needed} of ingest."
+    fixed = row.get("if_fixed")
+    if fixed and fixed["speedup"] is not None:
+        text += f"\n    Lifting it: {fixed['speedup']:.2f}x the steps"
+        if fixed["money_per_day"] is not None:
+            text += (
+                f", {fixed['gpu_hours_per_day']:.0f} GPU-hours ({fixed['money_per_day']:.2f} {fixed['currency']}) a day"
+            )
+        text += f"; {fixed['notes'][-1]}."
     return text
 
 

@@ -27,6 +27,7 @@ from nodeagent.collector.cli.client import client_options, query_whole, several
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.history.split import WAIT_UNKNOWN
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.payoff.model import if_fixed_of, worth_words
 from nodeagent.collector.states import JOB_STATE_ORDER, SLOWED, state_rank
 from nodeagent.collector.views.fleet_table import short, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
@@ -91,6 +92,7 @@ def verdict_of(message: pb.JobVerdict) -> JobVerdict:
             message.needed_bytes_per_second if message.HasField("needed_bytes_per_second") else None
         ),
         evidence={k: _number_or_text(v) for k, v in message.evidence.items()}, notes=tuple(message.notes),
+        if_fixed=if_fixed_of(message.if_fixed) if message.HasField("if_fixed") else None,
     )  # fmt: skip
 
 
@@ -113,7 +115,7 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
     merged = shows_shards(rows)
     lines = [
         f"{'JOB':<24} {'STATE':<7} {'NODES':>5} {'GPUS':>5} {'STRAGGLER':<18} {'CAUSE':<9} {'WAIT %':>7} "
-        f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + "EVIDENCE"
+        f"{'GPU-H LOST ' + window:>15}  " + (f"{'SHARD':<21} " if merged else "") + f"{'WORTH':<20} EVIDENCE"
     ]
     for index, row in enumerate(rows):
         if not row["live"] and (index == 0 or rows[index - 1]["live"]):
@@ -126,12 +128,14 @@ def render_jobs(rows: list[dict[str, Any]], since: float) -> str:
             f"{short(straggler, 18):<18} {short(row['cause'] or '-', 9):<9} "
             f"{wait_words(row):>7} {lost:>15}  "
             + (f"{short(row['shard'] or '-', 21):<21} " if merged else "")
+            + f"{short(worth_words(row.get('if_fixed')), 20):<20} "
             + evidence_short(row["evidence"])
         )
     lines.append(
         f"(WAIT %: share of the job's GPU time spent waiting, live, unknown where its GPUs' readings cannot "
         f"measure it (EVIDENCE wait_unknown_reason says why); GPU-H LOST: the history's over the last "
-        f"{window}, on every GPU of the job; A..B where some hours are unmeasured: A lost, up to B)"
+        f"{window}, on every GPU of the job; A..B where some hours are unmeasured: A lost, up to B; WORTH: the "
+        f"speed-up if the straggler or the shared cause were lifted, and what it saves a day)"
     )
     return "\n".join(map(escape_controls, lines))
 

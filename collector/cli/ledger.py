@@ -74,9 +74,15 @@ class Since(click.ParamType[float]):
     "--by", type=click.Choice(BY), default="job", show_default=True,
     help="One row per job, node, the fleet, or the jobs' Slurm account or Kubernetes namespace.",
 )  # fmt: skip
+@click.option(
+    "--sort", type=click.Choice(["lost", "worth"]), default="lost", show_default=True,
+    help="Rows by money (else hours) lost, or by what fixing their live bottleneck is worth a day (by job, node).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON: one object per row.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV: a header, then one line per row.")
-def ledger(since: float, until: float | None, by: str, as_json: bool, as_csv: bool, **options: object) -> None:
+def ledger(
+    since: float, until: float | None, by: str, sort: str, as_json: bool, as_csv: bool, **options: object
+) -> None:
     """GPU-hours held, computing and lost (by category), and their cost, per job, node, the fleet,
     Slurm account or Kubernetes namespace."""
     if as_json and as_csv:
@@ -88,6 +94,8 @@ def ledger(since: float, until: float | None, by: str, as_json: bool, as_csv: bo
     response = query(options, "Ledger", since_unix_seconds=start, until_unix_seconds=end, by=by)
     rows = [ledger_plain(row, by) for row in response.rows]
     money = priced(row.currency for row in response.rows)
+    if sort == "worth":  # the most worth fixing first, by money where priced, else by GPU-hours a day
+        rows.sort(key=_worth_order, reverse=True)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     elif as_csv:
@@ -141,6 +149,8 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float,
     head += f" {'UNMEAS':>7}" if unmeasured else ""
     if money:
         head += f" {'COST':>11} {'LOST':>11}" + (f" {'LOST MAX':>11}" if unmeasured else "") + f" {'CUR':<4}"
+    worth = any(r.get("worth_fixing") for r in rows)
+    head += f" {'WORTH FIXING':>16}" if worth else ""
     head += {"job": "  STRAGGLERS", "account": "  JOBS", "namespace": "  JOBS"}.get(by, "")
     lines = [f"ledger {_when(start)} .. {_when(end)}: shares of each row's held GPU time", head.rstrip()]
     for row in rows:
@@ -157,6 +167,8 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float,
             line += f" {row['cost'] or 0.0:>11.2f} {row['cost_lost'] or 0.0:>11.2f}"
             line += f" {row['cost_lost_max'] or 0.0:>11.2f}" if unmeasured else ""
             line += f" {row['currency'] or '-':<4}"
+        if worth:
+            line += f" {_worth_words(row.get('worth_fixing')):>16}"
         if by == "job":
             line += "  " + (", ".join(f"{s['node']} ({s['gpu_hours_waited']:.2f} h)" for s in row["stragglers"]) or "-")
         elif by not in {"node", "fleet"}:
@@ -164,7 +176,25 @@ def render_ledger(rows: list[dict[str, Any]], by: str, start: float, end: float,
         lines.append(line.rstrip())
     if unmeasured:
         lines.append(UNMEASURED_LINE + (": the money lost is LOST to LOST MAX" if money else ""))
+    if worth:
+        lines.append(
+            "WORTH FIXING: what lifting the live bottleneck would save a day, at the current size "
+            "(money where priced, else GPU-hours; docs/jobs.md#what-a-fix-is-worth)"
+        )
     return "\n".join(map(escape_controls, lines))
+
+
+def _worth_words(worth: dict[str, Any] | None) -> str:
+    if not worth:
+        return "-"
+    if worth["money_per_day"] is not None:
+        return f"{worth['money_per_day']:.2f}/day"
+    return f"{worth['gpu_hours_per_day']:.1f} GPU-h/day"
+
+
+def _worth_order(row: dict[str, Any]) -> tuple[float, float]:
+    worth = row.get("worth_fixing") or {}
+    return (worth.get("money_per_day") or 0.0, worth.get("gpu_hours_per_day") or 0.0)
 
 
 _LABELS: Final = {"interconnect": "interco", "unresponsive": "unresp", "throttled": "throttl"}

@@ -150,6 +150,11 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
             total.cost_lost += row.cost_lost
             total.gpu_hours_unmeasured += row.gpu_hours_unmeasured
             total.cost_unmeasured += row.cost_unmeasured
+            # A live prediction is the one shard's that judges the job or holds the node: summed, others unset.
+            if row.HasField("worth_gpu_hours_per_day"):
+                total.worth_gpu_hours_per_day = total.worth_gpu_hours_per_day + row.worth_gpu_hours_per_day
+            if row.HasField("worth_money_per_day"):
+                total.worth_money_per_day = total.worth_money_per_day + row.worth_money_per_day
             if row.currency and row.currency not in total.currency.split("+"):  # "": that shard set no prices
                 total.currency = "+".join(sorted({*total.currency.split("+"), row.currency} - {""}))
             total.gpu_model = total.gpu_model or row.gpu_model

@@ -35,6 +35,7 @@ from nodeagent.collector.jobs.membership import Job, Member, Membership, claims
 from nodeagent.collector.jobs.messages import JobLeave, JobStep, JobWait, NodeMessage
 from nodeagent.collector.jobs.signals import job_signals, resolved
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.payoff.model import job_prediction
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.quantities.rates import increase_across_reset
@@ -202,6 +203,16 @@ class JobStage:
             needed_bytes_per_second=j.needed_bytes_per_second,
             evidence=j.evidence,
             notes=(*said.notes, *self.membership.notes(job, t), *j.notes),
+            if_fixed=job_prediction(
+                j.state,
+                j.cause,
+                j.stragglers,
+                j.job_wide,
+                j.wait_ratio,
+                j.straggler_wait_ratio,
+                j.needed_bytes_per_second,
+                j.evidence,
+            ),
         )
         if job.key in self._verdicts:
             self._verdicts[job.key] = verdict

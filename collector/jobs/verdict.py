@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from nodeagent.collector.payoff.model import IfFixed
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 JOB_STATES: Final = ("busy", "slowed", "idle", "warmup")
@@ -37,6 +38,8 @@ class JobVerdict:
     needed_bytes_per_second: float | None = None
     evidence: dict[str, float | str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # With a straggler or a job-wide cause: what lifting it is worth (collector/payoff/).
+    if_fixed: IfFixed | None = None
 
     def to_plain(self) -> dict[str, Any]:
         """The JSON of ``nodeagent-collector jobs --json`` and the fleet page's job view."""
@@ -57,6 +60,7 @@ class JobVerdict:
             "needed_bytes_per_second": self.needed_bytes_per_second,
             "evidence": dict(self.evidence),
             "notes": list(self.notes),
+            "if_fixed": self.if_fixed.to_plain() if self.if_fixed is not None else None,
         }
 
     def to_proto(self) -> pb.JobVerdict:
@@ -80,4 +84,6 @@ class JobVerdict:
             message.wait_ratio = self.wait_ratio
         if self.needed_bytes_per_second is not None:
             message.needed_bytes_per_second = self.needed_bytes_per_second
+        if self.if_fixed is not None:
+            message.if_fixed.CopyFrom(self.if_fixed.to_proto())
         return message

@@ -33,8 +33,11 @@ from nodeagent.collector.fleet.fleet_pages import FleetPages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
+from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
+from nodeagent.collector.payoff.targets import PayoffConfig
+from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
@@ -64,9 +67,11 @@ class QueryService(pb_grpc.QueryServicer):
         bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024, pages: LocalPages | None = None,
         prices: Prices | None = None,
         tenants: Tenants | None = None,
+        payoff: PayoffConfig | None = None,
     ) -> None:  # fmt: skip
         self.ingest = ingest
         self.prices = prices or Prices()
+        self.payoff = payoff or PayoffConfig()
         self.tenants = tenants or Tenants()
         self.policy = policy
         self.reader = reader
@@ -120,6 +125,11 @@ class QueryService(pb_grpc.QueryServicer):
                 summary.window_seen_seconds = detector.seen_seconds
                 if not is_silent(node, now, down) and not node.stopped:  # a down node's verdict is of the past
                     _verdict_into(summary, detector.verdict)
+                    fixed = node_worth(
+                        detector.verdict, detector.evidence.values, node.topology, self.prices, self.payoff
+                    )
+                    if fixed is not None:
+                        summary.if_fixed.CopyFrom(fixed.to_proto())
             summaries.append(summary)
         return summaries
 
@@ -130,7 +140,7 @@ class QueryService(pb_grpc.QueryServicer):
         as it is); the jobs that lost most first. An answer beyond one message is refused."""
         await self._authorize(context)
         verdicts = sorted(self.ingest.jobs.verdicts(), key=lambda v: (-v.gpu_seconds_lost, v.job))
-        response = pb.ListJobsResponse(jobs=[v.to_proto() for v in verdicts])
+        response = pb.ListJobsResponse(jobs=[self._job_message(v) for v in verdicts])
         if response.ByteSize() > self._answer_bytes(context):
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -142,7 +152,7 @@ class QueryService(pb_grpc.QueryServicer):
     async def StreamJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """ListJobs in pages, by job: however many jobs the roll-up follows."""
         await self._authorize(context)
-        await self._send_pages(context, "StreamJobs", [v.to_proto() for v in self.ingest.jobs.verdicts()])
+        await self._send_pages(context, "StreamJobs", [self._job_message(v) for v in self.ingest.jobs.verdicts()])
 
     async def ListAlerts(
         self,
@@ -231,7 +241,7 @@ class QueryService(pb_grpc.QueryServicer):
         if request.by and request.by not in BY:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"by: expected one of {', '.join(BY)}")
         async with query_slot(self.in_flight, self.policy, context):
-            return await self._read(
+            answer = await self._read(
                 context,
                 ledger_answer,
                 request,
@@ -240,6 +250,33 @@ class QueryService(pb_grpc.QueryServicer):
                 self._answer_bytes(context),
                 self.tenants,
             )
+        self._worth_into(answer, request.by or "job")
+        return answer
+
+    def _worth_into(self, answer: pb.LedgerResponse, by: str) -> None:
+        """By job or node: each row's "worth fixing", what lifting its live bottleneck would save a
+        day (the live predictions: a job this process judges, a node starved here now)."""
+        if by not in ("job", "node"):
+            return
+        now, down = self.ingest.clock(), down_after_seconds(self.ingest)
+        for row in answer.rows:
+            fixed = None
+            if by == "job":
+                verdict = self.ingest.jobs.verdict(row.key)
+                if verdict is not None:
+                    models = gpu_models(self.ingest.nodes, verdict.nodes)
+                    fixed = job_worth(verdict.if_fixed, verdict.gpus, models, self.prices, self.payoff)
+            else:
+                node = self.ingest.nodes.get(row.key)
+                detector = node.detector if node is not None else None
+                if node is not None and detector is not None and not is_silent(node, now, down) and not node.stopped:
+                    fixed = node_worth(
+                        detector.verdict, detector.evidence.values, node.topology, self.prices, self.payoff
+                    )
+            if fixed is not None and fixed.gpu_hours_per_day is not None:
+                row.worth_gpu_hours_per_day = fixed.gpu_hours_per_day
+                if fixed.money_per_day is not None:
+                    row.worth_money_per_day = fixed.money_per_day
 
     async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Jobs in pages, by job: the totals of as many jobs as the history's row bound allows."""
@@ -315,6 +352,16 @@ class QueryService(pb_grpc.QueryServicer):
                 "raise serve's --max-message-bytes",
             )
         return reply
+
+    def _job_message(self, verdict: JobVerdict) -> pb.JobVerdict:
+        """A job's verdict for the wire, its ``if_fixed`` at the ``[payoff]`` target and priced."""
+        message = verdict.to_proto()
+        if verdict.if_fixed is not None:
+            nodes = gpu_models(self.ingest.nodes, verdict.nodes)
+            fixed = job_worth(verdict.if_fixed, verdict.gpus, nodes, self.prices, self.payoff)
+            if fixed is not None:
+                message.if_fixed.CopyFrom(fixed.to_proto())
+        return message
 
     def _answer_bytes(self, context: grpc.aio.ServicerContext[Any, Any]) -> int:
         """The largest answer: one message of --max-message-bytes, or, to the front of this

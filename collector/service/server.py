@@ -36,7 +36,9 @@ from nodeagent.collector.jobs.messages import Home
 from nodeagent.collector.jobstage.messenger import JobMessenger
 from nodeagent.collector.jobstage.routes import Routes
 from nodeagent.collector.jobstage.service import JobStageService
+from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import ledger_answer
+from nodeagent.collector.payoff.targets import PayoffConfig
 from nodeagent.collector.query.bounds import QueryBounds
 from nodeagent.collector.query.service import UNBOUNDED_ANSWER_BYTES, QueryService
 from nodeagent.collector.remote_write.config import RemoteWriteConfig
@@ -182,6 +184,7 @@ class CollectorServer:
             pages=self.pages,
             prices=config.settings.prices,
             tenants=config.settings.tenants,
+            payoff=config.settings.payoff,
         )
         built = build_server(
             listen=config.listen, security=config.security, policy=self.policy,
@@ -279,6 +282,10 @@ class CollectorServer:
     @property
     def metrics_config(self) -> MetricsConfig:
         return self.config.settings.metrics
+
+    @property
+    def worth_config(self) -> tuple[Prices, PayoffConfig]:
+        return self.config.settings.prices, self.config.settings.payoff
 
     @property
     def rejected(self) -> dict[tuple[str, str], int]:

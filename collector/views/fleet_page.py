@@ -28,6 +28,7 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.merge_rules import book_alert
+from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
 from nodeagent.collector.states import (
     DOWN,
     MOVED,
@@ -163,6 +164,12 @@ class FleetPage:
         out["highways"] = {
             cause: evidence_words(cause, evidence) for cause in ("network", "storage", "cpu") if evidence
         }
+        # What lifting its bottleneck is worth, while it is starved now (docs/jobs.md#what-a-fix-is-worth).
+        fixed = None
+        if detector is not None and out["last_known"] is None:
+            prices, payoff = self.server.worth_config
+            fixed = node_worth(detector.verdict, evidence, node.topology, prices, payoff)
+        out["if_fixed"] = fixed.to_plain() if fixed is not None else None
         out["timeline_source"], out["timeline"] = self._timeline(node)
         # Its own alerts, and a job's alert that names it (JobStraggler: the straggler).
         out["alerts"] = [a.to_plain() for a in self._alerts() if node_id in (a.node_id, a.labels.get("node"))]
@@ -178,7 +185,7 @@ class FleetPage:
         """Every multi-node job the roll-up follows, worst first; ``down`` when no node of it is fresh."""
         now = self.server.ingest.clock()
         fresh = self._fresh_nodes(now)
-        shown = [_job_row(v, fresh) for v in self.server.ingest.jobs.verdicts()]
+        shown = [self._job_row(v, fresh) for v in self.server.ingest.jobs.verdicts()]
         shown.sort(key=job_worst_first)
         return {"time_unix_seconds": now, "states": counts(j["state"] for j in shown), "jobs": shown}
 
@@ -189,7 +196,7 @@ class FleetPage:
         if verdict is None:
             return None
         now = self.server.ingest.clock()
-        out = _job_row(verdict, self._fresh_nodes(now))
+        out = self._job_row(verdict, self._fresh_nodes(now))
         out["sentence"] = job_sentence(out)
         out["evidence_lines"] = evidence_lines(verdict.evidence)
         out["node_details"] = [
@@ -197,6 +204,16 @@ class FleetPage:
             for node_id in verdict.nodes
         ]
         out["alerts"] = [a.to_plain() for a in self._alerts() if a.labels.get("job") == name]
+        return out
+
+    def _job_row(self, verdict: JobVerdict, fresh: set[str]) -> dict[str, Any]:
+        """``_job_row``'s, its ``if_fixed`` at the ``[payoff]`` target and priced as the ledger prices."""
+        out = _job_row(verdict, fresh)
+        prices, payoff = self.server.worth_config
+        fixed = job_worth(
+            verdict.if_fixed, verdict.gpus, gpu_models(self.server.ingest.nodes, verdict.nodes), prices, payoff
+        )
+        out["if_fixed"] = fixed.to_plain() if fixed is not None else None
         return out
 
     def job_members(self, name: str) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from nodeagent.collector.alerts.alerting import Alerting
     from nodeagent.collector.ingest.intake import Ingest
     from nodeagent.collector.jobstage.messenger import JobMessenger
+    from nodeagent.collector.ledger.prices import Prices
+    from nodeagent.collector.payoff.targets import PayoffConfig
     from nodeagent.collector.remote_write.process import RemoteWriteProcess
     from nodeagent.collector.store.database import StoreWriter
     from nodeagent.collector.views.metrics_config import MetricsConfig
@@ -49,6 +51,10 @@ class FleetState(Protocol):
     @property
     def metrics_config(self) -> MetricsConfig:
         """``[metrics]``: which fleet families ``/metrics`` carries."""
+
+    @property
+    def worth_config(self) -> tuple[Prices, PayoffConfig]:
+        """``[prices]`` and ``[payoff]``: how ``nodeagent_fix_worth_*`` prices a fix and where it aims."""
 
     @property
     def rejected(self) -> Mapping[tuple[str, str], int]:

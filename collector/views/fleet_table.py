@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from nodeagent.collector.history.split import WAIT_UNKNOWN
+from nodeagent.collector.payoff.model import if_fixed_of, worth_words
 from nodeagent.collector.states import DOWN, MOVED, NEW, NO_GPU, STOPPED
 from nodeagent.core.detector.computing_source import CODE_WORDS
 from nodeagent.core.detector.verdict_words import forming_words, ingest_words
@@ -52,6 +53,8 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
             "window_seen_seconds": n.window_seen_seconds if n.window_seconds else None,
             # The store that holds the node cannot commit: its figures are those of its last commit.
             "store_failing": {"seconds": n.store_failing_seconds, "error": n.store_error} if n.store_error else None,
+            # While starved: what lifting its bottleneck is worth (collector/payoff/).
+            "if_fixed": if_fixed_of(n.if_fixed).to_plain() if n.HasField("if_fixed") else None,
         }
         for n in response.nodes
     ]
@@ -101,7 +104,8 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     merged = shows_shards(rows)
     lines = [
         f"{'NODE':<22} {'CONN':<4} {'GPUS':>4} {'STATE':<9} {'CAUSE':<13} {'STARVED':>7} {'LOST TODAY':>10} "
-        f"{'NEEDS':>10} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}" + ("  SHARD" if merged else "")
+        f"{'NEEDS':>10} {'WORTH':<20} {'REPORTS':>8} {'LAST SEEN':>20} {'SKEW':>7} {'REFUSED':>7}"
+        + ("  SHARD" if merged else "")
     ]
     notes = []
     for row in rows:
@@ -122,9 +126,14 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{row['node_id']!s:<22} {'yes' if row['connected'] else 'no':<4} {row['gpu_count']:>4} "
             f"{state:<9} {short(cause, 13):<13} {f'{ratio:.0%}' if ratio is not None else '-':>7} "
             f"{row['gpu_hours_lost_today']:>10.2f} {ingest_words(row['cause'], needs) if needs else '-':>10} "
+            f"{short(worth_words(row.get('if_fixed')), 20):<20} "
             f"{row['reports_total']:>8} {iso_time(float(row['last_seen'])):>20} "
             f"{clock_skew(row.get('clock_skew_seconds')):>7} {row.get('clock_refused_reports_total', 0):>7}"
             + (f"  {_shard_words(row)}" if merged else "")
+        )
+    if any(row.get("if_fixed") for row in rows):
+        notes.append(
+            "(WORTH: the speed-up if the node's bottleneck were lifted, and what it saves a day; --json says how)"
         )
     return "\n".join(map(escape_controls, lines + notes + stores_failing(rows)))
 

@@ -151,6 +151,15 @@ def ledger_plain(row: pb.LedgerRow, by: str) -> dict[str, Any]:
         out["stragglers"] = [{"node": s.node_id, "gpu_hours_waited": s.gpu_hours_waited} for s in row.stragglers]
     if by == "node":
         out["gpu_model"] = row.gpu_model
+    if by in ("job", "node"):  # what lifting its live bottleneck would save a day (collector/payoff/)
+        out["worth_fixing"] = (
+            {
+                "gpu_hours_per_day": row.worth_gpu_hours_per_day,
+                "money_per_day": row.worth_money_per_day if row.HasField("worth_money_per_day") else None,
+            }
+            if row.HasField("worth_gpu_hours_per_day")
+            else None
+        )
     return out
 
 

@@ -268,7 +268,10 @@ class MetricsExposition:
             # A worker's own families carry worker="i": merged by its front, they stay distinct series.
             self.registry.register(collector if index is None else LabelledCollector(collector, "worker", str(index)))
         self.fleet = FleetMetrics(
-            server.ingest, settings=server.metrics_config, worker=None if index is None else str(index)
+            server.ingest,
+            settings=server.metrics_config,
+            worker=None if index is None else str(index),
+            worth=server.worth_config,
         )
 
     def render(self) -> bytes:

@@ -28,6 +28,10 @@ from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.families import job_families
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.ledger.prices import Prices
+from nodeagent.collector.payoff.families import add_worth, worth_families
+from nodeagent.collector.payoff.targets import PayoffConfig
+from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
 from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -137,8 +141,11 @@ class FleetMetrics:
         clock: Callable[[], float] | None = None,
         settings: MetricsConfig | None = None,
         worker: str | None = None,
+        worth: tuple[Prices, PayoffConfig] | None = None,
     ) -> None:
         self.ingest = ingest
+        # ``[prices]`` and ``[payoff]``: nodeagent_fix_worth_* (collector/payoff/families.py).
+        self.prices, self.payoff = worth or (Prices(), PayoffConfig())
         self.clock = clock or ingest.clock
         self.settings = settings or MetricsConfig()
         # The summary's own label under a front (``worker="i"``), so the merged page holds each
@@ -161,6 +168,7 @@ class FleetMetrics:
         per_node = self.settings.per_node_families
         detectors = [self._detector(node, now, down) for node in nodes]
         per_gpu = self.settings.per_gpu_shown(sum(1 for d in detectors if d is not None))
+        worth = worth_families()
         node_states: dict[str, int] = {}
         gpu_states: dict[str, int] = {}
         for node, detector in zip(nodes, detectors, strict=True):
@@ -173,10 +181,20 @@ class FleetMetrics:
                 fresh.add(node.row.node_id)
             if per_node or per_gpu:
                 self._node(families, node, detector, verdict, state, per_node=per_node, per_gpu=per_gpu)
+            if per_node and verdict is not None and detector is not None and verdict.state == "starved":
+                fixed = node_worth(verdict, detector.evidence.values, node.topology, self.prices, self.payoff)
+                if fixed is not None:
+                    add_worth(worth, self._node_label(node.row.node_id), fixed)
         self._summary(families, node_states, gpu_states, per_gpu)
         # A job judged here may have every node on another worker: its stage heard them.
         jobs = fresh_jobs(self.ingest.jobs.verdicts(), fresh | self.ingest.jobs.heard_nodes())
-        return render([*families.values(), *job_families(jobs)])
+        for job in jobs:
+            fixed = job_worth(
+                job.if_fixed, job.gpus, gpu_models(self.ingest.nodes, job.nodes), self.prices, self.payoff
+            )
+            if fixed is not None:
+                add_worth(worth, label("job_name", job.job), fixed)
+        return render([*families.values(), *job_families(jobs), *worth.values()])
 
     def _node(
         self, families: dict[str, TextFamily], node: NodeState, detector: NodeDetector | None,

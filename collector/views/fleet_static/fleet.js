@@ -10,6 +10,21 @@ const waitShare = (j) => j.wait_ratio !== null && j.wait_ratio !== undefined ? p
   waitUnknown(j) === null ? "—" : `<span class="unknown" title="${esc(waitUnknown(j))}">unknown</span>`;
 const nodeWait = (e) => typeof e.wait_ratio === "number" ? `, ${pct(e.wait_ratio)} of their time` :
   e.wait_unknown_reason ? `; their wait share is <span class="unknown">unknown</span>: ${esc(e.wait_unknown_reason)}` : "";
+// What lifting the bottleneck is worth (if_fixed, docs/jobs.md#what-a-fix-is-worth): the speed-up,
+// the GPU-hours and money a day, the target's speed-up, the assumptions; "unknown" with its reason.
+function worthSection(f) {
+  if (!f) return "";
+  const notes = (f.notes || []).map((n) => `<li>${esc(n)}</li>`).join("");
+  if (f.speedup === null || f.speedup === undefined)
+    return `<h2>If fixed</h2><p id="if-fixed">Lifting the ${esc(f.bottleneck)} bottleneck: ` +
+      `<span class="unknown">unknown</span></p><ul id="if-fixed-notes">${notes}</ul>`;
+  const saved = f.gpu_hours_per_day === null || f.gpu_hours_per_day === undefined ? "" :
+    `, ${f.gpu_hours_per_day.toFixed(1)} GPU-hours a day` +
+    (f.money_per_day === null || f.money_per_day === undefined ? "" : ` (${f.money_per_day.toFixed(2)} ${esc(f.currency)})`);
+  const target = f.target && f.target.speedup !== null ? `; at ${esc(f.target.highway)}: ${f.target.speedup.toFixed(2)}x` : "";
+  return `<h2>If fixed</h2><p id="if-fixed">Lifting the ${esc(f.bottleneck)} bottleneck: ` +
+    `${f.speedup.toFixed(2)}x the steps${saved}${target}.</p><ul id="if-fixed-notes">${notes}</ul>`;
+}
 const gbits = (b) => (b === null || b === undefined) ? "—" : (b * 8 / 1e9).toFixed(1) + " Gb/s";
 const mbytes = (b) => (b === null || b === undefined) ? "—" : (b / 1e6).toFixed(0) + " MB/s";
 // A long name (a node id may be 253 characters, a job id 256) is cut to its column, whole on hover.
@@ -222,6 +237,7 @@ async function drawNode() {
       `${n.waiting_job ? " of job " + jobLink(n.waiting_job) : ""}${nodeWait(n.verdict?.evidence || {})}.</p>` : "") +
     ((n.jobs || []).length ? `<p id="jobs">Jobs: ${n.jobs.map(jobLink).join(", ")}</p>` : "") +
     `<h2 id="why">${esc(why_title)}</h2>${last_known}<ul id="evidence">${why || "<li class='muted'>no node-wide evidence yet</li>"}</ul>` +
+    worthSection(n.if_fixed) +
     `<h2>Timeline <span class="muted">(per minute, ${n.timeline_source === "history" ? "from the collector's history" :
       "kept in the collector's memory"})</span></h2><div id="timeline">${stateBand(n.timeline)}` +
     series(n.timeline, "starvation_ratio", "starvation ratio", pct, 1) +
@@ -291,7 +307,7 @@ async function drawJob() {
     `<h2>Its nodes side by side</h2><div class="cards" id="job-nodes">` +
     j.node_details.map(nodeCard).join("") + `</div>` +
     `<h2>Evidence: what sets the straggler apart</h2><ul id="evidence">` +
-    `${evidence || "<li class='muted'>nothing sets a node apart</li>"}</ul>` +
+    `${evidence || "<li class='muted'>nothing sets a node apart</li>"}</ul>` + worthSection(j.if_fixed) +
     (notes ? `<h2>Notes</h2><ul id="notes">${notes}</ul>` : "") +
     `<h2>Alerts</h2>${alertTable(j.alerts)}` +
     `<h2>Its ledger (last 30 days)</h2><div id="job-ledger">${jobLedger.html}</div>`;

@@ -764,7 +764,7 @@ class ListNodesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeSummary(_message.Message):
-    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds", "shard", "stale_shards", "store_error", "store_failing_seconds")
+    __slots__ = ("node_id", "hostname", "agent_version", "reports_total", "duplicates_total", "first_seen_unix_seconds", "last_seen_unix_seconds", "epoch", "last_seq", "connected", "gpu_count", "spool_dropped_reports_total", "gap_reports_total", "state", "cause", "tier", "starvation_ratio", "interconnect_ratio", "gpu_seconds_lost", "needed_ingest_bytes_per_second", "starved_gpus", "jobs", "evidence", "clock_skew_seconds", "clock_refused_reports_total", "waiting_on", "waiting_job", "window_seconds", "window_seen_seconds", "shard", "stale_shards", "store_error", "store_failing_seconds", "if_fixed")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -805,6 +805,7 @@ class NodeSummary(_message.Message):
     STALE_SHARDS_FIELD_NUMBER: _ClassVar[int]
     STORE_ERROR_FIELD_NUMBER: _ClassVar[int]
     STORE_FAILING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IF_FIXED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     agent_version: str
@@ -838,7 +839,8 @@ class NodeSummary(_message.Message):
     stale_shards: _containers.RepeatedScalarFieldContainer[str]
     store_error: str
     store_failing_seconds: float
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ..., shard: _Optional[str] = ..., stale_shards: _Optional[_Iterable[str]] = ..., store_error: _Optional[str] = ..., store_failing_seconds: _Optional[float] = ...) -> None: ...
+    if_fixed: IfFixed
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., reports_total: _Optional[int] = ..., duplicates_total: _Optional[int] = ..., first_seen_unix_seconds: _Optional[float] = ..., last_seen_unix_seconds: _Optional[float] = ..., epoch: _Optional[int] = ..., last_seq: _Optional[int] = ..., connected: _Optional[bool] = ..., gpu_count: _Optional[int] = ..., spool_dropped_reports_total: _Optional[int] = ..., gap_reports_total: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., tier: _Optional[str] = ..., starvation_ratio: _Optional[float] = ..., interconnect_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_ingest_bytes_per_second: _Optional[float] = ..., starved_gpus: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., evidence: _Optional[_Mapping[str, str]] = ..., clock_skew_seconds: _Optional[float] = ..., clock_refused_reports_total: _Optional[int] = ..., waiting_on: _Optional[_Iterable[str]] = ..., waiting_job: _Optional[str] = ..., window_seconds: _Optional[float] = ..., window_seen_seconds: _Optional[float] = ..., shard: _Optional[str] = ..., stale_shards: _Optional[_Iterable[str]] = ..., store_error: _Optional[str] = ..., store_failing_seconds: _Optional[float] = ..., if_fixed: _Optional[_Union[IfFixed, _Mapping]] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes", "shards")
@@ -1011,7 +1013,7 @@ class ListJobsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobVerdict(_message.Message):
-    __slots__ = ("job", "source", "state", "nodes", "gpus", "world_size", "ranks_reported", "straggler_nodes", "cause", "job_wide", "wait_ratio", "gpu_seconds_lost", "needed_bytes_per_second", "evidence", "time_unix_seconds", "notes", "shard")
+    __slots__ = ("job", "source", "state", "nodes", "gpus", "world_size", "ranks_reported", "straggler_nodes", "cause", "job_wide", "wait_ratio", "gpu_seconds_lost", "needed_bytes_per_second", "evidence", "time_unix_seconds", "notes", "shard", "if_fixed")
     class EvidenceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1036,6 +1038,7 @@ class JobVerdict(_message.Message):
     TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    IF_FIXED_FIELD_NUMBER: _ClassVar[int]
     job: str
     source: str
     state: str
@@ -1053,7 +1056,28 @@ class JobVerdict(_message.Message):
     time_unix_seconds: float
     notes: _containers.RepeatedScalarFieldContainer[str]
     shard: str
-    def __init__(self, job: _Optional[str] = ..., source: _Optional[str] = ..., state: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., gpus: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_reported: _Optional[int] = ..., straggler_nodes: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ..., job_wide: _Optional[bool] = ..., wait_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_bytes_per_second: _Optional[float] = ..., evidence: _Optional[_Mapping[str, str]] = ..., time_unix_seconds: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ..., shard: _Optional[str] = ...) -> None: ...
+    if_fixed: IfFixed
+    def __init__(self, job: _Optional[str] = ..., source: _Optional[str] = ..., state: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., gpus: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_reported: _Optional[int] = ..., straggler_nodes: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ..., job_wide: _Optional[bool] = ..., wait_ratio: _Optional[float] = ..., gpu_seconds_lost: _Optional[float] = ..., needed_bytes_per_second: _Optional[float] = ..., evidence: _Optional[_Mapping[str, str]] = ..., time_unix_seconds: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ..., shard: _Optional[str] = ..., if_fixed: _Optional[_Union[IfFixed, _Mapping]] = ...) -> None: ...
+
+class IfFixed(_message.Message):
+    __slots__ = ("speedup", "bottleneck", "target", "target_speedup", "gpu_hours_per_day", "money_per_day", "currency", "notes")
+    SPEEDUP_FIELD_NUMBER: _ClassVar[int]
+    BOTTLENECK_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SPEEDUP_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    MONEY_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    CURRENCY_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    speedup: float
+    bottleneck: str
+    target: str
+    target_speedup: float
+    gpu_hours_per_day: float
+    money_per_day: float
+    currency: str
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, speedup: _Optional[float] = ..., bottleneck: _Optional[str] = ..., target: _Optional[str] = ..., target_speedup: _Optional[float] = ..., gpu_hours_per_day: _Optional[float] = ..., money_per_day: _Optional[float] = ..., currency: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "shards")
@@ -1082,7 +1106,7 @@ class LedgerStraggler(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_hours_waited: _Optional[float] = ...) -> None: ...
 
 class LedgerRow(_message.Message):
-    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace", "gpu_hours_unmeasured", "cost_unmeasured")
+    __slots__ = ("key", "gpu_hours_held", "gpu_hours_computing", "gpu_hours_lost", "cost", "cost_lost", "currency", "stragglers", "nodes", "gpu_model", "first_unix_seconds", "last_unix_seconds", "jobs", "account", "namespace", "gpu_hours_unmeasured", "cost_unmeasured", "worth_gpu_hours_per_day", "worth_money_per_day")
     class GpuHoursLostEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1107,6 +1131,8 @@ class LedgerRow(_message.Message):
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     GPU_HOURS_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
     COST_UNMEASURED_FIELD_NUMBER: _ClassVar[int]
+    WORTH_GPU_HOURS_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    WORTH_MONEY_PER_DAY_FIELD_NUMBER: _ClassVar[int]
     key: str
     gpu_hours_held: float
     gpu_hours_computing: float
@@ -1124,7 +1150,9 @@ class LedgerRow(_message.Message):
     namespace: str
     gpu_hours_unmeasured: float
     cost_unmeasured: float
-    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ..., gpu_hours_unmeasured: _Optional[float] = ..., cost_unmeasured: _Optional[float] = ...) -> None: ...
+    worth_gpu_hours_per_day: float
+    worth_money_per_day: float
+    def __init__(self, key: _Optional[str] = ..., gpu_hours_held: _Optional[float] = ..., gpu_hours_computing: _Optional[float] = ..., gpu_hours_lost: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., cost_lost: _Optional[float] = ..., currency: _Optional[str] = ..., stragglers: _Optional[_Iterable[_Union[LedgerStraggler, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., gpu_model: _Optional[str] = ..., first_unix_seconds: _Optional[float] = ..., last_unix_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., account: _Optional[str] = ..., namespace: _Optional[str] = ..., gpu_hours_unmeasured: _Optional[float] = ..., cost_unmeasured: _Optional[float] = ..., worth_gpu_hours_per_day: _Optional[float] = ..., worth_money_per_day: _Optional[float] = ...) -> None: ...
 
 class LedgerResponse(_message.Message):
     __slots__ = ("rows", "shards")
