@@ -116,7 +116,9 @@ def ledger_csv(rows: list[dict[str, Any]], by: str, *, money: bool = True) -> st
     header += ["gpu_hours_unmeasured", *(["cost", "cost_lost", "cost_lost_max", "currency"] if money else [])]
     header += ["first", "last"]
     extra = {"job": ["stragglers", "account", "namespace"], "node": ["gpu_model"], "fleet": []}
-    writer.writerow(header + extra.get(by, ["jobs", "stragglers"]))
+    # What fixing the row's live bottleneck is worth a day (by job or node; empty where none).
+    worth = ["worth_gpu_hours_per_day", *(["worth_money_per_day"] if money else [])] if by in ("job", "node") else []
+    writer.writerow(header + extra.get(by, ["jobs", "stragglers"]) + worth)
     for row in rows:
         line = [row[by], _num(row["gpu_hours_held"]), _num(row["gpu_hours_computing"])]
         line += [_num(row["gpu_hours_lost"][c]) for c in LOST_CATEGORIES]
@@ -133,6 +135,12 @@ def ledger_csv(rows: list[dict[str, Any]], by: str, *, money: bool = True) -> st
             line += [row["account"], row["namespace"]]
         elif by == "node":
             line.append(row["gpu_model"])
+        if worth:
+            fixing = row.get("worth_fixing") or {}
+            hours, money_a_day = fixing.get("gpu_hours_per_day"), fixing.get("money_per_day")
+            line.append("" if hours is None else _num(hours))
+            if money:
+                line.append("" if money_a_day is None else f"{money_a_day:.2f}")
         writer.writerow([csv_cell(cell) for cell in line])
     return buffer.getvalue()
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 BAR_PX: Final = 360.0
 BAR_HEIGHT: Final = 14
 SPANS: Final = ("1d", "7d", "30d")
-SORT_WORDS: Final = {"lost": "money lost", "held": "GPU-hours held", "name": "name"}
+SORT_WORDS: Final = {"lost": "money lost", "held": "GPU-hours held", "name": "name", "worth": "worth fixing"}
 UNMEASURED: Final = "unmeasured"
 # The categories after computing, in the bar's order: the lost ones, then the unmeasured hours.
 _CATEGORIES: Final = (*LOST_CATEGORIES, UNMEASURED)
@@ -57,7 +57,8 @@ def render_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards
         asked.by, "<th>jobs</th><th>stragglers</th>"
     )
     money = priced(r.currency for r in rows)
-    body = "".join(_row(asked, r, shown, scale, money) for r in rows)
+    worth = any(r.HasField("worth_gpu_hours_per_day") for r in rows)
+    body = "".join(_row(asked, r, shown, scale, money, worth) for r in rows)
     total = sum(r.gpu_hours_held for r in rows)
     out = [
         head("ledger"), "<h1>Ledger</h1>", _banner(shards),
@@ -67,7 +68,8 @@ def render_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Shards
         _no_prices(rows, money),
         f"<table id='ledger' data-by='{asked.by}' data-sort='{asked.sort}'><tr><th>{asked.by}</th>"
         f"<th>GPU-hours by category</th><th>held GPU-h</th><th>computing</th>{head_cells}"
-        f"{'<th>cost</th><th>lost</th><th>cur</th>' if money else ''}{extra}</tr>{body}</table>",
+        f"{'<th>cost</th><th>lost</th><th>cur</th>' if money else ''}{extra}"
+        f"{'<th>worth fixing a day</th>' if worth else ''}</tr>{body}</table>",
         _unmeasured_line(rows),
     ]  # fmt: skip
     if not rows:
@@ -116,7 +118,7 @@ def render_job_ledger(asked: LedgerAsk, rows: Sequence[pb.LedgerRow], shards: Sh
     return ("".join(out) + "</body></html>").encode()
 
 
-def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float, money: bool) -> str:
+def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float, money: bool, worth: bool) -> str:
     key = html.escape(row.key)
     if asked.by == "job":
         link = f"<a class='job' href='{html.escape(asked.link(job=row.key))}'>{key}</a>"
@@ -154,8 +156,21 @@ def _row(asked: LedgerAsk, row: pb.LedgerRow, shown: Sequence[str], scale: float
     return (
         f"<tr class='ledger-row' data-key='{key}' data-gpu-hours-held='{row.gpu_hours_held:.6f}'{cost_lost}>"
         f"<td>{link}</td><td>{_bar(row, scale)}</td>"
-        f"<td>{row.gpu_hours_held:.2f}</td><td>{computing}</td>{cells}{costs}{extra}</tr>"
+        f"<td>{row.gpu_hours_held:.2f}</td><td>{computing}</td>{cells}{costs}{extra}"
+        f"{_worth(row) if worth else ''}</tr>"
     )
+
+
+def _worth(row: pb.LedgerRow) -> str:
+    """What fixing the row's live bottleneck is worth a day: money where priced, else GPU-hours."""
+    if not row.HasField("worth_gpu_hours_per_day"):
+        return "<td class='worth'>-</td>"
+    hours = f"{row.worth_gpu_hours_per_day:.1f} GPU-h"
+    if row.HasField("worth_money_per_day"):
+        said = f"{row.worth_money_per_day:.2f} {html.escape(row.currency)} ({hours})"
+    else:
+        said = hours
+    return f"<td class='worth' data-worth-gpu-hours='{row.worth_gpu_hours_per_day:.6f}'>{said}</td>"
 
 
 def _bar(row: pb.LedgerRow, scale: float) -> str:

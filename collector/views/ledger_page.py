@@ -27,7 +27,7 @@ from nodeagent.core.quantities.units import parse_duration_seconds
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 LEDGER_PATHS: Final = ("/ledger", "/api/ledger")
-SORTS: Final = ("lost", "held", "name")
+SORTS: Final = ("lost", "held", "name", "worth")
 DEFAULT_SINCE: Final = "30d"
 PARAMS: Final = ("by", "since", "until", "sort", "job")
 HTML_TYPE: Final = "text/html; charset=utf-8"
@@ -118,11 +118,14 @@ def _time(name: str, text: str) -> float:
 
 def sorted_rows(rows: list[pb.LedgerRow], sort: str) -> list[pb.LedgerRow]:
     """``lost``: the most money lost first (then the most hours lost), ``held``: the most
-    GPU-hours held first, ``name``: by key."""
+    GPU-hours held first, ``name``: by key, ``worth``: what fixing the row's live bottleneck is
+    worth a day, the most first (docs/jobs.md#what-a-fix-is-worth)."""
     if sort == "name":
         return sorted(rows, key=lambda r: r.key)
     if sort == "held":
         return sorted(rows, key=lambda r: (-r.gpu_hours_held, r.key))
+    if sort == "worth":  # what fixing its live bottleneck is worth a day: money where priced, else hours
+        return sorted(rows, key=lambda r: (-r.worth_money_per_day, -r.worth_gpu_hours_per_day, r.key))
     return sorted(rows, key=lambda r: (-r.cost_lost, -sum(r.gpu_hours_lost.values()), r.key))
 
 

@@ -40,3 +40,24 @@ def test_shards_sum_the_one_live_prediction() -> None:
     assert (row.worth_gpu_hours_per_day, row.worth_money_per_day) == (64.9, 71.45)
     neither = merge_ledger([Answer("a", other), Answer("b", other)])
     assert not neither.rows[0].HasField("worth_gpu_hours_per_day")
+
+
+def test_the_ledger_page_and_csv_carry_worth_fixing_and_the_page_sorts_by_it() -> None:
+    from nodeagent.collector.cli.ledger import ledger_csv
+    from nodeagent.collector.views.ledger_html import render_ledger as render_page
+    from nodeagent.collector.views.ledger_page import LedgerAsk, sorted_rows
+
+    rows = [_row("a", 5.0), _row("b", 1.0, 64.9, 71.45), _row("c", 2.0, 100.0, 20.0)]
+    ask = LedgerAsk(by="job", sort="worth", since="30d", start=0.0, end=3600.0, job="")
+    ordered = sorted_rows(rows, "worth")
+    assert [r.key for r in ordered] == ["b", "c", "a"]  # by money a day where priced
+    page = render_page(ask, ordered, shards=[]).decode()
+    assert "<th>worth fixing a day</th>" in page and "71.45 USD (64.9 GPU-h)" in page
+    assert page.index("data-key='b'") < page.index("data-key='c'") < page.index("data-key='a'")
+    assert "sorted by" in page and ">worth fixing<" in page
+    lines = ledger_csv([ledger_plain(r, "job") for r in rows], "job").splitlines()
+    header = lines[0].split(",")
+    assert header[-2:] == ["worth_gpu_hours_per_day", "worth_money_per_day"]
+    assert lines[1].split(",")[-2:] == ["", ""] and lines[2].split(",")[-2:] == ["64.9000", "71.45"]
+    # Without any row worth fixing (the history alone), the page has no such column.
+    assert "worth fixing a day" not in render_page(ask, [_row("a", 5.0)], shards=[]).decode()

@@ -161,7 +161,7 @@ def test_since_by_and_until_reach_the_query() -> None:
 @pytest.mark.parametrize(
     ("query", "reason"),
     [
-        ("sort=money", "sort: expected one of lost, held, name, got 'money'"),
+        ("sort=money", "sort: expected one of lost, held, name, worth, got 'money'"),
         ("by=rack", "by: expected one of job, node, fleet, account, namespace, got 'rack'"),
         ("since=7x", "since: '7x' is not a span (7d, 12h) nor a time"),
         ("since=-3d", "since: '-3d' is not a span (7d, 12h) nor a time"),
