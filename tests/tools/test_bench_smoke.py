@@ -58,7 +58,10 @@ def test_agent_metrics_benchmark_measures_both_pages(fake_nvml_dir: Path) -> Non
     assert all(r["page_gzip_cpu_seconds"] > 0 and 0 < r["page_write_cpu_seconds"] < 1 for r in results)
     assert all(0 <= r["fresh_scrape_cpu_seconds"] < 1 and 0 <= r["fresh_scrape_new_connection_cpu_seconds"] < 1
                for r in results)  # fmt: skip
-    assert results[1]["page_write_cpu_seconds"] > results[0]["page_write_cpu_seconds"]  # 1000 more samples
+    # The per-link page's samples are counted, not timed (a page is written in about 2 ms of CPU,
+    # which a busy machine's noise outweighs): each of the 8 H100s' 18 links adds its own series,
+    # receive and transmit at least.
+    assert results[1]["samples"] >= results[0]["samples"] + 8 * 18 * 2
 
 
 def _fake_gpu_env(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

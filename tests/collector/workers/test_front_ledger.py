@@ -138,7 +138,7 @@ def test_the_fronts_ledger_page_merges_a_job_on_both_workers_into_one_row(tmp_pa
     nodes = _Bars()
     nodes.feed(by_node)
     assert list(nodes.rows) == ["node-a", "rental-b"]  # by name
-    assert bad == (400, "", "sort: expected one of lost, held, name, got 'cheapest'\n")
+    assert bad == (400, "", "sort: expected one of lost, held, name, worth, got 'cheapest'\n")
     assert "data-category='network' data-gpu-hours='0.012500'" in own
     # Drawn under the policy: no script, and the stylesheet (allowed by its hash) colours the bars.
     assert drawn["scripts"] == 0 and drawn["fill"] == "rgb(198, 40, 40)" and drawn["width"] == 360
