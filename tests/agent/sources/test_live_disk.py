@@ -33,15 +33,20 @@ def test_random_read_iops_match_fio(tmp_path: Path) -> None:
         ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True, timeout=30
     ).stdout.strip()
     name = os.path.basename(device)
+    # Into a file, not a pipe read only at the end: a snapshot names every disk of the machine, and
+    # on one with many (a storage server, a machine with loop devices) the pipe's 64 KiB fill and the
+    # agent's ticks wait on the write for as long as fio runs.
+    sampled = tmp_path / "sample.jsonl"
     try:
-        agent = subprocess.Popen(
-            [
-                sys.executable, "-m", "nodeagent.agent", "sample", "--json",
-                "--count", str(int((FIO_SECONDS + 3) / SAMPLE_INTERVAL)), "--interval", str(SAMPLE_INTERVAL),
-                "--collector.diskstats", "--no-collector.netdev", "--no-collector.infiniband",
-            ],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        with sampled.open("w") as out_file:
+            agent = subprocess.Popen(
+                [
+                    sys.executable, "-m", "nodeagent.agent", "sample", "--json",
+                    "--count", str(int((FIO_SECONDS + 3) / SAMPLE_INTERVAL)), "--interval", str(SAMPLE_INTERVAL),
+                    "--collector.diskstats", "--no-collector.netdev", "--no-collector.infiniband",
+                ],
+                stdout=out_file, text=True,
+            )  # fmt: skip
         time.sleep(1.0)
         fio = subprocess.run(
             [
@@ -51,7 +56,8 @@ def test_random_read_iops_match_fio(tmp_path: Path) -> None:
             ],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
-        out, _ = agent.communicate(timeout=60)
+        agent.wait(timeout=60)
+        out = sampled.read_text()
     finally:
         subprocess.run(["losetup", "-d", device], check=False, timeout=30)
     assert agent.returncode == 0
