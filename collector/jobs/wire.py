@@ -1,4 +1,4 @@
-"""The job roll-up's messages as ``nodeagent.v1`` (``jobstage.proto``), both ways: what travels
+"""The job roll-up's messages as ``nodeagent.v1`` (``jobrelay.proto``), both ways: what travels
 between workers and between collectors. In one process the messages are handed over as they are.
 
 Bad input from another process is checked here: a message with an empty job or node id, or
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from nodeagent.collector.jobs.messages import Home, JobLeave, JobStep, JobWait, NodeMessage
 from nodeagent.collector.jobs.node_values import LinkValues, NodeValues
-from nodeagent.v1 import jobstage_pb2 as js
+from nodeagent.v1 import jobrelay_pb2 as jr
 
 if TYPE_CHECKING:
     from nodeagent.collector.jobs.rollup import JobRollup
@@ -30,8 +30,8 @@ class BadJobMessage(ValueError):
     """A message another process sent that cannot be judged."""
 
 
-def node_messages_to_pb(messages: Iterable[NodeMessage]) -> js.JobNodeMessages:
-    out = js.JobNodeMessages()
+def node_messages_to_pb(messages: Iterable[NodeMessage]) -> jr.JobNodeMessages:
+    out = jr.JobNodeMessages()
     for m in messages:
         item = out.messages.add()
         item.home.collector, item.home.worker = m.home.collector, m.home.worker
@@ -44,7 +44,7 @@ def node_messages_to_pb(messages: Iterable[NodeMessage]) -> js.JobNodeMessages:
     return out
 
 
-def node_messages_from_pb(batch: js.JobNodeMessages) -> tuple[list[NodeMessage], int]:
+def node_messages_from_pb(batch: jr.JobNodeMessages) -> tuple[list[NodeMessage], int]:
     """The messages, and how many were dropped as bad."""
     out: list[NodeMessage] = []
     bad = 0
@@ -64,8 +64,8 @@ def node_messages_from_pb(batch: js.JobNodeMessages) -> tuple[list[NodeMessage],
     return out, bad
 
 
-def waits_to_pb(waits: Iterable[JobWait]) -> js.JobWaitMessages:
-    out = js.JobWaitMessages()
+def waits_to_pb(waits: Iterable[JobWait]) -> jr.JobWaitMessages:
+    out = jr.JobWaitMessages()
     for w in waits:
         item = out.waits.add()
         item.job, item.node_id, item.echo, item.clear = w.job, w.node_id, w.echo, w.clear
@@ -78,7 +78,7 @@ def waits_to_pb(waits: Iterable[JobWait]) -> js.JobWaitMessages:
     return out
 
 
-def waits_from_pb(batch: js.JobWaitMessages) -> tuple[list[JobWait], int]:
+def waits_from_pb(batch: jr.JobWaitMessages) -> tuple[list[JobWait], int]:
     out: list[JobWait] = []
     bad = 0
     for w in batch.waits:
@@ -98,7 +98,7 @@ def waits_from_pb(batch: js.JobWaitMessages) -> tuple[list[JobWait], int]:
 # ---- a step --------------------------------------------------------------------------------
 
 
-def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
+def _step_to_pb(m: JobStep, out: jr.JobStepMessage) -> None:
     out.job, out.source, out.node_id, out.step, out.time_unix_seconds = (
         m.job, m.source, m.node_id, m.step, m.time_unix_seconds,
     )  # fmt: skip
@@ -144,7 +144,7 @@ def _step_to_pb(m: JobStep, out: js.JobStepMessage) -> None:
         pl.rdma_errors = link.rdma_errors
 
 
-def _step_from_pb(m: js.JobStepMessage, home: Home) -> JobStep:
+def _step_from_pb(m: jr.JobStepMessage, home: Home) -> JobStep:
     _check_keys(m.job, m.node_id)
     if len(m.gpus) > MAX_GPUS or len(m.ranks) > MAX_RANKS or len(m.gpu_seconds_lost) > MAX_GPUS:
         raise BadJobMessage("too many GPUs or ranks")
@@ -216,11 +216,11 @@ def through_bytes(rollup: JobRollup) -> list[int]:
     def steps(messages: list[NodeMessage]) -> None:
         data = node_messages_to_pb(messages).SerializeToString()
         sizes.append(len(data))
-        rollup.jobs.receive(node_messages_from_pb(js.JobNodeMessages.FromString(data))[0])
+        rollup.jobs.receive(node_messages_from_pb(jr.JobNodeMessages.FromString(data))[0])
 
     def waits(messages: list[JobWait]) -> None:
         data = waits_to_pb(messages).SerializeToString()
-        rollup.nodes.apply(waits_from_pb(js.JobWaitMessages.FromString(data))[0])
+        rollup.nodes.apply(waits_from_pb(jr.JobWaitMessages.FromString(data))[0])
 
     rollup.route_steps, rollup.route_waits = steps, waits
     return sizes

@@ -32,10 +32,10 @@ from nodeagent.collector.ingest.streams import (
     DEFAULT_MAX_STREAMS_PER_SOURCE,
     IngestStreams,
 )
+from nodeagent.collector.jobrelay.messenger import JobMessenger
+from nodeagent.collector.jobrelay.routes import Routes
+from nodeagent.collector.jobrelay.service import JobRelayService
 from nodeagent.collector.jobs.messages import Home
-from nodeagent.collector.jobstage.messenger import JobMessenger
-from nodeagent.collector.jobstage.routes import Routes
-from nodeagent.collector.jobstage.service import JobStageService
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import ledger_answer
 from nodeagent.collector.payoff.targets import PayoffConfig
@@ -58,7 +58,7 @@ from nodeagent.core.transport.security import (
     AccessPolicy,
     ServerSecurity,
 )
-from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
+from nodeagent.v1 import jobrelay_pb2_grpc as jr_grpc
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
@@ -203,7 +203,7 @@ class CollectorServer:
         self.queries.fleet_pages = self.fleet_pages
         self.queries.worker_index, self.queries.front_listen = config.worker_index, config.front_listen
         self.job_messenger = self._job_messenger()
-        js_grpc.add_JobStageServicer_to_server(JobStageService(self.job_messenger, self.policy), server)
+        jr_grpc.add_JobRelayServicer_to_server(JobRelayService(self.job_messenger, self.policy), server)
         await server.start()
         self._server = server
         self.started_monotonic = time.monotonic()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from nodeagent.collector.alerts.alerting import Alerting
     from nodeagent.collector.ingest.intake import Ingest
-    from nodeagent.collector.jobstage.messenger import JobMessenger
+    from nodeagent.collector.jobrelay.messenger import JobMessenger
     from nodeagent.collector.ledger.prices import Prices
     from nodeagent.collector.payoff.targets import PayoffConfig
     from nodeagent.collector.remote_write.process import RemoteWriteProcess

@@ -22,14 +22,14 @@ from grpc_health.v1 import health, health_pb2
 
 from nodeagent.collector.ingest.hello import read_hello
 from nodeagent.collector.ingest.source_streams import SourceStreams
-from nodeagent.collector.jobstage.front import FrontJobStage
+from nodeagent.collector.jobrelay.front import FrontJobRelay
 from nodeagent.collector.service.grpc_server import HEALTH_NAMES, build_server
 from nodeagent.collector.service.server import ServerConfig
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
-from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
+from nodeagent.v1 import jobrelay_pb2_grpc as jr_grpc
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -49,7 +49,7 @@ class FrontServer:
         self.streams = SourceStreams()
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self.job_stage: FrontJobStage | None = None
+        self.job_relay: FrontJobRelay | None = None
         self._health: health.aio.HealthServicer | None = None
         self._health_tasks: set[asyncio.Task[None]] = set()
 
@@ -64,10 +64,10 @@ class FrontServer:
         server, self.port, self._health = built.server, built.port, built.health
         # The job roll-up's messages from other collectors, each to the worker it belongs to.
         spec = self.supervisor.spec
-        self.job_stage = FrontJobStage(
+        self.job_relay = FrontJobRelay(
             [spec.socket_path(i) for i in range(spec.workers)], self.policy, config.settings.tenants.names
         )
-        js_grpc.add_JobStageServicer_to_server(self.job_stage, server)
+        jr_grpc.add_JobRelayServicer_to_server(self.job_relay, server)
         await server.start()
         self._server = server
         await self._set_health()

@@ -14,7 +14,7 @@ from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.wire import node_messages_from_pb, through_bytes, waits_from_pb
 from nodeagent.collector.replay import Replay
 from nodeagent.tools.lab_traces import cluster_traces
-from nodeagent.v1 import jobstage_pb2 as js
+from nodeagent.v1 import jobrelay_pb2 as jr
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "lab_cluster"
 TRACES = {t.name: t for t in cluster_traces(DATA)}
@@ -55,7 +55,7 @@ def test_a_job_judged_from_the_wire_gets_the_verdicts_of_one_judged_in_process(s
 
 
 def test_bad_messages_from_another_process_are_dropped_and_counted() -> None:
-    batch = js.JobNodeMessages()
+    batch = jr.JobNodeMessages()
     good = batch.messages.add()
     good.leave.job, good.leave.node_id, good.leave.note = "torch/a", "node-1", "left"
     batch.messages.add().leave.node_id = "node-2"  # no job
@@ -66,7 +66,7 @@ def test_bad_messages_from_another_process_are_dropped_and_counted() -> None:
     messages, bad = node_messages_from_pb(batch)
     assert messages == [JobLeave("torch/a", "node-1", 0.0, "left", Home())]
     assert bad == 3
-    waits = js.JobWaitMessages()
+    waits = jr.JobWaitMessages()
     w = waits.waits.add()
     w.job, w.node_id, w.wait_ratio = "torch/a", "node-1", 1.5
     assert waits_from_pb(waits) == ([], 1)

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from nodeagent.v1 import jobstage_pb2 as nodeagent_dot_v1_dot_jobstage__pb2
+from nodeagent.v1 import jobrelay_pb2 as nodeagent_dot_v1_dot_jobrelay__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in nodeagent/v1/jobstage_pb2_grpc.py depends on'
+        + ' but the generated code in nodeagent/v1/jobrelay_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class JobStageStub:
+class JobRelayStub:
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -35,18 +35,18 @@ class JobStageStub:
             channel: A grpc.Channel.
         """
         self.NodeMessages = channel.unary_unary(
-                '/nodeagent.v1.JobStage/NodeMessages',
-                request_serializer=nodeagent_dot_v1_dot_jobstage__pb2.JobNodeMessages.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_jobstage__pb2.JobStageAck.FromString,
+                '/nodeagent.v1.JobRelay/NodeMessages',
+                request_serializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobNodeMessages.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobRelayAck.FromString,
                 _registered_method=True)
         self.Waits = channel.unary_unary(
-                '/nodeagent.v1.JobStage/Waits',
-                request_serializer=nodeagent_dot_v1_dot_jobstage__pb2.JobWaitMessages.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_jobstage__pb2.JobStageAck.FromString,
+                '/nodeagent.v1.JobRelay/Waits',
+                request_serializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobWaitMessages.SerializeToString,
+                response_deserializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobRelayAck.FromString,
                 _registered_method=True)
 
 
-class JobStageServicer:
+class JobRelayServicer:
     """Missing associated documentation comment in .proto file."""
 
     def NodeMessages(self, request, context):
@@ -64,27 +64,27 @@ class JobStageServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_JobStageServicer_to_server(servicer, server):
+def add_JobRelayServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodeMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeMessages,
-                    request_deserializer=nodeagent_dot_v1_dot_jobstage__pb2.JobNodeMessages.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_jobstage__pb2.JobStageAck.SerializeToString,
+                    request_deserializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobNodeMessages.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobRelayAck.SerializeToString,
             ),
             'Waits': grpc.unary_unary_rpc_method_handler(
                     servicer.Waits,
-                    request_deserializer=nodeagent_dot_v1_dot_jobstage__pb2.JobWaitMessages.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_jobstage__pb2.JobStageAck.SerializeToString,
+                    request_deserializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobWaitMessages.FromString,
+                    response_serializer=nodeagent_dot_v1_dot_jobrelay__pb2.JobRelayAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'nodeagent.v1.JobStage', rpc_method_handlers)
+            'nodeagent.v1.JobRelay', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('nodeagent.v1.JobStage', rpc_method_handlers)
+    server.add_registered_method_handlers('nodeagent.v1.JobRelay', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class JobStage:
+class JobRelay:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -101,9 +101,9 @@ class JobStage:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/nodeagent.v1.JobStage/NodeMessages',
-            nodeagent_dot_v1_dot_jobstage__pb2.JobNodeMessages.SerializeToString,
-            nodeagent_dot_v1_dot_jobstage__pb2.JobStageAck.FromString,
+            '/nodeagent.v1.JobRelay/NodeMessages',
+            nodeagent_dot_v1_dot_jobrelay__pb2.JobNodeMessages.SerializeToString,
+            nodeagent_dot_v1_dot_jobrelay__pb2.JobRelayAck.FromString,
             options,
             channel_credentials,
             insecure,
@@ -128,9 +128,9 @@ class JobStage:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/nodeagent.v1.JobStage/Waits',
-            nodeagent_dot_v1_dot_jobstage__pb2.JobWaitMessages.SerializeToString,
-            nodeagent_dot_v1_dot_jobstage__pb2.JobStageAck.FromString,
+            '/nodeagent.v1.JobRelay/Waits',
+            nodeagent_dot_v1_dot_jobrelay__pb2.JobWaitMessages.SerializeToString,
+            nodeagent_dot_v1_dot_jobrelay__pb2.JobRelayAck.FromString,
             options,
             channel_credentials,
             insecure,

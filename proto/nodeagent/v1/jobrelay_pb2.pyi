@@ -202,6 +202,6 @@ class JobWaitMessages(_message.Message):
     waits: _containers.RepeatedCompositeFieldContainer[JobWaitMessage]
     def __init__(self, waits: _Optional[_Iterable[_Union[JobWaitMessage, _Mapping]]] = ...) -> None: ...
 
-class JobStageAck(_message.Message):
+class JobRelayAck(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

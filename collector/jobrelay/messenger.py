@@ -25,12 +25,12 @@ import grpc
 import structlog
 
 from nodeagent.collector.fleet.fanout import Shard, open_shard_channel, shard_metadata
+from nodeagent.collector.jobrelay.routes import Place, Routes
 from nodeagent.collector.jobs.messages import JobWait, NodeMessage
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.wire import node_messages_to_pb, waits_to_pb
-from nodeagent.collector.jobstage.routes import Place, Routes
 from nodeagent.core.transport.channel import ClientSecurity
-from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
+from nodeagent.v1 import jobrelay_pb2_grpc as jr_grpc
 
 log = structlog.get_logger("nodeagent.collector")
 
@@ -151,7 +151,7 @@ class JobMessenger:
 
     async def _send_steps(self, place: Place, q: deque[NodeMessage]) -> None:
         batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
-        stub = js_grpc.JobStageStub(self._channel(place))
+        stub = jr_grpc.JobRelayStub(self._channel(place))
         if await self._call(place, stub.NodeMessages, node_messages_to_pb(batch)):
             self.sent_total += len(batch)
         elif place.collector:  # passed over now: the batch goes to the next collector its keys rank
@@ -163,7 +163,7 @@ class JobMessenger:
 
     async def _send_waits(self, place: Place, q: deque[JobWait]) -> None:
         batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
-        stub = js_grpc.JobStageStub(self._channel(place))
+        stub = jr_grpc.JobRelayStub(self._channel(place))
         if await self._call(place, stub.Waits, waits_to_pb(batch)):
             self.sent_total += len(batch)
         else:

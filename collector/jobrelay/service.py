@@ -1,4 +1,4 @@
-"""The ``JobStage`` gRPC service of a collector or a worker: the job roll-up's messages from the
+"""The ``JobRelay`` gRPC service of a collector or a worker: the job roll-up's messages from the
 other workers and collectors, handed to this process's stages (``JobMessenger.receive_*``).
 
 Operators only, as the Query service (``authorize_operator``): a worker is called on its private
@@ -12,27 +12,27 @@ from typing import Any
 
 import grpc
 
+from nodeagent.collector.jobrelay.messenger import JobMessenger
 from nodeagent.collector.jobs.wire import node_messages_from_pb, waits_from_pb
-from nodeagent.collector.jobstage.messenger import JobMessenger
 from nodeagent.collector.query.service import authorize_operator
 from nodeagent.core.transport.security import AccessPolicy
-from nodeagent.v1 import jobstage_pb2 as js
-from nodeagent.v1 import jobstage_pb2_grpc as js_grpc
+from nodeagent.v1 import jobrelay_pb2 as jr
+from nodeagent.v1 import jobrelay_pb2_grpc as jr_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-class JobStageService(js_grpc.JobStageServicer):
+class JobRelayService(jr_grpc.JobRelayServicer):
     def __init__(self, messenger: JobMessenger, policy: AccessPolicy) -> None:
         self.messenger = messenger
         self.policy = policy
 
-    async def NodeMessages(self, request: js.JobNodeMessages, context: Context) -> js.JobStageAck:
+    async def NodeMessages(self, request: jr.JobNodeMessages, context: Context) -> jr.JobRelayAck:
         await authorize_operator(self.policy, context)
         self.messenger.receive_steps(*node_messages_from_pb(request))
-        return js.JobStageAck()
+        return jr.JobRelayAck()
 
-    async def Waits(self, request: js.JobWaitMessages, context: Context) -> js.JobStageAck:
+    async def Waits(self, request: jr.JobWaitMessages, context: Context) -> jr.JobRelayAck:
         await authorize_operator(self.policy, context)
         self.messenger.receive_waits(*waits_from_pb(request))
-        return js.JobStageAck()
+        return jr.JobRelayAck()
