@@ -322,25 +322,45 @@ def matrix_table(cells: list[dict[str, Any]], missing: int) -> str:
     return "\n".join(lines)
 
 
-def run_matrix(results: Path, matrix: Matrix, runs: int) -> int:
-    """One lab per regime, collective and step, over the scenarios of its cells."""
-    results.unlink(missing_ok=True)
-    groups: dict[tuple[Regime, str, float], list[str]] = {}
+def missing_runs(
+    rows: list[dict[str, Any]], matrix: Matrix, runs: int
+) -> dict[tuple[Regime, str, float], dict[str, int]]:
+    """Per lab (regime, collective, step): each scenario's runs still to make, for ``runs`` a cell."""
+    todo: dict[tuple[Regime, str, float], dict[str, int]] = {}
     for cell in matrix.cells:
-        names = groups.setdefault((cell.regime, cell.collective, cell.step), [])
-        if cell.scenario not in names:
-            names.append(cell.scenario)
-    worst = 0
-    for (regime, collective, step), scenarios in groups.items():
-        command = [sys.executable, str(REPO / "bench" / "lab_cluster.py"), "--gpu", regime.gpu,
-                   "--power", regime.power, "--read-lag-ms", str(regime.lag_ms), "--collective", collective,
-                   "--step", f"{step:g}", "--seconds", str(matrix.seconds), "--runs", str(runs),
-                   "--scenarios", ",".join(scenarios), "--json-out", str(results),
-                   *(["--dcgm"] if regime.source == "dcgm" else [])]  # fmt: skip
-        done = subprocess.run(command, cwd=REPO, check=False)
-        if done.returncode == 2:
-            return 2
-        worst = max(worst, done.returncode)
+        have = sum(1 for r in rows if cell.holds(r))
+        if have < runs:
+            todo.setdefault((cell.regime, cell.collective, cell.step), {})[cell.scenario] = runs - have
+    return todo
+
+
+def run_matrix(results: Path, matrix: Matrix, runs: int, resume: bool = False, max_labs: int | None = None) -> int:
+    """One lab per regime, collective, step and count of runs, over the scenarios of its cells.
+
+    ``resume``: keep the rows already in ``results`` and run only what the cells still lack;
+    ``max_labs``: stop after that many labs (a matrix of ~200 job runs takes hours: it can be
+    gathered over several sittings, each resuming where the last stopped)."""
+    if not resume:
+        results.unlink(missing_ok=True)
+    rows = load(results) if results.exists() else []
+    worst = labs = 0
+    for (regime, collective, step), scenarios in missing_runs(rows, matrix, runs).items():
+        by_count: dict[int, list[str]] = {}
+        for scenario, count in scenarios.items():
+            by_count.setdefault(count, []).append(scenario)
+        for count, names in sorted(by_count.items()):
+            if max_labs is not None and labs >= max_labs:
+                return worst
+            labs += 1
+            command = [sys.executable, str(REPO / "bench" / "lab_cluster.py"), "--gpu", regime.gpu,
+                       "--power", regime.power, "--read-lag-ms", str(regime.lag_ms), "--collective", collective,
+                       "--step", f"{step:g}", "--seconds", str(matrix.seconds), "--runs", str(count),
+                       "--scenarios", ",".join(names), "--json-out", str(results),
+                       *(["--dcgm"] if regime.source == "dcgm" else [])]  # fmt: skip
+            done = subprocess.run(command, cwd=REPO, check=False)
+            if done.returncode == 2:
+                return 2
+            worst = max(worst, done.returncode)
     return worst
 
 
@@ -354,9 +374,12 @@ def main_matrix(args: argparse.Namespace) -> int:
     if runs < 1:
         print(f"lab_score: --runs {runs}: at least 1", file=sys.stderr)
         return 2
+    if args.max_labs is not None and args.max_labs < 1:
+        print(f"lab_score: --max-labs {args.max_labs}: at least 1", file=sys.stderr)
+        return 2
     source = args.source
     if source is None:
-        if run_matrix(args.results, matrix, runs) == 2:
+        if run_matrix(args.results, matrix, runs, args.resume, args.max_labs) == 2:
             return 2
         source = args.results
     try:
@@ -397,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matrix", type=Path, help=f"score the regime matrix this file lists (e.g. {MATRIX.name})")
     parser.add_argument("--runs", type=int, default=None, help="--matrix: runs per cell (default: the file's)")
     parser.add_argument("--json", action="store_true", help="--matrix: print the cells as JSON, not Markdown")
+    parser.add_argument("--resume", action="store_true", help="--matrix: keep --results' rows, run what cells lack")
+    parser.add_argument("--max-labs", type=int, default=None, help="--matrix: run at most this many labs, then score")
     parser.add_argument("--no-doc", action="store_true", help="--matrix: leave docs/lab.md as it is")
     args = parser.parse_args(argv)
     if args.matrix is not None:

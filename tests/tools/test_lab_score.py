@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +258,30 @@ def test_a_dcgm_row_is_its_own_regimes_not_the_power_regimes_it_shares_a_sensor_
     assert dcgm.holds(row) and not mean1s.holds(row)
     assert mean1s.holds({**row, "source": ""}) and mean1s.holds({k: v for k, v in row.items() if k != "source"})
     assert any(c.regime.source == "dcgm" for c in lab_score.load_matrix(lab_score.MATRIX).cells)
+
+
+def test_a_resumed_matrix_runs_only_what_its_cells_lack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX)
+    matrix = lab_score.load_matrix(path)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in _matrix_rows()))
+    todo = lab_score.missing_runs(lab_score.load(rows), matrix, 2)
+    by = {(regime.name, collective, step): scenarios for (regime, collective, step), scenarios in todo.items()}
+    # gpm's network cell has its two runs; mean1s's has two; sampled's one; the bursts cells none.
+    assert ("gpm", "bandwidth", 0.22) not in by
+    assert ("mean1s", "bandwidth", 0.22) not in by
+    assert by["sampled", "bandwidth", 0.22] == {"network": 1}
+    assert by["mean1s", "bursts", 2.0] == {"fabric": 1} and by["mean1s", "bursts", 0.15] == {"fabric": 2}
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        lab_score.subprocess, "run", lambda cmd, **_: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
+    assert lab_score.run_matrix(rows, matrix, 2, resume=True, max_labs=2) == 0
+    assert len(ran) == 2 and rows.exists()  # the rows it had are kept; two labs, then it stops
+    first = ran[0]
+    assert first[first.index("--power") + 1] == "sampled" and first[first.index("--runs") + 1] == "1"
+    assert first[first.index("--scenarios") + 1] == "network"
+    ran.clear()
+    assert lab_score.run_matrix(rows, matrix, 2, resume=True) == 0
+    assert len(ran) == len({(r, c, s, n) for (r, c, s), sc in todo.items() for n in sc.values()})
