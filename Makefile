@@ -42,8 +42,8 @@ typecheck: setup link-tree
 	$(BIN)/mypy --python-version 3.10 packaging/deb/make_environment.py  # postinst runs it with any python3
 
 test: setup system-deps lint typecheck
-	$(BIN)/pytest -n 4 --dist loadgroup -m "not alone"
-	$(BIN)/pytest -m alone
+	$(BIN)/pytest -n 4 --dist loadgroup -m "not alone" --durations=15
+	$(BIN)/pytest -m alone --durations=0
 
 bench: setup system-deps
 	$(BIN)/python bench/agent_overhead.py
