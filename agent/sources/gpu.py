@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class _GpuState:
-    """What the collector keeps per GPU between ticks (mutable on purpose: GPM's last sample,
+    """What the source keeps per GPU between ticks (mutable on purpose: GPM's last sample,
     whether the loss was reported)."""
 
     index: int
