@@ -180,7 +180,8 @@ def _package_inits() -> list[Path]:
 
 
 def _modules() -> Iterator[tuple[Path, str]]:
-    """Every module file of the programs and the tools, with its import name."""
+    """Every module file of the programs and the tools, with its import name; and the root."""
+    yield REPO / "proto" / "nodeagent" / "__init__.py", "nodeagent"
     for top in PROGRAM_FOLDERS:
         for path in sorted((REPO / top).rglob("*.py")):
             if "__pycache__" in path.parts:

@@ -25,7 +25,7 @@ from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4, a800_sxm4, h100_sxm5
 
 AGENT = Path(__file__).resolve().parents[3] / "agent"
-# The modules that touch NVML: exactly these import pynvml (one per role, docs/architecture.md).
+# The modules that touch NVML: exactly these import pynvml (one per role, agent/gpu/__init__.py).
 NVML_MODULES = (
     "gpu/nvml_events.py", "gpu/nvml_handle.py", "gpu/nvml_library.py", "gpu/nvml_readings.py",
     "gpu/nvml_sampling.py", "gpu/nvml_topology.py",
