@@ -289,7 +289,7 @@ def measure(
 
 
 def serve(groups: list[str], writes: int, *, dgx_host: bool = False) -> None:
-    """The agent's page of one tick (every collector on this host and the fake NVML) behind the
+    """The agent's page of one tick (every source on this host and the fake NVML) behind the
     agent's HTTP server, every scrape a new tick. First prints (one JSON line) the port, the page's
     samples and gzipped bytes, and the least CPU of ``writes`` page writes and of their gzip;
     serves until stdin closes. ``dgx_host``: both ticks' host grown to a DGX H100's."""

@@ -3,9 +3,9 @@
 For each tree (this machine's /proc and /sys, and node_exporter's own fixture tree when
 ../shared is present) it measures:
 
-- the agent: CPU time per sampling cycle of the host collectors (tick + serialisation of
+- the agent: CPU time per sampling cycle of the host sources (tick + serialisation of
   the report, as the sender would) and peak RSS, in a fresh child process;
-- the agent again with the GPU collector over 8 GPUs of the fake NVML library the test suite
+- the agent again with the GPU source over 8 GPUs of the fake NVML library the test suite
   builds (an 8xB200 Blackwell profile with GPM, NVLink5 counters and the NVLink fabric, an
   8xH100-SXM5 profile with GPM, and 8xA100-SXM4), with the NVML calls per GPU per tick;
 - prometheus-node-exporter (Debian) with only the matching collectors (netdev, netclass,
@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 NODE_EXPORTER_COLLECTORS = ("netdev", "netclass", "diskstats", "infiniband", "pressure", "cpu", "meminfo")
-AGENT_COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure")
+AGENT_SOURCES = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -58,7 +58,7 @@ def agent_worker(procfs: str, sysfs: str, cycles: int, gpus: bool) -> dict[str, 
     from nodeagent.agent.sampling.sampler import Sampler
     from nodeagent.agent.sources import Roots
 
-    sampler = Sampler([*AGENT_COLLECTORS, *(["gpu"] if gpus else [])], roots=Roots(procfs, sysfs))
+    sampler = Sampler([*AGENT_SOURCES, *(["gpu"] if gpus else [])], roots=Roots(procfs, sysfs))
     for _ in range(5):  # warm-up: discovery, descriptor cache, first allocations
         sampler.tick().SerializeToString()
     nvml_library.reset_call_counts()

@@ -3,12 +3,12 @@
 # workload phases). Every step has its own time limit, so one that hangs cannot take the rest.
 #
 #   1. what the driver says: nvidia-smi -L, nvlink status, and -q (saved to $OUT)
-#   2. `nodeagent sample` with every collector: the first JSON snapshots and the table
+#   2. `nodeagent sample` with every source: the first JSON snapshots and the table
 #   3. `nodeagent diag` against the 8xH200-sxm-ib profile, and against what one GPU should show
 #   4. end to end: a collector on loopback, `nodeagent run` sampling this machine for real with
 #      --max-reports, then the collector's view of the node and its /metrics for the GPU
 #   5. bench/gpu_real.py: idle, matmul and starved-loader phases beside nvidia-smi, then the
-#      GPU collector's tick cost on the real library
+#      GPU source's tick cost on the real library
 #   6. bench/gpu_verdict.py: the collector's verdict on a matmul loop and two starved loaders
 #   7. bench/lab.py --gpu: the bottleneck lab with a real CUDA step and the real driver (clean,
 #      h2d, cpu, network; needs root for the network namespace), within LAB_SECONDS per scenario
@@ -47,7 +47,7 @@ nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1
 nvidia-smi nvlink -s 2>&1 | head -20
 $PY -c 'import sys, grpc, google.protobuf, pynvml; print(sys.version.split()[0], "grpc", grpc.__version__, "protobuf", google.protobuf.__version__)'
 
-step "nodeagent sample (every collector)"
+step "nodeagent sample (every source)"
 timeout 60 $PY -m nodeagent.agent sample --json --count 3 --interval 1 >"$OUT/sample.jsonl" 2>/tmp/sample.err
 echo "rc=$? snapshots=$(wc -l <"$OUT/sample.jsonl")"
 tail -5 /tmp/sample.err

@@ -2,7 +2,7 @@
 
 Each run is a fresh process, as a Slurm prolog starts it: interpreter start, imports, NVML
 scan of 8 GPUs (the fake NVML library the test suite builds, 8xH100-SXM5 and 8xA100-SXM4
-profiles), two samples of every collector of this machine one window apart, the kernel log,
+profiles), two samples of every source of this machine one window apart, the kernel log,
 the checks and the output. It prints the median and worst wall time per profile and window, and
 their ratio to the 5 s target.
 

@@ -1,7 +1,7 @@
 """Real-GPU check: what the agent sees on an NVIDIA GPU in three phases.
 
 Needs a machine with an NVIDIA driver and PyTorch with CUDA. For each phase it runs
-``nodeagent sample --json`` (GPU collector only) alongside the workload and prints, per
+``nodeagent sample --json`` (GPU source only) alongside the workload and prints, per
 phase and GPU, the mean utilization, SM activity (GPM, Hopper and newer), memory used and
 PCIe receive/transmit:
 
@@ -12,7 +12,7 @@ PCIe receive/transmit:
 
 Beside each phase it reads ``nvidia-smi --query-gpu`` once a second, so the agent's
 utilization and memory can be set against the driver's own tool in the same window. Last it
-measures the GPU collector's sampling tick on the real library: CPU per tick and NVML calls
+measures the GPU source's sampling tick on the real library: CPU per tick and NVML calls
 per GPU per tick (bench/agent_overhead.py's worker, without the fake library).
 
 Finishes in well under 5 minutes (3 phases x PHASE_SECONDS plus start-up).
@@ -171,7 +171,7 @@ def summarise(phase: str, snaps: list[dict[str, Any]], smi_rows: list[list[str]]
 
 
 def tick_cost(cycles: int) -> dict[str, Any]:
-    """The GPU collector's sampling tick on the real library, in a fresh process."""
+    """The GPU source's sampling tick on the real library, in a fresh process."""
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "agent_overhead.py"), "--agent-worker", "/proc", "/sys",
          "--cycles", str(cycles), "--gpus"],
@@ -206,7 +206,7 @@ def main() -> int:
     print("\n".join(lines))
     cost = tick_cost(50)
     print(
-        f"\nGPU collector tick on the real library ({cost['gpus']} GPUs, with the host collectors): "
+        f"\nGPU source tick on the real library ({cost['gpus']} GPUs, with the host sources): "
         f"{cost['cpu_seconds_per_cycle'] * 1e3:.2f} ms CPU per tick, "
         f"{cost['nvml_calls_per_gpu_per_tick']:.1f} NVML calls per GPU per tick "
         f"({cost['nvml_field_value_calls_per_gpu_per_tick']:.1f} field-value calls), "

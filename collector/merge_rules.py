@@ -1,7 +1,7 @@
 """The rules of merged views in one table: which of several shards' copies of an item wins (its
 rank) and in what order the merged items are listed (its order key).
 
-Three writers read it: ``merge.py`` (the Query answers, protobuf), ``page_merge.py`` (the fleet
+Three writers read it: ``fleet/merge.py`` (the Query answers, protobuf), ``fleet/page_merge.py`` (the fleet
 page's JSON) and the fleet page itself (``views/fleet_page.py``, the alert book's ``Alert``), so
 one collector and a merged fleet rank and order alike. Each rule is written once, over plain
 values; the ``*_of`` functions read them from each form.

@@ -65,11 +65,11 @@ def procfs_roots(shared_fixtures: Path, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def make_sampler() -> Iterator[object]:
-    """Build samplers over given roots with the host collectors; closed after the test."""
+    """Build samplers over given roots with the host sources; closed after the test."""
     made: list[Sampler] = []
 
-    def build(roots: Roots, config: AgentConfig | None = None, collectors: list[str] | None = None) -> Sampler:
-        names = collectors or [n for n in enabled_names({}) if n != "gpu"]
+    def build(roots: Roots, config: AgentConfig | None = None, sources: list[str] | None = None) -> Sampler:
+        names = sources or [n for n in enabled_names({}) if n != "gpu"]
         sampler = Sampler(names, node_id="test-node", roots=roots, config=config, clock=_Clock())
         made.append(sampler)
         return sampler

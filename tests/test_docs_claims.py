@@ -1,5 +1,5 @@
 """The docs' checkable claims, checked: every command they show, what a profile is said to
-check, the one place the architecture page gives a mechanism, the .deb's size said the same
+check, the one place a room's docstring gives a mechanism, the .deb's size said the same
 everywhere, what pyproject says a dependency is for, and promtool's lints the metrics page lists.
 
 A claim here is read from the page itself, so a page that drifts from the code fails."""
@@ -118,7 +118,12 @@ def test_what_the_readme_says_a_profile_checks_is_what_it_sets() -> None:
             assert key not in tables.get(table, {}), f"{name} sets [{table}] {key}, which the README says it leaves"
 
 
-# ---- the one place of each mechanism (docs/architecture.md) --------------------------------------
+# ---- the one place of each mechanism (the room's package docstring) -----------------------------
+
+
+def _room_docstring(folder: str) -> str:
+    """The package docstring of ``folder`` (from the repository root), its lines joined."""
+    return " ".join((ast.get_docstring(ast.parse((REPO / folder / "__init__.py").read_text())) or "").split())
 
 
 def _counter_deltas(path: Path, root: Path = REPO) -> list[str]:
@@ -148,7 +153,7 @@ def _without_root(node: ast.expr) -> str:
 
 
 def test_counters_become_rates_in_one_place() -> None:
-    assert "`quantities/rates.py` (counters to rates" in (REPO / "docs" / "architecture.md").read_text()
+    assert "``rates`` (counters to rates" in _room_docstring("core/quantities")
     rates = REPO / "core" / "quantities" / "rates.py"
     by_hand = [line for path in _modules() if path != rates for line in _counter_deltas(path)]
     assert by_hand == [], "counter increases outside core/quantities/rates.py (use delta, rate, ...)"
@@ -161,8 +166,7 @@ def test_the_check_finds_a_counter_worked_out_by_hand(tmp_path: Path) -> None:
 
 
 def test_one_toml_reader_and_one_link_rate_parser() -> None:
-    page = (REPO / "docs" / "architecture.md").read_text()
-    assert "`settings/readers.py` (the one TOML reader of every config file" in page
+    assert "``readers`` (the one TOML reader of every config file" in _room_docstring("core/settings")
     readers = REPO / "core" / "settings" / "readers.py"
     units = REPO / "core" / "quantities" / "units.py"
     toml = [p for p in _modules() if re.search(r"^\s*import tomllib|^\s*from tomllib", p.read_text(), re.M)]

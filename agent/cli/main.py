@@ -55,8 +55,9 @@ def cli(ctx: click.Context, log_level: str | None) -> None:
     configure_logging(log_level or ("info" if ctx.invoked_subcommand == "run" else "warning"))
 
 
+# The command and its help keep node_exporter's word for the sources, as the flags do.
 @cli.command("collectors")
-def list_collectors() -> None:
+def list_sources() -> None:
     """The collectors and whether they run by default."""
     for name, cls in available().items():
         click.echo(f"{name:<12} {'on ' if cls.default_enabled else 'off'}  {cls.help}")

@@ -14,9 +14,9 @@ from nodeagent.agent.config import AgentConfig, ConfigError, load_config, parse_
 from nodeagent.agent.sources import UnknownSourceError, available, enabled_names
 
 
-def collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--collector.NAME / --no-collector.NAME`` for every registered collector, and each
-    collector's own settings, ``--collector.NAME.OPTION VALUE`` (node_exporter's form)."""
+def source_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--collector.NAME / --no-collector.NAME`` for every registered source, and each
+    source's own settings, ``--collector.NAME.OPTION VALUE`` (node_exporter's form)."""
     for name, cls in reversed(list(available().items())):
         for option in reversed(cls.options):
             func = click.option(
@@ -29,7 +29,7 @@ def collector_flags(func: Callable[..., Any]) -> Callable[..., Any]:
         default = "on" if cls.default_enabled else "off"
         func = click.option(
             f"--collector.{name}/--no-collector.{name}",
-            f"collector_{name}",
+            f"collector_{name}",  # the settings key (and NODEAGENT_COLLECTOR_NAME): kept
             default=None,
             help=f"{cls.help} (default {default})",
         )(func)
@@ -45,8 +45,8 @@ def root_dir(option: str) -> Callable[[click.Context, click.Parameter, str], str
     return check
 
 
-def enabled_collectors(flags: dict[str, bool | str | None]) -> list[str]:
-    """Collector names from the ``--collector.X/--no-collector.X`` flags of a command."""
+def enabled_sources(flags: dict[str, bool | str | None]) -> list[str]:
+    """Source names from the ``--collector.X/--no-collector.X`` flags of a command."""
     settings = _option_params()
     overrides = {k.removeprefix("collector_"): bool(v) for k, v in flags.items() if v is not None and k not in settings}
     try:
@@ -55,9 +55,9 @@ def enabled_collectors(flags: dict[str, bool | str | None]) -> list[str]:
         raise click.UsageError(str(err)) from err
 
 
-def collector_options(flags: dict[str, bool | str | None]) -> dict[str, str]:
-    """The collectors' own settings that were given ("diskstats.device-include" -> value), each
-    checked by its collector: one that cannot be used is a usage error (one line, exit 2)."""
+def source_options(flags: dict[str, bool | str | None]) -> dict[str, str]:
+    """The sources' own settings that were given ("diskstats.device-include" -> value), each
+    checked by its source: one that cannot be used is a usage error (one line, exit 2)."""
     settings = _option_params()
     given = {settings[k]: str(v) for k, v in flags.items() if k in settings and v is not None}
     for cls in available().values():
@@ -85,7 +85,7 @@ def _option_param(source: str, option: str) -> str:
 
 
 def _option_params() -> dict[str, str]:
-    """Parameter name -> "<source>.<option>" for every collector setting."""
+    """Parameter name -> "<source>.<option>" for every source setting."""
     return {
         _option_param(name, option.name): f"{name}.{option.name}"
         for name, cls in available().items()

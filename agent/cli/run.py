@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import structlog
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, enabled_sources, root_dir, source_flags, source_options
 from nodeagent.agent.delivery.spool import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES, Spool
 from nodeagent.agent.exposition.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from nodeagent.agent.kernel.files import raise_open_file_limit
@@ -204,19 +204,19 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "GPU families pod, namespace and container labels (read every 10 s; off while the file does not exist, "
     "or with an empty value).",
 )  # fmt: skip
-@collector_flags
+@source_flags
 def run(**flags: Any) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
     started = time.monotonic()
     known = {field.name for field in fields(RunFlags)}
     f = RunFlags(**{k: v for k, v in flags.items() if k in known})
-    switches = {k: v for k, v in flags.items() if k not in known}  # the collectors' own flags
+    switches = {k: v for k, v in flags.items() if k not in known}  # the sources' own flags
     security, metrics_tls = _checked_security(f)
     if f.overrides and f.scenario is None:
         raise click.UsageError("--set needs --simulate")
     config = agent_config(f.config_path, f.link_speed)
-    names = enabled_collectors(switches)
-    options = collector_options(switches)
+    names = enabled_sources(switches)
+    options = source_options(switches)
     raise_open_file_limit()
     spool = _open_spool(f)
     # The source stamps the reports; it carries on where the spool (and its disk segments) left off.
@@ -248,7 +248,7 @@ def run(**flags: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RunFlags:
-    """``run``'s flags as click hands them over, one field per option (the collectors' own
+    """``run``'s flags as click hands them over, one field per option (the sources' own
     ``--collector.X`` flags aside)."""
 
     collectors: tuple[str, ...]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, enabled_sources, root_dir, source_flags, source_options
 from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots
@@ -41,7 +41,7 @@ from nodeagent.agent.views.snapshots import snapshot
     help="Link speed of an interface, e.g. eth0=50G (virtual NICs, capped cloud links). Repeatable.",
 )
 @click.option("--all", "show_all", is_flag=True, help="Show virtual interfaces too (table output).")
-@collector_flags
+@source_flags
 def sample(
     as_json: bool,
     count: int,
@@ -51,12 +51,12 @@ def sample(
     config_path: Path | None,
     link_speed: tuple[str, ...],
     show_all: bool,
-    **collector_flags: bool | str | None,
+    **source_switches: bool | str | None,
 ) -> None:
     """Snapshots of this node: counters and topology first, then rates."""
     config = agent_config(config_path, link_speed)
-    names = enabled_collectors(collector_flags)
-    options = collector_options(collector_flags)
+    names = enabled_sources(source_switches)
+    options = source_options(source_switches)
     raise_open_file_limit()
     sampler = Sampler(names, roots=Roots(procfs=procfs, sysfs=sysfs), config=config, options=options)
     previous = None

@@ -27,7 +27,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from nodeagent.agent.cli.options import agent_config, collector_flags, collector_options, enabled_collectors, root_dir
+from nodeagent.agent.cli.options import agent_config, enabled_sources, root_dir, source_flags, source_options
 from nodeagent.agent.kernel.files import raise_open_file_limit
 from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.sources import Roots
@@ -123,7 +123,7 @@ class _Top:
 @click.option("--procfs", default="/proc", show_default=True, callback=root_dir("--procfs"), help="procfs root.")
 @click.option("--sysfs", default="/sys", show_default=True, callback=root_dir("--sysfs"), help="sysfs root.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Agent configuration (TOML).")
-@collector_flags
+@source_flags
 def top(
     interval: float,
     once: bool,
@@ -133,7 +133,7 @@ def top(
     procfs: str,
     sysfs: str,
     config_path: Path | None,
-    **collector_flags: bool | str | None,
+    **source_switches: bool | str | None,
 ) -> None:
     """This node live: GPUs, links, disks, CPU and the starvation verdict."""
     detector_config = _detector_config(detector_path)
@@ -151,8 +151,8 @@ def top(
         node_id = f"sim-{scenario}"
     else:
         raise_open_file_limit()
-        names = enabled_collectors(collector_flags)
-        options = collector_options(collector_flags)
+        names = enabled_sources(source_switches)
+        options = source_options(source_switches)
         node_id = platform.node()
         source = Sampler(
             names, node_id=node_id, roots=Roots(procfs=procfs, sysfs=sysfs), config=agent_config(config_path, ()),

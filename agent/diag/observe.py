@@ -1,7 +1,7 @@
-"""What diag looks at: two samples of every collector a short window apart (so counters that grow
+"""What diag looks at: two samples of every source a short window apart (so counters that grow
 while it watches show), plus the few GPU facts only a health check needs.
 
-The samples come from the agent's own ``Sampler`` and collectors, so diag sees exactly what
+The samples come from the agent's own ``Sampler`` and sources, so diag sees exactly what
 ``nodeagent sample`` and the daemon see; the extra GPU facts are read through ``agent/gpu/nvml_gpu.py``.
 """
 
@@ -58,7 +58,7 @@ def observe(
     meanwhile: Callable[[], None] = lambda: None,
     node_id: str | None = None,
 ) -> Observation:
-    """Two ticks of every default collector, ``window_seconds`` apart; ``meanwhile`` runs in
+    """Two ticks of every default source, ``window_seconds`` apart; ``meanwhile`` runs in
     between (its time counts towards the window)."""
     raise_open_file_limit()
     sampler = Sampler(enabled_names({}), roots=roots, node_id=node_id)

@@ -15,7 +15,7 @@ families, each of which can be turned off:
 - ``node``: node_exporter's network, InfiniBand, disk, pressure, CPU, stat, load and memory
   families (core/exposition/node.py);
 - ``agent``: nodeagent's own: its health (reports produced, spool, acknowledgement lag, the
-  sender's stream, every collector's duration and success in the last tick), the highways as a
+  sender's stream, every source's duration and success in the last tick), the highways as a
   share of link speed, and the latest sample's key values under ``nodeagent_agent_*``.
 """
 
@@ -172,7 +172,7 @@ class AgentMetrics:
                 "nodeagent_agent_last_report_timestamp_seconds", "gauge", "Time of the latest report (Unix time).",
                 report.time_unix_seconds,
             )  # fmt: skip
-            yield from _collectors(report)
+            yield from _source_families(report)
             yield from _sample(report)
             yield from _highways(telemetry.previous, report, telemetry.info)
 
@@ -255,7 +255,8 @@ class AgentExposition:
         return True, "ok"
 
 
-def _collectors(report: pb.NodeReport) -> Iterator[TextFamily]:
+def _source_families(report: pb.NodeReport) -> Iterator[TextFamily]:
+    # The names, help and label keep node_exporter's word for a source (node_scrape_collector_*).
     duration = TextFamily(
         "nodeagent_agent_collector_duration_seconds", "gauge", "Time each collector took in the latest tick."
     )
@@ -263,7 +264,7 @@ def _collectors(report: pb.NodeReport) -> Iterator[TextFamily]:
         "nodeagent_agent_collector_success", "gauge", "1 when the collector succeeded in the latest tick."
     )
     for status in report.collectors:
-        labels = _collector_label(status.name)
+        labels = _source_label(status.name)
         duration.lines.append(sample_line(duration.name, labels, status.duration_seconds))
         success.lines.append(f"{success.name}{{{labels}}} {1 if status.success else 0}\n")
     yield duration
@@ -271,7 +272,7 @@ def _collectors(report: pb.NodeReport) -> Iterator[TextFamily]:
 
 
 @functools.lru_cache(maxsize=256)
-def _collector_label(name: str) -> str:
+def _source_label(name: str) -> str:
     return label("collector", name)
 
 

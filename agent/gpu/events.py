@@ -2,7 +2,7 @@
 
 NVML delivers these through an event set that one must block on; the sampler must not. A thread
 waits with a short timeout (so ``stop`` takes effect within it), turns each event into a
-``pb.Event`` and queues it; the collector drains the queue into the next report.
+``pb.Event`` and queues it; the gpu source drains the queue into the next report.
 """
 
 from __future__ import annotations

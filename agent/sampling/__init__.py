@@ -1,2 +1,4 @@
-"""One tick of the node: the sampler that runs each enabled source, the report sequence (epoch,
-seq), and the cheap kernel-file reads the sources share."""
+"""One tick of the node: ``sampler`` (runs each enabled source and assembles the report),
+``report_source`` (the `ReportSource` protocol, sampler or simulator, and `ReportSequence`, which
+stamps epoch and seq), ``source_reasons`` (each GPU's computing source in words, on the wire when
+it says something new and once a minute)."""

@@ -1,6 +1,6 @@
-"""One tick: run every enabled collector and assemble the node's report.
+"""One tick: run every enabled source and assemble the node's report.
 
-Each collector reports its own duration and success; one that raises loses only its own
+Each source reports its own duration and success; one that raises loses only its own
 section of the report (a health event says so) and the others run as usual.
 """
 
@@ -28,7 +28,7 @@ class Sampler:
 
     def __init__(
         self,
-        collectors: Sequence[str],
+        sources: Sequence[str],
         *,
         node_id: str | None = None,
         roots: Roots | None = None,
@@ -42,7 +42,7 @@ class Sampler:
             roots=roots or Roots(), files=self.files, config=config or AgentConfig(), options=dict(options or {})
         )
         registry = available()
-        self.collectors: list[Source] = [registry[name](self.ctx) for name in collectors]
+        self.sources: list[Source] = [registry[name](self.ctx) for name in sources]
         self.node_id = node_id or platform.node()
         self.sequence = sequence or ReportSequence()
         self.info = pb.NodeInfo()
@@ -57,19 +57,20 @@ class Sampler:
             self._scan(now)
         report = pb.NodeReport(node_id=self.node_id, time_unix_seconds=now)
         self.sequence.stamp(report)
-        for collector in self.collectors:
+        for source in self.sources:
             started = time.perf_counter()
-            status = report.collectors.add(name=collector.name, success=True)
+            status = report.collectors.add(name=source.name, success=True)  # node_exporter's word, on the wire
             try:
-                collector.collect(report)
+                source.collect(report)
             except Exception as err:  # one bad source must not stop the others
                 status.success = False
                 status.error = _one_line(err)
                 report.events.add(
                     time_unix_seconds=now, kind="collector_error", severity="warning",
-                    subject=f"collector:{collector.name}", message=status.error,
+                    subject=f"collector:{source.name}", message=status.error,
                 )  # fmt: skip
-                log.warning("collector failed", collector=collector.name, error=status.error)
+                # The event's and the log's words are node_exporter's, as the flags are: kept as users see them.
+                log.warning("collector failed", collector=source.name, error=status.error)
             status.duration_seconds = time.perf_counter() - started
         if not self._info_sent:
             report.info.CopyFrom(self.info)
@@ -77,15 +78,15 @@ class Sampler:
         return report
 
     def close(self) -> None:
-        for collector in self.collectors:
+        for source in self.sources:
             try:
-                collector.close()
+                source.close()
             except Exception as err:
-                log.warning("collector close failed", collector=collector.name, error=_one_line(err))
+                log.warning("collector close failed", collector=source.name, error=_one_line(err))
         self.files.close()
 
     def _rescan_due(self, now: float) -> bool:
-        if self._last_scan is None or any(c.needs_rescan for c in self.collectors):
+        if self._last_scan is None or any(s.needs_rescan for s in self.sources):
             return True
         return now - self._last_scan >= self.ctx.config.rescan_seconds
 
@@ -99,12 +100,12 @@ class Sampler:
         info.hostname = platform.node()
         info.agent_version = __version__
         info.kernel_release = os.uname().release
-        for collector in self.collectors:
-            collector.needs_rescan = False
+        for source in self.sources:
+            source.needs_rescan = False
             try:
-                collector.scan(info)
+                source.scan(info)
             except Exception as err:
-                log.warning("collector scan failed", collector=collector.name, error=_one_line(err))
+                log.warning("collector scan failed", collector=source.name, error=_one_line(err))
         if info != self.info:
             self.info = info
             self._info_sent = False

@@ -1,7 +1,7 @@
 """NVIDIA GPUs through NVML: topology at scan, one GpuSample per GPU per tick.
 
 Per GPU and tick: utilization, memory, compute processes with their jobs (and per multi-node job
-on the node one ``JobSample``, ``job_samples.py``), every counter in one
+on the node one ``JobSample``, ``agent/gpu/job_samples.py``), every counter in one
 batched field-value call (PCIe bytes and replays, NVLink state, bytes and errors per link, ECC,
 row remapping, power, temperature), clock-event reasons, SM clock, and on GPM-capable
 GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink rates over the
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class _GpuState:
-    """What the collector keeps per GPU between ticks (mutable on purpose: GPM's last sample,
+    """What the source keeps per GPU between ticks (mutable on purpose: GPM's last sample,
     whether the loss was reported)."""
 
     index: int

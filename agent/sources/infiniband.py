@@ -2,7 +2,7 @@
 
 ``port_rcv_data`` and ``port_xmit_data`` (and their ``_64`` forms) count 4-byte words.
 "N/A (no PMA)" means the device has no performance-management agent: no value. A device
-without ``counters/`` (irdma, bnxt_re) or with an unreadable attribute loses only that value.
+without a ``<port>/counters`` folder (irdma, bnxt_re) or with an unreadable attribute loses only that value.
 """
 
 from __future__ import annotations

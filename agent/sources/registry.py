@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from nodeagent.agent.sources.base import Source
 
-_COLLECTORS: dict[str, type[Source]] = {}
+_SOURCES: dict[str, type[Source]] = {}
 
 
 class UnknownSourceError(ValueError):
@@ -15,19 +15,20 @@ class UnknownSourceError(ValueError):
 
 
 def register(cls: type[Source]) -> type[Source]:
-    if cls.name in _COLLECTORS:
-        raise ValueError(f"collector {cls.name!r} registered twice")
-    _COLLECTORS[cls.name] = cls
+    if cls.name in _SOURCES:
+        raise ValueError(f"source {cls.name!r} registered twice")
+    _SOURCES[cls.name] = cls
     return cls
 
 
 def available() -> Mapping[str, type[Source]]:
-    return dict(sorted(_COLLECTORS.items()))
+    return dict(sorted(_SOURCES.items()))
 
 
 def enabled_names(overrides: Mapping[str, bool]) -> list[str]:
     """The sources to run: the defaults, changed by ``overrides`` (name -> on/off)."""
     for name in overrides:
-        if name not in _COLLECTORS:
-            raise UnknownSourceError(f"unknown collector {name!r} (known: {', '.join(sorted(_COLLECTORS))})")
-    return [name for name, cls in sorted(_COLLECTORS.items()) if overrides.get(name, cls.default_enabled)]
+        if name not in _SOURCES:
+            # node_exporter's word, as in the flag the name came from.
+            raise UnknownSourceError(f"unknown collector {name!r} (known: {', '.join(sorted(_SOURCES))})")
+    return [name for name, cls in sorted(_SOURCES.items()) if overrides.get(name, cls.default_enabled)]

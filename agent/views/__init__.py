@@ -1,2 +1,3 @@
-"""What a person reads on the node: snapshots with rates, the `sample` table, plain JSON of
-reports, and `top`'s frame."""
+"""What a person reads on the node: ``snapshots`` (snapshots with rates, for `sample` and `top`),
+``sample_table`` (the `sample` table), ``plain_json`` (reports as plain JSON values),
+``top_frame`` (one frame of `top`, drawn with rich)."""

@@ -1,3 +1,6 @@
-"""Alerts: the front the collector talks to (``front``), the book that turns signals into lifecycles
-and persists them (``book``), the report rules and what they remember (``report_rules``,
-``rule_state``), their thresholds (``config``), the signal type (``signals``) and the sinks."""
+"""Alerts: ``alerting`` (what the collector calls: rules per node, the node-down watch, the book),
+``node_down`` (`NodeDown` for silent nodes, `NodeStopped` for clean stops), ``book`` (lifecycles
+persisted, transitions handed to sinks once durable), ``lifecycle`` (the firing, updated and
+resolved rule the book and replay share), ``store_failing`` (`CollectorStoreFailing`, straight
+to the sinks while the store cannot commit), ``report_rules`` and ``rule_state`` (hardware and
+health rules and what they remember), ``config`` (`[alerts]`) and ``sinks/``."""

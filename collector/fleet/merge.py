@@ -1,6 +1,6 @@
 """Several shards' answers to one Query method made into one answer, as one collector would give it.
 
-The rules (CONTRACTS "Merged views"; the ranks and orders are ``rules.py``'s): nodes by node id, the
+The rules (CONTRACTS "Merged views"; the ranks and orders are ``collector/merge_rules.py``'s): nodes by node id, the
 freshest ``last_seen`` wins and the shards that still hold an older copy are listed in
 ``stale_shards`` (a node that moved leaves its old row behind until it is retired there); alerts by
 (name, node, key), firing over resolved, then the newest; job verdicts by job, the one judged over

@@ -1,7 +1,7 @@
 """The fleet page's answers from several shards (``Page`` RPC replies) made into one page.
 
 JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
-items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``rules.py``; nodes by
+items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``collector/merge_rules.py``; nodes by
 id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
 verdict over most nodes; a job's cards of nodes its judge does not hold from the shards that do,
 a 404 among them), each tagged with its ``shard``, re-sorted as the page sorts them, the

@@ -10,7 +10,7 @@ has formed for them are not known to compute:
   in its window that names a cause, or the job roll-up's `waiting`, judges it;
 - a `busy` verdict may be a state not yet entered: `starved`, `waiting` and `throttled` need most
   of a window's steps (hysteresis), and the detector's own GPU-seconds lost count the entering
-  window's time when they enter (``detector/waiting.py``). So `busy` seconds count `computing`,
+  window's time when they enter (``core/detector/waiting.py``). So `busy` seconds count `computing`,
   but the verdict that enters one of those states re-judges the `busy` seconds inside its window
   by its own split, as the detector's count does; so does the first verdict that carries the
   job roll-up's share of a GPU waiting on no other node (``split.JobShare``: a `link` straggler,

@@ -1,6 +1,10 @@
-"""The collector's way in: the gRPC server (``server``: ingest stream, query and health services,
-roles and stream bounds), the per-report path (``intake``: deduplicate, update the node, hand the
-report to the detector, alerts, timeline and history), what it holds of each node and stream
-(``node_state``, with the node and seq bounds), and the flush that makes it durable and then
-acknowledges (``flush``, with ``flush_stats``). The store, the history and the query service have
-rooms of their own beside this one."""
+"""The collector's way in. ``streams`` (the Ingest gRPC service: one task per agent stream,
+validation, goodbye, roles, stream bounds), ``hello`` (the start of every stream, at a collector
+and a front alike), ``source_streams`` (streams per source address), ``intake`` (`Ingest`:
+deduplicate on (node, epoch, seq), update the node, hand each new report to the pipeline, the
+timeline, the history and remote write), ``node_state`` (what is held per node and stream, its
+bounds), ``clock_bounds`` (a report's time against the collector's clock), ``flush`` (one
+transaction of what changed, acknowledged once durable; with ``flush_stats``), ``retire``
+(forgotten or long-silent nodes removed in one flush), ``resting`` (a silent node shrunk to what
+the views show), ``history_guard`` (history that fails stops for the run, ingest goes on) and
+``node_timeline`` (each node's last two hours in memory)."""

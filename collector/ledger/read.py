@@ -7,7 +7,7 @@ summed in ``history_ledger`` and its minutes for the rest (``store/ledger_tables
 yields the groups; they are folded here into one total per answer row (a job, a node, the
 fleet): a GPU shared by n jobs counts 1/n to each, each node's hours priced at that node's price
 (``prices.py``), and the hours a job's GPUs waited are put on the nodes they waited on (its
-stragglers). The `unmeasured` hours (``split.py``) are neither computing nor lost: their own hours
+stragglers). The `unmeasured` hours (``history/split.py``) are neither computing nor lost: their own hours
 and cost (``gpu_hours_unmeasured``, ``cost_unmeasured``), the upper end of the money lost. With
 ``[tenants]`` a job's name carries its nodes' tenant (``collector/tenants.py``), and so does its
 account or namespace: ``acme:research``, billed within tenant acme only (a job of acme without one:

@@ -1,4 +1,4 @@
-"""``nodeagent.v1.Query``: what the collector knows, served from memory, to operators only.
+"""The ``Query`` service of ``nodeagent.v1``: what the collector knows, served from memory, to operators only.
 
 ``ListNodes`` and ``ListJobs`` answer from memory (each node's row and verdict; the job
 roll-up's snapshot of verdicts, ``Ingest.jobs``) without touching SQLite or taking a query slot.

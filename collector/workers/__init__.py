@@ -1,9 +1,10 @@
-"""One collector on every core of its machine: ``serve --workers N`` (N > 1).
+"""One collector on every core of its machine: ``nodeagent-collector serve --workers N``
+(docs/fleet-scale.md).
 
-The ``serve`` process becomes a front: it spawns N worker processes (``supervisor``), each a full
-``CollectorServer`` with its own SQLite database, agent port and a unix socket for the front
-(``worker_args``, ``worker_main``); it sends each agent's hello to the worker that owns its node
-(``front``: status UNAVAILABLE with the owner's port in a trailer), and answers queries and the
-HTTP listener by asking every worker and merging (``front``, ``front_http``, with
-``nodeagent.collector.fleet``). N == 1 is the single process of before: none of this runs.
-"""
+The serve process becomes a front (``serve_front``): it spawns N worker processes
+(``supervisor``: starts, restarts and drains them), each a full `CollectorServer` with its own
+database, agent port and unix socket (``worker_args``, ``worker_main``). ``front``: each agent's
+hello sent to the worker that owns its node id (status UNAVAILABLE with the owner's port in a
+trailer); ``front_query`` and ``front_http``: queries and the HTTP listener answered by asking
+every worker and merging (with ``nodeagent.collector.fleet``); ``front_metrics``: the front's own
+families. With one worker none of this runs."""

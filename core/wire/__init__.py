@@ -1,2 +1,5 @@
-"""The rules of the wire both sides apply: what a node id may be, how a report is checked and
-repaired, how it is framed on the stream, and the JSON Lines trace (``trace``)."""
+"""The rules of the wire both sides apply: ``identity`` (what a node id may be), ``validate`` (what
+the collector refuses, the job bounds among it, and the agent's repair of it), ``framing`` (the
+ingest method and the report frame), ``clock_events`` (clock-event reason bits and names),
+``fabric`` (the NVLink fabric's states and what makes it unusable) and ``trace`` (the JSON Lines
+trace format)."""

@@ -108,7 +108,7 @@ def test_reset_between_samples_gives_no_rate_and_no_error(tmp_path: Path, make_s
             "proc/diskstats": DISKSTATS.format(reads=1000, sectors=8000, ticks=500),
         },
     )
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["netdev", "diskstats"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["netdev", "diskstats"])
     first = sampler.tick()
     rewrite(root / "proc/net/dev", NET_DEV.format(rx=12_000_000, tx=6_000_000))
     rewrite(root / "proc/diskstats", DISKSTATS.format(reads=1500, sectors=12000, ticks=750))
@@ -151,7 +151,7 @@ def test_saturated_rdma_data_counter_gives_no_rate(tmp_path: Path, make_sampler)
             f"{port}/counters/port_xmit_data": "1000\n",
         },
     )
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["infiniband"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["infiniband"])
     first = sampler.tick()
     rewrite(root / port / "counters/port_rcv_data", f"{MAX_U32}\n")
     rewrite(root / port / "counters/port_xmit_data", "1250\n")
@@ -174,7 +174,7 @@ def test_legacy_counter_saturating_beside_a_64_bit_one_keeps_the_rate(tmp_path: 
             f"{port}/counters_ext/port_rcv_data_64": "1000000\n",
         },
     )
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["infiniband"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["infiniband"])
     first = sampler.tick()
     rewrite(root / port / "counters_ext/port_rcv_data_64", "1250000\n")
     second = sampler.tick()
@@ -188,7 +188,7 @@ def test_legacy_counter_saturating_beside_a_64_bit_one_keeps_the_rate(tmp_path: 
 def test_iowait_going_backwards_is_not_a_reset(tmp_path: Path, make_sampler) -> None:
     stat = "cpu  {user} 0 100 {idle} {iowait} 0 0 0 0 0\ncpu0 {user} 0 100 {idle} {iowait} 0 0 0 0 0\n"
     root = write_tree(tmp_path, {"proc/stat": stat.format(user=1000, idle=5000, iowait=500)})
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["cpu"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["cpu"])
     first = sampler.tick()
     # iowait dips by a tick (the kernel says it can); user time moves on.
     rewrite(root / "proc/stat", stat.format(user=1100, idle=5100, iowait=499))

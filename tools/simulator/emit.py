@@ -23,8 +23,8 @@ _IDLE_MEMORY_BYTES = 512 * _MIB
 _THERMAL_SLOWDOWN = 0x020 | 0x040  # sw_thermal_slowdown | hw_thermal_slowdown
 _GPU_IDLE = 0x001
 _POWER_READINGS = 10  # the agent's gpu_power_sample_seconds of 0.1 s, one report a second
-# The agent's collectors the simulation stands in for (the report says which sources ran).
-_COLLECTORS = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure", "gpu")
+# The agent's sources the simulation stands in for (the report's `collectors` says which ran).
+_SOURCES = ("netdev", "infiniband", "diskstats", "cpu", "meminfo", "pressure", "gpu")
 
 
 @dataclass(slots=True)
@@ -157,7 +157,7 @@ class NodeHardware:
 
     def fill(self, report: pb.NodeReport, a: Activity, *, with_cores: bool) -> None:
         """Add every source's sample of this tick to ``report``."""
-        for name in _COLLECTORS:
+        for name in _SOURCES:
             report.collectors.add(name=name, success=True)
         nic = report.nics.add(name="eth0", operstate="up", carrier=True)
         nic.rx_bytes_total, nic.tx_bytes_total = int(self.nic[0]), int(self.nic[1])

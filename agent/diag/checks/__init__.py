@@ -1,5 +1,9 @@
-"""The checks, one module per area, run in this order. Each area is a function from the
-``DiagContext`` to its results; an area that raises loses only its own results."""
+"""The checks, one module per area, run in this order: ``gpu`` (with ``gpu_pcie`` and
+``gpu_readings``, readings the rest of the GPU contradicts), ``nvlink``, ``fabric`` (the NVLink
+fabric), ``nic``, ``rdma``, ``storage``, ``host``; beside them ``xid`` (from the kernel log) and
+``collector`` (the collector's health service, a warning when unreachable). Each area is a
+function from the `DiagContext` (``context``: what each is given) to its results; an area that
+raises loses only its own results."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Where alert transitions go: structured log, webhook, Alertmanager, and the dispatcher that runs
-them off the ingest path."""
+"""Where alert transitions go: ``log`` (structured log), ``webhook``, ``alertmanager``, and the
+``dispatcher`` that runs them off the ingest path; ``config`` reads `[sinks]`; ``base``: JSON
+POSTs with bounded retries through ``collector/outbound/post.py``."""
 
 from nodeagent.collector.alerts.sinks.alertmanager import AlertmanagerSink
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, SinkError

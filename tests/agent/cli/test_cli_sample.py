@@ -57,7 +57,7 @@ def test_configured_link_speed_is_used_for_percent_of_link(tmp_path: Path, procf
     assert eth0["speed_source"] == "config"
 
 
-def test_collector_flags_enable_and_disable(procfs_roots: Roots) -> None:
+def test_source_flags_enable_and_disable(procfs_roots: Roots) -> None:
     result = run("sample", "--json", "--count", "1", "--no-collector.infiniband", "--procfs", procfs_roots.procfs)
     assert result.returncode == 0, result.stderr
     snap = json.loads(result.stdout)
@@ -100,7 +100,7 @@ def test_bad_config_key_names_file_and_key(tmp_path: Path) -> None:
     assert result.returncode == 2 and "unknown_key" in result.stderr
 
 
-def test_collectors_lists_every_registered_collector() -> None:
+def test_collectors_lists_every_registered_source() -> None:
     result = run("collectors")
     assert result.returncode == 0
     names = {line.split()[0] for line in result.stdout.splitlines()}

@@ -20,7 +20,7 @@ from tests.fakes.nvml.state import h100_sxm5
 
 
 def test_top_draws_the_instances_under_their_gpu(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource], tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource], tmp_path: Path
 ) -> None:
     state = fake_nvml.load(h100_sxm5(2))
     for i, g in enumerate(state.gpus):
@@ -28,9 +28,9 @@ def test_top_draws_the_instances_under_their_gpu(
     split(state)
     state.gpus[0].mig[1].gpm_sm_active = 20.0
     fake_nvml.write()
-    collector = make_gpu_collector(pod_tree(tmp_path / "proc"))
+    gpu_source = make_gpu_source(pod_tree(tmp_path / "proc"))
     info = pb.NodeInfo(node_id="mig-node")
-    collector.scan(info)
+    gpu_source.scan(info)
     detector = NodeDetector("mig-node", DetectorConfig())
     reports = []
     for t in range(150):
@@ -39,7 +39,7 @@ def test_top_draws_the_instances_under_their_gpu(
         report = pb.NodeReport(node_id="mig-node", time_unix_seconds=1_800_000_000.0 + t)
         if t == 0:
             report.info.CopyFrom(info)
-        collector.collect(report)
+        gpu_source.collect(report)
         report.collectors.add(name="gpu", success=True)
         detector.observe(report)
         reports.append(report)

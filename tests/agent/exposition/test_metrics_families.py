@@ -51,14 +51,14 @@ def _gpu_values(text: str) -> Values:
 
 
 @pytest.fixture
-def sample_gpus(fake_nvml: FakeNvml, make_gpu_collector: type[GpuSource]) -> object:
-    """Two ticks of the GPU collector on a state, published; returns the page's text."""
+def sample_gpus(fake_nvml: FakeNvml, make_gpu_source: type[GpuSource]) -> object:
+    """Two ticks of the GPU source on a state, published; returns the page's text."""
 
     def run(state: object, ticks: int = 2) -> str:
         fake_nvml.load(state)  # type: ignore[arg-type]
-        collector = make_gpu_collector()
+        gpu_source = make_gpu_source()
         info = pb.NodeInfo(hostname="gpu-node-1")
-        collector.scan(info)
+        gpu_source.scan(info)
         telemetry = AgentTelemetry("gpu-node-1", 1.0)
         for t in range(ticks):
             fake_nvml.state.advance(1.0)  # type: ignore[union-attr]
@@ -66,7 +66,7 @@ def sample_gpus(fake_nvml: FakeNvml, make_gpu_collector: type[GpuSource]) -> obj
             report = pb.NodeReport(time_unix_seconds=1000.0 + t)
             if t == 0:
                 report.info.CopyFrom(info)
-            collector.collect(report)
+            gpu_source.collect(report)
             telemetry.publish(report)
         return _exposition(telemetry).render().decode()
 

@@ -39,11 +39,11 @@ class _Pods:
 
 
 def _page(
-    fake: FakeNvml, collector: GpuSource, ticks: int = 2, groups: tuple[str, ...] = ("gpu",), pods: Any = None,
+    fake: FakeNvml, gpu_source: GpuSource, ticks: int = 2, groups: tuple[str, ...] = ("gpu",), pods: Any = None,
     between: Callable[[int], None] | None = None,
 ) -> tuple[str, AgentTelemetry]:  # fmt: skip
     info = pb.NodeInfo(hostname="tray-1")
-    collector.scan(info)
+    gpu_source.scan(info)
     telemetry = AgentTelemetry("tray-1", 1.0)
     assert fake.state is not None
     for t in range(ticks):
@@ -54,7 +54,7 @@ def _page(
         report = pb.NodeReport(time_unix_seconds=1000.0 + t)
         if t == 0:
             report.info.CopyFrom(info)
-        collector.collect(report)
+        gpu_source.collect(report)
         telemetry.publish(report)
     spool = Spool(max_bytes=1 << 20, max_age_seconds=60)
     metrics = AgentMetrics(telemetry, spool, sender=_NoSender(), targets=())  # type: ignore[arg-type]
@@ -66,7 +66,7 @@ def _samples(text: str, name: str) -> list[Any]:
 
 
 def test_mig_instances_are_series_with_dcgm_exporters_labels_and_their_pods(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource], tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource], tmp_path: Path
 ) -> None:
     state = fake_nvml.load(b200())
     split(state, 2)
@@ -76,7 +76,7 @@ def test_mig_instances_are_series_with_dcgm_exporters_labels_and_their_pods(
         pod = kubelet.pod_resources.add(name=f"tenant-{n}", namespace="team")
         container = pod.containers.add(name="main")
         container.devices.add(resource_name=f"nvidia.com/mig-{instance.profile}", device_ids=[instance.uuid])
-    page, _ = _page(fake_nvml, make_gpu_collector(pod_tree(tmp_path / "proc")), pods=_Pods(gpu_owners(kubelet)))
+    page, _ = _page(fake_nvml, make_gpu_source(pod_tree(tmp_path / "proc")), pods=_Pods(gpu_owners(kubelet)))
     used = [s for s in _samples(page, "DCGM_FI_DEV_FB_USED") if s.labels["gpu"] == "2"]
     by_instance = {s.labels.get("GPU_I_ID"): s for s in used}
     assert set(by_instance) == {None, "1", "2", "5"}  # the GPU itself and its three instances
@@ -98,12 +98,12 @@ def test_mig_instances_are_series_with_dcgm_exporters_labels_and_their_pods(
 
 
 def test_a_fabric_fault_on_one_gpu_of_eight_is_its_series(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     state: FakeNvmlState = fake_nvml.load(gb200(8))
     state.gpus[6].fabric_health = fabric_health_mask(degraded_bandwidth=True)
     fake_nvml.write()
-    page, _ = _page(fake_nvml, make_gpu_collector())
+    page, _ = _page(fake_nvml, make_gpu_source())
     healthy = {s.labels["gpu"]: s.value for s in _samples(page, "nodeagent_gpu_fabric_healthy")}
     assert healthy == {str(i): (0.0 if i == 6 else 1.0) for i in range(8)}
     assert {s.labels["gpu"]: s.value for s in _samples(page, "nodeagent_gpu_fabric_registered")} == {
@@ -121,7 +121,7 @@ def test_a_fabric_fault_on_one_gpu_of_eight_is_its_series(
 
 
 def test_xids_count_beside_the_last_value_and_in_dcgm_exporters_window_shape(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     state = fake_nvml.load(b200())
     fake_nvml.write()
@@ -133,7 +133,7 @@ def test_xids_count_beside_the_last_value_and_in_dcgm_exporters_window_shape(
         if t >= 1:
             time.sleep(0.6)  # the event thread polls every 20 ms; give it the tick's time
 
-    page, telemetry = _page(fake_nvml, make_gpu_collector(), ticks=4, groups=("gpu", "xid_count"), between=inject)
+    page, telemetry = _page(fake_nvml, make_gpu_source(), ticks=4, groups=("gpu", "xid_count"), between=inject)
     counts = {(s.labels["gpu"], s.labels["xid"]): s.value for s in _samples(page, "nodeagent_gpu_xid_errors_total")}
     assert counts == {("4", "79"): 2.0, ("4", "13"): 1.0}
     last = {s.labels["gpu"]: s.value for s in _samples(page, "DCGM_FI_DEV_XID_ERRORS")}
@@ -150,20 +150,20 @@ def test_xids_count_beside_the_last_value_and_in_dcgm_exporters_window_shape(
     later = pb.NodeReport(time_unix_seconds=time.time() + 400, gpus=telemetry.latest.gpus if telemetry.latest else [])
     telemetry.publish(later)
     assert telemetry.recent_xids == ()
-    default_page = _page(fake_nvml, make_gpu_collector(), ticks=1)[0]
+    default_page = _page(fake_nvml, make_gpu_source(), ticks=1)[0]
     assert not _samples(default_page, "DCGM_EXP_XID_ERRORS_COUNT")  # opt-in, as in dcgm-exporter
 
 
 def test_suspect_readings_and_process_shares_on_the_page(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     state = fake_nvml.load(b200())
     g = state.gpus[1]
     g.util_gpu, g.procs, g.proc_util = 95, {11: GIB, 12: GIB}, {11: (60, 20), 12: (30, 10)}
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector._suspects.hold_seconds = 0.0  # the rule, not its patience, is what this page shows
-    page, _ = _page(fake_nvml, collector)
+    gpu_source = make_gpu_source()
+    gpu_source._suspects.hold_seconds = 0.0  # the rule, not its patience, is what this page shows
+    page, _ = _page(fake_nvml, gpu_source)
     (suspect,) = _samples(page, "nodeagent_gpu_suspect_reading")
     assert (suspect.labels["gpu"], suspect.labels["field"], suspect.value) == ("1", "sm_active_ratio", 1.0)
     shares = {s.labels["pid"]: s.value for s in _samples(page, "nodeagent_gpu_process_sm_utilization_ratio")}

@@ -115,11 +115,11 @@ def _host(report: pb.NodeReport, t: int) -> None:
 
 
 @pytest.fixture
-def telemetry(fake_nvml: FakeNvml, make_gpu_collector: type[GpuSource]) -> AgentTelemetry:
+def telemetry(fake_nvml: FakeNvml, make_gpu_source: type[GpuSource]) -> AgentTelemetry:
     fake_nvml.load(h100_sxm5(8))
-    collector = make_gpu_collector()
+    gpu_source = make_gpu_source()
     info = pb.NodeInfo(hostname="gpu-node-1")
-    collector.scan(info)
+    gpu_source.scan(info)
     info.nics.add(name="eth0", speed_bytes_per_second=25e9)
     published = AgentTelemetry("gpu-node-1", 1.0)
     for t in range(2):
@@ -133,7 +133,7 @@ def telemetry(fake_nvml: FakeNvml, make_gpu_collector: type[GpuSource]) -> Agent
         report = pb.NodeReport(time_unix_seconds=1000.0 + t)
         if t == 0:
             report.info.CopyFrom(info)
-        collector.collect(report)
+        gpu_source.collect(report)
         _host(report, t)
         published.publish(report)
     return published

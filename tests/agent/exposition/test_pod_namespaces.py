@@ -66,14 +66,14 @@ def _namespaces(report: pb.NodeReport) -> dict[int, str]:
 
 
 @pytest.fixture
-def sampled(fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]) -> pb.NodeReport:
+def sampled(fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]) -> pb.NodeReport:
     """One report of the GPU sampler over ``_state()``, as the daemon's tick gets it."""
     fake_nvml.load(_state())
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     report = pb.NodeReport(node_id="n", epoch=1, seq=1, time_unix_seconds=1000.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     return report
 
 

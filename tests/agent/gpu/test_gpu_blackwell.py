@@ -24,7 +24,7 @@ from tests.fakes.nvml.state import (
     gb300,
 )
 
-MakeCollector = Callable[..., GpuSource]
+MakeSource = Callable[..., GpuSource]
 GIB = 1024**3
 
 # Every GpuSample field a Blackwell GPU with GPM gives after two ticks (the rest need a fallback
@@ -59,18 +59,18 @@ def _set_fields(message: pb.GpuSample) -> set[str]:
     return names | {"index"}
 
 
-def _two_ticks(fake: FakeNvml, collector: GpuSource) -> tuple[pb.NodeInfo, pb.NodeReport, pb.NodeReport]:
+def _two_ticks(fake: FakeNvml, gpu_source: GpuSource) -> tuple[pb.NodeInfo, pb.NodeReport, pb.NodeReport]:
     info = pb.NodeInfo()
-    collector.scan(info)
+    gpu_source.scan(info)
     first = pb.NodeReport(time_unix_seconds=1000.0)
-    collector.collect(first)
+    gpu_source.collect(first)
     assert fake.state is not None
     for g in fake.state.gpus:
         g.add_traffic(1.0, pcie_rx=4e9, pcie_tx=1e9, nvlink_rx_per_link=40e9, nvlink_tx_per_link=40e9)
     fake.state.advance(1.0)
     fake.write()
     second = pb.NodeReport(time_unix_seconds=1001.0)
-    collector.collect(second)
+    gpu_source.collect(second)
     return info, first, second
 
 
@@ -80,7 +80,7 @@ def _two_ticks(fake: FakeNvml, collector: GpuSource) -> tuple[pb.NodeInfo, pb.No
      (gb300, 4, "NVIDIA GB300", 288_000, 6, 10)],
 )  # fmt: skip
 def test_blackwell_samples_have_every_field(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, profile: Callable[[], object], count: int, name: str,
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, profile: Callable[[], object], count: int, name: str,
     memory_mib: int, pcie_gen: int, c2c: int,
 ) -> None:  # fmt: skip
     state = fake_nvml.load(profile())  # type: ignore[arg-type]
@@ -89,7 +89,7 @@ def test_blackwell_samples_have_every_field(
         g.gpm_sm_active, g.gpm_sm_occupancy, g.gpm_tensor, g.gpm_gr_active, g.gpm_dram = 85.0, 50.0, 70.0, 90.0, 60.0
         g.energy_mj, g.remap_cor, g.procs = 10**9, 1, {4000 + i: 140 * GIB}
     fake_nvml.write()
-    info, _first, second = _two_ticks(fake_nvml, make_gpu_collector())
+    info, _first, second = _two_ticks(fake_nvml, make_gpu_source())
     topology = info.gpu.gpus
     assert len(topology) == len(second.gpus) == count
     for g in topology:
@@ -113,20 +113,20 @@ def test_blackwell_samples_have_every_field(
 
 
 def test_nvlink5_counters_replace_the_throughput_fields_after_the_first_tick(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     fake_nvml.load(b200())
-    collector = make_gpu_collector()
-    _two_ticks(fake_nvml, collector)
-    collector.collect(pb.NodeReport(time_unix_seconds=1002.0))
+    gpu_source = make_gpu_source()
+    _two_ticks(fake_nvml, gpu_source)
+    gpu_source.collect(pb.NodeReport(time_unix_seconds=1002.0))
     # The first tick asks NVLink 2-4's fields of each link and is refused; every later one NVLink5's.
     assert fake_nvml.field_requests(0, gpu_fields.FI_NVLINK_THROUGHPUT_DATA_TX) == 18
     assert fake_nvml.field_requests(0, gpu_fields.FI_NVLINK_COUNT_XMIT_BYTES) == 2 * 18
 
 
-def test_gb200_tray_fabric_names_its_cluster_and_clique(fake_nvml: FakeNvml, make_gpu_collector: MakeCollector) -> None:
+def test_gb200_tray_fabric_names_its_cluster_and_clique(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     fake_nvml.load(gb200())
-    _, first, second = _two_ticks(fake_nvml, make_gpu_collector())
+    _, first, second = _two_ticks(fake_nvml, make_gpu_source())
     fabric = second.gpus[2].fabric
     assert (fabric.state, fabric.status, fabric.clique_id) == ("completed", 0, 32766)
     assert fabric.cluster_uuid == "7c9e6679-7425-40de-944b-e07fc1f90ae7"
@@ -145,14 +145,14 @@ def test_gb200_tray_fabric_names_its_cluster_and_clique(fake_nvml: FakeNvml, mak
     ],
 )
 def test_one_gpu_of_eight_leaving_the_fabric_shows_in_its_sample_and_one_event(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, fault: str, problems: str, message: str,
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, fault: str, problems: str, message: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.setattr(slow_readings, "SLOW_SECONDS", 0.0)  # the fabric asked every tick here
     state = fake_nvml.load(gb200(8))
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
-    collector.collect(pb.NodeReport(time_unix_seconds=1000.0))
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
+    gpu_source.collect(pb.NodeReport(time_unix_seconds=1000.0))
     bad = state.gpus[5]
     if fault == "not_registered":
         bad.fabric_state = FABRIC_IN_PROGRESS
@@ -163,7 +163,7 @@ def test_one_gpu_of_eight_leaving_the_fabric_shows_in_its_sample_and_one_event(
     fake_nvml.write()
     reports = [pb.NodeReport(time_unix_seconds=1001.0 + t) for t in range(3)]
     for report in reports:
-        collector.collect(report)
+        gpu_source.collect(report)
     events = [e for r in reports for e in r.events if e.kind == "gpu_fabric"]
     assert len(events) == 1  # once, when it changed
     (event,) = events
@@ -174,34 +174,32 @@ def test_one_gpu_of_eight_leaving_the_fabric_shows_in_its_sample_and_one_event(
     bad.fabric_state, bad.fabric_health, bad.fabric_summary = 3, fabric_health_mask(), 1
     fake_nvml.write()
     later = pb.NodeReport(time_unix_seconds=1010.0)
-    collector.collect(later)
+    gpu_source.collect(later)
     (recovered,) = [e for e in later.events if e.kind == "gpu_fabric"]
     assert (recovered.severity, recovered.attributes["problems"]) == ("info", "")
 
 
-def test_a_gpu_without_fabric_reports_none_and_is_asked_once(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
-) -> None:
+def test_a_gpu_without_fabric_reports_none_and_is_asked_once(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     from tests.fakes.nvml.state import h100_sxm5
 
     fake_nvml.load(h100_sxm5())
-    _, first, second = _two_ticks(fake_nvml, make_gpu_collector())
+    _, first, second = _two_ticks(fake_nvml, make_gpu_source())
     assert not any(g.HasField("fabric") for g in (*first.gpus, *second.gpus))
     assert fake_nvml.calls("nvmlDeviceGetGpuFabricInfoV", gpu=0) == 1
     assert not [e for e in (*first.events, *second.events) if e.kind == "gpu_fabric"]
 
 
 def test_the_fabric_is_asked_at_a_scan_and_every_slow_period_and_carried_between(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, monkeypatch: pytest.MonkeyPatch
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What changes slowly costs no call a tick: the fabric, the memory clock, the PCIe link and an
     idle video engine are read at the scan and every SLOW_SECONDS, and each tick carries the last."""
     now = [100.0]
     monkeypatch.setattr(slow_readings.time, "monotonic", lambda: now[0])
     state = fake_nvml.load(b200(2))
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
-    collector.collect(pb.NodeReport(time_unix_seconds=1000.0))
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
+    gpu_source.collect(pb.NodeReport(time_unix_seconds=1000.0))
     asked = fake_nvml.calls("nvmlDeviceGetGpuFabricInfoV", 0)
     state.gpus[0].fabric_health = fabric_health_mask(degraded_bandwidth=True)
     state.gpus[0].pcie_gen, state.gpus[0].mem_clock = 3, 1000
@@ -209,7 +207,7 @@ def test_the_fabric_is_asked_at_a_scan_and_every_slow_period_and_carried_between
     for t in range(3):
         now[0] += 1.0
         report = pb.NodeReport(time_unix_seconds=1001.0 + t)
-        collector.collect(report)
+        gpu_source.collect(report)
         sample = report.gpus[0]
         assert sample.fabric.health_mask == fabric_health_mask()  # the last answer, carried
         assert (sample.pcie_link_generation, sample.memory_clock_mhz) == (5, 1593)
@@ -217,7 +215,7 @@ def test_the_fabric_is_asked_at_a_scan_and_every_slow_period_and_carried_between
     assert fake_nvml.calls("nvmlDeviceGetCurrPcieLinkGeneration", 0) == 1
     now[0] += slow_readings.SLOW_SECONDS
     report = pb.NodeReport(time_unix_seconds=1040.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     sample = report.gpus[0]
     assert sample.fabric.health_mask == fabric_health_mask(degraded_bandwidth=True)
     assert (sample.pcie_link_generation, sample.memory_clock_mhz) == (3, 1000)
@@ -226,30 +224,30 @@ def test_the_fabric_is_asked_at_a_scan_and_every_slow_period_and_carried_between
     state.gpus[0].pcie_gen = 5
     fake_nvml.write()
     now[0] += 1.0
-    collector.scan(pb.NodeInfo())
+    gpu_source.scan(pb.NodeInfo())
     report = pb.NodeReport(time_unix_seconds=1041.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     assert report.gpus[0].pcie_link_generation == 5
 
 
 def test_a_busy_video_engine_is_read_every_tick(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, monkeypatch: pytest.MonkeyPatch
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [100.0]
     monkeypatch.setattr(slow_readings.time, "monotonic", lambda: now[0])
     state = fake_nvml.load(b200(1))
     state.gpus[0].util_dec = 40
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
-    collector.collect(pb.NodeReport(time_unix_seconds=1000.0))
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
+    gpu_source.collect(pb.NodeReport(time_unix_seconds=1000.0))
     state.gpus[0].util_dec = 0
     fake_nvml.write()
     readings = []
     for t in range(3):
         now[0] += 1.0
         report = pb.NodeReport(time_unix_seconds=1001.0 + t)
-        collector.collect(report)
+        gpu_source.collect(report)
         readings.append(report.gpus[0].utilization_decoder_ratio)
     assert readings == [0.0, 0.0, 0.0]  # read at once while busy; idle since: back on the slow schedule
     assert fake_nvml.calls("nvmlDeviceGetDecoderUtilization", 0) == 2

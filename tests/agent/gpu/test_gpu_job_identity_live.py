@@ -80,7 +80,7 @@ def test_sample_json_carries_the_job_and_never_the_secret(
 
 def test_the_report_bytes_carry_the_job_and_never_the_secret(
     fake_nvml: FakeNvml,
-    make_gpu_collector: Callable[..., GpuSource],
+    make_gpu_source: Callable[..., GpuSource],
     ranks: list[subprocess.Popen[bytes]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -95,11 +95,11 @@ def test_the_report_bytes_carry_the_job_and_never_the_secret(
     state = fake_nvml.load(a100_sxm4())
     state.gpus[3].procs = {ranks[0].pid: GIB, ranks[1].pid: GIB}
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     for tick in range(3):
         report = pb.NodeReport(node_id="n", epoch=1, seq=tick + 1, time_unix_seconds=1000.0 + tick)
-        collector.collect(report)
+        gpu_source.collect(report)
         data = report.SerializeToString()
         assert SECRET.encode() not in data and b"AWS_SECRET" not in data
         assert [(j.job, list(j.ranks), list(j.gpus)) for j in report.jobs] == [(f"torch/{RUN_ID}", [8, 9], [3])]

@@ -15,7 +15,7 @@ from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4
 from tests.fakes.trees import rewrite, write_tree
 
-MakeCollector = Callable[..., GpuSource]
+MakeSource = Callable[..., GpuSource]
 GIB = 1024**3
 JOB_DIR = "/system.slice/slurmstepd.scope/job_4242"
 
@@ -96,7 +96,7 @@ def _pressure(some: float, total: int) -> str:
 
 
 def test_the_job_cgroup_pressure_is_read_each_tick(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path
 ) -> None:
     root = write_tree(
         tmp_path,
@@ -115,10 +115,10 @@ def test_the_job_cgroup_pressure_is_read_each_tick(
     state.gpus[0].procs = {4101: 30 * GIB}
     state.gpus[1].procs = {4102: 30 * GIB}
     fake_nvml.write()
-    collector = make_gpu_collector(root / "proc", root / "sys")
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source(root / "proc", root / "sys")
+    gpu_source.scan(pb.NodeInfo())
     report = pb.NodeReport(time_unix_seconds=1000.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     (job,) = report.jobs
     assert (job.job, job.source, job.world_size) == ("4242", "slurm", 16)
     assert (list(job.ranks), list(job.gpus)) == ([0, 1], [0, 1])
@@ -131,20 +131,20 @@ def test_the_job_cgroup_pressure_is_read_each_tick(
 
     rewrite(root / f"sys/fs/cgroup{JOB_DIR}/cpu.pressure", _pressure(50.0, 9000))
     report = pb.NodeReport(time_unix_seconds=1001.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     assert report.jobs[0].cpu_pressure.some_avg10_ratio == 0.5  # read again, not cached
 
-    open_before = len(collector.ctx.files)
+    open_before = len(gpu_source.ctx.files)
     state.gpus[0].procs, state.gpus[1].procs = {}, {}
     fake_nvml.write()
     report = pb.NodeReport(time_unix_seconds=1002.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     assert not report.jobs
-    assert len(collector.ctx.files) == open_before - 2  # the job's pressure files are closed
+    assert len(gpu_source.ctx.files) == open_before - 2  # the job's pressure files are closed
 
 
 def test_hybrid_cgroups_and_a_job_without_a_cgroup(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path
 ) -> None:
     pod = "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope"
     root = write_tree(
@@ -161,10 +161,10 @@ def test_hybrid_cgroups_and_a_job_without_a_cgroup(
     state.gpus[0].procs = {501: GIB}
     state.gpus[1].procs = {502: GIB}
     fake_nvml.write()
-    collector = make_gpu_collector(root / "proc", root / "sys")
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source(root / "proc", root / "sys")
+    gpu_source.scan(pb.NodeInfo())
     report = pb.NodeReport(time_unix_seconds=1000.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     mpi, torch_job = report.jobs
     assert (torch_job.job, torch_job.cgroup, torch_job.cpu_pressure.some_avg10_ratio) == ("torch/run-1", pod, 0.05)
     assert not torch_job.HasField("io_pressure")  # no io.pressure file there: absent, not zero
@@ -172,7 +172,7 @@ def test_hybrid_cgroups_and_a_job_without_a_cgroup(
 
 
 def test_an_environment_that_cannot_be_read_leaves_the_cgroup_s_job(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path
 ) -> None:
     procfs = tmp_path / "proc"
     _process(procfs, 700, "/system.slice/slurmstepd.scope/job_99/step_0", {})
@@ -183,10 +183,10 @@ def test_an_environment_that_cannot_be_read_leaves_the_cgroup_s_job(
     state = fake_nvml.load(a100_sxm4())
     state.gpus[0].procs = {700: GIB, 701: GIB}
     fake_nvml.write()
-    collector = make_gpu_collector(procfs, tmp_path / "sys")
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source(procfs, tmp_path / "sys")
+    gpu_source.scan(pb.NodeInfo())
     report = pb.NodeReport(time_unix_seconds=1000.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     slurm, plain = report.gpus[0].processes
     assert (slurm.job.job_key, slurm.job.HasField("rank")) == ("99", False)
     assert plain.job.job_key == ""

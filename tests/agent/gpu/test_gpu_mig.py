@@ -17,7 +17,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import FakeNvmlState, h100_sxm5
 
-MakeCollector = Callable[..., GpuSource]
+MakeSource = Callable[..., GpuSource]
 GIB = 1024**3
 PODS = {
     101: "1d2c3b4a-0000-4000-8000-00000000a001",
@@ -49,27 +49,27 @@ def split(state: FakeNvmlState, gpu: int = 0) -> None:
         instance.gpm_sm_active = busy
 
 
-def ticks(fake: FakeNvml, collector: GpuSource, count: int, start: float = 1000.0) -> list[pb.NodeReport]:
+def ticks(fake: FakeNvml, gpu_source: GpuSource, count: int, start: float = 1000.0) -> list[pb.NodeReport]:
     out = []
     assert fake.state is not None
     for t in range(count):
         fake.state.advance(1.0)
         fake.write()
         report = pb.NodeReport(time_unix_seconds=start + t)
-        collector.collect(report)
+        gpu_source.collect(report)
         out.append(report)
     return out
 
 
 def test_three_instances_held_by_three_pods_are_three_gpus(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path
 ) -> None:
     state = fake_nvml.load(h100_sxm5())
     split(state)
     fake_nvml.write()
-    collector = make_gpu_collector(pod_tree(tmp_path / "proc"))
+    gpu_source = make_gpu_source(pod_tree(tmp_path / "proc"))
     info = pb.NodeInfo()
-    collector.scan(info)
+    gpu_source.scan(info)
     gpu = info.gpu.gpus[0]
     assert gpu.mig_enabled is True
     assert [(i.gpu_instance_id, i.compute_instance_id, i.profile, i.slice_count) for i in gpu.mig_instances] == [
@@ -79,7 +79,7 @@ def test_three_instances_held_by_three_pods_are_three_gpus(
     assert gpu.mig_instances[0].memory_total_bytes == 40 * GIB - 256 * 1024**2
     assert gpu.mig_instances[2].multiprocessor_count == 16
     assert all(g.mig_enabled is False for g in info.gpu.gpus[1:])  # MIG-capable, not split
-    first, second = ticks(fake_nvml, collector, 2)
+    first, second = ticks(fake_nvml, gpu_source, 2)
     sample = second.gpus[0]
     assert not sample.HasField("utilization_gpu_ratio")  # NVML has none in MIG mode
     assert len(sample.mig_instances) == 3
@@ -95,48 +95,48 @@ def test_three_instances_held_by_three_pods_are_three_gpus(
 
 
 def test_mig_mode_and_instances_are_reread_at_a_rescan(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path
 ) -> None:
     state = fake_nvml.load(h100_sxm5())
     split(state)
     fake_nvml.write()
-    collector = make_gpu_collector(pod_tree(tmp_path / "proc"))
-    collector.scan(pb.NodeInfo())
-    ticks(fake_nvml, collector, 2)
+    gpu_source = make_gpu_source(pod_tree(tmp_path / "proc"))
+    gpu_source.scan(pb.NodeInfo())
+    ticks(fake_nvml, gpu_source, 2)
     # The operator turns MIG off on GPU 0 and splits GPU 3; the agent keeps running.
     g0 = state.gpus[0]
     g0.mig_mode, g0.mig, g0.util_gpu = 0, [], 70
     split(state, 3)
     fake_nvml.write()
     info = pb.NodeInfo()
-    collector.scan(info)
+    gpu_source.scan(info)
     assert info.gpu.gpus[0].mig_enabled is False and not info.gpu.gpus[0].mig_instances
     assert len(info.gpu.gpus[3].mig_instances) == 3
-    (report,) = ticks(fake_nvml, collector, 1, start=1010.0)
+    (report,) = ticks(fake_nvml, gpu_source, 1, start=1010.0)
     assert report.gpus[0].utilization_gpu_ratio == pytest.approx(0.70)  # asked again: a fresh handle
     assert not report.gpus[0].mig_instances and len(report.gpus[3].mig_instances) == 3
     # An instance destroyed between rescans: the next tick asks for one.
     state.gpus[3].mig = state.gpus[3].mig[:2]
     fake_nvml.write()
-    assert not collector.needs_rescan
-    ticks(fake_nvml, collector, 1, start=1020.0)
-    assert collector.needs_rescan
+    assert not gpu_source.needs_rescan
+    ticks(fake_nvml, gpu_source, 1, start=1020.0)
+    assert gpu_source.needs_rescan
     info = pb.NodeInfo()
-    collector.scan(info)
+    gpu_source.scan(info)
     assert len(info.gpu.gpus[3].mig_instances) == 2
 
 
 def test_an_xid_in_an_instance_names_its_process(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path
 ) -> None:
     import time
 
     state = fake_nvml.load(h100_sxm5())
     split(state)
     fake_nvml.write()
-    collector = make_gpu_collector(pod_tree(tmp_path / "proc"))
-    collector.scan(pb.NodeInfo())
-    ticks(fake_nvml, collector, 1)
+    gpu_source = make_gpu_source(pod_tree(tmp_path / "proc"))
+    gpu_source.scan(pb.NodeInfo())
+    ticks(fake_nvml, gpu_source, 1)
     state.inject_xid(0, 31, instance=(2, 0))
     fake_nvml.write()
     deadline = time.monotonic() + 5
@@ -144,7 +144,7 @@ def test_an_xid_in_an_instance_names_its_process(
     while not events and time.monotonic() < deadline:
         time.sleep(0.05)
         report = pb.NodeReport(time_unix_seconds=1005.0)
-        collector.collect(report)
+        gpu_source.collect(report)
         events = [e for e in report.events if e.kind == "xid"]
     (xid,) = events
     assert (xid.attributes["gpu_instance_id"], xid.attributes["pid"], xid.attributes["job"]) == ("2", "102", PODS[102])

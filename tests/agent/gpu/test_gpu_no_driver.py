@@ -1,4 +1,4 @@
-"""A node without the NVIDIA driver: the GPU collector says why, once, and nothing breaks."""
+"""A node without the NVIDIA driver: the GPU source says why, once, and nothing breaks."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def test_table_says_why_there_are_no_gpus() -> None:
 
 
 def test_unscripted_fake_plays_a_machine_without_a_driver(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     """Loaded into the test process but given no state, the fake must look like no driver at all,
     so tests that never asked for GPUs see what they would see on a GPU-less CI machine."""
-    collector = make_gpu_collector()
+    gpu_source = make_gpu_source()
     info = pb.NodeInfo()
-    collector.scan(info)
+    gpu_source.scan(info)
     assert info.gpu.unavailable_reason == NO_DRIVER
     report = pb.NodeReport(time_unix_seconds=1.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     assert [e.kind for e in report.events] == ["gpu_unavailable"]
     assert not report.gpus

@@ -25,7 +25,7 @@ from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4, a800_sxm4, h100_sxm5
 
 AGENT = Path(__file__).resolve().parents[3] / "agent"
-# The modules that touch NVML: exactly these import pynvml (one per role, docs/architecture.md).
+# The modules that touch NVML: exactly these import pynvml (one per role, agent/gpu/__init__.py).
 NVML_MODULES = (
     "gpu/nvml_events.py", "gpu/nvml_handle.py", "gpu/nvml_library.py", "gpu/nvml_readings.py",
     "gpu/nvml_sampling.py", "gpu/nvml_topology.py",
@@ -160,23 +160,23 @@ def test_field_metric_and_reason_ids_are_nvml_h_ones() -> None:
 
 
 def test_calls_made_are_listed_and_counted_as_the_library_saw_them(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     """Run every path (each profile, GPM, fallbacks, events, a lost GPU) and compare both ledgers."""
     for profile in (a100_sxm4, a800_sxm4, h100_sxm5):
         state = fake_nvml.load(profile())
         state.gpus[0].procs = {1: 1024}
         fake_nvml.write()
-        collector = make_gpu_collector()
-        collector.scan(_info())
+        gpu_source = make_gpu_source()
+        gpu_source.scan(_info())
         for t in range(3):
             state.advance(1.0)
             if t == 1:
                 state.inject_xid(1, 13)
                 state.gpus[2].lost = 1
             fake_nvml.write()
-            collector.collect(_report(t))
-        collector.close()
+            gpu_source.collect(_report(t))
+        gpu_source.close()
     called = fake_nvml.called_symbols()
     assert called <= set(nvml_library.NVML_SYMBOLS), sorted(called - set(nvml_library.NVML_SYMBOLS))
     ours = nvml_library.call_counts()
@@ -229,7 +229,7 @@ def test_library_found_through_ld_library_path_picks_variants_by_driver(
 
 
 def test_blackwell_mig_fabric_and_process_paths_are_listed_and_counted(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     """The fabric, MIG (devices, instance ids, attributes, per-instance GPM) and per-process
     utilization paths, on B200 and GB200 trays: both ledgers agree, every symbol listed."""
@@ -243,14 +243,14 @@ def test_blackwell_mig_fabric_and_process_paths_are_listed_and_counted(
         state.gpus[0].proc_util = {1: (40, 10), 2: (20, 5)}
         state.gpus[2].fabric_state = 2
         fake_nvml.write()
-        collector = make_gpu_collector()
-        collector.scan(_info())
+        gpu_source = make_gpu_source()
+        gpu_source.scan(_info())
         for t in range(3):
             state.advance(1.0)
             fake_nvml.write()
-            collector.collect(_report(t))
-        collector.scan(_info())  # a rescan re-reads the MIG layout
-        collector.close()
+            gpu_source.collect(_report(t))
+        gpu_source.scan(_info())  # a rescan re-reads the MIG layout
+        gpu_source.close()
     called = fake_nvml.called_symbols()
     assert {"nvmlDeviceGetGpuFabricInfoV", "nvmlGpmMigSampleGet", "nvmlDeviceGetAttributes_v2"} <= called
     assert called <= set(nvml_library.NVML_SYMBOLS), sorted(called - set(nvml_library.NVML_SYMBOLS))

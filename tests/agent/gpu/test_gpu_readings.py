@@ -14,35 +14,35 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import a100_sxm4, b200
 
-MakeCollector = Callable[..., GpuSource]
+MakeSource = Callable[..., GpuSource]
 
 
-def _collect_until(collector: GpuSource, want: int, t: float) -> list[pb.NodeReport]:
+def _collect_until(gpu_source: GpuSource, want: int, t: float) -> list[pb.NodeReport]:
     """Ticks until ``want`` Xid events arrived (the event thread delivers them)."""
     reports: list[pb.NodeReport] = []
     deadline = time.monotonic() + 5
     while sum(1 for r in reports for e in r.events if e.kind == "xid") < want and time.monotonic() < deadline:
         time.sleep(0.05)
         report = pb.NodeReport(time_unix_seconds=t + len(reports))
-        collector.collect(report)
+        gpu_source.collect(report)
         reports.append(report)
     return reports
 
 
 def test_xids_count_per_gpu_and_number_across_repeats_and_kinds(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a100_sxm4())
     state.gpus[4].procs = {4242: 1 << 30}
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
-    collector.collect(pb.NodeReport(time_unix_seconds=999.0))
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
+    gpu_source.collect(pb.NodeReport(time_unix_seconds=999.0))
     for xid in (79, 79, 13):
         state.inject_xid(4, xid)
     state.inject_xid(2, 31)
     fake_nvml.write()
-    reports = _collect_until(collector, 4, 1000.0)
+    reports = _collect_until(gpu_source, 4, 1000.0)
     last = reports[-1]
     assert last.gpus[4].xid_errors_total == {"79": 2, "13": 1}
     assert last.gpus[2].xid_errors_total == {"31": 1}
@@ -51,7 +51,7 @@ def test_xids_count_per_gpu_and_number_across_repeats_and_kinds(
     # tell a second 79 from the first.
     state.inject_xid(4, 13)
     fake_nvml.write()
-    later = _collect_until(collector, 1, 2000.0)
+    later = _collect_until(gpu_source, 1, 2000.0)
     assert later[-1].gpus[4].xid_errors_total == {"79": 2, "13": 2}
     events = [e for r in reports for e in r.events if e.kind == "xid" and e.subject == "gpu:4"]
     assert [e.attributes["xid"] for e in events] == ["79", "79", "13"]
@@ -65,20 +65,20 @@ def _busy(state_gpus: list, sm: float, util: int = 95) -> None:  # type: ignore[
 
 
 def test_sm_activity_at_zero_on_a_busy_gpu_is_flagged_after_minutes_and_cleared(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(b200())
     _busy(state.gpus, 80.0)
     state.gpus[3].gpm_sm_active = 0.0  # the profiling field died on one GPU
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     reports = []
     for t in range(0, 200, 10):
         state.advance(10.0)
         fake_nvml.write()
         report = pb.NodeReport(time_unix_seconds=1000.0 + t)
-        collector.collect(report)
+        gpu_source.collect(report)
         reports.append(report)
     flagged = [r for r in reports if r.gpus[3].suspect_fields]
     first = flagged[0]
@@ -94,7 +94,7 @@ def test_sm_activity_at_zero_on_a_busy_gpu_is_flagged_after_minutes_and_cleared(
     state.advance(10.0)
     fake_nvml.write()
     back = pb.NodeReport(time_unix_seconds=1200.0)
-    collector.collect(back)
+    gpu_source.collect(back)
     assert not back.gpus[3].suspect_fields
     (cleared,) = [e for e in back.events if e.kind == "suspect_reading"]
     assert (cleared.severity, cleared.attributes["suspect"]) == ("info", "false")
@@ -143,15 +143,15 @@ def test_nvlink_flat_while_the_jobs_other_gpus_move_data_and_power_zero_on_a_bus
     assert not report.gpus[1].suspect_fields and not report.gpus[2].suspect_fields
 
 
-def test_each_process_gets_its_share_of_a_shared_gpu(fake_nvml: FakeNvml, make_gpu_collector: MakeCollector) -> None:
+def test_each_process_gets_its_share_of_a_shared_gpu(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     state = fake_nvml.load(a100_sxm4())
     g = state.gpus[1]
     g.util_gpu, g.procs, g.proc_util = 90, {11: 1 << 30, 12: 2 << 30, 13: 1 << 30}, {11: (55, 30), 12: (35, 20)}
     fake_nvml.write()
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     report = pb.NodeReport(time_unix_seconds=1000.0)
-    collector.collect(report)
+    gpu_source.collect(report)
     shares = {p.pid: p for p in report.gpus[1].processes}
     assert shares[11].sm_utilization_ratio == pytest.approx(0.55)
     assert shares[12].memory_utilization_ratio == pytest.approx(0.20)
@@ -159,12 +159,12 @@ def test_each_process_gets_its_share_of_a_shared_gpu(fake_nvml: FakeNvml, make_g
     assert not report.gpus[0].processes and fake_nvml.calls("nvmlDeviceGetProcessUtilization", gpu=0) == 0
     # No newer sample: the shares are left out, not repeated.
     again = pb.NodeReport(time_unix_seconds=1001.0)
-    collector.collect(again)
+    gpu_source.collect(again)
     assert not any(p.HasField("sm_utilization_ratio") for p in again.gpus[1].processes)
     state.advance(1.0)
     fake_nvml.write()
     third = pb.NodeReport(time_unix_seconds=1002.0)
-    collector.collect(third)
+    gpu_source.collect(third)
     assert {p.pid: p.sm_utilization_ratio for p in third.gpus[1].processes if p.HasField("sm_utilization_ratio")} == {
         11: pytest.approx(0.55), 12: pytest.approx(0.35),
     }  # fmt: skip

@@ -11,7 +11,7 @@ from nodeagent.tools.simulator.source import SimulatedSampler
 
 
 def _sources(sequence_of: dict[str, ReportSequence]) -> list[ReportSource]:
-    # No collectors: the sampler's own stamping, without reading a tree.
+    # No sources: the sampler's own stamping, without reading a tree.
     return [
         Sampler([], node_id="n1", sequence=sequence_of["live"], clock=lambda: 1_800_000_000.0),
         SimulatedSampler("ordinary-cloud", node_id="n1", sequence=sequence_of["sim"], clock=lambda: 1_800_000_000.0),

@@ -75,7 +75,7 @@ def test_unreadable_attribute_loses_only_that_value(tmp_path: Path, make_sampler
     root = write_tree(tmp_path, {f"{port}/state": "4: ACTIVE\n", f"{port}/rate": "100 Gb/sec (4X EDR)\n"})
     # A device without counters/ (irdma, bnxt_re) and a directory where a file should be.
     (root / port / "phys_state").mkdir()
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["infiniband"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["infiniband"])
     report = sampler.tick()
     port_sample = report.rdma_ports[0]
     assert port_sample.state == "ACTIVE"
@@ -84,7 +84,7 @@ def test_unreadable_attribute_loses_only_that_value(tmp_path: Path, make_sampler
     assert not port_sample.HasField("rx_bytes_total")
 
 
-def test_a_collector_that_raises_loses_only_its_section(tmp_path: Path, make_sampler, monkeypatch) -> None:
+def test_a_source_that_raises_loses_only_its_section(tmp_path: Path, make_sampler, monkeypatch) -> None:
     from nodeagent.agent.sources import meminfo
 
     root = write_tree(tmp_path, {"proc/meminfo": "MemTotal: 1 kB\n", "proc/loadavg": "1.0 2.0 3.0 1/1 1\n"})
@@ -109,7 +109,7 @@ def test_a_device_that_disappears_and_returns(tmp_path: Path, make_sampler) -> N
     root = write_tree(tmp_path, {f"{nic}/mtu": "9000\n", "proc/net/dev": GOOD_NET_DEV})
     # Rescan every tick (the test clock advances 1 s per tick).
     config = AgentConfig(rescan_seconds=1.0)
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), config=config, collectors=["netdev"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), config=config, sources=["netdev"])
     assert sampler.tick().nics[0].mtu == 9000
     shutil.rmtree(root / nic)
     assert not sampler.tick().nics[0].HasField("mtu")

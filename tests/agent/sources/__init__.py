@@ -1,1 +1,1 @@
-"""Tests of agent/collectors."""
+"""Tests of agent/sources."""

@@ -98,7 +98,7 @@ def test_the_reader_reports_only_the_chosen_disks_and_does_not_rescan_for_the_ot
         assert list(report.info.disks[0].mountpoints) == ["/mnt/data"]
         for _ in range(3):
             assert [d.name for d in sampler.tick().disks] == ["nvme1n1"]
-            assert not any(c.needs_rescan for c in sampler.collectors)  # a filtered disk is known, not new
+            assert not any(c.needs_rescan for c in sampler.sources)  # a filtered disk is known, not new
     finally:
         sampler.close()
 

@@ -44,7 +44,7 @@ def test_nvme_transport_partitions_and_mounts(tmp_path: Path, make_sampler) -> N
     )
     (root / "sys/class/block").mkdir(parents=True)
     os.symlink("../../devices/pci0/sda/sda1", root / "sys/class/block/sda1")
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["diskstats"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["diskstats"])
     report = sampler.tick()
     assert [d.name for d in report.disks] == ["nvme0n1", "nvme1n1", "nvme2n1", "sda"]
     disks = {d.name: d for d in sampler.info.disks}
@@ -64,7 +64,7 @@ def test_nvme_transport_partitions_and_mounts(tmp_path: Path, make_sampler) -> N
 
 def test_new_disk_appears_after_rescan(tmp_path: Path, make_sampler) -> None:
     root = write_tree(tmp_path, {"proc/diskstats": " 8 0 sda 1 0 8 1 0 0 0 0 0 1 1\n"})
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["diskstats"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["diskstats"])
     assert [d.name for d in sampler.tick().disks] == ["sda"]
     write_tree(root, {"proc/diskstats": " 8 0 sda 1 0 8 1 0 0 0 0 0 1 1\n 8 16 sdb 2 0 16 1 0 0 0 0 0 1 1\n"})
     # The tick that meets sdb asks for a rescan; the next one reports it and its topology.

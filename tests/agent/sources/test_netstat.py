@@ -23,7 +23,7 @@ SNMP = (
 
 def test_the_tcp_counters_come_from_their_columns(tmp_path: Path, make_sampler) -> None:
     root = write_tree(tmp_path, {"proc/net/snmp": SNMP})
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["netstat"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["netstat"])
     host = sampler.tick().host
     assert (host.tcp_out_segments_total, host.tcp_retransmitted_segments_total) == (28860, 15)
     # The kernel rewrites the file; a later tick reads the new counts (a descriptor kept open).
@@ -40,7 +40,7 @@ def test_columns_are_found_by_name_not_place() -> None:
 
 def test_a_missing_or_malformed_file_loses_only_these_counters(tmp_path: Path, make_sampler) -> None:
     root = write_tree(tmp_path, {"proc/meminfo": "MemTotal: 1 kB\n"})
-    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), collectors=["netstat", "meminfo"])
+    sampler = make_sampler(Roots(str(root / "proc"), str(root / "sys")), sources=["netstat", "meminfo"])
     report = sampler.tick()
     assert all(c.success for c in report.collectors)
     assert not report.host.HasField("tcp_out_segments_total")

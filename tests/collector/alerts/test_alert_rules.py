@@ -350,7 +350,7 @@ def test_rules_benchmark_runs() -> None:
     assert result["parse_seconds"] > 0
 
 
-def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_collector: Any) -> None:
+def test_rules_on_reports_of_the_real_gpu_source(fake_nvml: Any, make_gpu_source: Any) -> None:
     """The fields and events as the agent fills them (through the fake NVML), not as this file
     crafts them: each hardware fault of an 8xA100 node raises its alert."""
     import time as wall
@@ -359,8 +359,8 @@ def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_col
     from tests.fakes.nvml.state import a100_sxm4
 
     state = fake_nvml.load(a100_sxm4())
-    collector: GpuSource = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source: GpuSource = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     config = AlertConfig(check_seconds=1, nvlink_check_seconds=1, thermal_sustain_seconds=1)
     rules = NodeRules("node-a", config)
     t = 0.0
@@ -369,7 +369,7 @@ def test_rules_on_reports_of_the_real_gpu_collector(fake_nvml: Any, make_gpu_col
         nonlocal t
         t += 1
         r = pb.NodeReport(node_id="node-a", time_unix_seconds=T0 + t)
-        collector.collect(r)
+        gpu_source.collect(r)
         return rules.observe(r)
 
     assert firing(tick()) == []

@@ -27,9 +27,9 @@ def _fabric_asked_every_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slow_readings, "SLOW_SECONDS", 0.0)
 
 
-def _fabric_signals(rules: NodeRules, collector: GpuSource, t: float) -> list[AlertSignal]:
+def _fabric_signals(rules: NodeRules, gpu_source: GpuSource, t: float) -> list[AlertSignal]:
     report = pb.NodeReport(node_id="tray-1", time_unix_seconds=t)
-    collector.collect(report)
+    gpu_source.collect(report)
     return [s for s in rules.observe(report) if s.name == FABRIC_UNHEALTHY]
 
 
@@ -38,15 +38,15 @@ def _fabric_signals(rules: NodeRules, collector: GpuSource, t: float) -> list[Al
                           ("unhealthy", "route_unhealthy")],
 )  # fmt: skip
 def test_one_gpu_leaving_the_fabric_fires_for_it_and_resolves(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource], fault: str, reason: str
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource], fault: str, reason: str
 ) -> None:
     state = fake_nvml.load(gb200(8))
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     rules = NodeRules("tray-1", EVERY_REPORT)
     # Healthy: the verdict known, "not firing" said once per GPU (it resolves what a restarted
     # collector loaded as firing), then nothing.
-    first = _fabric_signals(rules, collector, 1000.0)
+    first = _fabric_signals(rules, gpu_source, 1000.0)
     assert sorted(s.key for s in first) == [f"gpu:{i}" for i in range(8)] and not any(s.firing for s in first)
     bad = state.gpus[7]
     if fault == "not_registered":
@@ -56,35 +56,35 @@ def test_one_gpu_leaving_the_fabric_fires_for_it_and_resolves(
     else:
         bad.fabric_health = fabric_health_mask(route_unhealthy=True)
     fake_nvml.write()
-    (fired,) = _fabric_signals(rules, collector, 1001.0)
+    (fired,) = _fabric_signals(rules, gpu_source, 1001.0)
     assert (fired.key, fired.firing, fired.severity, fired.labels) == ("gpu:7", True, "critical", {"gpu": "7"})
     assert fired.annotations["problems"].split(",")[0] == reason
     assert fired.annotations["summary"].startswith("GPU 7 NVLink fabric: ")
-    assert _fabric_signals(rules, collector, 1002.0) == []  # still firing: sent once
+    assert _fabric_signals(rules, gpu_source, 1002.0) == []  # still firing: sent once
     bad.fabric_state, bad.fabric_health = FABRIC_COMPLETED, fabric_health_mask()
     fake_nvml.write()
-    (resolved,) = _fabric_signals(rules, collector, 1003.0)
+    (resolved,) = _fabric_signals(rules, gpu_source, 1003.0)
     assert (resolved.key, resolved.firing) == ("gpu:7", False)
 
 
-def test_a_worse_reason_is_sent_again(fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]) -> None:
+def test_a_worse_reason_is_sent_again(fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]) -> None:
     state = fake_nvml.load(gb200(4))
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     rules = NodeRules("tray-1", EVERY_REPORT)
     state.gpus[1].fabric_health = fabric_health_mask(degraded_bandwidth=True)
     fake_nvml.write()
-    (first,) = [s for s in _fabric_signals(rules, collector, 1000.0) if s.firing]
+    (first,) = [s for s in _fabric_signals(rules, gpu_source, 1000.0) if s.firing]
     state.gpus[1].fabric_health = fabric_health_mask(degraded_bandwidth=True, route_unhealthy=True)
     fake_nvml.write()
-    (second,) = _fabric_signals(rules, collector, 1001.0)
+    (second,) = _fabric_signals(rules, gpu_source, 1001.0)
     assert first.annotations["problems"] == "degraded_bandwidth"
     assert second.annotations["problems"] == "route_unhealthy,degraded_bandwidth"
 
 
-def test_gpus_without_a_fabric_never_fire(fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]) -> None:
+def test_gpus_without_a_fabric_never_fire(fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]) -> None:
     fake_nvml.load(h100_sxm5())
-    collector = make_gpu_collector()
-    collector.scan(pb.NodeInfo())
+    gpu_source = make_gpu_source()
+    gpu_source.scan(pb.NodeInfo())
     rules = NodeRules("node-a", EVERY_REPORT)
-    assert [s for t in range(3) for s in _fabric_signals(rules, collector, 1000.0 + t)] == []  # no verdict at all
+    assert [s for t in range(3) for s in _fabric_signals(rules, gpu_source, 1000.0 + t)] == []  # no verdict at all

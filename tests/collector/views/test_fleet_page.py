@@ -406,7 +406,7 @@ def test_job_pages_in_headless_chromium(tmp_path: Path) -> None:
     assert '<a href="/node/job-straggler">job-straggler</a>' in alert and link in alert
 
 
-def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml: Any, make_gpu_collector: Any) -> None:
+def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml: Any, make_gpu_source: Any) -> None:
     """A node's reports from the agent over the fake NVML, GPU 0 split into three instances held
     by three pods: the fleet row and the node page carry each instance under its GPU."""
     from nodeagent.collector.ingest.node_state import StreamHandle
@@ -419,9 +419,9 @@ def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml:
     split(state)
     state.gpus[0].mig[1].gpm_sm_active = 20.0
     fake_nvml.write()
-    collector = make_gpu_collector(pod_tree(tmp_path / "proc"))
+    gpu_source = make_gpu_source(pod_tree(tmp_path / "proc"))
     info = pb.NodeInfo(node_id="mig-node", hostname="mig-node")
-    collector.scan(info)
+    gpu_source.scan(info)
 
     async def scenario() -> Any:
         server = CollectorServer(
@@ -438,7 +438,7 @@ def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml:
                 report = pb.NodeReport(node_id="mig-node", epoch=1, seq=seq, time_unix_seconds=start + seq)
                 if seq == 1:
                     report.info.CopyFrom(info)
-                collector.collect(report)
+                gpu_source.collect(report)
                 server.ingest.accept(stream, report, report.SerializeToString())
             await server.ingest.flusher.flush()
             page = FleetPage(server)

@@ -22,9 +22,7 @@ from tests.conftest import require
 from tests.fakes.nvml.state import a100_sxm4, h100_sxm5
 
 
-def test_the_node_pages_gpu_rows_carry_each_gpus_source(
-    tmp_path: Path, fake_nvml: Any, make_gpu_collector: Any
-) -> None:
+def test_the_node_pages_gpu_rows_carry_each_gpus_source(tmp_path: Path, fake_nvml: Any, make_gpu_source: Any) -> None:
     state = a100_sxm4(2)
     state.gpus[1].name = "NVIDIA L40S"
     h100 = h100_sxm5(1).gpus[0]
@@ -33,9 +31,9 @@ def test_the_node_pages_gpu_rows_carry_each_gpus_source(
     for g in state.gpus:
         g.util_gpu, g.gpm_sm_active, g.mem_used, g.procs = 100, 85.0, 60 << 30, {os.getpid(): 60 << 30}
     fake_nvml.load(state)
-    collector = make_gpu_collector()
+    gpu_source = make_gpu_source()
     info = pb.NodeInfo(node_id="src-node", hostname="src-node")
-    collector.scan(info)
+    gpu_source.scan(info)
 
     async def scenario() -> Any:
         server = CollectorServer(
@@ -52,7 +50,7 @@ def test_the_node_pages_gpu_rows_carry_each_gpus_source(
                 report = pb.NodeReport(node_id="src-node", epoch=1, seq=seq, time_unix_seconds=start + seq)
                 if seq == 1:
                     report.info.CopyFrom(info)
-                collector.collect(report)
+                gpu_source.collect(report)
                 server.ingest.accept(stream, report, report.SerializeToString())
             await server.ingest.flusher.flush()
             dom = ""

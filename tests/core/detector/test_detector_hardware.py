@@ -24,9 +24,9 @@ def _busy(state: FakeNvmlState, first_pid: int = 9000) -> None:
         g.util_gpu, g.gpm_sm_active, g.mem_used, g.procs = 100, 85.0, 60 * GIB, {first_pid + i: 60 * GIB}
 
 
-def _reports(fake: FakeNvml, collector: GpuSource, seconds: int) -> Iterator[pb.NodeReport]:
+def _reports(fake: FakeNvml, gpu_source: GpuSource, seconds: int) -> Iterator[pb.NodeReport]:
     info = pb.NodeInfo(node_id="node-a")
-    collector.scan(info)
+    gpu_source.scan(info)
     assert fake.state is not None
     for t in range(seconds):
         fake.state.advance(1.0)
@@ -34,12 +34,12 @@ def _reports(fake: FakeNvml, collector: GpuSource, seconds: int) -> Iterator[pb.
         report = pb.NodeReport(node_id="node-a", time_unix_seconds=1_800_000_000.0 + t)
         if t == 0:
             report.info.CopyFrom(info)
-        collector.collect(report)
+        gpu_source.collect(report)
         yield report
 
 
 def test_a_starved_mig_instance_is_flagged_while_its_neighbours_are_busy(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource], tmp_path: Path
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource], tmp_path: Path
 ) -> None:
     state = fake_nvml.load(h100_sxm5())
     _busy(state)
@@ -47,7 +47,7 @@ def test_a_starved_mig_instance_is_flagged_while_its_neighbours_are_busy(
     state.gpus[0].mig[1].gpm_sm_active = 20.0  # the 2g tenant waits for its data 60% of the time
     fake_nvml.write()
     detector = NodeDetector("node-a", DetectorConfig())
-    for report in _reports(fake_nvml, make_gpu_collector(pod_tree(tmp_path / "proc")), 200):
+    for report in _reports(fake_nvml, make_gpu_source(pod_tree(tmp_path / "proc")), 200):
         detector.observe(report)
     v = detector.verdict
     gpu0 = v.gpus[0]
@@ -72,7 +72,7 @@ def test_a_starved_mig_instance_is_flagged_while_its_neighbours_are_busy(
 
 
 def test_a_frozen_sm_activity_field_is_flagged_and_ignored_by_the_detector(
-    fake_nvml: FakeNvml, make_gpu_collector: Callable[..., GpuSource]
+    fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
     state = fake_nvml.load(b200())
     _busy(state)
@@ -81,7 +81,7 @@ def test_a_frozen_sm_activity_field_is_flagged_and_ignored_by_the_detector(
     believing = NodeDetector("node-a", DetectorConfig())  # told nothing of suspect fields
     detector = NodeDetector("node-a", DetectorConfig())
     flagged = []
-    for report in _reports(fake_nvml, make_gpu_collector(), 360):
+    for report in _reports(fake_nvml, make_gpu_source(), 360):
         if report.gpus[3].suspect_fields:
             flagged.append(report.time_unix_seconds)
         detector.observe(report)

@@ -5,7 +5,7 @@ its SONAME ``libnvidia-ml.so.1``; when pynvml then dlopens "libnvidia-ml.so.1" t
 returns that already-loaded library, so pynvml's real ctypes path, struct layouts and return codes
 are exercised, and tests can read the fake's call counters through the same handle.
 
-Out-of-process tests (``run_gpu_probe``): a fresh interpreter runs the GPU collector
+Out-of-process tests (``run_gpu_probe``): a fresh interpreter runs the GPU source
 (``tests/fakes/nvml/probe.py``) with ``LD_LIBRARY_PATH`` set before it starts, the way a real
 deployment finds the library, or pointing at an empty directory to play a node without a driver.
 """
@@ -138,27 +138,27 @@ def fake_nvml(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.fixture
-def make_gpu_collector() -> Iterator[Callable[..., GpuSource]]:
-    """Build GPU collectors (over given procfs and sysfs roots); closed after the test."""
+def make_gpu_source() -> Iterator[Callable[..., GpuSource]]:
+    """Build GPU sources (over given procfs and sysfs roots); closed after the test."""
     made: list[GpuSource] = []
 
     def build(procfs: Path | str = "/proc", sysfs: Path | str = "/sys") -> GpuSource:
         ctx = SourceContext(
             roots=Roots(procfs=str(procfs), sysfs=str(sysfs)), files=KernelFiles(), config=AgentConfig()
         )
-        collector = GpuSource(ctx)
-        made.append(collector)
-        return collector
+        source = GpuSource(ctx)
+        made.append(source)
+        return source
 
     yield build
-    for collector in made:
-        collector.close()
-        collector.ctx.files.close()
+    for gpu_source in made:
+        gpu_source.close()
+        gpu_source.ctx.files.close()
 
 
 @pytest.fixture
 def run_gpu_probe(tmp_path: Path) -> Callable[..., dict[str, Any]]:
-    """Run the GPU collector in a fresh interpreter; returns what ``probe.py`` printed."""
+    """Run the GPU source in a fresh interpreter; returns what ``probe.py`` printed."""
 
     def run(lib_dir: Path, state: FakeNvmlState | None = None, ticks: int = 2) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k not in (STATE_ENV, "LD_PRELOAD")}

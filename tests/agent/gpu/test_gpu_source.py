@@ -1,4 +1,4 @@
-"""The GPU collector against the fake NVML: values equal the fake's state, faults stay local."""
+"""The GPU source against the fake NVML: values equal the fake's state, faults stay local."""
 
 from __future__ import annotations
 
@@ -18,19 +18,19 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.nvml.plugin import FakeNvml
 from tests.fakes.nvml.state import PROFILES, a100_sxm4, a800_sxm4, h100_sxm5
 
-MakeCollector = Callable[..., GpuSource]
+MakeSource = Callable[..., GpuSource]
 GIB = 1024**3
 
 
-def scan(collector: GpuSource) -> pb.NodeInfo:
+def scan(gpu_source: GpuSource) -> pb.NodeInfo:
     info = pb.NodeInfo()
-    collector.scan(info)
+    gpu_source.scan(info)
     return info
 
 
-def tick(collector: GpuSource, t: float) -> pb.NodeReport:
+def tick(gpu_source: GpuSource, t: float) -> pb.NodeReport:
     report = pb.NodeReport(time_unix_seconds=t)
-    collector.collect(report)
+    gpu_source.collect(report)
     return report
 
 
@@ -39,11 +39,11 @@ def tick(collector: GpuSource, t: float) -> pb.NodeReport:
     [("a100_sxm4", 12, 4, False, "ampere"), ("a800_sxm4", 8, 4, False, "ampere"), ("h100_sxm5", 18, 5, True, "hopper")],
 )
 def test_topology_is_the_fakes(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, profile: str, links: int, pcie_gen: int, gpm: bool,
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, profile: str, links: int, pcie_gen: int, gpm: bool,
     architecture: str,
 ) -> None:  # fmt: skip
     state = fake_nvml.load(PROFILES[profile]())
-    info = scan(make_gpu_collector())
+    info = scan(make_gpu_source())
     topology = info.gpu
     assert topology.unavailable_reason == ""
     assert (topology.driver_version, topology.nvml_version, topology.cuda_driver_version) == (
@@ -64,7 +64,7 @@ def test_topology_is_the_fakes(
 
 
 def test_values_equal_the_fake_state_and_rates_follow_the_counters(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a100_sxm4())
     for i, g in enumerate(state.gpus):
@@ -75,14 +75,14 @@ def test_values_equal_the_fake_state_and_rates_follow_the_counters(
             fake_link.replay, fake_link.recovery, fake_link.crc_flit, fake_link.crc_data = 1, 2, 3, 4
         g.pcie_rx_bytes, g.pcie_tx_bytes, g.pcie_replay = 10**9, 2 * 10**9, i
     fake_nvml.write()
-    collector = make_gpu_collector()
-    info = scan(collector)
-    first = tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    info = scan(gpu_source)
+    first = tick(gpu_source, 1000.0)
     for g in state.gpus:
         g.add_traffic(2.0, pcie_rx=3e9, pcie_tx=1e9, nvlink_rx_per_link=20 * 1024**3, nvlink_tx_per_link=10 * 1024**3)
     state.gpus[3].links[5].rx_kib += 1024  # one link moves a little more
     fake_nvml.write()
-    second = tick(collector, 1002.0)
+    second = tick(gpu_source, 1002.0)
 
     assert len(second.gpus) == 8
     for sample, want in zip(second.gpus, state.gpus, strict=True):
@@ -127,18 +127,18 @@ def test_values_equal_the_fake_state_and_rates_follow_the_counters(
     assert gpu_rows(None, first, info)[0]["nvlink_rx_bytes_per_second"] is None
 
 
-def test_h100_gpm_metrics_over_the_tick(fake_nvml: FakeNvml, make_gpu_collector: MakeCollector) -> None:
+def test_h100_gpm_metrics_over_the_tick(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     state = fake_nvml.load(h100_sxm5())
-    collector = make_gpu_collector()
-    scan(collector)
-    first = tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    first = tick(gpu_source, 1000.0)
     assert not first.gpus[0].HasField("sm_active_ratio")  # GPM needs two samples
     for g in state.gpus:
         g.gpm_sm_active, g.gpm_sm_occupancy, g.gpm_tensor = 80.0, 45.0, 60.0
         g.add_traffic(0.5, pcie_rx=8 * 1024**3, nvlink_tx_per_link=1024**3)
     state.advance(0.5)
     fake_nvml.write()
-    second = tick(collector, 1000.5)
+    second = tick(gpu_source, 1000.5)
     for sample in second.gpus:
         assert sample.sm_active_ratio == pytest.approx(0.80)
         assert sample.sm_occupancy_ratio == pytest.approx(0.45)
@@ -146,21 +146,21 @@ def test_h100_gpm_metrics_over_the_tick(fake_nvml: FakeNvml, make_gpu_collector:
         assert sample.gpm_pcie_rx_bytes_per_second == pytest.approx(8 * 1024**3)
         assert sample.gpm_nvlink_tx_bytes_per_second == pytest.approx(18 * 1024**3)
         assert sample.gpm_nvlink_rx_bytes_per_second == 0
-    collector.close()
+    gpu_source.close()
     assert fake_nvml.live_gpm_samples() == 0
     assert fake_nvml.live_event_sets() == 0
 
 
 def test_a800_without_pcie_counters_uses_sampled_throughput_and_asks_once(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a800_sxm4())
     for g in state.gpus:
         g.pcie_rx_kbs, g.pcie_tx_kbs = 4_000_000, 1_000_000
     fake_nvml.write()
-    collector = make_gpu_collector()
-    info = scan(collector)
-    reports = [tick(collector, 1000.0 + t) for t in range(3)]
+    gpu_source = make_gpu_source()
+    info = scan(gpu_source)
+    reports = [tick(gpu_source, 1000.0 + t) for t in range(3)]
     for sample in reports[-1].gpus:
         assert not sample.HasField("pcie_rx_bytes_total")
         assert sample.pcie_rx_bytes_per_second == 4_000_000 * 1024
@@ -175,7 +175,7 @@ def test_a800_without_pcie_counters_uses_sampled_throughput_and_asks_once(
 
 
 def test_a_gpus_nvlink_sum_past_what_the_wire_carries_is_left_out_not_the_gpu(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a100_sxm4())
     # 12 links, each well inside 2^63: GPU 0's sums pass 2^64, GPU 1's 2^63.
@@ -183,9 +183,9 @@ def test_a_gpus_nvlink_sum_past_what_the_wire_carries_is_left_out_not_the_gpu(
         for link in state.gpus[gpu].links:
             link.rx_kib = link.tx_kib = (1 << 63) // share // 1024
     fake_nvml.write()
-    collector = make_gpu_collector()
-    scan(collector)
-    report = tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    report = tick(gpu_source, 1000.0)
     assert repair(report) == []  # nothing on the wire that reads as a negative count
     for gpu in report.gpus[:2]:
         assert not gpu.lost and len(gpu.nvlinks) == 12 and gpu.nvlinks[0].rx_bytes_total > 0
@@ -194,7 +194,7 @@ def test_a_gpus_nvlink_sum_past_what_the_wire_carries_is_left_out_not_the_gpu(
 
 
 def test_nvlink5_byte_counters_replace_the_throughput_fields_a_gpu_refuses(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a100_sxm4())
     # GPU 0 as NVLink5 documents it: no THROUGHPUT_DATA fields, COUNT_*_BYTES instead.
@@ -205,9 +205,9 @@ def test_nvlink5_byte_counters_replace_the_throughput_fields_a_gpu_refuses(
     for link_index, fake_link in enumerate(state.gpus[0].links):
         fake_link.tx_kib, fake_link.rx_kib = 10 * link_index, 20 * link_index
     fake_nvml.write()
-    collector = make_gpu_collector()
-    scan(collector)
-    reports = [tick(collector, 1000.0 + t) for t in range(3)]
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    reports = [tick(gpu_source, 1000.0 + t) for t in range(3)]
     assert not reports[0].gpus[0].nvlinks[1].HasField("tx_bytes_total")  # the tick that found out
     assert not reports[0].gpus[0].HasField("nvlink_tx_bytes_total")  # no link counted: no sum either
     for report in reports[1:]:
@@ -220,23 +220,23 @@ def test_nvlink5_byte_counters_replace_the_throughput_fields_a_gpu_refuses(
 
 
 def test_lost_gpu_is_reported_and_the_others_keep_sampling(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, capfd: pytest.CaptureFixture[str]
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource, capfd: pytest.CaptureFixture[str]
 ) -> None:
     state = fake_nvml.load(h100_sxm5())
     for g in state.gpus:
         g.util_gpu = 90
     fake_nvml.write()
-    collector = make_gpu_collector()
-    scan(collector)
-    tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    tick(gpu_source, 1000.0)
     calls_before_loss = fake_nvml.calls(gpu=3)
     state.gpus[3].lost = 1
     fake_nvml.write()
-    reports = [tick(collector, 1001.0)]
+    reports = [tick(gpu_source, 1001.0)]
     assert fake_nvml.calls(gpu=3) == calls_before_loss + 1  # the first GpuIsLost ends that GPU's tick
-    reports += [tick(collector, 1002.0 + t) for t in range(2)]
+    reports += [tick(gpu_source, 1002.0 + t) for t in range(2)]
     calls_after_loss = fake_nvml.calls(gpu=3)
-    reports.append(tick(collector, 1004.0))
+    reports.append(tick(gpu_source, 1004.0))
 
     for report in reports:
         assert [g.index for g in report.gpus] == list(range(8))
@@ -255,15 +255,15 @@ def test_lost_gpu_is_reported_and_the_others_keep_sampling(
 
 
 def test_unsupported_call_on_one_gpu_is_absent_for_it_only_and_not_retried(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a100_sxm4())
     state.gpus[2].unsupported.add("nvmlDeviceGetUtilizationRates")
     state.gpus[5].unsupported_fields.add(gpu_fields.FI_POWER_INSTANT)
     fake_nvml.write()
-    collector = make_gpu_collector()
-    scan(collector)
-    reports = [tick(collector, 1000.0 + t) for t in range(3)]
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    reports = [tick(gpu_source, 1000.0 + t) for t in range(3)]
     for report in reports:
         assert not report.gpus[2].HasField("utilization_gpu_ratio")
         assert not report.gpus[5].HasField("power_watts")
@@ -279,19 +279,17 @@ def test_unsupported_call_on_one_gpu_is_absent_for_it_only_and_not_retried(
     assert fake_nvml.field_requests(4, gpu_fields.FI_POWER_INSTANT) == 3
 
 
-def test_counters_take_one_field_value_call_per_gpu_per_tick(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
-) -> None:
+def test_counters_take_one_field_value_call_per_gpu_per_tick(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     fake_nvml.load(h100_sxm5())
-    collector = make_gpu_collector()
-    scan(collector)
-    tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    tick(gpu_source, 1000.0)
     nvml_library.reset_call_counts()
     ticks = 4
     for t in range(ticks):
         fake_nvml.state.advance(1.0)  # type: ignore[union-attr]
         fake_nvml.write()
-        tick(collector, 1001.0 + t)
+        tick(gpu_source, 1001.0 + t)
     counts = nvml_library.call_counts()
     counts.pop("nvmlEventSetWait_v2", None)  # the event thread's waits, not sampling
     assert counts["nvmlDeviceGetFieldValues"] == 8 * ticks
@@ -303,13 +301,11 @@ def test_counters_take_one_field_value_call_per_gpu_per_tick(
     assert "nvmlGpmSampleAlloc" not in counts
 
 
-def test_xid_and_double_bit_ecc_events_arrive_in_a_report(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
-) -> None:
+def test_xid_and_double_bit_ecc_events_arrive_in_a_report(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     state = fake_nvml.load(a100_sxm4())
-    collector = make_gpu_collector()
-    info = scan(collector)
-    tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    info = scan(gpu_source)
+    tick(gpu_source, 1000.0)
     state.inject_xid(4, 79)
     state.inject_double_bit_ecc(1)
     fake_nvml.write()
@@ -318,7 +314,7 @@ def test_xid_and_double_bit_ecc_events_arrive_in_a_report(
     deadline = time.monotonic() + 5
     while len(events) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-        report = tick(collector, 1001.0)
+        report = tick(gpu_source, 1001.0)
         events.extend(report.events)
     by_kind = {e.kind: e for e in events}
     assert set(by_kind) == {"xid", "ecc_double_bit"}
@@ -328,18 +324,18 @@ def test_xid_and_double_bit_ecc_events_arrive_in_a_report(
     assert by_kind["ecc_double_bit"].subject == "gpu:1"
     assert report.gpus[1].ecc_uncorrected_volatile_total == 1
     assert gpu_rows(None, report, info)[1]["health"] == "ecc"
-    later = [tick(collector, 1002.0 + t) for t in range(2)]
+    later = [tick(gpu_source, 1002.0 + t) for t in range(2)]
     assert not [e for r in later for e in r.events]  # delivered once
 
 
-def test_link_down_shows_in_links_up_and_health(fake_nvml: FakeNvml, make_gpu_collector: MakeCollector) -> None:
+def test_link_down_shows_in_links_up_and_health(fake_nvml: FakeNvml, make_gpu_source: MakeSource) -> None:
     state = fake_nvml.load(a100_sxm4())
-    collector = make_gpu_collector()
-    info = scan(collector)
-    tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    info = scan(gpu_source)
+    tick(gpu_source, 1000.0)
     state.gpus[6].links[11].state = 0
     fake_nvml.write()
-    report = tick(collector, 1001.0)
+    report = tick(gpu_source, 1001.0)
     assert report.gpus[6].nvlinks[11].active is False
     rows = gpu_rows(None, report, info)
     assert (rows[6]["nvlinks_up"], rows[6]["nvlinks_expected"], rows[6]["health"]) == (11, 12, "nvlink_down")
@@ -354,9 +350,7 @@ def _process_dir(procfs: Path, pid: int, comm: str, uid: int, cgroup: str) -> No
     (d / "cgroup").write_text(cgroup)
 
 
-def test_processes_carry_name_user_and_job(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector, tmp_path: Path
-) -> None:
+def test_processes_carry_name_user_and_job(fake_nvml: FakeNvml, make_gpu_source: MakeSource, tmp_path: Path) -> None:
     procfs = tmp_path / "proc"
     pod = "8dbc5577_d0e2_4706_8787_57d52c03ddf2"
     container = "ab" * 32
@@ -371,9 +365,9 @@ def test_processes_carry_name_user_and_job(
     state.gpus[0].procs = {4242: 30 * GIB}
     state.gpus[1].procs = {5151: 20 * GIB, 4242: 1 * GIB}
     fake_nvml.write()
-    collector = make_gpu_collector(procfs)
-    scan(collector)
-    report = tick(collector, 1000.0)
+    gpu_source = make_gpu_source(procfs)
+    scan(gpu_source)
+    report = tick(gpu_source, 1000.0)
     (slurm,) = report.gpus[0].processes
     assert (slurm.pid, slurm.used_memory_bytes, slurm.name) == (4242, 30 * GIB, "python3")
     assert slurm.job.slurm_job_id == "1234"
@@ -385,39 +379,39 @@ def test_processes_carry_name_user_and_job(
 
 
 def test_driver_that_fails_to_initialize_is_a_reason_reported_once(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     state = fake_nvml.load(a100_sxm4())
     state.init_error = 9  # NVML_ERROR_DRIVER_NOT_LOADED
     fake_nvml.write()
-    collector = make_gpu_collector()
-    info = scan(collector)
+    gpu_source = make_gpu_source()
+    info = scan(gpu_source)
     assert info.gpu.unavailable_reason == "NVIDIA driver not loaded (nvmlInit: Driver Not Loaded)"
     assert not info.gpu.gpus
-    reports = [tick(collector, 1000.0 + t) for t in range(3)]
+    reports = [tick(gpu_source, 1000.0 + t) for t in range(3)]
     assert [len(r.events) for r in reports] == [1, 0, 0]
     assert (reports[0].events[0].kind, reports[0].events[0].message) == ("gpu_unavailable", info.gpu.unavailable_reason)
     assert not any(r.gpus for r in reports)
 
 
 def test_processes_take_one_call_and_a_second_only_when_the_list_outgrows_its_array(
-    fake_nvml: FakeNvml, make_gpu_collector: MakeCollector
+    fake_nvml: FakeNvml, make_gpu_source: MakeSource
 ) -> None:
     """pynvml's wrapper asks for the count, then the list: two calls per GPU with a process. The
     agent asks once, into an array kept per GPU, and grows it when NVML says it is too small."""
     state = fake_nvml.load(a100_sxm4(count=1))
     state.gpus[0].procs = {1000 + i: (i + 1) * 1024**2 for i in range(3)}
     fake_nvml.write()
-    collector = make_gpu_collector()
-    scan(collector)
-    first = tick(collector, 1000.0)
+    gpu_source = make_gpu_source()
+    scan(gpu_source)
+    first = tick(gpu_source, 1000.0)
     assert {(p.pid, p.used_memory_bytes) for p in first.gpus[0].processes} == {
         (1000 + i, (i + 1) * 1024**2) for i in range(3)
     }
     assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 1
     state.gpus[0].procs = {2000 + i: 1024**2 for i in range(40)}  # more than the first array holds
     fake_nvml.write()
-    assert len(tick(collector, 1001.0).gpus[0].processes) == 40
+    assert len(tick(gpu_source, 1001.0).gpus[0].processes) == 40
     assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 3
-    assert len(tick(collector, 1002.0).gpus[0].processes) == 40
+    assert len(tick(gpu_source, 1002.0).gpus[0].processes) == 40
     assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 4  # grown: one call again
