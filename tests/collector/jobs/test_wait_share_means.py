@@ -29,7 +29,7 @@ JOBS: dict[str, Mapping[str, NodeValues]] = {
     "no judged GPU": {"a": node(0, 0.5, 0.5)},
     "rounded to 4 places": {"a": node(3, 0.12345, 0.98765), "b": node(5, 0.55555, 0.11111)},
 }
-# (by GPM, by power, by GPM else power leaving out "b"), as gpm_wait and power_wait gave them.
+# (by GPM, by power), as gpm_wait and power_wait gave them.
 PINNED = {
     "weighted by GPUs": (0.3, 0.3),
     "a node judging none is left out": (0.4, 0.3),
