@@ -16,16 +16,9 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from nodeagent.collector.alerts.alert import alert_order, record_alert
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.merge_rules import (
-    alert_order,
-    job_verdict_order,
-    node_rank,
-    record_alert,
-    record_job_rank,
-    stale_shards,
-    wins,
-)
+from nodeagent.collector.fleet.winning_copy import job_verdict_order, node_rank, record_job_rank, stale_shards, wins
 from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
