@@ -9,7 +9,7 @@ report through the rules, the detector (a new one on a new epoch), the job roll-
 then the signals; ingest and replay both call it), ``replay.py`` (the detector, the rules and the
 job roll-up over recorded traces), ``states.py`` (the state words of nodes and jobs, said alike
 by every view: a node's is the detector's verdict, or `down`, `no-gpu`, `new`, `moved`,
-`stopped`), ``merge_rules.py`` (which copy wins and how merged items are ordered),
+`stopped`),
 ``config.py`` (the sections of ``collector.toml``) and ``tenants.py`` (`[tenants]`: node
 credentials, a stream's tenant, job names scoped by it)."""
 

@@ -122,28 +122,10 @@ def diag_command(
         for name, description in builtin_profiles().items():
             click.echo(f"{name:<22} {description}")
         return
-    if no_gpu:
-        if expect_gpus:
-            raise click.UsageError(f"--no-gpu contradicts --expect-gpus {expect_gpus}")
-        expect_gpus = 0
-    try:
-        profile = load_profile(profile_spec) if profile_spec is not None else Profile()
-    except ProfileError as err:
-        raise click.UsageError(str(err)) from err
-    profile = with_overrides(
-        profile,
-        gpus=expect_gpus,
-        nvlinks_per_gpu=expect_nvlinks,
-        nic_speed_bytes_per_second=expect_nic_speed,
-        mounts=expect_mount,
-        collector=collector,
+    profile = _profile(profile_spec, expect_gpus, no_gpu, expect_nvlinks, expect_nic_speed, expect_mount, collector)
+    probe_options = (
+        _probe_options(probe_path, profile, probe_seconds, probe_size_mib, probe_queue_depth) if probe else None
     )
-    probe_options = None
-    if probe:
-        where = probe_path or profile.storage.dataset or next(iter(profile.storage.mounts), None)
-        if where is None:
-            raise click.UsageError("--probe needs --probe-path PATH (or [storage] dataset or mounts in the profile)")
-        probe_options = ProbeOptions(where, probe_seconds, probe_size_mib * _MIB, probe_queue_depth)
     options = DiagOptions(
         profile=profile,
         roots=Roots(procfs=procfs, sysfs=sysfs),
@@ -162,3 +144,36 @@ def diag_command(
         sys.stdout.write(render_table(report, colour=colour))
     sys.stdout.flush()
     ctx.exit(report.exit_code)
+
+
+def _profile(
+    profile_spec: str | None, expect_gpus: int | None, no_gpu: bool, expect_nvlinks: int | None,
+    expect_nic_speed: float | None, expect_mount: tuple[str, ...], collector: str | None,
+) -> Profile:  # fmt: skip
+    """The profile asked for (the empty one without ``--profile``), the ``--expect-*`` options over it."""
+    if no_gpu:
+        if expect_gpus:
+            raise click.UsageError(f"--no-gpu contradicts --expect-gpus {expect_gpus}")
+        expect_gpus = 0
+    try:
+        profile = load_profile(profile_spec) if profile_spec is not None else Profile()
+    except ProfileError as err:
+        raise click.UsageError(str(err)) from err
+    return with_overrides(
+        profile,
+        gpus=expect_gpus,
+        nvlinks_per_gpu=expect_nvlinks,
+        nic_speed_bytes_per_second=expect_nic_speed,
+        mounts=expect_mount,
+        collector=collector,
+    )
+
+
+def _probe_options(
+    probe_path: str | None, profile: Profile, probe_seconds: float, probe_size_mib: int, probe_queue_depth: int
+) -> ProbeOptions:
+    """Where and how ``--probe`` reads: ``--probe-path``, else the profile's dataset, else its first mount."""
+    where = probe_path or profile.storage.dataset or next(iter(profile.storage.mounts), None)
+    if where is None:
+        raise click.UsageError("--probe needs --probe-path PATH (or [storage] dataset or mounts in the profile)")
+    return ProbeOptions(where, probe_seconds, probe_size_mib * _MIB, probe_queue_depth)

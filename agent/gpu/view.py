@@ -71,7 +71,6 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
     links = _link_rows(g, p, seconds)
     nvlink_rx, nvlink_rx_source = _nvlink_total(g, links, "rx", nvlink_capacity, bad)
     nvlink_tx, nvlink_tx_source = _nvlink_total(g, links, "tx", nvlink_capacity, bad)
-    reasons = list(g.clock_event_reason_names)
     health_reasons = _health(g, info, len([x for x in links if x["active"]]), xids.get(g.index, []))
     health_reasons += [f"{link}_bad_reading" for link in sorted(bad)]
     return {
@@ -106,7 +105,7 @@ def _row(g: pb.GpuSample, p: pb.GpuSample | None, info: pb.GpuInfo, seconds: flo
         # Links whose counters ran faster than the link carries (the detector ignores them too):
         # their rates above are GPM's where the GPU has it (what /metrics shows), else unknown.
         "bad_readings": sorted(bad),
-        "clock_event_reasons": reasons,
+        "clock_event_reasons": list(g.clock_event_reason_names),
         "temperature_celsius": _opt(g, "temperature_celsius"),
         "power_watts": _opt(g, "power_watts"),
         "sm_clock_mhz": _opt(g, "sm_clock_mhz"),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from nodeagent.collector.alerts.book import Alert, AlertBook
+from nodeagent.collector.alerts.alert import Alert
+from nodeagent.collector.alerts.book import AlertBook
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.node_down import NodeDownWatch
 from nodeagent.collector.alerts.report_rules import NodeRules

@@ -18,7 +18,6 @@ a receiver that saw one already can drop it (webhooks carry the id; Alertmanager
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from typing import Any, Final
 
 import structlog
 
+from nodeagent.collector.alerts.alert import Alert, fingerprint, plain_alert
 from nodeagent.collector.alerts.lifecycle import FIRING, RESOLVED, UPDATED, alert_labels, next_transition
 from nodeagent.collector.alerts.sinks.base import DeferredSink, Sink, rfc3339
 from nodeagent.collector.store.alert_tables import AlertTables
@@ -37,54 +37,6 @@ DEFAULT_RETENTION_SECONDS: Final = 7 * 86400.0
 _PRUNE_EVERY_SECONDS: Final = 3600.0
 
 _log = structlog.get_logger("collector.alerts")
-
-
-@dataclass(frozen=True, slots=True)
-class Alert:
-    name: str
-    node_id: str
-    key: str
-    severity: str
-    # The full label set: the rule's labels plus alertname, node, severity and (when key is set) subject.
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    starts_at: float
-    # None while firing.
-    ends_at: float | None
-    # Stable over the alert's identity (name, node, key): the same across restarts and re-fires.
-    fingerprint: str
-
-    @property
-    def firing(self) -> bool:
-        return self.ends_at is None
-
-    def to_plain(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "node_id": self.node_id,
-            "key": self.key,
-            "state": "firing" if self.ends_at is None else "resolved",
-            "severity": self.severity,
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-            "starts_at_unix_seconds": self.starts_at,
-            "ends_at_unix_seconds": self.ends_at,
-            "fingerprint": self.fingerprint,
-        }
-
-    @classmethod
-    def from_plain(cls, plain: Mapping[str, Any]) -> Alert:
-        return cls(
-            name=plain["name"],
-            node_id=plain["node_id"],
-            key=plain["key"],
-            severity=plain["severity"],
-            labels=dict(plain["labels"]),
-            annotations=dict(plain["annotations"]),
-            starts_at=float(plain["starts_at_unix_seconds"]),
-            ends_at=None if plain["ends_at_unix_seconds"] is None else float(plain["ends_at_unix_seconds"]),
-            fingerprint=plain["fingerprint"],
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +66,8 @@ class Transition:
         return cls(
             id=plain["id"],
             kind=plain["kind"],
-            alert=Alert.from_plain(plain["alert"]),
-            previous=None if previous is None else Alert.from_plain(previous),
+            alert=plain_alert(plain["alert"]),
+            previous=None if previous is None else plain_alert(previous),
             at=float(plain["at_unix_seconds"]),
         )
 
@@ -330,10 +282,6 @@ class AlertBook:
         cutoff = min(now, self._clock()) - self._retention_seconds
         self._tables.prune(cutoff)
         self._next_prune = now + _PRUNE_EVERY_SECONDS
-
-
-def fingerprint(name: str, node_id: str, key: str) -> str:
-    return hashlib.sha256(f"{name}\0{node_id}\0{key}".encode()).hexdigest()[:16]
 
 
 @dataclass(slots=True)

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
 
-from nodeagent.collector.alerts.book import Alert, Transition, fingerprint
+from nodeagent.collector.alerts.alert import Alert, fingerprint
+from nodeagent.collector.alerts.book import Transition
 from nodeagent.collector.alerts.lifecycle import FIRING, RESOLVED, alert_labels
 from nodeagent.collector.alerts.sinks.dispatcher import SinkDispatcher
 from nodeagent.core.detector.alert_signals import AlertSignal

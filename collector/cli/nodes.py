@@ -8,8 +8,8 @@ import json
 
 import click
 
+from nodeagent.collector.alerts.alert import alert_order
 from nodeagent.collector.cli.client import ask_each, client_options, query, query_whole, several
-from nodeagent.collector.merge_rules import alert_order
 from nodeagent.collector.views.fleet_table import (
     alert_rows,
     alert_subject,

@@ -1,6 +1,6 @@
 """Several shards' answers to one Query method made into one answer, as one collector would give it.
 
-The rules (CONTRACTS "Merged views"; the ranks and orders are ``collector/merge_rules.py``'s): nodes by node id, the
+The rules (CONTRACTS "Merged views"; the ranks and orders are ``fleet/winning_copy.py``'s): nodes by node id, the
 freshest ``last_seen`` wins and the shards that still hold an older copy are listed in
 ``stale_shards`` (a node that moved leaves its old row behind until it is retired there); alerts by
 (name, node, key), firing over resolved, then the newest; job verdicts by job, the one judged over
@@ -16,16 +16,9 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from nodeagent.collector.alerts.alert import alert_order, record_alert
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.merge_rules import (
-    alert_order,
-    job_verdict_order,
-    node_rank,
-    record_alert,
-    record_job_rank,
-    stale_shards,
-    wins,
-)
+from nodeagent.collector.fleet.winning_copy import job_verdict_order, node_rank, record_job_rank, stale_shards, wins
 from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -1,7 +1,7 @@
 """The fleet page's answers from several shards (``Page`` RPC replies) made into one page.
 
 JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
-items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``collector/merge_rules.py``; nodes by
+items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``fleet/winning_copy.py``; nodes by
 id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
 verdict over most nodes; a job's cards of nodes its judge does not hold from the shards that do,
 a 404 among them), each tagged with its ``shard``, re-sorted as the page sorts them, the
@@ -23,8 +23,9 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nodeagent.collector.alerts.alert import plain_alert
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.merge_rules import node_rank, plain_alert, plain_job_rank, stale_shards, wins
+from nodeagent.collector.fleet.winning_copy import node_rank, plain_job_rank, stale_shards, wins
 from nodeagent.collector.states import job_worst_first, worst_first
 from nodeagent.collector.views.fleet_page import JSON_TYPE, counts
 from nodeagent.v1 import nodeagent_pb2 as pb

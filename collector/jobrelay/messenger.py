@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence, Sized
 from pathlib import Path
 from typing import TypeVar
 
@@ -129,8 +129,16 @@ class JobMessenger:
             await self.flush()
 
     async def flush(self) -> None:
-        calls = [self._send_steps(place, q) for place, q in self._steps.items() if q]
-        calls += [self._send_waits(place, q) for place, q in self._waits.items() if q]
+        calls = [
+            self._send(place, q, lambda stub: stub.NodeMessages, node_messages_to_pb, self._steps_undelivered)
+            for place, q in self._steps.items()
+            if q
+        ]
+        calls += [
+            self._send(place, q, lambda stub: stub.Waits, waits_to_pb, self._drop)
+            for place, q in self._waits.items()
+            if q
+        ]
         if calls:
             await asyncio.gather(*calls)
 
@@ -149,27 +157,32 @@ class JobMessenger:
         q.append(message)
         self._wake.set()
 
-    async def _send_steps(self, place: Place, q: deque[NodeMessage]) -> None:
+    async def _send(
+        self,
+        place: Place,
+        q: deque[T],
+        rpc: Callable[[jr_grpc.JobRelayStub], Callable[..., Awaitable[object]]],
+        to_pb: Callable[[list[T]], object],
+        undelivered: Callable[[Place, list[T]], None],
+    ) -> None:
+        """One batch of ``q`` (at most ``MAX_BATCH``) to ``place`` by ``rpc``; what does not arrive
+        goes to ``undelivered``."""
         batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
-        stub = jr_grpc.JobRelayStub(self._channel(place))
-        if await self._call(place, stub.NodeMessages, node_messages_to_pb(batch)):
+        if await self._call(place, rpc(jr_grpc.JobRelayStub(self._channel(place))), to_pb(batch)):
             self.sent_total += len(batch)
-        elif place.collector:  # passed over now: the batch goes to the next collector its keys rank
-            self.to_owners(batch)
         else:
-            self.dropped_total += len(batch)
+            undelivered(place, batch)
         if q:
             self._wake.set()
 
-    async def _send_waits(self, place: Place, q: deque[JobWait]) -> None:
-        batch = [q.popleft() for _ in range(min(len(q), MAX_BATCH))]
-        stub = jr_grpc.JobRelayStub(self._channel(place))
-        if await self._call(place, stub.Waits, waits_to_pb(batch)):
-            self.sent_total += len(batch)
+    def _steps_undelivered(self, place: Place, batch: list[NodeMessage]) -> None:
+        if place.collector:  # passed over now: the batch goes to the next collector its keys rank
+            self.to_owners(batch)
         else:
-            self.dropped_total += len(batch)
-        if q:
-            self._wake.set()
+            self._drop(place, batch)
+
+    def _drop(self, _place: Place, batch: Sized) -> None:
+        self.dropped_total += len(batch)
 
     async def _call(self, place: Place, method: Callable[..., Awaitable[object]], request: object) -> bool:
         shard = self._shard(place)

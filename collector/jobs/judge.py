@@ -21,8 +21,8 @@
    tier) but no node stands out and their causes differ: `slowed`, cause ``unknown``.
 7. Else `busy`.
 
-A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.gpm_wait``),
-else from power where it tells on every one (``wait_share.power_wait``: GPUs without GPM), else
+A slowed job's wait share is from GPM where every judged GPU has it (``wait_share.counted_wait``
+over ``BY_GPM``), else from power where it tells on every one (``BY_POWER``: GPUs without GPM), else
 the estimate of its rule; but where some judged GPU's computing-share source cannot tell at the
 job's step length (``NodeValues.wait_unknown_reason``: core/detector/computing_source.py), it is
 unknown (None), said in the notes and the evidence (``WAIT_UNKNOWN_REASON``), and no estimate
@@ -57,11 +57,12 @@ from nodeagent.collector.jobs.straggler import (
     uncrowded,
 )
 from nodeagent.collector.jobs.wait_share import (
+    BY_GPM,
+    BY_POWER,
+    counted_wait,
     gpm_or_power_wait,
-    gpm_wait,
     job_wait,
     measured_wait,
-    power_wait,
     straggler_wait,
 )
 from nodeagent.core.detector.config import DetectorConfig
@@ -122,7 +123,7 @@ def judge(
         return Judgement("warmup", wait_ratio=job_wait(judged, (), None))
     own_wait = job_wait(judged, (), None)
     # Without GPM a GPU waiting in the collective reads busy: its power says it waits.
-    by_power = power_wait(judged)
+    by_power = counted_wait(judged, BY_POWER)
     waits = (own_wait is not None and own_wait >= detector.moderate_ratio) or (
         by_power is not None and by_power >= detector.power_wait_ratio
     )
@@ -246,10 +247,10 @@ def _without_straggler(
 def _slowed_wait(judged: Mapping[str, NodeValues], estimate: float | None) -> float | None:
     """A slowed job's wait share: from GPM where every judged GPU has it, else from power where
     it tells on every one, else ``estimate``."""
-    gpm = gpm_wait(judged)
+    gpm = counted_wait(judged, BY_GPM)
     if gpm is not None:
         return gpm
-    by_power = power_wait(judged)
+    by_power = counted_wait(judged, BY_POWER)
     return by_power if by_power is not None else estimate
 
 

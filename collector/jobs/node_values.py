@@ -16,9 +16,10 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from nodeagent.collector.jobs.config import JobRollupConfig
-from nodeagent.collector.jobs.nic_peaks import NicPeaks
+from nodeagent.collector.jobs.nic_peaks import NicPeaks, NicWindow
 from nodeagent.core.detector.computing_source import Estimate, unknown_words
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
@@ -131,6 +132,46 @@ def node_values(
     wanted = set(member.gpus)
     own = [g for g in detector.own_gpus if not wanted or g.index in wanted]
     judged = [g for g in own if g.state in _JUDGED]
+    m = _gpu_means(detector, judged)
+    own_cause = _own_cause(judged)
+    verdict = detector.verdict
+    evidence: Mapping[str, float | str] = verdict.evidence if verdict.cause == own_cause else {}
+    e = detector.evidence
+    evidence_cause = "network" if e.network else "storage" if e.storage else "cpu" if e.cpu else None
+    needed = _needed(own_cause if own_cause in ("network", "storage") else evidence_cause, m.window_data_wait_ratio, e)
+    if needed is None and verdict.cause == own_cause:
+        needed = verdict.needed_ingest_bytes_per_second
+    samples = [g for g in report.gpus if not wanted or g.index in wanted]
+    link, clock = _links(member, report, samples, peaks, config)
+    reason, words = _unknown(m.unknown) if m.unknown else (None, None)
+    return NodeValues(
+        gpus=len(own), assigned=len(judged), warmup=sum(1 for g in own if g.state == "warmup"),
+        busy_ratio=m.busy_ratio, sm_active_ratio=m.sm_active_ratio, throttled_ratio=m.throttled_ratio,
+        data_wait_ratio=m.data_wait_ratio, window_data_wait_ratio=m.window_data_wait_ratio, idle_ratio=m.idle_ratio,
+        interconnect_ratio=m.interconnect_ratio, own_cause=own_cause, evidence=evidence,
+        evidence_cause=evidence_cause, needed_bytes_per_second=needed, clock_mhz=clock, link=link,
+        window_sm_active_ratio=m.window_sm_active_ratio, window_computing_ratio=m.window_computing_ratio,
+        wait_unknown_reason=reason, wait_unknown_words=words,
+    )  # fmt: skip
+
+
+class _GpuMeans(NamedTuple):
+    """The means over a node's judged GPUs that ``NodeValues`` carries (its fields of those names)."""
+
+    busy_ratio: float | None
+    sm_active_ratio: float | None
+    throttled_ratio: float | None
+    data_wait_ratio: float | None
+    window_data_wait_ratio: float | None
+    idle_ratio: float | None
+    interconnect_ratio: float | None
+    window_sm_active_ratio: float | None
+    window_computing_ratio: float | None
+    # The GPUs whose computing-share source cannot tell: (index, source, its estimate).
+    unknown: list[tuple[int, str, Estimate]]
+
+
+def _gpu_means(detector: NodeDetector, judged: list[GpuVerdict]) -> _GpuMeans:
     # One pass, sums in locals: this runs for every node of every job at every step.
     busy = throttled = step_data = sm = window_data = idle = sync = window_sm = computing = 0.0
     n_act = n_step_data = n_sm = n_window = n_idle = n_sync = n_window_sm = n_computing = 0
@@ -169,40 +210,18 @@ def node_values(
         if g.interconnect_ratio is not None:
             sync += g.interconnect_ratio
             n_sync += 1
-    own_cause = _own_cause(judged)
-    verdict = detector.verdict
-    data_wait = window_data / n_window if n_window else None
-    evidence: Mapping[str, float | str] = verdict.evidence if verdict.cause == own_cause else {}
-    e = detector.evidence
-    evidence_cause = "network" if e.network else "storage" if e.storage else "cpu" if e.cpu else None
-    needed = _needed(own_cause if own_cause in ("network", "storage") else evidence_cause, data_wait, e)
-    if needed is None and verdict.cause == own_cause:
-        needed = verdict.needed_ingest_bytes_per_second
-    samples = [g for g in report.gpus if not wanted or g.index in wanted]
-    link, clock = _links(member, report, samples, peaks, config)
-    reason, words = _unknown(unknown) if unknown else (None, None)
-    return NodeValues(
-        gpus=len(own),
-        assigned=len(judged),
-        warmup=sum(1 for g in own if g.state == "warmup"),
-        busy_ratio=busy / n_act if n_act else None,
+    return _GpuMeans(
+        busy / n_act if n_act else None,
         # GPM counts where at least half the judged GPUs have it.
-        sm_active_ratio=sm / n_sm if n_sm and n_sm * 2 >= len(judged) else None,
-        throttled_ratio=throttled / n_act if n_act else None,
-        data_wait_ratio=step_data / n_step_data if n_step_data else None,
-        window_data_wait_ratio=data_wait,
-        idle_ratio=idle / n_idle if n_idle else None,
-        interconnect_ratio=sync / n_sync if n_sync else None,
-        own_cause=own_cause,
-        evidence=evidence,
-        evidence_cause=evidence_cause,
-        needed_bytes_per_second=needed,
-        clock_mhz=clock,
-        link=link,
-        window_sm_active_ratio=window_sm / n_window_sm if n_window_sm and n_window_sm == len(judged) else None,
-        window_computing_ratio=computing / n_computing if n_computing and n_computing == len(judged) else None,
-        wait_unknown_reason=reason,
-        wait_unknown_words=words,
+        sm / n_sm if n_sm and n_sm * 2 >= len(judged) else None,
+        throttled / n_act if n_act else None,
+        step_data / n_step_data if n_step_data else None,
+        window_data / n_window if n_window else None,
+        idle / n_idle if n_idle else None,
+        sync / n_sync if n_sync else None,
+        window_sm / n_window_sm if n_window_sm and n_window_sm == len(judged) else None,
+        computing / n_computing if n_computing and n_computing == len(judged) else None,
+        unknown,
     )
 
 
@@ -246,53 +265,15 @@ def _links(
     config: JobRollupConfig,
 ) -> tuple[LinkValues, float | None]:  # fmt: skip
     """The node's link values, and the mean SM clock of the job's GPUs (one pass over them)."""
-    slowest: pb.GpuSample | None = None
-    slowest_rate = math.inf
-    inactive = nvlink_errors = clocks = 0
-    clock_sum = 0.0
-    for g in samples:
-        if g.HasField("sm_clock_mhz"):
-            clock_sum += g.sm_clock_mhz
-            clocks += 1
-        # Unset, a generation or width reads 0: no rate.
-        rate = _pcie(g.pcie_link_generation, g.pcie_link_width)
-        if rate is not None and rate < slowest_rate:
-            slowest, slowest_rate = g, rate
-        for link in g.nvlinks:
-            if not link.active and link.HasField("active"):
-                inactive += 1
-            nvlink_errors += (
-                link.replay_errors_total + link.recovery_errors_total + link.crc_flit_errors_total
-                + link.crc_data_errors_total
-            )  # fmt: skip
-    nic_errors = rdma_errors = 0
-    speeds: dict[str, float] = {}
-    for nic in report.nics:
-        if nic.name == "lo":
-            continue
-        nic_errors += nic.rx_errors_total + nic.tx_errors_total + nic.carrier_changes_total
-        if nic.HasField("speed_bytes_per_second") and nic.speed_bytes_per_second > 0:
-            speeds[nic.name] = nic.speed_bytes_per_second
+    slowest, slowest_rate, inactive, nvlink_errors, clock = _gpu_links(samples)
+    nic_errors, speeds = _nic_errors_and_speeds(report, peaks)
+    rdma_errors = 0
     for port in report.rdma_ports:
         counters = port.counters
         if counters:
             rdma_errors += sum(counters.get(name, 0) for name in _RDMA_ERRORS)
-    if peaks is not None:
-        for name, speed in peaks.speeds.items():
-            speeds.setdefault(name, speed)
     window = peaks.window() if peaks is not None else {}
-    floor = config.link_peak_floor_bytes_per_second
-    moving = {name: w for name, w in window.items() if w.peak_bytes_per_second >= floor}
-    fabric = max(
-        (name for name, w in moving.items() if w.symmetry() >= config.fabric_symmetry_ratio),
-        key=lambda name: moving[name].peak_bytes_per_second,
-        default=None,
-    )
-    wire = fabric or max(
-        (name for name, w in window.items() if w.symmetry() >= config.fabric_symmetry_ratio),
-        key=lambda name: max(window[name].rx_bytes, window[name].tx_bytes),
-        default=None,
-    )
+    moving, fabric, wire = _fabric_and_wire(window, config)
     wire_speed = speeds.get(wire) if wire is not None else None
     before_nvlink, before_nic, before_rdma = (
         member.nvlink_errors_total,
@@ -319,7 +300,70 @@ def _links(
         fabric_busy_ratio=window[wire].busy_ratio(wire_speed) if wire is not None and wire_speed else None,
         tcp_retransmit_ratio=_retransmits(member, report.host, config),
     )
-    return links, clock_sum / clocks if clocks else None
+    return links, clock
+
+
+def _gpu_links(samples: list[pb.GpuSample]) -> tuple[pb.GpuSample | None, float, int, int, float | None]:
+    """Over the job's GPUs: the one on the slowest current PCIe link and that link's rate, the
+    inactive NVLinks, the NVLink error counters summed, and the mean SM clock."""
+    slowest: pb.GpuSample | None = None
+    slowest_rate = math.inf
+    inactive = nvlink_errors = clocks = 0
+    clock_sum = 0.0
+    for g in samples:
+        if g.HasField("sm_clock_mhz"):
+            clock_sum += g.sm_clock_mhz
+            clocks += 1
+        # Unset, a generation or width reads 0: no rate.
+        rate = _pcie(g.pcie_link_generation, g.pcie_link_width)
+        if rate is not None and rate < slowest_rate:
+            slowest, slowest_rate = g, rate
+        for link in g.nvlinks:
+            if not link.active and link.HasField("active"):
+                inactive += 1
+            nvlink_errors += (
+                link.replay_errors_total + link.recovery_errors_total + link.crc_flit_errors_total
+                + link.crc_data_errors_total
+            )  # fmt: skip
+    return slowest, slowest_rate, inactive, nvlink_errors, clock_sum / clocks if clocks else None
+
+
+def _nic_errors_and_speeds(report: pb.NodeReport, peaks: NicPeaks | None) -> tuple[int, dict[str, float]]:
+    """The NICs' error and carrier-change counters summed (loopback aside), and each NIC's link
+    speed: as reported, else as its peaks last knew it."""
+    nic_errors = 0
+    speeds: dict[str, float] = {}
+    for nic in report.nics:
+        if nic.name == "lo":
+            continue
+        nic_errors += nic.rx_errors_total + nic.tx_errors_total + nic.carrier_changes_total
+        if nic.HasField("speed_bytes_per_second") and nic.speed_bytes_per_second > 0:
+            speeds[nic.name] = nic.speed_bytes_per_second
+    if peaks is not None:
+        for name, speed in peaks.speeds.items():
+            speeds.setdefault(name, speed)
+    return nic_errors, speeds
+
+
+def _fabric_and_wire(
+    window: Mapping[str, NicWindow], config: JobRollupConfig
+) -> tuple[dict[str, NicWindow], str | None, str | None]:
+    """The NICs that moved traffic over the window (their peak at the floor or above), the fabric
+    NIC among them (the most symmetric traffic, the highest peak), and the wire NIC (the fabric
+    NIC, else the symmetric one that moved the most bytes)."""
+    floor = config.link_peak_floor_bytes_per_second
+    moving = {name: w for name, w in window.items() if w.peak_bytes_per_second >= floor}
+    fabric = max(
+        (name for name, w in moving.items() if w.symmetry() >= config.fabric_symmetry_ratio),
+        key=lambda name: moving[name].peak_bytes_per_second,
+        default=None,
+    )
+    wire = fabric or max(
+        (name for name, w in window.items() if w.symmetry() >= config.fabric_symmetry_ratio),
+        key=lambda name: max(window[name].rx_bytes, window[name].tx_bytes),
+        default=None,
+    )
+    return moving, fabric, wire
 
 
 def _retransmits(member: NodeMember, host: pb.HostSample, config: JobRollupConfig) -> float | None:

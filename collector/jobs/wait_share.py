@@ -17,19 +17,20 @@ GPU of the job waits in the collective. So:
 Without a straggler (job-wide, or busy) each GPU's own idle share counts. The job's share is the
 mean over its judged GPUs (each node weighted by its GPUs).
 
-Where every judged GPU has GPM, a slowed job's share is instead ``gpm_wait``: the mean of 1 -
-each GPU's raw SM activity over the window (a GPU computes only while its SMs are active; in
-the collective or waiting for data they idle), which also counts the waits the lockstep
-estimate misses (a degraded link, the collective's own transfers, a job-wide wait). Where GPM
-is missing but power tells on every judged GPU (core/detector/power_share.py), ``power_wait`` is
-the same from the computing share its power shows: the waits NVML utilization reads as busy. The
-judge chooses (docs/jobs.md).
+Where every judged GPU has GPM, a slowed job's share is instead ``counted_wait(BY_GPM)``: the
+mean of 1 - each GPU's raw SM activity over the window (a GPU computes only while its SMs are
+active; in the collective or waiting for data they idle), which also counts the waits the
+lockstep estimate misses (a degraded link, the collective's own transfers, a job-wide wait).
+Where GPM is missing but power tells on every judged GPU (core/detector/power_share.py),
+``counted_wait(BY_POWER)`` is the same from the computing share its power shows: the waits NVML
+utilization reads as busy. The judge chooses (docs/jobs.md). One weighted mean serves both.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Final
 
 from nodeagent.collector.jobs.node_values import NodeValues
 
@@ -76,31 +77,35 @@ def job_wait(values: Mapping[str, NodeValues], stragglers: tuple[str, ...], shar
     return round(total / weight, 4) if weight else None
 
 
-def gpm_wait(values: Mapping[str, NodeValues]) -> float | None:
-    """The job's wait share from GPM: the mean over its judged GPUs of 1 - their raw SM activity
-    over the window; None unless every judged node's GPUs have GPM."""
+# What each GPU counter says of the share of time a node's judged GPUs compute over the window.
+Active = Callable[[NodeValues], float | None]
+
+
+def _gpm_active(v: NodeValues) -> float | None:
+    return v.window_sm_active_ratio
+
+
+def _power_active(v: NodeValues) -> float | None:
+    return v.window_computing_ratio
+
+
+# Raw GPM SM activity; the computing share power shows (GPUs with GPM never count here: GPM is their source).
+BY_GPM: Final[Active] = _gpm_active
+BY_POWER: Final[Active] = _power_active
+
+
+def counted_wait(values: Mapping[str, NodeValues], active: Active) -> float | None:
+    """The job's wait share as one counter measures it: the mean over its judged GPUs (each node
+    weighted by its GPUs) of 1 - the share ``active`` says they compute, within [0, 1]; None
+    unless it tells on every judged node."""
     total = weight = 0.0
     for v in values.values():
         if not v.assigned:
             continue
-        if v.window_sm_active_ratio is None:
+        share = active(v)
+        if share is None:
             return None
-        total += (1.0 - v.window_sm_active_ratio) * v.assigned
-        weight += v.assigned
-    return round(min(1.0, max(0.0, total / weight)), 4) if weight else None
-
-
-def power_wait(values: Mapping[str, NodeValues], leave_out: tuple[str, ...] = ()) -> float | None:
-    """The job's wait share from power: the mean over its judged GPUs (but those of the nodes
-    ``leave_out``) of 1 - their computing share over the window; None unless power tells on
-    every one of them (GPUs with GPM never count here: GPM is their source)."""
-    total = weight = 0.0
-    for node, v in values.items():
-        if not v.assigned or node in leave_out:
-            continue
-        if v.window_computing_ratio is None:
-            return None
-        total += (1.0 - v.window_computing_ratio) * v.assigned
+        total += (1.0 - share) * v.assigned
         weight += v.assigned
     return round(min(1.0, max(0.0, total / weight)), 4) if weight else None
 
@@ -116,5 +121,5 @@ def measured_wait(v: NodeValues) -> float | None:
 def gpm_or_power_wait(values: Mapping[str, NodeValues], leave_out: tuple[str, ...]) -> float | None:
     """The waiting nodes' wait share as measured (GPM, else power), the nodes ``leave_out`` left out."""
     rest = {node: v for node, v in values.items() if node not in leave_out}
-    measured = gpm_wait(rest)
-    return measured if measured is not None else power_wait(rest)
+    measured = counted_wait(rest, BY_GPM)
+    return measured if measured is not None else counted_wait(rest, BY_POWER)

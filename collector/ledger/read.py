@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -77,7 +78,6 @@ def ledger_answer(
     owner_of = {"account": 0, "namespace": 1}.get(by)
     billed_to = _billed_to(owner, owner_of, tenants or Tenants())
     groups = reads.history.ledger.groups(request.since_unix_seconds, until, check=reads.check)
-    width = len(split.COLUMNS)
     try:
         for group in groups:
             if len(totals) > max_rows:
@@ -85,31 +85,46 @@ def ledger_answer(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"more than {max_rows} rows (jobs or nodes) in the history asked for: ask a shorter --since",
                 )
-            keys = group[:3]  # jobs, node, nodes waited on
-            parts = [float(v) for v in group[3 : 3 + width]]
-            first, last = float(group[-2]), float(group[-1])
-            node_id = str(keys[1])
-            model = models.get(node_id, "")
-            price = prices.per_gpu_hour(node_id, model)
-            if by not in _OF_JOBS:
-                total = totals.setdefault(FLEET if by == "fleet" else node_id, _Total())
-                total.add(parts, price, first, last)
-                total.nodes.add(node_id)
-                total.gpu_model = model if by == "node" else ""
-                continue
-            names = jobs_of(str(keys[0]))
-            waited_on = [n for n in str(keys[2]).split(",") if n]
-            for name in names:
-                share = [v / len(names) for v in parts]
-                key = billed_to(name)
-                total = totals.setdefault(key, _Total())
-                total.add(share, price, first, last)
-                total.nodes.add(node_id)
-                total.jobs.add(name)
-                for straggler in waited_on:
-                    total.waited_on[straggler] = total.waited_on.get(straggler, 0.0) + share[_WAITING] / len(waited_on)
+            _add_group(totals, group, by, models, prices, billed_to)
     finally:
         groups.close()  # the read ends here, not when the generator is collected
+    return _ledger_rows(totals, by, prices, owner, max_bytes)
+
+
+def _add_group(
+    totals: dict[str, _Total], group: tuple[Any, ...], by: str, models: Mapping[str, str], prices: Prices,
+    billed_to: Callable[[str], str],
+) -> None:  # fmt: skip
+    """One group of a node's held GPU time (its jobs, the nodes they waited on) added to the rows
+    it counts in: its node's or the fleet's, else each of its jobs' (a share each)."""
+    keys = group[:3]  # jobs, node, nodes waited on
+    parts = [float(v) for v in group[3 : 3 + len(split.COLUMNS)]]
+    first, last = float(group[-2]), float(group[-1])
+    node_id = str(keys[1])
+    model = models.get(node_id, "")
+    price = prices.per_gpu_hour(node_id, model)
+    if by not in _OF_JOBS:
+        total = totals.setdefault(FLEET if by == "fleet" else node_id, _Total())
+        total.add(parts, price, first, last)
+        total.nodes.add(node_id)
+        total.gpu_model = model if by == "node" else ""
+        return
+    names = jobs_of(str(keys[0]))
+    waited_on = [n for n in str(keys[2]).split(",") if n]
+    for name in names:
+        share = [v / len(names) for v in parts]
+        total = totals.setdefault(billed_to(name), _Total())
+        total.add(share, price, first, last)
+        total.nodes.add(node_id)
+        total.jobs.add(name)
+        for straggler in waited_on:
+            total.waited_on[straggler] = total.waited_on.get(straggler, 0.0) + share[_WAITING] / len(waited_on)
+
+
+def _ledger_rows(
+    totals: Mapping[str, _Total], by: str, prices: Prices, owner: Callable[[str], tuple[str, str]], max_bytes: int
+) -> pb.LedgerResponse:
+    """The rows that held GPU time, the most money lost first; refused past ``max_bytes``."""
     response = pb.LedgerResponse()
     held = {key: total for key, total in totals.items() if sum(total.seconds) > 0}  # a node with no GPU held none
     for key in sorted(held, key=lambda k: (-held[k].cost_lost, -split.lost_seconds(held[k].seconds), k)):

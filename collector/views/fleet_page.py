@@ -23,11 +23,10 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
-from nodeagent.collector.alerts.book import Alert
+from nodeagent.collector.alerts.alert import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.merge_rules import book_alert
 from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
 from nodeagent.collector.states import (
     DOWN,
@@ -288,7 +287,7 @@ class FleetPage:
             alerts = server.writer.call_sync(server.alerting.recent, True, timeout=ALERTS_TIMEOUT_SECONDS)
         except TimeoutError:
             return []
-        return sorted(alerts, key=lambda a: book_alert(a).order)
+        return sorted(alerts, key=lambda a: a.order)
 
 
 def _row(node: NodeState, now: float, window_seconds: float, down_seconds: float) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from nodeagent.collector.alerts.alert import Alert, record_alert
 from nodeagent.collector.history.split import WAIT_UNKNOWN
 from nodeagent.collector.payoff.model import if_fixed_of, worth_words
 from nodeagent.collector.states import DOWN, MOVED, NEW, NO_GPU, STOPPED
@@ -65,20 +66,21 @@ def node_rows(response: pb.ListNodesResponse) -> list[dict[str, Any]]:
 
 
 def alert_rows(response: pb.ListAlertsResponse) -> list[dict[str, Any]]:
-    rows = [
-        {
-            "name": a.name, "node_id": a.node_id, "key": a.key, "severity": a.severity,
-            "state": "resolved" if a.HasField("ends_at_unix_seconds") else "firing",
-            "labels": dict(a.labels), "annotations": dict(a.annotations),
-            "starts_at": a.starts_at_unix_seconds,
-            "ends_at": a.ends_at_unix_seconds if a.HasField("ends_at_unix_seconds") else None,
-        }
-        for a in response.alerts
-    ]  # fmt: skip
+    """The ``alerts`` command's rows: each record read as its alert (``alerts/alert.py``); a merged
+    answer's (several collectors) name each alert's ``shard``."""
+    rows = [alert_row(record_alert(a)) for a in response.alerts]
     if response.shards:  # merged: the collector that holds each
         for row, a in zip(rows, response.alerts, strict=True):
             row["shard"] = a.shard
     return rows
+
+
+def alert_row(alert: Alert) -> dict[str, Any]:
+    return {
+        "name": alert.name, "node_id": alert.node_id, "key": alert.key, "severity": alert.severity,
+        "state": alert.state, "labels": dict(alert.labels), "annotations": dict(alert.annotations),
+        "starts_at": alert.starts_at, "ends_at": alert.ends_at,
+    }  # fmt: skip
 
 
 def alert_subject(row: dict[str, Any]) -> str:

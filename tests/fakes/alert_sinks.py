@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from nodeagent.collector.alerts.book import Alert, Transition
+from nodeagent.collector.alerts.alert import Alert
+from nodeagent.collector.alerts.book import Transition
 
 
 class CapturingSink:

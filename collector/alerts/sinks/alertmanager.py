@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 from nodeagent.collector.alerts.sinks.base import HttpPoster, RetryPolicy, rfc3339
 
 if TYPE_CHECKING:
-    from nodeagent.collector.alerts.book import Alert, Transition
+    from nodeagent.collector.alerts.alert import Alert
+    from nodeagent.collector.alerts.book import Transition
 
 API_PATH: Final = "/api/v2/alerts"
 # A firing alert is valid for this many re-send periods (Prometheus: 4).

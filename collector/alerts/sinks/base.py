@@ -17,7 +17,8 @@ from nodeagent.collector.outbound.post import post
 from nodeagent.core.transport.backoff import Backoff
 
 if TYPE_CHECKING:
-    from nodeagent.collector.alerts.book import Alert, Transition
+    from nodeagent.collector.alerts.alert import Alert
+    from nodeagent.collector.alerts.book import Transition
 
 
 class SinkError(Exception):

@@ -20,7 +20,8 @@ import structlog
 from nodeagent.collector.alerts.sinks.base import Sink
 
 if TYPE_CHECKING:
-    from nodeagent.collector.alerts.book import Alert, Transition
+    from nodeagent.collector.alerts.alert import Alert
+    from nodeagent.collector.alerts.book import Transition
 
 DEFAULT_QUEUE_LIMIT = 10_000
 _POLL_SECONDS = 0.1

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 if TYPE_CHECKING:
-    from nodeagent.collector.alerts.book import Alert, Transition
+    from nodeagent.collector.alerts.alert import Alert
+    from nodeagent.collector.alerts.book import Transition
 
 
 class LogSink:

@@ -15,7 +15,8 @@ import structlog
 from nodeagent.collector.alerts.sinks.base import HttpPoster, RetryPolicy, SinkError
 
 if TYPE_CHECKING:
-    from nodeagent.collector.alerts.book import Alert, Transition
+    from nodeagent.collector.alerts.alert import Alert
+    from nodeagent.collector.alerts.book import Transition
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 

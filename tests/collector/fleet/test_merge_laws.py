@@ -1,7 +1,8 @@
 """The merges of shards' answers as laws, over random answers (Hypothesis): the order the shards
 answer in does not matter, merging a shard's answer twice changes nothing, and a merge of one
 well-formed answer gives it back. Both forms are checked: the Query answers (``merge.py``) and the
-fleet page's JSON (``page_merge.py``); both rank and order by ``rules.py``.
+fleet page's JSON (``page_merge.py``); both rank and order by ``winning_copy.py`` and, for alerts, by
+the one alert shape (``alerts/alert.py``).
 
 The values are drawn from small sets, so that copies tie on their rank and the tie rule is exercised.
 """
@@ -14,11 +15,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent.collector.alerts.book import Alert
+from nodeagent.collector.alerts.alert import Alert, alert_order, fingerprint, plain_alert, record_alert
 from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.fleet.page_merge import merge_alert_list, merge_fleet, merge_jobs
-from nodeagent.collector.merge_rules import alert_order, book_alert, job_verdict_order, plain_alert, record_alert
+from nodeagent.collector.fleet.winning_copy import job_verdict_order
 from nodeagent.collector.states import STATE_ORDER
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -209,13 +210,14 @@ def test_the_page_merges_of_alerts_and_jobs_are_idempotent(case: Any) -> None:
 @LAWS
 @given(shard_lists(plain_alerts(), alert_identity))
 def test_every_form_of_an_alert_ranks_and_orders_alike(lists: Any) -> None:
-    """The Query answer's record, the page's JSON and the alert book's Alert: the page and the
-    ``alerts`` command list one set of alerts in one order."""
+    """The Query answer's record and the page's JSON read back as the alert book's Alert: the page
+    and the ``alerts`` command list one set of alerts in one order."""
     for _shard, alerts in lists:
         for a in alerts:
             book = Alert(
                 name=a["name"], node_id=a["node_id"], key=a["key"], severity=a["severity"], labels={},
                 annotations={}, starts_at=a["starts_at_unix_seconds"], ends_at=a["ends_at_unix_seconds"],
-                fingerprint="f",
+                fingerprint=fingerprint(a["name"], a["node_id"], a["key"]),
             )  # fmt: skip
-            assert record_alert(to_record(a)) == plain_alert(a) == plain_alert(book.to_plain()) == book_alert(book)
+            assert record_alert(to_record(a)) == plain_alert(a) == plain_alert(book.to_plain()) == book
+            assert alert_order(to_record(a)) == book.order
