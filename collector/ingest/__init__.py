@@ -2,5 +2,6 @@
 roles and stream bounds), the per-report path (``intake``: deduplicate, update the node, hand the
 report to the detector, alerts, timeline and history), what it holds of each node and stream
 (``node_state``, with the node and seq bounds), and the flush that makes it durable and then
-acknowledges (``flush``, with ``flush_stats``). The store, the history and the query service have
+acknowledges (``flush``, with ``flush_stats``), and the state word of a node it holds
+(``shown_state``, in the words of ``collector/states/``). The store, the history and the query service have
 rooms of their own beside this one."""

@@ -33,6 +33,7 @@ from nodeagent.collector.fleet.fleet_pages import FleetPages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
+from nodeagent.collector.ingest.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
@@ -42,7 +43,6 @@ from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.query.worker_port import refuse_unless_front
-from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
 from nodeagent.collector.tenants import Tenants

@@ -19,7 +19,7 @@ from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.fleet.page_merge import merge_alert_list, merge_fleet, merge_jobs
 from nodeagent.collector.merge_rules import alert_order, book_alert, job_verdict_order, plain_alert, record_alert
-from nodeagent.collector.states import STATE_ORDER
+from nodeagent.collector.states.words import STATE_ORDER
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 SHARDS = ("a:1", "b:2", "c:3")

@@ -18,7 +18,7 @@ from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.states import node_shown_state
+from nodeagent.collector.ingest.shown_state import node_shown_state
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
 from nodeagent.tools.simulator import Simulation
