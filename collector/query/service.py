@@ -65,9 +65,8 @@ class QueryService(pb_grpc.QueryServicer):
     def __init__(
         self, ingest: Ingest, policy: AccessPolicy, reader: StoreReader, *,
         bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024, pages: LocalPages | None = None,
-        prices: Prices | None = None,
-        tenants: Tenants | None = None,
-        payoff: PayoffConfig | None = None,
+        prices: Prices | None = None, tenants: Tenants | None = None, payoff: PayoffConfig | None = None,
+        fleet_pages: FleetPages | None = None, worker_index: int | None = None, front_listen: str | None = None,
     ) -> None:  # fmt: skip
         self.ingest = ingest
         self.prices = prices or Prices()
@@ -79,10 +78,10 @@ class QueryService(pb_grpc.QueryServicer):
         self.in_flight = InFlight(self.bounds)
         self.max_answer_bytes = max_message_bytes - _ANSWER_MARGIN_BYTES
         self.pages = pages
-        self.fleet_pages: FleetPages | None = None
+        self.fleet_pages = fleet_pages
         # Behind a front: this worker's index and the front's --listen (queries are the front's).
-        self.worker_index: int | None = None
-        self.front_listen: str | None = None
+        self.worker_index = worker_index
+        self.front_listen = front_listen
 
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]

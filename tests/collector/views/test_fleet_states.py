@@ -26,7 +26,8 @@ from nodeagent.collector.alerts.node_down import NodeDownWatch
 from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle
 from nodeagent.collector.ingest.shown_state import node_shown_state
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.core.detector.config import DetectorConfig
