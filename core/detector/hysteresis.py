@@ -6,7 +6,7 @@ window's majority; it leaves only after the ratio of its cause stays under ``exi
 ``exit_seconds``. Short idle gaps never reach here (``idle_share`` drops them), warm-up is the
 gate's (``gate``), `throttled` comes first (``throttle``). The tier (moderate, high) has a margin
 so a window half past an onset or a recovery does not flip it. The result is the GPU's verdict
-(step 5, per GPU; ``node`` rolls them up).
+(step 5, per GPU; ``node`` rolls them up), with the evidence it carries (``evidence``).
 """
 
 from __future__ import annotations
