@@ -33,7 +33,8 @@ from nodeagent.collector.fleet.fanout import Shard, ask_all_sync
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -34,10 +34,11 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_history import HistoryConfig
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.ingest.node_timeline import MAX_POINTS, POINT_SECONDS
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.builder import build_ingest
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.database import Store, StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.core.detector.config import DetectorConfig
@@ -88,7 +89,7 @@ def _bench_start_up(path: Path, count: int, minutes: int) -> None:
         writer.call_sync(query)
         print(f"{label}  start-up {name:<18} {(time.perf_counter() - started) * 1000:8.1f} ms")
     started = time.perf_counter()
-    Ingest(writer, Alerting(AlertConfig(), []))
+    build_ingest(writer, Alerting(AlertConfig(), []))
     print(f"{label}  start-up Ingest() whole   {(time.perf_counter() - started) * 1000:8.1f} ms")
     writer.close()
 

@@ -37,10 +37,10 @@ from pathlib import Path
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.wire import through_bytes
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -163,10 +163,10 @@ async def _through_ingest(args: argparse.Namespace, tmp: Path) -> tuple[float, f
     for name in ("on", "off"):
         clock = [DEFAULT_START_TIME]
         writer = StoreWriter(tmp / f"{name}.db")
-        ingest = Ingest(writer, Alerting(AlertConfig(), []), clock=lambda c=clock: c[0], max_nodes=args.nodes)
+        ingest = build_ingest(writer, Alerting(AlertConfig(), []), clock=lambda c=clock: c[0], max_nodes=args.nodes)
         if name == "off":
-            ingest.jobs = NoRollup(ingest.detector_config)
-            ingest.pipeline.jobs = ingest.jobs
+            # The roll-up swapped out in both places that hold it, the bench's alone.
+            ingest.jobs = ingest.stages.jobs = NoRollup(ingest.detector_config)
         elif args.wire:
             sizes = through_bytes(ingest.jobs)
         streams = {}

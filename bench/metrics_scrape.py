@@ -37,6 +37,7 @@ from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.metrics_config import MetricsConfig, MetricsConfigError
@@ -62,7 +63,7 @@ def main() -> None:
         writer = StoreWriter(Path(tmp) / "bench.db")
         alerting = Alerting(AlertConfig(), [])
         try:
-            ingest = Ingest(writer, alerting)
+            ingest = build_ingest(writer, alerting)
             for count in (int(n) for n in args.nodes.split(",")):
                 _fill(ingest, count, detector)
                 fleet = FleetMetrics(ingest, clock=lambda: detector.verdict.time_unix_seconds, settings=settings)

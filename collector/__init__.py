@@ -4,12 +4,10 @@ cause, raises alerts and bills lost GPU-hours.
 Rooms: ``cli``, ``service`` (one process assembled), ``ingest``, ``store`` (SQLite), ``history``,
 ``query``, ``alerts``, ``outbound``, ``remote_write``, ``views``, ``workers`` (a front and one
 worker per core), ``jobs`` (the job roll-up), ``jobrelay`` (its messages between processes),
-``fleet`` (many collectors as one), ``ledger``, ``payoff``. Loose modules: ``pipeline.py`` (one
-report through the rules, the detector (a new one on a new epoch), the job roll-up's node stage,
-then the signals; ingest and replay both call it), ``replay.py`` (the detector, the rules and the
-job roll-up over recorded traces), ``states.py`` (the state words of nodes and jobs, said alike
-by every view: a node's is the detector's verdict, or `down`, `no-gpu`, `new`, `moved`,
-`stopped`),
+``fleet`` (many collectors as one), ``ledger``, ``payoff``, ``states`` (the state words of
+nodes and jobs, said alike by every view: a node's is the detector's verdict, or `down`,
+`no-gpu`, `new`, `moved`, `stopped`). Loose modules: ``replay.py`` (the detector, the rules and
+the job roll-up over recorded traces, through the same report stages as ingest),
 ``config.py`` (the sections of ``collector.toml``) and ``tenants.py`` (`[tenants]`: node
 credentials, a stream's tenant, job names scoped by it)."""
 

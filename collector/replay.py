@@ -10,16 +10,16 @@ to the job roll-up, with whether the node's verdict advanced, as ``Ingest.accept
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.lifecycle import RESOLVED, alert_labels, next_transition
 from nodeagent.collector.alerts.report_rules import NodeRules
+from nodeagent.collector.ingest.report_stages import ReportStages
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.pipeline import Pipeline
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector
@@ -234,21 +234,26 @@ class JobReplay:
 
 class Replay:
     def __init__(
-        self, config: DetectorConfig, alert_config: AlertConfig | None = None, jobs: JobRollup | None = None
+        self,
+        config: DetectorConfig,
+        alert_config: AlertConfig | None = None,
+        jobs: Callable[[Callable[[str], None]], JobRollup] | None = None,
     ) -> None:
+        """``jobs(on_rewait)``: the job roll-up to feed, built to tell ``on_rewait`` (this replay)
+        when it changed another node's verdict (default: a ``JobRollup`` of ``config``)."""
         self.config = config
         self.alert_config = alert_config or AlertConfig()
         self.nodes: dict[str, NodeReplay] = {}
         # The job roll-up, fed as the collector feeds it; its verdicts over time, per job.
-        self.rollup = jobs if jobs is not None else JobRollup(config)
+        self.rollup = jobs(self._rewaited) if jobs is not None else JobRollup(config, on_rewait=self._rewaited)
         self.jobs: dict[str, JobReplay] = {}
         self.job_evaluations: list[tuple[float, Sequence[AlertSignal]]] = []
         self._snapshot: tuple[JobVerdict, ...] = self.rollup.verdicts()
-        # The collector's own order of stages (collector/pipeline.py).
-        self.pipeline = Pipeline(
+        # The collector's own order of stages (collector/ingest/report_stages.py).
+        self.stages = ReportStages(
             config, self.rollup, rules=lambda node_id: self.nodes[node_id].rules,
             node_signals=lambda node_id, t, signals: self.nodes[node_id].evaluations.append((t, signals)),
-            job_signals=lambda t, signals: self.job_evaluations.append((t, signals)), rewaited=self._rewaited,
+            job_signals=lambda t, signals: self.job_evaluations.append((t, signals)),
         )  # fmt: skip
 
     def observe(self, report: pb.NodeReport) -> None:
@@ -259,7 +264,7 @@ class Replay:
             rules = NodeRules(report.node_id, self.alert_config)
             node = NodeReplay(report.node_id, detector, rules, t, t, detector_epoch=report.epoch)
             self.nodes[report.node_id] = node
-        changed = self.pipeline.take(report.node_id, node, report)
+        changed = self.stages.take(report.node_id, node, report)
         node.account(report, changed)
         snapshot = self.rollup.verdicts()
         if snapshot is not self._snapshot:  # the roll-up evaluated: a new snapshot, replaced whole

@@ -26,7 +26,7 @@ from nodeagent.agent.delivery.sender_log import DeliveryLog
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.views.sample_table import render
 from nodeagent.collector.cli.replay import render as render_replay
-from nodeagent.collector.states import shown_state
+from nodeagent.collector.states.words import shown_state
 from nodeagent.collector.views.fleet_table import render_fleet
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import Collector, free_port, processes
@@ -333,7 +333,7 @@ def _node_row(**overrides: object) -> dict[str, object]:
 
 
 def test_a_node_without_gpus_is_no_gpu_not_idle() -> None:
-    # The collector decides the word (collector/states.py); the table shows it as given.
+    # The collector decides the word (collector/states/); the table shows it as given.
     assert shown_state("idle", gpu_count=0) == "no-gpu"
     assert shown_state("idle", gpu_count=8) == "idle"
     line = render_fleet([_node_row(state=shown_state("idle", gpu_count=0))]).splitlines()[1]

@@ -25,10 +25,10 @@ from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
 from nodeagent.collector.ingest import flush as flush_module
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ingest.node_timeline import NodeTimeline
 from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.wire.framing import frame_report
@@ -79,7 +79,7 @@ class IngestRig:
         # Wrapped before Ingest is built: its pipeline keeps the bound methods it was given.
         self._undo = [_wrap(self, name, *where) for name, where in INNER.items()]
         self.writer = StoreWriter(db)
-        self.ingest = Ingest(
+        self.ingest = build_ingest(
             self.writer, Alerting(AlertConfig(), []), clock=lambda: self.clock, max_nodes=nodes,
             history=HistoryConfig(enabled=history),
         )  # fmt: skip

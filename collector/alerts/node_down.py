@@ -1,7 +1,7 @@
 """NodeDown and NodeStopped for the whole fleet, from each node's last report and how it left.
 
 A node silent for ``node_down_seconds`` is down: ``NodeDown`` (critical), the same threshold at
-which ``nodes`` and the fleet page say ``down`` (``collector/states.py``). A node whose agent
+which ``nodes`` and the fleet page say ``down`` (``collector/states/``). A node whose agent
 stopped cleanly (it said a stopping goodbye) is not down: ``NodeStopped`` (info) fires while it
 stays away, and ``NodeDown`` only when ``node_stopped_down_seconds`` is set and it has not come
 back within that long. A node that moved to another collector is neither. A node that is down,

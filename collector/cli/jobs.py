@@ -28,7 +28,7 @@ from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.history.split import WAIT_UNKNOWN
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.payoff.model import if_fixed_of, worth_words
-from nodeagent.collector.states import JOB_STATE_ORDER, SLOWED, state_rank
+from nodeagent.collector.states.words import JOB_STATE_ORDER, SLOWED, state_rank
 from nodeagent.collector.views.fleet_table import short, shows_shards
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.safe_text import escape_controls

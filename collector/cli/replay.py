@@ -25,7 +25,7 @@ import click
 from nodeagent.collector.cli.history import Duration
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
 from nodeagent.collector.replay import Replay, merged
-from nodeagent.collector.states import cause_word
+from nodeagent.collector.states.words import cause_word
 from nodeagent.collector.store.database import StoreUnreadableError, default_db_path, read_stored_reports
 from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.core.quantities.units import format_bits

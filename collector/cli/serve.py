@@ -38,7 +38,7 @@ from nodeagent.collector.remote_write.config import (
     RemoteWriteConfigError,
 )
 from nodeagent.collector.service.run import run_server
-from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES, ServerConfig
+from nodeagent.collector.service.server_config import DEFAULT_MAX_MESSAGE_BYTES, ServerConfig
 from nodeagent.collector.store.database import default_db_path
 from nodeagent.core.transport.channel import parse_target
 from nodeagent.core.transport.security import SecurityConfigError, ServerSecurity

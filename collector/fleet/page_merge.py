@@ -26,7 +26,7 @@ from typing import Any
 from nodeagent.collector.alerts.alert import plain_alert
 from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.winning_copy import node_rank, plain_job_rank, stale_shards, wins
-from nodeagent.collector.states import job_worst_first, worst_first
+from nodeagent.collector.states.words import job_worst_first, worst_first
 from nodeagent.collector.views.fleet_page import JSON_TYPE, counts
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -31,7 +31,7 @@ from nodeagent.collector.history.minutes import DAY_SECONDS, INDEX, MINUTE_SECON
 from nodeagent.collector.history.node_rates import node_rates
 from nodeagent.collector.history.open_minute import OpenMinute
 from nodeagent.collector.history.owners import JobOwners
-from nodeagent.collector.states import shown_state
+from nodeagent.collector.states.words import shown_state
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -58,7 +58,12 @@ class Flusher:
         clock: Callable[[], float],
         history: HistoryConfig,
         retirement: Retirement | None = None,
+        resting: Resting | None = None,
+        history_guard: HistoryGuard | None = None,
+        worker: str = "",
     ) -> None:
+        """``history_guard``: the one that read the history at the start (a new one without);
+        ``worker``: this worker's index ("" alone), named by the store-failing alert."""
         self.nodes = nodes
         self.writer = writer
         self.alerting = alerting
@@ -67,16 +72,16 @@ class Flusher:
         self.history_config = history
         # The nodes each flush retires (``retire``): none without one.
         self.retirement = retirement or Retirement(0.0, clock())
-        self.history_guard = HistoryGuard(history.enabled)
+        self.history_guard = history_guard or HistoryGuard(history.enabled)
         # Silent nodes shrunk to what the views show (``resting``): none without one.
-        self.resting: Resting | None = None
+        self.resting = resting
         # Since when flushes fail (None while they commit): new streams are turned away after a
         # while, so agents fail over to a collector that can make their reports durable.
         self.failing_since: float | None = None
         # The last failed flush's error, while flushes fail ("" while they commit).
         self.failure = ""
         # CollectorStoreFailing, sent to the sinks directly: the book cannot commit it meanwhile.
-        self.store_alert = StoreFailingAlert(alerting.dispatcher)
+        self.store_alert = StoreFailingAlert(alerting.dispatcher, worker=worker)
         self.stats = FlushStats()
         self._dirty: set[str] = set()
         self._touched: set[StreamHandle] = set()

@@ -6,7 +6,7 @@ the whole dedup state); anything at or below it is a duplicate, counted and ackn
 never stored twice. A new report goes to the alert rules, the node's detector, the job roll-up
 (``collector/jobs/``: it may turn GPUs of this node or of others of its jobs `waiting`), then
 (when the node's verdict changed) the timeline and the alert book, the node's history and the
-report observers (remote write); the flusher (``flush``) then writes the changed nodes in one SQLite transaction
+remote write; the flusher (``flush``) then writes the changed nodes in one SQLite transaction
 every ``flush_seconds`` and acknowledges once durable.
 
 One stream can move its node's state only so far (the bounds in ``node_state``), and a node
@@ -16,15 +16,15 @@ reports go on being stored.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from nodeagent.collector.alerts.alerting import Alerting
+from nodeagent.collector.history.batch import StoredReport
+from nodeagent.collector.history.minutes import MinuteRow
 from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
-from nodeagent.collector.ingest.clock_bounds import ClockBounds, ClockRefusals
+from nodeagent.collector.ingest.clock_bounds import ClockRefusals
 from nodeagent.collector.ingest.flush import Flusher
 from nodeagent.collector.ingest.node_state import (
-    DEFAULT_MAX_NODES,
     MAX_EPOCHS,
     MAX_EPOCHS_PER_STREAM,
     MAX_SEQ_JUMP,
@@ -35,95 +35,70 @@ from nodeagent.collector.ingest.node_state import (
     forget_oldest_epoch,
     refuse_unstorable,
 )
+from nodeagent.collector.ingest.report_stages import ReportStages
 from nodeagent.collector.ingest.resting import Resting
-from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS, Retirement, RetireRefusedError
-from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.ingest.retire import Retirement, RetireRefusedError
 from nodeagent.collector.jobs.membership_alerts import NAMES as MEMBERSHIP_ALERT_NAMES
 from nodeagent.collector.jobs.rollup import JobRollup
 from nodeagent.collector.jobs.signals import ALERT_NAME as JOB_ALERT_NAME
-from nodeagent.collector.pipeline import Pipeline
+from nodeagent.collector.remote_write.process import RemoteWriteProcess
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.store.nodes import INTEGER_MAX, NodeRow
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
-from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class Ingest:
-    """Every node this collector holds, and the path each report of theirs takes into it."""
+    """Every node this collector holds, and the path each report of theirs takes into it. Built,
+    its parts wired to each other, by ``collector/service/builder.py`` (``build_ingest``)."""
 
     def __init__(
         self,
+        nodes: dict[str, NodeState],
         writer: StoreWriter,
         alerting: Alerting,
+        jobs: JobRollup,
+        stages: ReportStages,
+        flusher: Flusher,
         *,
-        detector_config: DetectorConfig | None = None,
-        flush_seconds: float = 0.05,
-        clock: Callable[[], float] = time.time,
-        max_nodes: int = DEFAULT_MAX_NODES,
-        history: HistoryConfig | None = None,
-        retire_after_seconds: float = DEFAULT_RETIRE_AFTER_SECONDS,
-        clock_bounds: ClockBounds | None = None,
-        tenants: frozenset[str] = frozenset(),
+        retirement: Retirement,
+        resting: Resting,
+        history_seed: dict[str, tuple[list[MinuteRow], list[StoredReport]]],
+        clock_refusals: ClockRefusals,
+        remote_write: RemoteWriteProcess | None = None,
+        detector_config: DetectorConfig,
+        history: HistoryConfig,
+        clock: Callable[[], float],
+        max_nodes: int,
     ) -> None:
+        """``nodes``: the nodes held, as the store had them (shared with the flusher);
+        ``history_seed``: each stored node's open minute, for its history's first report;
+        ``remote_write``: handed every new report, its node's verdict and its bytes as received
+        (for its own process: it only queues)."""
+        self.nodes = nodes
         self.writer = writer
-        self.max_nodes = max_nodes
         self.alerting = alerting
-        self.detector_config = detector_config or DetectorConfig()
-        writer.call_sync(alerting.open, writer.store.alerts)
+        # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
+        self.jobs = jobs
+        # Rules, detector, job roll-up and signals: the one order replay follows too.
+        self.stages = stages
+        self.flusher = flusher
+        self.retirement = retirement
+        # Silent nodes shrink to what the views show (``resting``); their history seeds from here.
+        self.resting = resting
+        self._history_seed = history_seed
+        # Reports refused for a time too far from this collector's clock (None: no bounds).
+        self.clock_refusals = clock_refusals
+        self.remote_write = remote_write
+        self.detector_config = detector_config
+        self.history_config = history
         self.clock = clock
-        self.nodes: dict[str, NodeState] = {}
+        self.max_nodes = max_nodes
         self.reports_total = 0
         self.duplicates_total = 0
-        # Reports refused for a time too far from this collector's clock (None: no bounds).
-        self.clock_refusals = ClockRefusals(clock_bounds)
-        # Called with every new report, its node's verdict and the report's bytes as received
-        # (remote write hands them to its process): each only queues.
-        self.report_observers: list[Callable[[pb.NodeReport, NodeVerdict, bytes], None]] = []
-        self.history_config = history or HistoryConfig()
-        # Every multi-node job's verdict over its nodes; its JobStraggler signals go to the book.
-        self.jobs = JobRollup(self.detector_config, JobRollupConfig(tenants=tenants), clock=clock)
-        # Rules, detector, job roll-up and signals: the one order replay follows too.
-        self.pipeline = Pipeline(
-            self.detector_config, self.jobs, rules=alerting.rules_for,
-            node_signals=lambda _node, _t, signals: alerting.add(signals),
-            job_signals=lambda _t, signals: alerting.add(signals), rewaited=self._rewaited,
-        )  # fmt: skip
-        self.retirement = Retirement(retire_after_seconds, started_at=clock())
-        self.flusher = Flusher(
-            self.nodes, writer, alerting, flush_seconds=flush_seconds, clock=clock, history=self.history_config,
-            retirement=self.retirement,
-        )  # fmt: skip
-        # History that cannot be read stops the history, not the start (``history_guard``).
-        guard = self.flusher.history_guard
-        self._history_seed = guard.at_start(writer, writer.store.history.seed) or {}
-        # Each node's GPU time lost on its last stored day, read here, before any report of this
-        # run is accepted (let alone flushed into the history): the day's count starts from it
-        # and adds only what this run's detectors see, so nothing is counted twice (docs/views.md).
-        lost_days = guard.at_start(writer, writer.store.history.lost_on_last_day) or {}
-        # Silent nodes shrink to what the views show (``resting``); their history seeds from here.
-        self.resting = Resting(
-            lambda: alerting.config.node_down_seconds, forgetters=[alerting.rest, self.jobs.forget],
-            seeds=self._history_seed,
-        )  # fmt: skip
-        self.flusher.resting = self.resting
-        self.retirement.forgetters += [
-            alerting.forget, lambda node_id: self._history_seed.pop(node_id, None), self.jobs.forget,
-        ]  # fmt: skip
-        # The job roll-up adds up the ledger's split of each job's GPUs, as the ledger does.
-        self.jobs.nodes.split_lost = self._split_lost
         # Since when this collector counts GPU time lost in memory alone (``--no-history``).
         self.counting_since = clock()
-        for row in writer.call_sync(writer.store.nodes.load):
-            marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
-            row.watermarks = {}
-            committed = bare(row)
-            node = NodeState(row=row, seen=dict(marks), durable=marks, latest=row.latest, committed=committed)
-            lost_day = lost_days.get(row.node_id)
-            if lost_day is not None:
-                node.timeline.seed_lost_today(*lost_day)
-            self.nodes[row.node_id] = node
 
     # ---- streams ----
 
@@ -226,8 +201,8 @@ class Ingest:
         self.flusher.changed(row.node_id)
 
     def _store(self, node: NodeState, report: pb.NodeReport, raw: bytes) -> None:
-        """A new report in time: the node's row, its stages (``Pipeline``), timeline, history and
-        the report's observers (remote write)."""
+        """A new report in time: the node's row, its stages (``ReportStages``), timeline, history and
+        remote write."""
         row = node.row
         row.reports_total = min(INTEGER_MAX, row.reports_total + 1)
         row.spool_dropped_total = report.agent.spool_dropped_reports_total
@@ -239,9 +214,9 @@ class Ingest:
             self.alerting.observe_info(row.node_id, report.info)
             node.topology = known_topology(report.info)
         node.resting = False  # back from resting: a new detector, its history seeded
-        changed = self.pipeline.take(row.node_id, node, report)
+        changed = self.stages.take(row.node_id, node, report)
         detector = node.detector
-        assert detector is not None  # the pipeline made it
+        assert detector is not None  # the stages made it
         if changed:
             node.timeline.record(detector)
         if self.history_config.enabled:
@@ -254,8 +229,8 @@ class Ingest:
                     node.history.restore(*seed)
             shares = self.jobs.nodes.ledger_shares(row.node_id)
             node.history.observe(report, raw, detector.verdict, detector.config.window_seconds, shares)
-        for observer in self.report_observers:
-            observer(report, detector.verdict, raw)
+        if self.remote_write is not None:
+            self.remote_write.offer(report, detector.verdict, raw)
         node.latest = raw
         self.reports_total += 1
         self.flusher.changed(row.node_id)
@@ -293,17 +268,6 @@ class Ingest:
             self.alerting.add(orphans)
         self.job_stage_changed()
 
-    def _rewaited(self, node_id: str) -> None:
-        """The job roll-up changed another node's verdict: its signals and timeline, as after a step."""
-        node = self.nodes.get(node_id)
-        if node is not None and node.detector is not None:
-            self.alerting.add(node.detector.signals())
-            node.timeline.record(node.detector)
-
-    def _split_lost(self, node_id: str, job: str) -> dict[int, float] | None:
-        node = self.nodes.get(node_id)
-        return node.history.job_lost(job) if node is not None and node.history is not None else None
-
     def durable_seq(self, stream: StreamHandle) -> int:
         node = self.nodes.get(stream.node_id)
         return node.durable.get(stream.epoch, 0) if node is not None else 0
@@ -314,6 +278,39 @@ class Ingest:
             node = NodeState(row=NodeRow(node_id=node_id))
             self.nodes[node_id] = node
         return node
+
+
+def load_nodes(rows: Iterable[NodeRow], lost_days: Mapping[str, tuple[int, float]]) -> dict[str, NodeState]:
+    """The nodes the store holds, as a start finds them: each one's last epochs' watermarks and,
+    from ``lost_days``, the GPU time lost on its last stored day (read before any report of this
+    run is accepted: the day's count starts from it and adds only what this run's detectors see,
+    so nothing is counted twice, docs/views.md)."""
+    nodes: dict[str, NodeState] = {}
+    for row in rows:
+        marks = dict(sorted(row.watermarks.items())[-MAX_EPOCHS:])
+        row.watermarks = {}
+        committed = bare(row)
+        node = NodeState(row=row, seen=dict(marks), durable=marks, latest=row.latest, committed=committed)
+        lost_day = lost_days.get(row.node_id)
+        if lost_day is not None:
+            node.timeline.seed_lost_today(*lost_day)
+        nodes[row.node_id] = node
+    return nodes
+
+
+def rewaited(nodes: Mapping[str, NodeState], alerting: Alerting, node_id: str) -> None:
+    """The job roll-up changed another node's verdict: its signals and timeline, as after a step."""
+    node = nodes.get(node_id)
+    if node is not None and node.detector is not None:
+        alerting.add(node.detector.signals())
+        node.timeline.record(node.detector)
+
+
+def split_lost(nodes: Mapping[str, NodeState], node_id: str, job: str) -> dict[int, float] | None:
+    """The ledger's split of ``job``'s GPU-seconds lost on each of the node's GPUs (None without
+    a history): what the job roll-up's steps carry."""
+    node = nodes.get(node_id)
+    return node.history.job_lost(job) if node is not None and node.history is not None else None
 
 
 def known_topology(info: pb.NodeInfo) -> pb.NodeInfo:

@@ -64,13 +64,15 @@ class Retiring:
 class Retirement:
     """The nodes to retire at the next flush, and what retiring one does on each side."""
 
-    def __init__(self, retire_after_seconds: float, started_at: float) -> None:
+    def __init__(
+        self, retire_after_seconds: float, started_at: float, forgetters: Iterable[Callable[[str], object]] = ()
+    ) -> None:
         self.retire_after_seconds = retire_after_seconds
         self.started_at = started_at
         self.retired_total: dict[str, int] = {FORGOTTEN: 0, SILENT: 0}
         # Called on the event loop with each retired node id, after its commit: whoever keeps
         # something of the node beside its ``NodeState`` lets it go.
-        self.forgetters: list[Callable[[str], object]] = []
+        self.forgetters = list(forgetters)
         self._asked: dict[str, Retiring] = {}
         self._next_check = 0.0
 

@@ -44,6 +44,7 @@ class NodeJobs:
         *,
         home: Home | None = None,
         on_rewait: Callable[[str], None] | None = None,
+        split_lost: Callable[[str, str], Mapping[int, float] | None] | None = None,
     ) -> None:
         self.detector_config = detector_config
         self.config = config
@@ -52,7 +53,7 @@ class NodeJobs:
         self.on_rewait = on_rewait
         # (node, job) -> the ledger's split of the job's GPU-seconds lost on each of the node's GPUs
         # (``NodeHistory.job_lost``), None where the node keeps no history: what its steps carry.
-        self.split_lost: Callable[[str, str], Mapping[int, float] | None] | None = None
+        self.split_lost = split_lost
         self.ignored_job_samples_total = 0
         self.steps_sent_total = 0
         self._evaluate = detector_config.evaluate_seconds

@@ -10,17 +10,17 @@ in two stages keyed each by its own key (as stream processors cut work with two 
 handed over at once (replay, tests, a collector alone); a collector with workers or a fleet
 routes them to each job's owner and each node's home (``exchange``). ``Ingest.accept`` and
 ``replay`` hand it every accepted report after the node's detector saw it, through the one
-pipeline (``collector/pipeline.py``).
+stages (``collector/ingest/report_stages.py``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.job_stage import JobStage
-from nodeagent.collector.jobs.messages import JobWait, NodeMessage
+from nodeagent.collector.jobs.messages import Home, JobWait, NodeMessage
 from nodeagent.collector.jobs.node_stage import NodeJobs
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.core.detector.alert_signals import AlertSignal
@@ -38,27 +38,25 @@ class JobRollup:
         config: JobRollupConfig | None = None,
         *,
         on_rewait: Callable[[str], None] | None = None,
+        split_lost: Callable[[str, str], Mapping[int, float] | None] | None = None,
+        home: Home | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``on_rewait(node_id)``: the roll-up changed the verdict of a node other than the one
         whose report it is observing (its GPUs began or stopped waiting): the collector hands
-        that node's signals to the alert book and its timeline, as after its own step."""
+        that node's signals to the alert book and its timeline, as after its own step.
+        ``split_lost(node_id, job)``: the ledger's split of the job's GPU-seconds lost on each of
+        the node's GPUs (None without a history); ``home``: where this process's nodes live."""
         self.detector_config = detector_config
         self.config = config or JobRollupConfig()
-        self.nodes = NodeJobs(detector_config, self.config, self._to_owners, on_rewait=on_rewait)
+        self.nodes = NodeJobs(
+            detector_config, self.config, self._to_owners, home=home, on_rewait=on_rewait, split_lost=split_lost
+        )
         # Its clock ends jobs whose nodes fell silent (``tick``).
         self.jobs = JobStage(detector_config, self.config, self._to_homes, clock=clock)
         # Where the messages go; by default, this process's own stages at once.
         self.route_steps: Callable[[list[NodeMessage]], None] = self.jobs.receive
         self.route_waits: Callable[[list[JobWait]], None] = self.nodes.apply
-
-    @property
-    def on_rewait(self) -> Callable[[str], None] | None:
-        return self.nodes.on_rewait
-
-    @on_rewait.setter
-    def on_rewait(self, callback: Callable[[str], None] | None) -> None:
-        self.nodes.on_rewait = callback
 
     @property
     def refused_jobs_total(self) -> int:

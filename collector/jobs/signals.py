@@ -17,7 +17,7 @@ from typing import Final
 
 from nodeagent.collector.jobs.membership import Job
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.states import cause_word
+from nodeagent.collector.states.words import cause_word
 from nodeagent.core.detector.alert_signals import AlertSignal
 from nodeagent.core.detector.config import DetectorConfig
 

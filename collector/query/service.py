@@ -33,6 +33,7 @@ from nodeagent.collector.fleet.fleet_pages import FleetPages
 from nodeagent.collector.history.minutes import MINUTE_SECONDS
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.retire import RetireRefusedError
+from nodeagent.collector.ingest.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
@@ -42,7 +43,6 @@ from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.query.worker_port import refuse_unless_front
-from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext, ReadDeadlineError, StoreReader
 from nodeagent.collector.tenants import Tenants
@@ -65,9 +65,8 @@ class QueryService(pb_grpc.QueryServicer):
     def __init__(
         self, ingest: Ingest, policy: AccessPolicy, reader: StoreReader, *,
         bounds: QueryBounds | None = None, max_message_bytes: int = 1024 * 1024, pages: LocalPages | None = None,
-        prices: Prices | None = None,
-        tenants: Tenants | None = None,
-        payoff: PayoffConfig | None = None,
+        prices: Prices | None = None, tenants: Tenants | None = None, payoff: PayoffConfig | None = None,
+        fleet_pages: FleetPages | None = None, worker_index: int | None = None, front_listen: str | None = None,
     ) -> None:  # fmt: skip
         self.ingest = ingest
         self.prices = prices or Prices()
@@ -79,10 +78,10 @@ class QueryService(pb_grpc.QueryServicer):
         self.in_flight = InFlight(self.bounds)
         self.max_answer_bytes = max_message_bytes - _ANSWER_MARGIN_BYTES
         self.pages = pages
-        self.fleet_pages: FleetPages | None = None
+        self.fleet_pages = fleet_pages
         # Behind a front: this worker's index and the front's --listen (queries are the front's).
-        self.worker_index: int | None = None
-        self.front_listen: str | None = None
+        self.worker_index = worker_index
+        self.front_listen = front_listen
 
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]

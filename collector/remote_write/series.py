@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.jobs.families import job_families
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.states import shown_state
+from nodeagent.collector.states.words import shown_state
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
 from nodeagent.core.exposition.node import node_families

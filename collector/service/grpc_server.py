@@ -2,9 +2,9 @@
 (``workers/front.py``) alike: its options, the ingest stream, the Query service, health and
 reflection, bound on ``--listen``.
 
-What differs stays with the caller: a collector adds its front's unix socket and its own job
-stage and says SERVING at once; a front adds the job stage that forwards to its workers and
-says SERVING while a worker is up.
+What differs stays with the caller: a collector adds its front's unix socket, its query service
+(built once the port is bound) and its own job stage and says SERVING at once; a front adds the
+job stage that forwards to its workers and says SERVING while a worker is up.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ class BuiltServer:
 
 def build_server(
     *, listen: str, security: ServerSecurity, policy: AccessPolicy, max_receive_bytes: int, max_send_bytes: int,
-    hello_timeout_seconds: float, stream: StreamMethod, queries: pb_grpc.QueryServicer,
+    hello_timeout_seconds: float, stream: StreamMethod, queries: pb_grpc.QueryServicer | None,
 ) -> BuiltServer:  # fmt: skip
     """The server, its services added and ``listen`` bound (``RuntimeError`` when it cannot be);
-    not started, health not yet set."""
+    not started, health not yet set. ``queries`` None: the caller adds its query service before
+    the start (a collector's needs the bound port: its fleet fan-out)."""
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.max_send_message_length", max_send_bytes),
@@ -64,7 +65,8 @@ def build_server(
         stream, request_deserializer=None, response_serializer=pb.Ack.SerializeToString
     )
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(INGEST_SERVICE, {"Stream": handler})])
-    pb_grpc.add_QueryServicer_to_server(queries, server)
+    if queries is not None:
+        pb_grpc.add_QueryServicer_to_server(queries, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Health stays open (it says only SERVING or not); reflection is the operators'.

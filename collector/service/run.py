@@ -12,7 +12,8 @@ import sys
 import click
 import structlog
 
-from nodeagent.collector.service.server import CollectorServer, HttpListenError, ServerConfig
+from nodeagent.collector.service.server import CollectorServer, HttpListenError
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.database import StoreUnreadableError
 from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.lock_file import LockedError

@@ -26,20 +26,18 @@ from typing import TYPE_CHECKING, Any, Final
 from nodeagent.collector.alerts.alert import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.ingest.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
-from nodeagent.collector.states import (
+from nodeagent.collector.states.words import (
     DOWN,
     MOVED,
     NEW,
     NO_GPU,
     STOPPED,
-    down_after_seconds,
-    is_silent,
     job_sentence,
     job_shown_state,
     job_worst_first,
-    node_shown_state,
     worst_first,
 )
 from nodeagent.collector.views.evidence_text import evidence_lines

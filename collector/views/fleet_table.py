@@ -8,7 +8,7 @@ from typing import Any
 from nodeagent.collector.alerts.alert import Alert, record_alert
 from nodeagent.collector.history.split import WAIT_UNKNOWN
 from nodeagent.collector.payoff.model import if_fixed_of, worth_words
-from nodeagent.collector.states import DOWN, MOVED, NEW, NO_GPU, STOPPED
+from nodeagent.collector.states.words import DOWN, MOVED, NEW, NO_GPU, STOPPED
 from nodeagent.core.detector.computing_source import CODE_WORDS
 from nodeagent.core.detector.verdict_words import forming_words, ingest_words
 from nodeagent.core.program.safe_text import escape_controls
@@ -112,7 +112,7 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
     notes = []
     for row in rows:
         ratio = row["starvation_ratio"]
-        # The state is the collector's (collector/states.py): the same word as the page's.
+        # The state is the collector's (collector/states/): the same word as the page's.
         state = row["state"] or "-"
         needs = row["needed_ingest_bytes_per_second"]
         forming = forming_words(row.get("window_seen_seconds") or 0.0, row.get("window_seconds") or 0.0)

@@ -26,13 +26,13 @@ from typing import Final
 from nodeagent.collector.history.split import CATEGORIES
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import NodeState
+from nodeagent.collector.ingest.shown_state import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.jobs.families import job_families
 from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.payoff.families import add_worth, worth_families
 from nodeagent.collector.payoff.targets import PayoffConfig
 from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
-from nodeagent.collector.states import down_after_seconds, is_silent, node_shown_state
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence

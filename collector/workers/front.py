@@ -24,7 +24,7 @@ from nodeagent.collector.ingest.hello import read_hello
 from nodeagent.collector.ingest.source_streams import SourceStreams
 from nodeagent.collector.jobrelay.front import FrontJobRelay
 from nodeagent.collector.service.grpc_server import HEALTH_NAMES, build_server
-from nodeagent.collector.service.server import ServerConfig
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.workers.supervisor import Supervisor
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy

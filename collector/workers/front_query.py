@@ -27,7 +27,7 @@ from nodeagent.collector.fleet.page_merge import merge_page
 from nodeagent.collector.fleet.stream_merge import merged_pages
 from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.service import authorize_operator
-from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES
+from nodeagent.collector.service.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc

@@ -27,7 +27,7 @@ import structlog
 
 from nodeagent.collector.fleet.fanout import Shard, ShardClients
 from nodeagent.collector.service.run import bind_error
-from nodeagent.collector.service.server import ServerConfig
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.database import lock_path
 from nodeagent.collector.workers.front import FrontServer
 from nodeagent.collector.workers.front_http import FrontHttp

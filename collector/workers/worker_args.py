@@ -18,7 +18,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent.collector.service.server import ServerConfig
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.core.transport.channel import bind_problem, parse_target
 
 # The module a worker runs (``python -m``): worker_main.py beside this one.

@@ -11,8 +11,8 @@ wins, with the evidence.
 - h2d: this GPU's PCIe receive (minus transmit) near link capacity.
 - unknown: starved, nothing saturated.
 
-Here: the per-step link time and host-to-device share from the GPU's counters, the cause one
-starved step votes for, and the evidence a verdict carries.
+Here: the per-step link time and host-to-device share from the GPU's counters, and the cause one
+starved step votes for (the evidence a verdict carries is ``hysteresis``'s, with the verdict).
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from nodeagent.core.detector.verdict import DATA_CAUSES
 from nodeagent.core.quantities.rates import delta
 from nodeagent.core.quantities.units import pcie_bytes_per_second
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     from nodeagent.core.detector.config import DetectorConfig
-    from nodeagent.core.detector.gpu_track import GpuTrack
-    from nodeagent.core.detector.window import Step, Window
+    from nodeagent.core.detector.step import Step
+    from nodeagent.core.detector.track_state import TrackState
 
 
-def link_and_h2d(track: GpuTrack, g: pb.GpuSample, t: float, step: Step, *, first: bool) -> None:
+def link_and_h2d(track: TrackState, g: pb.GpuSample, t: float, step: Step, *, first: bool) -> None:
     """Close the step's peer-link time and host-to-device share from this report's counters."""
     if not track.uuid:
         track.uuid = g.uuid
@@ -93,24 +92,6 @@ def step_cause(s: Step, config: DetectorConfig) -> str:
     if e.cpu:
         return "cpu"
     return "unknown"
-
-
-def evidence(track: GpuTrack, w: Window) -> dict[str, float | str]:
-    """The values behind the GPU's verdict: its shares, and what decided a data cause."""
-    out: dict[str, float | str] = {
-        "idle_ratio": round(w.idle_ratio, 4),
-        "data_wait_ratio": round(w.data_ratio, 4),
-        "interconnect_wait_ratio": round(w.sync_ratio, 4),
-    }
-    current = track.steps[track.pos]
-    bad = sorted({s.bad_reading for s in track.steps if s.bad_reading is not None})
-    if bad:
-        out["bad_reading"] = ",".join(bad)
-    if current.h2d_ratio is not None:
-        out["h2d_link_ratio"] = round(current.h2d_ratio, 4)
-    if track.state == "starved" and track.cause in DATA_CAUSES and track.cause != "h2d":
-        out.update(current.evidence.for_cause(track.cause or "unknown"))
-    return out
 
 
 def _nvlink_totals(g: pb.GpuSample) -> tuple[int | None, int | None]:

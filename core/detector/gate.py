@@ -15,10 +15,10 @@ from nodeagent.core.detector.idle_share import end_gap
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
-    from nodeagent.core.detector.gpu_track import GpuTrack
+    from nodeagent.core.detector.track_state import TrackState
 
 
-def admit(track: GpuTrack, g: pb.GpuSample, t: float) -> bool:
+def admit(track: TrackState, g: pb.GpuSample, t: float) -> bool:
     """Follow lost, assigned and warm-up from this report; whether it counts toward the idle share."""
     if g.lost or g.unresponsive:  # no readings this report: nothing to judge, as for a lost GPU
         track.lost, track.assigned = True, False
@@ -39,7 +39,7 @@ def admit(track: GpuTrack, g: pb.GpuSample, t: float) -> bool:
     return not track.in_warmup
 
 
-def new_job(track: GpuTrack, g: pb.GpuSample, t: float) -> None:
+def new_job(track: TrackState, g: pb.GpuSample, t: float) -> None:
     """Note the GPU's jobs at a window step; another job taking the GPU starts a new warm-up."""
     jobs = tuple(sorted({job_id(p.job) for p in g.processes} - {""}))
     if jobs and track.jobs and not set(jobs) & set(track.jobs):
@@ -48,7 +48,7 @@ def new_job(track: GpuTrack, g: pb.GpuSample, t: float) -> None:
     track.jobs = jobs
 
 
-def gated_state(track: GpuTrack) -> str | None:
+def gated_state(track: TrackState) -> str | None:
     """`lost`, `idle` or `warmup` when the gate holds the GPU out of the chain; None when it passes."""
     if track.lost or not track.assigned or track.in_warmup:
         return "lost" if track.lost else "idle" if not track.assigned else "warmup"

@@ -6,24 +6,23 @@ window's majority; it leaves only after the ratio of its cause stays under ``exi
 ``exit_seconds``. Short idle gaps never reach here (``idle_share`` drops them), warm-up is the
 gate's (``gate``), `throttled` comes first (``throttle``). The tier (moderate, high) has a margin
 so a window half past an onset or a recovery does not flip it. The result is the GPU's verdict
-(step 5, per GPU; ``node`` rolls them up).
+(step 5, per GPU; ``node`` rolls them up), with the evidence it carries (``evidence``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nodeagent.core.detector.causes import evidence
 from nodeagent.core.detector.gate import gated_state
 from nodeagent.core.detector.throttle import is_throttled
 from nodeagent.core.detector.verdict import DATA_CAUSES, GpuVerdict
 from nodeagent.core.detector.window import Window
 
 if TYPE_CHECKING:
-    from nodeagent.core.detector.gpu_track import GpuTrack
+    from nodeagent.core.detector.track_state import TrackState
 
 
-def evaluate(track: GpuTrack, t: float) -> GpuVerdict:
+def evaluate(track: TrackState, t: float) -> GpuVerdict:
     """The GPU's state, cause and tier over the window that ends with the step now closing."""
     config = track.config
     since = t - track.last_eval if track.last_eval is not None else config.evaluate_seconds
@@ -60,7 +59,7 @@ def evaluate(track: GpuTrack, t: float) -> GpuVerdict:
     return _verdict(track, track.state, w.data_ratio, w.sync_ratio, w.idle_ratio, evidence(track, w))
 
 
-def _enters(track: GpuTrack, w: Window) -> str | None:
+def _enters(track: TrackState, w: Window) -> str | None:
     """The cause a GPU that is not starved enters `starved` with, if the window shows one."""
     config, need = track.config, track.config.enter_steps
     margin = config.confidence_sigmas * w.standard_error
@@ -71,7 +70,7 @@ def _enters(track: GpuTrack, w: Window) -> str | None:
     return None
 
 
-def _next_cause(track: GpuTrack, w: Window) -> str:
+def _next_cause(track: TrackState, w: Window) -> str:
     config, need = track.config, track.config.enter_steps
     if track.cause == "interconnect":
         if w.starved >= need and w.data_ratio >= config.moderate_ratio:
@@ -85,7 +84,7 @@ def _next_cause(track: GpuTrack, w: Window) -> str:
     return track.cause
 
 
-def _set(track: GpuTrack, state: str, cause: str | None, w: Window | None) -> None:
+def _set(track: TrackState, state: str, cause: str | None, w: Window | None) -> None:
     if state != "starved":
         track.calm_seconds = 0.0
     track.state, track.cause = state, cause
@@ -106,7 +105,7 @@ def _set(track: GpuTrack, state: str, cause: str | None, w: Window | None) -> No
 
 
 def _verdict(
-    track: GpuTrack,
+    track: TrackState,
     state: str,
     data: float | None,
     sync: float | None,
@@ -121,3 +120,21 @@ def _verdict(
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def evidence(track: TrackState, w: Window) -> dict[str, float | str]:
+    """The values behind the GPU's verdict: its shares, and what decided a data cause."""
+    out: dict[str, float | str] = {
+        "idle_ratio": round(w.idle_ratio, 4),
+        "data_wait_ratio": round(w.data_ratio, 4),
+        "interconnect_wait_ratio": round(w.sync_ratio, 4),
+    }
+    current = track.steps[track.pos]
+    bad = sorted({s.bad_reading for s in track.steps if s.bad_reading is not None})
+    if bad:
+        out["bad_reading"] = ",".join(bad)
+    if current.h2d_ratio is not None:
+        out["h2d_link_ratio"] = round(current.h2d_ratio, 4)
+    if track.state == "starved" and track.cause in DATA_CAUSES and track.cause != "h2d":
+        out.update(current.evidence.for_cause(track.cause or "unknown"))
+    return out

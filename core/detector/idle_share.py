@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
-    from nodeagent.core.detector.gpu_track import GpuTrack
-    from nodeagent.core.detector.window import Step
+    from nodeagent.core.detector.step import Step
+    from nodeagent.core.detector.track_state import TrackState
 
 
-def busy_ratio(track: GpuTrack, g: pb.GpuSample, step: Step, dt: float) -> float | None:
+def busy_ratio(track: TrackState, g: pb.GpuSample, step: Step, dt: float) -> float | None:
     """The share of the report's time the GPU was busy; None when the report says nothing about it.
 
     The values as read go into the step's activity sums too (``window.activity``); an SM activity
@@ -53,7 +53,7 @@ def busy_ratio(track: GpuTrack, g: pb.GpuSample, step: Step, dt: float) -> float
     return busy
 
 
-def add_idle(track: GpuTrack, step: Step, busy: float, dt: float) -> None:
+def add_idle(track: TrackState, step: Step, busy: float, dt: float) -> None:
     """Count ``dt`` seconds at this busy share into the open step, or hold them apart as a gap."""
     config = track.config
     idle = 1.0 - busy
@@ -75,7 +75,7 @@ def add_idle(track: GpuTrack, step: Step, busy: float, dt: float) -> None:
     step.ticks += 1
 
 
-def _commit_gap(track: GpuTrack) -> None:
+def _commit_gap(track: TrackState) -> None:
     """The gap lasted too long to be a pause: count it where it happened."""
     for step in track.steps:
         step.seconds += step.pend_seconds
@@ -87,7 +87,7 @@ def _commit_gap(track: GpuTrack) -> None:
     track.gap_committed = True
 
 
-def end_gap(track: GpuTrack) -> None:
+def end_gap(track: TrackState) -> None:
     """A held-apart gap ended short of ``gap_seconds``: drop it."""
     if track.gap_run and not track.gap_committed:
         for step in track.steps:

@@ -16,7 +16,8 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     from nodeagent.core.detector.config import DetectorConfig
-    from nodeagent.core.detector.window import Step, Window
+    from nodeagent.core.detector.step import Step
+    from nodeagent.core.detector.window import Window
 
 
 def throttle_mask(config: DetectorConfig) -> int:

@@ -36,7 +36,7 @@ from nodeagent.core.detector.verdict import DATA_CAUSES, GpuVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
-    from nodeagent.core.detector.gpu_track import GpuTrack
+    from nodeagent.core.detector.track_state import TrackState
 
 # Own causes a wait on another node explains.
 _WAITABLE_CAUSES = frozenset({"interconnect", "unknown"})
@@ -72,7 +72,7 @@ def job_gpus(report: pb.NodeReport) -> dict[str, frozenset[int]]:
 
 def apply_waits(
     gpus: tuple[GpuVerdict, ...],
-    tracks: Mapping[int, GpuTrack],
+    tracks: Mapping[int, TrackState],
     jobs: Mapping[str, frozenset[int]],
     waits: Mapping[str, Wait],
     *,

@@ -34,7 +34,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodeagent.collector.cli.main import cli
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ledger.prices import NO_PRICES_LINE
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.views.fleet_table import short
 from nodeagent.core.program.safe_text import FORMULA_STARTS, csv_value, escape_controls
 from tests.fakes.job_reports import FakeNode, JobPart, stream

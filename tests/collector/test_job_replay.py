@@ -48,7 +48,7 @@ def test_reports_reach_each_nodes_detector_and_the_rollup_in_time_order(
     reports: dict[str, list[pb.NodeReport]],
 ) -> None:
     rollup = FakeRollup(script=straggler_script())
-    result = Replay(DetectorConfig(), jobs=rollup)
+    result = Replay(DetectorConfig(), jobs=lambda _on_rewait: rollup)
     for report in merged(*reports.values()):
         result.observe(report)
     times = [t for _, t, _ in rollup.observed]
@@ -82,7 +82,7 @@ def test_reports_reach_each_nodes_detector_and_the_rollup_in_time_order(
 
 def _cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
     """The command in process, with the toy roll-up in place of the collector's."""
-    monkeypatch.setattr(replay_module, "JobRollup", lambda _config: FakeRollup(script=straggler_script()))
+    monkeypatch.setattr(replay_module, "JobRollup", lambda _config, **_wiring: FakeRollup(script=straggler_script()))
     return CliRunner().invoke(replay_command, list(args))
 
 

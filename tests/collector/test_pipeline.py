@@ -1,4 +1,4 @@
-"""One pipeline for ingest and replay (``collector/pipeline.py``): a lab trace fed to a real
+"""One order of stages for ingest and replay (``collector/ingest/report_stages.py``): a lab trace fed to a real
 ``Ingest`` (its store, alert book and job roll-up) and replayed offline gives the same node
 verdicts, the same job verdicts and the same alerts; and a restarted agent (a new epoch) gets a
 new detector in both."""
@@ -16,6 +16,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.tools.lab_traces import cluster_traces
@@ -63,7 +64,7 @@ async def _ingest(
     now = [reports[0].time_unix_seconds]
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, detector_config=config, clock=lambda: now[0])
+    ingest = build_ingest(writer, alerting, detector_config=config, clock=lambda: now[0])
     streams: dict[str, StreamHandle] = {}
     for report in reports:
         stream = streams.get(report.node_id)
@@ -92,7 +93,7 @@ async def _failed_over(tmp_path: Path) -> None:
     sim = Simulation("ordinary-cloud", node_id="moved", seed=1, start_time=1_800_000_000.0)
     now = [1_800_000_000.0]
     writer = StoreWriter(tmp_path / "c.db")
-    ingest = Ingest(writer, Alerting(AlertConfig(), []), clock=lambda: now[0])
+    ingest = build_ingest(writer, Alerting(AlertConfig(), []), clock=lambda: now[0])
     stream = StreamHandle("moved", "test")
     ingest.attach(stream, sim.info())
     for seq in range(1, 151):

@@ -1,6 +1,6 @@
 """The state words of jobs said alike: the ``jobs`` command lists live jobs in the fleet page's
 order, and a slowed job whose cause is not known is ``unknown`` on the page, in ``JobStraggler``
-and in replay (collector/states.py)."""
+and in replay (collector/states/)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from nodeagent.collector.cli.replay import _held
 from nodeagent.collector.jobs.membership import Job
 from nodeagent.collector.jobs.signals import job_signals
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.states import DOWN, JOB_STATE_ORDER, job_sentence, job_shown_state, job_worst_first
+from nodeagent.collector.states.words import DOWN, JOB_STATE_ORDER, job_sentence, job_shown_state, job_worst_first
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.v1 import nodeagent_pb2 as pb
 

@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.fakes.trees import REPO
 
 PACKAGES = ("agent", "collector", "core")
@@ -36,7 +34,6 @@ def test_no_module_is_over_400_lines() -> None:
     assert over == {}, f"modules over {MAX_MODULE_LINES} lines (or grown past their size in OVER_TODAY): {over}"
 
 
-@pytest.mark.skip(reason="collector/pipeline.py and collector/states.py leave with the builder")
 def test_at_most_4_modules_are_loose_in_collector() -> None:
     loose = loose_modules(REPO / "collector")
     assert len(loose) <= MAX_LOOSE_COLLECTOR_MODULES, f"{len(loose)} modules loose in collector/: {loose}"

@@ -18,7 +18,8 @@ from nodeagent.agent.delivery.sender import Sender, SenderConfig
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.config import CollectorConfig
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 T = TypeVar("T")

@@ -16,9 +16,9 @@ import pytest
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.jobs.verdict import JobVerdict
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.tools.simulator.source import JOB_ALIGN_SECONDS, SimulatedSampler, scaled_clock
 
@@ -41,7 +41,7 @@ async def _job(
     wall = [start]
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: wall[0])
+    ingest = build_ingest(writer, alerting, clock=lambda: wall[0])
     nodes: dict[str, SimulatedSampler] = {}
     streams: dict[str, StreamHandle] = {}
     for tick in range(ticks):

@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from nodeagent.agent.delivery.spool import Spool
+from nodeagent.collector.ingest.shown_state import node_shown_state
 from nodeagent.collector.service.server import CollectorServer
-from nodeagent.collector.states import node_shown_state
 from nodeagent.core.transport.rendezvous import rendezvous_order
 from nodeagent.core.wire.framing import OWNER_PORT_TRAILER
 from nodeagent.v1 import nodeagent_pb2 as pb

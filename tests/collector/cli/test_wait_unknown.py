@@ -8,7 +8,7 @@ from typing import Any
 
 from nodeagent.collector.cli.jobs import job_rows, render_jobs, wait_words
 from nodeagent.collector.history.split import WAIT_UNKNOWN
-from nodeagent.collector.states import job_sentence
+from nodeagent.collector.states.words import job_sentence
 from nodeagent.collector.views.fleet_table import render_fleet
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.jobs import job_verdict

@@ -20,7 +20,7 @@ from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.fleet.page_merge import merge_alert_list, merge_fleet, merge_jobs
 from nodeagent.collector.fleet.winning_copy import job_verdict_order
-from nodeagent.collector.states import STATE_ORDER
+from nodeagent.collector.states.words import STATE_ORDER
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 SHARDS = ("a:1", "b:2", "c:3")

@@ -27,7 +27,8 @@ from nodeagent.collector.cli.main import cli
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.fleet.config import FleetConfig
 from nodeagent.collector.fleet.fanout import LOCAL_HEADER
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.fakes.fleet import feed_simulated, free_port

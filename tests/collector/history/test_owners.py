@@ -16,7 +16,8 @@ import pytest
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.owners import LOOK_AGAIN_SECONDS, JobOwners, job_owners
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.job_reports import START, job_nodes, stream

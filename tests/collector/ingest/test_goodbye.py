@@ -10,7 +10,8 @@ from pathlib import Path
 
 import grpc
 
-from nodeagent.collector.states import MOVED, STOPPED, down_after_seconds, node_shown_state, shown_state, worst_first
+from nodeagent.collector.ingest.shown_state import down_after_seconds, node_shown_state
+from nodeagent.collector.states.words import MOVED, STOPPED, shown_state, worst_first
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import wait_for

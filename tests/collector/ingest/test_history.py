@@ -28,6 +28,7 @@ from nodeagent.collector.history.node_history import (
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.wire.trace import format_report
@@ -59,7 +60,7 @@ def _ingest(
     """An ingest whose clock stands at ``clock`` (the simulated reports' own start by default):
     its retention sweep judges rows against that clock, as a collector judges fresh reports."""
     writer = StoreWriter(path)
-    return writer, Ingest(writer, Alerting(AlertConfig(), []), history=config, clock=lambda: clock)
+    return writer, build_ingest(writer, Alerting(AlertConfig(), []), history=config, clock=lambda: clock)
 
 
 def _stream(ingest: Ingest, reports: list[pb.NodeReport]) -> None:

@@ -21,8 +21,8 @@ import pytest
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.wire.framing import frame_report
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -269,7 +269,7 @@ def test_a_row_the_store_refuses_fails_only_its_own_node(tmp_path: Path) -> None
 
 async def _row_refused(tmp_path: Path) -> None:
     writer = StoreWriter(tmp_path / "c.db")
-    ingest = Ingest(writer, Alerting(AlertConfig(), []), flush_seconds=0.01)
+    ingest = build_ingest(writer, Alerting(AlertConfig(), []), flush_seconds=0.01)
     streams = {node: StreamHandle(node, "test") for node in ("fine", "broken")}
     for node, stream in streams.items():
         ingest.attach(stream, pb.NodeInfo(node_id=node, hostname=node))

@@ -13,6 +13,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history.minutes import NODE_ROW
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from tests.fakes.job_reports import START, FakeNode, JobPart, job_nodes
 
@@ -29,7 +30,7 @@ async def _straggler(tmp_path: Path) -> None:
     now = [START]
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    ingest = build_ingest(writer, alerting, clock=lambda: now[0])
     nodes = job_nodes("1234", 4)
     alone = FakeNode("alone", [])  # no job key: today's verdicts, untouched
     streams = {}
@@ -101,7 +102,7 @@ async def _two_jobs(tmp_path: Path) -> None:
     now = [START]
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    ingest = build_ingest(writer, alerting, clock=lambda: now[0])
     shared = FakeNode("shared", [JobPart("A", (0, 1), (0, 1), 4), JobPart("torch/B", (2, 3), (0, 1), 4, "torch")])
     others = [
         FakeNode("a-1", [JobPart("A", (0, 1), (2, 3), 4)], gpus=2),
@@ -129,7 +130,7 @@ async def _slowed_job(tmp_path: Path, now: list[float]) -> tuple[StoreWriter, Al
     """A 4-node job whose node-1 is starved by its network, long enough for its JobStraggler."""
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    ingest = build_ingest(writer, alerting, clock=lambda: now[0])
     nodes = job_nodes("1234", 4)
     streams = {}
     for node in nodes:
@@ -185,7 +186,7 @@ async def _restart(tmp_path: Path) -> None:
     # The collector restarts; the job's nodes went elsewhere (or stopped): nobody judges the job here.
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: now[0])
+    ingest = build_ingest(writer, alerting, clock=lambda: now[0])
     firing = [a for a in writer.call_sync(alerting.recent, False) if a.name == "JobStraggler"]
     assert [a.node_id for a in firing] == ["node-1"]
     config = ingest.detector_config

@@ -22,9 +22,9 @@ import pytest
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle, StreamRefusedError
 from nodeagent.collector.ingest.retire import RetireRefusedError
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.alert_sinks import CapturingSink
@@ -186,7 +186,7 @@ async def _retiring(tmp_path: Path) -> None:
     sink = CapturingSink()
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(node_down_seconds=1.0), [sink])
-    ingest = Ingest(writer, alerting, clock=lambda: now[0], retire_after_seconds=3600.0)
+    ingest = build_ingest(writer, alerting, clock=lambda: now[0], retire_after_seconds=3600.0)
     streams = {node: StreamHandle(node, "test") for node in ("gone", "live")}
     for node, stream in streams.items():
         ingest.attach(stream, pb.NodeInfo(node_id=node))
@@ -251,7 +251,7 @@ async def _retiring(tmp_path: Path) -> None:
     # A collector started long after the node's last report gives it the whole age from its start.
     later = [now[0] + 30 * 86400]
     writer = StoreWriter(tmp_path / "c.db")
-    ingest = Ingest(writer, Alerting(AlertConfig(), []), clock=lambda: later[0], retire_after_seconds=3600.0)
+    ingest = build_ingest(writer, Alerting(AlertConfig(), []), clock=lambda: later[0], retire_after_seconds=3600.0)
     await ingest.flusher.flush()
     at_start = set(ingest.nodes)
     later[0] += 3600.0

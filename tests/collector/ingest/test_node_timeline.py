@@ -20,8 +20,8 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, NODE_ROW
 from nodeagent.collector.history.node_history import OPEN_WRITE_SECONDS
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME, Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -51,7 +51,7 @@ class _Run:
 
     def __init__(self, path: Path, clock: float) -> None:
         self.writer = StoreWriter(path)
-        self.ingest = Ingest(self.writer, Alerting(AlertConfig(), []), clock=lambda: clock)
+        self.ingest = build_ingest(self.writer, Alerting(AlertConfig(), []), clock=lambda: clock)
         self.stream = StreamHandle(NODE, "test")
 
     def feed(self, reports: list[pb.NodeReport], flush_every: int = 10) -> None:

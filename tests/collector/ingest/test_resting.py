@@ -18,7 +18,8 @@ from nodeagent.collector.history import split
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.states import node_shown_state
+from nodeagent.collector.ingest.shown_state import node_shown_state
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
 from nodeagent.tools.simulator import Simulation
@@ -63,7 +64,7 @@ def test_a_silent_node_rests_and_comes_back_whole(tmp_path: Path) -> None:
     clock = _Clock()
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(node_down_seconds=DOWN_SECONDS), [])
-    ingest = Ingest(writer, alerting, clock=clock)
+    ingest = build_ingest(writer, alerting, clock=clock)
     gone, live = Simulation("ordinary-cloud", node_id="gone", seed=1), Simulation("fast-cloud", node_id="live", seed=1)
     try:
         streams = _feed(ingest, clock, [gone, live], 1, range(1, 121))
@@ -130,7 +131,7 @@ def test_a_node_whose_open_minute_is_not_written_does_not_rest(tmp_path: Path) -
     clock = _Clock()
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(node_down_seconds=DOWN_SECONDS), [])
-    ingest = Ingest(writer, alerting, clock=clock)
+    ingest = build_ingest(writer, alerting, clock=clock)
     try:
         streams = _feed(ingest, clock, [Simulation("healthy", node_id="quiet", seed=1)], 1, range(1, 30))
         ingest.detach(streams[0])

@@ -23,11 +23,10 @@ TRACES = {t.name: t for t in cluster_traces(DATA)}
 @pytest.mark.parametrize("scenario", ["network", "two-jobs", "fabric", "job-wide"])
 def test_a_job_judged_from_the_wire_gets_the_verdicts_of_one_judged_in_process(scenario: str) -> None:
     trace = TRACES[scenario]
-    direct_rollup = JobRollup(trace.config)
-    direct = Replay(trace.config, jobs=direct_rollup)
-    wired_rollup = JobRollup(trace.config)
+    direct = Replay(trace.config, jobs=lambda on_rewait: JobRollup(trace.config, on_rewait=on_rewait))
+    wired = Replay(trace.config, jobs=lambda on_rewait: JobRollup(trace.config, on_rewait=on_rewait))
+    direct_rollup, wired_rollup = direct.rollup, wired.rollup
     sizes = through_bytes(wired_rollup)
-    wired = Replay(trace.config, jobs=wired_rollup)
     nodes = sorted({r.node_id for r in trace.reports()})
     told: dict[str, set[tuple[str, str, float]]] = {}  # the waits on no other node, for the ledger
     for report in trace.reports():

@@ -22,7 +22,8 @@ import pytest
 
 from nodeagent.collector.config import CollectorConfig
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.tools.lab_traces import ClusterJob, ClusterTrace, cluster_traces
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.trees import REPO

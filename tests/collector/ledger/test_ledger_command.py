@@ -22,7 +22,8 @@ from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.fakes.fleet import cli

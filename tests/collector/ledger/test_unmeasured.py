@@ -27,11 +27,11 @@ from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import NODE_ROW, MinuteRow
 from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
-from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import ledger_answer
 from nodeagent.collector.query.jobs import job_totals
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import Store, StoreWriter
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.store.reader import ReadContext
@@ -268,7 +268,7 @@ def test_metrics_count_unmeasured_seconds_and_the_parts_equal_held(tmp_path: Pat
     """``nodeagent_gpu_seconds_total{category="unmeasured"}`` on the collector's /metrics."""
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: T0 + 200)
+    ingest = build_ingest(writer, alerting, clock=lambda: T0 + 200)
     try:
         sim = Simulation("fast-cloud", node_id=NODE, seed=1)
         ingest.attach(StreamHandle(NODE, "test"), sim.info())

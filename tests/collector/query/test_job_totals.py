@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.tools.simulator import Simulation
 from tests.fakes.fleet import cli
 

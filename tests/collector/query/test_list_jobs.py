@@ -15,7 +15,8 @@ import grpc
 import pytest
 
 from nodeagent.collector.cli.jobs import HISTORY_ONLY
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.collector.views.fleet_table import short
 from nodeagent.v1 import nodeagent_pb2 as pb

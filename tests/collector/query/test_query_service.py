@@ -23,7 +23,8 @@ from typing import Any
 import grpc
 import pytest
 
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.core.wire.framing import STREAM_METHOD, frame_report
 from nodeagent.tools.history_seed import seed_history
 from nodeagent.v1 import nodeagent_pb2 as pb

@@ -22,7 +22,8 @@ import pytest
 
 from nodeagent.collector.config import config_from_mapping
 from nodeagent.collector.history.node_history import HistoryConfig
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.core.wire.framing import frame_report
 from nodeagent.tools.simulator import Simulation

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.collector.views.test_fleet_page import _chromium

@@ -25,8 +25,9 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.node_down import NodeDownWatch
 from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
-from nodeagent.collector.states import node_shown_state
+from nodeagent.collector.ingest.shown_state import node_shown_state
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.core.detector.config import DetectorConfig
@@ -306,7 +307,7 @@ def _keep(shots: Path) -> None:
 def test_a_state_the_detector_adds_passes_through_unchanged() -> None:
     """`waiting` (issue 25) and any later state are the detector's word, in every view; only
     silence (down), no GPU (no-gpu) and no report yet (new) override it."""
-    from nodeagent.collector.states import shown_state
+    from nodeagent.collector.states.words import shown_state
 
     assert shown_state("waiting", gpu_count=8) == "waiting"
     assert shown_state("some-later-state", gpu_count=8) == "some-later-state"

@@ -28,7 +28,9 @@ from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
-from nodeagent.collector.service.server import CollectorServer, ServerConfig
+from nodeagent.collector.service.builder import build_ingest
+from nodeagent.collector.service.server import CollectorServer
+from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views import metrics as collector_metrics
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
@@ -64,7 +66,7 @@ def ingest(tmp_path: Path) -> Iterator[tuple[Ingest, _Clock]]:
     clock = _Clock()
     writer = StoreWriter(tmp_path / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=clock)
+    ingest = build_ingest(writer, alerting, clock=clock)
     sims = [Simulation("ordinary-cloud", node_id="oc", seed=1), Simulation("fast-cloud", node_id="fast", seed=1)]
     streams = [StreamHandle(sim.node_id, "test") for sim in sims]
     for sim, stream in zip(sims, streams, strict=True):
@@ -423,7 +425,7 @@ def test_a_gpu_whose_nvlink_counters_outrun_its_links_is_flagged(tmp_path: Path)
     """The detector ignores a rate above the links' capacity (bad_reading); /metrics says so per
     GPU and link, as `sample` and `top` flag it (tests/agent/gpu/test_gpu_bad_readings.py)."""
     clock = _Clock()
-    ingest = Ingest(StoreWriter(tmp_path / "c.db"), Alerting(AlertConfig(), []), clock=clock)
+    ingest = build_ingest(StoreWriter(tmp_path / "c.db"), Alerting(AlertConfig(), []), clock=clock)
     sim = Simulation("software-bound", node_id="nv", seed=1)
     info = sim.info()
     capacity = {g.index: g.nvlink_count * g.nvlink_speed_bytes_per_second for g in info.gpu.gpus}

@@ -17,6 +17,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.config import CollectorConfigError, config_from_mapping
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
+from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.collector.views.metrics_config import MetricsConfig
 from nodeagent.collector.views.metrics_fleet import FleetMetrics
@@ -38,7 +39,7 @@ def ingest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ingest]:
     clock = [1_800_000_000.0]
     writer = StoreWriter(tmp_path_factory.mktemp("bounds") / "c.db")
     alerting = Alerting(AlertConfig(), [])
-    ingest = Ingest(writer, alerting, clock=lambda: clock[0])
+    ingest = build_ingest(writer, alerting, clock=lambda: clock[0])
     sims = [Simulation("ordinary-cloud", node_id="oc", seed=1), Simulation("fast-cloud", node_id="fast", seed=1)]
     streams = [StreamHandle(sim.node_id, "test") for sim in sims]
     for sim, stream in zip(sims, streams, strict=True):

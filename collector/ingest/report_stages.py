@@ -7,7 +7,8 @@ After deduplication (ingest's alone: replay has no duplicates), every new report
    clock, or a simulation's, starts afresh and the old windows say nothing about it), or when
    the node comes back from resting (``ingest/resting.py``: its windows were let go);
 3. to the job roll-up's node stage (``JobRollup.observe``), which may send its steps to the jobs'
-   owners and, in this process, make GPUs of this node or of other nodes `waiting`;
+   owners and, in this process, make GPUs of this node or of other nodes `waiting` (those of
+   other nodes reach their holder through the roll-up's own ``on_rewait``, given where it is built);
 4. then, when the node's verdict changed (its own step or the roll-up's wait), its signals;
    and the job stage's signals (``JobStraggler``) of the steps judged meanwhile.
 
@@ -29,7 +30,7 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 
 
 class NodeStages(Protocol):
-    """What the pipeline keeps on a node's record: its detector and the epoch it is for."""
+    """What the stages keep on a node's record: its detector and the epoch it is for."""
 
     @property
     def detector(self) -> NodeDetector | None: ...
@@ -41,7 +42,9 @@ class NodeStages(Protocol):
     topology: pb.NodeInfo | None
 
 
-class Pipeline:
+class ReportStages:
+    """The stages one new report goes through, in their one order (ingest's and replay's)."""
+
     def __init__(
         self,
         detector_config: DetectorConfig,
@@ -50,17 +53,14 @@ class Pipeline:
         rules: Callable[[str], NodeRules],
         node_signals: Callable[[str, float, list[AlertSignal]], None],
         job_signals: Callable[[float, list[AlertSignal]], None],
-        rewaited: Callable[[str], None],
     ) -> None:
         """``rules(node_id)``: the node's rules; ``node_signals(node_id, time, signals)``: a node's
-        rule and detector signals; ``job_signals(time, signals)``: the job stage's; ``rewaited(node_id)``:
-        the roll-up changed the verdict of a node other than the one whose report is in hand."""
+        rule and detector signals; ``job_signals(time, signals)``: the job stage's."""
         self.detector_config = detector_config
         self.jobs = jobs
         self.rules = rules
         self.node_signals = node_signals
         self.job_signals = job_signals
-        jobs.on_rewait = rewaited
 
     def take(self, node_id: str, node: NodeStages, report: pb.NodeReport) -> bool:
         """One new report of ``node_id``; True when its verdict changed."""

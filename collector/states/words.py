@@ -1,29 +1,10 @@
-"""The state words of nodes and jobs, their orders and a job's sentence, in one module: ``nodes``,
-the fleet page, ``ListJobs`` and ``jobs``, ``/metrics``, remote write, the history and replay all
-say a state as this module does.
-
-A node's one state word. The detector's verdict says what the node's GPUs do while its reports come; two facts it cannot
-see override it. A node silent for ``[alerts] node_down_seconds`` is ``down`` (its last verdict
-says nothing of now; the views that show it say when it was last heard): the one threshold, which
-``NodeDown`` fires on too (``alerts/report_rules.py``). A node without a GPU
-is ``no-gpu`` rather than ``idle`` (nothing there can wait for data). A node that said hello but
-sent no report yet is ``new``. A node whose agent said goodbye (it moved to another collector,
-its routing key ranks that one first) is ``moved`` until it connects here again: not down. One
-whose agent said goodbye because it stopped cleanly (``--max-reports`` done, SIGTERM) is
-``stopped`` until it connects again: not down either. Any
-other state, one the detector adds later included, passes through as the detector says it.
-
-A job's word is its roll-up verdict's (``jobs/verdict.py``); the fleet page shows ``down`` for
-a job none of whose nodes reported within the detector's window (``job_shown_state``).
-"""
+"""The state words of nodes and jobs, their orders and a job's sentence: ``shown_state`` decides
+a node's word from its verdict and the facts the detector cannot see (``collector/states/__init__``
+says which); ``ingest/shown_state.py`` applies it to a node the collector holds."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from nodeagent.collector.ingest.intake import Ingest
-    from nodeagent.collector.ingest.node_state import NodeState
+from typing import Any, Final
 
 DOWN: Final = "down"
 NO_GPU: Final = "no-gpu"
@@ -59,31 +40,6 @@ def shown_state(
     if not gpu_count and verdict_state in (None, "", "idle"):
         return NO_GPU
     return verdict_state or "idle"
-
-
-def down_after_seconds(ingest: Ingest) -> float:
-    """How long a node may be silent before it is ``down``: ``[alerts] node_down_seconds``, the
-    threshold of ``NodeDown`` too, so that ``nodes`` and the alert never disagree."""
-    return ingest.alerting.config.node_down_seconds
-
-
-def is_silent(node: NodeState, now: float, down_seconds: float) -> bool:
-    """No report for ``down_seconds`` (``down_after_seconds``): the verdict is no longer about now."""
-    return node.row.last_seen <= now - down_seconds
-
-
-def node_shown_state(node: NodeState, now: float, down_seconds: float) -> str:
-    """``shown_state`` of a node the collector holds, at ``now`` (the collector's clock)."""
-    detector = node.detector
-    verdict = detector.verdict if detector is not None and detector.verdict.time_unix_seconds else None
-    return shown_state(
-        verdict.state if verdict is not None else None,
-        gpu_count=node.row.gpu_count,
-        heard=bool(node.row.last_seen),
-        silent=is_silent(node, now, down_seconds),
-        moved=bool(node.moved_at),
-        stopped=node.stopped,
-    )
 
 
 def worst_first(row: dict[str, Any]) -> tuple[int, float, float, str]:
