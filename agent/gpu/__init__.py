@@ -13,7 +13,9 @@ Around them: ``fields`` (field ids and where each lands in a report), ``events``
 thread), ``processes`` (who runs on a GPU), ``job_identity`` (a process's multi-node job from its
 launcher's environment and cgroup), ``job_samples`` (the report's `JobSample`s), ``describe``
 (what the hello says of a GPU), ``view`` (GPU rows for people), ``deadlines`` (each GPU read on its
-own thread within `[gpu_deadlines]`: an overrunning GPU is `unresponsive`). One module each
+own thread within `[gpu_deadlines]`: an overrunning GPU is `unresponsive`), ``gpu_state`` (what
+the source keeps per GPU between ticks, and a GPU opened at a scan), ``tick_sample`` (one GPU's
+readings of a tick into its sample). One module each
 beside the tick: ``fabric`` (the NVLink fabric, on the slow schedule), ``mig`` (MIG instances),
 ``process_share`` (each process's share of a shared GPU), ``xid_counts``, ``suspect_fields``
 (readings the rest of the GPU contradicts), ``power_samples`` (the draw read every 0.1 s between

@@ -16,7 +16,7 @@ read is tried while it is); at most ``LIMIT`` readings wait for a tick (a long i
 newest). The reads and the tick's drain share the thread: no lock. GPUs with GPM (SM activity
 tells) and GPUs in MIG mode (the draw is every tenant's) are not sampled, and a GPU without GPM
 only while a process runs on it (the tick's process list turns the reads on and off,
-``GpuSource._power_while_busy``): an idle GPU's draw says nothing the report's mean does not, and
+``tick_sample.power_while_busy``): an idle GPU's draw says nothing the report's mean does not, and
 the collector learns computing and resting draws from a job's steps. What the readings are
 (instantaneous, a moving mean, not the draw at all) is judged from them by ``power_regime.py``,
 fed at each drain.

@@ -8,6 +8,8 @@ GPUs (Hopper and newer) SM activity, occupancy, tensor activity and PCIe/NVLink 
 tick. The memory clock, PCIe link, idle video engines and the fabric are read at a scan and every
 30 s (``slow_readings``), each tick carrying the last reading. XID and double-bit ECC events
 arrive from a background thread and go out in the next report.
+This module scans and ticks; what it keeps per GPU between ticks and how a scan opens a GPU are
+in ``gpu_state``, one GPU's readings of a tick in ``tick_sample``.
 Beside them, each in its module: the GPU's NVLink fabric (``fabric``), its MIG instances as
 samples of their own (``mig``), each process's share of a shared GPU (``process_share``), Xid
 counts and the process each Xid hit (``xid_counts``), and readings the rest of the GPU contradicts
@@ -22,11 +24,9 @@ critical event) while the others keep being sampled.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import mig, nvml_library
 from nodeagent.agent.gpu.deadlines import (
     GpuReaders,
@@ -35,63 +35,22 @@ from nodeagent.agent.gpu.deadlines import (
     unresponsive_event,
     unresponsive_sample,
 )
-from nodeagent.agent.gpu.describe import describe_gpu, job_ref
 from nodeagent.agent.gpu.events import EventWatcher, WatchedGpu
 from nodeagent.agent.gpu.fabric import FabricWatch
+from nodeagent.agent.gpu.gpu_state import GpuState, open_gpu, unopened
 from nodeagent.agent.gpu.job_samples import JobMember, JobPressure, job_samples
-from nodeagent.agent.gpu.nvml_gpu import Gpu
-from nodeagent.agent.gpu.nvml_sampling import GpmSample
-from nodeagent.agent.gpu.power_regime import PowerRegime, decide
 from nodeagent.agent.gpu.power_samples import PowerSamples, wanted
 from nodeagent.agent.gpu.process_share import ProcessShares
 from nodeagent.agent.gpu.processes import ProcessReader
-from nodeagent.agent.gpu.slow_readings import SlowReadings
 from nodeagent.agent.gpu.suspect_fields import SuspectReadings
+from nodeagent.agent.gpu.tick_sample import add_processes, fill_sample
 from nodeagent.agent.gpu.xid_counts import XidLedger
 from nodeagent.agent.sources.base import Source, SourceContext
 from nodeagent.agent.sources.registry import register
-from nodeagent.core.wire.clock_events import clock_event_reason_names
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
-
-
-@dataclass(slots=True)
-class _GpuState:
-    """What the source keeps per GPU between ticks (mutable on purpose: GPM's last sample,
-    whether the loss was reported)."""
-
-    index: int
-    uuid: str
-    gpu: Gpu
-    info: pb.GpuInfo
-    # Two GPM buffers, refilled in turn: metrics come from the newest and the one before.
-    gpm_buffers: list[GpmSample] = field(default_factory=list)
-    gpm_newest: int = -1  # which buffer holds the last good sample; -1: none yet
-    lost_reported: bool = False
-    plan: gpu_fields.TickPlan | None = None
-    plan_refusals: int = -1  # how many fields the GPU had refused when the plan was made
-    mig: mig.MigState | None = None  # a GPU in MIG mode: its instances
-    opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
-    power: PowerSamples | None = None  # its draw read between ticks (no GPM), while a process runs
-    slow: SlowReadings = field(default_factory=SlowReadings)  # what is read every 30 s and at scan
-    regime: PowerRegime | None = None  # which reading tells its computing share (``power_regime``)
-
-    def tick_plan(self) -> gpu_fields.TickPlan:
-        """This tick's field requests; remade only when the GPU refused another field."""
-        if self.plan is None or self.plan_refusals != len(self.gpu.unsupported_fields):
-            self.plan = gpu_fields.tick_plan(self.info.nvlink_count, self.gpu.unsupported_fields)
-            self.plan_refusals = len(self.gpu.unsupported_fields)
-        return self.plan
-
-    def drop_gpm(self) -> None:
-        for buffer in self.gpm_buffers:
-            buffer.free()
-        self.gpm_buffers = []
-        self.gpm_newest = -1
-        if self.mig is not None:
-            self.mig.drop_gpm()
 
 
 @register
@@ -103,7 +62,7 @@ class GpuSource(Source):
         super().__init__(ctx)
         self.unavailable_reason = ""
         self._reported_reason = ""
-        self._gpus: list[_GpuState] = []
+        self._gpus: list[GpuState] = []
         self._watcher: EventWatcher | None = None
         self._processes = ProcessReader(ctx.roots.procfs)
         self._job_pressure = JobPressure(ctx.files, ctx.roots.sysfs)
@@ -199,46 +158,25 @@ class GpuSource(Source):
 
     # -- scan helpers --
 
-    def _open_all(self, count: int, previous: dict[int, _GpuState]) -> list[_GpuState]:
+    def _open_all(self, count: int, previous: dict[int, GpuState]) -> list[GpuState]:
         """Each GPU opened on its own thread within the scan's bound; one that does not answer keeps
         its last state, or a placeholder until it answers."""
         bound = self._readers.deadlines.scan_seconds
-        work = {i: partial(self._open, i, previous.get(i)) for i in range(count)}
+        work = {i: partial(open_gpu, i, previous.get(i)) for i in range(count)}
         opened = self._readers.read(work, bound, count=False)
-        states: list[_GpuState] = []
+        states: list[GpuState] = []
         for index in range(count):
             got = opened.get(index)
             if isinstance(got, Overrun):
-                got = previous.get(index) or _GpuState(
-                    index=index, uuid="", gpu=Gpu(index, None), info=pb.GpuInfo(index=index), opened=False
-                )
+                got = previous.get(index) or unopened(index)
             if got is not None:
                 states.append(got)
         return states
 
-    def _open(self, index: int, previous: _GpuState | None) -> _GpuState | None:
-        gpu = Gpu.open(index)
-        if gpu is None:
-            return None
-        if gpu.lost:
-            # A GPU lost before or during the scan keeps its identity from the last scan.
-            if previous is not None and previous.opened:
-                previous.gpu.lost = True
-                return previous
-            return _GpuState(index=index, uuid="", gpu=gpu, info=pb.GpuInfo(index=index))
-        uuid = gpu.uuid() or ""
-        if previous is not None and previous.uuid == uuid and not previous.gpu.lost:
-            if not mig.layout_changed(previous.gpu, previous.info):
-                return previous  # same board: keep what it said it does not support, and GPM state
-            previous.drop_gpm()  # MIG mode or instances changed: described afresh, caches and all
-        state = _GpuState(index=index, uuid=uuid, gpu=gpu, info=describe_gpu(index, uuid, gpu))
-        state.mig = mig.describe(gpu, state.info)
-        return state
-
-    def _sample_power_between(self, states: list[_GpuState]) -> None:
+    def _sample_power_between(self, states: list[GpuState]) -> None:
         """Which GPUs may read their draw between ticks (``power_samples``): those without GPM. Each
         tick turns the reads on while a process runs on the GPU and off when none does
-        (``_power_while_busy``); a scan leaves a GPU's reads as they are."""
+        (``tick_sample.power_while_busy``); a scan leaves a GPU's reads as they are."""
         period = self.ctx.config.gpu_power_sample_seconds
         for state in states:
             reader = self._readers.reader(state.index)
@@ -251,7 +189,7 @@ class GpuSource(Source):
                 state.power = None
                 reader.between = None
 
-    def _restart_watcher(self, states: list[_GpuState]) -> None:
+    def _restart_watcher(self, states: list[GpuState]) -> None:
         if self._watcher is not None:
             self._watcher.stop()
         watcher = EventWatcher([WatchedGpu(s.index, s.uuid, s.gpu) for s in states])
@@ -272,7 +210,7 @@ class GpuSource(Source):
         unresponsive, and the report goes on with the others."""
         now = report.time_unix_seconds or time.time()
         work = {
-            s.index: partial(self._sample_alone, s, now) if s.opened else partial(self._open, s.index, None)
+            s.index: partial(self._sample_alone, s, now) if s.opened else partial(open_gpu, s.index, None)
             for s in self._gpus
         }
         results = self._readers.read(work, self._readers.deadlines.tick_seconds)
@@ -302,17 +240,17 @@ class GpuSource(Source):
             sample.samples_taken_total, sample.samples_expected_total = self._readers.completeness(state.index)
             report.gpus.append(sample)
 
-    def _sample_alone(self, state: _GpuState, now: float) -> tuple[pb.GpuSample, list[pb.Event], set[int]]:
+    def _sample_alone(self, state: GpuState, now: float) -> tuple[pb.GpuSample, list[pb.Event], set[int]]:
         """One GPU's sample on its own thread: its events and pids kept apart until the tick merges them."""
         side = pb.NodeReport(time_unix_seconds=now)
         pids: set[int] = set()
         sample = self._sample(state, side, pids)
         return sample, list(side.events), pids
 
-    def _sample(self, state: _GpuState, report: pb.NodeReport, pids: set[int]) -> pb.GpuSample:
+    def _sample(self, state: GpuState, report: pb.NodeReport, pids: set[int]) -> pb.GpuSample:
         sample = pb.GpuSample(index=state.index, uuid=state.uuid)
         if not state.gpu.lost:
-            slow_read = self._fill(state, sample, pids)
+            slow_read = fill_sample(state, sample, pids, self._processes, self._readers)
             self._beside(state, sample, report, pids, slow_read)
         if not state.gpu.lost:
             return sample
@@ -330,120 +268,19 @@ class GpuSource(Source):
             )
         return pb.GpuSample(index=state.index, uuid=state.uuid, lost=True)
 
-    def _fill(self, state: _GpuState, sample: pb.GpuSample, pids: set[int]) -> bool:
-        """The tick's readings into ``sample``: each tick's calls, then the last of the slowly
-        changing ones (``slow_readings``); True when those were read this tick."""
-        gpu = state.gpu
-        util = gpu.utilization()
-        if util is not None:
-            sample.utilization_gpu_ratio = util.gpu_ratio
-            sample.utilization_memory_ratio = util.memory_ratio
-        gpu_fields.fill_memory(gpu.memory(), sample)
-        self._add_processes(gpu, sample, pids)
-        plan = state.tick_plan()
-        gpu_fields.fill_sample(gpu.field_values(plan.requests), plan, sample)
-        if not sample.HasField("temperature_celsius"):  # a driver without field 308
-            temperature = gpu.temperature_celsius()
-            if temperature is not None:
-                sample.temperature_celsius = float(temperature)
-        if (gpu_fields.FI_PCIE_COUNT_RX_BYTES, 0) in gpu.unsupported_fields:
-            rx, tx = gpu.pcie_throughput()
-            if rx is not None:
-                sample.pcie_rx_bytes_per_second = rx
-            if tx is not None:
-                sample.pcie_tx_bytes_per_second = tx
-        reasons = gpu.clock_event_reasons()
-        if reasons is not None:
-            sample.clock_event_reasons = reasons
-            sample.clock_event_reason_names.extend(clock_event_reason_names(reasons))
-        sm_clock = gpu.sm_clock_mhz()
-        if sm_clock is not None:
-            sample.sm_clock_mhz = sm_clock
-        slow_read = state.slow.read(gpu)
-        state.slow.fill(sample)
-        if state.info.HasField("pcie_max_generation"):
-            sample.pcie_max_link_generation = state.info.pcie_max_generation
-        if state.info.HasField("pcie_max_width"):
-            sample.pcie_max_link_width = state.info.pcie_max_width
-        if state.info.gpm_supported:
-            self._gpm(state, sample)
-        readings_mean = self._power_while_busy(state, sample) if state.power is not None else None
-        self._computing_source(state, sample, readings_mean)
-        return slow_read
-
-    @staticmethod
-    def _computing_source(state: _GpuState, sample: pb.GpuSample, readings_mean: float | None) -> None:
-        """Which reading tells the GPU's computing share, from its readings (``power_regime``)."""
-        regime = state.regime
-        if regime is None:
-            regime = state.regime = PowerRegime(state.info)
-        energy = sample.energy_millijoules_total if sample.HasField("energy_millijoules_total") else None
-        regime.observe_energy(energy, time.monotonic(), readings_mean)
-        power = state.power
-        reads = "off" if power is None else "unreadable" if power.unreadable else "between"
-        decide(regime, sample, state.info, state.mig is not None, reads)
-
-    def _power_while_busy(self, state: _GpuState, sample: pb.GpuSample) -> float | None:
-        """A GPU without GPM reads its draw between ticks only while a process runs on it: an idle
-        GPU's draw tells nothing the report's mean does not. On the GPU's own reader thread, which
-        picks up the change when this tick's work is done. The readings' mean, None without any."""
-        power = state.power
-        assert power is not None
-        regime = state.regime
-        if regime is None:
-            regime = state.regime = PowerRegime(state.info)
-        reader = self._readers.reader(state.index)
-        mean = power.drain_into(sample, regime)
-        if sample.processes:
-            if reader.between is None:
-                reader.between = power.read
-        elif reader.between is not None:
-            reader.between = None
-            regime.forget_span()  # the next job's readings start a span of their own
-        return mean
-
-    def _add_processes(self, gpu: Gpu, sample: pb.GpuSample, pids: set[int]) -> None:
-        """The compute processes of a GPU or of a MIG device, with their name, user and job."""
-        for proc in gpu.processes() or ():
-            pids.add(proc.pid)
-            info = self._processes.info(proc.pid)
-            entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)
-            if proc.used_memory_bytes is not None:
-                entry.used_memory_bytes = proc.used_memory_bytes
-            entry.job.CopyFrom(job_ref(info))
-
     def _beside(
-        self, state: _GpuState, sample: pb.GpuSample, report: pb.NodeReport, pids: set[int], slow_read: bool
+        self, state: GpuState, sample: pb.GpuSample, report: pb.NodeReport, pids: set[int], slow_read: bool
     ) -> None:
         """The fabric (asked with the slowly changing readings), the MIG instances and the processes'
-        shares (after ``_fill``)."""
+        shares (after ``tick_sample.fill_sample``)."""
         gpu = state.gpu
         self._fabric.read(gpu, sample, report, ask=slow_read)
         if state.mig is not None:
             answered = mig.fill(
                 gpu, state.mig, sample, state.info.gpm_supported,
-                lambda device, instance: self._add_processes(device, instance, pids),
+                lambda device, instance: add_processes(device, instance, pids, self._processes),
             )  # fmt: skip
             if not answered:
                 self.needs_rescan = True  # an instance was destroyed or changed
         elif sample.processes:
             self._shares.fill(gpu, sample)
-
-    @staticmethod
-    def _gpm(state: _GpuState, sample: pb.GpuSample) -> None:
-        """GPM metrics cover the interval between this tick's sample and the previous one."""
-        if not state.gpm_buffers:
-            buffers = [GpmSample.alloc(), GpmSample.alloc()]
-            state.gpm_buffers = [b for b in buffers if b is not None]
-            if len(state.gpm_buffers) < 2:
-                state.drop_gpm()
-                return
-        previous = state.gpm_newest
-        target = 1 - previous if previous >= 0 else 0
-        if not state.gpu.gpm_sample(state.gpm_buffers[target]):
-            state.gpm_newest = -1
-            return
-        state.gpm_newest = target
-        if previous >= 0:
-            older, newer = state.gpm_buffers[previous], state.gpm_buffers[target]
-            gpu_fields.fill_gpm(state.gpu.gpm_metrics(older, newer, gpu_fields.GPM_METRICS), sample)

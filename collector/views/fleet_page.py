@@ -4,16 +4,16 @@ and their JSON API; ``/ledger`` and ``/api/ledger`` from this collector's own st
 Each page is a small HTML shell (``fleet_assets``) whose script fetches the JSON behind it
 (``/api/fleet``, ``/api/node/NAME``, ``/api/alerts``) and draws it as plain SVG, refreshing
 itself; nothing is fetched from anywhere else. The JSON is made from what the collector keeps in
-memory (each node's row, its detector's latest verdict), on the HTTP server's thread, like
-``/metrics``; a node's timeline comes from the collector's history (its per-minute rows) and
-alerts from the alert book, both on the store's thread. GPU-hours lost today are the ledger's
+memory (each node's row, ``page_rows``; its detector's latest verdict), on the HTTP server's
+thread, like ``/metrics``; a node's timeline comes from the collector's history (its per-minute
+rows) and alerts from the alert book, both on the store's thread. GPU-hours lost today are the ledger's
 split, counted by each node's history in memory (``NodeState.lost_today_seconds``) from what the
 store held of the day at start-up: the page reads no SQLite for them (without a history, the
-detector's count beside it, ``node_timeline``). The job
-pages are the job roll-up's verdicts (``Ingest.jobs``, a snapshot replaced whole) beside each
-node's own verdict; a job judged elsewhere (another worker or collector) is a 404 here that
-carries the cards of its nodes held here, for the merged page (``fleet/page_merge.py``). The
-pages sit behind the same binding, TLS and credentials as ``/metrics``.
+detector's count beside it, ``node_timeline``). The job pages' JSON is ``job_pages``'s: the job
+roll-up's verdicts beside each node's own; a job judged elsewhere (another worker or collector)
+is a 404 here that carries the cards of its nodes held here, for the merged page
+(``fleet/page_merge.py``). The pages sit behind the same binding, TLS and credentials as
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -26,28 +26,21 @@ from typing import TYPE_CHECKING, Any, Final
 from nodeagent.collector.alerts.alert import Alert
 from nodeagent.collector.history.minutes import DAY_SECONDS, NODE_ROW, MinuteRow
 from nodeagent.collector.ingest.node_state import NodeState
-from nodeagent.collector.ingest.shown_state import down_after_seconds, is_silent, node_shown_state
+from nodeagent.collector.ingest.shown_state import down_after_seconds
 from nodeagent.collector.jobs.verdict import JobVerdict
-from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
-from nodeagent.collector.states.words import (
-    DOWN,
-    MOVED,
-    NEW,
-    NO_GPU,
-    STOPPED,
-    job_sentence,
-    job_shown_state,
-    job_worst_first,
-    worst_first,
-)
-from nodeagent.collector.views.evidence_text import evidence_lines
+from nodeagent.collector.payoff.worth import node_worth
+from nodeagent.collector.states.words import DOWN, MOVED, NEW, NO_GPU, STOPPED, worst_first
 from nodeagent.collector.views.fleet_assets import shell_for
+from nodeagent.collector.views.job_pages import JobPages
 from nodeagent.collector.views.ledger_page import LedgerPage
-from nodeagent.core.detector.verdict_words import evidence_words, forming_words, verdict_sentence
-from nodeagent.v1 import nodeagent_pb2 as pb
+from nodeagent.collector.views.page_rows import counts, node_row
+from nodeagent.core.detector.verdict_words import evidence_words, verdict_sentence
 
 if TYPE_CHECKING:
     from nodeagent.collector.views.fleet_state import FleetState
+
+# ``counts`` too, which the merged page (fleet/page_merge.py) takes from here.
+__all__ = ["HTML_TYPE", "JSON_TYPE", "FleetPage", "Reply", "counts"]
 
 ALERTS_TIMEOUT_SECONDS: Final = 5.0
 # The node page's timeline: this far back, from the collector's history (per-minute rows).
@@ -63,6 +56,7 @@ class FleetPage:
     def __init__(self, server: FleetState) -> None:
         self.server = server
         self.ledger = LedgerPage(server.ask_ledger)
+        self.job_pages = JobPages(server, self._alerts)
 
     def route(self, path: str, query: str) -> Reply | None:
         """The reply for ``path``, None where it is not a page of the fleet view."""
@@ -87,10 +81,10 @@ class FleetPage:
         if path.startswith("/api/job/"):
             # A job key may hold "/" (torch/HOST:PORT): the rest of the path, unquoted, is the name.
             name = urllib.parse.unquote(path.removeprefix("/api/job/"))
-            job = self.job(name)
+            job = self.job_pages.job(name)
             if job is None:
                 # Judged elsewhere (or nowhere): the cards of its nodes held here, for the merge.
-                members = self.job_members(name)
+                members = self.job_pages.job_members(name)
                 body = {"error": "no such job", **({"node_details": members} if members else {})}
                 return "404 Not Found", JSON_TYPE, json.dumps(body, separators=(",", ":")).encode()
             return _json(job)
@@ -98,12 +92,16 @@ class FleetPage:
 
     # ---- what the pages show ----
 
+    def jobs(self) -> dict[str, Any]:
+        """``/api/jobs`` (``job_pages``)."""
+        return self.job_pages.jobs()
+
     def fleet(self, state: str | None = None, cause: str | None = None) -> dict[str, Any]:
         now = self.server.ingest.clock()
         window = self.server.ingest.detector_config.window_seconds
         down = down_after_seconds(self.server.ingest)
         source = self.lost_today_source(now)
-        rows = [_row(node, now, window, down) for node in list(self.server.ingest.nodes.values())]
+        rows = [node_row(node, now, window, down) for node in list(self.server.ingest.nodes.values())]
         judged = _jobs_of_nodes(self.server.ingest.jobs.verdicts())
         for r in rows:
             r["jobs"] = self._jobs_of(r["node_id"], judged)
@@ -135,7 +133,7 @@ class FleetPage:
             return None
         now = self.server.ingest.clock()
         window = self.server.ingest.detector_config.window_seconds
-        out = _row(node, now, window, down_after_seconds(self.server.ingest))
+        out = node_row(node, now, window, down_after_seconds(self.server.ingest))
         out["gpu_hours_lost_today_source"] = self.lost_today_source(now)
         detector = node.detector
         verdict = detector.verdict.to_plain() if detector is not None else None
@@ -178,90 +176,6 @@ class FleetPage:
         collector, the job's owner) and those judged here that count it."""
         return sorted({*judged.get(node_id, ()), *self.server.ingest.jobs.jobs_of(node_id)})
 
-    def jobs(self) -> dict[str, Any]:
-        """Every multi-node job the roll-up follows, worst first; ``down`` when no node of it is fresh."""
-        now = self.server.ingest.clock()
-        fresh = self._fresh_nodes(now)
-        shown = [self._job_row(v, fresh) for v in self.server.ingest.jobs.verdicts()]
-        shown.sort(key=job_worst_first)
-        return {"time_unix_seconds": now, "states": counts(j["state"] for j in shown), "jobs": shown}
-
-    def job(self, name: str) -> dict[str, Any] | None:
-        """One job: its verdict, and its nodes side by side, each with its own verdict (on the GPUs
-        of the job there, where its report says which), the straggler marked."""
-        verdict = self.server.ingest.jobs.verdict(name)
-        if verdict is None:
-            return None
-        now = self.server.ingest.clock()
-        out = self._job_row(verdict, self._fresh_nodes(now))
-        out["sentence"] = job_sentence(out)
-        out["evidence_lines"] = evidence_lines(verdict.evidence)
-        out["node_details"] = [
-            self._job_node(name, node_id, node_id in verdict.straggler_nodes, verdict.cause, now)
-            for node_id in verdict.nodes
-        ]
-        out["alerts"] = [a.to_plain() for a in self._alerts() if a.labels.get("job") == name]
-        return out
-
-    def _job_row(self, verdict: JobVerdict, fresh: set[str]) -> dict[str, Any]:
-        """``_job_row``'s, its ``if_fixed`` at the ``[payoff]`` target and priced as the ledger prices."""
-        out = _job_row(verdict, fresh)
-        prices, payoff = self.server.worth_config
-        fixed = job_worth(
-            verdict.if_fixed, verdict.gpus, gpu_models(self.server.ingest.nodes, verdict.nodes), prices, payoff
-        )
-        out["if_fixed"] = fixed.to_plain() if fixed is not None else None
-        return out
-
-    def job_members(self, name: str) -> list[dict[str, Any]]:
-        """The cards of the nodes held here whose reports name a job judged elsewhere (its owner is
-        another worker or collector): the merged page fills the owner's unknown cards with them.
-        Whether a node holds the job back is the owner's to say: each card carries the node's
-        sentence and its words for every highway, the merge keeps them for a straggler."""
-        now = self.server.ingest.clock()
-        return [self._job_node(name, node_id, None, None, now) for node_id in self.server.ingest.jobs.members_of(name)]
-
-    def _job_node(
-        self, job: str, node_id: str, straggler: bool | None, cause: str | None, now: float
-    ) -> dict[str, Any]:
-        """One node's card on the job's page; ``straggler`` None: not judged here (``job_members``)."""
-        node = self.server.ingest.nodes.get(node_id)
-        if node is None:  # a node of the job this collector does not hold (another shard's, retired)
-            return {"node_id": node_id, "known": False, "straggler": straggler, "state": "unknown", "gpus": []}
-        window = self.server.ingest.detector_config.window_seconds
-        row = _row(node, now, window, down_after_seconds(self.server.ingest))
-        detector = node.detector
-        v = detector.verdict if detector is not None and row["state"] != "down" else None
-        mine = _job_gpus(node, job)
-        gpus = [g for g in v.gpus if mine is None or g.index in mine] if v is not None else []
-        busy = [1.0 - g.idle_ratio for g in gpus if g.idle_ratio is not None]
-        data = [g.starvation_ratio for g in gpus if g.starvation_ratio is not None]
-        sync = [g.interconnect_ratio for g in gpus if g.interconnect_ratio is not None]
-        out: dict[str, Any] = {
-            "node_id": node_id, "known": True, "straggler": straggler, "state": row["state"], "cause": row["cause"],
-            "connected": row["connected"], "gpu_count": len(gpus),
-            "busy_ratio": _mean(busy), "starvation_ratio": _mean(data), "interconnect_ratio": _mean(sync),
-            "waiting_on": list(v.waiting_on) if v is not None else [],
-            "gpus": [g for g in row["gpus"] if mine is None or g["index"] in mine],
-        }  # fmt: skip
-        if straggler is not False and v is not None:
-            out["sentence"] = verdict_sentence(v.to_plain())
-            evidence = detector.evidence.values if detector is not None else {}
-            words = {c: evidence_words(c, evidence) if evidence else "" for c in _HIGHWAYS}
-            if straggler:
-                out["highway"] = words.get(cause or "", "")
-            else:
-                out["highways"] = words
-        return out
-
-    def _fresh_nodes(self, now: float) -> set[str]:
-        """The nodes that report now: this process's own, and every job member its job stage heard
-        from (a job judged here may have all its nodes on other workers)."""
-        ingest = self.server.ingest
-        fresh_after = now - ingest.detector_config.window_seconds
-        own = {n.row.node_id for n in list(ingest.nodes.values()) if n.row.last_seen >= fresh_after}
-        return own | ingest.jobs.heard_nodes()
-
     def _timeline(self, node: NodeState) -> tuple[str, list[dict[str, Any]]]:
         """The node's minutes from the history store; without a history (``serve --no-history``)
         or when the store does not answer in time, the points kept in memory beside the detector."""
@@ -288,53 +202,12 @@ class FleetPage:
         return sorted(alerts, key=lambda a: a.order)
 
 
-def _row(node: NodeState, now: float, window_seconds: float, down_seconds: float) -> dict[str, Any]:
-    row = node.row
-    detector = node.detector
-    verdict = detector.verdict if detector is not None else None
-    state = node_shown_state(node, now, down_seconds)
-    fresh = (
-        verdict is not None and bool(verdict.time_unix_seconds) and not is_silent(node, now, down_seconds)
-        and state != STOPPED
-    )  # fmt: skip
-    gpus = []
-    if fresh and verdict is not None:
-        for g in verdict.gpus:
-            busy = None if g.idle_ratio is None else round(1.0 - g.idle_ratio, 3)
-            gpus.append({"index": g.index, "state": g.state, "cause": g.cause, "busy_ratio": busy})
-            if g.instances:  # a MIG-split GPU: its instances under it
-                gpus[-1]["instances"] = [
-                    {"gpu_instance_id": i.gpu_instance_id, "mig_profile": i.mig_profile, "state": i.state}
-                    for i in g.instances
-                ]
-    seen = detector.seen_seconds if detector is not None else 0.0
-    return {
-        "node_id": row.node_id,
-        "connected": node.stream is not None,
-        "last_seen": row.last_seen,
-        "state": state,
-        "cause": verdict.cause if fresh and verdict is not None else None,
-        "starvation_ratio": verdict.starvation_ratio if fresh and verdict is not None else None,
-        "gpu_hours_lost_today": round(node.lost_today_seconds(now) / 3600, 3),
-        "gpu_count": row.gpu_count,
-        "gpus": gpus,
-        # While the detector's window fills, a starved node still reads busy: say so.
-        "forming": forming_words(seen, window_seconds) if fresh and row.gpu_count else "",
-        # While waiting: the node(s) of its multi-node job it waits on.
-        "waiting_on": list(verdict.waiting_on) if fresh and verdict is not None else [],
-        "waiting_job": (verdict.waiting_job or None) if fresh and verdict is not None else None,
-    }
-
-
 def _ago(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-_HIGHWAYS: Final = ("network", "storage", "cpu")
 
 
 def _jobs_of_nodes(verdicts: tuple[JobVerdict, ...]) -> dict[str, list[str]]:
@@ -344,25 +217,6 @@ def _jobs_of_nodes(verdicts: tuple[JobVerdict, ...]) -> dict[str, list[str]]:
         for node_id in v.nodes:
             out.setdefault(node_id, []).append(v.job)
     return out
-
-
-def _job_row(verdict: JobVerdict, fresh: set[str]) -> dict[str, Any]:
-    """The verdict's plain form, ``down`` as its state when no node of the job reports now."""
-    plain = verdict.to_plain()
-    plain["state"] = job_shown_state(verdict.state, verdict.nodes, fresh)
-    plain["down"] = plain["state"] == DOWN
-    return plain
-
-
-def _job_gpus(node: NodeState, job: str) -> set[int] | None:
-    """The GPUs the job uses on the node, as its latest report says; None when it does not say."""
-    if node.latest is None:
-        return None
-    report = pb.NodeReport.FromString(node.latest)
-    for sample in report.jobs:
-        if sample.job == job and sample.gpus:
-            return set(sample.gpus)
-    return None
 
 
 def _add_computing_sources(node: NodeState, gpus: list[dict[str, Any]]) -> None:
@@ -380,10 +234,6 @@ def _add_computing_sources(node: NodeState, gpus: list[dict[str, Any]]) -> None:
             row.setdefault("computing_source_reason", said[1])
 
 
-def _mean(values: list[float]) -> float | None:
-    return round(sum(values) / len(values), 4) if values else None
-
-
 def _minute_point(row: MinuteRow) -> dict[str, Any]:
     """A history minute in the timeline's terms (those of ``node_timeline.TimelinePoint``)."""
     v = row.values
@@ -397,13 +247,6 @@ def _minute_point(row: MinuteRow) -> dict[str, Any]:
         "disk_read_bytes_per_second": v.get("disk_read_bytes_per_second"),
         "cpu_busy_ratio": v.get("cpu_busy_ratio"),
     }
-
-
-def counts(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
 
 
 def _json(body: dict[str, Any]) -> Reply:

@@ -22,10 +22,8 @@ MAX_LONG_FUNCTIONS = 3
 # Over 400 lines on main when this test came (2026-12-07), and held at that size here: each one
 # is to be split, and then leaves this table. No other module may pass 400.
 OVER_TODAY = {
-    "agent/sources/gpu.py": 449,
     "collector/history/node_history.py": 423,
     "collector/query/service.py": 413,
-    "collector/views/fleet_page.py": 412,
 }
 
 
