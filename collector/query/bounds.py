@@ -3,13 +3,16 @@ a store read may run, how many rows one read may hold, and which caller a call i
 
 A caller over its share, or a collector at its cap, is answered ``RESOURCE_EXHAUSTED`` at once:
 a query that waited instead would hold its client and its memory for nothing, and a flood of
-them would pile up behind the readers.
+them would pile up behind the readers. A streamed answer is written within its own time bound
+(``BoundedStream``), on a collector and on a front alike.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +28,7 @@ DEFAULT_MAX_QUERIES_PER_CALLER = 2
 MAX_QUERIES_IN_FLIGHT = 8
 # The most a query may spend reading the store (for a stream: each page).
 QUERY_SECONDS = 10.0
-# The most a StreamHistory may take from its first page to its last, the client's reading included.
+# The most a streamed answer may take from its first page to its last, the client's reading included.
 STREAM_SECONDS = 300.0
 # Rows one read may gather before it answers (Jobs: groups of (job, cause, node)).
 MAX_QUERY_ROWS = 100_000
@@ -93,6 +96,34 @@ async def query_slot(
         yield
     finally:
         in_flight.give_back(caller)
+
+
+class BoundedStream:
+    """A streamed answer's pages written to the caller, the whole stream within ``seconds`` of its
+    start, the caller's reading included.
+
+    A reader that stops reading would hold the answer's memory, its query slot and, on a front,
+    every worker's stream, for ever. Past the bound the call ends with ``RESOURCE_EXHAUSTED``, as
+    the store's own read bound does: in gRPC's status codes that is the code of a server resource
+    used up, and the one gRPC itself gives when flow control's limits are reached (a reader too
+    slow leaves its window full). Not ``DEADLINE_EXCEEDED``: that says the caller's own deadline
+    passed (gRPC generates it then, on either side), which a caller without one could not act on.
+    """
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any], seconds: float) -> None:
+        self.context = context
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    async def write(self, page: Any) -> None:
+        """Send ``page``; abort the call when the stream's time is up before the caller takes it."""
+        try:
+            await asyncio.wait_for(self.context.write(page), max(0.0, self.deadline - time.monotonic()))
+        except TimeoutError:
+            await self.context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the answer's stream ran past its {self.seconds:g} s bound: read it faster, or ask for less",
+            )
 
 
 def caller_of(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> str:

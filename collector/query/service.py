@@ -20,7 +20,6 @@ collector's own: the query commands merge several collectors themselves."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -38,7 +37,7 @@ from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.payoff.targets import PayoffConfig
 from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
+from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.query.worker_port import refuse_unless_front
@@ -215,18 +214,10 @@ class QueryService(pb_grpc.QueryServicer):
         await _check_step(request, context)
         async with query_slot(self.in_flight, self.policy, context):
             pages = HistoryPages(request)
-            deadline = time.monotonic() + self.bounds.stream_seconds
+            stream = BoundedStream(context, self.bounds.stream_seconds)
             size = page_bytes(self._answer_bytes(context))  # under a lower --max-message-bytes too
             while (page := await self._read(context, pages.next_page, PAGE_ROWS, size)) is not None:
-                try:
-                    # A client that stops reading would hold its slot for ever.
-                    await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
-                except TimeoutError:
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"the history stream ran past its {self.bounds.stream_seconds:g} s bound: ask for less "
-                        "(a shorter range, a larger step, one GPU)",
-                    )
+                await stream.write(page)
 
     async def Jobs(
         self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[pb.JobsRequest, pb.JobsResponse]
@@ -289,16 +280,9 @@ class QueryService(pb_grpc.QueryServicer):
         self, context: grpc.aio.ServicerContext[Any, Any], method: str, items: Sequence[Message]
     ) -> None:
         """``items`` in pages under the message limit, each write within the stream's time bound."""
-        deadline = time.monotonic() + self.bounds.stream_seconds
+        stream = BoundedStream(context, self.bounds.stream_seconds)
         for page in pages_of(KINDS[method], items, page_bytes(self._answer_bytes(context))):
-            try:
-                # A client that stops reading would hold the answer in memory for ever.
-                await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                await context.abort(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"the answer's stream ran past its {self.bounds.stream_seconds:g} s bound: the reader stopped",
-                )
+            await stream.write(page)
 
     async def _read(
         self, context: grpc.aio.ServicerContext[Any, Any], func: Callable[Concatenate[ReadContext, P], T],

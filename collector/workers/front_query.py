@@ -12,9 +12,7 @@ the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from typing import Any
 
 import grpc
@@ -25,7 +23,7 @@ from nodeagent.collector.fleet.fanout import Answer, ShardClients
 from nodeagent.collector.fleet.merge import merge
 from nodeagent.collector.fleet.page_merge import merge_page
 from nodeagent.collector.fleet.stream_merge import merged_pages
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
+from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, query_slot
 from nodeagent.collector.query.service import authorize_operator
 from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.core.transport.security import AccessPolicy
@@ -114,17 +112,11 @@ class FrontQueries(pb_grpc.QueryServicer):
         async with contextlib.AsyncExitStack() as slot:
             if store:
                 await slot.enter_async_context(query_slot(self.in_flight, self.policy, context))
-            deadline = time.monotonic() + self.bounds.stream_seconds
+            stream = BoundedStream(context, self.bounds.stream_seconds)
             pages = merged_pages(self.clients, KINDS[method], request, self._timeout(context), self.page_bytes)
             try:
                 async for page in pages:
-                    try:
-                        await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
-                    except TimeoutError:
-                        await context.abort(
-                            grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"the answer's stream ran past its {self.bounds.stream_seconds:g} s bound",
-                        )
+                    await stream.write(page)
             finally:
                 await pages.aclose()
 
