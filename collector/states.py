@@ -1,5 +1,5 @@
 """The state words of nodes and jobs, their orders and a job's sentence, in one module: ``nodes``,
-the fleet page, ``ListJobs`` and ``jobs``, ``/metrics``, remote write, the history and replay all
+the fleet page, ``StreamJobs`` and ``jobs``, ``/metrics``, remote write, the history and replay all
 say a state as this module does.
 
 A node's one state word. The detector's verdict says what the node's GPUs do while its reports come; two facts it cannot

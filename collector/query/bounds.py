@@ -22,7 +22,7 @@ import grpc
 from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, presented_token
 
-# Queries (History, StreamHistory, Jobs, ListAlerts) one caller may have running at once.
+# Queries (StreamHistory, StreamJobTotals, StreamAlerts, Ledger) one caller may have running at once.
 DEFAULT_MAX_QUERIES_PER_CALLER = 2
 # ... and every caller together.
 MAX_QUERIES_IN_FLIGHT = 8
