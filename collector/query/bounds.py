@@ -1,5 +1,7 @@
 """What queries may take of a collector: how many run at once (per caller and in all), how long
-a store read may run, how many rows one read may hold, and which caller a call is.
+a store read may run, how many rows one read may hold, which caller a call is, and whether it
+holds an operator's credential (``authorize_operator``: the Query service's, a front's and the
+JobRelay service's gate).
 
 A caller over its share, or a collector at its cap, is answered ``RESOURCE_EXHAUSTED`` at once:
 a query that waited instead would hold its client and its memory for nothing, and a flood of
@@ -20,7 +22,7 @@ from typing import Any
 import grpc
 
 from nodeagent.core.transport.refused import QueryRefusedError
-from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, presented_token
+from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, peer_source, presented_token
 
 # Queries (StreamHistory, StreamJobTotals, StreamAlerts, Ledger) one caller may have running at once.
 DEFAULT_MAX_QUERIES_PER_CALLER = 2
@@ -138,3 +140,19 @@ def caller_of(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any])
     if token:
         return f"{source} (token {hashlib.sha256(token.encode()).hexdigest()[:8]})"
     return source
+
+
+_STATUS = {Access.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED, Access.DENIED: grpc.StatusCode.PERMISSION_DENIED}
+
+
+async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """Abort the call unless the caller holds an operator credential.
+
+    A call on a unix socket is the front's (``serve --workers N``): only a worker listens on
+    one, in its front's private (0700) runtime directory; the front checked its caller."""
+    if context.peer().startswith("unix:"):
+        return
+    names = certificate_names(context.auth_context()) if policy.enabled else frozenset()
+    decision = policy.query(presented_token(context.invocation_metadata()), names)
+    if decision.access is not Access.ALLOWED:
+        await context.abort(_STATUS[decision.access], decision.detail)

@@ -39,7 +39,7 @@ from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.payoff.targets import PayoffConfig
 from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
-from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, query_slot
+from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, authorize_operator, query_slot
 from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.query.worker_port import refuse_unless_front
@@ -50,7 +50,7 @@ from nodeagent.collector.tenants import Tenants
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.refused import QueryRefusedError
-from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
+from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
@@ -317,22 +317,6 @@ class QueryService(pb_grpc.QueryServicer):
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)
         await refuse_unless_front(context, self.worker_index, self.front_listen)
-
-
-_STATUS = {Access.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED, Access.DENIED: grpc.StatusCode.PERMISSION_DENIED}
-
-
-async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    """Abort the call unless the caller holds an operator credential.
-
-    A call on a unix socket is the front's (``serve --workers N``): only a worker listens on
-    one, in its front's private (0700) runtime directory; the front checked its caller."""
-    if context.peer().startswith("unix:"):
-        return
-    names = certificate_names(context.auth_context()) if policy.enabled else frozenset()
-    decision = policy.query(presented_token(context.invocation_metadata()), names)
-    if decision.access is not Access.ALLOWED:
-        await context.abort(_STATUS[decision.access], decision.detail)
 
 
 async def _check_step(request: pb.HistoryRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:

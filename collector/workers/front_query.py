@@ -23,8 +23,7 @@ from nodeagent.collector.fleet.fanout import Answer, ShardClients
 from nodeagent.collector.fleet.merge import merge_ledger
 from nodeagent.collector.fleet.page_merge import merge_page
 from nodeagent.collector.fleet.stream_merge import merged_pages
-from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, query_slot
-from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, authorize_operator, query_slot
 from nodeagent.collector.service.server import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
