@@ -1,4 +1,4 @@
-"""What one view across collectors costs: the fleet page's ``/api/fleet`` and ``ListNodes``
+"""What one view across collectors costs: the fleet page's ``/api/fleet`` and ``StreamNodes``
 merged over K collectors, beside one collector's own, and with a peer that never answers.
 
 Starts K real collector servers in this process (gRPC and HTTP on loopback), each holding
@@ -7,8 +7,8 @@ starved, a healthy, an idle and a storage-bound node, round-robin; no history st
 one with ``[fleet] collectors`` listing them all. Then, best of ``--repeat``:
 
 - ``GET /api/fleet`` of one collector alone (its N/K nodes), and of the first, merged (N nodes);
-- ``ListNodes`` of one collector, and of all K at once merged (``ask_all_sync`` + ``merge``, as
-  ``nodeagent-collector nodes --collector ... --collector ...`` does);
+- ``StreamNodes`` of one collector, and of all K at once merged page by page (``merged_pages``,
+  as ``nodeagent-collector nodes --collector ... --collector ...`` does);
 - the merged ``/api/fleet`` again with one more peer in ``[fleet]`` that accepts connections and
   never answers: bounded by ``[fleet] timeout_seconds``.
 
@@ -28,9 +28,10 @@ from pathlib import Path
 from fleet_page import SCENARIOS, _detector  # type: ignore[import-not-found]  # bench/ sibling
 
 from nodeagent.collector.config import CollectorConfig
+from nodeagent.collector.fleet.answer_pages import KINDS, PAGE_BYTES
 from nodeagent.collector.fleet.config import FleetConfig
-from nodeagent.collector.fleet.fanout import Shard, ask_all_sync
-from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.fanout import Shard, ShardClients
+from nodeagent.collector.fleet.stream_merge import merged_pages
 from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.service.server import CollectorServer
@@ -83,7 +84,7 @@ async def _bench(tmp: Path, count: int, k: int, repeat: int, timeout: float) -> 
             (f"{k} merged, {count} nodes", addresses),
         ):
             seconds = await asyncio.to_thread(_best_list, [Shard(a, a) for a in shards], repeat)
-            print(f"ListNodes       {label:<32} {'':>8}      {seconds * 1000:7.1f} ms (best of {repeat})")
+            print(f"StreamNodes     {label:<32} {'':>8}      {seconds * 1000:7.1f} ms (best of {repeat})")
     finally:
         for server in servers:
             await server.stop(0.0)
@@ -117,12 +118,20 @@ def _best_list(shards: list[Shard], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         started = time.perf_counter()
-        answers = ask_all_sync(shards, "ListNodes", pb.ListNodesRequest(), 30.0)
-        merged = merge("ListNodes", answers)
-        assert isinstance(merged, pb.ListNodesResponse)
-        assert all(a.answered for a in answers)
+        asyncio.run(_merged_nodes(shards))
         best = min(best, time.perf_counter() - started)
     return best
+
+
+async def _merged_nodes(shards: list[Shard]) -> int:
+    clients = ShardClients(shards)
+    try:
+        kind = KINDS["StreamNodes"]
+        pages = [page async for page in merged_pages(clients, kind, pb.ListNodesRequest(), 30.0, PAGE_BYTES)]
+    finally:
+        await clients.close()
+    assert all(shard.answered for shard in pages[-1].shards)
+    return sum(len(page.nodes) for page in pages)
 
 
 def _free_port() -> int:

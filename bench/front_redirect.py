@@ -9,8 +9,8 @@ reconnects):
 - through the front: hello to the front, its UNAVAILABLE with the owner's port in the trailer,
   then the same as direct on that port.
 
-Then, with those nodes stored, ``--queries`` ListNodes calls to the front (each asked of every
-worker over its unix socket and merged) and as many to worker 0 directly on that unix socket, as
+Then, with those nodes stored, ``--queries`` StreamNodes calls to the front (each asked of every
+worker over its unix socket and merged page by page) and as many to worker 0 directly on that unix socket, as
 the front asks it (its own nodes only; its agent port refuses queries),
 and the same for the fleet page's ``/api/fleet``; CPU of the front and the workers from
 ``/proc`` (psutil) around each run. Prints one line per figure.
@@ -90,16 +90,16 @@ def _measure(args: argparse.Namespace, proc: subprocess.Popen[str], front: str, 
     for target, label in ((front, "front (fan-out, merge)"), (socket_0, "worker 0 directly")):
         with grpc.insecure_channel(target) as channel:
             stub = pb_grpc.QueryStub(channel)
-            stub.ListNodes(pb.ListNodesRequest(), timeout=10)
+            _nodes(stub)
             before_front, before_workers = cpu([front_proc]), cpu(worker_procs)
             started = time.perf_counter()
             for _ in range(args.queries):
-                answer = stub.ListNodes(pb.ListNodesRequest(), timeout=10)
+                nodes = _nodes(stub)
             wall = (time.perf_counter() - started) / args.queries
             front_ms = 1000 * (cpu([front_proc]) - before_front) / args.queries
             workers_ms = 1000 * (cpu(worker_procs) - before_workers) / args.queries
         print(
-            f"ListNodes via {label}: {len(answer.nodes)} nodes, {1000 * wall:.2f} ms wall, "
+            f"StreamNodes via {label}: {nodes} nodes, {1000 * wall:.2f} ms wall, "
             f"front CPU {front_ms:.2f} ms, workers' CPU {workers_ms:.2f} ms per query"
         )
     before_front, before_workers = cpu([front_proc]), cpu(worker_procs)
@@ -113,6 +113,11 @@ def _measure(args: argparse.Namespace, proc: subprocess.Popen[str], front: str, 
         f"{1000 * (cpu([front_proc]) - before_front) / args.queries:.2f} ms, workers' CPU "
         f"{1000 * (cpu(worker_procs) - before_workers) / args.queries:.2f} ms per page"
     )
+
+
+def _nodes(stub: pb_grpc.QueryStub) -> int:
+    """One StreamNodes, read whole: how many nodes it listed."""
+    return sum(len(page.nodes) for page in stub.StreamNodes(pb.ListNodesRequest(), timeout=10))
 
 
 def _redirect(front: str, node: str) -> int | None:

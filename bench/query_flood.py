@@ -5,8 +5,8 @@ Seeds days of history for a few simulated 8-GPU nodes straight through the store
 on it, and streams one steady agent at 1 report/s (a simulated 8-GPU report with its own epoch
 and seq) whose every report is timed from its write to the ack that covers it. First a window
 with no flood, then one with ``--clients`` concurrent callers asking, one call after another,
-for ``jobs --since 14d`` and ``history NODE --since 14d`` (StreamHistory where the collector has
-it, else History, as the ``history`` command of that version asks), each call bounded in time,
+for ``jobs --since 14d`` and ``history NODE --since 14d`` (StreamJobTotals and StreamHistory, as
+those commands ask), each call bounded in time,
 the flood bounded in calls. Prints, per window: the agent's ack latency (p50, p99, max) and the
 collector's peak resident memory; and what the flood got (answers, rows, refusals by status).
 Reports sent in the flood window that are acknowledged late are waited for (up to
@@ -146,12 +146,11 @@ async def _run(
     if not drained:
         print(f"  (reports of the flood window still unacknowledged {args.drain_seconds:g} s after it: "
               "counted as waiting until then)")  # fmt: skip
-    history_method = flood.pop("history_method")
     rows = flood.pop("history_rows")
     seconds = flood.pop("seconds")
     print(f"flood ({seconds:.1f} s), answers by method and status: "
           + ", ".join(f"{k} {v}" for k, v in sorted(flood.items()) if not k.startswith("http"))
-          + f"; history rows received {rows:,} ({history_method})")  # fmt: skip
+          + f"; history rows received {rows:,}")  # fmt: skip
     for name in targets if args.slow_http_clients else ():
         asked, ok = flood.get(f"http_asked {name}", 0), flood.get(f"http_200 {name}", 0)
         print(f"{name} /metrics during the flood with {args.slow_http_clients} slow clients held (from "
@@ -298,18 +297,17 @@ async def _flood_calls(args: dict[str, Any], address: str, node: str, counts: Co
     rows = {"n": 0}
     async with grpc.aio.insecure_channel(address, options=options) as channel:
         query = pb_grpc.QueryStub(channel)
-        method = await _history_method(query, node)
         request = pb.HistoryRequest(node_id=node, last_seconds=14 * DAY)
 
         async def history() -> None:
-            if method == "StreamHistory":
-                async for page in query.StreamHistory(request, timeout=CALL_TIMEOUT_SECONDS):
-                    rows["n"] += len(page.rows)
-            else:
-                rows["n"] += len((await query.History(request, timeout=CALL_TIMEOUT_SECONDS)).rows)
+            async for page in query.StreamHistory(request, timeout=CALL_TIMEOUT_SECONDS):
+                rows["n"] += len(page.rows)
 
         async def jobs() -> None:
-            await query.Jobs(pb.JobsRequest(last_seconds=14 * DAY), timeout=CALL_TIMEOUT_SECONDS)
+            async for _page in query.StreamJobTotals(
+                pb.JobsRequest(last_seconds=14 * DAY), timeout=CALL_TIMEOUT_SECONDS
+            ):
+                pass
 
         async def client(index: int) -> None:
             call, name = (jobs, "jobs") if index % 2 else (history, "history")
@@ -328,18 +326,7 @@ async def _flood_calls(args: dict[str, Any], address: str, node: str, counts: Co
                     calls["left"] -= 1
 
         await asyncio.gather(*(client(i) for i in range(args["clients"])))
-    return {"history_method": method, "history_rows": rows["n"], **{k: v for k, v in counts.items() if " " in k}}
-
-
-async def _history_method(query: pb_grpc.QueryStub, node: str) -> str:
-    """StreamHistory where the collector has it, else History (a collector before it)."""
-    try:
-        async for _page in query.StreamHistory(pb.HistoryRequest(node_id=node, last_seconds=60), timeout=30):
-            pass
-    except grpc.aio.AioRpcError as err:
-        if err.code() == grpc.StatusCode.UNIMPLEMENTED:
-            return "History"
-    return "StreamHistory"
+    return {"history_rows": rows["n"], **{k: v for k, v in counts.items() if " " in k}}
 
 
 def _slow_client(host: str, port: int, source: str, name: str, stop: threading.Event, counts: Counter[str]) -> None:

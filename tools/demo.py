@@ -39,7 +39,7 @@ from typing import Any
 
 import click
 
-from nodeagent.collector.cli.client import fetch
+from nodeagent.collector.cli.client import fetch_whole
 from nodeagent.collector.cli.jobs import job_rows, render_jobs, verdict_of
 from nodeagent.collector.views.fleet_table import alert_rows, node_rows, render_fleet
 from nodeagent.core.quantities.units import format_bits
@@ -131,9 +131,9 @@ def run_demo(plan: DemoPlan) -> None:
         )
         _wait_with_progress(plan.seconds)
         rows = _caught_up_rows(address, [node for node, _scenario in (*SIMULATED, *JOB_NODES)])
-        firing = alert_rows(fetch(address, ClientSecurity(), "ListAlerts"))
-        live = [verdict_of(v) for v in fetch(address, ClientSecurity(), "ListJobs").jobs]
-        jobs = job_rows(live, fetch(address, ClientSecurity(), "Jobs", last_seconds=DAY_SECONDS))
+        firing = alert_rows(fetch_whole(address, ClientSecurity(), "StreamAlerts"))
+        live = [verdict_of(v) for v in fetch_whole(address, ClientSecurity(), "StreamJobs").jobs]
+        jobs = job_rows(live, fetch_whole(address, ClientSecurity(), "StreamJobTotals", last_seconds=DAY_SECONDS))
         click.echo(_report(rows, firing, jobs, plan))
         click.echo(
             f"\nThe fleet page: {page}  (the starved node: {page}node/{SIMULATED[0][0]}; the job: "
@@ -280,7 +280,7 @@ def _caught_up_rows(address: str, simulated: list[str]) -> list[dict[str, Any]]:
     within a second or so. Bounded: a slow machine prints what it has."""
     end = time.monotonic() + CATCH_UP_WAIT_SECONDS
     while True:
-        rows = node_rows(fetch(address, ClientSecurity(), "ListNodes"))
+        rows = node_rows(fetch_whole(address, ClientSecurity(), "StreamNodes"))
         skews = [row.get("clock_skew_seconds") for row in rows if row["node_id"] in simulated]
         caught_up = len(skews) == len(simulated) and all(s is not None and s >= -CAUGHT_UP_SECONDS for s in skews)
         if caught_up or time.monotonic() >= end:

@@ -57,7 +57,7 @@ class Alert:
 
     @property
     def order(self) -> tuple[bool, float, str, str, str]:
-        """Where it is listed (the page, ListAlerts merged, the ``alerts`` command): firing first,
+        """Where it is listed (the page, StreamAlerts merged, the ``alerts`` command): firing first,
         then the newest; ties by name, node and key."""
         return (self.ends_at is not None, -self.starts_at, self.name, self.node_id, self.key)
 
@@ -117,5 +117,5 @@ def record_alert(record: pb.AlertRecord) -> Alert:
 
 
 def alert_order(record: pb.AlertRecord) -> tuple[bool, float, str, str, str]:
-    """ListAlerts' order (merged, and the ``alerts`` command's): its alert's."""
+    """StreamAlerts' order (merged, and the ``alerts`` command's): its alert's."""
     return record_alert(record).order

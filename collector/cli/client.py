@@ -1,9 +1,10 @@
 """The query commands' side of the wire: flags to reach a collector, and one call.
 
 Several collectors (``--collector`` repeated, or ``[fleet] collectors`` of ``--config`` when no
-``--collector`` is given): every one is asked at once (``collector/fleet/fanout.py``), the
-answers merged (``collector/fleet/merge.py``), a collector that did not answer said in one line
-on stderr; the command fails only when none answered. One collector: one call, as ever."""
+``--collector`` is given): every one is asked at once (``collector/fleet/fanout.py``), their
+streams merged page by page (``collector/fleet/stream_merge.py``; the ledger's rows by
+``collector/fleet/merge.py``), a collector that did not answer said in one line on stderr; the
+command fails only when none answered. One collector: one call, as ever."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from nodeagent.collector.config import CollectorConfigError, load_collector_conf
 from nodeagent.collector.fleet.answer_pages import KINDS, PAGE_BYTES
 from nodeagent.collector.fleet.config import FleetConfig
 from nodeagent.collector.fleet.fanout import Answer, Shard, ShardClients, ask_all_sync, ask_stream_sync
-from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.merge import merge_ledger
 from nodeagent.collector.fleet.stream_merge import merged_pages
 from nodeagent.collector.query import worker_port
 from nodeagent.core.program.command_line import RuntimeFailure
@@ -34,20 +35,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_COLLECTOR = "127.0.0.1:50051"
 
 _REQUESTS: dict[str, Any] = {
-    "ListNodes": pb.ListNodesRequest,
-    "ListAlerts": pb.ListAlertsRequest,
     "LatestReport": pb.LatestReportRequest,
-    "History": pb.HistoryRequest,
     "StreamHistory": pb.HistoryRequest,
-    "Jobs": pb.JobsRequest,
     "Ledger": pb.LedgerRequest,
-    "ListJobs": pb.ListJobsRequest,
     "ForgetNode": pb.ForgetNodeRequest,
     "StreamNodes": pb.ListNodesRequest,
     "StreamAlerts": pb.ListAlertsRequest,
     "StreamJobs": pb.ListJobsRequest,
     "StreamJobTotals": pb.JobsRequest,
 }
+# How several collectors' answers to a unary method are made one.
+_MERGES: dict[str, Callable[[list[Answer]], Any]] = {"Ledger": merge_ledger}
 
 
 def client_options(func: F) -> F:
@@ -87,10 +85,10 @@ def client_options(func: F) -> F:
 
 
 def query(options: dict[str, Any], method: str, **fields: Any) -> Any:
-    """Call one Query method; a one-line ``ClickException`` when the collector cannot answer.
-    Several collectors: the merged answer (its ``fleet`` say who answered)."""
+    """Call one unary Query method; a one-line ``ClickException`` when the collector cannot answer.
+    Several collectors: the merged answer (``Ledger``; its ``shards`` say who answered)."""
     if len(collectors(options)) > 1:
-        return merge(method, ask_each(options, method, **fields))
+        return _MERGES[method](ask_each(options, method, **fields))
     target, security = _reach(options)
     response = fetch(target, security, method, timeout=float(options["timeout"]), **fields)
     _say_missing_workers(target, response)
@@ -111,14 +109,14 @@ def _say_missing_workers(target: str, response: Any) -> None:
 
 def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:
     """A streaming Query method (``StreamNodes``, ``StreamAlerts``, ``StreamJobs``,
-    ``StreamJobTotals``) read page by page into one answer of its unary twin's type, however
-    large: no answer is bounded by one message. A collector without it (older) is asked the
-    unary twin. Several collectors: their streams merged page by page (``fleet/stream_merge.py``),
-    one line on stderr for each that did not answer, ``RuntimeFailure`` when none did."""
+    ``StreamJobTotals``) read page by page into one answer of its page's type, however large:
+    no answer is bounded by one message. Several collectors: their streams merged page by page
+    (``fleet/stream_merge.py``), one line on stderr for each that did not answer,
+    ``RuntimeFailure`` when none did."""
     kind = KINDS[method]
     whole: Any = kind.page()
     if not several(options):
-        query_pages(options, method, whole.MergeFrom, fallback=kind.unary, **fields)
+        query_pages(options, method, whole.MergeFrom, **fields)
         _say_missing_workers(_reach(options)[0], whole)
         return whole
     shards = _shards(options)
@@ -134,7 +132,7 @@ def query_whole(options: dict[str, Any], method: str, **fields: Any) -> Any:
             await clients.close()
 
     asyncio.run(run())
-    _reported([Answer(s.shard, None, s.error) for s in whole.shards], kind.unary)
+    _reported([Answer(s.shard, None, s.error) for s in whole.shards], method)
     return whole
 
 
@@ -160,16 +158,9 @@ def ask_each(options: dict[str, Any], method: str, *, report: bool = True, **fie
     return _reported(answers, method) if report else answers
 
 
-def ask_each_pages(options: dict[str, Any], method: str, *, fallback: str, **fields: Any) -> list[Answer]:
-    """A streaming method on every collector at once (each answer holds its pages); one that
-    lacks it (older) is asked ``fallback``."""
-    shards = _shards(options)
-    timeout = float(options["timeout"])
-    answers = ask_stream_sync(shards, method, _REQUESTS[method](**fields), timeout)
-    older = [s for s, a in zip(shards, answers, strict=True) if a.error.startswith("UNIMPLEMENTED")]
-    if older:
-        again = {a.shard: a for a in ask_all_sync(older, fallback, _REQUESTS[fallback](**fields), timeout)}
-        answers = [again.get(a.shard, a) for a in answers]
+def ask_each_pages(options: dict[str, Any], method: str, **fields: Any) -> list[Answer]:
+    """A streaming method on every collector at once (each answer holds its pages)."""
+    answers = ask_stream_sync(_shards(options), method, _REQUESTS[method](**fields), float(options["timeout"]))
     return _reported(answers, method)
 
 
@@ -203,28 +194,31 @@ def _shards(options: dict[str, Any]) -> list[Shard]:
     return [Shard(t, t, security) for t in targets]
 
 
-def query_pages(
-    options: dict[str, Any], method: str, on_page: Callable[[Any], None], *, fallback: str, **fields: Any
-) -> None:
+def query_pages(options: dict[str, Any], method: str, on_page: Callable[[Any], None], **fields: Any) -> None:
     """Call one streaming Query method, ``on_page`` for each message as it comes; ``--timeout``
-    bounds the wait for each message, not the whole stream. A collector without the method
-    (an older one) is asked the unary ``fallback`` instead. The same one-line failures as ``query``."""
+    bounds the wait for each message, not the whole stream. The same one-line failures as ``query``."""
     target, security = _reach(options)
+    read_pages(target, security, method, on_page, timeout=float(options["timeout"]), **fields)
+
+
+def read_pages(
+    target: str, security: ClientSecurity, method: str, on_page: Callable[[Any], None], *, timeout: float = 5.0,
+    **fields: Any,
+) -> None:  # fmt: skip
+    """A streaming Query method on one collector, ``on_page`` for each message; ``RuntimeFailure``
+    (one line, exit 1) when the collector cannot answer."""
     request = _REQUESTS[method](**fields)
-    pages = 0
-
-    def count(page: Any) -> None:
-        nonlocal pages
-        pages += 1
-        on_page(page)
-
-    timeout = float(options["timeout"])
     try:
-        asyncio.run(_pages(target, security, method, request, timeout, count))
+        asyncio.run(_pages(target, security, method, request, timeout, on_page))
     except grpc.aio.AioRpcError as err:
-        if err.code() != grpc.StatusCode.UNIMPLEMENTED or pages:
-            raise _failure(target, security, method, err) from err
-        on_page(fetch(target, security, fallback, timeout=timeout, **fields))
+        raise _failure(target, security, method, err) from err
+
+
+def fetch_whole(target: str, security: ClientSecurity, method: str, *, timeout: float = 5.0, **fields: Any) -> Any:
+    """A streaming Query method on one collector, its pages read into one answer."""
+    whole = KINDS[method].page()
+    read_pages(target, security, method, whole.MergeFrom, timeout=timeout, **fields)
+    return whole
 
 
 def _reach(options: dict[str, Any]) -> tuple[str, ClientSecurity]:

@@ -102,9 +102,9 @@ def history(
     # Pages as they come (a node's 14 days do not fit one message), printed as they come.
     out = RowPrinter(node, "json" if as_json else "csv" if as_csv else "table")
     if several(options):
-        out.rows_of(merged_rows(ask_each_pages(options, "StreamHistory", fallback="History", **fields)))
+        out.rows_of(merged_rows(ask_each_pages(options, "StreamHistory", **fields)))
     else:
-        query_pages(options, "StreamHistory", out.page, fallback="History", **fields)
+        query_pages(options, "StreamHistory", out.page, **fields)
     out.close()
 
 

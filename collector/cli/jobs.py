@@ -1,5 +1,5 @@
-"""``nodeagent-collector jobs``: each multi-node job's live verdict (``ListJobs``, the job
-roll-up's memory) beside the history's totals per job (``Jobs``, over ``--since``), as one table
+"""``nodeagent-collector jobs``: each multi-node job's live verdict (``StreamJobs``, the job
+roll-up's memory) beside the history's totals per job (``StreamJobTotals``, over ``--since``), as one table
 or one JSON list.
 
 A job the roll-up follows now has its state, straggler, cause and wait share: these are the
@@ -7,8 +7,7 @@ multi-node jobs of the fleet page's ``/jobs``, the same list. A job found only i
 (finished, or one that never spanned nodes, such as a single node's Slurm job) is listed too,
 marked: ``live`` false and its live fields null in JSON, under its own line in the table.
 The history's GPU-hours lost are the ledger's split of the hours held (by category), counting
-every GPU of a job, the waiting ones included (the roll-up makes a waiting GPU count as lost). A
-collector without ``ListJobs`` (an older one) gives the history alone, said on stderr.
+every GPU of a job, the waiting ones included (the roll-up makes a waiting GPU count as lost).
 
 Several collectors: each job's verdict from the one whose roll-up judged it over most nodes
 (its ``shard``), the history's totals summed over all of them.
@@ -21,7 +20,6 @@ import math
 from typing import Any, Final
 
 import click
-import grpc
 
 from nodeagent.collector.cli.client import client_options, query_whole, several
 from nodeagent.collector.cli.history import Duration
@@ -30,7 +28,6 @@ from nodeagent.collector.jobs.verdict import JobVerdict
 from nodeagent.collector.payoff.model import if_fixed_of, worth_words
 from nodeagent.collector.states.words import JOB_STATE_ORDER, SLOWED, state_rank
 from nodeagent.collector.views.fleet_table import short, shows_shards
-from nodeagent.core.program.command_line import RuntimeFailure
 from nodeagent.core.program.safe_text import escape_controls
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -66,16 +63,7 @@ def jobs(since: float, as_json: bool, **options: object) -> None:
 
 def _live(options: dict[str, Any]) -> tuple[list[JobVerdict], dict[str, str]]:
     """The live verdicts, and the shard of each job (merged answers only)."""
-    try:
-        response = query_whole(options, "StreamJobs")
-    except RuntimeFailure as err:
-        cause = err.__cause__
-        if isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.UNIMPLEMENTED:
-            click.echo(
-                "nodeagent-collector: the collector has no ListJobs (older): the history's totals only", err=True
-            )
-            return [], {}
-        raise
+    response = query_whole(options, "StreamJobs")
     return [verdict_of(message) for message in response.jobs], {m.job: m.shard for m in response.jobs if m.shard}
 
 

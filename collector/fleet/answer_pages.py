@@ -1,7 +1,7 @@
 """Query answers cut into pages of bounded bytes: what a streaming method sends, one page at a time.
 
 ``StreamNodes``, ``StreamAlerts``, ``StreamJobs``, ``StreamJobTotals`` (and the front's
-``StreamHistory``) send the items of their unary answer in pages of the unary response's type,
+``StreamHistory``) send their items in pages of their response type (``ListNodesResponse``, ...),
 each at most ``page_bytes(limit)`` bytes, so that no answer is bounded by one message. The
 ``AnswerKind`` of a method says which repeated field holds its items and the key they come in:
 a page-by-page merge of several shards (``stream_merge.py``) needs every shard's items in the
@@ -33,10 +33,9 @@ def page_bytes(message_limit: int) -> int:
 
 @dataclass(frozen=True)
 class AnswerKind:
-    """One streaming method: its unary twin, its page type, the field of its items and their key."""
+    """One streaming method: its page type, the field of its items and their key."""
 
     method: str
-    unary: str
     page: type[Message]
     field: str
     key: Callable[[Any], Any]
@@ -50,11 +49,11 @@ def _history_key(row: pb.HistoryRow) -> tuple[int, float]:
 KINDS: dict[str, AnswerKind] = {
     kind.method: kind
     for kind in (
-        AnswerKind("StreamNodes", "ListNodes", pb.ListNodesResponse, "nodes", lambda n: n.node_id),
-        AnswerKind("StreamAlerts", "ListAlerts", pb.ListAlertsResponse, "alerts", lambda a: (a.name, a.node_id, a.key)),
-        AnswerKind("StreamJobs", "ListJobs", pb.ListJobsResponse, "jobs", lambda j: j.job),
-        AnswerKind("StreamJobTotals", "Jobs", pb.JobsResponse, "jobs", lambda j: j.job),
-        AnswerKind("StreamHistory", "History", pb.HistoryResponse, "rows", _history_key),
+        AnswerKind("StreamNodes", pb.ListNodesResponse, "nodes", lambda n: n.node_id),
+        AnswerKind("StreamAlerts", pb.ListAlertsResponse, "alerts", lambda a: (a.name, a.node_id, a.key)),
+        AnswerKind("StreamJobs", pb.ListJobsResponse, "jobs", lambda j: j.job),
+        AnswerKind("StreamJobTotals", pb.JobsResponse, "jobs", lambda j: j.job),
+        AnswerKind("StreamHistory", pb.HistoryResponse, "rows", _history_key),
     )
 }
 

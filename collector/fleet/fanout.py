@@ -80,12 +80,6 @@ class ShardClients:
         ]
         return list(await asyncio.gather(*calls))
 
-    async def ask_one(
-        self, shard: Shard, method: str, request: Message, timeout: float, *, local: bool = True
-    ) -> Answer:
-        """``method`` on one shard: its answer, or why not in one line."""
-        return await self._ask(shard, method, request, timeout, local)
-
     def open_stream(self, shard: Shard, method: str, request: Message, *, local: bool = True) -> Any:
         """A streaming method's call on one shard, to be read message by message (``call.read()``)."""
         return getattr(self._stub(shard), method)(request, metadata=shard_metadata(shard, local))

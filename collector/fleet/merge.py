@@ -1,121 +1,132 @@
-"""Several shards' answers to one Query method made into one answer, as one collector would give it.
+"""Several shards' answers made into one, as one collector would give them.
 
-The rules (CONTRACTS "Merged views"; the ranks and orders are ``fleet/winning_copy.py``'s): nodes by node id, the
-freshest ``last_seen`` wins and the shards that still hold an older copy are listed in
-``stale_shards`` (a node that moved leaves its old row behind until it is retired there); alerts by
-(name, node, key), firing over resolved, then the newest; job verdicts by job, the one judged over
-most nodes, then the newest; history's job totals by job, summed; ledger rows by key, summed;
-history rows concatenated and sorted by (minute, GPU). Every answer names the shard of each item
-(``shard``) and lists every shard asked (``fleet``), answered or not.
+The Query streams' items (CONTRACTS "Merged views"; the ranks and orders are ``winning_copy.py``'s)
+are merged one key at a time as ``stream_merge.py`` meets them (``one_key``): a node's copies by
+freshness, the freshest ``last_seen`` winning and the shards that still hold an older copy listed
+in ``stale_shards`` (a node that moved leaves its old row behind until it is retired there); an
+alert's firing over resolved, then the newest; a job's verdict the one judged over most nodes,
+then the newest; a job's totals summed; history rows all kept.
+
+Of several copies of one key the winner is picked in one place, ``pick_winners`` (and
+``pick_winner`` for one key), for these streams and for the fleet page's JSON
+(``page_merge.py``): a copy wins by its greater rank, an equal rank going to the shard first by
+name (``winning_copy.wins``), so that the winner never depends on which shard answered first.
+The copies that lose are kept beside the winner: a node's stale shards are named from them, and
+the fleet page takes them out of its counts.
+
+The ledger (a unary answer) merges its rows by key, summed. Every merged item names its shard
+(``shard``), and every answer lists every shard asked (``shards``), answered or not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from nodeagent.collector.alerts.alert import alert_order, record_alert
+from nodeagent.collector.alerts.alert import record_alert
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.fleet.winning_copy import job_verdict_order, node_rank, record_job_rank, stale_shards, wins
+from nodeagent.collector.fleet.winning_copy import node_rank, record_job_rank, stale_shards, wins
 from nodeagent.collector.views.ledger_page import LedgerUnavailableError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 M = TypeVar("M", bound=Message)
+# The copies of one key: (shard, item), one per shard that holds it.
+Copies = Sequence[tuple[str, Any]]
 
 
-def merge(method: str, answers: Sequence[Answer]) -> Message:
-    """One answer of ``method`` (ListNodes, ListAlerts, ListJobs, Jobs, Ledger, History or StreamHistory's
-    pages) from the shards' answers; ``KeyError`` for another method."""
-    return _MERGERS[method](answers)
+def one_key(method: str, copies: Copies) -> list[Message]:
+    """The copies of one key in ``method``'s stream (StreamNodes, StreamAlerts, StreamJobs,
+    StreamJobTotals, StreamHistory) made what the merged stream sends for it."""
+    return _ONE_KEY[method](copies)
 
 
 def shard_answers(answers: Sequence[Answer]) -> list[pb.ShardAnswer]:
     return [pb.ShardAnswer(shard=a.shard, answered=not a.error, error=a.error) for a in answers]
 
 
-def merge_nodes(answers: Sequence[Answer]) -> pb.ListNodesResponse:
-    best: dict[str, pb.NodeSummary] = {}
-    stale: dict[str, list[str]] = {}
-    for answer, reply in _answered(answers, pb.ListNodesResponse):
-        for node in reply.nodes:
-            held = best.get(node.node_id)
-            rank = node_rank(node.last_seen_unix_seconds)
-            if held is None or wins(rank, answer.shard, node_rank(held.last_seen_unix_seconds), held.shard):
-                if held is not None:
-                    stale.setdefault(node.node_id, []).append(held.shard)
-                copy = pb.NodeSummary()
-                copy.CopyFrom(node)
-                copy.shard = answer.shard
-                del copy.stale_shards[:]
-                best[node.node_id] = copy
-            else:
-                stale.setdefault(node.node_id, []).append(answer.shard)
-    response = pb.ListNodesResponse(shards=shard_answers(answers))
-    for node_id in sorted(best):
-        node = best[node_id]
-        node.stale_shards.extend(stale_shards(node.shard, stale.get(node_id, [])))
-        response.nodes.append(node)
-    return response
+@dataclass(slots=True)
+class Pick(Generic[T]):
+    """The winning copy of one key, its shard and rank, and the copies it beat (shard, item)."""
+
+    shard: str
+    item: T
+    rank: Any
+    losers: list[tuple[str, T]] = field(default_factory=list)
+
+    def offer(self, shard: str, item: T, rank: Any) -> None:
+        """Another copy of the key: it replaces the winner when it ranks first."""
+        if wins(rank, shard, self.rank, self.shard):
+            self.losers.append((self.shard, self.item))
+            self.shard, self.item, self.rank = shard, item, rank
+        else:
+            self.losers.append((shard, item))
 
 
-def merge_alerts(answers: Sequence[Answer]) -> pb.ListAlertsResponse:
-    best: dict[tuple[str, str, str], pb.AlertRecord] = {}
-    for answer, reply in _answered(answers, pb.ListAlertsResponse):
-        for alert in reply.alerts:
-            facts = record_alert(alert)
-            held = best.get(facts.identity)
-            if held is None or wins(facts.rank, answer.shard, record_alert(held).rank, held.shard):
-                copy = pb.AlertRecord()
-                copy.CopyFrom(alert)
-                copy.shard = answer.shard
-                best[facts.identity] = copy
-    response = pb.ListAlertsResponse(shards=shard_answers(answers))
-    # As the fleet page orders them: firing first, then the newest.
-    response.alerts.extend(sorted(best.values(), key=alert_order))
-    return response
+def pick_winners(copies: Iterable[tuple[str, T]], key: Callable[[T], K], rank: Callable[[T], Any]) -> dict[K, Pick[T]]:
+    """The winner of each key among ``copies`` (shard, item), the keys in the order first seen."""
+    picks: dict[K, Pick[T]] = {}
+    for shard, item in copies:
+        k = key(item)
+        held = picks.get(k)
+        if held is None:
+            picks[k] = Pick(shard, item, rank(item))
+        else:
+            held.offer(shard, item, rank(item))
+    return picks
 
 
-def merge_list_jobs(answers: Sequence[Answer]) -> pb.ListJobsResponse:
-    best: dict[str, pb.JobVerdict] = {}
-    for answer, reply in _answered(answers, pb.ListJobsResponse):
-        for job in reply.jobs:
-            held = best.get(job.job)
-            if held is None or wins(record_job_rank(job), answer.shard, record_job_rank(held), held.shard):
-                copy = pb.JobVerdict()
-                copy.CopyFrom(job)
-                copy.shard = answer.shard
-                best[job.job] = copy
-    response = pb.ListJobsResponse(shards=shard_answers(answers))
-    # As the service orders them: the jobs that lost most first.
-    response.jobs.extend(sorted(best.values(), key=lambda v: job_verdict_order(v.gpu_seconds_lost, v.job)))
-    return response
+def pick_winner(copies: Iterable[tuple[str, T]], rank: Callable[[T], Any]) -> Pick[T]:
+    """The winner among ``copies`` of one item (at least one)."""
+    (pick,) = pick_winners(copies, lambda _item: 0, rank).values()
+    return pick
 
 
-def merge_job_totals(answers: Sequence[Answer]) -> pb.JobsResponse:
-    totals: dict[str, pb.JobTotal] = {}
-    nodes: dict[str, set[str]] = {}
-    for _answer, reply in _answered(answers, pb.JobsResponse):
-        for job in reply.jobs:
-            total = totals.get(job.job)
-            if total is None:
-                total = totals[job.job] = pb.JobTotal(
-                    job=job.job, first_unix_seconds=job.first_unix_seconds, last_unix_seconds=job.last_unix_seconds
-                )
-            total.gpu_hours += job.gpu_hours
-            total.gpu_hours_lost += job.gpu_hours_lost
-            total.gpu_hours_unmeasured += job.gpu_hours_unmeasured
-            for cause, hours in job.gpu_hours_lost_by_cause.items():
-                total.gpu_hours_lost_by_cause[cause] = total.gpu_hours_lost_by_cause.get(cause, 0.0) + hours
-            total.first_unix_seconds = min(total.first_unix_seconds, job.first_unix_seconds)
-            total.last_unix_seconds = max(total.last_unix_seconds, job.last_unix_seconds)
-            nodes.setdefault(job.job, set()).update(job.nodes)
-    response = pb.JobsResponse(shards=shard_answers(answers))
-    for name in sorted(totals, key=lambda n: (-totals[n].gpu_hours_lost, n)):
-        totals[name].nodes.extend(sorted(nodes[name]))
-        response.jobs.append(totals[name])
-    return response
+def one_node(copies: Sequence[tuple[str, pb.NodeSummary]]) -> list[pb.NodeSummary]:
+    won = pick_winner(copies, lambda n: node_rank(n.last_seen_unix_seconds))
+    node = _tagged(won.item, won.shard)
+    del node.stale_shards[:]
+    node.stale_shards.extend(stale_shards(won.shard, [shard for shard, _node in won.losers]))
+    return [node]
+
+
+def one_alert(copies: Sequence[tuple[str, pb.AlertRecord]]) -> list[pb.AlertRecord]:
+    won = pick_winner(copies, lambda a: record_alert(a).rank)
+    return [_tagged(won.item, won.shard)]
+
+
+def one_job(copies: Sequence[tuple[str, pb.JobVerdict]]) -> list[pb.JobVerdict]:
+    won = pick_winner(copies, record_job_rank)
+    return [_tagged(won.item, won.shard)]
+
+
+def one_job_total(copies: Sequence[tuple[str, pb.JobTotal]]) -> list[pb.JobTotal]:
+    """A job's totals summed over the shards that hold minutes of it; its nodes joined."""
+    first = copies[0][1]
+    total = pb.JobTotal(
+        job=first.job, first_unix_seconds=first.first_unix_seconds, last_unix_seconds=first.last_unix_seconds
+    )
+    nodes: set[str] = set()
+    for _shard, job in copies:
+        total.gpu_hours += job.gpu_hours
+        total.gpu_hours_lost += job.gpu_hours_lost
+        total.gpu_hours_unmeasured += job.gpu_hours_unmeasured
+        for cause, hours in job.gpu_hours_lost_by_cause.items():
+            total.gpu_hours_lost_by_cause[cause] = total.gpu_hours_lost_by_cause.get(cause, 0.0) + hours
+        total.first_unix_seconds = min(total.first_unix_seconds, job.first_unix_seconds)
+        total.last_unix_seconds = max(total.last_unix_seconds, job.last_unix_seconds)
+        nodes.update(job.nodes)
+    total.nodes.extend(sorted(nodes))
+    return [total]
+
+
+def every_row(copies: Sequence[tuple[str, pb.HistoryRow]]) -> list[pb.HistoryRow]:
+    """History rows: a node's minute on two shards (it moved between them) is kept from each."""
+    return [row for _shard, row in copies]
 
 
 def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
@@ -127,7 +138,7 @@ def merge_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
     waited: dict[str, dict[str, float]] = {}
     nodes: dict[str, set[str]] = {}
     jobs: dict[str, set[str]] = {}
-    for _answer, reply in _answered(answers, pb.LedgerResponse):
+    for reply in _answered(answers):
         for row in reply.rows:
             total = rows.get(row.key)
             if total is None:
@@ -178,38 +189,22 @@ def merged_ledger(answers: Sequence[Answer]) -> pb.LedgerResponse:
     return merge_ledger(answers)
 
 
-def merge_history(answers: Sequence[Answer]) -> pb.HistoryResponse:
-    """A node's rows from every shard that holds some (one it moved from holds the minutes before
-    the move), sorted by (minute, GPU); a streamed answer's pages are taken whole."""
-    rows: list[pb.HistoryRow] = []
-    for answer in answers:
-        if answer.error:
-            continue
-        for page in _pages(answer):
-            if isinstance(page, pb.HistoryResponse):
-                rows.extend(page.rows)
-    response = pb.HistoryResponse(shards=shard_answers(answers))
-    response.rows.extend(sorted(rows, key=lambda r: (r.time_unix_seconds, r.gpu)))
-    return response
+def _tagged(item: M, shard: str) -> M:
+    """A copy of ``item`` that names its shard (the shard's own message is left as it is)."""
+    copy: Any = type(item)()
+    copy.CopyFrom(item)
+    copy.shard = shard
+    return copy  # type: ignore[no-any-return]
 
 
-def _pages(answer: Answer) -> list[Message]:
-    pages = getattr(answer, "pages", None)
-    if pages:
-        return list(pages)
-    return [answer.reply] if answer.reply is not None else []
+def _answered(answers: Sequence[Answer]) -> list[pb.LedgerResponse]:
+    return [a.reply for a in answers if not a.error and isinstance(a.reply, pb.LedgerResponse)]
 
 
-def _answered(answers: Sequence[Answer], kind: type[M]) -> list[tuple[Answer, M]]:
-    return [(a, a.reply) for a in answers if not a.error and isinstance(a.reply, kind)]
-
-
-_MERGERS: dict[str, Callable[[Sequence[Answer]], Message]] = {
-    "ListNodes": merge_nodes,
-    "ListAlerts": merge_alerts,
-    "ListJobs": merge_list_jobs,
-    "Jobs": merge_job_totals,
-    "Ledger": merge_ledger,
-    "History": merge_history,
-    "StreamHistory": merge_history,
+_ONE_KEY: dict[str, Callable[[Copies], list[Any]]] = {
+    "StreamNodes": one_node,
+    "StreamAlerts": one_alert,
+    "StreamJobs": one_job,
+    "StreamJobTotals": one_job_total,
+    "StreamHistory": every_row,
 }

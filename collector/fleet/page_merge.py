@@ -1,14 +1,15 @@
 """The fleet page's answers from several shards (``Page`` RPC replies) made into one page.
 
 JSON (``/api/fleet``, ``/api/alerts``, ``/api/jobs``, ``/api/node/NAME``, ``/api/job/NAME``): the
-items concatenated and merged by the rules of ``merge.py`` (ranks and orders: ``fleet/winning_copy.py``; nodes by
-id, the freshest wins, the others named in ``stale_shards``; alerts by (name, node, key), firing first; jobs by job, the
-verdict over most nodes; a job's cards of nodes its judge does not hold from the shards that do,
-a 404 among them), each tagged with its ``shard``, re-sorted as the page sorts them, the
-counts per state re-summed, and a ``"shards"`` list saying which shard answered. A node's page is
-the answer of the shard that heard from the node last. ``/api/fleet``'s filters (``state``,
-``cause``) are applied here, after the merge: ask the shards with ``shard_query`` (the filters
-taken off), so that a stale copy on one shard never stands in for the fresh one on another.
+items concatenated and each key's winner picked (``merge.pick_winners``; ranks and orders:
+``fleet/winning_copy.py``; nodes by id, the freshest wins, the others named in ``stale_shards``; alerts
+by (name, node, key), firing first; jobs by job, the verdict over most nodes; a job's cards of
+nodes its judge does not hold from the shards that do, a 404 among them), each tagged with its
+``shard``, re-sorted as the page sorts them, the counts per state re-summed, and a ``"shards"``
+list saying which shard answered. A node's page is the answer of the shard that heard from the
+node last. ``/api/fleet``'s filters (``state``, ``cause``) are applied here, after the merge:
+ask the shards with ``shard_query`` (the filters taken off), so that a stale copy on one shard
+never stands in for the fresh one on another.
 
 ``/metrics`` (Prometheus text): each family's HELP and TYPE once, the samples of every shard
 after them, an identical series from several shards kept once (the first).
@@ -25,7 +26,8 @@ from typing import Any
 
 from nodeagent.collector.alerts.alert import plain_alert
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.fleet.winning_copy import node_rank, plain_job_rank, stale_shards, wins
+from nodeagent.collector.fleet.merge import pick_winner, pick_winners
+from nodeagent.collector.fleet.winning_copy import node_rank, plain_job_rank, stale_shards
 from nodeagent.collector.states.words import job_worst_first, worst_first
 from nodeagent.collector.views.fleet_page import JSON_TYPE, counts
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -85,34 +87,26 @@ Found = list[tuple[str, dict[str, Any]]]
 
 
 def merge_fleet(found: Found, params: dict[str, str]) -> dict[str, Any]:
-    best: dict[str, dict[str, Any]] = {}
-    stale: dict[str, list[dict[str, Any]]] = {}
     states: dict[str, int] = {}
     causes: dict[str, int] = {}
-    for shard, body in found:
+    for _shard, body in found:
         _add_counts(states, body.get("states", {}))
         _add_counts(causes, body.get("causes", {}))
-        for node in body.get("nodes", []):
-            node["shard"] = shard  # the parsed answers are this merge's own: tagged in place
-            held = best.get(node["node_id"])
-            rank = node_rank(node["last_seen"])
-            if held is None or wins(rank, shard, node_rank(held["last_seen"]), held["shard"]):
-                best[node["node_id"]] = node
-                loser = held
-            else:
-                loser = node
-            if loser is not None:
-                stale.setdefault(loser["node_id"], []).append(loser)
+    copies = [(shard, node) for shard, body in found for node in body.get("nodes", [])]
+    for shard, node in copies:
+        node["shard"] = shard  # the parsed answers are this merge's own: tagged in place
+    picks = pick_winners(copies, lambda n: n["node_id"], lambda n: node_rank(n["last_seen"]))
     # A node counted on two shards is one node: its stale copies leave the counts.
-    for copies in stale.values():
-        for copy in copies:
+    for pick in picks.values():
+        for _shard, copy in pick.losers:
             _add_counts(states, {copy["state"]: -1})
             if copy.get("cause"):
                 _add_counts(causes, {copy["cause"]: -1})
     nodes = []
     state, cause = params.get("state"), params.get("cause")
-    for node_id, node in best.items():
-        node["stale_shards"] = stale_shards(node["shard"], [c["shard"] for c in stale.get(node_id, [])])
+    for pick in picks.values():
+        node = pick.item
+        node["stale_shards"] = stale_shards(pick.shard, [shard for shard, _copy in pick.losers])
         if (not state or node["state"] == state) and (not cause or node.get("cause") == cause):
             nodes.append(node)
     nodes.sort(key=worst_first)
@@ -143,14 +137,9 @@ def merge_alert_list(found: Found, _params: dict[str, str]) -> dict[str, Any]:
 
 
 def merge_jobs(found: Found, _params: dict[str, str]) -> dict[str, Any]:
-    best: dict[str, dict[str, Any]] = {}
-    for shard, body in found:
-        for row in body.get("jobs", []):
-            job = {**row, "shard": shard}
-            held = best.get(job["job"])
-            if held is None or wins(plain_job_rank(job), shard, plain_job_rank(held), held["shard"]):
-                best[job["job"]] = job
-    jobs = sorted(best.values(), key=job_worst_first)
+    copies = [(shard, {**row, "shard": shard}) for shard, body in found for row in body.get("jobs", [])]
+    picks = pick_winners(copies, lambda j: j["job"], plain_job_rank)
+    jobs = sorted((pick.item for pick in picks.values()), key=job_worst_first)
     return {
         "time_unix_seconds": max(body.get("time_unix_seconds", 0.0) for _s, body in found),
         "states": counts(j["state"] for j in jobs),
@@ -161,7 +150,8 @@ def merge_jobs(found: Found, _params: dict[str, str]) -> dict[str, Any]:
 def merge_node(found: Found, _params: dict[str, str]) -> dict[str, Any]:
     """The shard that heard from the node last; its alerts and those of the others (a job's
     alert naming the node is held where the job is judged)."""
-    shard, body = _winner(found, lambda b: node_rank(b.get("last_seen", 0.0)))
+    won = pick_winner(found, lambda b: node_rank(b.get("last_seen", 0.0)))
+    shard, body = won.shard, won.item
     return {
         **body, "shard": shard, "stale_shards": sorted(s for s, _b in found if s != shard),
         "alerts": _merged_alerts((s, b.get("alerts", [])) for s, b in found),
@@ -173,7 +163,8 @@ def merge_job(found: Found, _params: dict[str, str], held: Found | None = None) 
     (``known: false``) filled from the shard that holds the node: another that judged the job too,
     or one that only holds it (``held``: its 404 carries the cards of its nodes that name the job;
     a connected node's card first). Whether the node holds the job back is the verdict's."""
-    shard, body = _winner(found, plain_job_rank)
+    won = pick_winner(found, plain_job_rank)
+    shard, body = won.shard, won.item
     known: dict[str, dict[str, Any]] = {}
     for other, other_body in [*found, *(held or [])]:
         for card in other_body.get("node_details", []):
@@ -265,24 +256,9 @@ def series_of(line: str) -> str:
 
 
 def _merged_alerts(lists: Any) -> list[dict[str, Any]]:
-    best: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for shard, alerts in lists:
-        for row in alerts:
-            alert = {**row, "shard": shard}
-            facts = plain_alert(alert)
-            held = best.get(facts.identity)
-            if held is None or wins(facts.rank, shard, plain_alert(held).rank, held["shard"]):
-                best[facts.identity] = alert
-    return sorted(best.values(), key=lambda a: plain_alert(a).order)
-
-
-def _winner(found: Found, rank: Callable[[dict[str, Any]], Any]) -> tuple[str, dict[str, Any]]:
-    """The one answer of several shards that ranks first (``rules.wins``)."""
-    shard, body = found[0]
-    for other, other_body in found[1:]:
-        if wins(rank(other_body), other, rank(body), shard):
-            shard, body = other, other_body
-    return shard, body
+    copies = [(shard, {**row, "shard": shard}) for shard, alerts in lists for row in alerts]
+    picks = pick_winners(copies, lambda a: plain_alert(a).identity, lambda a: plain_alert(a).rank)
+    return sorted((pick.item for pick in picks.values()), key=lambda a: plain_alert(a).order)
 
 
 def _add_counts(into: dict[str, int], more: dict[str, int]) -> None:

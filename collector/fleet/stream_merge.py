@@ -4,13 +4,11 @@ command asks.
 Each shard streams its items in the order of their key (``answer_pages.KINDS``), so the merge is
 a k-way merge: the smallest key at the head of any shard's stream goes out next, and the items of
 one key held by several shards (a node that moved, a job judged on two) are made one by the rules
-of ``merge.py`` applied to those items alone (``StreamHistory``'s rows are all kept). What is held
-at once is one page per shard and the page being filled: memory does not grow with the answer.
+of ``merge.py`` (``one_key``; ``StreamHistory``'s rows are all kept). What is held at once is one
+page per shard and the page being filled: memory does not grow with the answer.
 
-A shard that answers its stream's first read with UNIMPLEMENTED (an older collector) is asked the
-unary method instead, its items sorted here. A shard that fails, or does not send its next page
-within the timeout, is named in the last page's ``fleet`` with why, and the merge goes on with
-the others.
+A shard that fails, or does not send its next page within the timeout, is named in the last
+page's ``shards`` with why, and the merge goes on with the others.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from google.protobuf.message import Message
 
 from nodeagent.collector.fleet.answer_pages import AnswerKind, PageFiller
 from nodeagent.collector.fleet.fanout import Answer, Shard, ShardClients, one_line
-from nodeagent.collector.fleet.merge import merge, shard_answers
+from nodeagent.collector.fleet.merge import one_key, shard_answers
 
 
 class ShardStream:
@@ -44,7 +42,6 @@ class ShardStream:
         self.error = ""
         self._call: Any = None
         self._done = False
-        self._pages = 0
 
     async def fill(self) -> None:
         """Read pages until one holds an item, or the stream ended (or failed)."""
@@ -61,10 +58,7 @@ class ShardStream:
                 self._fail(f"DEADLINE_EXCEEDED: no answer within {self.timeout:g} s")
                 return
             except grpc.aio.AioRpcError as err:
-                if err.code() == grpc.StatusCode.UNIMPLEMENTED and not self._pages:
-                    await self._unary()
-                else:
-                    self._fail(one_line(err, self.timeout))
+                self._fail(one_line(err, self.timeout))
                 return
             except (OSError, ValueError) as err:  # a CA or token file that cannot be read
                 self._fail(f"{type(err).__name__}: {err}")
@@ -72,22 +66,12 @@ class ShardStream:
             if page is grpc.aio.EOF:
                 self._done = True
                 return
-            self._pages += 1
             self.pending.extend(getattr(page, self.kind.field))
 
     def cancel(self) -> None:
         if self._call is not None and not self._done:
             self._call.cancel()
         self._done = True
-
-    async def _unary(self) -> None:
-        """An older shard: the unary answer, its items in the stream's order."""
-        self._done = True
-        answer = await self.clients.ask_one(self.shard, self.kind.unary, self.request, self.timeout, local=self.local)
-        if answer.error or answer.reply is None:
-            self.error = answer.error
-            return
-        self.pending.extend(sorted(getattr(answer.reply, self.kind.field), key=self.kind.key))
 
     def _fail(self, error: str) -> None:
         self.error = error
@@ -127,8 +111,5 @@ async def merged_pages(
 
 
 def _one_of(kind: AnswerKind, items: Sequence[tuple[str, Message]]) -> list[Any]:
-    """The items of one key from several shards (or one) made what the unary merge makes of them."""
-    if kind.method == "StreamHistory":
-        return [item for _shard, item in items]
-    answers = [Answer(shard, kind.page(**{kind.field: [item]})) for shard, item in items]
-    return list(getattr(merge(kind.unary, answers), kind.field))
+    """The items of one key from several shards (or one) made one (``merge.one_key``)."""
+    return one_key(kind.method, items)

@@ -1,5 +1,5 @@
-"""Which of several shards' copies of an item wins a merged view (its rank), and in what order
-merged jobs are listed; an alert's rank and order are the alert's own (``alerts/alert.py``).
+"""Which of several shards' copies of an item wins a merged view (its rank); an
+alert's rank and order are the alert's own (``alerts/alert.py``).
 
 Two writers read it: ``merge.py`` (the Query answers, protobuf) and ``page_merge.py`` (the fleet
 page's JSON), so that one collector and a merged fleet rank and order alike. Each rule is written
@@ -28,11 +28,6 @@ def record_job_rank(job: pb.JobVerdict) -> tuple[int, float]:
 
 def plain_job_rank(job: dict[str, Any]) -> tuple[int, float]:
     return job_rank(len(job.get("nodes", [])), job.get("time_unix_seconds", 0.0))
-
-
-def job_verdict_order(gpu_seconds_lost: float, job: str) -> tuple[float, str]:
-    """ListJobs' order: the jobs that lost most first, then by name."""
-    return (-gpu_seconds_lost, job)
 
 
 def node_rank(last_seen: float) -> float:

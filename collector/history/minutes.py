@@ -43,7 +43,7 @@ KIND: Final = tuple("min" if n in _MIN else "sum" if n in _SUM else "last" if n 
 
 @dataclass(slots=True)
 class MinuteRow:
-    """One GPU's (or the node's, gpu -1) minute: what ``Query.History`` returns, one per step."""
+    """One GPU's (or the node's, gpu -1) minute: what ``Query.StreamHistory`` returns, one per step."""
 
     node_id: str
     gpu: int

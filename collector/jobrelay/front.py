@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from nodeagent.collector.fleet.fanout import Shard, open_shard_channel
-from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.query.bounds import authorize_operator
 from nodeagent.collector.tenants import raw_key
 from nodeagent.core.transport.rendezvous import owner_index
 from nodeagent.core.transport.security import AccessPolicy

@@ -14,7 +14,7 @@ import grpc
 
 from nodeagent.collector.jobrelay.messenger import JobMessenger
 from nodeagent.collector.jobs.wire import node_messages_from_pb, waits_from_pb
-from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.query.bounds import authorize_operator
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import jobrelay_pb2 as jr
 from nodeagent.v1 import jobrelay_pb2_grpc as jr_grpc

@@ -1,15 +1,20 @@
 """What queries may take of a collector: how many run at once (per caller and in all), how long
-a store read may run, how many rows one read may hold, and which caller a call is.
+a store read may run, how many rows one read may hold, which caller a call is, and whether it
+holds an operator's credential (``authorize_operator``: the Query service's, a front's and the
+JobRelay service's gate).
 
 A caller over its share, or a collector at its cap, is answered ``RESOURCE_EXHAUSTED`` at once:
 a query that waited instead would hold its client and its memory for nothing, and a flood of
-them would pile up behind the readers.
+them would pile up behind the readers. A streamed answer is written within its own time bound
+(``BoundedStream``), on a collector and on a front alike.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,15 +22,15 @@ from typing import Any
 import grpc
 
 from nodeagent.core.transport.refused import QueryRefusedError
-from nodeagent.core.transport.security import AccessPolicy, certificate_names, peer_source, presented_token
+from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, peer_source, presented_token
 
-# Queries (History, StreamHistory, Jobs, ListAlerts) one caller may have running at once.
+# Queries (StreamHistory, StreamJobTotals, StreamAlerts, Ledger) one caller may have running at once.
 DEFAULT_MAX_QUERIES_PER_CALLER = 2
 # ... and every caller together.
 MAX_QUERIES_IN_FLIGHT = 8
 # The most a query may spend reading the store (for a stream: each page).
 QUERY_SECONDS = 10.0
-# The most a StreamHistory may take from its first page to its last, the client's reading included.
+# The most a streamed answer may take from its first page to its last, the client's reading included.
 STREAM_SECONDS = 300.0
 # Rows one read may gather before it answers (Jobs: groups of (job, cause, node)).
 MAX_QUERY_ROWS = 100_000
@@ -95,6 +100,34 @@ async def query_slot(
         in_flight.give_back(caller)
 
 
+class BoundedStream:
+    """A streamed answer's pages written to the caller, the whole stream within ``seconds`` of its
+    start, the caller's reading included.
+
+    A reader that stops reading would hold the answer's memory, its query slot and, on a front,
+    every worker's stream, for ever. Past the bound the call ends with ``RESOURCE_EXHAUSTED``, as
+    the store's own read bound does: in gRPC's status codes that is the code of a server resource
+    used up, and the one gRPC itself gives when flow control's limits are reached (a reader too
+    slow leaves its window full). Not ``DEADLINE_EXCEEDED``: that says the caller's own deadline
+    passed (gRPC generates it then, on either side), which a caller without one could not act on.
+    """
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any], seconds: float) -> None:
+        self.context = context
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    async def write(self, page: Any) -> None:
+        """Send ``page``; abort the call when the stream's time is up before the caller takes it."""
+        try:
+            await asyncio.wait_for(self.context.write(page), max(0.0, self.deadline - time.monotonic()))
+        except TimeoutError:
+            await self.context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the answer's stream ran past its {self.seconds:g} s bound: read it faster, or ask for less",
+            )
+
+
 def caller_of(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> str:
     """Who is asking: the names of the client certificate when there is one; else the peer
     address (without its port), with a digest of the bearer token when one is sent, so two
@@ -107,3 +140,19 @@ def caller_of(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any])
     if token:
         return f"{source} (token {hashlib.sha256(token.encode()).hexdigest()[:8]})"
     return source
+
+
+_STATUS = {Access.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED, Access.DENIED: grpc.StatusCode.PERMISSION_DENIED}
+
+
+async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """Abort the call unless the caller holds an operator credential.
+
+    A call on a unix socket is the front's (``serve --workers N``): only a worker listens on
+    one, in its front's private (0700) runtime directory; the front checked its caller."""
+    if context.peer().startswith("unix:"):
+        return
+    names = certificate_names(context.auth_context()) if policy.enabled else frozenset()
+    decision = policy.query(presented_token(context.invocation_metadata()), names)
+    if decision.access is not Access.ALLOWED:
+        await context.abort(_STATUS[decision.access], decision.detail)

@@ -1,26 +1,20 @@
 """A node's history answered a page at a time, read from the store as the pages go out.
 
-``HistoryPages`` walks the rows a ``HistoryRequest`` asks for in the order ``History`` gives them
+``HistoryPages`` walks the rows a ``HistoryRequest`` asks for in the order ``StreamHistory`` gives them
 (by GPU, the node's -1 first, then by minute), ``READ_ROWS`` minute rows per store read, merges
 them into steps as they come (``minutes.Steps``) and cuts the answer into pages of at most
 ``PAGE_ROWS`` rows and ``PAGE_BYTES`` bytes. Each page is its own read: no transaction stays
 open while a client reads (it would hold back the WAL's checkpoints), and what is held between
 pages is one read's rows and the step being merged. A minute written between two pages may show
 its newer value.
-
-``history_answer`` is the same walk for the unary ``History``: the whole answer, or
-``RESOURCE_EXHAUSTED`` once it would not fit one message.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-import grpc
-
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, MinuteRow, Steps
 from nodeagent.collector.store.reader import ReadContext
-from nodeagent.core.transport.refused import QueryRefusedError
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 # A page of StreamHistory: this many rows, or this many bytes, whichever comes first (an 8-GPU
@@ -109,17 +103,3 @@ class HistoryPages:
             self._pending.append(last)
         self._gpus.pop(0)
         self._cursor = self._since
-
-
-def history_answer(reads: ReadContext, request: pb.HistoryRequest, max_bytes: int) -> pb.HistoryResponse:
-    """On a reader thread: the whole answer to ``History``; ``QueryRefusedError``
-    (``RESOURCE_EXHAUSTED``) when it would be larger than ``max_bytes``."""
-    pages = HistoryPages(request)
-    answer = pages.next_page(reads, max_rows=2**62, max_bytes=max_bytes) or pb.HistoryResponse()
-    if pages.next_page(reads, max_rows=1) is not None:
-        raise QueryRefusedError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"the history asked for is larger than one message ({max_bytes} bytes, --max-message-bytes): "
-            "use StreamHistory (as `nodeagent-collector history` does), a shorter range or a larger step",
-        )
-    return answer

@@ -1,4 +1,4 @@
-"""``Query.Jobs``: the history's GPU minutes totalled per job, on a reader thread.
+"""``Query.StreamJobTotals``: the history's GPU minutes totalled per job, on a reader thread.
 
 A job's GPU-hours are the seconds its GPUs were held (each minute row counts them, not the
 minute), so a 5-minute job on 8 GPUs is 0.67 GPU-hours whichever minutes it straddles, and what
@@ -9,8 +9,8 @@ count the detector's GPU-seconds lost, by the minute's cause.
 
 The store groups the minutes by (jobs, cause, node); the totals are summed here as the groups
 come, so what is held is one total per job, never the groups. A read that yields more than the
-bound's rows, or an answer larger than one message, is refused (``RESOURCE_EXHAUSTED``) with a
-line that says to ask for less.
+bound's rows is refused (``RESOURCE_EXHAUSTED``) with a line that says to ask for less; the
+answer goes out in pages, however many jobs it holds.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ DEFAULT_JOBS_SECONDS = 86400.0
 _UNMEASURED = INDEX["unmeasured"]
 
 
-def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_bytes: int) -> pb.JobsResponse:
+def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int) -> pb.JobsResponse:
     """GPU-hours held and lost per job (a GPU's time shared by n jobs counts 1/n to each), the
     hours lost by category, the nodes; the jobs that lost most first."""
     totals: dict[str, pb.JobTotal] = {}
@@ -70,9 +70,4 @@ def job_totals(reads: ReadContext, request: pb.JobsRequest, max_rows: int, max_b
     for name in sorted(totals, key=lambda n: -totals[n].gpu_hours_lost):
         totals[name].nodes.extend(sorted(nodes[name]))
         response.jobs.append(totals[name])
-    if response.ByteSize() > max_bytes:
-        raise QueryRefusedError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"{len(totals)} jobs are more than one message holds ({max_bytes} bytes): ask a shorter --since",
-        )
     return response

@@ -9,7 +9,7 @@ import grpc
 from grpc_reflection.v1alpha import _async as reflection_aio
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.query.bounds import authorize_operator
 from nodeagent.core.transport.security import AccessPolicy
 
 

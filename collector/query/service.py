@@ -1,7 +1,9 @@
 """The ``Query`` service of ``nodeagent.v1``: what the collector knows, served from memory, to operators only.
 
-``ListNodes`` and ``ListJobs`` answer from memory (each node's row and verdict; the job
+``StreamNodes`` and ``StreamJobs`` answer from memory (each node's row and verdict; the job
 roll-up's snapshot of verdicts, ``Ingest.jobs``) without touching SQLite or taking a query slot.
+Every answer that can be long is streamed in pages (``fleet/answer_pages.py``), each write within
+the stream's time bound (``bounds.BoundedStream``).
 
 Reports name processes, users and jobs: a node's credentials do not read them (see
 ``nodeagent.core.transport.security``).
@@ -20,7 +22,6 @@ collector's own: the query commands merge several collectors themselves."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -39,8 +40,8 @@ from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import BY, ledger_answer
 from nodeagent.collector.payoff.targets import PayoffConfig
 from nodeagent.collector.payoff.worth import gpu_models, job_worth, node_worth
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
-from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages, history_answer
+from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, authorize_operator, query_slot
+from nodeagent.collector.query.history_pages import PAGE_ROWS, HistoryPages
 from nodeagent.collector.query.jobs import job_totals
 from nodeagent.collector.query.worker_port import refuse_unless_front
 from nodeagent.collector.store.nodes import NodeRow
@@ -49,13 +50,13 @@ from nodeagent.collector.tenants import Tenants
 from nodeagent.collector.views.local_pages import LocalPages
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.core.transport.refused import QueryRefusedError
-from nodeagent.core.transport.security import Access, AccessPolicy, certificate_names, presented_token
+from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
 from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 P = ParamSpec("P")
-# What a unary answer may take of the message limit (the response's own framing).
+# What one message may take of the message limit (the response's own framing).
 _ANSWER_MARGIN_BYTES = 64
 # A streamed answer is cut into pages: the whole of it is bounded by rows, not bytes.
 UNBOUNDED_ANSWER_BYTES = 1 << 62
@@ -83,14 +84,8 @@ class QueryService(pb_grpc.QueryServicer):
         self.worker_index = worker_index
         self.front_listen = front_listen
 
-    async def ListNodes(
-        self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[pb.ListNodesRequest, pb.ListNodesResponse]
-    ) -> pb.ListNodesResponse:
-        await self._authorize(context)
-        return pb.ListNodesResponse(nodes=self._node_summaries())
-
     async def StreamNodes(self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        """ListNodes in pages, by node id (``fleet/answer_pages.py``)."""
+        """Every node's row, in pages by node id (``fleet/answer_pages.py``)."""
         await self._authorize(context)
         await self._send_pages(context, "StreamNodes", self._node_summaries())
 
@@ -132,37 +127,15 @@ class QueryService(pb_grpc.QueryServicer):
             summaries.append(summary)
         return summaries
 
-    async def ListJobs(
-        self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[pb.ListJobsRequest, pb.ListJobsResponse]
-    ) -> pb.ListJobsResponse:
-        """Every multi-node job's live verdict, from the roll-up's snapshot (replaced whole, so read
-        as it is); the jobs that lost most first. An answer beyond one message is refused."""
-        await self._authorize(context)
-        verdicts = sorted(self.ingest.jobs.verdicts(), key=lambda v: (-v.gpu_seconds_lost, v.job))
-        response = pb.ListJobsResponse(jobs=[self._job_message(v) for v in verdicts])
-        if response.ByteSize() > self._answer_bytes(context):
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{len(verdicts)} job verdicts are more than one message holds ({self.max_answer_bytes} bytes): "
-                "raise serve's --max-message-bytes",
-            )
-        return response
-
     async def StreamJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        """ListJobs in pages, by job: however many jobs the roll-up follows."""
+        """Every multi-node job's live verdict, from the roll-up's snapshot (replaced whole, so read
+        as it is), in pages by job: however many jobs the roll-up follows."""
         await self._authorize(context)
         await self._send_pages(context, "StreamJobs", [self._job_message(v) for v in self.ingest.jobs.verdicts()])
 
-    async def ListAlerts(
-        self,
-        request: pb.ListAlertsRequest,
-        context: grpc.aio.ServicerContext[pb.ListAlertsRequest, pb.ListAlertsResponse],
-    ) -> pb.ListAlertsResponse:
-        await self._authorize(context)
-        return pb.ListAlertsResponse(alerts=await self._alert_records(request, context))
-
     async def StreamAlerts(self, request: pb.ListAlertsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        """ListAlerts in pages, by (name, node, key)."""
+        """The alert book's alerts (firing, and recently resolved when asked), in pages by (name,
+        node, key)."""
         await self._authorize(context)
         await self._send_pages(context, "StreamAlerts", await self._alert_records(request, context))
 
@@ -198,41 +171,18 @@ class QueryService(pb_grpc.QueryServicer):
         assert node.latest is not None
         return pb.NodeReport.FromString(node.latest)
 
-    async def History(
-        self, request: pb.HistoryRequest, context: grpc.aio.ServicerContext[pb.HistoryRequest, pb.HistoryResponse]
-    ) -> pb.HistoryResponse:
-        await self._authorize(context)
-        await _check_step(request, context)
-        async with query_slot(self.in_flight, self.policy, context):
-            return await self._read(context, history_answer, request, self._answer_bytes(context))
-
     async def StreamHistory(
         self, request: pb.HistoryRequest, context: grpc.aio.ServicerContext[pb.HistoryRequest, pb.HistoryResponse]
     ) -> None:
-        """History's rows in pages, each read from the store as the one before it is sent."""
+        """A node's history in pages, each read from the store as the one before it is sent."""
         await self._authorize(context)
         await _check_step(request, context)
         async with query_slot(self.in_flight, self.policy, context):
             pages = HistoryPages(request)
-            deadline = time.monotonic() + self.bounds.stream_seconds
+            stream = BoundedStream(context, self.bounds.stream_seconds)
             size = page_bytes(self._answer_bytes(context))  # under a lower --max-message-bytes too
             while (page := await self._read(context, pages.next_page, PAGE_ROWS, size)) is not None:
-                try:
-                    # A client that stops reading would hold its slot for ever.
-                    await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
-                except TimeoutError:
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"the history stream ran past its {self.bounds.stream_seconds:g} s bound: ask for less "
-                        "(a shorter range, a larger step, one GPU)",
-                    )
-
-    async def Jobs(
-        self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[pb.JobsRequest, pb.JobsResponse]
-    ) -> pb.JobsResponse:
-        await self._authorize(context)
-        async with query_slot(self.in_flight, self.policy, context):
-            return await self._read(context, job_totals, request, self.bounds.max_rows, self._answer_bytes(context))
+                await stream.write(page)
 
     async def Ledger(self, request: pb.LedgerRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.LedgerResponse:
         """The history's split per job, node or the fleet over [since, until), priced (``ledger/read.py``)."""
@@ -278,26 +228,20 @@ class QueryService(pb_grpc.QueryServicer):
                     row.worth_money_per_day = fixed.money_per_day
 
     async def StreamJobTotals(self, request: pb.JobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        """Jobs in pages, by job: the totals of as many jobs as the history's row bound allows."""
+        """The history's totals per job, in pages by job: as many jobs as the history's row bound
+        allows."""
         await self._authorize(context)
         async with query_slot(self.in_flight, self.policy, context):
-            totals = await self._read(context, job_totals, request, self.bounds.max_rows, UNBOUNDED_ANSWER_BYTES)
+            totals = await self._read(context, job_totals, request, self.bounds.max_rows)
         await self._send_pages(context, "StreamJobTotals", totals.jobs)
 
     async def _send_pages(
         self, context: grpc.aio.ServicerContext[Any, Any], method: str, items: Sequence[Message]
     ) -> None:
         """``items`` in pages under the message limit, each write within the stream's time bound."""
-        deadline = time.monotonic() + self.bounds.stream_seconds
+        stream = BoundedStream(context, self.bounds.stream_seconds)
         for page in pages_of(KINDS[method], items, page_bytes(self._answer_bytes(context))):
-            try:
-                # A client that stops reading would hold the answer in memory for ever.
-                await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                await context.abort(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"the answer's stream ran past its {self.bounds.stream_seconds:g} s bound: the reader stopped",
-                )
+            await stream.write(page)
 
     async def _read(
         self, context: grpc.aio.ServicerContext[Any, Any], func: Callable[Concatenate[ReadContext, P], T],
@@ -372,22 +316,6 @@ class QueryService(pb_grpc.QueryServicer):
     async def _authorize(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await authorize_operator(self.policy, context)
         await refuse_unless_front(context, self.worker_index, self.front_listen)
-
-
-_STATUS = {Access.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED, Access.DENIED: grpc.StatusCode.PERMISSION_DENIED}
-
-
-async def authorize_operator(policy: AccessPolicy, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    """Abort the call unless the caller holds an operator credential.
-
-    A call on a unix socket is the front's (``serve --workers N``): only a worker listens on
-    one, in its front's private (0700) runtime directory; the front checked its caller."""
-    if context.peer().startswith("unix:"):
-        return
-    names = certificate_names(context.auth_context()) if policy.enabled else frozenset()
-    decision = policy.query(presented_token(context.invocation_metadata()), names)
-    if decision.access is not Access.ALLOWED:
-        await context.abort(_STATUS[decision.access], decision.detail)
 
 
 async def _check_step(request: pb.HistoryRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -14,13 +14,28 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from nodeagent.collector.alerts.alerting import Alerting
     from nodeagent.collector.ingest.intake import Ingest
-    from nodeagent.collector.jobrelay.messenger import JobMessenger
     from nodeagent.collector.ledger.prices import Prices
     from nodeagent.collector.payoff.targets import PayoffConfig
     from nodeagent.collector.remote_write.process import RemoteWriteProcess
     from nodeagent.collector.store.database import StoreWriter
     from nodeagent.collector.views.metrics_config import MetricsConfig
     from nodeagent.v1 import nodeagent_pb2 as pb
+
+
+class JobMessageCounts(Protocol):
+    """What ``/metrics`` reads of the job roll-up's messenger: its messages by outcome."""
+
+    @property
+    def sent_total(self) -> int: ...
+
+    @property
+    def dropped_total(self) -> int: ...
+
+    @property
+    def received_total(self) -> int: ...
+
+    @property
+    def bad_total(self) -> int: ...
 
 
 class FleetState(Protocol):
@@ -39,7 +54,8 @@ class FleetState(Protocol):
     def remote_write(self) -> RemoteWriteProcess | None: ...
 
     @property
-    def job_messenger(self) -> JobMessenger | None: ...
+    def job_messenger(self) -> JobMessageCounts | None:
+        """The job roll-up's messenger (``jobrelay/messenger.py``), for its counters."""
 
     @property
     def worker_index(self) -> int | None:

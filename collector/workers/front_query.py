@@ -1,20 +1,18 @@
 """The front's Query service: every call asked of every worker at once, the answers merged.
 
 Operators only, as on a single collector (``authorize_operator``); the workers are asked on
-their unix sockets (the front's calls). ListNodes, ListAlerts, ListJobs, Jobs, Ledger and History merge
-by the rules of ``nodeagent.collector.fleet.merge`` (a worker that does not answer in time is
-named in ``fleet`` and the merge goes on without it). Their streaming twins (StreamNodes,
-StreamAlerts, StreamJobs, StreamJobTotals) and StreamHistory merge the workers' streams page by
-page (``fleet/stream_merge.py``): an answer of any size, a page per worker held at a time, and
-pages under ``--max-message-bytes``. LatestReport and ForgetNode go to every worker: a node is on one, which answers;
-the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page over gRPC.
+their unix sockets (the front's calls). StreamNodes, StreamAlerts, StreamJobs, StreamJobTotals
+and StreamHistory merge the workers' streams page by page (``fleet/stream_merge.py``, by the
+rules of ``fleet/merge.py``): an answer of any size, a page per worker held at a time, and pages
+under ``--max-message-bytes``; a worker that does not answer in time is named in the last page's
+``shards`` and the merge goes on without it. Ledger merges the workers' rows by key
+(``merge_ledger``). LatestReport and ForgetNode go to every worker: a node is on one, which
+answers; the others do not hold it (NOT_FOUND). Page is the HTTP listener's merged page over gRPC.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from typing import Any
 
 import grpc
@@ -22,11 +20,10 @@ from google.protobuf.message import Message
 
 from nodeagent.collector.fleet.answer_pages import KINDS, page_bytes
 from nodeagent.collector.fleet.fanout import Answer, ShardClients
-from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.merge import merge_ledger
 from nodeagent.collector.fleet.page_merge import merge_page
 from nodeagent.collector.fleet.stream_merge import merged_pages
-from nodeagent.collector.query.bounds import InFlight, QueryBounds, query_slot
-from nodeagent.collector.query.service import authorize_operator
+from nodeagent.collector.query.bounds import BoundedStream, InFlight, QueryBounds, authorize_operator, query_slot
 from nodeagent.collector.service.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from nodeagent.core.transport.security import AccessPolicy
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -51,23 +48,11 @@ class FrontQueries(pb_grpc.QueryServicer):
         # Each caller's share of the store queries, kept here: the workers see the front as one caller.
         self.in_flight = InFlight(bounds)
 
-    async def ListNodes(self, request: pb.ListNodesRequest, context: Context) -> pb.ListNodesResponse:
-        return await self._merged("ListNodes", request, context)  # type: ignore[return-value]
-
-    async def ListAlerts(self, request: pb.ListAlertsRequest, context: Context) -> pb.ListAlertsResponse:
-        return await self._merged("ListAlerts", request, context, store=True)  # type: ignore[return-value]
-
-    async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
-        return await self._merged("ListJobs", request, context)  # type: ignore[return-value]
-
-    async def Jobs(self, request: pb.JobsRequest, context: Context) -> pb.JobsResponse:
-        return await self._merged("Jobs", request, context, store=True)  # type: ignore[return-value]
-
     async def Ledger(self, request: pb.LedgerRequest, context: Context) -> pb.LedgerResponse:
-        return await self._merged("Ledger", request, context, store=True)  # type: ignore[return-value]
-
-    async def History(self, request: pb.HistoryRequest, context: Context) -> pb.HistoryResponse:
-        return await self._merged("History", request, context, store=True)  # type: ignore[return-value]
+        """Every worker's rows, merged by key; within the caller's share of the store queries."""
+        await authorize_operator(self.policy, context)
+        async with query_slot(self.in_flight, self.policy, context):
+            return merge_ledger(await self._ask("Ledger", request, context))
 
     async def StreamHistory(self, request: pb.HistoryRequest, context: Context) -> None:
         """Every worker's pages, merged as they come (a node's rows are on one worker, or on two
@@ -98,14 +83,6 @@ class FrontQueries(pb_grpc.QueryServicer):
 
     # ---- helpers ----
 
-    async def _merged(self, method: str, request: Message, context: Context, *, store: bool = False) -> Message:
-        """``store``: a query that reads the workers' stores, within the caller's share of them."""
-        await authorize_operator(self.policy, context)
-        if not store:
-            return merge(method, await self._ask(method, request, context))
-        async with query_slot(self.in_flight, self.policy, context):
-            return merge(method, await self._ask(method, request, context))
-
     async def _streamed(self, method: str, request: Message, context: Context, *, store: bool = False) -> None:
         """The workers' streams merged page by page, each page written as it fills; the whole
         stream within the query bounds' ``stream_seconds`` (a caller that stops reading would
@@ -114,17 +91,11 @@ class FrontQueries(pb_grpc.QueryServicer):
         async with contextlib.AsyncExitStack() as slot:
             if store:
                 await slot.enter_async_context(query_slot(self.in_flight, self.policy, context))
-            deadline = time.monotonic() + self.bounds.stream_seconds
+            stream = BoundedStream(context, self.bounds.stream_seconds)
             pages = merged_pages(self.clients, KINDS[method], request, self._timeout(context), self.page_bytes)
             try:
                 async for page in pages:
-                    try:
-                        await asyncio.wait_for(context.write(page), max(0.0, deadline - time.monotonic()))
-                    except TimeoutError:
-                        await context.abort(
-                            grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"the answer's stream ran past its {self.bounds.stream_seconds:g} s bound",
-                        )
+                    await stream.write(page)
             finally:
                 await pages.aclose()
 

@@ -202,16 +202,6 @@ def assert_caught(
 PROGRAMS = ("nodeagent.agent", "nodeagent.collector", "nodeagent.core", "nodeagent.tools")
 # The command line offers the demo (``nodeagent-collector demo``), which drives a collector.
 ALLOWED_CYCLES = {frozenset({"nodeagent.collector.cli", "nodeagent.tools.demo"})}
-# TEMPORARY: the fleet pages' knot, which another branch of issue 46 unties; remove this entry
-# (and this constant) when it lands.
-KNOT_UNTIED_BY_ANOTHER_BRANCH = frozenset(
-    {
-        "nodeagent.collector.fleet",
-        "nodeagent.collector.jobrelay",
-        "nodeagent.collector.query",
-        "nodeagent.collector.views",
-    }
-)
 
 
 def subpackage_of(module: str, packages: set[str]) -> str | None:
@@ -267,7 +257,7 @@ def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
 
 def test_subpackages_import_each_other_one_way() -> None:
     cycles = subpackage_cycles(modules(package_dirs()))
-    assert cycles - ALLOWED_CYCLES - {KNOT_UNTIED_BY_ANOTHER_BRANCH} == set()
+    assert cycles - ALLOWED_CYCLES == set()
 
 
 def test_a_subpackage_cycle_is_caught(tmp_path: Path) -> None:

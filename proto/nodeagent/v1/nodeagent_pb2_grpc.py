@@ -104,7 +104,7 @@ class Ingest:
 
 
 class QueryStub:
-    """What a collector knows, for `nodeagent-collector nodes|alerts` and dashboards.
+    """What a collector knows, for `nodeagent-collector nodes|alerts|history|jobs` and dashboards.
     """
 
     def __init__(self, channel):
@@ -113,35 +113,10 @@ class QueryStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.ListNodes = channel.unary_unary(
-                '/nodeagent.v1.Query/ListNodes',
-                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.FromString,
-                _registered_method=True)
-        self.ListAlerts = channel.unary_unary(
-                '/nodeagent.v1.Query/ListAlerts',
-                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.FromString,
-                _registered_method=True)
         self.LatestReport = channel.unary_unary(
                 '/nodeagent.v1.Query/LatestReport',
                 request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.SerializeToString,
                 response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.FromString,
-                _registered_method=True)
-        self.History = channel.unary_unary(
-                '/nodeagent.v1.Query/History',
-                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
-                _registered_method=True)
-        self.Jobs = channel.unary_unary(
-                '/nodeagent.v1.Query/Jobs',
-                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
-                _registered_method=True)
-        self.ListJobs = channel.unary_unary(
-                '/nodeagent.v1.Query/ListJobs',
-                request_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.SerializeToString,
-                response_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
         self.StreamHistory = channel.unary_stream(
                 '/nodeagent.v1.Query/StreamHistory',
@@ -186,20 +161,8 @@ class QueryStub:
 
 
 class QueryServicer:
-    """What a collector knows, for `nodeagent-collector nodes|alerts` and dashboards.
+    """What a collector knows, for `nodeagent-collector nodes|alerts|history|jobs` and dashboards.
     """
-
-    def ListNodes(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ListAlerts(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
 
     def LatestReport(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -207,42 +170,22 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def History(self, request, context):
-        """A node's per-minute history (docs/history.md), from the collector's store.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Jobs(self, request, context):
-        """GPU-hours and GPU-hours lost per job, from the history's minutes.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ListJobs(self, request, context):
-        """The live verdict of every multi-node job (docs/jobs.md), from the job roll-up in memory.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def StreamHistory(self, request, context):
-        """The rows of History in pages (each well under the message size limit), read as they are
-        sent: a node's 14 days do not fit one message.
+        """A node's per-minute history (docs/history.md), from the collector's store, in pages (each
+        well under the message size limit), read as they are sent: a node's 14 days do not fit one
+        message.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StreamNodes(self, request, context):
-        """ListNodes, ListAlerts, ListJobs and Jobs in pages of bounded bytes, for answers larger than
-        one message (10,000 nodes, 10,000 jobs). Each stream's items come in the order of their key:
-        nodes by node_id, alerts by (name, node_id, key), verdicts and totals by job, so that a
-        front (or a command line asking several collectors) merges its shards' streams page by page.
-        In a merged stream the last page carries `shards`. A collector without them answers
-        UNIMPLEMENTED: ask the unary method.
+        """The nodes, the alerts, the live verdict of every multi-node job (docs/jobs.md, from the job
+        roll-up in memory) and the GPU-hours and GPU-hours lost per job (from the history's minutes),
+        in pages of bounded bytes, however large the answer (10,000 nodes, 10,000 jobs). Each stream's
+        items come in the order of their key: nodes by node_id, alerts by (name, node_id, key),
+        verdicts and totals by job, so that a front (or a command line asking several collectors)
+        merges its shards' streams page by page. In a merged stream the last page carries `shards`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -294,35 +237,10 @@ class QueryServicer:
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'ListNodes': grpc.unary_unary_rpc_method_handler(
-                    servicer.ListNodes,
-                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.SerializeToString,
-            ),
-            'ListAlerts': grpc.unary_unary_rpc_method_handler(
-                    servicer.ListAlerts,
-                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.SerializeToString,
-            ),
             'LatestReport': grpc.unary_unary_rpc_method_handler(
                     servicer.LatestReport,
                     request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.FromString,
                     response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.SerializeToString,
-            ),
-            'History': grpc.unary_unary_rpc_method_handler(
-                    servicer.History,
-                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.SerializeToString,
-            ),
-            'Jobs': grpc.unary_unary_rpc_method_handler(
-                    servicer.Jobs,
-                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.SerializeToString,
-            ),
-            'ListJobs': grpc.unary_unary_rpc_method_handler(
-                    servicer.ListJobs,
-                    request_deserializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.FromString,
-                    response_serializer=nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.SerializeToString,
             ),
             'StreamHistory': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamHistory,
@@ -373,62 +291,8 @@ def add_QueryServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Query:
-    """What a collector knows, for `nodeagent-collector nodes|alerts` and dashboards.
+    """What a collector knows, for `nodeagent-collector nodes|alerts|history|jobs` and dashboards.
     """
-
-    @staticmethod
-    def ListNodes(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/nodeagent.v1.Query/ListNodes',
-            nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesRequest.SerializeToString,
-            nodeagent_dot_v1_dot_nodeagent__pb2.ListNodesResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ListAlerts(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/nodeagent.v1.Query/ListAlerts',
-            nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsRequest.SerializeToString,
-            nodeagent_dot_v1_dot_nodeagent__pb2.ListAlertsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def LatestReport(request,
@@ -447,87 +311,6 @@ class Query:
             '/nodeagent.v1.Query/LatestReport',
             nodeagent_dot_v1_dot_nodeagent__pb2.LatestReportRequest.SerializeToString,
             nodeagent_dot_v1_dot_nodeagent__pb2.NodeReport.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def History(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/nodeagent.v1.Query/History',
-            nodeagent_dot_v1_dot_nodeagent__pb2.HistoryRequest.SerializeToString,
-            nodeagent_dot_v1_dot_nodeagent__pb2.HistoryResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Jobs(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/nodeagent.v1.Query/Jobs',
-            nodeagent_dot_v1_dot_nodeagent__pb2.JobsRequest.SerializeToString,
-            nodeagent_dot_v1_dot_nodeagent__pb2.JobsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ListJobs(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/nodeagent.v1.Query/ListJobs',
-            nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsRequest.SerializeToString,
-            nodeagent_dot_v1_dot_nodeagent__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,12 +22,12 @@ class _Fake(pb_grpc.QueryServicer):
         self.name, self.delay, self.refuse = name, delay, refuse
         self.local: list[bool] = []
 
-    async def ListNodes(self, request: Any, context: Any) -> pb.ListNodesResponse:
+    async def LatestReport(self, request: Any, context: Any) -> pb.NodeReport:
         self.local.append(LOCAL_HEADER in tuple(context.invocation_metadata()))
         if self.refuse:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not an operator\nsecond line")
         await asyncio.sleep(self.delay)
-        return pb.ListNodesResponse(nodes=[pb.NodeSummary(node_id=f"n-{self.name}")])
+        return pb.NodeReport(node_id=f"n-{self.name}")
 
     async def StreamHistory(self, request: Any, context: Any) -> None:
         for minute in range(3):
@@ -66,9 +66,9 @@ def test_answers_in_order_with_the_local_header_over_tcp_and_unix(tmp_path: Path
         clients = ShardClients(shards)
         try:
             started = time.monotonic()
-            answers = await clients.ask_all("ListNodes", pb.ListNodesRequest(), 1.0)
+            answers = await clients.ask_all("LatestReport", pb.LatestReportRequest(), 1.0)
             took = time.monotonic() - started
-            again = await clients.ask_all("ListNodes", pb.ListNodesRequest(), 1.0, local=False)
+            again = await clients.ask_all("LatestReport", pb.LatestReportRequest(), 1.0, local=False)
         finally:
             await clients.close()
             for server in servers:
@@ -77,7 +77,7 @@ def test_answers_in_order_with_the_local_header_over_tcp_and_unix(tmp_path: Path
 
     answers, took, again = asyncio.run(run())
     assert [a.shard for a in answers] == ["a", "worker-1", "slow", "refusing", "dead"]
-    assert [a.reply.nodes[0].node_id for a in answers[:2]] == ["n-tcp", "n-unix"]
+    assert [a.reply.node_id for a in answers[:2]] == ["n-tcp", "n-unix"]
     assert answers[0].error == "" and answers[0].answered
     assert answers[2].error == "DEADLINE_EXCEEDED: no answer within 1 s"
     assert answers[3].error == "PERMISSION_DENIED: not an operator second line"
@@ -102,7 +102,7 @@ def test_sync_helpers_for_the_command_line() -> None:
     thread.start()
     try:
         shards = [Shard("x", f"127.0.0.1:{ports[0]}"), Shard("y", f"127.0.0.1:{ports[1]}")]
-        answers = ask_all_sync(shards, "ListNodes", pb.ListNodesRequest(), 1.0)
+        answers = ask_all_sync(shards, "LatestReport", pb.LatestReportRequest(), 1.0)
         assert answers[0].answered and not answers[1].answered
         pages = ask_stream_sync(shards, "StreamHistory", pb.HistoryRequest(node_id="n"), 1.0)
         assert [r.time_unix_seconds for p in pages[0].pages for r in p.rows] == [0.0, 60.0, 120.0]  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
 """The merges of shards' answers as laws, over random answers (Hypothesis): the order the shards
 answer in does not matter, merging a shard's answer twice changes nothing, and a merge of one
-well-formed answer gives it back. Both forms are checked: the Query answers (``merge.py``) and the
-fleet page's JSON (``page_merge.py``); both rank and order by ``winning_copy.py`` and, for alerts, by
+well-formed answer gives it back. Both forms are checked: the Query streams (``stream_merge.py``
+by ``merge.py``'s rules) and the fleet page's JSON (``page_merge.py``); both pick each key's
+winner by ``merge.pick_winners`` and rank and order by ``winning_copy.py`` and, for alerts, by
 the one alert shape (``alerts/alert.py``).
 
 The values are drawn from small sets, so that copies tie on their rank and the tie rule is exercised.
@@ -16,12 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeagent.collector.alerts.alert import Alert, alert_order, fingerprint, plain_alert, record_alert
-from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.answer_pages import KINDS
 from nodeagent.collector.fleet.page_merge import merge_alert_list, merge_fleet, merge_jobs
-from nodeagent.collector.fleet.winning_copy import job_verdict_order
 from nodeagent.collector.states.words import STATE_ORDER
 from nodeagent.v1 import nodeagent_pb2 as pb
+from tests.fakes.shard_streams import merged
 
 SHARDS = ("a:1", "b:2", "c:3")
 LAWS = settings(max_examples=60, deadline=None)
@@ -101,29 +101,20 @@ def to_summary(n: dict[str, Any]) -> pb.NodeSummary:
     return pb.NodeSummary(node_id=n["node_id"], last_seen_unix_seconds=n["last_seen"], state=n["state"])
 
 
-def query_answers(method: str, lists: list[tuple[str, list[dict[str, Any]]]]) -> list[Answer]:
-    answers = []
-    for shard, items in lists:
-        reply: pb.ListNodesResponse | pb.ListAlertsResponse | pb.ListJobsResponse
-        if method == "ListNodes":
-            reply = pb.ListNodesResponse(nodes=[to_summary(i) for i in items])
-        elif method == "ListAlerts":
-            reply = pb.ListAlertsResponse(alerts=[to_record(i) for i in items])
-        else:
-            reply = pb.ListJobsResponse(jobs=[to_verdict(i) for i in items])
-        answers.append(Answer(shard, reply))
-    return answers
+def query_streams(method: str, lists: list[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, list[Any]]]:
+    to_item = {"StreamNodes": to_summary, "StreamAlerts": to_record, "StreamJobs": to_verdict}[method]
+    return [(shard, [to_item(i) for i in items]) for shard, items in lists]
 
 
-def items_of(method: str, response: Any) -> list[Any]:
-    field = {"ListNodes": "nodes", "ListAlerts": "alerts", "ListJobs": "jobs"}[method]
-    return list(getattr(response, field))
+def merged_items(method: str, streams: list[tuple[str, list[Any]]]) -> list[Any]:
+    items, _shards = merged(method, streams, page_bytes=1024)  # small pages: keys meet across pages
+    return items
 
 
 QUERY_CASES = st.one_of(
-    st.tuples(st.just("ListNodes"), shard_lists(plain_nodes(), lambda n: n["node_id"])),
-    st.tuples(st.just("ListAlerts"), shard_lists(plain_alerts(), alert_identity)),
-    st.tuples(st.just("ListJobs"), shard_lists(plain_jobs(), lambda j: j["job"])),
+    st.tuples(st.just("StreamNodes"), shard_lists(plain_nodes(), lambda n: n["node_id"])),
+    st.tuples(st.just("StreamAlerts"), shard_lists(plain_alerts(), alert_identity)),
+    st.tuples(st.just("StreamJobs"), shard_lists(plain_jobs(), lambda j: j["job"])),
 )
 
 
@@ -131,36 +122,40 @@ QUERY_CASES = st.one_of(
 @given(QUERY_CASES, st.randoms(use_true_random=False))
 def test_a_query_merge_does_not_depend_on_the_order_shards_answer_in(case: Any, rnd: Any) -> None:
     method, lists = case
-    answers = query_answers(method, lists)
-    shuffled = list(answers)
+    streams = query_streams(method, lists)
+    shuffled = list(streams)
     rnd.shuffle(shuffled)
-    assert items_of(method, merge(method, shuffled)) == items_of(method, merge(method, answers))
+    assert merged_items(method, shuffled) == merged_items(method, streams)
 
 
 @LAWS
 @given(QUERY_CASES)
 def test_a_query_merge_is_idempotent(case: Any) -> None:
+    """The same answer from a second shard too: the merged items are the same but for the shard
+    each names and, for a node, the other copy named stale."""
     method, lists = case
-    answers = query_answers(method, lists)
-    assert items_of(method, merge(method, answers + answers)) == items_of(method, merge(method, answers))
+    streams = query_streams(method, lists)
+    twice = streams + [(f"{shard}-again", items) for shard, items in streams]
+
+    def plain(items: list[Any]) -> list[Any]:
+        for item in items:
+            item.shard = item.shard.removesuffix("-again")
+            if method == "StreamNodes":
+                del item.stale_shards[:]
+        return items
+
+    assert plain(merged_items(method, twice)) == plain(merged_items(method, streams))
 
 
 @LAWS
 @given(QUERY_CASES)
 def test_a_query_merge_of_one_answer_is_that_answer(case: Any) -> None:
     method, lists = case
-    shard, items = lists[0]
-    (answer,) = query_answers(method, [(shard, items)])
-    expected = items_of(method, answer.reply)
+    shard, items = query_streams(method, lists[:1])[0]
+    expected = sorted(items, key=KINDS[method].key)
     for item in expected:
         item.shard = shard
-    order = {
-        "ListNodes": lambda n: n.node_id,
-        "ListAlerts": alert_order,
-        "ListJobs": lambda j: job_verdict_order(j.gpu_seconds_lost, j.job),
-    }[method]
-    expected.sort(key=order)
-    assert items_of(method, merge(method, [answer])) == expected
+    assert merged_items(method, [(shard, items)]) == expected
 
 
 def fleet_bodies(lists: list[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:

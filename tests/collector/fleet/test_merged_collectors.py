@@ -166,7 +166,7 @@ def test_nodes_merged_the_freshest_copy_wins_the_dead_are_named_within_the_timeo
 def test_none_answering_is_the_usual_one_line_error(fleet: Fleet) -> None:
     status, out, err, took = _cli(fleet, "nodes", collectors="CD")
     assert status == 1 and out == ""
-    assert err[-1] == f"Error: no collector answered ListNodes ({fleet.address['C']}, {fleet.address['D']})"
+    assert err[-1] == f"Error: no collector answered StreamNodes ({fleet.address['C']}, {fleet.address['D']})"
     assert took < CLI_TIMEOUT + MARGIN
 
 

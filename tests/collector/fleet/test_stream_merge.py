@@ -1,6 +1,5 @@
-"""Shards' streams merged page by page: each key once, by the unary merge's rules, pages under the
-bound, a shard that fails in the middle of its stream named in ``fleet``, an older shard asked
-the unary method."""
+"""Shards' streams merged page by page over gRPC: each key once, by ``merge.py``'s rules, pages
+under the bound, a shard that fails in the middle of its stream named in ``shards``."""
 
 from __future__ import annotations
 
@@ -47,11 +46,6 @@ class _Shard(pb_grpc.QueryServicer):
             await context.write(page)
 
 
-class _Older(pb_grpc.QueryServicer):
-    async def ListJobs(self, request: Any, context: Any) -> pb.ListJobsResponse:
-        return pb.ListJobsResponse(jobs=[pb.JobVerdict(job="job-old", nodes=["x"]), pb.JobVerdict(job="job-0003")])
-
-
 def _merged(servicers: list[pb_grpc.QueryServicer], method: str, request: Any) -> list[Any]:
     async def run() -> list[Any]:
         servers, shards = [], []
@@ -93,12 +87,11 @@ def test_a_shard_failing_mid_stream_is_named_and_the_others_merged_whole() -> No
     wide = [pb.JobVerdict(job=f"job-{i:04d}", nodes=["a", "b"], evidence={"x": "y" * 20}) for i in range(50)]
     narrow = [pb.JobVerdict(job="job-0003", nodes=["a"], time_unix_seconds=9.0)]
     failing = _Shard([], [pb.JobVerdict(job=f"zz-{i:04d}", evidence={"x": "y" * 20}) for i in range(50)], 2)
-    pages = _merged([_Shard([], wide), _Shard([], narrow), failing, _Older()], "StreamJobs", pb.ListJobsRequest())
+    pages = _merged([_Shard([], wide), _Shard([], narrow), failing], "StreamJobs", pb.ListJobsRequest())
     jobs = {v.job: v for page in pages for v in page.jobs}
     assert {f"job-{i:04d}" for i in range(50)} <= set(jobs)
     assert jobs["job-0003"].shard == "s0"  # judged over most nodes
-    assert jobs["job-old"].shard == "s3"  # the older shard's ListJobs
     assert 0 < sum(name.startswith("zz-") for name in jobs) < 50  # what came before it failed
     shards = {s.shard: (s.answered, s.error) for s in pages[-1].shards}
     assert shards["s2"] == (False, "INTERNAL: the worker went away")
-    assert shards["s0"] == shards["s1"] == shards["s3"] == (True, "")
+    assert shards["s0"] == shards["s1"] == (True, "")

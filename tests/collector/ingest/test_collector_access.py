@@ -58,9 +58,9 @@ def _reads(channel: grpc.Channel, metadata: Metadata = ()) -> dict[str, grpc.Sta
     """The status of every reading call: the four queries and reflection."""
     query = pb_grpc.QueryStub(channel)
     calls = {
-        "ListNodes": lambda: query.ListNodes(pb.ListNodesRequest(), timeout=10, metadata=metadata),
-        "ListAlerts": lambda: query.ListAlerts(pb.ListAlertsRequest(), timeout=10, metadata=metadata),
-        "ListJobs": lambda: query.ListJobs(pb.ListJobsRequest(), timeout=10, metadata=metadata),
+        "StreamNodes": lambda: list(query.StreamNodes(pb.ListNodesRequest(), timeout=10, metadata=metadata)),
+        "StreamAlerts": lambda: list(query.StreamAlerts(pb.ListAlertsRequest(), timeout=10, metadata=metadata)),
+        "StreamJobs": lambda: list(query.StreamJobs(pb.ListJobsRequest(), timeout=10, metadata=metadata)),
         "LatestReport": lambda: query.LatestReport(
             pb.LatestReportRequest(node_id="node-a"), timeout=10, metadata=metadata
         ),
@@ -81,7 +81,7 @@ def _reads(channel: grpc.Channel, metadata: Metadata = ()) -> dict[str, grpc.Sta
 
 
 def _all(code: grpc.StatusCode) -> dict[str, grpc.StatusCode]:
-    return dict.fromkeys(("ListNodes", "ListAlerts", "ListJobs", "LatestReport", "reflection"), code)
+    return dict.fromkeys(("StreamNodes", "StreamAlerts", "StreamJobs", "LatestReport", "reflection"), code)
 
 
 def _health(channel: grpc.Channel) -> int:

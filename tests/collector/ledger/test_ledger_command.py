@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from nodeagent.collector.cli import ledger as ledger_command
 from nodeagent.collector.config import config_from_mapping
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.merge import merge_ledger
 from nodeagent.collector.history.split import LOST_CATEGORIES
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer
@@ -119,7 +119,7 @@ def test_several_collectors_rows_are_summed_by_key() -> None:
     """A job on nodes of two collectors is one row: hours, costs and the waits on each straggler summed."""
     a = pb.LedgerResponse(rows=[_row("job-1", 10.0, 2.0, 20.0, {"n3": 1.0}), _row("job-2", 1.0, 0.5, 2.0, {})])
     b = pb.LedgerResponse(rows=[_row("job-1", 6.0, 1.0, 12.0, {"n3": 0.5, "n4": 2.0})])
-    merged = merge("Ledger", [Answer("a:1", a, ""), Answer("b:2", b, ""), Answer("c:3", None, "UNAVAILABLE")])
+    merged = merge_ledger([Answer("a:1", a, ""), Answer("b:2", b, ""), Answer("c:3", None, "UNAVAILABLE")])
     assert isinstance(merged, pb.LedgerResponse)
     job = next(r for r in merged.rows if r.key == "job-1")
     assert job.gpu_hours_held == 16.0 and job.gpu_hours_lost["network"] == 3.0 and job.cost == 32.0
@@ -130,7 +130,7 @@ def test_several_collectors_rows_are_summed_by_key() -> None:
     # A collector without [prices] adds its hours and no currency: the row stays in the priced one's.
     unpriced = pb.LedgerResponse(rows=[pb.LedgerRow(key="job-1", gpu_hours_held=1.0)])
     for order in ((a, unpriced), (unpriced, a)):
-        mixed = merge("Ledger", [Answer(f"s:{i}", reply, "") for i, reply in enumerate(order)])
+        mixed = merge_ledger([Answer(f"s:{i}", reply, "") for i, reply in enumerate(order)])
         assert isinstance(mixed, pb.LedgerResponse)
         assert next(r.currency for r in mixed.rows if r.key == "job-1") == a.rows[0].currency
 
@@ -139,16 +139,15 @@ def test_an_accounts_rows_of_two_collectors_join_their_jobs_and_a_jobs_owner_is_
     a, b = _row("ml", 4.0, 1.0, 8.0, {}), _row("ml", 2.0, 0.5, 4.0, {})
     a.jobs.extend(["j1", "j2"])
     b.jobs.extend(["j2", "j3"])
-    merged = merge(
-        "Ledger", [Answer("a:1", pb.LedgerResponse(rows=[a]), ""), Answer("b:2", pb.LedgerResponse(rows=[b]), "")]
+    merged = merge_ledger(
+        [Answer("a:1", pb.LedgerResponse(rows=[a]), ""), Answer("b:2", pb.LedgerResponse(rows=[b]), "")]
     )
     assert isinstance(merged, pb.LedgerResponse)
     [ml] = merged.rows
     assert list(ml.jobs) == ["j1", "j2", "j3"] and ml.gpu_hours_held == 6.0
     job_a, job_b = _row("j1", 1.0, 0.0, 2.0, {}), _row("j1", 1.0, 0.0, 2.0, {})
     job_b.account, job_b.namespace = "ml", "team-a"  # a collector whose nodes named the owner
-    merged = merge(
-        "Ledger",
+    merged = merge_ledger(
         [Answer("a:1", pb.LedgerResponse(rows=[job_a]), ""), Answer("b:2", pb.LedgerResponse(rows=[job_b]), "")],
     )
     assert isinstance(merged, pb.LedgerResponse)

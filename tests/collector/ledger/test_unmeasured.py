@@ -22,7 +22,7 @@ from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.cli.jobs import job_rows, render_jobs
 from nodeagent.collector.cli.ledger import ledger_csv, render_ledger
 from nodeagent.collector.fleet.fanout import Answer
-from nodeagent.collector.fleet.merge import merge
+from nodeagent.collector.fleet.merge import merge_ledger
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import NODE_ROW, MinuteRow
@@ -356,7 +356,7 @@ def test_several_collectors_sum_their_unmeasured_hours_and_money() -> None:
         Answer("a:1", pb.LedgerResponse(rows=[row(3.0)]), ""),
         Answer("b:2", pb.LedgerResponse(rows=[row(1.0)]), ""),
     ]
-    merged = merge("Ledger", answers)
+    merged = merge_ledger(answers)
     assert isinstance(merged, pb.LedgerResponse)
     (total,) = merged.rows
     assert (total.gpu_hours_unmeasured, total.cost_unmeasured, total.cost_lost) == (4.0, 8.0, 4.0)
@@ -369,7 +369,7 @@ def test_jobs_gives_the_same_unmeasured_hours_as_the_ledger_and_its_hours_lost_a
     (ledger_row,) = _ledger(tmp_path, "job", rows).rows
     conn = sqlite3.connect(tmp_path / "c.db")
     try:
-        totals = job_totals(ReadContext(conn), pb.JobsRequest(last_seconds=3 * 3600), 1000, 1 << 20)
+        totals = job_totals(ReadContext(conn), pb.JobsRequest(last_seconds=3 * 3600), 1000)
     finally:
         conn.close()
     (total,) = totals.jobs

@@ -1,5 +1,5 @@
-"""``ListJobs`` and ``nodeagent-collector jobs``: the job roll-up's live verdicts from memory,
-beside the history's totals per job; a waiting node's ``ListNodes`` row names what it waits on."""
+"""``StreamJobs`` and ``nodeagent-collector jobs``: the job roll-up's live verdicts from memory,
+beside the history's totals per job; a waiting node's ``StreamNodes`` row names what it waits on."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _serve(tmp_path: Path, work: Any, *, max_message_bytes: int = 1024 * 1024, s
     return asyncio.run(scenario())
 
 
-def test_list_jobs_answers_the_rollups_verdicts_worst_first(tmp_path: Path) -> None:
+def test_stream_jobs_answers_the_rollups_verdicts_by_job(tmp_path: Path) -> None:
     slowed = job_verdict("torch/big", gpu_seconds_lost=9000.0)
     busy = job_verdict("1234", source="slurm", state="busy", straggler_nodes=(), cause=None, wait_ratio=0.02,
                        gpu_seconds_lost=10.0, needed_bytes_per_second=None, evidence={})  # fmt: skip
@@ -62,32 +62,30 @@ def test_list_jobs_answers_the_rollups_verdicts_worst_first(tmp_path: Path) -> N
     def work(server: CollectorServer, address: str) -> pb.ListJobsResponse:
         server.ingest.jobs = FakeRollup((busy, slowed))
         with grpc.insecure_channel(address) as channel:
-            return pb_grpc.QueryStub(channel).ListJobs(pb.ListJobsRequest(), timeout=10)
+            return _whole(
+                pb.ListJobsResponse(), pb_grpc.QueryStub(channel).StreamJobs(pb.ListJobsRequest(), timeout=10)
+            )
 
     response = _serve(tmp_path, work, seconds=5)
-    assert [j.job for j in response.jobs] == ["torch/big", "1234"]
-    first = response.jobs[0]
+    assert [j.job for j in response.jobs] == ["1234", "torch/big"]  # by job, as a merge takes them
+    first = response.jobs[1]
     assert first.state == "slowed" and list(first.straggler_nodes) == ["n2"] and first.cause == "network"
     assert first.wait_ratio == pytest.approx(0.53) and first.gpus == 24 and list(first.nodes) == ["n1", "n2", "n3"]
     assert first.evidence["network_link"] == "eth0"
-    assert not response.jobs[1].HasField("wait_ratio") or response.jobs[1].wait_ratio == pytest.approx(0.02)
+    assert not response.jobs[0].HasField("wait_ratio") or response.jobs[0].wait_ratio == pytest.approx(0.02)
 
 
-def test_list_jobs_beyond_one_message_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_stream_jobs_beyond_one_message_comes_whole_in_pages_under_the_limit(tmp_path: Path) -> None:
     many = tuple(job_verdict(f"torch/job-{i:04d}") for i in range(200))
 
-    def work(server: CollectorServer, address: str) -> tuple[grpc.StatusCode, str]:
+    def work(server: CollectorServer, address: str) -> list[pb.ListJobsResponse]:
         server.ingest.jobs = FakeRollup(many)
         with grpc.insecure_channel(address) as channel:
-            try:
-                pb_grpc.QueryStub(channel).ListJobs(pb.ListJobsRequest(), timeout=10)
-            except grpc.RpcError as err:
-                return err.code(), err.details()
-        return grpc.StatusCode.OK, ""
+            return list(pb_grpc.QueryStub(channel).StreamJobs(pb.ListJobsRequest(), timeout=10))
 
-    code, details = _serve(tmp_path, work, max_message_bytes=16 * 1024, seconds=5)
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "200 job verdicts" in details and "--max-message-bytes" in details
+    pages = _serve(tmp_path, work, max_message_bytes=16 * 1024, seconds=5)
+    assert len(pages) > 1 and all(page.ByteSize() <= 16 * 1024 for page in pages)
+    assert [j.job for page in pages for j in page.jobs] == [v.job for v in many]
 
 
 def test_a_waiting_node_says_what_it_waits_on_in_list_nodes(tmp_path: Path) -> None:
@@ -112,7 +110,8 @@ def test_a_waiting_node_says_what_it_waits_on_in_list_nodes(tmp_path: Path) -> N
 def test_jobs_shows_live_verdicts_beside_the_history_totals(tmp_path: Path) -> None:
     def work(server: CollectorServer, address: str) -> dict[str, Any]:
         with grpc.insecure_channel(address) as channel:
-            history = pb_grpc.QueryStub(channel).Jobs(pb.JobsRequest(last_seconds=86400), timeout=10)
+            pages = pb_grpc.QueryStub(channel).StreamJobTotals(pb.JobsRequest(last_seconds=86400), timeout=10)
+            history = _whole(pb.JobsResponse(), pages)
         names = [j.job for j in history.jobs]
         assert names, "the simulated nodes name a job in the history"
         # One live job the history knows (its minutes named it), one it does not hold yet.
@@ -202,3 +201,10 @@ def test_alerts_shows_a_job_straggler_with_its_node_job_and_cause(tmp_path: Path
     assert line.split()[:5] == ["JobStraggler", "n2", "job", "torch/big", "(network)"]
     (row,) = rows
     assert row["labels"]["job"] == "torch/big" and row["labels"]["node"] == "n2" and row["labels"]["cause"] == "network"
+
+
+def _whole(answer: Any, pages: Any) -> Any:
+    """A streamed answer's pages read into ``answer``."""
+    for page in pages:
+        answer.MergeFrom(page)
+    return answer

@@ -316,10 +316,10 @@ def test_the_front_asks_the_credentials_a_collector_asks(tmp_path: Path) -> None
                 (_bearer("node-secret"), grpc.StatusCode.PERMISSION_DENIED),
             ):
                 with pytest.raises(grpc.RpcError) as err:
-                    stub.ListNodes(pb.ListNodesRequest(), timeout=10, metadata=metadata)
+                    list(stub.StreamNodes(pb.ListNodesRequest(), timeout=10, metadata=metadata))
                 assert err.value.code() is refused  # type: ignore[attr-defined]
-            answer = stub.ListNodes(pb.ListNodesRequest(), timeout=10, metadata=_bearer("operator-secret"))
-        assert [(s.shard, s.answered) for s in answer.shards] == [("worker-0", True), ("worker-1", True)]
+            pages = list(stub.StreamNodes(pb.ListNodesRequest(), timeout=10, metadata=_bearer("operator-secret")))
+        assert [(s.shard, s.answered) for s in pages[-1].shards] == [("worker-0", True), ("worker-1", True)]
         with pytest.raises(urllib.error.HTTPError) as http_err:
             urllib.request.urlopen(f"http://{front.http}/metrics", timeout=20)
         assert http_err.value.code == 401

@@ -1,7 +1,6 @@
 """Answers larger than one message through a real ``serve --workers 2``: ``nodes``, ``jobs`` and
 ``history --since 14d`` come back whole, page by page, with ``--max-message-bytes 65536`` (a
-merged answer in one message would be refused), the merge rules kept for what both workers hold.
-And the query commands against a collector without the streaming methods (an older one)."""
+merged answer in one message would be refused), the merge rules kept for what both workers hold."""
 
 from __future__ import annotations
 
@@ -12,24 +11,16 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
-from click.testing import CliRunner
 
-from nodeagent.collector.cli.main import cli
 from nodeagent.collector.history.batch import HistoryBatch
 from nodeagent.collector.history.minutes import GPU_VALUES, MinuteRow
 from nodeagent.collector.store.database import Store
 from nodeagent.collector.store.nodes import NodeRow
 from nodeagent.tools.history_seed import seed_history
-from nodeagent.v1 import nodeagent_pb2 as pb
-from nodeagent.v1 import nodeagent_pb2_grpc as pb_grpc
 from tests.collector.workers.front_process import running_front
-from tests.fakes.fleet import free_port
 from tests.fakes.trees import REPO
 
 MESSAGE_BYTES = 65536
@@ -100,7 +91,7 @@ def test_nodes_and_jobs_larger_than_one_message_come_back_whole_through_the_fron
         assert by_id["moved-node"]["shard"] == "worker-1"
         assert by_id["moved-node"]["stale_shards"] == ["worker-0"]
         assert {by_id[n]["shard"] for n in names[0]} == {"worker-0"}
-        assert [row["node_id"] for row in listed] == sorted(by_id)  # by node id, as ListNodes
+        assert [row["node_id"] for row in listed] == sorted(by_id)  # by node id, as StreamNodes sends them
 
         table = _query(front.address, "nodes")
         assert all(name in table for name in names[1][-5:])
@@ -112,11 +103,6 @@ def test_nodes_and_jobs_larger_than_one_message_come_back_whole_through_the_fron
         assert history[shared[0]]["gpu_hours"] == pytest.approx(2 / 60)
         assert history[shared[0]]["nodes"] == ["w0-node-0000", "w1-node-0000"]
         assert history[jobs0[1]]["gpu_hours"] == pytest.approx(1 / 60)
-
-        # The unary methods stay, bounded by one message as before (older clients, the fleet page).
-        with grpc.insecure_channel(front.address) as channel, pytest.raises(grpc.RpcError) as refused:
-            pb_grpc.QueryStub(channel).ListNodes(pb.ListNodesRequest(), timeout=30)
-        assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_fourteen_days_of_a_node_come_back_whole_through_the_front_as_csv(tmp_path: Path) -> None:
@@ -130,46 +116,3 @@ def test_fourteen_days_of_a_node_come_back_whole_through_the_front_as_csv(tmp_pa
     keys = [(-1 if row["gpu"] == "" else int(row["gpu"]), float(row["time_unix_seconds"])) for row in rows]
     assert keys == sorted(keys), "rows by GPU, then minute, as one collector streams them"
     assert len(set(keys)) == len(keys)
-
-
-class _OlderCollector(pb_grpc.QueryServicer):
-    """A collector from before the streaming methods: unary ListNodes only."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-
-    def ListNodes(self, request: pb.ListNodesRequest, context: grpc.ServicerContext) -> pb.ListNodesResponse:
-        return pb.ListNodesResponse(nodes=[pb.NodeSummary(node_id=n, last_seen_unix_seconds=1.0) for n in self.names])
-
-
-@pytest.fixture
-def older_collectors() -> Iterator[list[str]]:
-    servers, addresses = [], []
-    for names in (["old-b", "old-a"], ["old-c", "old-a"]):
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        pb_grpc.add_QueryServicer_to_server(_OlderCollector(names), server)
-        address = f"127.0.0.1:{free_port()}"
-        server.add_insecure_port(address)
-        server.start()
-        servers.append(server)
-        addresses.append(address)
-    try:
-        yield addresses
-    finally:
-        for server in servers:
-            server.stop(None)
-
-
-def test_nodes_from_older_collectors_without_the_stream_falls_back_to_list_nodes(older_collectors: list[str]) -> None:
-    runner = CliRunner()
-    one = runner.invoke(cli, ["nodes", "--json", "--collector", older_collectors[0]])
-    assert one.exit_code == 0, one.output
-    assert [row["node_id"] for row in json.loads(one.output)] == ["old-b", "old-a"]  # as it answered
-
-    both = runner.invoke(cli, ["nodes", "--json", *(f"--collector={a}" for a in older_collectors)])
-    assert both.exit_code == 0, both.output
-    rows = json.loads(both.output)
-    assert [row["node_id"] for row in rows] == ["old-a", "old-b", "old-c"]
-    # Equal last_seen: the collector first by name holds it, whichever answered first (shards/rules.py).
-    holder, stale = sorted(older_collectors)
-    assert (rows[0]["shard"], rows[0]["stale_shards"]) == (holder, [stale])

@@ -168,7 +168,7 @@ def _shard_dies(run: Run, shards: list[Collector], watch: Watch) -> None:
         return any(v.job == "torch/job-a" and XID_NODE in v.nodes for v in verdicts)
 
     started = time.time()
-    _wait(job_listed, 20, f"ListJobs on the survivor names torch/job-a with {XID_NODE}")
+    _wait(job_listed, 20, f"StreamJobs on the survivor names torch/job-a with {XID_NODE}")
     run.figures["job_resumed_seconds"] = round(time.time() - killed, 2)
     run.figures["job_listed_after_move_seconds"] = round(time.time() - started, 2)
     # The survivor raised the XIDError itself (its own alert table), and Alertmanager has one.
@@ -271,7 +271,8 @@ def _query(db: Path, sql: str) -> list[tuple[Any, ...]]:
 def _list_jobs(address: str) -> list[pb.JobVerdict]:
     try:
         with grpc.insecure_channel(address) as channel:
-            return list(pb_grpc.QueryStub(channel).ListJobs(pb.ListJobsRequest(), timeout=5).jobs)
+            pages = pb_grpc.QueryStub(channel).StreamJobs(pb.ListJobsRequest(), timeout=5)
+            return [job for page in pages for job in page.jobs]
     except grpc.RpcError:
         return []
 
