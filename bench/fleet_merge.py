@@ -32,7 +32,7 @@ from nodeagent.collector.fleet.answer_pages import KINDS, PAGE_BYTES
 from nodeagent.collector.fleet.config import FleetConfig
 from nodeagent.collector.fleet.fanout import Shard, ShardClients
 from nodeagent.collector.fleet.stream_merge import merged_pages
-from nodeagent.collector.history.node_history import HistoryConfig
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.service.server import CollectorServer
 from nodeagent.collector.service.server_config import ServerConfig

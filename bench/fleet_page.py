@@ -32,8 +32,8 @@ from pathlib import Path
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.history.minutes import DAY_SECONDS, MINUTE_SECONDS, NODE_ROW, MinuteRow
-from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState
 from nodeagent.collector.ingest.node_timeline import MAX_POINTS, POINT_SECONDS
 from nodeagent.collector.service.builder import build_ingest

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
-from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
+from nodeagent.collector.history.config import HistoryConfig
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.ingest import flush as flush_module
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ingest.node_timeline import NodeTimeline

@@ -18,7 +18,7 @@ import structlog
 
 from nodeagent.collector.config import CollectorConfigError, load_collector_config
 from nodeagent.collector.fleet.config import FleetConfigError
-from nodeagent.collector.history.node_history import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
+from nodeagent.collector.history.config import DEFAULT_REPORTS_SECONDS, DEFAULT_RETENTION_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import (
     DEFAULT_MAX_CLOCK_AHEAD_SECONDS,
     DEFAULT_MAX_CLOCK_BEHIND_SECONDS,

@@ -5,5 +5,6 @@ being built), ``gpu_sums`` (one report's GPUs added: the per-report loop), ``spl
 split: each held second computing or lost by category), ``forming`` (held seconds a later verdict
 may still judge), ``owners`` (whom each job is billed to), ``counters`` (the split by job since the
 start, for `nodeagent_gpu_seconds_total`), ``node_rates`` (the node row's rates between two
-reports) and ``batch`` (what one flush writes). The tables are the store's
+reports), ``config`` (how much is kept, how often it is written: `HistoryConfig`) and
+``batch`` (what one flush writes). The tables are the store's
 (``collector/store/history_tables.py``)."""

@@ -19,11 +19,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
 from typing import Final
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch, StoredReport
+from nodeagent.collector.history.config import (
+    HOUR_SECONDS,
+    MAX_GAP_SECONDS,
+    MAX_HELD_INTERVAL_SECONDS,
+    OPEN_WRITE_SECONDS,
+    PRUNE_EVERY_SECONDS,
+    QUIET_MARGIN_SECONDS,
+    RATE_EVERY_SECONDS,
+    HistoryConfig,
+)
 from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.forming import Forming, provisional
 from nodeagent.collector.history.gpu_sums import add_gpus
@@ -36,42 +45,11 @@ from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.verdict import NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb
 
-# Full-resolution reports kept per node, and per-minute rows (``serve --history-*``).
-DEFAULT_REPORTS_SECONDS: Final = 3600.0
-DEFAULT_RETENTION_SECONDS: Final = 14 * 86400.0
-# Old rows of a node are deleted at most this often (in its report time): each delete is a
-# range scan in the flush transaction.
-PRUNE_EVERY_SECONDS: Final = 30.0
-# The open minute is written at most this often (report time); see NodeHistory.
-OPEN_WRITE_SECONDS: Final = 5.0
-# ... or once its node went quiet: no report for this long (wall clock) past its usual gap between
-# reports (at most OPEN_WRITE_SECONDS of it). A node on time is never quiet: at 1 Hz, a silence
-# of 1 s is the next report on its way, and writing then would write the minute with every report.
-QUIET_MARGIN_SECONDS: Final = 0.5
-# NIC, RDMA, disk and CPU rates are taken over at least this many seconds of reports.
-RATE_EVERY_SECONDS: Final = 5.0
-# The ledger sums a node's minutes per hour once its reports moved past the hour.
-HOUR_SECONDS: Final = 3600
-# A report stands for the time since the one before it, at most this long (the detector's
-# ``max_interval_seconds``): after a silence, one report is not minutes of a job.
-MAX_HELD_INTERVAL_SECONDS: Final = 10.0
-# Past that, the rest of a silence within one epoch is a gap: held (the GPU names a job again after
-# it), but no report says what it did, so it counts ``unknown`` in the split, for at most this long
-# (a longer silence is a node that was down, not a job's time).
-MAX_GAP_SECONDS: Final = 900.0
-
 WINDOW: Final = DetectorConfig().window_seconds  # the detector's, when the caller does not say
 _NONE: Final[frozenset[int]] = frozenset()
 
 _UTIL, _UTIL_MIN = INDEX["utilization_mean"], INDEX["utilization_min"]
 _RATIO, _LOST = INDEX["starvation_ratio"], INDEX["gpu_seconds_lost"]
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryConfig:
-    reports_seconds: float = DEFAULT_REPORTS_SECONDS
-    retention_seconds: float = DEFAULT_RETENTION_SECONDS
-    enabled: bool = True
 
 
 class NodeHistory:
@@ -137,7 +115,7 @@ class NodeHistory:
         other node (``NodeJobs.ledger_shares``), which the split counts with the verdict."""
         self.window = window
         if shares and verdict is not None:
-            verdict = _with_shares(verdict, shares)
+            verdict = split.with_shares(verdict, shares)
         self._observe(report, verdict, keep=raw if self.config.reports_seconds > 0 else None)
 
     def _observe(self, report: pb.NodeReport, verdict: NodeVerdict | None, keep: bytes | None) -> None:
@@ -403,16 +381,6 @@ _PRESSURES: Final = (
     (INDEX["pressure_cpu_some_ratio"], "pressure_cpu"), (INDEX["pressure_io_some_ratio"], "pressure_io"),
     (INDEX["pressure_memory_some_ratio"], "pressure_memory"),
 )  # fmt: skip
-
-
-def _with_shares(verdict: NodeVerdict, shares: Mapping[str, split.JobShare]) -> NodeVerdict:
-    """The verdict as the split counts it: each GPU of a job with a share carries it (the first
-    such job's, by name)."""
-    gpus = []
-    for g in verdict.gpus:
-        job = next((j for j in sorted(g.jobs) if j in shares), None)
-        gpus.append(g if job is None else split.with_share(g, shares[job]))
-    return replace(verdict, gpus=tuple(gpus))
 
 
 def _kept(report: pb.NodeReport) -> pb.NodeReport:

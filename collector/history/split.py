@@ -47,10 +47,11 @@ the rest of a `busy`, `starved` or `throttled` one's. Never a guessed share.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
-from nodeagent.core.detector.verdict import GpuVerdict
+from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 
 CATEGORIES: Final = (
     "computing", "network", "storage", "cpu", "h2d", "interconnect", "waiting", "throttled", "idle",
@@ -200,3 +201,13 @@ def _share(ratio: float | None) -> float:
     if ratio is None or math.isnan(ratio):  # no window yet: the detector lost nothing it can name
         return 0.0
     return min(1.0, max(0.0, float(ratio)))
+
+
+def with_shares(verdict: NodeVerdict, shares: Mapping[str, JobShare]) -> NodeVerdict:
+    """The verdict as the split counts it: each GPU of a job with a share carries it (the first
+    such job's, by name)."""
+    gpus = []
+    for g in verdict.gpus:
+        job = next((j for j in sorted(g.jobs) if j in shares), None)
+        gpus.append(g if job is None else with_share(g, shares[job]))
+    return replace(verdict, gpus=tuple(gpus))

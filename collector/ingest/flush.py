@@ -24,7 +24,7 @@ import structlog
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.store_failing import StoreFailingAlert
 from nodeagent.collector.history.batch import HistoryBatch
-from nodeagent.collector.history.node_history import PRUNE_EVERY_SECONDS, HistoryConfig
+from nodeagent.collector.history.config import PRUNE_EVERY_SECONDS, HistoryConfig
 from nodeagent.collector.ingest.flush_stats import FlushStats
 from nodeagent.collector.ingest.history_guard import HISTORY_UNAVAILABLE, HistoryGuard
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle, bare

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.history.batch import StoredReport
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.history.minutes import MinuteRow
-from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.ingest.clock_bounds import ClockRefusals
 from nodeagent.collector.ingest.flush import Flusher
 from nodeagent.collector.ingest.node_state import (

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nodeagent.collector.alerts.alerting import Alerting
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.history.counters import SplitCounters
-from nodeagent.collector.history.node_history import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds, ClockRefusals
 from nodeagent.collector.ingest.flush import Flusher
 from nodeagent.collector.ingest.history_guard import HistoryGuard

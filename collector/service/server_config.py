@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.collector.config import CollectorConfig
-from nodeagent.collector.history.node_history import HistoryConfig
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.ingest.clock_bounds import ClockBounds
 from nodeagent.collector.ingest.node_state import DEFAULT_MAX_NODES
 from nodeagent.collector.ingest.retire import DEFAULT_RETIRE_AFTER_SECONDS

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
+from nodeagent.collector.history.config import HistoryConfig
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.remote_write.series import NodeSeries
 from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.detector.node import NodeDetector

@@ -11,9 +11,10 @@ import pytest
 
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.history.counters import SplitCounters
 from nodeagent.collector.history.minutes import NODE_ROW, VALUES, MinuteRow
-from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.store.database import Store
 from nodeagent.core.detector.verdict import GpuVerdict, NodeVerdict
 from nodeagent.v1 import nodeagent_pb2 as pb

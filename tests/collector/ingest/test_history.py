@@ -18,13 +18,9 @@ import pytest
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.config import OPEN_WRITE_SECONDS, QUIET_MARGIN_SECONDS, HistoryConfig
 from nodeagent.collector.history.minutes import NODE_ROW
-from nodeagent.collector.history.node_history import (
-    OPEN_WRITE_SECONDS,
-    QUIET_MARGIN_SECONDS,
-    HistoryConfig,
-    NodeHistory,
-)
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.ingest.intake import Ingest
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.replay import Replay

@@ -18,8 +18,8 @@ import pytest
 from nodeagent.collector.alerts.alerting import Alerting
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.history import split
+from nodeagent.collector.history.config import OPEN_WRITE_SECONDS
 from nodeagent.collector.history.minutes import MINUTE_SECONDS, NODE_ROW
-from nodeagent.collector.history.node_history import OPEN_WRITE_SECONDS
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter

@@ -25,8 +25,9 @@ from nodeagent.collector.fleet.fanout import Answer
 from nodeagent.collector.fleet.merge import merge_ledger
 from nodeagent.collector.history import split
 from nodeagent.collector.history.batch import HistoryBatch
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.history.minutes import NODE_ROW, MinuteRow
-from nodeagent.collector.history.node_history import HistoryConfig, NodeHistory
+from nodeagent.collector.history.node_history import NodeHistory
 from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.ledger.prices import Prices
 from nodeagent.collector.ledger.read import ledger_answer

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from nodeagent.collector.config import config_from_mapping
-from nodeagent.collector.history.node_history import HistoryConfig
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.service.server import CollectorServer
 from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.views.fleet_page import FleetPage

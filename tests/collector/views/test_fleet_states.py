@@ -23,7 +23,7 @@ from typing import Any
 
 from nodeagent.collector.alerts.config import AlertConfig
 from nodeagent.collector.alerts.node_down import NodeDownWatch
-from nodeagent.collector.history.node_history import HistoryConfig
+from nodeagent.collector.history.config import HistoryConfig
 from nodeagent.collector.ingest.node_state import NodeState, StreamHandle
 from nodeagent.collector.ingest.shown_state import node_shown_state
 from nodeagent.collector.service.server import CollectorServer
