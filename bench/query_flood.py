@@ -83,8 +83,11 @@ def main() -> None:
         rows = seed_history(db, nodes, args.days)
         print(f"seeded {args.nodes} nodes x {args.days:g} days ({rows:,} minute rows, "
               f"{db.stat().st_size / 1e6:.0f} MB) in {time.monotonic() - start:.1f} s")  # fmt: skip
+        # One collector process (--workers 1): the steady agent speaks the ingest stream raw and does
+        # not follow a front's redirect to the worker that owns its node (a real agent does).
         command = [sys.executable, "-m", "nodeagent.collector", "--log-level", "warning", "serve",
-                   "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--db", str(db)]  # fmt: skip
+                   "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--db", str(db),
+                   "--workers", "1"]  # fmt: skip
         if args.max_queries_per_caller is not None:
             command += ["--max-queries-per-caller", str(args.max_queries_per_caller)]
         server = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
