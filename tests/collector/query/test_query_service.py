@@ -278,8 +278,8 @@ async def _drain(call: Any, field: str = "rows") -> int:
 
 def _flood(address: str, clients: int, seconds: float) -> Counter[str]:
     """``clients`` threads asking, one call after another, for 6 hours of a node's history (3,240
-    rows, every one streamed: the history that was once refused whole at once) and 3 days of jobs; one turned away as over its share ("busy") tries again 50 ms later. The status of
-    every call, counted."""
+    rows, every one streamed) and 3 days of jobs; one turned away as over its share ("busy") tries
+    again 50 ms later. The status of every call, counted."""
     outcomes: Counter[str] = Counter()
     lock = threading.Lock()
     end = time.monotonic() + seconds
