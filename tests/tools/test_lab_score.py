@@ -285,3 +285,11 @@ def test_a_resumed_matrix_runs_only_what_its_cells_lack(tmp_path: Path, monkeypa
     ran.clear()
     assert lab_score.run_matrix(rows, matrix, 2, resume=True) == 0
     assert len(ran) == len({(r, c, s, n) for (r, c, s), sc in todo.items() for n in sc.values()})
+
+
+def test_runs_of_two_labs_count_apart_though_both_number_from_0() -> None:
+    first = _row("network", "h100_sxm5", job="network-101-0-j0")
+    again = _row("network", "h100_sxm5", job="network-202-0-j0")
+    same_lab_run_1 = _row("network", "h100_sxm5", run=1, job="network-101-1-j0")
+    scored = lab_score.score([first, again, same_lab_run_1], "network", "h100_sxm5")
+    assert scored is not None and (scored["runs"], scored["jobs"]) == (3, 3)
