@@ -30,6 +30,7 @@ from nodeagent.tools.simulator import Simulation
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.conftest import require
 from tests.fakes.fleet import Collector, feed_simulated, free_port, processes
+from tests.fakes.gpu_reports import ingest_gpu_reports
 from tests.fakes.ingest_client import send_messages
 from tests.fakes.jobs import FakeRollup, job_verdict
 
@@ -410,7 +411,6 @@ def test_job_pages_in_headless_chromium(tmp_path: Path) -> None:
 def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml: Any, make_gpu_source: Any) -> None:
     """A node's reports from the agent over the fake NVML, GPU 0 split into three instances held
     by three pods: the fleet row and the node page carry each instance under its GPU."""
-    from nodeagent.collector.ingest.node_state import StreamHandle
     from tests.agent.gpu.test_gpu_mig import pod_tree, split
     from tests.fakes.nvml.state import h100_sxm5
 
@@ -430,18 +430,7 @@ def test_a_mig_split_gpu_shows_its_instances_under_it(tmp_path: Path, fake_nvml:
         )
         await server.start()
         try:
-            stream = StreamHandle("mig-node", "test")
-            server.ingest.attach(stream, info)
-            start = time.time() - 150
-            for seq in range(1, 151):
-                state.advance(1.0)
-                fake_nvml.write()
-                report = pb.NodeReport(node_id="mig-node", epoch=1, seq=seq, time_unix_seconds=start + seq)
-                if seq == 1:
-                    report.info.CopyFrom(info)
-                gpu_source.collect(report)
-                server.ingest.accept(stream, report, report.SerializeToString())
-            await server.ingest.flusher.flush()
+            await ingest_gpu_reports(server, info, gpu_source, fake_nvml, state, 150)
             page = FleetPage(server)
             dom = ""
             if shutil.which("chromium") is not None and server.http is not None:

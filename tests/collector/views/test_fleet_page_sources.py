@@ -9,17 +9,16 @@ import asyncio
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
-from nodeagent.collector.ingest.node_state import StreamHandle
 from nodeagent.collector.service.server import CollectorServer
 from nodeagent.collector.service.server_config import ServerConfig
 from nodeagent.collector.views.fleet_page import FleetPage
 from nodeagent.v1 import nodeagent_pb2 as pb
 from tests.collector.views.test_fleet_page import _chromium
 from tests.conftest import require
+from tests.fakes.gpu_reports import ingest_gpu_reports
 from tests.fakes.nvml.state import a100_sxm4, h100_sxm5
 
 
@@ -42,18 +41,7 @@ def test_the_node_pages_gpu_rows_carry_each_gpus_source(tmp_path: Path, fake_nvm
         )
         await server.start()
         try:
-            stream = StreamHandle("src-node", "test")
-            server.ingest.attach(stream, info)
-            start = time.time() - 80
-            for seq in range(1, 81):
-                state.advance(1.0)
-                fake_nvml.write()
-                report = pb.NodeReport(node_id="src-node", epoch=1, seq=seq, time_unix_seconds=start + seq)
-                if seq == 1:
-                    report.info.CopyFrom(info)
-                gpu_source.collect(report)
-                server.ingest.accept(stream, report, report.SerializeToString())
-            await server.ingest.flusher.flush()
+            await ingest_gpu_reports(server, info, gpu_source, fake_nvml, state, 80)
             dom = ""
             if shutil.which("chromium") is not None and server.http is not None:
                 url = f"http://{server.http.address}/node/src-node"
