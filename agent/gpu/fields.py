@@ -50,6 +50,16 @@ FI_PCIE_COUNT_RX_BYTES: Final = 198
 FI_NVLINK_COUNT_XMIT_BYTES: Final = 202  # NVLink5 (Blackwell) byte counters, per link
 FI_NVLINK_COUNT_RCV_BYTES: Final = 204
 FI_GPU_TEMP: Final = 308  # temperature.gpu, C with sub-degree precision (nvml.h 13; older drivers: not supported)
+# How long each clock-event reason has held the clocks down, ns since the driver loaded (nvml.h 13's
+# NVML_FI_DEV_CLOCKS_EVENT_REASON_*: 74 and 76 are the older PERF_POLICY counters, 269-271 are
+# newer; older drivers: not supported). (field id, nvmlClocksEventReason bit).
+CLOCK_EVENT_DURATIONS: Final = (
+    (74, 0x004),  # SW_POWER_CAP
+    (76, 0x010),  # SYNC_BOOST
+    (269, 0x020),  # SW_THERM_SLOWDOWN
+    (270, 0x040),  # HW_THERM_SLOWDOWN
+    (271, 0x080),  # HW_POWER_BRAKE_SLOWDOWN
+)
 
 NVLINK_STATE_ACTIVE: Final = 1
 
@@ -64,6 +74,7 @@ _DEVICE_FIELDS: Final = (
     FI_PCIE_COUNT_RX_BYTES, FI_PCIE_COUNT_TX_BYTES, FI_PCIE_REPLAY_COUNTER, FI_ECC_DBE_VOL_TOTAL,
     FI_ECC_DBE_AGG_TOTAL, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_POWER_INSTANT,
     FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_MEMORY_TEMP, FI_TOTAL_ENERGY_CONSUMPTION, FI_GPU_TEMP,
+    *(field_id for field_id, _bit in CLOCK_EVENT_DURATIONS),
 )  # fmt: skip
 _LINK_FIELDS: Final = (
     FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC,

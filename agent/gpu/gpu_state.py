@@ -18,6 +18,7 @@ from nodeagent.agent.gpu.nvml_gpu import Gpu
 from nodeagent.agent.gpu.nvml_sampling import GpmSample
 from nodeagent.agent.gpu.power_regime import PowerRegime
 from nodeagent.agent.gpu.power_samples import PowerSamples
+from nodeagent.agent.gpu.round_readings import RoundReadings
 from nodeagent.agent.gpu.slow_readings import SlowReadings
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -41,6 +42,7 @@ class GpuState:
     opened: bool = True  # False: it did not answer at the scan (opened when it answers again)
     power: PowerSamples | None = None  # its draw read between ticks (no GPM), while a process runs
     slow: SlowReadings = field(default_factory=SlowReadings)  # what is read every 30 s and at scan
+    round: RoundReadings = field(default_factory=RoundReadings)  # what is read in turn, one a tick
     regime: PowerRegime | None = None  # which reading tells its computing share (``power_regime``)
 
     def tick_plan(self) -> gpu_fields.TickPlan:

@@ -1,23 +1,27 @@
 """One GPU's readings of a tick, into its `GpuSample`: what the `gpu` source reads of each GPU
 on the GPU's own reader thread (``deadlines``).
 
-Each tick's calls (utilization, memory, compute processes, every counter in one batched
-field-value call, clock-event reasons, SM clock, GPM where the GPU has it), then the last of the
-slowly changing readings (``slow_readings``), the draw read between ticks while a process runs
-(``power_samples``) and which reading tells the GPU's computing share (``power_regime``).
+Each tick's calls (every counter in one batched field-value call, the SM clock, utilization, or
+GPM where the GPU has it) and one of the round's (``round_readings``: memory, processes, ...),
+then the last of the slowly changing readings (``slow_readings``), the draw read between ticks
+while a process runs (``power_samples``) and which reading tells the GPU's computing share
+(``power_regime``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu.deadlines import GpuReaders
 from nodeagent.agent.gpu.describe import job_ref
 from nodeagent.agent.gpu.gpu_state import GpuState
 from nodeagent.agent.gpu.nvml_gpu import Gpu
+from nodeagent.agent.gpu.nvml_types import ProcessUsage
 from nodeagent.agent.gpu.power_regime import PowerRegime, decide
 from nodeagent.agent.gpu.processes import ProcessReader
+from nodeagent.agent.gpu.round_readings import COUNTED_BITS
 from nodeagent.core.wire.clock_events import clock_event_reason_names
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -25,17 +29,28 @@ from nodeagent.v1 import nodeagent_pb2 as pb
 def fill_sample(
     state: GpuState, sample: pb.GpuSample, pids: set[int], processes: ProcessReader, readers: GpuReaders
 ) -> bool:
-    """The tick's readings into ``sample``: each tick's calls, then the last of the slowly
-    changing ones (``slow_readings``); True when those were read this tick."""
+    """The tick's readings into ``sample``: each tick's calls, one of the round's
+    (``round_readings``), then the last of the slowly changing ones (``slow_readings``); True
+    when those were read this tick."""
     gpu = state.gpu
-    util = gpu.utilization()
+    plan = state.tick_plan()
+    values = gpu.field_values(plan.requests)
+    gpu_fields.fill_sample(values, plan, sample)
+    gpm = state.info.gpm_supported
+    turn = state.round
+    counted = turn.counted_reasons(values)
+    turn.turn(gpm=gpm, counted=counted is not None, shares=bool(turn.processes) and state.mig is None)
+    util = gpu.utilization() if not gpm or turn.reads("utilization") else turn.utilization
+    turn.utilization = util
     if util is not None:
         sample.utilization_gpu_ratio = util.gpu_ratio
         sample.utilization_memory_ratio = util.memory_ratio
-    gpu_fields.fill_memory(gpu.memory(), sample)
-    add_processes(gpu, sample, pids, processes)
-    plan = state.tick_plan()
-    gpu_fields.fill_sample(gpu.field_values(plan.requests), plan, sample)
+    if turn.reads("memory"):
+        turn.memory = gpu.memory()
+    gpu_fields.fill_memory(turn.memory, sample)
+    if turn.reads("processes"):
+        turn.processes = gpu.processes()
+    add_process_list(turn.processes or (), sample, pids, processes)
     if not sample.HasField("temperature_celsius"):  # a driver without field 308
         temperature = gpu.temperature_celsius()
         if temperature is not None:
@@ -46,10 +61,7 @@ def fill_sample(
             sample.pcie_rx_bytes_per_second = rx
         if tx is not None:
             sample.pcie_tx_bytes_per_second = tx
-    reasons = gpu.clock_event_reasons()
-    if reasons is not None:
-        sample.clock_event_reasons = reasons
-        sample.clock_event_reason_names.extend(clock_event_reason_names(reasons))
+    fill_reasons(state, sample, counted)
     sm_clock = gpu.sm_clock_mhz()
     if sm_clock is not None:
         sample.sm_clock_mhz = sm_clock
@@ -59,16 +71,41 @@ def fill_sample(
         sample.pcie_max_link_generation = state.info.pcie_max_generation
     if state.info.HasField("pcie_max_width"):
         sample.pcie_max_link_width = state.info.pcie_max_width
-    if state.info.gpm_supported:
+    if gpm:
         state.read_gpm(sample)
     readings_mean = power_while_busy(state, sample, readers) if state.power is not None else None
     computing_source(state, sample, readings_mean)
     return slow_read
 
 
+def fill_reasons(state: GpuState, sample: pb.GpuSample, counted: int | None) -> None:
+    """The clock-event reasons: the throttling ones from their counters, the rest from the
+    bitmask of the round's turn; the bitmask every tick where the GPU has no counters."""
+    turn = state.round
+    reasons: int | None
+    if counted is None or turn.reads("reasons"):
+        reasons = state.gpu.clock_event_reasons()
+        if reasons is not None:
+            turn.rest_bits = reasons & ~COUNTED_BITS
+        if counted is not None:
+            reasons = counted | turn.rest_bits
+    else:
+        reasons = counted | turn.rest_bits
+    if reasons is not None:
+        sample.clock_event_reasons = reasons
+        sample.clock_event_reason_names.extend(clock_event_reason_names(reasons))
+
+
 def add_processes(gpu: Gpu, sample: pb.GpuSample, pids: set[int], processes: ProcessReader) -> None:
     """The compute processes of a GPU or of a MIG device, with their name, user and job."""
-    for proc in gpu.processes() or ():
+    add_process_list(gpu.processes() or (), sample, pids, processes)
+
+
+def add_process_list(
+    usages: Iterable[ProcessUsage], sample: pb.GpuSample, pids: set[int], processes: ProcessReader
+) -> None:
+    """These compute processes into ``sample``, with their name, user and job."""
+    for proc in usages:
         pids.add(proc.pid)
         info = processes.info(proc.pid)
         entry = sample.processes.add(pid=proc.pid, name=info.name, user=info.user)

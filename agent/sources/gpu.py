@@ -105,6 +105,7 @@ class GpuSource(Source):
         topology.gpus.extend(state.info for state in states)
         for state in states:
             state.slow.make_due()  # a scan reads the slowly changing values afresh
+            state.round.make_fresh()  # and every reading of the round
         self._sample_power_between(states)
         uuids = {state.uuid for state in states}
         self._fabric.retain(uuids)
@@ -283,4 +284,4 @@ class GpuSource(Source):
             if not answered:
                 self.needs_rescan = True  # an instance was destroyed or changed
         elif sample.processes:
-            self._shares.fill(gpu, sample)
+            self._shares.fill(gpu, sample, read=state.round.reads("shares"))

@@ -198,12 +198,12 @@ def test_retired_pages_on_a_gpu_that_retires_pages(fake_nvml: FakeNvml, diag: Ca
 def test_heat_and_slowdowns_warn(fake_nvml: FakeNvml, diag: Callable[..., DiagRun]) -> None:
     state = load(fake_nvml)
     state.gpus[5].temp = 91
-    state.gpus[6].clock_reasons = 0x40 | 0x4  # hw_thermal_slowdown; sw_power_cap alone is normal
+    state.gpus[6].clock_reasons = 0x40 | 0x8 | 0x4  # hw_thermal_slowdown (so hw_slowdown); sw_power_cap alone is normal
     state.gpus[7].clock_reasons = 0x4
     run = diag()
     assert run.exit_code == 0
     assert run.problems() == {("gpu.temperature", "gpu:5"): "WARN", ("gpu.throttle", "gpu:6"): "WARN"}
-    assert run.checks("gpu.throttle")[0]["value"] == "hw_thermal_slowdown"
+    assert run.checks("gpu.throttle")[0]["value"] == "hw_slowdown, hw_thermal_slowdown"
 
 
 def test_xids_from_the_kernel_log_name_the_gpu(

@@ -62,7 +62,7 @@ def test_a_tick_of_n_calls_on_a_gpu_takes_at_least_n_latencies(fake_nvml: FakeNv
         per_gpu = [
             fake_nvml.calls(gpu=i) - fake_nvml.calls("nvmlEventSetWait_v2", gpu=i) for i in range(len(state.gpus))
         ]
-        assert min(per_gpu) > 5
+        assert min(per_gpu) >= 4  # the tick's calls (round_readings): several latencies each
         assert wall >= max(per_gpu) * latency_us / 1e6
     finally:
         source.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from nodeagent.agent.gpu.job_identity import JobIdentity, Ranks
 from nodeagent.agent.gpu.job_samples import JobMember, job_samples
+from nodeagent.agent.gpu.round_readings import LONGEST_ROUND
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.validate import MAX_JOBS, MAX_RANKS, check_report
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -137,8 +138,11 @@ def test_the_job_cgroup_pressure_is_read_each_tick(
     open_before = len(gpu_source.ctx.files)
     state.gpus[0].procs, state.gpus[1].procs = {}, {}
     fake_nvml.write()
-    report = pb.NodeReport(time_unix_seconds=1002.0)
-    gpu_source.collect(report)
+    for tick in range(LONGEST_ROUND):  # the processes are read once a round (round_readings)
+        report = pb.NodeReport(time_unix_seconds=1002.0 + tick)
+        gpu_source.collect(report)
+        if not report.jobs:
+            break
     assert not report.jobs
     assert len(gpu_source.ctx.files) == open_before - 2  # the job's pressure files are closed
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent.config import AgentConfig, ConfigError, GpuDeadlines, config_from_mapping
+from nodeagent.agent.gpu.round_readings import LONGEST_ROUND
 from nodeagent.agent.kernel.files import KernelFiles
 from nodeagent.agent.sources import Roots, SourceContext
 from nodeagent.agent.sources.gpu import GpuSource
@@ -56,6 +57,16 @@ def _tick(source: GpuSource) -> pb.NodeReport:
     report = pb.NodeReport(time_unix_seconds=time.time())
     source.collect(report)
     return report
+
+
+def _tick_until_processes(source: GpuSource, gpu: int, *, running: bool) -> pb.NodeReport:
+    """Ticks until GPU ``gpu``'s sample shows a process (or none): its processes are read once a
+    round (``round_readings``)."""
+    for _ in range(LONGEST_ROUND):
+        report = _tick(source)
+        if bool(report.gpus[gpu].processes) == running:
+            return report
+    raise AssertionError(f"GPU {gpu}'s processes not read in {LONGEST_ROUND} ticks")
 
 
 def _wait_for(cond: object, timeout: float = 10.0) -> None:
@@ -105,14 +116,14 @@ def test_power_is_read_between_ticks_only_while_a_process_runs_on_the_gpu(
     assert not any(g.power_samples_watts for g in _tick(source).gpus)
     state.gpus[1].procs = {os.getpid(): 1 << 30}  # a job starts on GPU 1
     fake_nvml.write()
-    _tick(source)  # sees its process: reads begin
+    _tick_until_processes(source, 1, running=True)  # sees its process (a round at most): reads begin
     calls = fake_nvml.calls("nvmlDeviceGetFieldValues", 1)
     _wait_for(lambda: fake_nvml.calls("nvmlDeviceGetFieldValues", 1) >= calls + 3)
     idle, busy = _tick(source).gpus
     assert not idle.power_samples_watts and set(busy.power_samples_watts) == {300.0}
     state.gpus[1].procs = {}  # the job ends: the readings up to then, and no more
     fake_nvml.write()
-    _tick(source)
+    _tick_until_processes(source, 1, running=False)
     calls = fake_nvml.calls("nvmlDeviceGetFieldValues", 1)
     time.sleep(0.2)
     assert fake_nvml.calls("nvmlDeviceGetFieldValues", 1) == calls

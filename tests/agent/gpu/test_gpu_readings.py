@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from nodeagent.agent.gpu.round_readings import LONGEST_ROUND
 from nodeagent.agent.gpu.suspect_fields import HOLD_SECONDS, SuspectReadings, contradictions
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -157,14 +158,27 @@ def test_each_process_gets_its_share_of_a_shared_gpu(fake_nvml: FakeNvml, make_g
     assert shares[12].memory_utilization_ratio == pytest.approx(0.20)
     assert not shares[13].HasField("sm_utilization_ratio")  # no sample of it
     assert not report.gpus[0].processes and fake_nvml.calls("nvmlDeviceGetProcessUtilization", gpu=0) == 0
-    # No newer sample: the shares are left out, not repeated.
-    again = pb.NodeReport(time_unix_seconds=1001.0)
-    gpu_source.collect(again)
+    # The ticks between reads (the round's other turns) carry the last read's shares; a read with
+    # no newer sample leaves them out, not repeated.
+    carried, again = _until_shares_read(fake_nvml, gpu_source, 1001.0)
+    assert carried and all(r.gpus[1].processes[0].sm_utilization_ratio == pytest.approx(0.55) for r in carried)
     assert not any(p.HasField("sm_utilization_ratio") for p in again.gpus[1].processes)
     state.advance(1.0)
     fake_nvml.write()
-    third = pb.NodeReport(time_unix_seconds=1002.0)
-    gpu_source.collect(third)
+    _, third = _until_shares_read(fake_nvml, gpu_source, 1010.0)
     assert {p.pid: p.sm_utilization_ratio for p in third.gpus[1].processes if p.HasField("sm_utilization_ratio")} == {
         11: pytest.approx(0.55), 12: pytest.approx(0.35),
     }  # fmt: skip
+
+
+def _until_shares_read(fake: FakeNvml, source: GpuSource, t: float) -> tuple[list[pb.NodeReport], pb.NodeReport]:
+    """Ticks until one reads GPU 1's process shares (within a round): the reports before it, and its."""
+    before: list[pb.NodeReport] = []
+    for tick in range(LONGEST_ROUND):
+        asked = fake.calls("nvmlDeviceGetProcessUtilization", gpu=1)
+        report = pb.NodeReport(time_unix_seconds=t + tick)
+        source.collect(report)
+        if fake.calls("nvmlDeviceGetProcessUtilization", gpu=1) > asked:
+            return before, report
+        before.append(report)
+    raise AssertionError(f"no read of the shares in {LONGEST_ROUND} ticks")

@@ -11,6 +11,7 @@ import pytest
 
 from nodeagent.agent.gpu import fields as gpu_fields
 from nodeagent.agent.gpu import nvml_library
+from nodeagent.agent.gpu.round_readings import LONGEST_ROUND
 from nodeagent.agent.gpu.view import gpu_rows
 from nodeagent.agent.sources.gpu import GpuSource
 from nodeagent.core.wire.validate import repair
@@ -294,10 +295,14 @@ def test_counters_take_one_field_value_call_per_gpu_per_tick(fake_nvml: FakeNvml
     counts.pop("nvmlEventSetWait_v2", None)  # the event thread's waits, not sampling
     assert counts["nvmlDeviceGetFieldValues"] == 8 * ticks
     per_gpu_per_tick = sum(counts.values()) / (8 * ticks)
-    # util, memory, processes, field values (temperature among them), clock reasons, SM clock, GPM
-    # sample + metrics: 8, and nothing allocated per tick. The memory clock, PCIe link and the
-    # video engines wait for the slow schedule (30 s, or a scan).
-    assert per_gpu_per_tick == 8
+    # Field values (temperature and the throttling reasons' counters among them), SM clock, GPM
+    # sample + metrics, and one reading of the round (memory, processes, utilization, the reasons'
+    # bitmask: round_readings): 5, and nothing allocated per tick. The memory clock, PCIe link and
+    # the video engines wait for the slow schedule (30 s, or a scan).
+    assert per_gpu_per_tick == 5
+    for call in ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
+                 "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetCurrentClocksEventReasons"):  # fmt: skip
+        assert counts[call] == 8  # once a round of 4 ticks
     assert "nvmlGpmSampleAlloc" not in counts
 
 
@@ -411,7 +416,19 @@ def test_processes_take_one_call_and_a_second_only_when_the_list_outgrows_its_ar
     assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 1
     state.gpus[0].procs = {2000 + i: 1024**2 for i in range(40)}  # more than the first array holds
     fake_nvml.write()
-    assert len(tick(gpu_source, 1001.0).gpus[0].processes) == 40
+    t = _until_processes_read(fake_nvml, gpu_source, 1001.0)  # the processes' turn of the round
+    assert len(tick(gpu_source, t).gpus[0].processes) == 40  # the ticks between carry the list
     assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 3
-    assert len(tick(gpu_source, 1002.0).gpus[0].processes) == 40
+    _until_processes_read(fake_nvml, gpu_source, t + 1)
     assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 4  # grown: one call again
+
+
+def _until_processes_read(fake: FakeNvml, source: GpuSource, t: float) -> float:
+    """Ticks until one reads GPU 0's processes (within a round); the time of the tick after it."""
+    for _ in range(LONGEST_ROUND):
+        asked = fake.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0)
+        tick(source, t)
+        t += 1.0
+        if fake.calls("nvmlDeviceGetComputeRunningProcesses_v3", 0) > asked:
+            return t
+    raise AssertionError(f"no read of the processes in {LONGEST_ROUND} ticks")

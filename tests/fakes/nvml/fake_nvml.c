@@ -402,6 +402,8 @@ static void parse_line(char *line) {
     }
 }
 
+static void accrue_reasons(int i, unsigned long long mask);
+
 /* Called with the lock held at the top of every entry point. */
 static void maybe_reload(void) {
     static int ready;
@@ -420,6 +422,7 @@ static void maybe_reload(void) {
         return;
     FILE *f = fopen(path, "r");
     if (!f) return;
+    for (int i = 0; i < MAX_GPUS; i++) accrue_reasons(i, gpus[i].clock_reasons); /* the old state's time */
     reset_state(1);
     ready = 1;
     char line[1024];
@@ -896,6 +899,51 @@ static int symbol_unsupported(nvmlDevice_t d, const char *symbol) {
 #endif
 #endif
 
+/* The clock-event reasons' durations (nvml.h 13's NVML_FI_DEV_CLOCKS_EVENT_REASON_* fields, ns):
+   each reason's counter grows by the host's time (not the state's GPM clock, which may stand
+   still) while the state sets its bit. The time up to a reload counts toward the bits the state
+   set before it, so a reason a test sets and clears between two ticks is still counted. Kept
+   apart from the devices, which a reload rebuilds. The legacy build (an older driver) knows only
+   the two perf-policy ids among them (74, 76): 269-271 are NOT_SUPPORTED there. */
+#ifndef NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
+#define NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN 269
+#define NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN 270
+#define NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN 271
+#endif
+#define REASON_FIELDS 5
+static const unsigned int reason_field[REASON_FIELDS] = {
+    74 /* SW_POWER_CAP */, 76 /* SYNC_BOOST */, NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN};
+static const unsigned long long reason_bit[REASON_FIELDS] = {0x4, 0x10, 0x20, 0x40, 0x80};
+static unsigned long long reason_ns[MAX_GPUS][REASON_FIELDS];
+static double reason_at[MAX_GPUS];
+static int reason_seen[MAX_GPUS];
+
+/* Which of the duration fields ``f`` is, or -1. */
+static int reason_index(unsigned int f) {
+    for (int k = 0; k < REASON_FIELDS; k++)
+        if (reason_field[k] == f) return k;
+    return -1;
+}
+
+/* GPU ``i``'s counters grown by the time since they last grew, for the reasons in ``mask``. */
+static void accrue_reasons(int i, unsigned long long mask) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (reason_seen[i] && now > reason_at[i]) {
+        for (int r = 0; r < REASON_FIELDS; r++)
+            if (mask & reason_bit[r]) reason_ns[i][r] += (unsigned long long)((now - reason_at[i]) * 1e9);
+    }
+    if (!reason_seen[i] || now > reason_at[i]) reason_at[i] = now;
+    reason_seen[i] = 1;
+}
+
+static unsigned long long reason_duration_ns(nvmlDevice_t d, int k) {
+    accrue_reasons(d->index, d->clock_reasons);
+    return reason_ns[d->index][k];
+}
+
 /* The draw now, in mW: a GPU's draw moves faster than its state file is rewritten (a training
    step computes and waits in sub-second phases), so a test or the lab may keep it in a file of its
    own, $FAKE_NVML_POWER_LIVE: whitespace-separated mW, one per GPU index, re-read at every call
@@ -1007,6 +1055,17 @@ static void fill_field(nvmlDevice_t d, nvmlFieldValue_t *v) {
     if (legacy >= 0) {
         if ((unsigned int)legacy < d->link_count) set_ull(v, d->links[legacy].crc_data);
         else v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        return;
+    }
+    int reason = reason_index(f);
+    if (reason >= 0) {
+#ifdef FAKE_NVML_LEGACY
+        if (f > 76) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            return;
+        }
+#endif
+        set_ull(v, reason_duration_ns(d, reason));
         return;
     }
     switch (f) {
