@@ -16,7 +16,8 @@
    stand out, and be a straggler).
 5. **Job-wide**: no straggler, and ``job_wide_share_ratio`` of the judged nodes show the same
    bottleneck of their own (a data cause, throttled, or the collective: `link`): `slowed`,
-   ``job_wide``, the shared cause, no node named.
+   ``job_wide``, the shared cause, no node named. A busy node counts for the most common data
+   cause where its node evidence points at it and GPM or power says its GPUs wait (``_joined``).
 6. **Slowed, nobody to blame**: the job's GPUs wait (its mean idle share at least the moderate
    tier) but no node stands out and their causes differ: `slowed`, cause ``unknown``.
 7. Else `busy`.
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.link import link_findings
 from nodeagent.collector.jobs.membership import Claims, Member
-from nodeagent.collector.jobs.node_values import NodeValues
+from nodeagent.collector.jobs.node_values import NodeValues, is_data_cause
 from nodeagent.collector.jobs.straggler import (
     Standing,
     latest_standout,
@@ -223,7 +224,10 @@ def _without_straggler(
         evidence[f"nodes_{own}"] = count
     if shared:
         own, count = shared.most_common(1)[0]
-        if count >= math.ceil(config.job_wide_share_ratio * len(judged) - 1e-9):
+        joined = _joined(judged, own, detector)
+        if joined:
+            evidence[f"nodes_{own}_by_evidence"] = joined
+        if count + joined >= math.ceil(config.job_wide_share_ratio * len(judged) - 1e-9):
             cause = _JOB_CAUSE.get(own, own)
             needed = [v.needed_bytes_per_second for v in judged.values() if v.needed_bytes_per_second is not None]
             need = statistics.median(needed) if needed and cause in ("network", "storage") else None
@@ -242,6 +246,24 @@ def _without_straggler(
             wait = None
         return Judgement("slowed", (), "unknown", False, wait, None, (), (), None, evidence, tuple(notes))
     return Judgement("busy", wait_ratio=own_wait, evidence=evidence, notes=tuple(notes))
+
+
+def _joined(judged: Mapping[str, NodeValues], cause: str, detector: DetectorConfig) -> int:
+    """The nodes without a cause of their own that the shared data ``cause`` holds too: their node
+    evidence points at it (a link or disk at its capacity) and their GPUs wait by GPM or power
+    (at least ``power_wait_ratio``). In lockstep behind loaders that all read at their cap, the
+    node whose loader is ahead waits in the collective rather than for data: without GPM, NVML
+    reads that as busy, and its own verdict stays `busy` with its data wait near the tier."""
+    if not is_data_cause(cause):
+        return 0
+    return sum(
+        1
+        for v in judged.values()
+        if v.own_cause is None
+        and v.evidence_cause == cause
+        and (wait := measured_wait(v)) is not None
+        and wait >= detector.power_wait_ratio
+    )
 
 
 def _slowed_wait(judged: Mapping[str, NodeValues], estimate: float | None) -> float | None:

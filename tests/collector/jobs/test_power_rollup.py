@@ -146,3 +146,46 @@ def test_a_job_whose_collective_takes_a_fifth_of_its_time_and_nobody_stands_out_
     run.seconds(120)
     v = run.verdict()
     assert (v.state, run.ever_named()) == ("busy", set())
+
+
+def test_a_node_ahead_in_a_job_wide_slowdown_waits_in_the_collective_and_joins_its_cause() -> None:
+    """Every node's data link at capacity, every GPU computing 0.45 of each sub-second step (the
+    lab's A100 `job-wide`, 2026-12-07). In lockstep the loaders take turns: three nodes' ranks wait
+    ~0.3 for data, node-1's, ahead, ~0.02 and the rest in the collective, which NVML reads as busy:
+    its own verdict stays `busy`. Its link at capacity and its power (waiting 0.55) say it is held
+    by the same bottleneck: the job is job-wide (`network`), no node named, and every node's
+    measured wait goes to the ledger (before: `slowed (unknown)`, node-1 left out)."""
+    nodes = _a100_job(duty=0.9)
+    for node in nodes:
+        node.sub_second, node.subsamples = True, 10
+    run = Run(nodes)
+    run.seconds(30)
+    for node in nodes:
+        node.duty, node.data_rx_bytes_per_second = 0.45, 1.2e9
+        node.util = 0.7
+    nodes[1].util = 0.98
+    run.seconds(120)
+    v = run.verdict()
+    assert run.detectors["node-1"].verdict.state == "busy"
+    assert all(run.detectors[n].verdict.cause == "network" for n in ("node-0", "node-2", "node-3"))
+    assert (v.state, v.straggler_nodes, v.cause, v.job_wide) == ("slowed", (), "network", True)
+    assert run.ever_named() == set()
+    assert v.wait_ratio == pytest.approx(0.55, abs=0.05)
+    assert v.evidence["nodes_network"] == 3 and v.evidence["nodes_network_by_evidence"] == 1
+
+
+def test_a_busy_node_whose_link_is_not_the_shared_bottleneck_does_not_join_it() -> None:
+    """The same job, but node-1's data link carries a fifth of its rating: nothing of its own says
+    `network`, so the job is not job-wide (three of four nodes are not enough)."""
+    nodes = _a100_job(duty=0.9)
+    for node in nodes:
+        node.sub_second, node.subsamples = True, 10
+    run = Run(nodes)
+    run.seconds(30)
+    for node in nodes:
+        node.duty, node.data_rx_bytes_per_second, node.util = 0.45, 1.2e9, 0.7
+    nodes[1].util, nodes[1].data_rx_bytes_per_second = 0.98, 2.5e8
+    run.seconds(120)
+    v = run.verdict()
+    assert run.detectors["node-1"].verdict.state == "busy"
+    assert not v.job_wide
