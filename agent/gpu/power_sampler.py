@@ -58,7 +58,9 @@ class PowerSampler:
         self._thread: threading.Thread | None = None
         self._generation = 0  # a retired thread sees a newer one and ends
         self._stopping = False
-        self._due: dict[int, float] = {}  # GPU index -> monotonic time of its next read
+        self._due: dict[int, float] = {}  # GPU index -> when a resting GPU's next read is due (monotonic)
+        self._round_at = 0.0  # when the next round of reads is due (monotonic); 0: none yet
+        self._period = 0.0
         self._current: tuple[int, int] | None = None  # (GPU index, thread id) of the read in flight
         self.blocked: set[int] = set()  # GPUs whose read overran on a retired thread, until it returns
         self.wakeups = 0  # times the thread woke to read (for tests: counts, not times)
@@ -122,38 +124,47 @@ class PowerSampler:
             with self._cond:
                 if self._stopping or generation != self._generation:
                     return
-                wait = self._wait_seconds(time.monotonic())
+                now = time.monotonic()
+                wait = self._wait_seconds(now)
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
                 self.wakeups += 1
+                period = self._period
+                self._round_at = self._round_at + period if self._round_at + period > now else now + period
+            ready = now + period / 2  # a GPU due within half a period is read in this round
             for reader in list(self._readers()):
-                if not self._read(reader, generation, ident):
+                if not self._read(reader, ready, generation, ident):
                     return
 
     def _wait_seconds(self, now: float) -> float | None:
-        """Seconds until the soonest hook is due (<= 0: now); None while no hook is set."""
-        soonest = None
+        """Seconds until the next round that reads a GPU (<= 0: now); None while no hook is set.
+        Rounds come every period (the shortest ``between_seconds``); a GPU that asked for a later
+        call (resting) is left out of them, and while every GPU rests the thread sleeps on."""
+        period = soonest = 0.0
         due = self._due
         for reader in self._readers():
-            if reader.between is None or reader.between_seconds <= 0:
+            seconds = reader.between_seconds
+            if reader.between is None or seconds <= 0:
                 due.pop(reader.index, None)
                 continue
-            at = due.setdefault(reader.index, now + reader.between_seconds)
-            if soonest is None or at < soonest:
-                soonest = at
-        return None if soonest is None else soonest - now
+            period = seconds if not period else min(period, seconds)
+            at = due.get(reader.index, 0.0)
+            soonest = at if not soonest else min(soonest, at)
+        if not period:
+            self._round_at = 0.0
+            return None
+        if not self._round_at:
+            self._round_at = now + period  # the first round a period after the first hook
+        self._period = period
+        return max(self._round_at, soonest) - now
 
-    def _read(self, reader: Sampled, generation: int, ident: int) -> bool:
+    def _read(self, reader: Sampled, ready: float, generation: int, ident: int) -> bool:
         """GPU ``reader``'s hook if it is due and may be called; False when this thread was retired."""
         index = reader.index
         between = reader.between
-        now = time.monotonic()
-        at = self._due.get(index)
-        if between is None or at is None or at > now:
+        if between is None or self._due.get(index, 0.0) > ready:
             return True
-        period = reader.between_seconds
-        self._due[index] = now + period if at + period <= now else at + period  # a late read does not burst
         if reader.unresponsive or reader.busy or index in self.blocked:
             return True
         self._current = (index, ident)
@@ -165,6 +176,5 @@ class PowerSampler:
                 self.blocked.discard(index)
                 return False
             self._current = None
-        if want is not None and want > self._due[index]:
-            self._due[index] = want
+            self._due[index] = want or 0.0
         return True
