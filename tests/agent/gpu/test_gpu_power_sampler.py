@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent.config import AgentConfig, GpuDeadlines
-from nodeagent.agent.gpu import power_samples
+from nodeagent.agent.gpu import nvml_library, power_samples
 from nodeagent.agent.gpu.power_regime import POWER_INSTANT, POWER_MEAN, PowerRegime
 from nodeagent.agent.gpu.power_samples import PowerSamples
 from nodeagent.agent.kernel.files import KernelFiles
@@ -217,8 +217,6 @@ def test_one_wakeup_a_period_reads_every_sampled_gpu(fake_nvml: FakeNvml, live: 
 
 def _in_read(thread: threading.Thread) -> bool:
     """Whether a reader thread is inside an NVML call (it must not be: reads are the sampler's)."""
-    from nodeagent.agent.gpu import nvml_library  # noqa: PLC0415
-
     return thread.ident is not None and nvml_library.call_in_flight(thread.ident) is not None
 
 
