@@ -54,7 +54,11 @@ class PowerSampler:
 
     def __init__(self, readers: Callable[[], Iterable[Sampled]]) -> None:
         self._readers = readers
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # the thread's start and retirement, and the read in flight
+        # Held but while a nudge is pending: the thread waits on it with a timeout (one futex
+        # wait in C; a Condition's wait costs several Python calls and a lock allocated per wait).
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self._thread: threading.Thread | None = None
         self._generation = 0  # a retired thread sees a newer one and ends
         self._stopping = False
@@ -67,17 +71,20 @@ class PowerSampler:
 
     def nudge(self) -> None:
         """A hook was set or cleared: (re)start the thread, or wake it to look again."""
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 return
             if self._thread is None:
                 self._start()
-            self._cond.notify()
+        self._release()
 
     def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
+        self._stopping = True
+        self._release()
+
+    def _release(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already released: a nudge is pending
+            self._wake.release()
 
     def in_flight(self, index: int) -> tuple[str, float] | None:
         """(NVML call, monotonic start) of the read in flight on GPU ``index``, or None."""
@@ -99,7 +106,7 @@ class PowerSampler:
     def retire(self, index: int) -> None:
         """The thread blocked in GPU ``index``'s read: its later calls abandoned, the GPU blocked
         until that call returns, and a fresh thread for the others."""
-        with self._cond:
+        with self._lock:
             current = self._current
             if current is None or current[0] != index:
                 return
@@ -120,18 +127,18 @@ class PowerSampler:
     def _run(self, generation: int) -> None:
         nvml_library.watch_reset()
         ident = threading.get_ident()
+        wake = self._wake
         while True:
-            with self._cond:
-                if self._stopping or generation != self._generation:
-                    return
-                now = time.monotonic()
-                wait = self._wait_seconds(now)
-                if wait is None or wait > 0:
-                    self._cond.wait(wait)
-                    continue
-                self.wakeups += 1
-                period = self._period
-                self._round_at = self._round_at + period if self._round_at + period > now else now + period
+            if self._stopping or generation != self._generation:
+                return
+            now = time.monotonic()
+            wait = self._wait_seconds(now)
+            if wait is None or wait > 0:
+                wake.acquire(True, -1 if wait is None else wait)
+                continue
+            self.wakeups += 1
+            period = self._period
+            self._round_at = self._round_at + period if self._round_at + period > now else now + period
             ready = now + period / 2  # a GPU due within half a period is read in this round
             for reader in list(self._readers()):
                 if not self._read(reader, ready, generation, ident):
@@ -171,7 +178,7 @@ class PowerSampler:
         want: float | None = None
         with contextlib.suppress(Exception):  # a reading is worth no thread
             want = between()
-        with self._cond:
+        with self._lock:
             if generation != self._generation:  # retired while blocked in this read: it returned
                 self.blocked.discard(index)
                 return False

@@ -29,7 +29,8 @@ not the draw (``energy``), the GPU rests: no read for ``PROBE_EVERY_SECONDS``, t
 least ``PROBE_SECONDS`` at the full rate re-checks the regime (it rests again, or, where the
 probe's spans vote otherwise, sampling goes on). A job's first ``PROBE_SECONDS`` always sample, to
 decide it; a job whose draw never varies enough to vote keeps the model's prior and rests after
-``UNDECIDED_SECONDS`` where that prior is a moving mean. Instantaneous readings (GA100, or any
+``UNDECIDED_SECONDS`` where that prior is a moving mean; a GPU that answers no power read at all
+rests at once. Instantaneous readings (GA100, or any
 board whose spans vote so) are read every period for as long as the job runs: the collector
 needs ``MIN_SUBSAMPLES`` a report (``core/detector/power_share.py``).
 """
@@ -146,7 +147,9 @@ class PowerSamples:
         elif self._stretch_from < 0:
             self._stretch_from = now
         stretch = now - self._stretch_from
-        if stretch >= PROBE_SECONDS and regime.tells_per_report(undecided=stretch >= UNDECIDED_SECONDS):
+        if self.unreadable or (
+            stretch >= PROBE_SECONDS and regime.tells_per_report(undecided=stretch >= UNDECIDED_SECONDS)
+        ):
             self._rest_until = now + PROBE_EVERY_SECONDS
             regime.forget_span()  # the probe's readings start a span of their own
 

@@ -153,6 +153,15 @@ def test_a_new_job_samples_its_first_seconds_afresh(clock: _Clock) -> None:
     assert board.calls - reads >= 45
 
 
+def test_a_gpu_that_answers_no_power_read_rests_at_once(clock: _Clock) -> None:
+    board = _Board(lambda t: 0.0, clock)
+    board.unsupported_fields.add((186, 0))
+    board.unsupported.add("nvmlDeviceGetPowerUsage")
+    samples, regime = PowerSamples(board), PowerRegime(A100)  # type: ignore[arg-type]
+    _run(clock, samples, regime, 60.0, watts=250.0)
+    assert samples.resting and board.calls <= 10  # the first second's calls, then none
+
+
 # -- the shared thread, against the fake NVML ---------------------------------------------------
 
 
