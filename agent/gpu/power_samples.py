@@ -3,12 +3,12 @@
 On a GPU without GPM (A100, A10, L40S, T4) NVML utilization reads ~100% while the GPU waits in
 a collective (NCCL's kernel stays resident), so only power tells waiting from computing. A
 training step computes and waits in sub-second phases: a report's mean draw (``power_watts``,
-the energy counter) averages them out. So between ticks the GPU's own reader thread
-(``deadlines.GpuReader``) reads the instantaneous draw every ``gpu_power_sample_seconds`` (0.1 s
-by default; ``Gpu.power_instant_mw``: field 186, else nvmlDeviceGetPowerUsage, which GA100
-answers near-instantly), and the tick's sample carries what it read since the previous one
-(``power_samples_watts``); the collector learns the computing and resting draws from them
-(``core/detector/power_share.py``).
+the energy counter) averages them out. So between ticks the readers' shared sampler thread
+(``power_sampler.py``, through the GPU reader's ``between`` hook) reads the instantaneous draw
+every ``gpu_power_sample_seconds`` (0.1 s by default; ``Gpu.power_instant_mw``: field 186, else
+nvmlDeviceGetPowerUsage, which GA100 answers near-instantly), and the tick's sample carries
+what it read since the previous one (``power_samples_watts``); the collector learns the computing
+and resting draws from them (``core/detector/power_share.py``).
 
 Bounded, and behind the per-GPU deadlines: every sampled GPU is read in turn on one shared thread
 (``power_sampler.py``, one wake-up a period for all of them), whose read in flight the tick
