@@ -19,8 +19,9 @@ readings of a tick into its sample). One module each
 beside the tick: ``fabric`` (the NVLink fabric, on the slow schedule), ``mig`` (MIG instances),
 ``process_share`` (each process's share of a shared GPU), ``xid_counts``, ``suspect_fields``
 (readings the rest of the GPU contradicts), ``power_samples`` (the draw read every 0.1 s between
-ticks on GPUs without GPM), ``power_regime`` (which reading tells each GPU's computing share),
-``round_readings`` (what a tick reads in turn, one a tick, carrying the others),
+ticks on GPUs without GPM, where their regime makes such readings tell), ``power_sampler`` (the
+one thread that reads them, every GPU in turn), ``power_regime`` (which reading tells each GPU's
+computing share), ``round_readings`` (what a tick reads in turn, one a tick, carrying the others),
 ``slow_readings`` (what a tick reports but reads every 30 s), and, where configured,
 ``dcgm_exporter`` (a local dcgm-exporter's profiling scraped after each tick, read by
 ``dcgm_page``)."""

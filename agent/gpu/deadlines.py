@@ -11,13 +11,15 @@ doubling to ``backoff_max_seconds``) by a probe the tick does not wait for. A pr
 within the bounds makes the GPU responsive again.
 
 A GPU whose thread is still busy is given no more work: threads, and calls left blocked in the
-library, are at most one per GPU. The threads are daemons: a call that never returns does not keep
-the process from exiting.
+library, are at most one per GPU, beside the power read between ticks: that runs for every GPU on
+one shared thread (``power_sampler.py``), whose read in flight is watched here like a GPU's own
+call (past ``call_seconds`` the GPU turns unresponsive and that thread is retired, a fresh one
+reading the others), so at most one more blocked call per GPU. The threads are daemons: a call that
+never returns does not keep the process from exiting.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +28,7 @@ from typing import Any
 
 from nodeagent.agent.config import GpuDeadlines
 from nodeagent.agent.gpu import nvml_library
+from nodeagent.agent.gpu.power_sampler import Between, PowerSampler
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FIRST_BACKOFF_SECONDS = 1.0
@@ -68,8 +71,9 @@ class _Job:
 class GpuReader:
     """One GPU's thread, its job, and how the GPU has been answering."""
 
-    def __init__(self, index: int, done: threading.Condition) -> None:
+    def __init__(self, index: int, done: threading.Condition, sampler: PowerSampler | None = None) -> None:
         self.index = index
+        self._sampler = sampler
         self._done = done
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -84,10 +88,32 @@ class GpuReader:
         self.taken = 0
         self.expected = 0
         self._stopping = False
-        # Work done while idle, every ``between_seconds`` (``power_samples.py``); on this thread, so
-        # a call of it that hangs is watched like the tick's (``call_in_flight``) and abandoned.
-        self.between: Callable[[], None] | None = None
-        self.between_seconds = 0.0
+        # Work done between ticks, every ``between_seconds`` or when it asks (``power_samples.py``):
+        # on the readers' shared sampler thread (``power_sampler.py``), watched like the tick's calls.
+        self._between: Between | None = None
+        self._between_seconds = 0.0
+
+    @property
+    def between(self) -> Between | None:
+        return self._between
+
+    @between.setter
+    def between(self, hook: Between | None) -> None:
+        changed = hook is not self._between
+        self._between = hook
+        if changed and self._sampler is not None:
+            self._sampler.nudge()
+
+    @property
+    def between_seconds(self) -> float:
+        return self._between_seconds
+
+    @between_seconds.setter
+    def between_seconds(self, seconds: float) -> None:
+        changed = seconds != self._between_seconds
+        self._between_seconds = seconds
+        if changed and self._sampler is not None and self._between is not None:
+            self._sampler.nudge()
 
     @property
     def busy(self) -> bool:
@@ -110,14 +136,7 @@ class GpuReader:
     def _run(self) -> None:
         self.thread_id = threading.get_ident()
         while True:
-            between = self.between
-            if between is None or self.unresponsive or self.between_seconds <= 0:
-                self._wake.wait()
-            elif not self._wake.wait(self.between_seconds):
-                if not self._stopping and not self.unresponsive:
-                    with contextlib.suppress(Exception):  # a reading is worth no thread
-                        between()
-                continue
+            self._wake.wait()
             self._wake.clear()
             if self._stopping:
                 return
@@ -144,15 +163,17 @@ class GpuReaders:
         self._wall = wall_clock
         self._done = threading.Condition()
         self._readers: dict[int, GpuReader] = {}
+        self.sampler = PowerSampler(lambda: tuple(self._readers.values()))
         self.recovered: dict[int, Recovery] = {}  # of the last ``read``
 
     def reader(self, index: int) -> GpuReader:
         found = self._readers.get(index)
         if found is None:
-            found = self._readers[index] = GpuReader(index, self._done)
+            found = self._readers[index] = GpuReader(index, self._done, self.sampler)
         return found
 
     def close(self) -> None:
+        self.sampler.stop()
         for r in self._readers.values():
             r.stop()
         self._readers = {}
@@ -174,6 +195,7 @@ class GpuReaders:
         now = time.monotonic()
         out: dict[int, Any] = {}
         waiting: list[GpuReader] = []
+        sampled = self._sampler_overrun(now)
         for index, fn in work.items():
             r = self.reader(index)
             if count:
@@ -181,8 +203,8 @@ class GpuReaders:
             job = r.job
             if job is not None and job.probe and not job.judged:
                 self._judge_probe(r, job, bound, now)
-            if r.busy:
-                out[index] = Overrun(r.call, r.since, began=False)
+            if r.busy or index == sampled:  # still in its last work, or its read between ticks hung
+                out[index] = Overrun(r.call, r.since, began=index == sampled)
             elif r.unresponsive:
                 if now >= r.next_try:
                     r.submit(fn, probe=True, now=now)
@@ -228,16 +250,35 @@ class GpuReaders:
 
     def _deadline(self, r: GpuReader, bound: float) -> tuple[float, str]:
         assert r.job is not None
-        deadline = r.job.started + bound
+        deadline, call = r.job.started + bound, ALL_CALLS
         in_call = nvml_library.call_in_flight(r.thread_id) if r.thread_id else None
-        if in_call is None:
-            return deadline, ALL_CALLS
-        return min(deadline, in_call[1] + self.deadlines.call_seconds), in_call[0]
+        if in_call is not None:
+            deadline, call = min(deadline, in_call[1] + self.deadlines.call_seconds), in_call[0]
+        sampled = self.sampler.in_flight(r.index)  # the power read between ticks, on the sampler
+        if sampled is not None and sampled[1] + self.deadlines.call_seconds < deadline:
+            deadline, call = sampled[1] + self.deadlines.call_seconds, sampled[0]
+        return deadline, call
+
+    def _sampler_overrun(self, now: float) -> int | None:
+        """The GPU whose read between ticks overran ``call_seconds`` on the sampler thread: it turns
+        unresponsive and the sampler goes on without it (``PowerSampler.retire``); None if none."""
+        found = self.sampler.overrun(self.deadlines.call_seconds, now)
+        if found is None:
+            return None
+        index, call = found
+        self.sampler.retire(index)
+        r = self.reader(index)
+        if r.unresponsive:
+            return None
+        self._overrun(r, call, now)
+        return index
 
     def _overrun(self, r: GpuReader, call: str, now: float) -> None:
         """The GPU stops being waited for: its remaining calls abandoned, tried again after backoff."""
         if r.thread_id:
             nvml_library.abandon(r.thread_id)
+        if self.sampler.in_flight(r.index) is not None:
+            self.sampler.retire(r.index)
         if not r.unresponsive:
             r.unresponsive = True
             r.call = call

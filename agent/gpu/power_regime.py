@@ -168,6 +168,18 @@ class PowerRegime:
                     f"({self._apart} spans of {span:.0f} s): not the draw"
                 )
 
+    def tells_per_report(self, *, undecided: bool) -> bool:
+        """Whether a reading a report says all there is (the GPU may rest from reads between
+        reports, ``power_samples.py``): readings that are not the draw (``energy``), or a moving
+        mean while the energy counter advances (the collector takes the report's draw from the
+        counter, never the readings), that the latest span's vote confirmed, or ``undecided``: a
+        job whose draw cast no vote for long enough."""
+        if self.source == ENERGY:
+            return True
+        if self.source != POWER_MEAN or not self.energy_advances:
+            return False
+        return undecided or (bool(self._votes) and self._votes[-1][0] == POWER_MEAN)
+
     def forget_span(self) -> None:
         """Readings stopped (no process on the GPU): the next span starts afresh."""
         self._n = self._changes = self._holds = 0
