@@ -17,7 +17,8 @@ their last read, so reading each every few seconds loses nothing but freshness:
   driver keeps its samples, so a late read still covers the whole interval.
 
 A round is three to five ticks (seconds at 1 Hz). A scan, and the first tick after it, read
-everything. A driver without the duration counters (before nvml.h 13's fields 269-271) has the
+everything. Memory or processes that NVML did not give (a call that failed, or was abandoned by a
+GPU that stopped answering) are read again at the next tick, in place of the round's turn. A driver without the duration counters (before nvml.h 13's fields 269-271) has the
 bitmask read every tick instead, one call more.
 """
 
@@ -40,7 +41,7 @@ COUNTED_BITS: Final = HW_SLOWDOWN | sum(bit for _field, bit in CLOCK_EVENT_DURAT
 class RoundReadings:
     """One GPU's round: whose turn it is, and the last of each reading."""
 
-    __slots__ = ("_durations", "_turn", "due", "fresh", "memory", "processes", "rest_bits", "utilization")
+    __slots__ = ("_durations", "_turn", "due", "fresh", "memory", "processes", "rest_bits", "retry", "utilization")
 
     def __init__(self) -> None:
         self._turn = 0
@@ -50,6 +51,7 @@ class RoundReadings:
         self.processes: list[ProcessUsage] | None = None
         self.utilization: Utilization | None = None
         self.rest_bits = 0  # the last bitmask's bits that no counter covers
+        self.retry: str | None = None  # a reading that failed: read again at the next tick
         self._durations: tuple[int | float, ...] | None = None
 
     def make_fresh(self) -> None:
@@ -61,6 +63,9 @@ class RoundReadings:
         if self.fresh:
             self.fresh = False
             self.due = EVERYTHING
+            return self.due
+        if self.retry is not None:
+            self.due, self.retry = self.retry, None
             return self.due
         items = ["memory", "processes"]
         if gpm:

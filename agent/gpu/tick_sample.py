@@ -47,9 +47,13 @@ def fill_sample(
         sample.utilization_memory_ratio = util.memory_ratio
     if turn.reads("memory"):
         turn.memory = gpu.memory()
+        if turn.memory is None:
+            turn.retry = "memory"
     gpu_fields.fill_memory(turn.memory, sample)
     if turn.reads("processes"):
         turn.processes = gpu.processes()
+        if turn.processes is None:
+            turn.retry = "processes"
     add_process_list(turn.processes or (), sample, pids, processes)
     if not sample.HasField("temperature_celsius"):  # a driver without field 308
         temperature = gpu.temperature_celsius()

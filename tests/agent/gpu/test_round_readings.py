@@ -51,6 +51,17 @@ def test_each_reading_of_the_round_comes_within_a_round_and_a_scan_reads_everyth
     assert turn.reads("memory") and turn.reads("shares")
 
 
+def test_a_reading_that_failed_is_read_again_at_the_next_tick() -> None:
+    """A GPU that stopped answering mid-round must not go a whole round without its processes
+    (the power read between reports follows them)."""
+    turn = RoundReadings()
+    turn.turn(gpm=False, counted=True, shares=False)
+    first = turn.turn(gpm=False, counted=True, shares=False)
+    turn.retry = first  # its read failed
+    assert turn.turn(gpm=False, counted=True, shares=False) == first
+    assert turn.turn(gpm=False, counted=True, shares=False) != first  # then the round goes on
+
+
 def test_a_throttle_that_ended_before_the_tick_is_still_reported(
     fake_nvml: FakeNvml, make_gpu_source: Callable[..., GpuSource]
 ) -> None:
