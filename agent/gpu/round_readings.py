@@ -17,9 +17,10 @@ their last read, so reading each every few seconds loses nothing but freshness:
   driver keeps its samples, so a late read still covers the whole interval.
 
 A round is three to five ticks (seconds at 1 Hz). A scan, and the first tick after it, read
-everything. Memory or processes that NVML did not give (a call that failed, or was abandoned by a
-GPU that stopped answering) are read again at the next tick, in place of the round's turn. A driver without the duration counters (before nvml.h 13's fields 269-271) has the
-bitmask read every tick instead, one call more.
+everything. Memory or processes that NVML did not give (a call that failed, or was abandoned by
+a GPU that stopped answering) are read again at the next tick, in place of the round's turn. A
+driver without the duration counters (before nvml.h 13's fields 269-271) has the bitmask read
+every tick instead, one call more.
 """
 
 from __future__ import annotations

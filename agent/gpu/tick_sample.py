@@ -40,21 +40,7 @@ def fill_sample(
     turn = state.round
     counted = turn.counted_reasons(values)
     turn.turn(gpm=gpm, counted=counted is not None, shares=bool(turn.processes) and state.mig is None)
-    util = gpu.utilization() if not gpm or turn.reads("utilization") else turn.utilization
-    turn.utilization = util
-    if util is not None:
-        sample.utilization_gpu_ratio = util.gpu_ratio
-        sample.utilization_memory_ratio = util.memory_ratio
-    if turn.reads("memory"):
-        turn.memory = gpu.memory()
-        if turn.memory is None:
-            turn.retry = "memory"
-    gpu_fields.fill_memory(turn.memory, sample)
-    if turn.reads("processes"):
-        turn.processes = gpu.processes()
-        if turn.processes is None:
-            turn.retry = "processes"
-    add_process_list(turn.processes or (), sample, pids, processes)
+    fill_round(state, sample, pids, processes)
     if not sample.HasField("temperature_celsius"):  # a driver without field 308
         temperature = gpu.temperature_celsius()
         if temperature is not None:
@@ -80,6 +66,27 @@ def fill_sample(
     readings_mean = power_while_busy(state, sample, readers) if state.power is not None else None
     computing_source(state, sample, readings_mean)
     return slow_read
+
+
+def fill_round(state: GpuState, sample: pb.GpuSample, pids: set[int], processes: ProcessReader) -> None:
+    """Utilization (every tick without GPM), memory and processes: read on their turn of the
+    round, else the last reading; one NVML did not give is read again at the next tick."""
+    gpu, turn = state.gpu, state.round
+    util = gpu.utilization() if not state.info.gpm_supported or turn.reads("utilization") else turn.utilization
+    turn.utilization = util
+    if util is not None:
+        sample.utilization_gpu_ratio = util.gpu_ratio
+        sample.utilization_memory_ratio = util.memory_ratio
+    if turn.reads("memory"):
+        turn.memory = gpu.memory()
+        if turn.memory is None:
+            turn.retry = "memory"
+    gpu_fields.fill_memory(turn.memory, sample)
+    if turn.reads("processes"):
+        turn.processes = gpu.processes()
+        if turn.processes is None:
+            turn.retry = "processes"
+    add_process_list(turn.processes or (), sample, pids, processes)
 
 
 def fill_reasons(state: GpuState, sample: pb.GpuSample, counted: int | None) -> None:
