@@ -1,28 +1,30 @@
 """Proving a report valid from its bytes in a few C calls, before walking it field by field.
 
-``validate``'s walk lists every field of every message from Python (``ListFields``: a tuple, a
-descriptor and a Python value a field, a wrapper a message; 100 messages and 480 fields in an
-8-GPU report of a 64-CPU host). The proof reads the same rules in three C calls and a short
-Python walk over one message per *path* of the report, not per instance:
+``validate``'s walk makes a Python object of every message and a tuple of every field of an
+8-GPU report (``ListFields``: 100 messages and 480 fields for a 64-CPU host). The proof reads the
+same rules with three C calls and a short Python walk over one message per *path* of the report
+(14 for that report), not per instance:
 
 1. The report's bytes parse into a shadow type (``P``) that declares each field with a rule
    ``repeated``, and each field holding messages as *one* message of its type's shadow. A parser
    merges the occurrences of a singular message field, so every instance at a path (64
    ``CpuTimes``, 8 ``GpuSample``) becomes one message holding all their values.
-2. Serialized, each number field of that is one packed block; parsed again into a second shadow
+2. Serialized, each number field of that is one packed block; parsed into a second shadow
    (``B``) that declares it ``bytes``, each block is one Python ``bytes``.
-3. A walk over ``B``'s paths (``_gather``) reads each message's blocks and strings in one
-   ``attrgetter`` call; then all doubles of the report are checked by one regular expression over
-   their top bytes, all uint64s by the length of their varints, all ratios by one ``fullmatch``,
-   all strings by their longest, all names by one ``isprintable``. Lists are counted on the
-   report itself, a path at a time (merged, a path's lists no longer show each instance's count).
+3. ``_gather`` walks ``B``'s paths, reading each message's blocks and strings with one
+   ``attrgetter``; then all doubles of the report are checked by one regular expression over
+   their top bytes, all ratios by one ``fullmatch``, all floats as the doubles, all strings by
+   their longest, all names by one ``isprintable``. A uint64 at or above 2^63 is a ten-byte
+   varint, looked for in the report's bytes. Lists of messages are bounded by how often their
+   tag occurs in the report's bytes, counted on the report itself only where that is over.
 
 It only proves. A report it cannot prove valid (a value at a bound's edge, a string long in UTF-8,
 a kind of field it has no check for) is walked by ``validate``, which names the refusal: the
 proof may fail to prove a valid report, never prove an invalid one (``tests/core/
-test_validate_proof.py`` breaks each rule in each message it applies to, and asserts that).
-Each field's rule is ``validate._kind``'s; a field of a kind the walk has no rule for turns the
-proof off, so that the walk raises as before. Collector-only: it imports ``descriptor_pb2``.
+test_validate_proof.py`` breaks each rule in each message at each path it applies to, and
+asserts that). Each field's rule is ``validate._kind``'s; a field of a kind the walk has no rule
+for turns the proof off, so that the walk raises as before. Collector-only (the agent repairs
+its reports with the walk): it imports ``descriptor_pb2`` to make the shadows.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import re
 from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -74,9 +76,14 @@ class _Shape:
         self.name = f"{descriptor.name}{'_flat' if flat else ''}"
         self.read: Callable[[Any], tuple[Any, ...]] = tuple
         self.takes: list[tuple[int, slice]] = []  # (kind, where): values each batched check takes
-        self.strings: list[tuple[int, slice]] = []  # (longest, where)
         self.lists: list[tuple[int, int, str, int]] = []  # position, kind, name, limit
+        self.list_strings: list[int] = []  # where lists of strings are (their entries are checked)
         self.empty: int | None = None  # a flat list's entries: where their own list is read
+        self.read_texts: Callable[[Any], tuple[Any, ...]] = tuple
+        self.texts: list[FieldDescriptor] = []  # names and strings (and lists of strings: in read)
+        self.keys: slice | None = None  # where the names are, in what read_texts returns
+        self.strings: list[tuple[int, slice]] = []  # (longest, where), in what read_texts returns
+        self.shortest = 0  # the least of the strings' bounds
         # name, its shape, the entries allowed (a list; else None) and its tag, as the wire has it
         self.children: list[tuple[str, _Shape, int | None, bytes]] = []
 
@@ -84,7 +91,7 @@ class _Shape:
 class _Found:
     """What the walk over a report's paths collected for the batched checks."""
 
-    __slots__ = ("blocks", "report", "serialized", "strings", "instances")
+    __slots__ = ("blocks", "instances", "report", "serialized", "strings")
 
     def __init__(self, report: Message, serialized: bytes) -> None:
         self.serialized = serialized
@@ -132,24 +139,42 @@ def _gather(message: Any, shape: _Shape, path: tuple[tuple[str, bool], ...], fou
     blocks = found.blocks
     for kind, where in shape.takes:
         blocks[kind] += values[where]
-    for longest, where in shape.strings:
-        found.strings.setdefault(longest, []).extend(values[where])
     for position, kind, name, limit in shape.lists:
         value = values[position]
         # Merged, the path's instances' lists together; over the bound, count each instance's.
-        if (len(value) // 4 if kind == rules._REPEATED_FLOAT else len(value)) > limit:
-            if _most(found, path, name) > limit:
-                return False
+        count = len(value) // 4 if kind == rules._REPEATED_FLOAT else len(value)
+        if count > limit and _most(found, path, name) > limit:
+            return False
     if shape.empty is not None and values[shape.empty]:
         return False  # a MIG instance with instances of its own
-    for name, child, limit, tag in shape.children:
+    for position in shape.list_strings:
+        found.strings.setdefault(rules.MAX_STRING, []).append(values[position])
+    # Strings: not read where the path's instances together are shorter than the shortest bound.
+    if shape.texts and (shape.keys is not None or shape.children or message.ByteSize() > shape.shortest):
+        texts = shape.read_texts(message)
+        if shape.keys is not None:
+            blocks[rules._KEY] += texts[shape.keys]
+        for longest, where in shape.strings:
+            found.strings.setdefault(longest, []).extend(texts[where])
+    for name, child, entries, tag in shape.children:
         if message.HasField(name):
-            # The tag's bytes occur at least once an entry in the report (more: in other values).
-            if limit is not None and found.serialized.count(tag) > limit and _most(found, path, name) > limit:
+            if entries is not None and _over(found, path, name, tag, entries):
                 return False
-            if not _gather(getattr(message, name), child, (*path, (name, limit is not None)), found):
+            if not _gather(getattr(message, name), child, (*path, (name, entries is not None)), found):
                 return False
     return True
+
+
+def _over(found: _Found, path: tuple[tuple[str, bool], ...], name: str, tag: bytes, limit: int) -> bool:
+    """Whether an instance at ``path`` has more than ``limit`` entries in its list ``name``. Each
+    entry begins with the tag's bytes, so the report holds them at least as often as there are
+    entries (more often: in other values); where they are more than the bound, count each."""
+    serialized = found.serialized
+    if 2 * limit >= len(serialized):
+        return False  # an entry is at least two bytes (its tag and length)
+    if not path:
+        return len(getattr(found.report, name)) > limit  # the report's own: counted there (a scan costs more)
+    return serialized.count(tag) > limit and _most(found, path, name) > limit
 
 
 def _most(found: _Found, path: tuple[tuple[str, bool], ...], name: str) -> int:
@@ -182,7 +207,7 @@ def _make_root() -> tuple[Callable[[bytes], Any], Callable[[bytes], Any], _Shape
     file = descriptor_pb2.FileDescriptorProto(name="nodeagent/wire_proof.proto", package="proof", syntax="proto3")
     shapes: dict[tuple[str, bool], _Shape] = {}
     try:
-        root = _declare(pb.NodeReport.DESCRIPTOR, False, file, shapes)
+        root = _declare(cast(Descriptor, pb.NodeReport.DESCRIPTOR), False, file, shapes)
     except TypeError:
         return None  # a kind the walk has no rule for: it raises when a report sets one
     pool = descriptor_pool.DescriptorPool()
@@ -204,9 +229,10 @@ def _declare(descriptor: Descriptor, flat: bool, file: Any, shapes: dict[tuple[s
     for field, kind, limit in _ruled(descriptor):
         own_list = f"{descriptor.name}.{field.name}" in rules.FLAT_LISTS
         if kind in _MESSAGES and not (flat and own_list):
-            child = _declare(field.message_type, own_list, file, shapes)
-            packed.field.add(name=field.name, number=field.number, type=_Field.TYPE_MESSAGE, type_name=f".proof.P{child.name}")
-            blocks.field.add(name=field.name, number=field.number, type=_Field.TYPE_MESSAGE, type_name=f".proof.B{child.name}")
+            child = _declare(cast(Descriptor, field.message_type), own_list, file, shapes)
+            for side, shadow in (("P", packed), ("B", blocks)):
+                shadow.field.add(name=field.name, number=field.number, type=_Field.TYPE_MESSAGE,
+                                 type_name=f".proof.{side}{child.name}")  # fmt: skip
             shape.children.append((field.name, child, None if kind == rules._MESSAGE else limit, _tag(field.number)))
             continue
         if kind in (rules._OTHER, rules._UINT):  # no rule, or one checked on the report's bytes: not read
@@ -225,30 +251,42 @@ def _declare(descriptor: Descriptor, flat: bool, file: Any, shapes: dict[tuple[s
 
 
 def _place(shape: _Shape, read: list[tuple[FieldDescriptor, int, int]]) -> None:
-    """Where each check finds its values in what ``shape.read`` returns (``read``: in that order)."""
-    for kind in _CHECKED:
+    """Where each check finds its values: in what ``shape.read`` returns (numbers, lists of
+    strings, a flat list) or ``shape.read_texts`` (names and strings)."""
+    texts = [fkl for fkl in read if fkl[1] in (rules._KEY, rules._STRING)]
+    read = [fkl for fkl in read if fkl[1] not in (rules._KEY, rules._STRING)]
+    for kind in (rules._DOUBLE, rules._RATIO, rules._REPEATED_FLOAT):
         positions = [position for position, (_f, k, _l) in enumerate(read) if k == kind]
         if positions:
             shape.takes.append((kind, slice(positions[0], positions[-1] + 1)))
     for position, (field, kind, limit) in enumerate(read):
-        if kind in _STRINGS:
-            longest = _longest(kind, limit)
-            if shape.strings and shape.strings[-1][0] == longest and shape.strings[-1][1].stop == position:
-                shape.strings[-1] = (longest, slice(shape.strings[-1][1].start, position + 1))
-            else:
-                shape.strings.append((longest, slice(position, position + 1)))
         if kind in _LISTS:
             shape.lists.append((position, kind, field.name, limit))
+        if kind == rules._REPEATED_STRING:  # each entry at most MAX_STRING, checked with the strings
+            shape.list_strings.append(position)
         if kind == rules._FLAT:
             shape.empty = position
-    names = [field.name for field, _k, _l in read]
+    keys = [position for position, (_f, kind, _l) in enumerate(texts) if kind == rules._KEY]
+    shape.keys = slice(keys[0], keys[-1] + 1) if keys else None
+    for position, (field, _kind, limit) in enumerate(texts):
+        shape.texts.append(field)
+        if shape.strings and shape.strings[-1][0] == limit and shape.strings[-1][1].stop == position:
+            shape.strings[-1] = (limit, slice(shape.strings[-1][1].start, position + 1))
+        else:
+            shape.strings.append((limit, slice(position, position + 1)))
+    shape.shortest = min((limit for _f, _k, limit in texts), default=0)
+    shape.read = _getter([field.name for field, _k, _l in read])
+    shape.read_texts = _getter([field.name for field, _k, _l in texts])
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """``attrgetter`` of ``names``, always returning a tuple."""
     if len(names) > 1:
-        shape.read = attrgetter(*names)
-    elif names:
+        return attrgetter(*names)
+    if names:
         one = attrgetter(names[0])
-        shape.read = lambda message: (one(message),)
-    else:
-        shape.read = lambda _message: ()
+        return lambda message: (one(message),)
+    return lambda _message: ()
 
 
 def _ruled(descriptor: Descriptor) -> list[tuple[FieldDescriptor, int, int]]:
