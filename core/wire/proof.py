@@ -37,7 +37,7 @@ from typing import Any, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from nodeagent.core.wire import validate as rules
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -118,7 +118,11 @@ def proves_valid(report: pb.NodeReport, serialized: bytes) -> bool:
     if _NINE in serialized.translate(_CONTINUES):
         return False  # a uint64 at or above 2^63, or bytes of a string or a double that look like one
     found = _Found(report, serialized)
-    if not _gather(blocks(packed(serialized).SerializeToString()), shape, (), found):
+    try:
+        merged = blocks(packed(serialized).SerializeToString())
+    except DecodeError:  # bytes not of a report (the walk judges the report itself)
+        return False
+    if not _gather(merged, shape, (), found):
         return False
     taken = found.blocks
     return not (

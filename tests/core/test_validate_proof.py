@@ -255,3 +255,9 @@ def test_check_report_with_the_bytes_refuses_as_the_walk_does() -> None:
         except InvalidMessageError as err:
             proven = str(err)
         assert proven == walked, what
+
+
+def test_bytes_that_are_not_the_report_s_prove_nothing() -> None:
+    report = _base()
+    assert not proof.proves_valid(report, b"\x0a\xff")  # a length past the end
+    proof.check_report(report, "n", b"\x0a\xff")  # walked instead
