@@ -5,10 +5,11 @@ simulated 8-GPU nodes (the reports ``nodeagent-collector loadgen`` sends: a pool
 ticks, each node's id, epoch, seq and time merged in), fed one report per node per simulated
 second, with a flush every ``--flush-every`` reports (at 1,000 reports/s and serve's 50 ms
 flush, 50). Each report takes the path ``collector/ingest/streams.py`` gives it: parse
-(``FromString`` and ``DiscardUnknownFields``), validate (``check_report``), serialize, then
-``Ingest.accept``. The stages inside ``accept`` are timed by wrapping them (alert rules, the
-detector, the job roll-up, the timeline and the verdict's signals, the history); what is left of
-``accept`` is its own bookkeeping (dedup, the node's row). A flush is timed on this thread's
+(``FromString`` and ``DiscardUnknownFields``), serialize, validate (``check_report``, proving
+most reports valid from those bytes), then ``Ingest.accept``. The stages inside ``accept`` are
+timed by wrapping them (alert rules, the detector, the job roll-up, the timeline and the
+verdict's signals, the history); what is left of ``accept`` is its own bookkeeping (dedup, the
+node's row). A flush is timed on this thread's
 CPU clock, so the store thread's commit is left out, as it is off the event loop in ``serve``.
 The flusher's monotonic clock follows the simulated one (a simulated second is a second, as for
 ``serve`` under 1 Hz agents), so what it does by the wall clock happens as often as there.

@@ -4,8 +4,9 @@ A real ``Ingest`` on a SQLite file holds ``nodes`` simulated 8-GPU nodes (the re
 ``nodeagent-collector loadgen`` sends: a pool of simulator ticks, each node's id, epoch, seq and
 time merged in), fed one report per node per simulated second, with a flush every
 ``flush_every`` reports. Each report takes the path ``collector/ingest/streams.py`` gives it:
-parse, validate (``check_report``), serialize, then ``Ingest.accept``, whose inner stages
-(``INNER``) are wrapped to be metered. The flusher's monotonic clock follows the simulated one.
+parse, serialize, validate (``core/wire/proof.py``'s ``check_report``, on those bytes), then
+``Ingest.accept``, whose inner stages (``INNER``) are wrapped to be metered. The flusher's
+monotonic clock follows the simulated one.
 
 A ``Meter`` is told where each stage begins and ends (stages nest: accept holds the inner ones);
 ``bench/ingest_profile.py`` times them, the cost gate (``tests/costs/``) counts their Python calls
@@ -33,7 +34,7 @@ from nodeagent.collector.service.builder import build_ingest
 from nodeagent.collector.store.database import StoreWriter
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.wire.framing import frame_report
-from nodeagent.core.wire.validate import check_report
+from nodeagent.core.wire.proof import check_report
 from nodeagent.tools.loadgen import _report_pool
 from nodeagent.tools.simulator.simulation import DEFAULT_START_TIME
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -127,11 +128,11 @@ class IngestRig:
         message.DiscardUnknownFields()
         report = message.report
         end()
-        begin("validate")
-        check_report(report, stream.node_id)
-        end()
         begin("serialize")
         serialized = report.SerializeToString()
+        end()
+        begin("validate")
+        check_report(report, stream.node_id, serialized)
         end()
         begin(ACCEPT)
         self.ingest.accept(stream, report, serialized)

@@ -33,7 +33,8 @@ from nodeagent.collector.ingest.source_streams import SourceStreams
 from nodeagent.collector.tenants import Scope, TenantConflictError, Tenants, stream_tenant
 from nodeagent.core.transport.security import AccessPolicy, ServerSecurity, presented_token
 from nodeagent.core.wire.framing import STREAM_ACCEPTED_HEADER
-from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye, check_report
+from nodeagent.core.wire.proof import check_report
+from nodeagent.core.wire.validate import InvalidMessageError, check_goodbye
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 log = structlog.get_logger("nodeagent.collector")
@@ -154,8 +155,11 @@ class IngestStreams:
             if message is None or body != "report":
                 await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "not_a_report", "expected a report")
             report = message.report
+            # Serialized again, not the bytes received: those would keep any unknown fields. The
+            # check proves most reports valid from these bytes (core/wire/proof.py).
+            serialized = report.SerializeToString()
             try:
-                check_report(report, stream.node_id)
+                check_report(report, stream.node_id, serialized)
             except InvalidMessageError as err:
                 await self._refuse(
                     context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_report", f"seq {report.seq}: {err}"
@@ -168,9 +172,9 @@ class IngestStreams:
             last[report.epoch] = report.seq
             if scope is not None:
                 scope.report(report)  # its jobs known by its tenant from here on
+                serialized = report.SerializeToString()  # their names scoped
             try:
-                # Serialized again, not the bytes received: those would keep any unknown fields.
-                self.ingest.accept(stream, report, report.SerializeToString())
+                self.ingest.accept(stream, report, serialized)
             except StreamRefusedError as refused:
                 await self._refuse(context, grpc.StatusCode[refused.code], refused.reason, refused.detail)
 

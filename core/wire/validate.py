@@ -79,12 +79,22 @@ class InvalidMessageError(ValueError):
 
 def check_report(report: pb.NodeReport, node_id: str) -> None:
     """Raise ``InvalidMessageError`` naming the first bad field of ``report``."""
+    check_header(report, node_id)
+    check_body(report)
+
+
+def check_header(report: pb.NodeReport, node_id: str) -> None:
+    """The report's node, epoch, seq and time: checked first, before any field below them."""
     if report.node_id != node_id:
         raise InvalidMessageError(f"report for node {report.node_id!r} on the stream of {node_id!r}")
     if report.seq == 0 or report.epoch == 0:
         raise InvalidMessageError("report without epoch or seq")
     if not (report.time_unix_seconds > 0):
         raise InvalidMessageError(f"report time {report.time_unix_seconds!r} is not a positive time")
+
+
+def check_body(report: pb.NodeReport) -> None:
+    """Every field's rule (the walk): ``check_report`` less ``check_header``."""
     _check(report, "report")
 
 
