@@ -51,6 +51,13 @@ _NOT_LOADED = {
     "difflib": "the settings' suggestion for a mistyped key",
     "google.protobuf.descriptor_pb2": "descriptor options (repair tells a map by its value)",
     "nodeagent.podresources": "the kubelet's pod-resources API (while its socket does not exist)",
+    "nodeagent.agent.exposition.page": "/metrics's page (only with --metrics-listen)",
+    "nodeagent.core.exposition.http_server": "/metrics's HTTP server (only with --metrics-listen)",
+    "nodeagent.core.exposition.dcgm": "/metrics's GPU families and labels (only with --metrics-listen)",
+    "nodeagent.core.exposition.node": "/metrics's node_exporter families (only with --metrics-listen)",
+    "httptools": "/metrics's request parser (only with --metrics-listen)",
+    "isal": "/metrics's gzip (only with --metrics-listen)",
+    "socketserver": "/metrics's HTTP server (only with --metrics-listen)",
 }
 
 
