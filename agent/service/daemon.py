@@ -30,6 +30,7 @@ from nodeagent.agent.exposition.telemetry import AgentTelemetry
 from nodeagent.agent.sampling.report_source import ReportSource
 from nodeagent.agent.sampling.source_reasons import SourceReasons
 from nodeagent.agent.service import sd_notify
+from nodeagent.core.program.malloc_arenas import release_freed_memory
 from nodeagent.core.transport.channel import ClientSecurity
 from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -150,6 +151,8 @@ def _sample_loop(
         # Only a completed tick feeds the watchdog: a source hung in NVML gets the agent restarted.
         sd_notify.watchdog()
         produced += 1
+        if produced == 1:  # start-up is over: what it freed goes back to the kernel
+            release_freed_memory()
         if max_reports is not None and produced >= max_reports:
             break
         next_tick += interval
