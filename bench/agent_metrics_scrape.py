@@ -61,7 +61,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.as_installed import as_installed  # noqa: E402
+from bench.as_installed import agent_command, as_installed  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Short ticks so a window holds many scrapes: /proc/PID/stat counts CPU in 10 ms steps.
@@ -130,19 +130,6 @@ def main() -> None:
               f"{reference['samples']} samples): {reference['scrape_cpu_seconds'] * 1e3:.2f} ms CPU per scrape, "
               "kept alive, gzipped")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
-
-
-def _agent_command(python: str | None) -> list[str]:
-    """``python -m nodeagent.agent``, on another interpreter of the same ABI with this environment's
-    packages when ``python`` is given (Debian's python3.11, which the .deb's environment uses)."""
-    if python is None:
-        return [sys.executable, "-m", "nodeagent.agent"]
-    site_dir = next(p for p in sys.path if p.endswith("site-packages"))
-    launch = (
-        f"import runpy, site, sys; site.addsitedir({site_dir!r}); sys.argv[0] = 'nodeagent'; "
-        "runpy.run_module('nodeagent.agent', run_name='__main__')"
-    )
-    return [python, "-c", launch]
 
 
 def _script_command(python: str | None) -> list[str]:
@@ -240,7 +227,7 @@ def measure(
     """The live agent, streaming to a real collector (as it runs in service: its spool acked)."""
     port, collector_port = _free_port(), _free_port()
     agent = [
-        *_agent_command(python), "run", "--collector", f"127.0.0.1:{collector_port}", "--node-id", "bench",
+        *agent_command(python), "run", "--collector", f"127.0.0.1:{collector_port}", "--node-id", "bench",
         "--interval", str(INTERVAL_SECONDS), "--metrics-listen", f"127.0.0.1:{port}", *flags,
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}/metrics"

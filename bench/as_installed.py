@@ -6,7 +6,8 @@ installed package, the .deb's included, ships compiled modules). Then drops the 
 the environment's shared libraries (clean pages only): a library pip has just written in one
 piece sits in the page cache in large folios, and a process that maps it counts them whole
 (about 5 MB more for gRPC's cygrpc right after ``make setup``); the next process reads them back
-as a reboot would leave them.
+as a reboot would leave them. ``agent_command`` runs the agent on another interpreter of the same
+ABI with this environment's packages (Debian's python3.11, which the .deb's environment uses).
 """
 
 from __future__ import annotations
@@ -31,3 +32,16 @@ def as_installed(repo: Path) -> None:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def agent_command(python: str | None) -> list[str]:
+    """``python -m nodeagent.agent``, on another interpreter of the same ABI with this environment's
+    packages when ``python`` is given (Debian's python3.11, which the .deb's environment uses)."""
+    if python is None:
+        return [sys.executable, "-m", "nodeagent.agent"]
+    site_dir = next(p for p in sys.path if p.endswith("site-packages"))
+    launch = (
+        f"import runpy, site, sys; site.addsitedir({site_dir!r}); sys.argv[0] = 'nodeagent'; "
+        "runpy.run_module('nodeagent.agent', run_name='__main__')"
+    )
+    return [python, "-c", launch]

@@ -17,6 +17,7 @@ side by side).
 
     python bench/daemon_cost.py [--seconds 60] [--warmup 10] [--latency-us 0]
                                 [--cases a100,a100+jobs,h100,h100+jobs] [--json]
+                                [--agent-python /usr/bin/python3.11]
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.as_installed import as_installed  # noqa: E402
+from bench.as_installed import agent_command, as_installed  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def measure(case: str, seconds: float, warmup: float, latency_us: int) -> dict[str, Any]:
+def measure(case: str, seconds: float, warmup: float, latency_us: int, python: str | None = None) -> dict[str, Any]:
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import a100_sxm4, h100_sxm5
 
@@ -66,7 +67,7 @@ def measure(case: str, seconds: float, warmup: float, latency_us: int) -> dict[s
             "--workers", "1", "--db", str(Path(tmp) / "collector.db"),
         ]  # fmt: skip
         agent = [
-            sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
+            *agent_command(python), "--log-level", "warning", "run",
             "--collector", f"127.0.0.1:{port}", "--node-id", "bench", "--interval", "1",
         ]  # fmt: skip
         with _process(collector, env), _process(agent, env) as proc:
@@ -91,9 +92,12 @@ def main() -> int:
     parser.add_argument("--latency-us", type=int, default=0)
     parser.add_argument("--cases", default="a100,a100+jobs,h100,h100+jobs")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--agent-python", help="Run the agent on this interpreter (Debian's python3.11, the .deb's).")
     args = parser.parse_args()
     as_installed(REPO)
-    results = [measure(c, args.seconds, args.warmup, args.latency_us) for c in args.cases.split(",") if c]
+    results = [
+        measure(c, args.seconds, args.warmup, args.latency_us, args.agent_python) for c in args.cases.split(",") if c
+    ]
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
