@@ -42,7 +42,6 @@ NVIDIA/gpu-monitoring-tools#133 71 MiB and 15-20% of a core.
 from __future__ import annotations
 
 import argparse
-import compileall
 import contextlib
 import gzip
 import http.client
@@ -61,6 +60,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.as_installed import agent_command, as_installed  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Short ticks so a window holds many scrapes: /proc/PID/stat counts CPU in 10 ms steps.
@@ -88,7 +89,7 @@ def main() -> None:
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import h100_sxm5
 
-    _as_installed()
+    as_installed(REPO)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         lib_dir = build_fake_nvml(Path(tmp) / "nvml")
@@ -129,34 +130,6 @@ def main() -> None:
               f"{reference['samples']} samples): {reference['scrape_cpu_seconds'] * 1e3:.2f} ms CPU per scrape, "
               "kept alive, gzipped")  # fmt: skip
     print(f"{DCGM_EXPORTER_REPORTED} RSS, 15-20% of a core (gpu-monitoring-tools#133); no per-scrape figure published")
-
-
-def _as_installed() -> None:
-    """The package's modules compiled, and the environment's shared libraries out of the page
-    cache (clean pages only: the next process reads them back as a reboot would leave them)."""
-    for folder in ("agent", "core", "collector", "proto", "tools"):
-        compileall.compile_dir(REPO / folder, quiet=1)
-    site_dir = Path(next(p for p in sys.path if p.endswith("site-packages")))
-    for library in site_dir.rglob("*.so*"):
-        with contextlib.suppress(OSError):
-            fd = os.open(library, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
-def _agent_command(python: str | None) -> list[str]:
-    """``python -m nodeagent.agent``, on another interpreter of the same ABI with this environment's
-    packages when ``python`` is given (Debian's python3.11, which the .deb's environment uses)."""
-    if python is None:
-        return [sys.executable, "-m", "nodeagent.agent"]
-    site_dir = next(p for p in sys.path if p.endswith("site-packages"))
-    launch = (
-        f"import runpy, site, sys; site.addsitedir({site_dir!r}); sys.argv[0] = 'nodeagent'; "
-        "runpy.run_module('nodeagent.agent', run_name='__main__')"
-    )
-    return [python, "-c", launch]
 
 
 def _script_command(python: str | None) -> list[str]:
@@ -254,7 +227,7 @@ def measure(
     """The live agent, streaming to a real collector (as it runs in service: its spool acked)."""
     port, collector_port = _free_port(), _free_port()
     agent = [
-        *_agent_command(python), "run", "--collector", f"127.0.0.1:{collector_port}", "--node-id", "bench",
+        *agent_command(python), "run", "--collector", f"127.0.0.1:{collector_port}", "--node-id", "bench",
         "--interval", str(INTERVAL_SECONDS), "--metrics-listen", f"127.0.0.1:{port}", *flags,
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}/metrics"

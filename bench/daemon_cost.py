@@ -8,11 +8,16 @@ every GPU (a ``sleep`` started here, as a job's rank would be), which is when po
 between reports on GPUs without GPM (``agent/gpu/power_samples.py``). ``--latency-us`` charges
 every NVML call that many microseconds, spun on the caller's CPU (the fake's cost model).
 
+Before the cases it compiles the package's modules and drops the page cache of the environment's
+shared libraries, as an installed copy runs (``bench/as_installed.py``): a module compiled at
+import and a library in pip's large folios each add megabytes of RSS a node does not pay.
+
 Figures, not a test: the machine's other load moves them (run it alone, or compare runs made
 side by side).
 
     python bench/daemon_cost.py [--seconds 60] [--warmup 10] [--latency-us 0]
                                 [--cases a100,a100+jobs,h100,h100+jobs] [--json]
+                                [--agent-python /usr/bin/python3.11]
 """
 
 from __future__ import annotations
@@ -32,10 +37,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.as_installed import agent_command, as_installed  # noqa: E402
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def measure(case: str, seconds: float, warmup: float, latency_us: int) -> dict[str, Any]:
+def measure(case: str, seconds: float, warmup: float, latency_us: int, python: str | None = None) -> dict[str, Any]:
     from tests.fakes.nvml.build import build_fake_nvml
     from tests.fakes.nvml.state import a100_sxm4, h100_sxm5
 
@@ -59,7 +67,7 @@ def measure(case: str, seconds: float, warmup: float, latency_us: int) -> dict[s
             "--workers", "1", "--db", str(Path(tmp) / "collector.db"),
         ]  # fmt: skip
         agent = [
-            sys.executable, "-m", "nodeagent.agent", "--log-level", "warning", "run",
+            *agent_command(python), "--log-level", "warning", "run",
             "--collector", f"127.0.0.1:{port}", "--node-id", "bench", "--interval", "1",
         ]  # fmt: skip
         with _process(collector, env), _process(agent, env) as proc:
@@ -84,8 +92,12 @@ def main() -> int:
     parser.add_argument("--latency-us", type=int, default=0)
     parser.add_argument("--cases", default="a100,a100+jobs,h100,h100+jobs")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--agent-python", help="Run the agent on this interpreter (Debian's python3.11, the .deb's).")
     args = parser.parse_args()
-    results = [measure(c, args.seconds, args.warmup, args.latency_us) for c in args.cases.split(",") if c]
+    as_installed(REPO)
+    results = [
+        measure(c, args.seconds, args.warmup, args.latency_us, args.agent_python) for c in args.cases.split(",") if c
+    ]
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

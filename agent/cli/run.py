@@ -29,6 +29,7 @@ from nodeagent.agent.sampling.sampler import Sampler
 from nodeagent.agent.service.daemon import DRAIN_SECONDS, DaemonSettings, MetricsListenError, Outcome, run_daemon
 from nodeagent.agent.sources import Roots
 from nodeagent.core.program.lock_file import LockedError
+from nodeagent.core.program.malloc_arenas import limit_malloc_arenas
 from nodeagent.core.transport.channel import ClientSecurity, parse_target
 from nodeagent.core.transport.security import check_token_transport, is_loopback
 from nodeagent.core.wire.identity import check_node_id
@@ -208,6 +209,7 @@ def _node_id(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 def run(**flags: Any) -> None:
     """Sample this node (or a simulated one) and stream reports to a collector."""
     started = time.monotonic()
+    limit_malloc_arenas()  # first, before the GPU readers, the sender and gRPC start threads
     known = {field.name for field in fields(RunFlags)}
     f = RunFlags(**{k: v for k, v in flags.items() if k in known})
     switches = {k: v for k, v in flags.items() if k not in known}  # the sources' own flags

@@ -32,9 +32,9 @@ from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
 from nodeagent.agent.exposition.pod_resources import PodResources
 from nodeagent.agent.exposition.process import ProcessFamilies
-from nodeagent.core.exposition.dcgm import dcgm_families, gpu_labels, nvlink_families
+from nodeagent.agent.exposition.telemetry import AgentTelemetry
+from nodeagent.core.exposition.dcgm import dcgm_families, nvlink_families
 from nodeagent.core.exposition.gpu_health import (
-    XID_COUNT_WINDOW_SECONDS,
     computing_source_family,
     gpu_answer_families,
     gpu_health_families,
@@ -48,52 +48,10 @@ from nodeagent.core.quantities import rates
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 FAMILY_GROUPS: Final = ("gpu", "nvlink", "node", "agent", "xid_count")
-MAX_RECENT_XIDS: Final = 4096  # Xids kept for DCGM_EXP_XID_ERRORS_COUNT's window
 
 # /healthz fails when no tick has completed for this many intervals (and at least this long).
 STALE_INTERVALS: Final = 3
 STALE_MIN_SECONDS: Final = 10.0
-
-
-class AgentTelemetry:
-    """What the sampling loop hands to /metrics: the latest report and how many were made."""
-
-    def __init__(self, node_id: str, interval_seconds: float) -> None:
-        self.node_id = node_id
-        self.interval_seconds = interval_seconds
-        self.produced_total = 0
-        # Never mutated once published: a scrape on another thread reads them as they are.
-        self.latest: pb.NodeReport | None = None
-        self.previous: pb.NodeReport | None = None
-        # Reports carry the topology only when it changes: the last one seen, and the GPU labels.
-        self.info: pb.NodeInfo | None = None
-        self.gpu_labels: dict[int, dict[str, str]] = {}
-        # The last XID of each GPU since the agent started (DCGM_FI_DEV_XID_ERRORS).
-        self.last_xid: dict[int, int] = {}
-        # (time, GPU index, Xid) of the Xids of the last window (DCGM_EXP_XID_ERRORS_COUNT).
-        self.recent_xids: tuple[tuple[float, int, int], ...] = ()
-        self.last_tick_monotonic = time.monotonic()
-
-    def publish(self, report: pb.NodeReport) -> None:
-        if report.HasField("info"):
-            self.info = report.info
-            self.gpu_labels = gpu_labels(report.info, self.node_id)
-        xids = dict(self.last_xid)
-        seen = []
-        for event in report.events:
-            if event.kind == "xid" and event.subject.startswith("gpu:") and event.subject[4:].isdigit():
-                xid = event.attributes.get("xid", "")
-                if xid.isdigit():
-                    xids[int(event.subject[4:])] = int(xid)
-                    seen.append((event.time_unix_seconds or report.time_unix_seconds, int(event.subject[4:]), int(xid)))
-        self.last_xid = xids
-        horizon = report.time_unix_seconds - XID_COUNT_WINDOW_SECONDS
-        if seen or (self.recent_xids and self.recent_xids[0][0] <= horizon):
-            kept = [x for x in (*self.recent_xids, *seen) if x[0] > horizon]
-            self.recent_xids = tuple(kept[-MAX_RECENT_XIDS:])
-        self.previous, self.latest = self.latest, report
-        self.produced_total += 1
-        self.last_tick_monotonic = time.monotonic()
 
 
 def _scalar(name: str, kind: str, doc: str, value: float) -> TextFamily:

@@ -25,18 +25,20 @@ import structlog
 
 from nodeagent.agent.delivery.sender import Sender
 from nodeagent.agent.delivery.spool import Spool
-from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics, AgentTelemetry
 from nodeagent.agent.exposition.pod_resources import PodResources, stamp_namespaces
+from nodeagent.agent.exposition.telemetry import AgentTelemetry
 from nodeagent.agent.sampling.report_source import ReportSource
 from nodeagent.agent.sampling.source_reasons import SourceReasons
 from nodeagent.agent.service import sd_notify
-from nodeagent.core.exposition.http_server import MetricsHttpServer
+from nodeagent.core.program.malloc_arenas import release_freed_memory
 from nodeagent.core.transport.channel import ClientSecurity
 from nodeagent.core.wire.validate import repair
 from nodeagent.v1 import nodeagent_pb2 as pb
 
 if TYPE_CHECKING:
     import ssl  # imported where HTTPS is configured: OpenSSL is megabytes resident
+
+    from nodeagent.core.exposition.http_server import MetricsHttpServer
 
 log = structlog.get_logger("nodeagent.run")
 
@@ -149,6 +151,8 @@ def _sample_loop(
         # Only a completed tick feeds the watchdog: a source hung in NVML gets the agent restarted.
         sd_notify.watchdog()
         produced += 1
+        if produced == 1:  # start-up is over: what it freed goes back to the kernel
+            release_freed_memory()
         if max_reports is not None and produced >= max_reports:
             break
         next_tick += interval
@@ -175,6 +179,11 @@ def _metrics_server(
     listen = settings.metrics_listen
     if listen is None:
         return None
+    # Imported only where /metrics is served: the page's families, the HTTP server, httptools and
+    # isal stay out of a daemon without it (about 1.2 MB resident, docs/performance.md).
+    from nodeagent.agent.exposition.page import AgentExposition, AgentMetrics  # noqa: PLC0415
+    from nodeagent.core.exposition.http_server import MetricsHttpServer  # noqa: PLC0415
+
     metrics = AgentMetrics(telemetry, spool, sender, settings.collectors)
     gpu_families = {"gpu", "nvlink"}.intersection(settings.metrics_groups)
     exposition = AgentExposition(metrics, settings.metrics_groups, pods if gpu_families else None)

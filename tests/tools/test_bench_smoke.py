@@ -64,6 +64,16 @@ def test_agent_metrics_benchmark_measures_both_pages(fake_nvml_dir: Path) -> Non
     assert results[1]["samples"] >= results[0]["samples"] + 8 * 18 * 2
 
 
+def test_daemon_cost_benchmark_measures_the_daemon_as_installed(fake_nvml_dir: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "daemon_cost.py"), "--seconds", "1", "--warmup", "2", "--cases", "a100",
+         "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (result,) = json.loads(out.stdout)
+    assert result["case"] == "a100" and result["peak_rss_bytes"] > 10e6 and result["threads"] > 8
+
+
 def _fake_gpu_env(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Child processes of this test see 8 fake H100s through the real ctypes path."""
     from tests.fakes.nvml.plugin import STATE_ENV

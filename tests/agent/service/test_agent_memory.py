@@ -51,6 +51,13 @@ _NOT_LOADED = {
     "difflib": "the settings' suggestion for a mistyped key",
     "google.protobuf.descriptor_pb2": "descriptor options (repair tells a map by its value)",
     "nodeagent.podresources": "the kubelet's pod-resources API (while its socket does not exist)",
+    "nodeagent.agent.exposition.page": "/metrics's page (only with --metrics-listen)",
+    "nodeagent.core.exposition.http_server": "/metrics's HTTP server (only with --metrics-listen)",
+    "nodeagent.core.exposition.dcgm": "/metrics's GPU families and labels (only with --metrics-listen)",
+    "nodeagent.core.exposition.node": "/metrics's node_exporter families (only with --metrics-listen)",
+    "httptools": "/metrics's request parser (only with --metrics-listen)",
+    "isal": "/metrics's gzip (only with --metrics-listen)",
+    "socketserver": "/metrics's HTTP server (only with --metrics-listen)",
 }
 
 
@@ -91,3 +98,24 @@ print(hashlib.blake2b(b"node\\0target", digest_size=8).hexdigest())
 
     # The collector order (rendezvous) hashes the same with or without OpenSSL's digests.
     assert done.stdout.strip() == hashlib.blake2b(b"node\0target", digest_size=8).hexdigest()
+
+
+def test_run_limits_malloc_arenas_before_it_starts_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit (core/program/malloc_arenas.py) binds only threads that allocate after it: `run`
+    sets it before it opens the spool or builds a source, which start the daemon's threads."""
+    from click.testing import CliRunner
+
+    import nodeagent.agent.cli.run as run_module
+    from nodeagent.agent.cli.main import cli
+
+    steps: list[str] = []
+
+    def open_spool(_flags: object) -> None:
+        steps.append("spool")
+        raise SystemExit(3)
+
+    monkeypatch.setattr(run_module, "limit_malloc_arenas", lambda: steps.append("arenas"))
+    monkeypatch.setattr(run_module, "_open_spool", open_spool)
+    result = CliRunner().invoke(cli, ["run", "--collector", "127.0.0.1:9", "--node-id", "n1"])
+    assert result.exit_code == 3, result.output
+    assert steps == ["arenas", "spool"]
