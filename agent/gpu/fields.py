@@ -8,7 +8,7 @@ NVML calls here (agent/gpu/nvml_readings.py makes them), so this module is plain
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Final
 
@@ -134,13 +134,37 @@ def c2c_speed_bytes(values: FieldValues, link_count: int) -> float | None:
 # ---- Per tick ------------------------------------------------------------------------------------
 
 
+# Device fields copied as whole numbers: (field, GpuSample attribute).
+_DEVICE_COUNTERS: Final = (
+    ((FI_PCIE_COUNT_RX_BYTES, 0), "pcie_rx_bytes_total"),
+    ((FI_PCIE_COUNT_TX_BYTES, 0), "pcie_tx_bytes_total"),
+    ((FI_PCIE_REPLAY_COUNTER, 0), "pcie_replay_total"),
+    ((FI_ECC_DBE_VOL_TOTAL, 0), "ecc_uncorrected_volatile_total"),
+    ((FI_ECC_DBE_AGG_TOTAL, 0), "ecc_uncorrected_aggregate_total"),
+    ((FI_REMAPPED_COR, 0), "remapped_rows_correctable_total"),
+    ((FI_REMAPPED_UNC, 0), "remapped_rows_uncorrectable_total"),
+    ((FI_TOTAL_ENERGY_CONSUMPTION, 0), "energy_millijoules_total"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPlan:
+    """Where one NVLink's readings are in the field values, worked out once per plan."""
+
+    link: int
+    state: FieldKey
+    bytes: tuple[FieldKey, FieldKey] | None  # (tx, rx): the plan's byte source on this link
+    errors: tuple[tuple[FieldKey, str], ...]  # (field, NvLinkSample attribute)
+
+
 @dataclass(frozen=True, slots=True)
 class TickPlan:
-    """The field values one GPU is asked for this tick."""
+    """The field values one GPU is asked for this tick, and where each reading lands."""
 
     requests: tuple[FieldKey, ...]
     link_count: int
     nvlink_bytes: tuple[int, int, int] | None  # (tx field, rx field, bytes per unit)
+    links: tuple[LinkPlan, ...]
 
 
 def tick_plan(link_count: int, unsupported: Set[FieldKey]) -> TickPlan:
@@ -148,72 +172,81 @@ def tick_plan(link_count: int, unsupported: Set[FieldKey]) -> TickPlan:
     NVLink byte source that it has not refused."""
     source = next((s for s in NVLINK_BYTE_SOURCES if (s[0], 0) not in unsupported), None)
     requests: list[FieldKey] = [(f, 0) for f in _DEVICE_FIELDS]
+    links: list[LinkPlan] = []
     for link in range(link_count):
         requests.extend((f, link) for f in _LINK_FIELDS)
-        if source is not None:
-            requests.extend(((source[0], link), (source[1], link)))
+        pair = None if source is None else ((source[0], link), (source[1], link))
+        if pair is not None:
+            requests.extend(pair)
+        errors = [
+            ((FI_NVLINK_ERROR_DL_REPLAY, link), "replay_errors_total"),
+            ((FI_NVLINK_ERROR_DL_RECOVERY, link), "recovery_errors_total"),
+            ((FI_NVLINK_ERROR_DL_CRC, link), "crc_flit_errors_total"),
+        ]
         crc_data = _crc_data_field(link)
         if crc_data is not None:
             requests.append((crc_data, 0))
-    return TickPlan(tuple(requests), link_count, source)
+            errors.append(((crc_data, 0), "crc_data_errors_total"))
+        links.append(LinkPlan(link, (FI_NVLINK_GET_STATE, link), pair, tuple(errors)))
+    return TickPlan(tuple(requests), link_count, source, tuple(links))
 
 
 def fill_sample(values: FieldValues, plan: TickPlan, sample: pb.GpuSample) -> None:
-    """Copy the field values of one tick into ``sample``; a value NVML did not give stays unset."""
-
-    def get(field: int, scope: int = 0) -> int | None:
-        value = values.get((field, scope))
-        return None if value is None else int(value)
-
-    _set(sample, "pcie_rx_bytes_total", get(FI_PCIE_COUNT_RX_BYTES))
-    _set(sample, "pcie_tx_bytes_total", get(FI_PCIE_COUNT_TX_BYTES))
-    _set(sample, "pcie_replay_total", get(FI_PCIE_REPLAY_COUNTER))
-    _set(sample, "ecc_uncorrected_volatile_total", get(FI_ECC_DBE_VOL_TOTAL))
-    _set(sample, "ecc_uncorrected_aggregate_total", get(FI_ECC_DBE_AGG_TOTAL))
-    _set(sample, "remapped_rows_correctable_total", get(FI_REMAPPED_COR))
-    _set(sample, "remapped_rows_uncorrectable_total", get(FI_REMAPPED_UNC))
-    _set(sample, "energy_millijoules_total", get(FI_TOTAL_ENERGY_CONSUMPTION))
-    gpu_temp = values.get((FI_GPU_TEMP, 0))
+    """Copy the field values of one tick into ``sample``; a value NVML did not give stays unset.
+    Each reading is looked up where the plan says: no call per field or per link (100+ a GPU)."""
+    get = values.get
+    for key, name in _DEVICE_COUNTERS:
+        value = get(key)
+        if value is not None:
+            setattr(sample, name, int(value))
+    gpu_temp = get((FI_GPU_TEMP, 0))
     if gpu_temp is not None:  # whole degrees, as nvmlDeviceGetTemperature gives them (dcgm-exporter's too)
         sample.temperature_celsius = float(int(gpu_temp))
-    memory_temp = get(FI_MEMORY_TEMP)
+    memory_temp = get((FI_MEMORY_TEMP, 0))
     if memory_temp is not None:
-        sample.memory_temperature_celsius = float(memory_temp)
-    pending, failure, power = get(FI_REMAPPED_PENDING), get(FI_REMAPPED_FAILURE), get(FI_POWER_INSTANT)
+        sample.memory_temperature_celsius = float(int(memory_temp))
+    pending, failure = get((FI_REMAPPED_PENDING, 0)), get((FI_REMAPPED_FAILURE, 0))
+    power = get((FI_POWER_INSTANT, 0))
     if pending is not None:
-        sample.remapped_rows_pending = bool(pending)
+        sample.remapped_rows_pending = bool(int(pending))
     if failure is not None:
-        sample.remapped_rows_failure = bool(failure)
+        sample.remapped_rows_failure = bool(int(failure))
     if power is not None:
-        sample.power_watts = power / 1000.0
+        sample.power_watts = int(power) / 1000.0
+    _fill_links(get, plan, sample)
+
+
+def _fill_links(get: Callable[[FieldKey], int | float | None], plan: TickPlan, sample: pb.GpuSample) -> None:
+    """One NvLinkSample per link, and the GPU's byte sums over them."""
     # The GPU's sums over its links, kept beside the links: a reader of the report (the /metrics
     # page's DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL) then need not walk 18 link messages per GPU.
     rx_sum: int | None = None
     tx_sum: int | None = None
-    for link in range(plan.link_count):
-        nvlink = sample.nvlinks.add(link=link)
-        state = get(FI_NVLINK_GET_STATE, link)
+    unit = 0 if plan.nvlink_bytes is None else plan.nvlink_bytes[2]
+    add = sample.nvlinks.add
+    for link in plan.links:
+        nvlink = add(link=link.link)
+        state = get(link.state)
         if state is not None:
-            nvlink.active = state == NVLINK_STATE_ACTIVE
-        if plan.nvlink_bytes is not None:
-            tx_field, rx_field, unit = plan.nvlink_bytes
-            tx, rx = get(tx_field, link), get(rx_field, link)
+            nvlink.active = int(state) == NVLINK_STATE_ACTIVE
+        if link.bytes is not None:
+            tx, rx = get(link.bytes[0]), get(link.bytes[1])
             if tx is not None:
-                nvlink.tx_bytes_total = tx * unit
-                tx_sum = (tx_sum or 0) + tx * unit
+                nvlink.tx_bytes_total = tx_bytes = int(tx) * unit
+                tx_sum = (tx_sum or 0) + tx_bytes
             if rx is not None:
-                nvlink.rx_bytes_total = rx * unit
-                rx_sum = (rx_sum or 0) + rx * unit
-        _set(nvlink, "replay_errors_total", get(FI_NVLINK_ERROR_DL_REPLAY, link))
-        _set(nvlink, "recovery_errors_total", get(FI_NVLINK_ERROR_DL_RECOVERY, link))
-        _set(nvlink, "crc_flit_errors_total", get(FI_NVLINK_ERROR_DL_CRC, link))
-        crc_data = _crc_data_field(link)
-        if crc_data is not None:
-            _set(nvlink, "crc_data_errors_total", get(crc_data))
+                nvlink.rx_bytes_total = rx_bytes = int(rx) * unit
+                rx_sum = (rx_sum or 0) + rx_bytes
+        for key, name in link.errors:
+            value = get(key)
+            if value is not None:
+                setattr(nvlink, name, int(value))
     # A sum past 2^63 would read as a negative count sent as unsigned (and past 2^64 not fit):
     # 18 links get there 18 times sooner than one. Then it is left out, and readers sum the links.
-    _set(sample, "nvlink_rx_bytes_total", rx_sum if rx_sum is not None and rx_sum < NEGATIVE_UINT else None)
-    _set(sample, "nvlink_tx_bytes_total", tx_sum if tx_sum is not None and tx_sum < NEGATIVE_UINT else None)
+    if rx_sum is not None and rx_sum < NEGATIVE_UINT:
+        sample.nvlink_rx_bytes_total = rx_sum
+    if tx_sum is not None and tx_sum < NEGATIVE_UINT:
+        sample.nvlink_tx_bytes_total = tx_sum
 
 
 def fill_gpm(metrics: Mapping[int, float], sample: pb.GpuSample) -> None:
@@ -240,11 +273,6 @@ def _crc_data_field(link: int) -> int | None:
     if link < 12:
         return FI_NVLINK_CRC_DATA_ERROR_COUNT_L6 + link - 6
     return None
-
-
-def _set(message: pb.GpuSample | pb.NvLinkSample, name: str, value: int | None) -> None:
-    if value is not None:
-        setattr(message, name, value)
 
 
 def fill_memory(memory: MemoryInfo | None, sample: pb.GpuSample) -> None:

@@ -7,6 +7,7 @@ Errors are taken as ``nvml_handle.py`` says.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -91,19 +92,39 @@ class IntervalSamples(GpuHandle):
 
     def gpm_metrics(self, older: GpmSample, newer: GpmSample, metric_ids: Sequence[int]) -> dict[int, float]:
         """GPM metrics over the interval between two samples, by NVML_GPM_METRIC_* id."""
-        request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(metric_ids)
-        request.sample1 = older.buffer
-        request.sample2 = newer.buffer
+        request = _GpmMetricsGet(
+            version=pynvml.NVML_GPM_METRICS_GET_VERSION, numMetrics=len(metric_ids),
+            sample1=older.buffer, sample2=newer.buffer,
+        )  # fmt: skip
+        metrics = request.metrics
         for i, metric in enumerate(metric_ids):
-            request.metrics[i].metricId = metric
-        result = self._query("nvmlGpmMetricsGet", lambda _handle: pynvml.nvmlGpmMetricsGet(request))
-        if result is None:
+            metrics[i].metricId = metric
+        if self._query("nvmlGpmMetricsGet", get_gpm_metrics, request) is None:
             return {}
-        metrics = result.metrics
         return {
             metric: float(metrics[i].value)
             for i, metric in enumerate(metric_ids)
             if metrics[i].nvmlReturn == pynvml.NVML_SUCCESS
         }
+
+
+# pynvml's GPM structures as plain ctypes ones, the same fields: pynvml's own run a Python hook on
+# every member read or written (27 a GPU a tick for 9 metrics); these read them in C.
+class _GpmMetric(ctypes.Structure):
+    _fields_ = pynvml.c_nvmlGpmMetric_t._fields_
+
+
+class _GpmMetricsGet(ctypes.Structure):
+    _fields_ = [
+        (name, _GpmMetric * pynvml.NVML_GPM_METRIC_MAX if name == "metrics" else kind)
+        for name, kind in pynvml.c_nvmlGpmMetricsGet_t._fields_
+    ]
+
+
+def get_gpm_metrics(_handle: Any, request: _GpmMetricsGet) -> _GpmMetricsGet:
+    """nvmlGpmMetricsGet into ``request``; NVMLError as pynvml's wrapper raises it."""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlGpmMetricsGet")  # NVMLError if absent
+    ret = fn(ctypes.byref(request))
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return request

@@ -38,7 +38,7 @@ def parse_stat(text: str) -> StatSnapshot:
         key = fields[0]
         try:
             if key.startswith("cpu"):
-                cpus[key[3:]] = tuple(int(f) for f in fields[1:9])
+                cpus[key[3:]] = tuple(map(int, fields[1:9]))
             elif key in ("ctxt", "procs_running", "procs_blocked") and len(fields) > 1:
                 scalars[key] = int(fields[1])
         except ValueError:

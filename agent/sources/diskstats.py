@@ -76,7 +76,7 @@ def parse_diskstats(text: str) -> list[DiskStat]:
         if len(fields) < 14:
             continue
         try:
-            values = tuple(int(f) for f in fields[3:])
+            values = tuple(map(int, fields[3:]))
             stats.append(DiskStat(int(fields[0]), int(fields[1]), fields[2], values))
         except ValueError:
             continue
