@@ -114,7 +114,10 @@ class TickReadings(GpuHandle):
         out: dict[FieldKey, int | float] = {}
         if raw is None:
             return out
-        for key, (ret, value) in zip(wanted, decode_field_values(raw), strict=True):
+        rets, values = decode_columns(raw)
+        if not any(rets):  # every field answered (NVML_SUCCESS is 0): no loop in Python
+            return dict(zip(wanted, values, strict=True))
+        for key, ret, value in zip(wanted, rets, values, strict=True):
             if ret == pynvml.NVML_SUCCESS and value is not None:
                 out[key] = value
             elif ret == pynvml.NVML_ERROR_NOT_SUPPORTED:
@@ -191,12 +194,41 @@ FIELD_LAYOUT_MATCHES: Final = ctypes.sizeof(pynvml.c_nvmlFieldValue_t) == _FIELD
 
 def decode_field_values(raw: Any) -> list[tuple[int, int | float | None]]:
     """(nvmlReturn, value) per entry; the value is None unless nvmlReturn is NVML_SUCCESS."""
+    rets, values = decode_columns(raw)
+    return [(ret, value if ret == pynvml.NVML_SUCCESS else None) for ret, value in zip(rets, values, strict=True)]
+
+
+def decode_columns(raw: Any) -> tuple[tuple[int, ...], tuple[int | float | None, ...]]:
+    """Every entry's nvmlReturn, and its value (meaningless where nvmlReturn is not NVML_SUCCESS),
+    in three C calls whatever the count: the array's bytes unpacked at once, and the values'
+    unions joined and unpacked at once by a layout made of their types (kept per set of types: a
+    GPU asks the same fields every tick). Per entry in Python only where a type is unknown."""
+    count = len(raw)
     if not FIELD_LAYOUT_MATCHES:
-        return [(pynvml.NVML_ERROR_UNKNOWN, None)] * len(raw)
-    out: list[tuple[int, int | float | None]] = []
-    for _fid, _scope, _ts, _latency, kind, ret, union in _FIELD_VALUE.iter_unpack(bytes(raw)):
-        value = None
-        if ret == pynvml.NVML_SUCCESS and 0 <= kind < len(_VALUE_TYPES):
-            value = _VALUE_TYPES[kind].unpack_from(union)[0]
-        out.append((ret, value))
-    return out
+        return (pynvml.NVML_ERROR_UNKNOWN,) * count, (None,) * count
+    layout = _ARRAYS.get(count)
+    if layout is None:
+        layout = _ARRAYS[count] = struct.Struct("=" + "IIqqII8s" * count)
+    flat = layout.unpack(bytes(raw))
+    kinds, rets, unions = flat[4::7], flat[5::7], flat[6::7]
+    values_layout = _UNIONS.get(kinds)
+    if values_layout is None:
+        if not all(0 <= kind < len(_UNION_CODES) for kind in kinds):  # a type this pynvml predates
+            return rets, tuple(
+                _VALUE_TYPES[kind].unpack_from(union)[0] if 0 <= kind < len(_VALUE_TYPES) else None
+                for kind, union in zip(kinds, unions, strict=True)
+            )
+        if len(_UNIONS) >= _UNION_LAYOUTS_KEPT:
+            _UNIONS.clear()
+        values_layout = _UNIONS[kinds] = struct.Struct("=" + "".join(_UNION_CODES[kind] for kind in kinds))
+    return rets, values_layout.unpack(b"".join(unions))
+
+
+# Each nvmlValueType_t's 8-byte union as a struct code (the value first, padded to 8 bytes).
+_UNION_CODES: Final = tuple(
+    code + "x" * (8 - struct.calcsize("=" + code))
+    for code in ("d", "I", "Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "I", "Q", "q", "i", "H")
+)
+_ARRAYS: dict[int, struct.Struct] = {}  # the array's layout by its length
+_UNIONS: dict[tuple[int, ...], struct.Struct] = {}  # the values' layout by their types
+_UNION_LAYOUTS_KEPT: Final = 64  # a node's GPUs ask a few sets of fields; more is a changing set
