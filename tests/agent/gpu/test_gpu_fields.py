@@ -11,6 +11,7 @@ from typing import Any
 import pynvml
 
 from nodeagent.agent.gpu import fields as f
+from nodeagent.agent.gpu.nvml_readings import decode_columns, decode_field_values
 from nodeagent.agent.gpu.nvml_sampling import _GpmMetric, _GpmMetricsGet
 from nodeagent.v1 import nodeagent_pb2 as pb
 
@@ -91,3 +92,31 @@ def test_the_gpm_structures_have_pynvml_s_layout() -> None:
     for ours, theirs in ((_GpmMetric, pynvml.c_nvmlGpmMetric_t), (_GpmMetricsGet, pynvml.c_nvmlGpmMetricsGet_t)):
         for name, _kind in theirs._fields_:
             assert getattr(ours, name).offset == getattr(theirs, name).offset, name
+
+
+def test_field_values_decode_in_one_pass_as_each_entry_reads() -> None:
+    """``decode_columns`` unpacks every entry at once; each value must be what reading that entry's
+    union by its own type gives (pynvml's structures are the reference), a failed entry's return
+    kept, and a type this pynvml does not know read as nothing, not as garbage."""
+    entries = [  # (valueType, value, nvmlReturn)
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, 61.75, 0),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 4_000_000_000, 0),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, (1 << 64) - 2, 0),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, -(1 << 62), 0),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, -7, 0),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, 65_000, 0),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 5, pynvml.NVML_ERROR_NOT_SUPPORTED),
+    ]
+    members = [name for name, _type in pynvml.c_nvmlValue_t._fields_]  # by nvmlValueType_t
+    array = (pynvml.c_nvmlFieldValue_t * len(entries))()
+    for entry, (kind, value, ret) in zip(array, entries, strict=True):
+        entry.value.ullVal = 0xDEADBEEFDEADBEEF  # the union's unused bytes hold garbage
+        entry.valueType, entry.nvmlReturn = kind, ret
+        setattr(entry.value, members[kind], value)
+    rets, values = decode_columns(array)
+    assert rets == tuple(ret for _k, _v, ret in entries)
+    assert values[:6] == tuple(value for _k, value, _r in entries[:6])
+    assert decode_field_values(array)[6] == (pynvml.NVML_ERROR_NOT_SUPPORTED, None)
+    array[2].valueType = 99  # a type newer than this pynvml
+    rets, values = decode_columns(array)
+    assert values[2] is None and values[0] == 61.75 and values[5] == 65_000
