@@ -10,7 +10,7 @@ import ctypes
 import struct
 from collections.abc import Iterable
 from itertools import filterfalse
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pynvml
 
@@ -116,7 +116,7 @@ class TickReadings(GpuHandle):
             return out
         rets, values = decode_columns(raw)
         if not any(rets):  # every field answered (NVML_SUCCESS is 0): no loop in Python
-            return dict(zip(wanted, values, strict=True))
+            return dict(zip(wanted, cast("tuple[int | float, ...]", values), strict=True))
         for key, ret, value in zip(wanted, rets, values, strict=True):
             if ret == pynvml.NVML_SUCCESS and value is not None:
                 out[key] = value
