@@ -251,9 +251,11 @@ def _without_straggler(
 def _joined(judged: Mapping[str, NodeValues], cause: str, detector: DetectorConfig) -> int:
     """The nodes without a cause of their own that the shared data ``cause`` holds too: their node
     evidence points at it (a link or disk at its capacity) and their GPUs wait by GPM or power
-    (at least ``power_wait_ratio``). In lockstep behind loaders that all read at their cap, the
-    node whose loader is ahead waits in the collective rather than for data: without GPM, NVML
-    reads that as busy, and its own verdict stays `busy` with its data wait near the tier."""
+    (at least ``power_wait_ratio``), or no reading of theirs can tell whether they wait (their
+    regime says so: the job's wait share is then unknown too, never a guess). In lockstep behind
+    loaders that all read at their cap, the node whose loader is ahead waits in the collective
+    rather than for data: without GPM, NVML reads that as busy, and its own verdict stays `busy`
+    with its data wait near the tier."""
     if not is_data_cause(cause):
         return 0
     return sum(
@@ -261,8 +263,10 @@ def _joined(judged: Mapping[str, NodeValues], cause: str, detector: DetectorConf
         for v in judged.values()
         if v.own_cause is None
         and v.evidence_cause == cause
-        and (wait := measured_wait(v)) is not None
-        and wait >= detector.power_wait_ratio
+        and (
+            ((wait := measured_wait(v)) is not None and wait >= detector.power_wait_ratio)
+            or (wait is None and v.wait_unknown_reason is not None)
+        )
     )
 
 

@@ -174,6 +174,28 @@ def test_a_node_ahead_in_a_job_wide_slowdown_waits_in_the_collective_and_joins_i
     assert v.evidence["nodes_network"] == 3 and v.evidence["nodes_network_by_evidence"] == 1
 
 
+def test_where_power_cannot_tell_a_busy_node_joins_the_shared_cause_by_its_evidence_alone() -> None:
+    """The same job on GPUs whose power is a 1-s mean (an A10, an L40S; the lab's `mean1s`): no
+    reading tells node-1's wait, nor any node's. Its link at capacity like every other node's,
+    the job is job-wide (`network`), its wait share unknown with the reason, never a guess
+    (before: `slowed (unknown)`, the cause unnamed though three nodes name it and the fourth's
+    evidence does)."""
+    nodes = _a100_job(duty=0.9)
+    for node in nodes:
+        node.sub_second, node.subsamples, node.mean_power = True, 10, True
+        node.computing_source = "power_mean"  # what the agent says its GPUs read
+    run = Run(nodes)
+    run.seconds(30)
+    for node in nodes:
+        node.duty, node.data_rx_bytes_per_second, node.util = 0.45, 1.2e9, 0.7
+    nodes[1].util = 0.98
+    run.seconds(120)
+    v = run.verdict()
+    assert run.detectors["node-1"].verdict.state == "busy"
+    assert (v.state, v.straggler_nodes, v.cause, v.job_wide) == ("slowed", (), "network", True)
+    assert v.wait_ratio is None and v.evidence["nodes_network_by_evidence"] == 1
+
+
 def test_a_busy_node_whose_link_is_not_the_shared_bottleneck_does_not_join_it() -> None:
     """The same job, but node-1's data link carries a fifth of its rating: nothing of its own says
     `network`, so the job is not job-wide (three of four nodes are not enough)."""
