@@ -148,25 +148,33 @@ def test_a_job_whose_collective_takes_a_fifth_of_its_time_and_nobody_stands_out_
     assert (v.state, run.ever_named()) == ("busy", set())
 
 
-def test_a_node_ahead_in_a_job_wide_slowdown_waits_in_the_collective_and_joins_its_cause() -> None:
-    """Every node's data link at capacity, every GPU computing 0.45 of each sub-second step (the
-    lab's A100 `job-wide`, 2026-12-07). In lockstep the loaders take turns: three nodes' ranks wait
-    ~0.3 for data, node-1's, ahead, ~0.02 and the rest in the collective, which NVML reads as busy:
-    its own verdict stays `busy`. Its link at capacity and its power (waiting 0.55) say it is held
-    by the same bottleneck: the job is job-wide (`network`), no node named, and every node's
-    measured wait goes to the ledger (before: `slowed (unknown)`, node-1 left out)."""
+def _lockstep(*, mean_power: bool = False, node1_rx: float = 1.2e9) -> Run:
+    """The lab's A100 `job-wide` (2026-12-07): every node's data link at capacity, every GPU
+    computing 0.45 of each sub-second step; node-1, ahead, waits in the collective, which NVML
+    reads as busy. ``mean_power``: power read as a 1-s mean, which tells no wait."""
     nodes = _a100_job(duty=0.9)
     for node in nodes:
-        node.sub_second, node.subsamples = True, 10
+        node.sub_second, node.subsamples, node.mean_power = True, 10, mean_power
+        if mean_power:
+            node.computing_source = "power_mean"  # what the agent says its GPUs read
     run = Run(nodes)
     run.seconds(30)
     for node in nodes:
-        node.duty, node.data_rx_bytes_per_second = 0.45, 1.2e9
-        node.util = 0.7
-    nodes[1].util = 0.98
+        node.duty, node.data_rx_bytes_per_second, node.util = 0.45, 1.2e9, 0.7
+    nodes[1].util, nodes[1].data_rx_bytes_per_second = 0.98, node1_rx
     run.seconds(120)
-    v = run.verdict()
     assert run.detectors["node-1"].verdict.state == "busy"
+    return run
+
+
+def test_a_node_ahead_in_a_job_wide_slowdown_waits_in_the_collective_and_joins_its_cause() -> None:
+    """In lockstep the loaders take turns: three nodes' ranks wait ~0.3 for data, node-1's, ahead,
+    ~0.02 and the rest in the collective: its own verdict stays `busy`. Its link at capacity and
+    its power (waiting 0.55) say it is held by the same bottleneck: the job is job-wide
+    (`network`), no node named, and every node's measured wait goes to the ledger (before:
+    `slowed (unknown)`, node-1 left out)."""
+    run = _lockstep()
+    v = run.verdict()
     assert all(run.detectors[n].verdict.cause == "network" for n in ("node-0", "node-2", "node-3"))
     assert (v.state, v.straggler_nodes, v.cause, v.job_wide) == ("slowed", (), "network", True)
     assert run.ever_named() == set()
@@ -180,18 +188,7 @@ def test_where_power_cannot_tell_a_busy_node_joins_the_shared_cause_by_its_evide
     the job is job-wide (`network`), its wait share unknown with the reason, never a guess
     (before: `slowed (unknown)`, the cause unnamed though three nodes name it and the fourth's
     evidence does)."""
-    nodes = _a100_job(duty=0.9)
-    for node in nodes:
-        node.sub_second, node.subsamples, node.mean_power = True, 10, True
-        node.computing_source = "power_mean"  # what the agent says its GPUs read
-    run = Run(nodes)
-    run.seconds(30)
-    for node in nodes:
-        node.duty, node.data_rx_bytes_per_second, node.util = 0.45, 1.2e9, 0.7
-    nodes[1].util = 0.98
-    run.seconds(120)
-    v = run.verdict()
-    assert run.detectors["node-1"].verdict.state == "busy"
+    v = _lockstep(mean_power=True).verdict()
     assert (v.state, v.straggler_nodes, v.cause, v.job_wide) == ("slowed", (), "network", True)
     assert v.wait_ratio is None and v.evidence["nodes_network_by_evidence"] == 1
 
@@ -199,15 +196,4 @@ def test_where_power_cannot_tell_a_busy_node_joins_the_shared_cause_by_its_evide
 def test_a_busy_node_whose_link_is_not_the_shared_bottleneck_does_not_join_it() -> None:
     """The same job, but node-1's data link carries a fifth of its rating: nothing of its own says
     `network`, so the job is not job-wide (three of four nodes are not enough)."""
-    nodes = _a100_job(duty=0.9)
-    for node in nodes:
-        node.sub_second, node.subsamples = True, 10
-    run = Run(nodes)
-    run.seconds(30)
-    for node in nodes:
-        node.duty, node.data_rx_bytes_per_second, node.util = 0.45, 1.2e9, 0.7
-    nodes[1].util, nodes[1].data_rx_bytes_per_second = 0.98, 2.5e8
-    run.seconds(120)
-    v = run.verdict()
-    assert run.detectors["node-1"].verdict.state == "busy"
-    assert not v.job_wide
+    assert not _lockstep(node1_rx=2.5e8).verdict().job_wide
