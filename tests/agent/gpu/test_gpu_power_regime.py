@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -183,23 +183,6 @@ class _NoSender:
 
 
 DEADLINES = GpuDeadlines(call_seconds=0.5, tick_seconds=1.0, scan_seconds=2.0, backoff_max_seconds=2.0)
-
-
-@pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "power.live"
-    path.write_text("100000\n")
-    monkeypatch.setenv("FAKE_NVML_POWER_LIVE", str(path))
-    return path
-
-
-@pytest.fixture
-def sources() -> Iterator[list[GpuSource]]:
-    made: list[GpuSource] = []
-    yield made
-    for source in made:
-        source.close()
-        source.ctx.files.close()
 
 
 class _Draw(threading.Thread):

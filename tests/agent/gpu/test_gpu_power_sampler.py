@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -163,22 +163,6 @@ def test_a_gpu_that_answers_no_power_read_rests_at_once(clock: _Clock) -> None:
 
 
 # -- the shared thread, against the fake NVML ---------------------------------------------------
-
-
-@pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "power.live"
-    monkeypatch.setenv("FAKE_NVML_POWER_LIVE", str(path))
-    return path
-
-
-@pytest.fixture
-def sources() -> Iterator[list[GpuSource]]:
-    made: list[GpuSource] = []
-    yield made
-    for source in made:
-        source.close()
-        source.ctx.files.close()
 
 
 def _source(fake: FakeNvml, state: FakeNvmlState, made: list[GpuSource], period: float = 0.02) -> GpuSource:

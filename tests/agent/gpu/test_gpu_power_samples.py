@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,6 @@ from tests.fakes.nvml.state import FakeNvmlState, a100_sxm4, h100_sxm5
 DEADLINES = GpuDeadlines(call_seconds=0.5, tick_seconds=1.0, scan_seconds=2.0, backoff_max_seconds=2.0)
 
 
-@pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The fake's live draw file ($FAKE_NVML_POWER_LIVE): mW per GPU index."""
-    path = tmp_path / "power.live"
-    monkeypatch.setenv("FAKE_NVML_POWER_LIVE", str(path))
-    return path
-
-
 def _source(fake: FakeNvml, state: FakeNvmlState, period: float = 0.02, job: bool = True) -> GpuSource:
     """The GPU source over ``state``, with a process on every GPU (a job's rank: this test's own
     process) unless ``job`` is False."""
@@ -42,15 +33,6 @@ def _source(fake: FakeNvml, state: FakeNvmlState, period: float = 0.02, job: boo
     source = GpuSource(SourceContext(roots=Roots(), files=KernelFiles(), config=config))
     source.scan(pb.NodeInfo())
     return source
-
-
-@pytest.fixture
-def closing() -> Iterator[list[GpuSource]]:
-    made: list[GpuSource] = []
-    yield made
-    for source in made:
-        source.close()
-        source.ctx.files.close()
 
 
 def _tick(source: GpuSource) -> pb.NodeReport:
@@ -77,11 +59,11 @@ def _wait_for(cond: object, timeout: float = 10.0) -> None:
 
 
 def test_sub_second_phases_reach_the_report_on_a_gpu_without_gpm(
-    fake_nvml: FakeNvml, live: Path, closing: list[GpuSource]
+    fake_nvml: FakeNvml, live: Path, sources: list[GpuSource]
 ) -> None:
     live.write_text("380000 55000\n")
     source = _source(fake_nvml, a100_sxm4(count=2))
-    closing.append(source)
+    sources.append(source)
     _tick(source)  # drains what was read since the scan
     calls = fake_nvml.calls("nvmlDeviceGetFieldValues", 0)
     _wait_for(lambda: fake_nvml.calls("nvmlDeviceGetFieldValues", 0) >= calls + 3)
@@ -103,12 +85,12 @@ def test_sub_second_phases_reach_the_report_on_a_gpu_without_gpm(
 
 
 def test_power_is_read_between_ticks_only_while_a_process_runs_on_the_gpu(
-    fake_nvml: FakeNvml, live: Path, closing: list[GpuSource]
+    fake_nvml: FakeNvml, live: Path, sources: list[GpuSource]
 ) -> None:
     live.write_text("60000 300000\n")
     state = a100_sxm4(count=2)
     source = _source(fake_nvml, state, job=False)
-    closing.append(source)
+    sources.append(source)
     _tick(source)
     before = [fake_nvml.calls("nvmlDeviceGetFieldValues", i) for i in (0, 1)]
     time.sleep(0.2)  # ten periods: a sampler would have read by now
@@ -131,28 +113,28 @@ def test_power_is_read_between_ticks_only_while_a_process_runs_on_the_gpu(
 
 
 def test_gpus_with_gpm_and_a_period_of_zero_read_nothing_between_ticks(
-    fake_nvml: FakeNvml, live: Path, closing: list[GpuSource]
+    fake_nvml: FakeNvml, live: Path, sources: list[GpuSource]
 ) -> None:
     live.write_text("600000\n")
     source = _source(fake_nvml, h100_sxm5(count=1))
-    closing.append(source)
+    sources.append(source)
     _tick(source)
     time.sleep(0.2)  # ten periods: a sampler would have read by now
     assert not _tick(source).gpus[0].power_samples_watts
     source.close()
     off = _source(fake_nvml, a100_sxm4(count=1), period=0)
-    closing.append(off)
+    sources.append(off)
     _tick(off)
     time.sleep(0.2)
     assert not _tick(off).gpus[0].power_samples_watts
 
 
 def test_a_hang_between_ticks_makes_the_gpu_unresponsive_and_sampling_stops(
-    fake_nvml: FakeNvml, live: Path, closing: list[GpuSource]
+    fake_nvml: FakeNvml, live: Path, sources: list[GpuSource]
 ) -> None:
     live.write_text("300000 300000\n")
     source = _source(fake_nvml, a100_sxm4(count=2))
-    closing.append(source)
+    sources.append(source)
     _tick(source)
     assert fake_nvml.state is not None
     fake_nvml.state.gpus[1].hang = 1
@@ -169,13 +151,13 @@ def test_a_hang_between_ticks_makes_the_gpu_unresponsive_and_sampling_stops(
 
 
 def test_the_field_unsupported_falls_back_to_power_usage(
-    fake_nvml: FakeNvml, live: Path, closing: list[GpuSource]
+    fake_nvml: FakeNvml, live: Path, sources: list[GpuSource]
 ) -> None:
     live.write_text("250000\n")
     state = a100_sxm4(count=1)
     state.gpus[0].unsupported_fields.add(186)
     source = _source(fake_nvml, state)
-    closing.append(source)
+    sources.append(source)
     _tick(source)
     _wait_for(lambda: fake_nvml.calls("nvmlDeviceGetPowerUsage", 0) >= 2)
     assert set(_tick(source).gpus[0].power_samples_watts) == {250.0}

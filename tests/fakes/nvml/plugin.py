@@ -176,3 +176,23 @@ def run_gpu_probe(tmp_path: Path) -> Callable[..., dict[str, Any]]:
         return result
 
     return run
+
+
+@pytest.fixture
+def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake's live draw file ($FAKE_NVML_POWER_LIVE: mW per GPU index, fake_nvml.c's
+    power_now_mw), 100 W on GPU 0 until the test writes its own."""
+    path = tmp_path / "power.live"
+    path.write_text("100000\n")
+    monkeypatch.setenv(POWER_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def sources() -> Iterator[list[GpuSource]]:
+    """GPU sources a test makes, closed after it (their threads and kernel files)."""
+    made: list[GpuSource] = []
+    yield made
+    for source in made:
+        source.close()
+        source.ctx.files.close()
