@@ -113,10 +113,18 @@ def straggler_limit(compared: int) -> int:
 
 def uncrowded(standings: dict[str, Standing], step: int) -> dict[str, Standing]:
     """The standings as they count: none stood out at a step where more nodes stood out than
-    ``straggler_limit`` allows (nobody stands out from a majority)."""
-    if sum(s.stood_out for s in standings.values()) <= straggler_limit(len(standings)):
+    ``straggler_limit`` allows (nobody stands out from a majority), except those that stood out
+    on a link finding that shows its own cost (``LinkFinding.costly``), where few enough did: a
+    link ten times busier than the others' on the same bytes is not the per-step noise of a
+    signal (a job whose steps last seconds reads each 5-10 s step's busy share by where its
+    phases fell, and the waiting nodes stand out on it in turn)."""
+    limit = straggler_limit(len(standings))
+    if sum(s.stood_out for s in standings.values()) <= limit:
         return standings
-    return {node: Standing(step, False) for node in standings}
+    costly = {node for node, s in standings.items() if s.stood_out and any(f.costly for f in s.links)}
+    if len(costly) > limit:
+        costly = set()
+    return {node: s if node in costly else Standing(step, False) for node, s in standings.items()}
 
 
 def remember(member: Member, standing: Standing) -> None:

@@ -24,8 +24,10 @@ Each source has its estimator (``GpuTrack.window_estimate``), over the detector'
   sustained draws at least ``power_swing_factor`` apart (else ``no_swing``), and its phases, its
   power-told seconds over the times the report draw crossed the learned midpoint, at least
   ``PHASE_FACTOR`` times the longer of the report interval and the reading's own averaging
-  (``MEAN_SECONDS`` for a moving mean; the energy counter's mean is the interval's) (else
-  ``short_phases``).
+  (``MEAN_SECONDS`` for a moving mean; the energy counter's mean is the interval's), and some
+  pair of reports held each draw: the share between the sustained draws within ``LEVEL_SHARE``
+  of the share between the single reports' extremes (a phase shorter than that never fills two
+  reports in a row, and the sustained draws fall short of the job's) (else ``short_phases``).
 - ``none`` (decided): ``no_reading``.
 
 Step length: the collector is not told it. Under ``power_mean`` and ``energy`` the phase length
@@ -53,6 +55,9 @@ REPORT_LEVEL: Final = frozenset({"power_mean", "energy"})
 MEAN_SECONDS: Final = 1.0
 # A report-level estimate tells where the job's phases last this many times what averages them.
 PHASE_FACTOR: Final = 2.0
+# A report-level share tells where it moves by at most this much between the sustained draws
+# and the single reports' extremes (``report_level``).
+LEVEL_SHARE: Final = 0.05
 # Instantaneous readings tell where at most this share of them falls between the two draws.
 BLURRED_SHARE: Final = 0.5
 
@@ -84,9 +89,11 @@ def min_phase_seconds(source: str, report_seconds: float) -> float:
 
 def report_level(
     watt_seconds: float, seconds: float, high: float | None, low: float | None, crossings: int,
-    swing_factor: float, needed: float,
+    swing_factor: float, needed: float, peak: float = 0.0, trough: float = 0.0,
 ) -> Estimate:  # fmt: skip
-    """The window's computing share from its report draws (sums over its steps), or why not."""
+    """The window's computing share from its report draws (sums over its steps), or why not.
+    ``high``/``low``: the sustained draws (each the lower, or higher, of two consecutive
+    reports'); ``peak``/``trough``: the highest and lowest single report's."""
     if seconds <= 0:
         return Estimate(None, NO_READING)
     if high is None or low is None or high < swing_factor * max(low, 1.0):
@@ -94,7 +101,16 @@ def report_level(
     phase = seconds / crossings if crossings else seconds
     if phase < needed:
         return Estimate(None, SHORT_PHASES, phase, needed)
-    share = (watt_seconds / seconds - low) / (high - low)
+    mean = watt_seconds / seconds
+    share = (mean - low) / (high - low)
+    # The sustained draws are the job's where the phase held one draw over two reports. Where
+    # every pair straddled a phase edge they fall short of it, and the single reports' extremes
+    # sit beyond them: the share between those differs from the share between these by about
+    # the error. Further apart than LEVEL_SHARE, the phases are too short to tell.
+    if peak > high or (0.0 < trough < low):
+        top, bottom = max(peak, high), min(trough, low) if trough else low
+        if abs(share - (mean - bottom) / (top - bottom)) > LEVEL_SHARE:
+            return Estimate(None, SHORT_PHASES, phase, needed)
     return Estimate(min(1.0, max(0.0, share)), None, phase, needed)
 
 

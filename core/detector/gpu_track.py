@@ -14,6 +14,8 @@ reused.
 
 from __future__ import annotations
 
+import math
+
 from nodeagent.core.detector.causes import link_and_h2d
 from nodeagent.core.detector.computing_source import (
     BLURRED,
@@ -113,6 +115,7 @@ class GpuTrack(TrackState):
             watt_seconds = seconds = 0.0
             high: float | None = None
             low: float | None = None
+            peak = trough = 0.0
             crossings = 0
             for k in range(1, self.config.window_steps + 1):
                 step = self.steps[(self.pos - k) % size]
@@ -123,8 +126,14 @@ class GpuTrack(TrackState):
                     high = step.draw_high
                 if step.draw_low is not None and (low is None or step.draw_low < low):
                     low = step.draw_low
+                if step.draw_peak is not None and step.draw_peak > peak:
+                    peak = step.draw_peak
+                if step.draw_trough is not None and (not trough or step.draw_trough < trough):
+                    trough = step.draw_trough
             needed = min_phase_seconds(source, self.report_seconds)
-            return report_level(watt_seconds, seconds, high, low, crossings, self.config.power_swing_factor, needed)
+            return report_level(
+                watt_seconds, seconds, high, low, crossings, self.config.power_swing_factor, needed, peak, trough
+            )
         computed = seconds = middle = middle_seconds = 0.0
         for k in range(1, self.config.window_steps + 1):
             step = self.steps[(self.pos - k) % size]
@@ -143,7 +152,7 @@ class GpuTrack(TrackState):
         self.counters = None
         self.power.forget()
         self._estimate_of = -1
-        self.gap_run, self.gap_committed = 0.0, False
+        self.gap_run, self.gap_committed, self.since_gap = 0.0, False, math.inf
         self.state, self.cause, self.tier, self.calm_seconds = "busy", None, None, 0.0
 
     # ---- per report: cheap and allocation-free -----------------------------------------------
@@ -172,15 +181,7 @@ class GpuTrack(TrackState):
         if watts is not None:
             if power.above is None:  # a report draw: the moving-mean estimator's sums
                 self.report_seconds = dt
-                step.watt_seconds += watts * dt
-                step.draw_seconds += dt
-                if power.sustained:
-                    high, low = power.sustained_high, power.sustained_low
-                    if step.draw_high is None or high > step.draw_high:
-                        step.draw_high = high
-                    if step.draw_low is None or low < step.draw_low:
-                        step.draw_low = low
-                    step.crossings += power.crossed
+                step.add_draw(watts, dt, power)
             else:
                 step.middle += power.middle * dt
                 step.middle_seconds += dt

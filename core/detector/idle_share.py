@@ -7,11 +7,15 @@ its SM activity says. SM activity the agent holds suspect (``suspect_fields``: 0
 the GPU is busy) decides nothing. The GPU adds its counted seconds, idle seconds and idle² (for the
 standard error) to the window's open step. Reports in which the GPU was nearly idle are held
 apart as a possible gap; a gap that outlasts ``gap_seconds`` is counted after all (moved into the
-steps it came from), a shorter one is dropped (the hysteresis of step 4 never sees it).
+steps it came from), a shorter one is dropped (the hysteresis of step 4 never sees it). But a
+gap that begins within ``gap_seconds`` of the end of a short one counts as it comes: checkpoints
+and epoch boundaries are minutes apart, while a job whose steps last seconds and whose GPUs sit
+idle for a whole report or more in each (a long step starved of data) idles again every step.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from nodeagent.v1 import nodeagent_pb2 as pb
@@ -58,6 +62,8 @@ def add_idle(track: TrackState, step: Step, busy: float, dt: float) -> None:
     config = track.config
     idle = 1.0 - busy
     if busy < (config.gap_end_busy_ratio if track.gap_run else config.gap_busy_ratio):
+        if not track.gap_run and track.since_gap < config.gap_seconds:
+            track.gap_committed = True  # it came back: the job's step, counted where it happens
         track.gap_run += dt
         if not track.gap_committed:
             if track.gap_run <= config.gap_seconds:
@@ -69,6 +75,8 @@ def add_idle(track: TrackState, step: Step, busy: float, dt: float) -> None:
             _commit_gap(track)
     elif track.gap_run:
         end_gap(track)
+    if not track.gap_run:
+        track.since_gap += dt
     step.seconds += dt
     step.idle += idle * dt
     step.idle_sq += idle * idle * dt
@@ -88,9 +96,12 @@ def _commit_gap(track: TrackState) -> None:
 
 
 def end_gap(track: TrackState) -> None:
-    """A held-apart gap ended short of ``gap_seconds``: drop it."""
-    if track.gap_run and not track.gap_committed:
-        for step in track.steps:
-            step.pend_seconds = step.pend_idle = step.pend_sq = 0.0
-            step.pend_ticks = 0
+    """A gap ended: one held apart (short of ``gap_seconds``) is dropped. Either way a short one
+    starts the count of seconds within which another is the job's step (``since_gap``)."""
+    if track.gap_run:
+        if not track.gap_committed:
+            for step in track.steps:
+                step.pend_seconds = step.pend_idle = step.pend_sq = 0.0
+                step.pend_ticks = 0
+        track.since_gap = 0.0 if track.gap_run <= track.config.gap_seconds else math.inf
     track.gap_run, track.gap_committed = 0.0, False

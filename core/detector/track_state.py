@@ -62,6 +62,9 @@ class TrackState:
         # The idle share's held-apart gap (step 2).
         self.gap_run = 0.0
         self.gap_committed = False
+        # Seconds counted since the last short gap ended (inf: none yet): a gap that comes back
+        # within ``gap_seconds`` is the job's own step, not a pause, and counts.
+        self.since_gap = math.inf
         # The last counters and PCIe link rate, for the link time and h2d share (step 3).
         self.counters: tuple[float, int | None, int | None, int | None, int | None] | None = None
         self.pcie_link_bytes_per_second: float | None = None

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from nodeagent.collector.jobs.config import JobRollupConfig
+from nodeagent.collector.jobs.link import LinkFinding
 from nodeagent.collector.jobs.nic_peaks import NicWindow
 from nodeagent.collector.jobs.rollup import JobRollup
+from nodeagent.collector.jobs.straggler import Score, Standing, uncrowded
 from nodeagent.collector.jobs.wire import through_bytes
 from nodeagent.core.detector.config import DetectorConfig
 from tests.collector.jobs.test_rollup import ONSET, Run
@@ -140,3 +142,27 @@ def test_of_a_lossy_links_two_ends_the_one_whose_link_is_busier_is_named() -> No
     assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-1",), "link")
     assert v.evidence["link_retransmits_value"] == pytest.approx(0.5, abs=0.01)
     assert run.ever_named() == {"node-1"}
+
+
+def test_a_costly_link_stands_out_through_a_crowd_of_per_step_noise() -> None:
+    """A step where a waiting node's busy share also stood out (a long step's phases fell badly in
+    the 5-s step) is crowded: nobody stands out from it, except the node whose link shows its own
+    cost, where few enough do. Hardware that differs and costs nothing is wiped as before."""
+    busy = LinkFinding("fabric_busy", "nic:fab0", 0.54, 0.05)
+    speed = LinkFinding("nic_speed", "nic:fab0", 12.5e6, 125e6)
+    noise = Score("busy_ratio", 0.4, 1.0, -20.2)
+    standings = {
+        "node-0": Standing(7, False),
+        "node-1": Standing(7, True, "link", (), (speed, busy)),
+        "node-2": Standing(7, True, "unknown", (noise,)),
+        "node-3": Standing(7, False),
+    }
+    kept = uncrowded(standings, 7)
+    assert kept["node-1"].stood_out and not kept["node-2"].stood_out
+    # Without the costly finding the step is crowded for everyone.
+    standings["node-1"] = Standing(7, True, "link", (), (speed,))
+    assert not any(s.stood_out for s in uncrowded(standings, 7).values())
+    # Two costly stand-outs of four are a crowd too (at most one straggler of four).
+    standings["node-1"] = Standing(7, True, "link", (), (busy,))
+    standings["node-2"] = Standing(7, True, "link", (), (busy,))
+    assert not any(s.stood_out for s in uncrowded(standings, 7).values())
