@@ -1030,7 +1030,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=4, help="nodes of a job (two-jobs: two such jobs)")
     parser.add_argument("--two-jobs-nodes", type=int, default=None,
                         help="nodes of each job in two-jobs (default: --nodes; 2 or 3 on a small machine)")  # fmt: skip
-    parser.add_argument("--record", type=Path, help="write each scenario's trace and label here (its first run)")
+    parser.add_argument(
+        "--record", type=Path, help="write each scenario's trace and label here (its first run; run N under runN/)"
+    )
     parser.add_argument("--gpu", choices=GPU_CLASSES, default=PROFILE,
                         help="the emulated GPU: h100_sxm5 (GPM) or a100_sxm4 (no GPM: power tells)")  # fmt: skip
     parser.add_argument(
@@ -1135,8 +1137,8 @@ def main(argv: list[str] | None = None) -> int:
                         args.gpu,
                         args.emulation,
                     )
-                    if args.record is not None and run == 0:
-                        record(outcome, args.record)
+                    if args.record is not None:
+                        record(outcome, args.record if run == 0 else args.record / f"run{run}")
                     judged = judge(outcome)
                     rows.extend(judged)
                     if args.json_out is not None:

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import csv
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -220,11 +221,17 @@ class FakeDcgmExporter:
         with self._lock:
             self.scrapes += 1
             now = time.monotonic()
-            due = self.refresh_seconds is not None and (
-                self.refresh_seconds == 0 or now - self._refreshed_at >= self.refresh_seconds
-            )
+            period = self.refresh_seconds
+            due = period is not None and (period == 0 or now - self._refreshed_at >= period)
             if due or not self._dcgm.values:
+                last = self._refreshed_at
                 self._refresh(now)
+                if period and math.isfinite(last):
+                    # DCGM samples a watched field on its own clock (dcgm-exporter hands it the
+                    # collect interval as the watch's update frequency and reads the latest sample
+                    # at each scrape): the refreshes keep to a grid of the period, not to the
+                    # scrapes (a scrape a little under the period after the last would skip one).
+                    self._refreshed_at = now - (now - last) % period
             return "".join(self._families())
 
     def _refresh(self, now: float) -> None:

@@ -23,7 +23,7 @@ from nodeagent.agent.config import ConfigError, DcgmExporterConfig, config_from_
 from nodeagent.agent.gpu.dcgm_exporter import DcgmProfiling
 from nodeagent.agent.gpu.dcgm_page import NotAnExporterPage, PageParser, parse_page
 from nodeagent.v1 import nodeagent_pb2 as pb
-from tests.fakes.dcgm_exporter import FakeDcgmExporter, counters, nvml_state_activity, render_family
+from tests.fakes.dcgm_exporter import FakeDcgmExporter, FakeGpu, counters, nvml_state_activity, render_family
 from tests.fakes.nvml.state import FakeNvmlState, a100_sxm4, h100_sxm5
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dcgm_exporter"
@@ -364,3 +364,18 @@ def test_the_commands_carry_the_files_sections_through(tmp_path: Path) -> None:
     assert config.gpu_power_sample_seconds == 0.25
     assert config.dcgm_exporter.url == "http://127.0.0.1:9400/metrics"
     assert config.link_speeds == {"eth0": 50e9 / 8}
+
+
+def test_the_fakes_refreshes_keep_to_dcgms_own_clock_not_the_scrapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DCGM samples a watched field every update period on its own clock and dcgm-exporter reads
+    the latest sample at each scrape: scrapes a little under the period apart still see a new
+    sample nearly every time (refreshed whenever a period had passed since the last scrape, the
+    fake skipped every other one, and the lab's DCGM regime read half the seconds)."""
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    fake = FakeDcgmExporter([FakeGpu(0, "GPU-0", "NVIDIA A100-SXM4-80GB", "00000000:07:00.0")], refresh_seconds=1.0)
+    fake.page()
+    for k in range(1, 11):
+        clock[0] = 100.0 + 0.99 * k
+        fake.page()
+    assert fake._dcgm.refreshes == 10  # the first, then every scrape but the first after it
