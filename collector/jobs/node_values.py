@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from nodeagent.collector.jobs.config import JobRollupConfig
 from nodeagent.collector.jobs.nic_peaks import NicPeaks, NicWindow
-from nodeagent.core.detector.computing_source import Estimate, unknown_words
+from nodeagent.core.detector.computing_source import REPORT_LEVEL, Estimate, unknown_words
 from nodeagent.core.detector.node import NodeDetector
 from nodeagent.core.detector.node_evidence import NodeEvidence
 from nodeagent.core.detector.verdict import DATA_CAUSES, GpuVerdict, majority_cause, starved_causes
@@ -178,20 +178,27 @@ def _gpu_means(detector: NodeDetector, judged: list[GpuVerdict]) -> _GpuMeans:
     unknown: list[tuple[int, str, Estimate]] = []
     for g in judged:
         w = detector.window_sm_active(g.index)
+        blind = False
         if w is not None:
             window_sm += w
             n_window_sm += 1
         elif (estimate := detector.window_estimate(g.index)) is not None:
             source, told = estimate
+            blind = source in REPORT_LEVEL
             if told.computing_ratio is not None:
                 computing += told.computing_ratio
                 n_computing += 1
             elif told.unknown is not None:
                 unknown.append((g.index, source, told))
+                blind = True
         a = detector.activity(g.index)
         if a is not None:
             # Without GPM, where power tells: a GPU waiting in the collective reads busy on NVML.
-            share = a.computing_ratio if a.sm_active_ratio is None else None
+            # Not where its source cannot tell at this step length, nor from report draws (a
+            # moving mean, the energy counter): one step's share of those is where the job's
+            # phases fell in it (at steps of seconds the waiting nodes stood out on it in turn),
+            # and a node whose window tells would be held against others' NVML utilization.
+            share = a.computing_ratio if a.sm_active_ratio is None and not blind else None
             busy += a.utilization_ratio if share is None else min(a.utilization_ratio, share)
             throttled += a.throttled_ratio
             n_act += 1

@@ -4,8 +4,9 @@ over the window.
 At each job step every judged node gets a robust score per signal (``robust``), against the
 other nodes, in the direction a straggler moves it:
 
-- ``busy_ratio`` low: NVML utilization. A node waiting in the collective keeps its kernel
-  resident and reads ~100%; a data-starved straggler reads its compute share;
+- ``busy_ratio`` low: NVML utilization (lowered by the computing share of power read between
+  reports, ``node_values``). A node waiting in the collective keeps its kernel resident and reads
+  ~100%; a data-starved straggler reads its compute share;
 - ``data_wait_ratio`` high: its GPUs' share of the step waiting for data (idle time their link
   time does not explain, as the detector splits it);
 - ``throttled_ratio`` high: the share of the step with throttle reasons set;

@@ -27,6 +27,7 @@ from nodeagent.core.detector.config import DetectorConfig
 from nodeagent.core.wire.trace import read_trace
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "lab_cluster_a100_mean1s_2s"
+ENERGY = Path(__file__).resolve().parents[2] / "data" / "lab_cluster_a100_energy_2s"
 
 
 def _replay(scenario: str) -> tuple[Replay, dict[str, Any], list[tuple[float, Any]]]:
@@ -67,3 +68,21 @@ def test_phases_too_short_for_a_moving_mean_give_no_number_and_the_busy_link_nam
     assert v.evidence["link_fabric_busy"] == "nic:fab0"
     # Named within the lab's bound, while the 45-s job still ran.
     assert min(t for t, v in named if v.straggler_nodes == ("node-1",)) < 30.0
+
+
+def test_report_draws_per_step_are_no_straggler_signal() -> None:
+    """The energy counter only, 2-s steps (tests/data/lab_cluster_a100_energy_2s): node-0's
+    window told a share while node-2's and node-3's did not, so its busy share came from one
+    5-s step's report draws (0.47-0.76, where the phases fell) against their NVML utilization
+    (1.0): it stood out beside node-1 at four steps in a row and nobody was named. The busy share
+    of a GPU read by report draws is its utilization, as where its source cannot tell."""
+    label = json.loads((ENERGY / "network.label.json").read_text())
+    replay = Replay(DetectorConfig.from_mapping(label["detector"], source="label"))
+    (job,) = label["jobs"]
+    with gzip.open(ENERGY / "network.jsonl.gz", "rb") as stream:
+        for _, report in read_trace(stream, strict=True):
+            replay.observe(report)
+    v = replay.rollup.verdict(job["job"])
+    assert v is not None
+    assert (v.state, v.straggler_nodes, v.cause) == ("slowed", ("node-1",), "network")
+    assert v.wait_ratio is None and v.evidence["wait_unknown_reason"] == SHORT_PHASES
