@@ -184,20 +184,15 @@ def _gpu_means(detector: NodeDetector, judged: list[GpuVerdict]) -> _GpuMeans:
             n_window_sm += 1
         elif (estimate := detector.window_estimate(g.index)) is not None:
             source, told = estimate
-            blind = source in REPORT_LEVEL
+            blind = source in REPORT_LEVEL or told.unknown is not None
             if told.computing_ratio is not None:
                 computing += told.computing_ratio
                 n_computing += 1
             elif told.unknown is not None:
                 unknown.append((g.index, source, told))
-                blind = True
         a = detector.activity(g.index)
         if a is not None:
-            # Without GPM, where power tells: a GPU waiting in the collective reads busy on NVML.
-            # Not where its source cannot tell at this step length, nor from report draws (a
-            # moving mean, the energy counter): one step's share of those is where the job's
-            # phases fell in it (at steps of seconds the waiting nodes stood out on it in turn),
-            # and a node whose window tells would be held against others' NVML utilization.
+            # Without GPM, power read between reports where it tells (not report draws: docs/jobs.md).
             share = a.computing_ratio if a.sm_active_ratio is None and not blind else None
             busy += a.utilization_ratio if share is None else min(a.utilization_ratio, share)
             throttled += a.throttled_ratio
